@@ -1,0 +1,338 @@
+/*
+ * mlajit.h - run-time generated sparse-MLA attention decode kernels.
+ *
+ * mlajit takes a decode call on an FP8 KV cache (DeepSeek-V3.2, DeepSeek-V4 and
+ * related layouts, see SPEC.md), generates CUDA source specialized for its shape
+ * (model, head count, page size, features, target arch), compiles it with NVRTC,
+ * keeps the cubin in an on-disk LMDB cache under a content key, and launches it
+ * through the CUDA Driver API on the caller's stream.
+ *
+ * Conventions:
+ *  - Every function that can fail returns an int status (MLAJIT_OK == 0). On a
+ *    failure mlajit_last_error() returns a message for the calling thread that
+ *    names the argument at fault and what is allowed.
+ *  - Handles are opaque. A context is created once and may be used from many
+ *    threads at once; a plan is read-only after creation and may be shared too.
+ *  - Nothing is global but the thread-local error message and the lazily opened
+ *    driver library (libcuda.so.1 is opened with dlopen at first GPU use, so the
+ *    library loads and generates / compiles / caches on machines without a GPU).
+ *  - Memory returned by the library is released with mlajit_free().
+ */
+#ifndef MLAJIT_H
+#define MLAJIT_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define MLAJIT_VERSION_MAJOR 0
+#define MLAJIT_VERSION_MINOR 1
+#define MLAJIT_VERSION_PATCH 0
+#define MLAJIT_VERSION_STRING "0.1.0"
+
+/* ------------------------------------------------------------------------- */
+/* Status codes                                                               */
+/* ------------------------------------------------------------------------- */
+
+enum mlajit_status {
+    MLAJIT_OK = 0,
+    MLAJIT_ERR_INVALID_ARGUMENT = 1, /* an argument is outside what is allowed */
+    MLAJIT_ERR_UNSUPPORTED = 2,      /* valid request outside the supported envelope */
+    MLAJIT_ERR_OUT_OF_MEMORY = 3,    /* host allocation failed */
+    MLAJIT_ERR_NO_DEVICE = 4,        /* no CUDA driver or no GPU at that ordinal */
+    MLAJIT_ERR_COMPILE = 5,          /* NVRTC rejected the generated source */
+    MLAJIT_ERR_CACHE = 6,            /* the on-disk cache failed (the call may still work) */
+    MLAJIT_ERR_CUDA = 7,             /* a Driver API call failed */
+    MLAJIT_ERR_IO = 8,               /* a file could not be read or written */
+    MLAJIT_ERR_NOT_FOUND = 9,        /* a looked-up entry does not exist */
+    MLAJIT_ERR_CORRUPT = 10,         /* stored bytes failed their checks */
+    MLAJIT_ERR_INTERNAL = 11         /* a bug in mlajit; please report it */
+};
+
+/* The fixed description of a status code ("invalid argument", ...). Never NULL. */
+const char *mlajit_status_string(int status);
+
+/* The message of the last failure in the calling thread, naming the argument and
+ * the allowed values ("" when none). Valid until the thread's next mlajit call. */
+const char *mlajit_last_error(void);
+
+/* Release memory the library returned (generated source, reports' strings). */
+void mlajit_free(void *ptr);
+
+/* ------------------------------------------------------------------------- */
+/* Model types: KV-cache layouts (the numbers live in one descriptor table)    */
+/* ------------------------------------------------------------------------- */
+
+typedef enum mlajit_model {
+    MLAJIT_MODEL_V32 = 1,    /* DeepSeek-V3.2: 576 = 512 fp8 + 64 bf16 RoPE, fp32 pow2 scales inline */
+    MLAJIT_MODEL_DSV4 = 2,   /* DeepSeek-V4: 512 = 448 fp8 + 64 bf16 RoPE, ue8m0 scales in page footer */
+    MLAJIT_MODEL_GLM_NSA = 3 /* V3.2 layout with arbitrary fp32 scales (amax / 448) */
+} mlajit_model;
+
+typedef enum mlajit_scale_format {
+    MLAJIT_SCALE_FP32_POW2 = 1, /* fp32 scales that are powers of two */
+    MLAJIT_SCALE_FP32 = 2,      /* arbitrary fp32 scales: product rounded to bf16 */
+    MLAJIT_SCALE_UE8M0 = 3      /* one byte e, value 2^(e-127) */
+} mlajit_scale_format;
+
+typedef enum mlajit_scale_place {
+    MLAJIT_SCALES_INLINE = 1,     /* in each token's record after the fp8 values */
+    MLAJIT_SCALES_PAGE_FOOTER = 2 /* after all of a page's token rows, 8 bytes a token */
+} mlajit_scale_place;
+
+typedef struct mlajit_model_desc {
+    mlajit_model model;
+    const char *name;       /* "v32", "dsv4", "glm_nsa": what the CLI and spec strings use */
+    int d_qk;               /* query/key width */
+    int d_nope;             /* fp8-quantized dims */
+    int d_rope;             /* bf16 dims stored verbatim after the NoPE dims */
+    int d_v;                /* value width: V = K[0 : d_v] */
+    int quant_tile;         /* NoPE dims per scale */
+    int num_scales;         /* d_nope / quant_tile */
+    mlajit_scale_format scale_format;
+    mlajit_scale_place scale_place;
+    int row_bytes;          /* bytes of one token's row (inline: the whole record) */
+    int footer_bytes;       /* bytes per token in the page footer (0 when inline) */
+    int bytes_per_token;    /* row_bytes + footer_bytes: what one attended token reads */
+} mlajit_model_desc;
+
+/* The descriptor of a model, or NULL for an unknown value. */
+const mlajit_model_desc *mlajit_model_describe(mlajit_model model);
+
+/* Find a model by name ("v32", "dsv4", "glm_nsa"; case-insensitive). */
+int mlajit_model_from_name(const char *name, mlajit_model *out);
+
+/* Minimum page stride in bytes for a model and page size (what the layout needs;
+ * larger strides are allowed and must be multiples of 16). */
+int64_t mlajit_min_page_stride(mlajit_model model, int page_size);
+
+/* ------------------------------------------------------------------------- */
+/* Kernel specs: everything a generated kernel is specialized on               */
+/* ------------------------------------------------------------------------- */
+
+/* Optional inputs, compiled in only when asked for. */
+#define MLAJIT_FEATURE_SINK              0x1u /* attn_sink[h_q] */
+#define MLAJIT_FEATURE_TOPK_LENGTH       0x2u /* topk_length[b] */
+#define MLAJIT_FEATURE_EXTRA_TOPK_LENGTH 0x4u /* extra_topk_length[b] (needs an extra cache) */
+#define MLAJIT_FEATURE_ALL               0x7u
+
+#define MLAJIT_MAX_HEADS 128
+#define MLAJIT_MAX_PAGE_SIZE 1024
+#define MLAJIT_MAX_TOPK 16384
+#define MLAJIT_MAX_SQ 16
+#define MLAJIT_MAX_BATCH 4096
+#define MLAJIT_ARCH_LEN 16
+
+typedef enum mlajit_variant {
+    MLAJIT_VARIANT_AUTO = 0,    /* the generator picks for the arch and shape */
+    MLAJIT_VARIANT_PORTABLE = 1 /* mma.sync bf16 family, sm_80 and newer */
+} mlajit_variant;
+
+typedef struct mlajit_kernel_spec {
+    mlajit_model model;
+    int h_q;             /* query heads, 1..128 */
+    int page_size;       /* tokens per page of the main cache, 1..1024 */
+    int extra_page_size; /* tokens per page of the extra cache; 0 = no extra cache */
+    unsigned features;   /* MLAJIT_FEATURE_* */
+    int tile;            /* candidates per tile: 0 = generator's choice, else 32 or 64 */
+    int heads_per_cta;   /* 0 = generator's choice, else 16 or 32 */
+    mlajit_variant variant;
+    char arch[MLAJIT_ARCH_LEN]; /* "sm_80", "sm_90a", ...; "" = the context's device (sm_90a without one) */
+} mlajit_kernel_spec;
+
+/* Fill a spec with defaults: no extra cache, no features, generator's choices,
+ * arch "" (the device's). Returns MLAJIT_ERR_INVALID_ARGUMENT for bad values. */
+int mlajit_spec_init(mlajit_kernel_spec *spec, mlajit_model model, int h_q, int page_size);
+
+/* Check a spec against the envelope without CUDA or compiling. MLAJIT_OK, or a
+ * status whose message (mlajit_last_error) says which field and what is allowed. */
+int mlajit_spec_validate(const mlajit_kernel_spec *spec);
+
+/* The canonical, stable, human-readable name of a resolved spec, e.g.
+ * "v32.h128.p64.t64.hc32.portable.sm_90a". Generator choices (tile = 0, ...) are
+ * resolved first, so equal kernels have equal strings. Writes at most len bytes
+ * including the terminating NUL; returns MLAJIT_ERR_INVALID_ARGUMENT if too short. */
+int mlajit_spec_string(const mlajit_kernel_spec *spec, char *buf, size_t len);
+
+/* Parse a canonical spec string back into a spec. */
+int mlajit_spec_parse(const char *str, mlajit_kernel_spec *out);
+
+/* Resolve the generator's choices (tile, heads per CTA, variant) for spec->arch,
+ * which must be set. The result has no zero "auto" fields. */
+int mlajit_spec_resolve(const mlajit_kernel_spec *spec, mlajit_kernel_spec *resolved);
+
+/* Generate the CUDA source for a spec (arch must be set). *source is released
+ * with mlajit_free(). Pure: no CUDA, no compiler. */
+int mlajit_generate_source(const mlajit_kernel_spec *spec, char **source);
+
+/* ------------------------------------------------------------------------- */
+/* Context                                                                    */
+/* ------------------------------------------------------------------------- */
+
+typedef struct mlajit_context mlajit_context;
+
+/* Context flags. */
+#define MLAJIT_CONTEXT_NO_DEVICE  0x1u /* never touch the driver: generate/compile/cache only */
+#define MLAJIT_CONTEXT_NO_DISK_CACHE 0x2u /* keep compiled kernels in memory only */
+
+typedef struct mlajit_context_options {
+    int device;            /* CUDA device ordinal (default 0) */
+    const char *cache_dir; /* NULL: $MLAJIT_CACHE_DIR, else $XDG_CACHE_HOME/mlajit, else ~/.cache/mlajit */
+    unsigned flags;        /* MLAJIT_CONTEXT_* */
+} mlajit_context_options;
+
+/* Create a context. opts may be NULL (defaults). Without a driver or GPU the
+ * context still works for generating, compiling and caching (for sm_90a unless a
+ * spec names another arch); mlajit_decode then fails with MLAJIT_ERR_NO_DEVICE. */
+int mlajit_context_create(const mlajit_context_options *opts, mlajit_context **out);
+
+/* Destroy a context (NULL is allowed). Plans made from it must be destroyed first. */
+void mlajit_context_destroy(mlajit_context *ctx);
+
+typedef struct mlajit_context_info {
+    int has_device;          /* 1 when a GPU was opened */
+    char device_name[128];
+    char device_arch[MLAJIT_ARCH_LEN]; /* e.g. "sm_90a"; the default target */
+    int sm_count;
+    int driver_version;      /* e.g. 13000; 0 without a driver */
+    int nvrtc_major, nvrtc_minor;
+    char cache_dir[1024];    /* "" when the disk cache is off */
+    int64_t cache_bytes;     /* bytes in the cache's data file */
+    int64_t cache_entries;
+} mlajit_context_info;
+
+/* Describe a context: the GPU, the compiler and the cache. */
+int mlajit_context_get_info(mlajit_context *ctx, mlajit_context_info *info);
+
+/* ------------------------------------------------------------------------- */
+/* Kernels: generate, compile, cache                                           */
+/* ------------------------------------------------------------------------- */
+
+typedef struct mlajit_kernel_report {
+    char spec[128];       /* canonical spec string */
+    char key[33];         /* the cache key, 32 hex digits */
+    int cache_hit;        /* 1: from the process map or the disk cache; 0: compiled now */
+    int loaded;           /* 1: loaded onto the device */
+    double generate_ms;   /* source generation */
+    double compile_ms;    /* NVRTC, when compiled now; else the stored compile time */
+    double lookup_ms;     /* cache lookup (and load onto the device when loaded) */
+    int registers;        /* per thread, main kernel (from the ptxas log) */
+    int shared_bytes;     /* static + dynamic shared memory of the main kernel */
+    int spill_bytes;      /* spill stores + loads of the main kernel */
+    size_t cubin_bytes;
+} mlajit_kernel_report;
+
+/* Make the kernel for a spec available: look it up in the process map, then in
+ * the disk cache, else generate and compile it with NVRTC and store it. With a
+ * device (and an arch that is the device's), the kernel is also loaded. report
+ * may be NULL. Thread-safe. */
+int mlajit_kernel_prepare(mlajit_context *ctx, const mlajit_kernel_spec *spec,
+                          mlajit_kernel_report *report);
+
+/* ------------------------------------------------------------------------- */
+/* Plans                                                                      */
+/* ------------------------------------------------------------------------- */
+
+typedef struct mlajit_plan mlajit_plan;
+
+typedef struct mlajit_decode_shape {
+    int batch;       /* b, 0..4096 */
+    int s_q;         /* query tokens per row, 0..16 */
+    int topk;        /* main candidates per (row, query token), 1..16384 */
+    int extra_topk;  /* extra-cache candidates (0 without an extra cache), 0..16384 */
+    int num_splits;  /* split-KV factor: 0 = planner's choice, else 1..64 (lowered
+                        so that no split is empty; see mlajit_plan_num_splits) */
+} mlajit_decode_shape;
+
+/* Plan a decode geometry: prepares (JIT-compiles if needed) and loads the kernel,
+ * chooses the split count and computes the workspace size. Without a device the
+ * plan is made (kernel compiled, not loaded) and mlajit_decode validates its
+ * arguments, then returns MLAJIT_ERR_NO_DEVICE. After
+ * this, mlajit_decode compiles nothing, allocates nothing and never synchronizes,
+ * so it can be captured in a CUDA graph. */
+int mlajit_plan_create(mlajit_context *ctx, const mlajit_kernel_spec *spec,
+                       const mlajit_decode_shape *shape, mlajit_plan **out);
+
+void mlajit_plan_destroy(mlajit_plan *plan);
+
+/* Device workspace bytes mlajit_decode needs with this plan (0 is possible). */
+size_t mlajit_plan_workspace_size(const mlajit_plan *plan);
+
+/* The split count the plan chose. */
+int mlajit_plan_num_splits(const mlajit_plan *plan);
+
+/* The report of the plan's kernel (spec string, key, cache hit, compile time...). */
+const mlajit_kernel_report *mlajit_plan_report(const mlajit_plan *plan);
+
+/* ------------------------------------------------------------------------- */
+/* Decode                                                                     */
+/* ------------------------------------------------------------------------- */
+
+/* One KV cache: pages of page_size tokens, page p at data + p * page_stride. */
+typedef struct mlajit_cache_view {
+    const void *data;     /* device pointer, 16-byte aligned */
+    int64_t page_stride;  /* bytes; >= mlajit_min_page_stride(), multiple of 16 */
+    int64_t num_pages;    /* indices at or past num_pages * page_size are skipped */
+} mlajit_cache_view;
+
+/* Strides are in elements. A stride of 0 means "contiguous" (the packed layout
+ * of the shape given in the plan). */
+typedef struct mlajit_decode_args {
+    const void *q;               /* bf16 [b, s_q, h_q, d_qk], last dim contiguous, 16-byte aligned */
+    int64_t q_stride_b, q_stride_s, q_stride_h;
+
+    mlajit_cache_view kv;
+    const int32_t *indices;      /* [b, s_q, topk] slots, -1 = skip */
+    int64_t indices_stride_b, indices_stride_s;
+    const int32_t *topk_length;  /* [b], with MLAJIT_FEATURE_TOPK_LENGTH (else ignored) */
+
+    const float *attn_sink;      /* [h_q], with MLAJIT_FEATURE_SINK (else ignored) */
+
+    mlajit_cache_view extra_kv;  /* with an extra cache (spec.extra_page_size > 0) */
+    const int32_t *extra_indices; /* [b, s_q, extra_topk] */
+    int64_t extra_indices_stride_b, extra_indices_stride_s;
+    const int32_t *extra_topk_length; /* [b], with MLAJIT_FEATURE_EXTRA_TOPK_LENGTH */
+
+    float sm_scale;              /* softmax scale (natural-log units), finite and > 0 */
+
+    void *out;                   /* bf16 [b, s_q, h_q, d_v], last dim contiguous, 16-byte aligned */
+    int64_t out_stride_b, out_stride_s, out_stride_h;
+    float *lse;                  /* fp32 [b, s_q, h_q] natural log; NULL = not written */
+    int64_t lse_stride_b, lse_stride_s, lse_stride_h;
+
+    void *workspace;             /* device memory, >= mlajit_plan_workspace_size() */
+    size_t workspace_size;
+} mlajit_decode_args;
+
+/* Validate the arguments, then enqueue the decode on stream (a CUstream; NULL =
+ * the legacy default stream). On any validation failure nothing is launched and
+ * out is not written. */
+int mlajit_decode(const mlajit_plan *plan, const mlajit_decode_args *args, void *stream);
+
+/* ------------------------------------------------------------------------- */
+/* Host-side reference and quantizer (no GPU)                                  */
+/* ------------------------------------------------------------------------- */
+
+/* Quantize one token's d_qk bf16 values (raw 16-bit patterns) into its slot of a
+ * page (page_base = start of the page, host memory) per SPEC.md's rule. */
+int mlajit_quantize_token(mlajit_model model, const uint16_t *values_bf16,
+                          void *page_base, int page_size, int token_in_page);
+
+/* Dequantize one token of a page into d_qk floats (the exact values the kernels
+ * use: bf16(fp8 * scale) for the NoPE dims, the stored bf16 for RoPE). */
+int mlajit_dequantize_token(mlajit_model model, const void *page_base, int page_size,
+                            int token_in_page, float *out);
+
+/* The SPEC.md operation in double precision on host memory. args holds host
+ * pointers (its out, lse and workspace fields are ignored); writes out_ref
+ * [b, s_q, h_q, d_v] and lse_ref [b, s_q, h_q] contiguous. */
+int mlajit_reference_decode(const mlajit_kernel_spec *spec, const mlajit_decode_shape *shape,
+                            const mlajit_decode_args *args, double *out_ref, double *lse_ref);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* MLAJIT_H */

@@ -1,0 +1,279 @@
+/* mlajit bench: shared/BENCH.md's protocol. Per configuration: synthesize the
+ * cache (b sequences of seqlen tokens on randomly assigned pages), check the
+ * first rows against the fp64 reference, time 100 eager calls (CUDA events
+ * around each host call) and 20 replays of a CUDA graph of 10 calls. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "cli/cli.h"
+#include "common/error.h"
+#include "harness/harness.h"
+#include "runtime/runtime.h"
+
+typedef struct bench_config {
+    mlajit_model model;
+    int h_q, b, s_q, seqlen, topk;
+    int extra_topk, extra_seqlen, page, extra_page, sink;
+    double flashmla_us; /* FlashMLA on the same H200 (BENCH.md); at h_q < 64 its padded h_q 64 figure; 0 = none */
+} bench_config;
+
+/* BENCH.md's FlashMLA figures: V3.2 page 64, s_q 1, by (b, seqlen, topk). */
+static const struct { int b, seqlen, topk; double h128, h64; } v32_rows[] = {
+    {1, 32768, 2048, 17.4, 17.2},  {8, 32768, 2048, 25.4, 19.7},   {64, 8192, 128, 12.4, 11.4},
+    {128, 8192, 128, 23.7, 13.1},  {64, 16384, 512, 29.0, 37.9},   {128, 16384, 512, 59.9, 38.3},
+    {64, 32768, 2048, 96.6, 79.0}, {128, 32768, 2048, 188.7, 120.3}, {256, 16384, 2048, 366.1, 235.1},
+};
+static const struct { int b; double us; } mtp_rows[] = {{2, 19.1}, {64, 184.9}, {128, 365.0}};
+static const struct { int h_q, extra_topk; double b2, b64, b128; } dsv4_rows[] = {
+    {64, 512, 13.7, 48.2, 93.0}, {128, 1024, 15.8, 103.2, 206.6}};
+
+static int build_configs(bench_config *out, int max, int quick)
+{
+    int n = 0;
+    static const int heads_all[] = {8, 16, 32, 64, 128}, heads_quick[] = {16, 64, 128};
+    const int *heads = quick ? heads_quick : heads_all;
+    int nheads = quick ? 3 : 5;
+    for (size_t r = 0; r < sizeof v32_rows / sizeof v32_rows[0]; r++) {
+        if (quick && (v32_rows[r].b == 256 || v32_rows[r].seqlen == 8192))
+            continue;
+        for (int i = 0; i < nheads && n < max; i++) {
+            int h = heads[i];
+            out[n++] = (bench_config){MLAJIT_MODEL_V32, h, v32_rows[r].b, 1, v32_rows[r].seqlen, v32_rows[r].topk,
+                                      0, 0, 64, 0, 0, h == 128 ? v32_rows[r].h128 : v32_rows[r].h64};
+        }
+    }
+    for (size_t r = 0; r < sizeof mtp_rows / sizeof mtp_rows[0] && n < max; r++)
+        out[n++] = (bench_config){MLAJIT_MODEL_V32, 128, mtp_rows[r].b, 2, 32768, 2048, 0, 0, 64, 0, 0, mtp_rows[r].us};
+    for (size_t r = 0; r < sizeof dsv4_rows / sizeof dsv4_rows[0]; r++) {
+        const int bs[] = {2, 64, 128};
+        const double us[] = {dsv4_rows[r].b2, dsv4_rows[r].b64, dsv4_rows[r].b128};
+        for (int i = 0; i < 3 && n < max; i++)
+            out[n++] = (bench_config){MLAJIT_MODEL_DSV4, dsv4_rows[r].h_q, bs[i], 2, 16384, 128,
+                                      dsv4_rows[r].extra_topk, 16384, 256, 64, 1, us[i]};
+    }
+    return n;
+}
+
+static int cmp_float(const void *a, const void *b)
+{
+    float x = *(const float *)a, y = *(const float *)b;
+    return x < y ? -1 : x > y;
+}
+
+static float median(float *v, int n)
+{
+    qsort(v, (size_t)n, sizeof *v, cmp_float);
+    return n % 2 ? v[n / 2] : 0.5f * (v[n / 2 - 1] + v[n / 2]);
+}
+
+/* Check the first rows against the fp64 reference (the whole batch would take
+ * minutes of CPU at b 256; the kernel treats every row alike). */
+static int check_rows(mlajit_device_case *dc, mlajit_case *c, int *pass, double *max_err)
+{
+    int check_b = c->b < 2 ? c->b : 2;
+    size_t rows = (size_t)check_b * c->s_q, n_lse = rows * c->h_q;
+    int d_v = mlajit_model_describe(c->model)->d_v;
+    float *out = malloc(n_lse * d_v * sizeof *out + 16), *lse = malloc(n_lse * sizeof *lse + 16);
+    double *ro = malloc(n_lse * d_v * sizeof *ro + 16), *rl = malloc(n_lse * sizeof *rl + 16);
+    float *rof = malloc(n_lse * d_v * sizeof *rof + 16), *rlf = malloc(n_lse * sizeof *rlf + 16);
+    int rc = (out && lse && ro && rl && rof && rlf) ? MLAJIT_OK : mlajit_fail(MLAJIT_ERR_OUT_OF_MEMORY, "check");
+    if (rc == MLAJIT_OK)
+        rc = mlajit_device_case_download(dc, c, NULL, rows, out, lse);
+    if (rc == MLAJIT_OK) {
+        mlajit_kernel_spec spec;
+        mlajit_decode_shape shape;
+        mlajit_decode_args args;
+        mlajit_case_spec(c, &spec);
+        mlajit_case_shape(c, &shape);
+        mlajit_case_host_args(c, &args);
+        shape.batch = check_b;
+        rc = mlajit_reference_decode(&spec, &shape, &args, ro, rl);
+    }
+    if (rc == MLAJIT_OK) {
+        for (size_t i = 0; i < n_lse * d_v; i++) rof[i] = (float)ro[i];
+        for (size_t i = 0; i < n_lse; i++) rlf[i] = (float)rl[i];
+        mlajit_compare_result r;
+        mlajit_compare(out, rof, n_lse * d_v, lse, rlf, n_lse, &r);
+        *pass = r.pass;
+        *max_err = r.out_max_abs_err;
+    }
+    free(out); free(lse); free(ro); free(rl); free(rof); free(rlf);
+    return rc;
+}
+
+typedef struct bench_result {
+    double gpu_us, eager_us, tflops, gbps;
+    int splits, pass;
+    double max_err;
+} bench_result;
+
+static int run_config(mlajit_context *ctx, const bench_config *cfg, bench_result *out)
+{
+    const mlajit_model_desc *m = mlajit_model_describe(cfg->model);
+    mlajit_synth_params sp = {
+        .model = cfg->model, .b = cfg->b, .s_q = cfg->s_q, .h_q = cfg->h_q, .topk = cfg->topk,
+        .extra_topk = cfg->extra_topk, .page_size = cfg->page, .extra_page_size = cfg->extra_page,
+        .seqlen = cfg->seqlen, .extra_seqlen = cfg->extra_seqlen, .with_sink = cfg->sink,
+        .seed = 1000 + (uint64_t)cfg->b * 7 + (uint64_t)cfg->h_q,
+    };
+    mlajit_case c;
+    int rc = mlajit_case_synthesize(&sp, &c);
+    if (rc)
+        return rc;
+    mlajit_kernel_spec spec;
+    mlajit_decode_shape shape;
+    mlajit_case_spec(&c, &spec);
+    mlajit_case_shape(&c, &shape);
+    mlajit_plan *plan = NULL;
+    mlajit_device_case dc = {0};
+    const mlajit_driver *drv = ctx->drv;
+    CUstream stream = NULL;
+    CUevent ev0 = NULL, ev1 = NULL;
+    CUgraph graph = NULL;
+    CUgraphExec exec = NULL;
+    int pushed = mlajit_context_enter(ctx);
+    float samples[100];
+    if ((rc = mlajit_plan_create(ctx, &spec, &shape, &plan)) || (rc = mlajit_device_case_upload(ctx, &c, NULL, &dc)))
+        goto done;
+    size_t ws = mlajit_plan_workspace_size(plan);
+    if (ws && (rc = mlajit_device_case_alloc(&dc, ws, &dc.args.workspace)))
+        goto done;
+    dc.args.workspace_size = ws;
+    out->splits = mlajit_plan_num_splits(plan);
+    CUresult r;
+    if ((r = drv->cuStreamCreate(&stream, MLAJIT_CU_STREAM_NON_BLOCKING)) || (r = drv->cuEventCreate(&ev0, 0)) ||
+        (r = drv->cuEventCreate(&ev1, 0))) {
+        rc = mlajit_cuda_fail(drv, r, "stream/event create");
+        goto done;
+    }
+    /* correctness first */
+    if ((rc = mlajit_decode(plan, &dc.args, stream)) || (rc = check_rows(&dc, &c, &out->pass, &out->max_err)))
+        goto done;
+    /* eager: 20 warm-up calls, then 100 timed one by one */
+    for (int i = 0; i < 20; i++)
+        if ((rc = mlajit_decode(plan, &dc.args, stream)))
+            goto done;
+    for (int i = 0; i < 100; i++) {
+        drv->cuEventRecord(ev0, stream);
+        if ((rc = mlajit_decode(plan, &dc.args, stream)))
+            goto done;
+        drv->cuEventRecord(ev1, stream);
+        drv->cuEventSynchronize(ev1);
+        drv->cuEventElapsedTime(&samples[i], ev0, ev1);
+    }
+    out->eager_us = median(samples, 100) * 1e3;
+    /* graph: 10 calls captured, 20 replays timed */
+    if ((r = drv->cuStreamBeginCapture(stream, MLAJIT_CU_STREAM_CAPTURE_MODE_THREAD_LOCAL))) {
+        rc = mlajit_cuda_fail(drv, r, "cuStreamBeginCapture");
+        goto done;
+    }
+    for (int i = 0; i < 10 && rc == MLAJIT_OK; i++)
+        rc = mlajit_decode(plan, &dc.args, stream);
+    r = drv->cuStreamEndCapture(stream, &graph);
+    if (rc)
+        goto done;
+    if (r || (r = drv->cuGraphInstantiateWithFlags(&exec, graph, 0))) {
+        rc = mlajit_cuda_fail(drv, r, "graph capture/instantiate");
+        goto done;
+    }
+    drv->cuGraphLaunch(exec, stream);
+    drv->cuStreamSynchronize(stream);
+    for (int i = 0; i < 20; i++) {
+        drv->cuEventRecord(ev0, stream);
+        drv->cuGraphLaunch(exec, stream);
+        drv->cuEventRecord(ev1, stream);
+        if ((r = drv->cuEventSynchronize(ev1))) {
+            rc = mlajit_cuda_fail(drv, r, "graph replay");
+            goto done;
+        }
+        drv->cuEventElapsedTime(&samples[i], ev0, ev1);
+    }
+    out->gpu_us = median(samples, 20) * 1e3 / 10.0;
+    double cand = (double)cfg->b * cfg->s_q * (cfg->topk + cfg->extra_topk);
+    out->tflops = 2.0 * cfg->h_q * cand * (m->d_qk + m->d_v) / (out->gpu_us * 1e-6) / 1e12;
+    out->gbps = cand * m->bytes_per_token / (out->gpu_us * 1e-6) / 1e9;
+done:
+    if (exec) drv->cuGraphExecDestroy(exec);
+    if (graph) drv->cuGraphDestroy(graph);
+    if (ev0) drv->cuEventDestroy(ev0);
+    if (ev1) drv->cuEventDestroy(ev1);
+    if (stream) drv->cuStreamDestroy(stream);
+    mlajit_context_leave(ctx, pushed);
+    mlajit_device_case_free(&dc);
+    mlajit_plan_destroy(plan);
+    mlajit_case_free(&c);
+    return rc;
+}
+
+int cli_bench(int argc, char **argv)
+{
+    const char *json_path = NULL;
+    int quick = 0;
+    for (int i = 1; i < argc; i++) {
+        if (strcmp(argv[i], "--json") == 0 && i + 1 < argc) json_path = argv[++i];
+        else if (strcmp(argv[i], "--quick") == 0) quick = 1;
+        else {
+            fprintf(stderr, "mlajit: bench: unknown argument '%s'; usage: mlajit bench [--json FILE] [--quick]\n", argv[i]);
+            return CLI_USAGE;
+        }
+    }
+    mlajit_context *ctx;
+    int rc = mlajit_context_create(NULL, &ctx);
+    if (rc)
+        return cli_error(rc, "bench");
+    if (!ctx->drv) {
+        fprintf(stderr, "mlajit: bench needs a GPU: %s\n", "no CUDA driver or device found");
+        mlajit_context_destroy(ctx);
+        return CLI_FAIL;
+    }
+    FILE *json = NULL;
+    if (json_path && !(json = fopen(json_path, "w"))) {
+        fprintf(stderr, "mlajit: bench: cannot write %s\n", json_path);
+        mlajit_context_destroy(ctx);
+        return CLI_FAIL;
+    }
+    const char *commit = getenv("MLAJIT_COMMIT") ? getenv("MLAJIT_COMMIT") : "unknown";
+    char date[32];
+    time_t now = time(NULL);
+    strftime(date, sizeof date, "%Y-%m-%dT%H:%M:%SZ", gmtime(&now));
+    bench_config cfgs[96];
+    int n = build_configs(cfgs, 96, quick);
+    printf("%-5s %4s %4s %3s %6s %5s %6s %9s %9s %8s %8s %6s %9s %6s %s\n", "model", "h_q", "b", "s_q", "seqlen",
+           "topk", "extra", "gpu_us", "eager_us", "TFLOP/s", "GB/s", "splits", "flashmla", "ratio", "check");
+    int failures = 0;
+    for (int i = 0; i < n; i++) {
+        bench_config *cf = &cfgs[i];
+        bench_result r = {0};
+        rc = run_config(ctx, cf, &r);
+        const char *name = mlajit_model_describe(cf->model)->name;
+        if (rc) {
+            failures++;
+            printf("%-5s %4d %4d %3d %6d %5d %6d  error: %s\n", name, cf->h_q, cf->b, cf->s_q, cf->seqlen, cf->topk,
+                   cf->extra_topk, mlajit_last_error());
+            continue;
+        }
+        failures += !r.pass;
+        printf("%-5s %4d %4d %3d %6d %5d %6d %9.1f %9.1f %8.1f %8.0f %6d %9.1f %6.2f %s (%.1e)\n", name, cf->h_q, cf->b,
+               cf->s_q, cf->seqlen, cf->topk, cf->extra_topk, r.gpu_us, r.eager_us, r.tflops, r.gbps, r.splits,
+               cf->flashmla_us, cf->flashmla_us > 0 ? r.gpu_us / cf->flashmla_us : 0.0, r.pass ? "ok" : "FAIL",
+               r.max_err);
+        fflush(stdout);
+        if (json)
+            fprintf(json,
+                    "{\"model\": \"%s\", \"h_q\": %d, \"b\": %d, \"s_q\": %d, \"seqlen\": %d, \"topk\": %d, "
+                    "\"extra_topk\": %d, \"gpu_us\": %.2f, \"eager_us\": %.2f, \"tflops\": %.2f, \"gbps\": %.1f, "
+                    "\"splits\": %d, \"flashmla_us\": %.1f, \"ratio\": %.3f, \"check\": \"%s\", \"commit\": \"%s\", "
+                    "\"date\": \"%s\"}\n",
+                    name, cf->h_q, cf->b, cf->s_q, cf->seqlen, cf->topk, cf->extra_topk, r.gpu_us, r.eager_us,
+                    r.tflops, r.gbps, r.splits, cf->flashmla_us,
+                    cf->flashmla_us > 0 ? r.gpu_us / cf->flashmla_us : 0.0, r.pass ? "pass" : "fail", commit, date);
+    }
+    if (json)
+        fclose(json);
+    mlajit_context_destroy(ctx);
+    printf("%d configurations, %d failed\n", n, failures);
+    return failures ? CLI_FAIL : CLI_OK;
+}

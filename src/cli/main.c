@@ -1,0 +1,358 @@
+/* mlajit - the command-line tool: info, compile, run-case, demo, bench. */
+#include <getopt.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli/cli.h"
+#include "common/error.h"
+#include "harness/harness.h"
+#include "mlajit.h"
+
+static const char usage_text[] =
+    "usage: mlajit <command> [options]\n"
+    "\n"
+    "commands:\n"
+    "  info                          version, NVRTC, driver and GPU, cache directory and size\n"
+    "  compile --model M --heads N --page P [--extra-page P2] [--features LIST]\n"
+    "          [--tile T] [--arch sm_XX] [--emit-source]\n"
+    "                                generate, compile and cache one kernel\n"
+    "  run-case [--cpu] DIR          run a golden-format case directory and check it\n"
+    "  demo                          V3.2 decode end to end (b 4, seqlen 4096, topk 2048, h_q 128)\n"
+    "  bench [--json FILE] [--quick] the shared/BENCH.md protocol (needs a GPU)\n"
+    "\n"
+    "models: v32, dsv4, glm_nsa; features: sink, topk-length, extra-topk-length\n"
+    "exit status: 0 ok, 1 failure, 2 usage or invalid arguments\n";
+
+int cli_error(int status, const char *what)
+{
+    fprintf(stderr, "mlajit: %s: %s (%s)\n", what, mlajit_last_error(), mlajit_status_string(status));
+    return status == MLAJIT_ERR_INVALID_ARGUMENT ? CLI_USAGE : CLI_FAIL;
+}
+
+static int usage_error(const char *fmt, const char *arg)
+{
+    fprintf(stderr, "mlajit: ");
+    fprintf(stderr, fmt, arg);
+    fprintf(stderr, "\n\n%s", usage_text);
+    return CLI_USAGE;
+}
+
+static int parse_int(const char *s, const char *name, int lo, int hi, int *out)
+{
+    char *end;
+    long v = strtol(s, &end, 10);
+    if (!*s || *end || v < lo || v > hi) {
+        fprintf(stderr, "mlajit: %s = '%s'; allowed %d..%d\n", name, s, lo, hi);
+        return 0;
+    }
+    *out = (int)v;
+    return 1;
+}
+
+static int cmd_info(void)
+{
+    mlajit_context *ctx;
+    int rc = mlajit_context_create(NULL, &ctx);
+    if (rc)
+        return cli_error(rc, "info");
+    mlajit_context_info info;
+    mlajit_context_get_info(ctx, &info);
+    printf("mlajit        %s\n", MLAJIT_VERSION_STRING);
+    printf("nvrtc         %d.%d\n", info.nvrtc_major, info.nvrtc_minor);
+    if (info.has_device) {
+        printf("driver        %d.%d\n", info.driver_version / 1000, (info.driver_version % 1000) / 10);
+        printf("gpu           %s (%s, %d SMs)\n", info.device_name, info.device_arch, info.sm_count);
+    } else {
+        printf("driver        none found (generate, compile and cache still work; target %s)\n", info.device_arch);
+        printf("gpu           none\n");
+    }
+    if (info.cache_dir[0])
+        printf("cache         %s (%lld entries, %lld bytes)\n", info.cache_dir, (long long)info.cache_entries,
+               (long long)info.cache_bytes);
+    else
+        printf("cache         off (memory only)\n");
+    mlajit_context_destroy(ctx);
+    return CLI_OK;
+}
+
+static int parse_features(const char *list, unsigned *out)
+{
+    char buf[256];
+    snprintf(buf, sizeof buf, "%s", list);
+    *out = 0;
+    for (char *save = NULL, *t = strtok_r(buf, ",", &save); t; t = strtok_r(NULL, ",", &save)) {
+        if (strcmp(t, "sink") == 0) *out |= MLAJIT_FEATURE_SINK;
+        else if (strcmp(t, "topk-length") == 0) *out |= MLAJIT_FEATURE_TOPK_LENGTH;
+        else if (strcmp(t, "extra-topk-length") == 0) *out |= MLAJIT_FEATURE_EXTRA_TOPK_LENGTH;
+        else {
+            fprintf(stderr, "mlajit: --features: '%s' is unknown; allowed sink, topk-length, extra-topk-length\n", t);
+            return 0;
+        }
+    }
+    return 1;
+}
+
+static int cmd_compile(int argc, char **argv)
+{
+    static const struct option longopts[] = {
+        {"model", required_argument, 0, 'm'}, {"heads", required_argument, 0, 'h'},
+        {"page", required_argument, 0, 'p'},  {"extra-page", required_argument, 0, 'e'},
+        {"arch", required_argument, 0, 'a'},  {"emit-source", no_argument, 0, 's'},
+        {"features", required_argument, 0, 'f'}, {"tile", required_argument, 0, 't'},
+        {0, 0, 0, 0}};
+    const char *model_name = NULL, *arch = "";
+    int heads = 0, page = 0, extra_page = 0, tile = 0, emit = 0;
+    unsigned features = 0;
+    int c;
+    optind = 1;
+    while ((c = getopt_long(argc, argv, "", longopts, NULL)) != -1) {
+        switch (c) {
+        case 'm': model_name = optarg; break;
+        case 'h': if (!parse_int(optarg, "--heads", 1, MLAJIT_MAX_HEADS, &heads)) return CLI_USAGE; break;
+        case 'p': if (!parse_int(optarg, "--page", 1, MLAJIT_MAX_PAGE_SIZE, &page)) return CLI_USAGE; break;
+        case 'e': if (!parse_int(optarg, "--extra-page", 1, MLAJIT_MAX_PAGE_SIZE, &extra_page)) return CLI_USAGE; break;
+        case 't': if (!parse_int(optarg, "--tile", 0, 64, &tile)) return CLI_USAGE; break;
+        case 'a': arch = optarg; break;
+        case 's': emit = 1; break;
+        case 'f': if (!parse_features(optarg, &features)) return CLI_USAGE; break;
+        default: return usage_error("compile: unknown option%s", "");
+        }
+    }
+    if (!model_name || !heads || !page)
+        return usage_error("compile needs --model, --heads and --page%s", "");
+    mlajit_model model;
+    int rc = mlajit_model_from_name(model_name, &model);
+    if (rc)
+        return cli_error(rc, "--model");
+    mlajit_kernel_spec spec;
+    if ((rc = mlajit_spec_init(&spec, model, heads, page)))
+        return cli_error(rc, "compile");
+    spec.extra_page_size = extra_page;
+    spec.features = features;
+    spec.tile = tile;
+    if (strlen(arch) >= sizeof spec.arch)
+        return usage_error("--arch '%s' is too long", arch);
+    strcpy(spec.arch, arch);
+    if ((rc = mlajit_spec_validate(&spec)))
+        return cli_error(rc, "compile");
+    mlajit_context *ctx;
+    if ((rc = mlajit_context_create(NULL, &ctx)))
+        return cli_error(rc, "compile");
+    if (!spec.arch[0]) {
+        mlajit_context_info info;
+        mlajit_context_get_info(ctx, &info);
+        strcpy(spec.arch, info.device_arch);
+    }
+    if (emit) {
+        char *src;
+        if ((rc = mlajit_generate_source(&spec, &src))) {
+            mlajit_context_destroy(ctx);
+            return cli_error(rc, "compile --emit-source");
+        }
+        fputs(src, stdout);
+        mlajit_free(src);
+        mlajit_context_destroy(ctx);
+        return CLI_OK;
+    }
+    mlajit_kernel_report rep;
+    rc = mlajit_kernel_prepare(ctx, &spec, &rep);
+    mlajit_context_destroy(ctx);
+    if (rc)
+        return cli_error(rc, "compile");
+    printf("spec          %s\n", rep.spec);
+    printf("key           %s\n", rep.key);
+    if (rep.cache_hit)
+        printf("cache         hit (lookup %.3f ms; compiled earlier in %.0f ms)\n", rep.lookup_ms, rep.compile_ms);
+    else
+        printf("cache         miss: compiled in %.0f ms (generate %.2f ms)\n", rep.compile_ms, rep.generate_ms);
+    printf("registers     %d\n", rep.registers);
+    printf("shared memory %d bytes\n", rep.shared_bytes);
+    printf("spills        %d bytes\n", rep.spill_bytes);
+    printf("cubin         %zu bytes%s\n", rep.cubin_bytes, rep.loaded ? ", loaded on the GPU" : "");
+    return CLI_OK;
+}
+
+static void print_compare(const char *label, const mlajit_compare_result *r)
+{
+    printf("%-22s max|err| %.3e  cosine %.8f  out violations %lld  lse max|err| %.3e  lse violations %lld  %s\n",
+           label, r->out_max_abs_err, r->out_cosine, (long long)r->out_violations, r->lse_max_abs_err,
+           (long long)r->lse_violations, r->pass ? "PASS" : "FAIL");
+}
+
+static int cmd_run_case(int argc, char **argv)
+{
+    int cpu = 0;
+    const char *dir = NULL;
+    for (int i = 1; i < argc; i++) {
+        if (strcmp(argv[i], "--cpu") == 0) cpu = 1;
+        else if (argv[i][0] == '-') return usage_error("run-case: unknown option '%s'", argv[i]);
+        else if (!dir) dir = argv[i];
+        else return usage_error("run-case takes one directory; extra argument '%s'", argv[i]);
+    }
+    if (!dir)
+        return usage_error("run-case needs a case directory%s", "");
+    mlajit_case c;
+    int rc = mlajit_case_load(dir, &c);
+    if (rc)
+        return cli_error(rc, "run-case");
+    const mlajit_model_desc *m = mlajit_model_describe(c.model);
+    size_t n_lse = (size_t)c.b * c.s_q * c.h_q, n_out = n_lse * m->d_v;
+    printf("case %s: %s b %d s_q %d h_q %d topk %d extra_topk %d\n", dir, m->name, c.b, c.s_q, c.h_q, c.topk,
+           c.extra_topk);
+    if (!c.expected_out || !c.expected_lse) {
+        mlajit_case_free(&c);
+        fprintf(stderr, "mlajit: run-case: %s has no expected out/lse to check against\n", dir);
+        return CLI_FAIL;
+    }
+    float *out = NULL, *lse = NULL;
+    mlajit_gpu_result res = {0};
+    mlajit_context *ctx = NULL;
+    if (cpu) {
+        mlajit_kernel_spec spec;
+        mlajit_decode_shape shape;
+        mlajit_decode_args args;
+        mlajit_case_spec(&c, &spec);
+        mlajit_case_shape(&c, &shape);
+        mlajit_case_host_args(&c, &args);
+        double *ro = malloc(n_out * sizeof *ro + 8), *rl = malloc(n_lse * sizeof *rl + 8);
+        out = malloc(n_out * sizeof *out + 8);
+        lse = malloc(n_lse * sizeof *lse + 8);
+        rc = (ro && rl && out && lse) ? mlajit_reference_decode(&spec, &shape, &args, ro, rl) : MLAJIT_ERR_OUT_OF_MEMORY;
+        for (size_t i = 0; rc == 0 && i < n_out; i++) out[i] = (float)ro[i];
+        for (size_t i = 0; rc == 0 && i < n_lse; i++) lse[i] = (float)rl[i];
+        free(ro);
+        free(rl);
+        if (rc) {
+            free(out);
+            free(lse);
+            mlajit_case_free(&c);
+            return cli_error(rc, "run-case --cpu");
+        }
+    } else {
+        if ((rc = mlajit_context_create(NULL, &ctx)) || (rc = mlajit_case_run_gpu(ctx, &c, NULL, &res))) {
+            mlajit_context_destroy(ctx);
+            mlajit_case_free(&c);
+            return cli_error(rc, "run-case");
+        }
+        out = res.out;
+        lse = res.lse;
+        printf("kernel %s (%s, %d split%s)\n", res.report.spec, res.report.cache_hit ? "cache hit" : "compiled",
+               res.num_splits, res.num_splits == 1 ? "" : "s");
+    }
+    mlajit_compare_result r;
+    mlajit_compare(out, c.expected_out, n_out, lse, c.expected_lse, n_lse, &r);
+    print_compare(cpu ? "cpu reference vs ref" : "mlajit vs ref", &r);
+    if (c.flashmla_out) {
+        float *fo = malloc(n_out * sizeof *fo + 8);
+        if (fo) {
+            for (size_t i = 0; i < n_out; i++) fo[i] = mlajit_bf16_to_float(c.flashmla_out[i]);
+            mlajit_compare_result f;
+            mlajit_compare(fo, c.expected_out, n_out, c.flashmla_lse, c.expected_lse, n_lse, &f);
+            print_compare("flashmla vs ref", &f);
+            mlajit_compare_result g;
+            mlajit_compare(out, fo, n_out, lse, c.flashmla_lse, n_lse, &g);
+            printf("%-22s max|diff| %.3e  cosine %.8f\n", "mlajit vs flashmla", g.out_max_abs_err, g.out_cosine);
+            free(fo);
+        }
+    }
+    if (cpu) {
+        free(out);
+        free(lse);
+    }
+    mlajit_gpu_result_free(&res);
+    mlajit_context_destroy(ctx);
+    mlajit_case_free(&c);
+    return r.pass ? CLI_OK : CLI_FAIL;
+}
+
+/* The main job on an embedded default: a V3.2 cache, JIT, decode, check. */
+static int cmd_demo(void)
+{
+    const mlajit_synth_params params = {
+        .model = MLAJIT_MODEL_V32, .b = 4, .s_q = 1, .h_q = 128, .topk = 2048,
+        .page_size = 64, .seqlen = 4096, .seed = 20261130,
+    };
+    printf("demo: V3.2 sparse decode, b %d, seqlen %d, topk %d, h_q %d, page %d\n", params.b, params.seqlen,
+           params.topk, params.h_q, params.page_size);
+    double t = mlajit_now_ms();
+    mlajit_context *ctx;
+    int rc = mlajit_context_create(NULL, &ctx);
+    if (rc)
+        return cli_error(rc, "demo");
+    mlajit_context_info info;
+    mlajit_context_get_info(ctx, &info);
+    printf("  %-28s %9.2f ms  (%s; cache %s)\n", "context", mlajit_now_ms() - t,
+           info.has_device ? info.device_name : "no GPU", info.cache_dir[0] ? info.cache_dir : "off");
+
+    t = mlajit_now_ms();
+    mlajit_case c;
+    if ((rc = mlajit_case_synthesize(&params, &c))) {
+        mlajit_context_destroy(ctx);
+        return cli_error(rc, "demo: building the cache");
+    }
+    printf("  %-28s %9.2f ms  (%lld pages, quantized per SPEC.md)\n", "build + quantize cache", mlajit_now_ms() - t,
+           (long long)c.kv.num_pages);
+
+    mlajit_kernel_spec spec;
+    mlajit_case_spec(&c, &spec);
+    mlajit_kernel_report rep;
+    t = mlajit_now_ms();
+    if ((rc = mlajit_kernel_prepare(ctx, &spec, &rep))) {
+        mlajit_case_free(&c);
+        mlajit_context_destroy(ctx);
+        return cli_error(rc, "demo: JIT");
+    }
+    printf("  %-28s %9.2f ms  (%s: %s; %d registers, %d spill bytes)\n", "JIT (generate, NVRTC, cache)",
+           mlajit_now_ms() - t, rep.cache_hit ? "cache hit" : "compiled and cached", rep.spec, rep.registers,
+           rep.spill_bytes);
+    if (!info.has_device) {
+        printf("no GPU found: the kernel was generated, compiled for %s and cached; nothing to launch here.\n",
+               info.device_arch);
+        mlajit_case_free(&c);
+        mlajit_context_destroy(ctx);
+        return CLI_OK;
+    }
+    t = mlajit_now_ms();
+    mlajit_gpu_result res;
+    if ((rc = mlajit_case_run_gpu(ctx, &c, NULL, &res))) {
+        mlajit_case_free(&c);
+        mlajit_context_destroy(ctx);
+        return cli_error(rc, "demo: decode");
+    }
+    printf("  %-28s %9.2f ms  (plan, upload, decode with %d split%s, download)\n", "GPU decode", mlajit_now_ms() - t,
+           res.num_splits, res.num_splits == 1 ? "" : "s");
+    t = mlajit_now_ms();
+    if ((rc = mlajit_case_compute_expected(&c))) {
+        mlajit_gpu_result_free(&res);
+        mlajit_case_free(&c);
+        mlajit_context_destroy(ctx);
+        return cli_error(rc, "demo: reference");
+    }
+    printf("  %-28s %9.2f ms\n", "CPU reference (fp64)", mlajit_now_ms() - t);
+    size_t n_lse = (size_t)c.b * c.s_q * c.h_q;
+    mlajit_compare_result r;
+    mlajit_compare(res.out, c.expected_out, n_lse * mlajit_model_describe(c.model)->d_v, res.lse, c.expected_lse,
+                   n_lse, &r);
+    print_compare("check vs reference", &r);
+    mlajit_gpu_result_free(&res);
+    mlajit_case_free(&c);
+    mlajit_context_destroy(ctx);
+    return r.pass ? CLI_OK : CLI_FAIL;
+}
+
+int main(int argc, char **argv)
+{
+    if (argc < 2 || strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "-h") == 0) {
+        fputs(usage_text, argc < 2 ? stderr : stdout);
+        return argc < 2 ? CLI_USAGE : CLI_OK;
+    }
+    const char *cmd = argv[1];
+    if (strcmp(cmd, "info") == 0) return cmd_info();
+    if (strcmp(cmd, "compile") == 0) return cmd_compile(argc - 1, argv + 1);
+    if (strcmp(cmd, "run-case") == 0) return cmd_run_case(argc - 1, argv + 1);
+    if (strcmp(cmd, "demo") == 0) return cmd_demo();
+    if (strcmp(cmd, "bench") == 0) return cli_bench(argc - 1, argv + 1);
+    if (strcmp(cmd, "--version") == 0) { printf("mlajit %s\n", MLAJIT_VERSION_STRING); return CLI_OK; }
+    return usage_error("unknown command '%s'", cmd);
+}

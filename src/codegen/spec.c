@@ -1,0 +1,233 @@
+/* Kernel specs: validation against the envelope, the generator's choices, and
+ * the canonical spec string that names every kernel. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "codegen/codegen.h"
+#include "common/error.h"
+#include "mlajit.h"
+
+/* Targets the generator emits code for, with their opt-in shared memory per
+ * block (bytes). The portable family needs sm_80's mma.sync and cvt.bf16x2. */
+static const struct arch_row {
+    const char *name;
+    int max_smem;
+} arch_table[] = {
+    {"sm_80", 166912},  {"sm_86", 101376},  {"sm_87", 166912},  {"sm_89", 101376},
+    {"sm_90", 232448},  {"sm_90a", 232448}, {"sm_100", 232448}, {"sm_100a", 232448},
+    {"sm_103", 232448}, {"sm_103a", 232448}, {"sm_120", 101376}, {"sm_120a", 101376},
+};
+#define ARCH_COUNT (sizeof arch_table / sizeof arch_table[0])
+
+int mlajit_arch_max_smem(const char *arch)
+{
+    for (size_t i = 0; i < ARCH_COUNT; i++)
+        if (arch && strcmp(arch_table[i].name, arch) == 0)
+            return arch_table[i].max_smem;
+    return 0;
+}
+
+int mlajit_arch_known(const char *arch) { return mlajit_arch_max_smem(arch) > 0; }
+
+const char *mlajit_arch_list(void)
+{
+    return "sm_80, sm_86, sm_87, sm_89, sm_90, sm_90a, sm_100, sm_100a, sm_103, sm_103a, sm_120, sm_120a";
+}
+
+int mlajit_spec_init(mlajit_kernel_spec *spec, mlajit_model model, int h_q, int page_size)
+{
+    if (!spec)
+        return mlajit_fail(MLAJIT_ERR_INVALID_ARGUMENT, "spec: NULL; pass a mlajit_kernel_spec to fill");
+    memset(spec, 0, sizeof *spec);
+    spec->model = model;
+    spec->h_q = h_q;
+    spec->page_size = page_size;
+    return mlajit_spec_validate(spec);
+}
+
+static int page_size_ok(int p) { return p >= 1 && p <= MLAJIT_MAX_PAGE_SIZE; }
+
+int mlajit_spec_validate(const mlajit_kernel_spec *spec)
+{
+    if (!spec)
+        return mlajit_fail(MLAJIT_ERR_INVALID_ARGUMENT, "spec: NULL");
+    if (!mlajit_model_describe(spec->model))
+        return mlajit_fail(MLAJIT_ERR_INVALID_ARGUMENT,
+                           "spec.model = %d is unknown; allowed: MLAJIT_MODEL_V32 (1), MLAJIT_MODEL_DSV4 (2), MLAJIT_MODEL_GLM_NSA (3)",
+                           (int)spec->model);
+    if (spec->h_q < 1 || spec->h_q > MLAJIT_MAX_HEADS)
+        return mlajit_fail(MLAJIT_ERR_INVALID_ARGUMENT, "spec.h_q = %d; allowed 1..%d", spec->h_q, MLAJIT_MAX_HEADS);
+    if (!page_size_ok(spec->page_size))
+        return mlajit_fail(MLAJIT_ERR_INVALID_ARGUMENT, "spec.page_size = %d; allowed 1..%d",
+                           spec->page_size, MLAJIT_MAX_PAGE_SIZE);
+    if (spec->extra_page_size != 0 && !page_size_ok(spec->extra_page_size))
+        return mlajit_fail(MLAJIT_ERR_INVALID_ARGUMENT,
+                           "spec.extra_page_size = %d; allowed 0 (no extra cache) or 1..%d",
+                           spec->extra_page_size, MLAJIT_MAX_PAGE_SIZE);
+    if (spec->features & ~MLAJIT_FEATURE_ALL)
+        return mlajit_fail(MLAJIT_ERR_INVALID_ARGUMENT,
+                           "spec.features = 0x%x has unknown bits; allowed: MLAJIT_FEATURE_SINK | "
+                           "MLAJIT_FEATURE_TOPK_LENGTH | MLAJIT_FEATURE_EXTRA_TOPK_LENGTH (0x7)",
+                           spec->features);
+    if ((spec->features & MLAJIT_FEATURE_EXTRA_TOPK_LENGTH) && spec->extra_page_size == 0)
+        return mlajit_fail(MLAJIT_ERR_INVALID_ARGUMENT,
+                           "spec.features has MLAJIT_FEATURE_EXTRA_TOPK_LENGTH but extra_page_size is 0; "
+                           "set extra_page_size to the extra cache's page size");
+    if (spec->tile != 0 && spec->tile != 32 && spec->tile != 64)
+        return mlajit_fail(MLAJIT_ERR_INVALID_ARGUMENT, "spec.tile = %d; allowed 0 (auto), 32, 64", spec->tile);
+    if (spec->heads_per_cta != 0 && spec->heads_per_cta != 16 && spec->heads_per_cta != 32)
+        return mlajit_fail(MLAJIT_ERR_INVALID_ARGUMENT, "spec.heads_per_cta = %d; allowed 0 (auto), 16, 32",
+                           spec->heads_per_cta);
+    if (spec->variant != MLAJIT_VARIANT_AUTO && spec->variant != MLAJIT_VARIANT_PORTABLE)
+        return mlajit_fail(MLAJIT_ERR_INVALID_ARGUMENT, "spec.variant = %d; allowed 0 (auto), 1 (portable)",
+                           (int)spec->variant);
+    if (memchr(spec->arch, '\0', sizeof spec->arch) == NULL)
+        return mlajit_fail(MLAJIT_ERR_INVALID_ARGUMENT, "spec.arch is not NUL-terminated");
+    if (spec->arch[0] && !mlajit_arch_known(spec->arch))
+        return mlajit_fail(MLAJIT_ERR_INVALID_ARGUMENT, "spec.arch = '%s'; allowed: \"\" (the device's), %s",
+                           spec->arch, mlajit_arch_list());
+    return MLAJIT_OK;
+}
+
+int mlajit_spec_resolve(const mlajit_kernel_spec *spec, mlajit_kernel_spec *resolved)
+{
+    int rc = mlajit_spec_validate(spec);
+    if (rc)
+        return rc;
+    if (!resolved)
+        return mlajit_fail(MLAJIT_ERR_INVALID_ARGUMENT, "resolved: NULL");
+    if (!spec->arch[0])
+        return mlajit_fail(MLAJIT_ERR_INVALID_ARGUMENT, "spec.arch is empty; resolve needs a target arch (%s)",
+                           mlajit_arch_list());
+    mlajit_kernel_spec r = *spec;
+    if (r.variant == MLAJIT_VARIANT_AUTO)
+        r.variant = MLAJIT_VARIANT_PORTABLE;
+    /* 16 heads fill one mma row tile; past that two row tiles per CTA halve how
+     * often each K tile is gathered and dequantized. */
+    if (r.heads_per_cta == 0)
+        r.heads_per_cta = r.h_q <= 16 ? 16 : 32;
+    /* A 64-candidate tile when the arch has the shared memory for it. */
+    if (r.tile == 0) {
+        r.tile = 64;
+        mlajit_kernel_layout layout;
+        if (mlajit_codegen_layout(&r, &layout) == MLAJIT_OK && layout.smem_bytes > mlajit_arch_max_smem(r.arch))
+            r.tile = 32;
+    }
+    mlajit_kernel_layout layout;
+    rc = mlajit_codegen_layout(&r, &layout);
+    if (rc)
+        return rc;
+    if (layout.smem_bytes > mlajit_arch_max_smem(r.arch))
+        return mlajit_fail(MLAJIT_ERR_UNSUPPORTED,
+                           "spec needs %d bytes of shared memory per block; %s allows %d: use tile 32 or heads_per_cta 16",
+                           layout.smem_bytes, r.arch, mlajit_arch_max_smem(r.arch));
+    *resolved = r;
+    return MLAJIT_OK;
+}
+
+static void feature_letters(unsigned f, char *buf)
+{
+    int n = 0;
+    if (f & MLAJIT_FEATURE_SINK) buf[n++] = 's';
+    if (f & MLAJIT_FEATURE_TOPK_LENGTH) buf[n++] = 'l';
+    if (f & MLAJIT_FEATURE_EXTRA_TOPK_LENGTH) buf[n++] = 'x';
+    buf[n] = '\0';
+}
+
+static const char *variant_name(mlajit_variant v) { return v == MLAJIT_VARIANT_PORTABLE ? "portable" : "auto"; }
+
+int mlajit_spec_string(const mlajit_kernel_spec *spec, char *buf, size_t len)
+{
+    mlajit_kernel_spec r;
+    int rc = mlajit_spec_validate(spec);
+    if (rc)
+        return rc;
+    if (!buf)
+        return mlajit_fail(MLAJIT_ERR_INVALID_ARGUMENT, "buf: NULL");
+    if (spec->arch[0]) {
+        rc = mlajit_spec_resolve(spec, &r);
+        if (rc)
+            return rc;
+    } else {
+        r = *spec; /* no arch: the choices that depend on it stay "auto" */
+    }
+    char extra[16] = "", feats[8], fpart[16] = "";
+    if (r.extra_page_size)
+        snprintf(extra, sizeof extra, ".e%d", r.extra_page_size);
+    feature_letters(r.features, feats);
+    if (feats[0])
+        snprintf(fpart, sizeof fpart, ".f%s", feats);
+    int n = snprintf(buf, len, "%s.h%d.p%d%s%s.t%d.hc%d.%s.%s", mlajit_model_describe(r.model)->name, r.h_q,
+                     r.page_size, extra, fpart, r.tile, r.heads_per_cta, variant_name(r.variant),
+                     r.arch[0] ? r.arch : "any");
+    if (n < 0 || (size_t)n >= len)
+        return mlajit_fail(MLAJIT_ERR_INVALID_ARGUMENT, "buf: %zu bytes is too short for the spec string (needs %d)",
+                           len, n + 1);
+    return MLAJIT_OK;
+}
+
+/* Parse "<prefix><int>" into *out; returns 1 on success. */
+static int parse_field(const char *tok, const char *prefix, int *out)
+{
+    size_t pl = strlen(prefix);
+    if (strncmp(tok, prefix, pl) != 0)
+        return 0;
+    char *end;
+    long v = strtol(tok + pl, &end, 10);
+    if (end == tok + pl || *end != '\0' || v < 0 || v > 1 << 20)
+        return 0;
+    *out = (int)v;
+    return 1;
+}
+
+int mlajit_spec_parse(const char *str, mlajit_kernel_spec *out)
+{
+    if (!str || !out)
+        return mlajit_fail(MLAJIT_ERR_INVALID_ARGUMENT, "spec string or out: NULL");
+    char copy[256];
+    if (strlen(str) >= sizeof copy)
+        return mlajit_fail(MLAJIT_ERR_INVALID_ARGUMENT, "spec string is longer than %zu characters", sizeof copy - 1);
+    strcpy(copy, str);
+    const char *form = "<model>.h<heads>.p<page>[.e<extra page>][.f<s|l|x>].t<tile>.hc<heads per cta>.<variant>.<arch|any>";
+    char *toks[10];
+    int nt = 0;
+    for (char *save = NULL, *t = strtok_r(copy, ".", &save); t; t = strtok_r(NULL, ".", &save)) {
+        if (nt == 10)
+            return mlajit_fail(MLAJIT_ERR_INVALID_ARGUMENT, "spec string '%s' has too many fields; form: %s", str, form);
+        toks[nt++] = t;
+    }
+    mlajit_kernel_spec s;
+    memset(&s, 0, sizeof s);
+    int i = 0;
+    if (nt < 7 || mlajit_model_from_name(toks[i++], &s.model) != MLAJIT_OK)
+        return mlajit_fail(MLAJIT_ERR_INVALID_ARGUMENT, "spec string '%s' is malformed; form: %s", str, form);
+    if (!parse_field(toks[i++], "h", &s.h_q) || !parse_field(toks[i++], "p", &s.page_size))
+        return mlajit_fail(MLAJIT_ERR_INVALID_ARGUMENT, "spec string '%s' is malformed; form: %s", str, form);
+    if (i < nt && parse_field(toks[i], "e", &s.extra_page_size))
+        i++;
+    if (i < nt && toks[i][0] == 'f') {
+        for (const char *c = toks[i] + 1; *c; c++) {
+            if (*c == 's') s.features |= MLAJIT_FEATURE_SINK;
+            else if (*c == 'l') s.features |= MLAJIT_FEATURE_TOPK_LENGTH;
+            else if (*c == 'x') s.features |= MLAJIT_FEATURE_EXTRA_TOPK_LENGTH;
+            else return mlajit_fail(MLAJIT_ERR_INVALID_ARGUMENT, "spec string '%s': unknown feature '%c'; allowed s, l, x", str, *c);
+        }
+        i++;
+    }
+    if (nt - i != 4 || !parse_field(toks[i], "t", &s.tile) || !parse_field(toks[i + 1], "hc", &s.heads_per_cta))
+        return mlajit_fail(MLAJIT_ERR_INVALID_ARGUMENT, "spec string '%s' is malformed; form: %s", str, form);
+    if (strcmp(toks[i + 2], "portable") == 0) s.variant = MLAJIT_VARIANT_PORTABLE;
+    else if (strcmp(toks[i + 2], "auto") == 0) s.variant = MLAJIT_VARIANT_AUTO;
+    else return mlajit_fail(MLAJIT_ERR_INVALID_ARGUMENT, "spec string '%s': variant '%s'; allowed portable, auto", str, toks[i + 2]);
+    if (strcmp(toks[i + 3], "any") != 0) {
+        if (strlen(toks[i + 3]) >= sizeof s.arch)
+            return mlajit_fail(MLAJIT_ERR_INVALID_ARGUMENT, "spec string '%s': arch too long", str);
+        strcpy(s.arch, toks[i + 3]);
+    }
+    int rc = mlajit_spec_validate(&s);
+    if (rc)
+        return mlajit_fail_prefix(rc, "spec string '%s': ", str);
+    *out = s;
+    return MLAJIT_OK;
+}

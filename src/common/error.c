@@ -1,0 +1,83 @@
+#include "error.h"
+
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+static _Thread_local char last_message[1024];
+
+int mlajit_fail(int status, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(last_message, sizeof last_message, fmt, ap);
+    va_end(ap);
+    return status;
+}
+
+int mlajit_fail_prefix(int status, const char *fmt, ...)
+{
+    char prefix[256], old[sizeof last_message];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(prefix, sizeof prefix, fmt, ap);
+    va_end(ap);
+    memcpy(old, last_message, sizeof old);
+    size_t n = strlen(prefix);
+    if (n >= sizeof last_message)
+        n = sizeof last_message - 1;
+    memcpy(last_message, prefix, n);
+    size_t rest = strnlen(old, sizeof old - 1);
+    if (rest > sizeof last_message - 1 - n)
+        rest = sizeof last_message - 1 - n;
+    memcpy(last_message + n, old, rest);
+    last_message[n + rest] = '\0';
+    return status;
+}
+
+void mlajit_clear_error(void) { last_message[0] = '\0'; }
+
+const char *mlajit_last_error(void) { return last_message; }
+
+void mlajit_warn(const char *fmt, ...)
+{
+    const char *log = getenv("MLAJIT_LOG");
+    if (log && strcmp(log, "quiet") == 0)
+        return;
+    va_list ap;
+    va_start(ap, fmt);
+    fputs("mlajit: warning: ", stderr);
+    vfprintf(stderr, fmt, ap);
+    fputc('\n', stderr);
+    va_end(ap);
+}
+
+double mlajit_now_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec * 1e-6;
+}
+
+const char *mlajit_status_string(int status)
+{
+    switch (status) {
+    case MLAJIT_OK: return "success";
+    case MLAJIT_ERR_INVALID_ARGUMENT: return "invalid argument";
+    case MLAJIT_ERR_UNSUPPORTED: return "outside the supported envelope";
+    case MLAJIT_ERR_OUT_OF_MEMORY: return "out of host memory";
+    case MLAJIT_ERR_NO_DEVICE: return "no CUDA driver or GPU";
+    case MLAJIT_ERR_COMPILE: return "kernel compilation failed";
+    case MLAJIT_ERR_CACHE: return "kernel cache failure";
+    case MLAJIT_ERR_CUDA: return "CUDA driver call failed";
+    case MLAJIT_ERR_IO: return "file input/output failed";
+    case MLAJIT_ERR_NOT_FOUND: return "not found";
+    case MLAJIT_ERR_CORRUPT: return "stored data is corrupt";
+    case MLAJIT_ERR_INTERNAL: return "internal error";
+    default: return "unknown status code";
+    }
+}
+
+void mlajit_free(void *ptr) { free(ptr); }

@@ -1,0 +1,89 @@
+/* Internal: the CUDA Driver API, opened with dlopen("libcuda.so.1") at first use
+ * so that the library loads, generates, compiles and caches on machines without
+ * a driver. Only the few types used here are declared (no cuda.h). */
+#ifndef MLAJIT_RUNTIME_DRIVER_H
+#define MLAJIT_RUNTIME_DRIVER_H
+#include <stddef.h>
+
+typedef int CUresult;
+typedef int CUdevice;
+typedef struct CUctx_st *CUcontext;
+typedef struct CUmod_st *CUmodule;
+typedef struct CUfunc_st *CUfunction;
+typedef struct CUlib_st *CUlibrary;
+typedef struct CUkern_st *CUkernel;
+typedef struct CUstream_st *CUstream;
+typedef struct CUevent_st *CUevent;
+typedef struct CUgraph_st *CUgraph;
+typedef struct CUgraphExec_st *CUgraphExec;
+typedef unsigned long long CUdeviceptr;
+
+enum {
+    MLAJIT_CU_SUCCESS = 0,
+    MLAJIT_CU_ATTR_MULTIPROCESSOR_COUNT = 16,
+    MLAJIT_CU_ATTR_CC_MAJOR = 75,
+    MLAJIT_CU_ATTR_CC_MINOR = 76,
+    MLAJIT_CU_ATTR_MAX_SMEM_OPTIN = 97,
+    MLAJIT_CU_FUNC_ATTR_LOCAL_SIZE = 3,
+    MLAJIT_CU_FUNC_ATTR_NUM_REGS = 4,
+    MLAJIT_CU_FUNC_ATTR_MAX_DYNAMIC_SMEM = 8,
+    MLAJIT_CU_STREAM_CAPTURE_MODE_THREAD_LOCAL = 1,
+    MLAJIT_CU_STREAM_NON_BLOCKING = 1,
+};
+
+typedef struct mlajit_driver {
+    CUresult (*cuInit)(unsigned);
+    CUresult (*cuDriverGetVersion)(int *);
+    CUresult (*cuGetErrorString)(CUresult, const char **);
+    CUresult (*cuDeviceGetCount)(int *);
+    CUresult (*cuDeviceGet)(CUdevice *, int);
+    CUresult (*cuDeviceGetName)(char *, int, CUdevice);
+    CUresult (*cuDeviceGetAttribute)(int *, int, CUdevice);
+    CUresult (*cuDevicePrimaryCtxRetain)(CUcontext *, CUdevice);
+    CUresult (*cuDevicePrimaryCtxRelease)(CUdevice);
+    CUresult (*cuCtxGetCurrent)(CUcontext *);
+    CUresult (*cuCtxSetCurrent)(CUcontext);
+    CUresult (*cuCtxPushCurrent)(CUcontext);
+    CUresult (*cuCtxPopCurrent)(CUcontext *);
+    CUresult (*cuCtxSynchronize)(void);
+    CUresult (*cuModuleLoadData)(CUmodule *, const void *);
+    CUresult (*cuModuleUnload)(CUmodule);
+    CUresult (*cuModuleGetFunction)(CUfunction *, CUmodule, const char *);
+    CUresult (*cuLibraryLoadData)(CUlibrary *, const void *, void *, void **, unsigned, void *, void **, unsigned);
+    CUresult (*cuLibraryUnload)(CUlibrary);
+    CUresult (*cuLibraryGetKernel)(CUkernel *, CUlibrary, const char *);
+    CUresult (*cuKernelGetFunction)(CUfunction *, CUkernel);
+    CUresult (*cuFuncSetAttribute)(CUfunction, int, int);
+    CUresult (*cuFuncGetAttribute)(int *, int, CUfunction);
+    CUresult (*cuLaunchKernel)(CUfunction, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned,
+                               CUstream, void **, void **);
+    CUresult (*cuMemAlloc)(CUdeviceptr *, size_t);
+    CUresult (*cuMemFree)(CUdeviceptr);
+    CUresult (*cuMemcpyHtoD)(CUdeviceptr, const void *, size_t);
+    CUresult (*cuMemcpyDtoH)(void *, CUdeviceptr, size_t);
+    CUresult (*cuMemsetD8)(CUdeviceptr, unsigned char, size_t);
+    CUresult (*cuStreamCreate)(CUstream *, unsigned);
+    CUresult (*cuStreamDestroy)(CUstream);
+    CUresult (*cuStreamSynchronize)(CUstream);
+    CUresult (*cuStreamBeginCapture)(CUstream, int);
+    CUresult (*cuStreamEndCapture)(CUstream, CUgraph *);
+    CUresult (*cuGraphInstantiateWithFlags)(CUgraphExec *, CUgraph, unsigned long long);
+    CUresult (*cuGraphLaunch)(CUgraphExec, CUstream);
+    CUresult (*cuGraphExecDestroy)(CUgraphExec);
+    CUresult (*cuGraphDestroy)(CUgraph);
+    CUresult (*cuEventCreate)(CUevent *, unsigned);
+    CUresult (*cuEventDestroy)(CUevent);
+    CUresult (*cuEventRecord)(CUevent, CUstream);
+    CUresult (*cuEventSynchronize)(CUevent);
+    CUresult (*cuEventElapsedTime)(float *, CUevent, CUevent);
+} mlajit_driver;
+
+/* The driver table, opened and cuInit'ed once per process. NULL (with the
+ * reason in mlajit_last_error and MLAJIT_ERR_NO_DEVICE in *status) when there
+ * is no libcuda.so.1 or cuInit fails. */
+const mlajit_driver *mlajit_driver_get(int *status);
+
+/* Turn a failed driver call into MLAJIT_ERR_CUDA with "what: CUDA_ERROR_..." */
+int mlajit_cuda_fail(const mlajit_driver *drv, CUresult r, const char *what);
+
+#endif

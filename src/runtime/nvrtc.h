@@ -1,0 +1,30 @@
+/* Internal: NVRTC compilation of generated source to a cubin. */
+#ifndef MLAJIT_RUNTIME_NVRTC_H
+#define MLAJIT_RUNTIME_NVRTC_H
+#include <stddef.h>
+
+typedef struct mlajit_compiled {
+    void *cubin;        /* malloc'd */
+    size_t cubin_size;
+    double compile_ms;
+    int registers;      /* of the main entry, from the ptxas log; -1 if absent */
+    int shared_bytes;   /* static shared memory of the main entry */
+    int spill_bytes;    /* spill stores + loads, all entries */
+    char *log;          /* malloc'd program log (may be empty) */
+} mlajit_compiled;
+
+void mlajit_compiled_free(mlajit_compiled *c);
+
+void mlajit_nvrtc_version(int *major, int *minor);
+
+/* The NVRTC options for an arch, joined by spaces (for the cache key); buf >= 256. */
+void mlajit_nvrtc_options_string(const char *arch, char *buf, size_t len);
+
+/* 1 when this NVRTC can emit a cubin for arch ("sm_90a" -> 90 in its list). */
+int mlajit_nvrtc_supports(const char *arch);
+
+/* Compile source for arch to a cubin. MLAJIT_ERR_COMPILE with the first lines of
+ * the log in the message when NVRTC rejects it. Thread-safe. */
+int mlajit_nvrtc_compile(const char *source, const char *program_name, const char *arch, mlajit_compiled *out);
+
+#endif

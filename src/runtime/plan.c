@@ -1,0 +1,104 @@
+/* Plans: a spec plus a batch geometry -> a loaded kernel, a grid, a split count
+ * and a workspace size. Everything a decode call needs is decided here. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/error.h"
+#include "runtime/runtime.h"
+
+enum { kMaxSplits = 64, kWorkspaceAlign = 256 };
+
+static size_t round_up(size_t x, size_t a) { return (x + a - 1) / a * a; }
+
+/* Split-KV so that small batches still put a CTA on every SM: the portable
+ * kernel runs one CTA per SM (its shared memory), so aim for one wave. */
+static int choose_splits(int ctas, int num_tiles, int sm_count)
+{
+    if (ctas <= 0 || num_tiles <= 1 || ctas >= sm_count)
+        return 1;
+    int splits = (sm_count + ctas - 1) / ctas;
+    if (splits > num_tiles)
+        splits = num_tiles;
+    if (splits > kMaxSplits)
+        splits = kMaxSplits;
+    return splits;
+}
+
+static int validate_shape(const mlajit_kernel_spec *spec, const mlajit_decode_shape *s)
+{
+    if (s->batch < 0 || s->batch > MLAJIT_MAX_BATCH)
+        return mlajit_fail(MLAJIT_ERR_INVALID_ARGUMENT, "shape.batch = %d; allowed 0..%d", s->batch, MLAJIT_MAX_BATCH);
+    if (s->s_q < 0 || s->s_q > MLAJIT_MAX_SQ)
+        return mlajit_fail(MLAJIT_ERR_INVALID_ARGUMENT, "shape.s_q = %d; allowed 0..%d", s->s_q, MLAJIT_MAX_SQ);
+    if (s->topk < 1 || s->topk > MLAJIT_MAX_TOPK)
+        return mlajit_fail(MLAJIT_ERR_INVALID_ARGUMENT, "shape.topk = %d; allowed 1..%d", s->topk, MLAJIT_MAX_TOPK);
+    if (spec->extra_page_size) {
+        if (s->extra_topk < 1 || s->extra_topk > MLAJIT_MAX_TOPK)
+            return mlajit_fail(MLAJIT_ERR_INVALID_ARGUMENT,
+                               "shape.extra_topk = %d; allowed 1..%d with an extra cache (spec.extra_page_size = %d)",
+                               s->extra_topk, MLAJIT_MAX_TOPK, spec->extra_page_size);
+    } else if (s->extra_topk != 0) {
+        return mlajit_fail(MLAJIT_ERR_INVALID_ARGUMENT,
+                           "shape.extra_topk = %d but the spec has no extra cache; set it to 0 or set spec.extra_page_size",
+                           s->extra_topk);
+    }
+    if (s->num_splits < 0 || s->num_splits > kMaxSplits)
+        return mlajit_fail(MLAJIT_ERR_INVALID_ARGUMENT, "shape.num_splits = %d; allowed 0 (auto) or 1..%d",
+                           s->num_splits, kMaxSplits);
+    return MLAJIT_OK;
+}
+
+int mlajit_plan_create(mlajit_context *ctx, const mlajit_kernel_spec *spec, const mlajit_decode_shape *shape,
+                       mlajit_plan **out)
+{
+    mlajit_clear_error();
+    if (!out)
+        return mlajit_fail(MLAJIT_ERR_INVALID_ARGUMENT, "out: NULL; pass the address of a mlajit_plan *");
+    *out = NULL;
+    if (!ctx || !spec || !shape)
+        return mlajit_fail(MLAJIT_ERR_INVALID_ARGUMENT, "%s: NULL", !ctx ? "ctx" : !spec ? "spec" : "shape");
+    int rc = mlajit_spec_validate(spec);
+    if (rc)
+        return rc;
+    if ((rc = validate_shape(spec, shape)))
+        return rc;
+    const mlajit_kernel *k;
+    mlajit_kernel_report report;
+    /* Without a device the plan still compiles (and validates decode args);
+     * mlajit_decode then reports MLAJIT_ERR_NO_DEVICE. */
+    if ((rc = mlajit_kernel_acquire(ctx, spec, ctx->drv != NULL, &k, &report)))
+        return mlajit_fail_prefix(rc, "plan: ");
+
+    mlajit_plan *p = calloc(1, sizeof *p);
+    if (!p)
+        return mlajit_fail(MLAJIT_ERR_OUT_OF_MEMORY, "plan");
+    p->ctx = ctx;
+    p->kernel = k;
+    p->shape = *shape;
+    p->model = mlajit_model_describe(spec->model);
+    p->head_groups = (spec->h_q + k->layout.heads_per_cta - 1) / k->layout.heads_per_cta;
+    p->rows = shape->batch * shape->s_q;
+    int total = shape->topk + shape->extra_topk;
+    p->num_tiles = (total + k->layout.tile - 1) / k->layout.tile;
+    int sm_count = ctx->sm_count > 0 ? ctx->sm_count : 132; /* no device: plan for an H100/H200 */
+    int splits = shape->num_splits ? shape->num_splits : choose_splits(p->head_groups * p->rows, p->num_tiles, sm_count);
+    if (splits > p->num_tiles)
+        splits = p->num_tiles;
+    p->tiles_per_split = (p->num_tiles + splits - 1) / splits;
+    p->num_splits = (p->num_tiles + p->tiles_per_split - 1) / p->tiles_per_split; /* no empty splits */
+    if (p->num_splits > 1 && p->rows > 0) {
+        size_t partial_rows = (size_t)p->num_splits * p->rows * spec->h_q;
+        p->partial_out_bytes = round_up(partial_rows * p->model->d_v * sizeof(float), kWorkspaceAlign);
+        p->workspace_bytes = p->partial_out_bytes + round_up(partial_rows * sizeof(float), kWorkspaceAlign);
+    }
+    *out = p;
+    return MLAJIT_OK;
+}
+
+void mlajit_plan_destroy(mlajit_plan *plan) { free(plan); }
+
+size_t mlajit_plan_workspace_size(const mlajit_plan *plan) { return plan ? plan->workspace_bytes : 0; }
+
+int mlajit_plan_num_splits(const mlajit_plan *plan) { return plan ? plan->num_splits : 0; }
+
+const mlajit_kernel_report *mlajit_plan_report(const mlajit_plan *plan) { return plan ? &plan->kernel->report : NULL; }

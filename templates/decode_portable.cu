@@ -1,0 +1,329 @@
+// ---------------------------------------------------------------------------
+// decode_portable.cu: the portable sparse-MLA decode kernel (sm_80 and newer).
+//
+// One CTA = one (batch row x query token, head group of kHeadsPerCta, split):
+// blockIdx = (row, head group, split).
+// It walks its share of the candidate list (main cache, then extra cache) in
+// tiles of kTile candidates. Per tile, all kWarps warps:
+//   1. token table:  resolve each candidate's row address and validity
+//   2. gather:       16-byte loads of the rows, fp8 -> bf16 with the scale, into sK
+//   3. scores:       S = Q K^T with mma.sync m16n8k16 (warp w: candidates w*8..)
+//   4. softmax:      online softmax in the log2 domain, P (bf16) into sP
+//   5. output:       O = O * alpha + P V (warp w: value dims w*kDV/kWarps..)
+// Invalid candidates (index -1, out of range, past topk_length) are never read;
+// their K rows are zero and their scores -inf, so NaN in unreferenced slots can't
+// reach the result. With split-KV the CTA writes a normalized partial output and
+// its lse to the workspace and mlajit_decode_combine merges the splits.
+// ---------------------------------------------------------------------------
+namespace portable {
+
+constexpr int kMTiles = cfg::kHeadsPerCta / 16;   // mma row tiles of heads
+constexpr int kVDimsPerWarp = cfg::kDV / cfg::kWarps;
+constexpr int kVNTiles = kVDimsPerWarp / 8;
+constexpr int kNopeChunks = cfg::kDNope / 16;     // 16 fp8 codes per chunk
+constexpr int kRopeChunks = cfg::kDRope * 2 / 16; // 8 bf16 per chunk
+constexpr int kChunksPerToken = kNopeChunks + kRopeChunks;
+constexpr int kTokensPerSoftmaxThread = cfg::kTile * cfg::kHeadsPerCta / cfg::kThreads;
+constexpr int kSoftmaxThreadsPerRow = cfg::kThreads / cfg::kHeadsPerCta;
+
+static_assert(cfg::kHeadsPerCta % 16 == 0, "heads per CTA must fill mma row tiles");
+static_assert(cfg::kDV % (cfg::kWarps * 8) == 0, "value dims must split over warps in n-tiles of 8");
+static_assert(cfg::kDQK % 16 == 0 && cfg::kDNope % 16 == 0, "dims must be multiples of 16");
+static_assert(cfg::kTile % 16 == 0 && cfg::kTile / 8 <= cfg::kWarps * 8, "tile must be a multiple of 16");
+static_assert(kTokensPerSoftmaxThread >= 1, "softmax needs at least one token per thread");
+static_assert(cfg::kRopeOffset % 16 == 0, "RoPE bytes must start 16-byte aligned in a row");
+
+// Where one candidate's bytes are; row == 0 marks it skipped.
+struct Candidate {
+    const u8* row;
+    const u8* scales;
+};
+
+__device__ __forceinline__ Candidate locate_candidate(const DecodeParams& p, int b, int s, int pos,
+                                                      int main_len, int extra_len)
+{
+    Candidate c = {nullptr, nullptr};
+    if (pos < p.topk) {
+        if (pos >= main_len) return c;
+        int slot = p.indices[b * p.indices_stride_b + s * p.indices_stride_s + pos];
+        if (slot < 0 || (i64)slot >= p.kv_num_slots) return c;
+        int page = slot / cfg::kPageSize;  // a compile-time divisor: multiply-high, no division
+        int off = slot - page * cfg::kPageSize;
+        const u8* base = p.kv + (i64)page * p.kv_page_stride;
+        c.row = base + (i64)off * cfg::kRowBytes;
+        c.scales = cfg::kScalesInline ? c.row + cfg::kScaleOffset
+                                      : base + (i64)cfg::kPageSize * cfg::kRowBytes + (i64)off * cfg::kFooterBytes;
+        return c;
+    }
+    if (!cfg::kHasExtra) return c;
+    int epos = pos - p.topk;
+    if (epos >= extra_len) return c;
+    int slot = p.extra_indices[b * p.extra_indices_stride_b + s * p.extra_indices_stride_s + epos];
+    if (slot < 0 || (i64)slot >= p.extra_num_slots) return c;
+    int page = slot / cfg::kExtraPageSize;
+    int off = slot - page * cfg::kExtraPageSize;
+    const u8* base = p.extra_kv + (i64)page * p.extra_page_stride;
+    c.row = base + (i64)off * cfg::kRowBytes;
+    c.scales = cfg::kScalesInline ? c.row + cfg::kScaleOffset
+                                  : base + (i64)cfg::kExtraPageSize * cfg::kRowBytes + (i64)off * cfg::kFooterBytes;
+    return c;
+}
+
+__device__ __forceinline__ float load_scale(const u8* scales, int k)
+{
+    if (cfg::kScaleFormat == 3) return ue8m0_to_float(scales[k]);
+    return reinterpret_cast<const float*>(scales)[k];
+}
+
+// 16 fp8 codes times a scale -> 16 bf16 (8 words). Pow2 scales make the
+// product exact; arbitrary fp32 scales round it once, to nearest even.
+__device__ __forceinline__ void dequant16(const U32x4& codes, float scale, u32 (&out)[8])
+{
+    const u32 w[4] = {codes.x, codes.y, codes.z, codes.w};
+#pragma unroll
+    for (int i = 0; i < 4; i++) {
+        float v0 = fp8e4m3_to_float(w[i] & 0xffu) * scale;
+        float v1 = fp8e4m3_to_float((w[i] >> 8) & 0xffu) * scale;
+        float v2 = fp8e4m3_to_float((w[i] >> 16) & 0xffu) * scale;
+        float v3 = fp8e4m3_to_float(w[i] >> 24) * scale;
+        out[2 * i] = pack_bf16x2(v0, v1);
+        out[2 * i + 1] = pack_bf16x2(v2, v3);
+    }
+}
+
+}  // namespace portable
+
+extern "C" __global__ void __launch_bounds__(cfg::kThreads, 1) mlajit_decode_main(const DecodeParams p)
+{
+    using namespace portable;
+    extern __shared__ __align__(16) u8 smem[];
+    u16* sQ = reinterpret_cast<u16*>(smem + cfg::kSmemQ);
+    u16* sK = reinterpret_cast<u16*>(smem + cfg::kSmemK);
+    float* sScores = reinterpret_cast<float*>(smem + cfg::kSmemScores);
+    u16* sProbs = reinterpret_cast<u16*>(smem + cfg::kSmemProbs);
+    float* sRowMax = reinterpret_cast<float*>(smem + cfg::kSmemRowMax);
+    float* sRowSum = reinterpret_cast<float*>(smem + cfg::kSmemRowSum);
+    float* sRowAlpha = reinterpret_cast<float*>(smem + cfg::kSmemRowAlpha);
+    const u8** sTokenRow = reinterpret_cast<const u8**>(smem + cfg::kSmemTokenRow);
+    const u8** sTokenScale = reinterpret_cast<const u8**>(smem + cfg::kSmemTokenScale);
+    int* sTokenValid = reinterpret_cast<int*>(smem + cfg::kSmemTokenValid);
+
+    const int tid = threadIdx.x;
+    const int warp = tid / 32, lane = tid % 32;
+    const int group = lane / 4, quad = lane % 4;  // mma fragment coordinates
+    const int row = blockIdx.x;                   // b * s_q + s (x: up to 2^31 - 1 rows)
+    const int head0 = blockIdx.y * cfg::kHeadsPerCta;
+    const int b = row / p.s_q, s = row % p.s_q;
+    const int split = blockIdx.z;
+
+    int main_len = p.topk, extra_len = p.extra_topk;
+    if (cfg::kHasTopkLength) main_len = min(max(p.topk_length[b], 0), p.topk);
+    if (cfg::kHasExtraTopkLength) extra_len = min(max(p.extra_topk_length[b], 0), p.extra_topk);
+
+    // Q rows of this head group (heads past h_q are zero).
+    for (int i = tid; i < cfg::kHeadsPerCta * (cfg::kDQK / 8); i += cfg::kThreads) {
+        int h = i / (cfg::kDQK / 8), c = i % (cfg::kDQK / 8);
+        U32x4 v = {0u, 0u, 0u, 0u};
+        if (head0 + h < cfg::kHeads)
+            v = *reinterpret_cast<const U32x4*>(p.q + b * p.q_stride_b + s * p.q_stride_s +
+                                                (head0 + h) * p.q_stride_h + c * 8);
+        *reinterpret_cast<U32x4*>(sQ + h * cfg::kQKStride + c * 8) = v;
+    }
+    for (int h = tid; h < cfg::kHeadsPerCta; h += cfg::kThreads) {
+        sRowMax[h] = neg_inf();
+        sRowSum[h] = 0.0f;
+    }
+
+    float acc_o[kMTiles][kVNTiles][4];
+#pragma unroll
+    for (int m = 0; m < kMTiles; m++)
+#pragma unroll
+        for (int n = 0; n < kVNTiles; n++)
+#pragma unroll
+            for (int i = 0; i < 4; i++) acc_o[m][n][i] = 0.0f;
+
+    const int total = p.topk + (cfg::kHasExtra ? p.extra_topk : 0);
+    const int num_tiles = (total + cfg::kTile - 1) / cfg::kTile;
+    const int tile_begin = split * p.tiles_per_split;
+    const int tile_end = min(num_tiles, tile_begin + p.tiles_per_split);
+
+    for (int tile = tile_begin; tile < tile_end; tile++) {
+        // 1. token table. The barrier also guards sK/sProbs of the previous tile.
+        int valid = 0;
+        if (tid < cfg::kTile) {
+            int pos = tile * cfg::kTile + tid;
+            Candidate c = {nullptr, nullptr};
+            if (pos < total) c = locate_candidate(p, b, s, pos, main_len, extra_len);
+            valid = c.row != nullptr;
+            sTokenRow[tid] = c.row;
+            sTokenScale[tid] = c.scales;
+            sTokenValid[tid] = valid;
+        }
+        if (!__syncthreads_or(valid)) continue;  // barrier: token table ready, previous tile consumed
+
+        // 2. gather + dequantize the tile into sK (zero rows for skipped candidates).
+        for (int i = tid; i < cfg::kTile * kChunksPerToken; i += cfg::kThreads) {
+            int t = i / kChunksPerToken, c = i % kChunksPerToken;
+            const u8* src = sTokenRow[t];
+            if (c < kNopeChunks) {
+                u32 words[8] = {0u, 0u, 0u, 0u, 0u, 0u, 0u, 0u};
+                if (src) {
+                    U32x4 codes = *reinterpret_cast<const U32x4*>(src + c * 16);
+                    float scale = load_scale(sTokenScale[t], c * 16 / cfg::kQuantTile);
+                    dequant16(codes, scale, words);
+                }
+                U32x4* dst = reinterpret_cast<U32x4*>(sK + t * cfg::kQKStride + c * 16);
+                dst[0] = U32x4{words[0], words[1], words[2], words[3]};
+                dst[1] = U32x4{words[4], words[5], words[6], words[7]};
+            } else {
+                int rc = c - kNopeChunks;
+                U32x4 v = {0u, 0u, 0u, 0u};
+                if (src) v = *reinterpret_cast<const U32x4*>(src + cfg::kRopeOffset + rc * 16);
+                *reinterpret_cast<U32x4*>(sK + t * cfg::kQKStride + cfg::kDNope + rc * 8) = v;
+            }
+        }
+        __syncthreads();  // barrier: K tile ready
+
+        // 3. scores S = Q K^T, scaled to the log2 domain, -inf where skipped.
+        for (int nt = warp; nt < cfg::kTile / 8; nt += cfg::kWarps) {
+            float acc_s[kMTiles][4];
+#pragma unroll
+            for (int m = 0; m < kMTiles; m++)
+#pragma unroll
+                for (int i = 0; i < 4; i++) acc_s[m][i] = 0.0f;
+            const u16* krow = sK + (nt * 8 + group) * cfg::kQKStride + quad * 2;
+#pragma unroll 4
+            for (int k = 0; k < cfg::kDQK / 16; k++) {
+                u32 b0 = *reinterpret_cast<const u32*>(krow + k * 16);
+                u32 b1 = *reinterpret_cast<const u32*>(krow + k * 16 + 8);
+#pragma unroll
+                for (int m = 0; m < kMTiles; m++) {
+                    const u16* q0 = sQ + (m * 16 + group) * cfg::kQKStride + k * 16 + quad * 2;
+                    const u16* q1 = q0 + 8 * cfg::kQKStride;
+                    u32 a[4] = {*reinterpret_cast<const u32*>(q0), *reinterpret_cast<const u32*>(q1),
+                                *reinterpret_cast<const u32*>(q0 + 8), *reinterpret_cast<const u32*>(q1 + 8)};
+                    mma_bf16_16816(acc_s[m], a, b0, b1);
+                }
+            }
+            int t0 = nt * 8 + quad * 2;
+            bool v0 = sTokenValid[t0], v1 = sTokenValid[t0 + 1];
+#pragma unroll
+            for (int m = 0; m < kMTiles; m++) {
+                float* r0 = sScores + (m * 16 + group) * cfg::kScoreStride + t0;
+                float* r1 = r0 + 8 * cfg::kScoreStride;
+                r0[0] = v0 ? acc_s[m][0] * p.sm_scale_log2 : neg_inf();
+                r0[1] = v1 ? acc_s[m][1] * p.sm_scale_log2 : neg_inf();
+                r1[0] = v0 ? acc_s[m][2] * p.sm_scale_log2 : neg_inf();
+                r1[1] = v1 ? acc_s[m][3] * p.sm_scale_log2 : neg_inf();
+            }
+        }
+        __syncthreads();  // barrier: scores ready
+
+        // 4. online softmax: kSoftmaxThreadsPerRow neighbouring lanes share a row.
+        {
+            int h = tid / kSoftmaxThreadsPerRow, part = tid % kSoftmaxThreadsPerRow;
+            const float* srow = sScores + h * cfg::kScoreStride + part * kTokensPerSoftmaxThread;
+            float sc[kTokensPerSoftmaxThread];
+            float tile_max = neg_inf();
+#pragma unroll
+            for (int i = 0; i < kTokensPerSoftmaxThread; i++) {
+                sc[i] = srow[i];
+                tile_max = fmaxf(tile_max, sc[i]);
+            }
+            tile_max = warp_max_xor(tile_max, kSoftmaxThreadsPerRow);
+            float old_max = sRowMax[h];
+            float new_max = fmaxf(old_max, tile_max);
+            bool empty = new_max == neg_inf();  // nothing valid yet: keep exp() away from -inf - -inf
+            float alpha = empty ? 1.0f : fast_exp2(old_max - new_max);
+            float sum = 0.0f;
+            u16* prow = sProbs + h * cfg::kProbStride + part * kTokensPerSoftmaxThread;
+#pragma unroll
+            for (int i = 0; i < kTokensPerSoftmaxThread; i += 2) {
+                float p0 = empty ? 0.0f : fast_exp2(sc[i] - new_max);
+                float p1 = empty ? 0.0f : fast_exp2(sc[i + 1] - new_max);
+                u32 packed = pack_bf16x2(p0, p1);
+                sum += bf16_lo(packed) + bf16_hi(packed);  // sum what P V will use
+                *reinterpret_cast<u32*>(prow + i) = packed;
+            }
+            sum = warp_sum_xor(sum, kSoftmaxThreadsPerRow);
+            if (part == 0) {
+                sRowMax[h] = new_max;
+                sRowSum[h] = sRowSum[h] * alpha + sum;
+                sRowAlpha[h] = alpha;
+            }
+        }
+        __syncthreads();  // barrier: probabilities and row rescales ready
+
+        // 5. O = O * alpha + P V over this warp's value dims.
+#pragma unroll
+        for (int m = 0; m < kMTiles; m++) {
+            float a_lo = sRowAlpha[m * 16 + group], a_hi = sRowAlpha[m * 16 + group + 8];
+#pragma unroll
+            for (int n = 0; n < kVNTiles; n++) {
+                acc_o[m][n][0] *= a_lo;
+                acc_o[m][n][1] *= a_lo;
+                acc_o[m][n][2] *= a_hi;
+                acc_o[m][n][3] *= a_hi;
+            }
+        }
+#pragma unroll
+        for (int kk = 0; kk < cfg::kTile / 16; kk++) {
+            u32 a[kMTiles][4];
+#pragma unroll
+            for (int m = 0; m < kMTiles; m++) {
+                const u16* p0 = sProbs + (m * 16 + group) * cfg::kProbStride + kk * 16 + quad * 2;
+                const u16* p1 = p0 + 8 * cfg::kProbStride;
+                a[m][0] = *reinterpret_cast<const u32*>(p0);
+                a[m][1] = *reinterpret_cast<const u32*>(p1);
+                a[m][2] = *reinterpret_cast<const u32*>(p0 + 8);
+                a[m][3] = *reinterpret_cast<const u32*>(p1 + 8);
+            }
+            const u16* v0 = sK + (kk * 16 + quad * 2) * cfg::kQKStride + warp * kVDimsPerWarp + group;
+#pragma unroll
+            for (int n = 0; n < kVNTiles; n++) {
+                const u16* v = v0 + n * 8;
+                u32 b0 = (u32)v[0] | ((u32)v[cfg::kQKStride] << 16);
+                u32 b1 = (u32)v[8 * cfg::kQKStride] | ((u32)v[9 * cfg::kQKStride] << 16);
+#pragma unroll
+                for (int m = 0; m < kMTiles; m++) mma_bf16_16816(acc_o[m][n], a[m], b0, b1);
+            }
+        }
+    }
+    __syncthreads();  // barrier: final row statistics visible to every warp
+
+    // Epilogue: normalize; write the result, or this split's partial.
+#pragma unroll
+    for (int m = 0; m < kMTiles; m++) {
+#pragma unroll
+        for (int half = 0; half < 2; half++) {
+            int hl = m * 16 + group + half * 8;
+            int h = head0 + hl;
+            if (h >= cfg::kHeads) continue;
+            float row_sum = sRowSum[hl];
+            bool empty = row_sum == 0.0f;
+            float inv = empty ? 0.0f : 1.0f / row_sum;
+            float lse = empty ? neg_inf() : (sRowMax[hl] + fast_log2(row_sum)) * kLn2;
+            if (p.num_splits > 1) {
+                i64 prow = ((i64)split * p.batch * p.s_q + row) * cfg::kHeads + h;
+                float* dst = p.partial_out + prow * cfg::kDV + warp * kVDimsPerWarp + quad * 2;
+#pragma unroll
+                for (int n = 0; n < kVNTiles; n++) {
+                    dst[n * 8] = acc_o[m][n][half * 2] * inv;
+                    dst[n * 8 + 1] = acc_o[m][n][half * 2 + 1] * inv;
+                }
+                if (warp == 0 && quad == 0) p.partial_lse[prow] = lse;
+            } else {
+                float scale = inv;
+                if (cfg::kHasSink && !empty) scale *= sink_factor(p.attn_sink[h], lse);
+                u16* dst = p.out + b * p.out_stride_b + s * p.out_stride_s + h * p.out_stride_h +
+                           warp * kVDimsPerWarp + quad * 2;
+#pragma unroll
+                for (int n = 0; n < kVNTiles; n++)
+                    *reinterpret_cast<u32*>(dst + n * 8) =
+                        pack_bf16x2(acc_o[m][n][half * 2] * scale, acc_o[m][n][half * 2 + 1] * scale);
+                if (p.lse && warp == 0 && quad == 0)
+                    p.lse[b * p.lse_stride_b + s * p.lse_stride_s + h * p.lse_stride_h] = empty ? pos_inf() : lse;
+            }
+        }
+    }
+}

@@ -1,0 +1,114 @@
+// ---------------------------------------------------------------------------
+// prelude.cu: types and device helpers shared by the mlajit kernels.
+// No toolkit headers: NVRTC compiles this with no include path. Conversions and
+// matrix instructions are inline PTX (sm_80 and newer).
+// ---------------------------------------------------------------------------
+typedef unsigned char u8;
+typedef unsigned short u16;
+typedef unsigned int u32;
+typedef unsigned long long u64;
+typedef long long i64;
+
+struct __align__(16) U32x4 { u32 x, y, z, w; };
+struct __align__(8) U32x2 { u32 x, y; };
+struct __align__(16) F32x4 { float x, y, z, w; };
+
+// The host's mlajit_decode_params (src/codegen/kernel_abi.h), field for field.
+struct DecodeParams {
+    const u16* q;
+    i64 q_stride_b, q_stride_s, q_stride_h;
+    const u8* kv;
+    i64 kv_page_stride;
+    i64 kv_num_slots;
+    const int* indices;
+    i64 indices_stride_b, indices_stride_s;
+    const int* topk_length;
+    const float* attn_sink;
+    const u8* extra_kv;
+    i64 extra_page_stride;
+    i64 extra_num_slots;
+    const int* extra_indices;
+    i64 extra_indices_stride_b, extra_indices_stride_s;
+    const int* extra_topk_length;
+    u16* out;
+    i64 out_stride_b, out_stride_s, out_stride_h;
+    float* lse;
+    i64 lse_stride_b, lse_stride_s, lse_stride_h;
+    float* partial_out;
+    float* partial_lse;
+    float sm_scale_log2;
+    int batch, s_q, topk, extra_topk;
+    int num_splits, tiles_per_split;
+    int pad0;
+};
+static_assert(sizeof(DecodeParams) == cfg::kParamsBytes, "DecodeParams drifted from mlajit_decode_params");
+
+__device__ __forceinline__ float bits_to_float(u32 b) { float f; asm("mov.b32 %0, %1;" : "=f"(f) : "r"(b)); return f; }
+__device__ __forceinline__ u32 float_to_bits(float f) { u32 b; asm("mov.b32 %0, %1;" : "=r"(b) : "f"(f)); return b; }
+
+__device__ __forceinline__ float neg_inf() { return bits_to_float(0xff800000u); }
+__device__ __forceinline__ float pos_inf() { return bits_to_float(0x7f800000u); }
+
+__device__ __forceinline__ float fast_exp2(float x) { float y; asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x)); return y; }
+__device__ __forceinline__ float fast_log2(float x) { float y; asm("lg2.approx.f32 %0, %1;" : "=f"(y) : "f"(x)); return y; }
+
+constexpr float kLn2 = 0.693147180559945309f;
+constexpr float kLog2e = 1.442695040888963407f;
+
+// Two floats -> packed bf16x2 (round to nearest even); lo in the low half.
+__device__ __forceinline__ u32 pack_bf16x2(float lo, float hi)
+{
+    u32 r;
+    asm("cvt.rn.bf16x2.f32 %0, %1, %2;" : "=r"(r) : "f"(hi), "f"(lo));
+    return r;
+}
+
+__device__ __forceinline__ float bf16_lo(u32 v) { return bits_to_float(v << 16); }
+__device__ __forceinline__ float bf16_hi(u32 v) { return bits_to_float(v & 0xffff0000u); }
+
+// fp8 e4m3fn code -> its exact float value. Placing the 7 magnitude bits at the
+// top of an fp32 mantissa/exponent gives value * 2^-120 for normals and
+// subnormals alike (no flush: these kernels compile without -ftz).
+__device__ __forceinline__ float fp8e4m3_to_float(u32 code)
+{
+    u32 bits = ((code & 0x80u) << 24) | ((code & 0x7fu) << 20);
+    return bits_to_float(bits) * bits_to_float(0x7b800000u);  // * 2^120
+}
+
+// ue8m0 scale byte -> 2^(e-127) (e = 0 is the subnormal 2^-127).
+__device__ __forceinline__ float ue8m0_to_float(u32 e)
+{
+    return e == 0 ? bits_to_float(0x00400000u) : bits_to_float(e << 23);
+}
+
+// D = A(16x16, row) * B(16x8, col) + D; bf16 inputs, fp32 accumulate.
+__device__ __forceinline__ void mma_bf16_16816(float (&d)[4], const u32 (&a)[4], u32 b0, u32 b1)
+{
+    asm volatile(
+        "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 "
+        "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+__device__ __forceinline__ float warp_max_xor(float v, int width)
+{
+    for (int o = width / 2; o > 0; o /= 2)
+        v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
+    return v;
+}
+
+__device__ __forceinline__ float warp_sum_xor(float v, int width)
+{
+    for (int o = width / 2; o > 0; o /= 2)
+        v += __shfl_xor_sync(0xffffffffu, v, o);
+    return v;
+}
+
+// Output scale from the attention sink: 1 / (1 + exp(sink - lse)).
+__device__ __forceinline__ float sink_factor(float sink, float lse)
+{
+    if (sink == neg_inf()) return 1.0f;
+    if (sink == pos_inf()) return 0.0f;
+    return 1.0f / (1.0f + fast_exp2((sink - lse) * kLog2e));
+}

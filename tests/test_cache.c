@@ -1,0 +1,944 @@
+/* tests/test_cache.c - the cubin store: keys, the value format, LMDB behaviour. */
+#include <criterion/criterion.h>
+
+#include "cache/store.h"
+#include "common/error.h"
+#include "mlajit.h"
+
+#include <ftw.h>
+#include <pthread.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+/* ------------------------------------------------------------------------- */
+/* Fixture: every test gets its own temporary directory (tests run in forked   */
+/* processes, so this per-process state is not shared between tests).         */
+/* ------------------------------------------------------------------------- */
+
+static char test_root[64];
+
+static int remove_one(const char *path, const struct stat *st, int flag, struct FTW *ftw)
+{
+    (void)st;
+    (void)flag;
+    (void)ftw;
+    return remove(path);
+}
+
+static void make_test_root(void)
+{
+    strcpy(test_root, "/tmp/mlajit-test-cache-XXXXXX");
+    cr_assert_not_null(mkdtemp(test_root), "mkdtemp failed");
+}
+
+static void remove_test_root(void)
+{
+    if (test_root[0])
+        nftw(test_root, remove_one, 16, FTW_DEPTH | FTW_PHYS);
+    test_root[0] = '\0';
+}
+
+TestSuite(cache, .init = make_test_root, .fini = remove_test_root);
+
+/* A path under this test's root. */
+static void root_path(char *buf, size_t len, const char *name)
+{
+    int n = snprintf(buf, len, "%s/%s", test_root, name);
+    cr_assert(n > 0 && (size_t)n < len, "path too long");
+}
+
+static mlajit_store *open_store(const char *name)
+{
+    char dir[256];
+    root_path(dir, sizeof dir, name);
+    mlajit_store *store = NULL;
+    int status = mlajit_store_open(dir, 0, &store);
+    cr_assert_eq(status, MLAJIT_OK, "open %s: %s", dir, mlajit_last_error());
+    cr_assert_not_null(store);
+    return store;
+}
+
+/* A deterministic entry whose every field depends on seed. The cubin is owned
+ * by the caller (free with mlajit_cache_entry_clear). */
+static mlajit_cache_entry make_entry(unsigned seed, size_t cubin_size)
+{
+    mlajit_cache_entry e;
+    memset(&e, 0, sizeof e);
+    snprintf(e.spec_string, sizeof e.spec_string, "v32.h%u.p64.t64.hc32.portable.sm_90a", seed);
+    snprintf(e.entry_names, sizeof e.entry_names, "mlajit_decode_%u,mlajit_combine_%u", seed, seed);
+    e.compile_ms = 123.456 + seed;
+    e.registers = 168 + (int)seed;
+    e.shared_bytes = 65536 + (int)seed;
+    e.spill_bytes = (int)seed % 7;
+    e.created_unix = 1700000000ull + seed;
+    e.cubin_size = cubin_size;
+    e.cubin = malloc(cubin_size ? cubin_size : 1);
+    cr_assert_not_null(e.cubin);
+    uint8_t *bytes = e.cubin;
+    for (size_t i = 0; i < cubin_size; i++)
+        bytes[i] = (uint8_t)(i * 31u + seed * 7u + (i >> 8));
+    return e;
+}
+
+static void assert_entries_equal(const mlajit_cache_entry *got, const mlajit_cache_entry *want)
+{
+    cr_assert_str_eq(got->spec_string, want->spec_string);
+    cr_assert_str_eq(got->entry_names, want->entry_names);
+    cr_assert_eq(memcmp(&got->compile_ms, &want->compile_ms, sizeof got->compile_ms), 0,
+                 "compile_ms %f != %f", got->compile_ms, want->compile_ms);
+    cr_assert_eq(got->registers, want->registers);
+    cr_assert_eq(got->shared_bytes, want->shared_bytes);
+    cr_assert_eq(got->spill_bytes, want->spill_bytes);
+    cr_assert_eq(got->created_unix, want->created_unix);
+    cr_assert_eq(got->cubin_size, want->cubin_size);
+    cr_assert_not_null(got->cubin);
+    cr_assert_eq(memcmp(got->cubin, want->cubin, want->cubin_size), 0, "cubin bytes differ");
+}
+
+static mlajit_cache_key key_of(unsigned n)
+{
+    char spec[64];
+    snprintf(spec, sizeof spec, "spec-%u", n);
+    mlajit_key_inputs in = {
+        .generator_version = "gen-1", .templates_hash = 42, .spec_string = spec,
+        .arch = "sm_90a", .nvrtc_major = 12, .nvrtc_minor = 8, .compile_options = "-O3",
+    };
+    return mlajit_cache_key_make(&in);
+}
+
+static int keys_equal(mlajit_cache_key a, mlajit_cache_key b) { return a.hi == b.hi && a.lo == b.lo; }
+
+/* Byte offset of the header checksum (the header length is the u32 at 12). */
+static size_t header_len_of(const uint8_t *value)
+{
+    return (size_t)value[12] | (size_t)value[13] << 8 | (size_t)value[14] << 16 | (size_t)value[15] << 24;
+}
+
+static void rewrite_header_checksum(uint8_t *value)
+{
+    size_t h = header_len_of(value);
+    uint64_t sum = mlajit_hash64(value, h - 8);
+    for (int i = 0; i < 8; i++)
+        value[h - 8 + i] = (uint8_t)(sum >> (8 * i));
+}
+
+/* Plant raw bytes under key, expect CORRUPT with a message, then repair with a put. */
+static void expect_corrupt_then_repair(mlajit_store *store, const mlajit_cache_key *key,
+                                       const void *raw, size_t raw_len, const mlajit_cache_entry *good,
+                                       const char *what)
+{
+    cr_assert_eq(mlajit_store_put_raw(store, key, raw, raw_len), MLAJIT_OK, "%s: put_raw: %s", what,
+                 mlajit_last_error());
+    mlajit_cache_entry got;
+    mlajit_clear_error();
+    int status = mlajit_store_get(store, key, &got);
+    cr_assert_eq(status, MLAJIT_ERR_CORRUPT, "%s: get returned %d, want CORRUPT", what, status);
+    cr_assert_gt(strlen(mlajit_last_error()), 0, "%s: no error message", what);
+    cr_assert_null(got.cubin, "%s: a failed get must not hand back a cubin", what);
+
+    cr_assert_eq(mlajit_store_put(store, key, good), MLAJIT_OK, "%s: repair put: %s", what,
+                 mlajit_last_error());
+    cr_assert_eq(mlajit_store_get(store, key, &got), MLAJIT_OK, "%s: get after repair: %s", what,
+                 mlajit_last_error());
+    assert_entries_equal(&got, good);
+    mlajit_cache_entry_clear(&got);
+}
+
+/* ------------------------------------------------------------------------- */
+/* Keys                                                                       */
+/* ------------------------------------------------------------------------- */
+
+static mlajit_key_inputs base_inputs(void)
+{
+    mlajit_key_inputs in = {
+        .generator_version = "mlajit-gen-0.1.0",
+        .templates_hash = 0x0123456789abcdefull,
+        .spec_string = "v32.h128.p64.t64.hc32.portable.sm_90a",
+        .arch = "sm_90a",
+        .nvrtc_major = 12,
+        .nvrtc_minor = 8,
+        .compile_options = "--std=c++17 -arch=sm_90a",
+    };
+    return in;
+}
+
+Test(cache, key_equal_for_equal_inputs_at_distinct_pointers)
+{
+    mlajit_key_inputs a = base_inputs();
+    char *gen = strdup(a.generator_version), *spec = strdup(a.spec_string), *arch = strdup(a.arch),
+         *opts = strdup(a.compile_options);
+    cr_assert(gen && spec && arch && opts);
+    mlajit_key_inputs b = a;
+    b.generator_version = gen;
+    b.spec_string = spec;
+    b.arch = arch;
+    b.compile_options = opts;
+    cr_assert_neq(a.spec_string, b.spec_string);
+
+    mlajit_cache_key ka = mlajit_cache_key_make(&a), kb = mlajit_cache_key_make(&b);
+    cr_assert_eq(ka.hi, kb.hi);
+    cr_assert_eq(ka.lo, kb.lo);
+    cr_assert(ka.hi != 0 || ka.lo != 0);
+    free(gen);
+    free(spec);
+    free(arch);
+    free(opts);
+}
+
+Test(cache, key_changes_with_every_input)
+{
+    enum { VARIANTS = 8 };
+    mlajit_key_inputs variants[VARIANTS];
+    for (int i = 0; i < VARIANTS; i++)
+        variants[i] = base_inputs();
+    variants[1].generator_version = "mlajit-gen-0.1.1";
+    variants[2].templates_hash ^= 1;
+    variants[3].spec_string = "v32.h128.p64.t64.hc16.portable.sm_90a";
+    variants[4].arch = "sm_80";
+    variants[5].nvrtc_major = 13;
+    variants[6].nvrtc_minor = 9;
+    variants[7].compile_options = "--std=c++17 -arch=sm_90a -lineinfo";
+
+    mlajit_cache_key keys[VARIANTS];
+    for (int i = 0; i < VARIANTS; i++)
+        keys[i] = mlajit_cache_key_make(&variants[i]);
+    for (int i = 0; i < VARIANTS; i++)
+        for (int j = i + 1; j < VARIANTS; j++)
+            cr_assert(!keys_equal(keys[i], keys[j]), "variants %d and %d have the same key", i, j);
+}
+
+Test(cache, key_separates_adjacent_strings)
+{
+    mlajit_key_inputs a = base_inputs(), b = base_inputs();
+    a.generator_version = "ab";
+    a.spec_string = "c";
+    b.generator_version = "a";
+    b.spec_string = "bc";
+    cr_assert(!keys_equal(mlajit_cache_key_make(&a), mlajit_cache_key_make(&b)));
+
+    mlajit_key_inputs c = base_inputs(), d = base_inputs();
+    c.spec_string = "ab";
+    c.arch = "c";
+    d.spec_string = "a";
+    d.arch = "bc";
+    cr_assert(!keys_equal(mlajit_cache_key_make(&c), mlajit_cache_key_make(&d)));
+
+    mlajit_key_inputs e = base_inputs(), f = base_inputs();
+    e.compile_options = "";
+    f.compile_options = NULL;
+    cr_assert(!keys_equal(mlajit_cache_key_make(&e), mlajit_cache_key_make(&f)), "NULL and \"\" must differ");
+}
+
+Test(cache, key_hex_is_hi_then_lo_lowercase)
+{
+    mlajit_cache_key key = {.hi = 0x0123456789abcdefull, .lo = 0xfedcba9876543210ull};
+    char hex[33];
+    memset(hex, 'x', sizeof hex);
+    mlajit_cache_key_hex(&key, hex);
+    cr_assert_str_eq(hex, "0123456789abcdeffedcba9876543210");
+
+    mlajit_cache_key small = {.hi = 0, .lo = 0xa};
+    mlajit_cache_key_hex(&small, hex);
+    cr_assert_str_eq(hex, "0000000000000000000000000000000a");
+}
+
+Test(cache, hash64_is_deterministic_and_sensitive)
+{
+    const char text[] = "template text";
+    uint64_t h1 = mlajit_hash64(text, sizeof text - 1);
+    char copy[sizeof text];
+    memcpy(copy, text, sizeof text);
+    cr_assert_eq(mlajit_hash64(copy, sizeof text - 1), h1);
+    copy[3] ^= 1;
+    cr_assert_neq(mlajit_hash64(copy, sizeof text - 1), h1);
+    cr_assert_neq(mlajit_hash64(text, sizeof text - 2), h1);
+}
+
+/* ------------------------------------------------------------------------- */
+/* Encode / decode                                                            */
+/* ------------------------------------------------------------------------- */
+
+Test(cache, encode_decode_round_trip)
+{
+    mlajit_cache_entry e = make_entry(3, 5000);
+    void *value;
+    size_t len;
+    cr_assert_eq(mlajit_cache_entry_encode(&e, &value, &len), MLAJIT_OK, "%s", mlajit_last_error());
+    cr_assert_gt(len, e.cubin_size);
+    cr_assert_eq(memcmp(value, "MLAJITC1", 8), 0);
+    cr_assert_eq(len - header_len_of(value), e.cubin_size);
+
+    mlajit_cache_entry got;
+    cr_assert_eq(mlajit_cache_entry_decode(value, len, &got), MLAJIT_OK, "%s", mlajit_last_error());
+    assert_entries_equal(&got, &e);
+    mlajit_cache_entry_clear(&got);
+    free(value);
+    mlajit_cache_entry_clear(&e);
+}
+
+Test(cache, encode_rejects_bad_entries)
+{
+    mlajit_cache_entry e = make_entry(1, 16);
+    void *value = (void *)&e;
+    size_t len = 99;
+
+    mlajit_cache_entry unterminated = e;
+    memset(unterminated.spec_string, 'a', sizeof unterminated.spec_string);
+    cr_assert_eq(mlajit_cache_entry_encode(&unterminated, &value, &len), MLAJIT_ERR_INVALID_ARGUMENT);
+    cr_assert_null(value);
+    cr_assert_eq(len, 0);
+
+    mlajit_cache_entry no_cubin = e;
+    no_cubin.cubin = NULL;
+    cr_assert_eq(mlajit_cache_entry_encode(&no_cubin, &value, &len), MLAJIT_ERR_INVALID_ARGUMENT);
+    cr_assert_gt(strlen(mlajit_last_error()), 0);
+    mlajit_cache_entry_clear(&e);
+}
+
+Test(cache, entry_clear_frees_and_zeroes)
+{
+    mlajit_cache_entry e = make_entry(2, 100);
+    mlajit_cache_entry_clear(&e);
+    mlajit_cache_entry zero;
+    memset(&zero, 0, sizeof zero);
+    cr_assert_eq(memcmp(&e, &zero, sizeof e), 0);
+    mlajit_cache_entry_clear(&e); /* twice is harmless */
+    mlajit_cache_entry_clear(NULL);
+}
+
+Test(cache, decode_rejects_every_single_byte_flip)
+{
+    mlajit_cache_entry e = make_entry(4, 64);
+    void *value;
+    size_t len;
+    cr_assert_eq(mlajit_cache_entry_encode(&e, &value, &len), MLAJIT_OK);
+    uint8_t *bytes = value;
+    for (size_t pos = 0; pos < len; pos++) {
+        for (unsigned mask = 0x01; mask <= 0x80; mask <<= 1) {
+            bytes[pos] ^= (uint8_t)mask;
+            mlajit_cache_entry got;
+            mlajit_clear_error();
+            int status = mlajit_cache_entry_decode(bytes, len, &got);
+            bytes[pos] ^= (uint8_t)mask;
+            cr_assert_eq(status, MLAJIT_ERR_CORRUPT, "flip of bit %#x at byte %zu accepted", mask, pos);
+            cr_assert_gt(strlen(mlajit_last_error()), 0);
+            cr_assert_null(got.cubin);
+        }
+    }
+    free(value);
+    mlajit_cache_entry_clear(&e);
+}
+
+Test(cache, decode_rejects_every_truncation_and_extension)
+{
+    mlajit_cache_entry e = make_entry(5, 40);
+    void *value;
+    size_t len;
+    cr_assert_eq(mlajit_cache_entry_encode(&e, &value, &len), MLAJIT_OK);
+    for (size_t cut = 0; cut < len; cut++) {
+        mlajit_cache_entry got;
+        /* A fresh exact-size copy, so ASan sees any read past the given length. */
+        void *prefix = malloc(cut ? cut : 1);
+        cr_assert_not_null(prefix);
+        memcpy(prefix, value, cut);
+        int status = mlajit_cache_entry_decode(prefix, cut, &got);
+        free(prefix);
+        cr_assert_eq(status, MLAJIT_ERR_CORRUPT, "truncation to %zu bytes accepted", cut);
+    }
+    uint8_t *longer = malloc(len + 1);
+    cr_assert_not_null(longer);
+    memcpy(longer, value, len);
+    longer[len] = 0;
+    mlajit_cache_entry got;
+    cr_assert_eq(mlajit_cache_entry_decode(longer, len + 1, &got), MLAJIT_ERR_CORRUPT);
+    free(longer);
+    cr_assert_eq(mlajit_cache_entry_decode(NULL, 0, &got), MLAJIT_ERR_CORRUPT);
+    free(value);
+    mlajit_cache_entry_clear(&e);
+}
+
+Test(cache, decode_names_the_failed_check)
+{
+    mlajit_cache_entry e = make_entry(6, 32);
+    void *value;
+    size_t len;
+    cr_assert_eq(mlajit_cache_entry_encode(&e, &value, &len), MLAJIT_OK);
+    uint8_t *bytes = value;
+    mlajit_cache_entry got;
+
+    /* A newer format version with a valid header checksum is still refused. */
+    bytes[8] = 2;
+    rewrite_header_checksum(bytes);
+    cr_assert_eq(mlajit_cache_entry_decode(bytes, len, &got), MLAJIT_ERR_CORRUPT);
+    cr_assert_not_null(strstr(mlajit_last_error(), "version"), "message: %s", mlajit_last_error());
+    bytes[8] = 1;
+    rewrite_header_checksum(bytes);
+    cr_assert_eq(mlajit_cache_entry_decode(bytes, len, &got), MLAJIT_OK);
+    mlajit_cache_entry_clear(&got);
+
+    bytes[0] = 'X';
+    cr_assert_eq(mlajit_cache_entry_decode(bytes, len, &got), MLAJIT_ERR_CORRUPT);
+    cr_assert_not_null(strstr(mlajit_last_error(), "magic"), "message: %s", mlajit_last_error());
+    bytes[0] = 'M';
+
+    bytes[len - 1] ^= 0x40;
+    cr_assert_eq(mlajit_cache_entry_decode(bytes, len, &got), MLAJIT_ERR_CORRUPT);
+    cr_assert_not_null(strstr(mlajit_last_error(), "cubin checksum"), "message: %s", mlajit_last_error());
+    bytes[len - 1] ^= 0x40;
+
+    bytes[20] ^= 0x01; /* inside spec_string */
+    cr_assert_eq(mlajit_cache_entry_decode(bytes, len, &got), MLAJIT_ERR_CORRUPT);
+    cr_assert_not_null(strstr(mlajit_last_error(), "header checksum"), "message: %s", mlajit_last_error());
+    bytes[20] ^= 0x01;
+
+    /* An extra byte inside the header (length and checksum made to agree). */
+    size_t h = header_len_of(bytes);
+    uint8_t *padded = malloc(len + 1);
+    cr_assert_not_null(padded);
+    memcpy(padded, bytes, h - 8);
+    padded[h - 8] = 0;
+    memcpy(padded + h - 7, bytes + h - 8, len - (h - 8));
+    padded[12] = (uint8_t)(h + 1);
+    padded[13] = (uint8_t)((h + 1) >> 8);
+    rewrite_header_checksum(padded);
+    cr_assert_eq(mlajit_cache_entry_decode(padded, len + 1, &got), MLAJIT_ERR_CORRUPT);
+    cr_assert_not_null(strstr(mlajit_last_error(), "trailing"), "message: %s", mlajit_last_error());
+    free(padded);
+
+    /* A string length that runs past the header, with the checksum made to agree. */
+    bytes[16] = 0xff;
+    rewrite_header_checksum(bytes);
+    cr_assert_eq(mlajit_cache_entry_decode(bytes, len, &got), MLAJIT_ERR_CORRUPT);
+    cr_assert_not_null(strstr(mlajit_last_error(), "spec_string"), "message: %s", mlajit_last_error());
+
+    free(value);
+    mlajit_cache_entry_clear(&e);
+}
+
+/* xorshift64*: a seeded, reproducible byte source. */
+static uint64_t next_random(uint64_t *state)
+{
+    uint64_t x = *state;
+    x ^= x >> 12;
+    x ^= x << 25;
+    x ^= x >> 27;
+    *state = x;
+    return x * 0x2545f4914f6cdd1dull;
+}
+
+Test(cache, decode_survives_random_garbage)
+{
+    uint64_t rng = 0x9e3779b97f4a7c15ull;
+    for (size_t len = 0; len <= 4096; len++) {
+        uint8_t *bytes = malloc(len ? len : 1);
+        cr_assert_not_null(bytes);
+        for (size_t i = 0; i < len; i++)
+            bytes[i] = (uint8_t)next_random(&rng);
+        /* Every other buffer gets a valid prefix so the parse goes deeper. */
+        if (len >= 16 && len % 2 == 0) {
+            memcpy(bytes, "MLAJITC1\x01\0\0\0", 12);
+            size_t h = 16 + next_random(&rng) % (len - 15);
+            bytes[12] = (uint8_t)h;
+            bytes[13] = (uint8_t)(h >> 8);
+            bytes[14] = 0;
+            bytes[15] = 0;
+            if (h >= 24 && len % 4 == 0)
+                rewrite_header_checksum(bytes);
+        }
+        mlajit_cache_entry got;
+        int status = mlajit_cache_entry_decode(bytes, len, &got);
+        free(bytes);
+        cr_assert_eq(status, MLAJIT_ERR_CORRUPT, "garbage of %zu bytes returned %d", len, status);
+        cr_assert_null(got.cubin);
+    }
+}
+
+Test(cache, decode_survives_random_mutations_of_valid_values)
+{
+    mlajit_cache_entry e = make_entry(7, 300);
+    void *value;
+    size_t len;
+    cr_assert_eq(mlajit_cache_entry_encode(&e, &value, &len), MLAJIT_OK);
+    uint64_t rng = 12345;
+    for (int round = 0; round < 3000; round++) {
+        size_t cut = len - next_random(&rng) % 8; /* sometimes truncated */
+        uint8_t *copy = malloc(cut);
+        cr_assert_not_null(copy);
+        memcpy(copy, value, cut);
+        int flips = 1 + (int)(next_random(&rng) % 4);
+        size_t last = SIZE_MAX;
+        for (int f = 0; f < flips; f++) {
+            size_t pos = next_random(&rng) % cut;
+            copy[pos] ^= (uint8_t)(1 + next_random(&rng) % 255);
+            last = pos;
+        }
+        mlajit_cache_entry got;
+        int status = mlajit_cache_entry_decode(copy, cut, &got);
+        free(copy);
+        cr_assert_eq(status, MLAJIT_ERR_CORRUPT, "round %d (last flip at %zu) returned %d", round, last, status);
+    }
+    free(value);
+    mlajit_cache_entry_clear(&e);
+}
+
+/* ------------------------------------------------------------------------- */
+/* The store                                                                  */
+/* ------------------------------------------------------------------------- */
+
+Test(cache, put_get_round_trip)
+{
+    mlajit_store *store = open_store("store");
+    mlajit_cache_entry e = make_entry(10, 70000);
+    mlajit_cache_key key = key_of(10);
+    cr_assert_eq(mlajit_store_put(store, &key, &e), MLAJIT_OK, "%s", mlajit_last_error());
+
+    mlajit_cache_entry got;
+    cr_assert_eq(mlajit_store_get(store, &key, &got), MLAJIT_OK, "%s", mlajit_last_error());
+    assert_entries_equal(&got, &e);
+    cr_assert_neq(got.cubin, e.cubin, "get must return its own copy");
+    mlajit_cache_entry_clear(&got);
+    mlajit_cache_entry_clear(&e);
+    mlajit_store_close(store);
+}
+
+Test(cache, empty_cubin_round_trip)
+{
+    mlajit_store *store = open_store("store");
+    mlajit_cache_entry e = make_entry(11, 0);
+    mlajit_cache_key key = key_of(11);
+    cr_assert_eq(mlajit_store_put(store, &key, &e), MLAJIT_OK, "%s", mlajit_last_error());
+    mlajit_cache_entry got;
+    cr_assert_eq(mlajit_store_get(store, &key, &got), MLAJIT_OK, "%s", mlajit_last_error());
+    assert_entries_equal(&got, &e);
+    mlajit_cache_entry_clear(&got);
+    mlajit_cache_entry_clear(&e);
+    mlajit_store_close(store);
+}
+
+Test(cache, get_missing_key_is_not_found)
+{
+    mlajit_store *store = open_store("store");
+    mlajit_cache_key key = key_of(1);
+    mlajit_cache_entry got;
+    mlajit_clear_error();
+    cr_assert_eq(mlajit_store_get(store, &key, &got), MLAJIT_ERR_NOT_FOUND);
+    cr_assert_gt(strlen(mlajit_last_error()), 0);
+    cr_assert_null(got.cubin);
+
+    /* A neighbour's presence does not make it found. */
+    mlajit_cache_entry e = make_entry(2, 10);
+    mlajit_cache_key other = key_of(2);
+    cr_assert_eq(mlajit_store_put(store, &other, &e), MLAJIT_OK);
+    cr_assert_eq(mlajit_store_get(store, &key, &got), MLAJIT_ERR_NOT_FOUND);
+    mlajit_cache_entry_clear(&e);
+    mlajit_store_close(store);
+}
+
+Test(cache, open_creates_nested_directories)
+{
+    char dir[256];
+    root_path(dir, sizeof dir, "a/b/c");
+    mlajit_store *store = NULL;
+    cr_assert_eq(mlajit_store_open(dir, 0, &store), MLAJIT_OK, "%s", mlajit_last_error());
+    struct stat st;
+    char data_path[300];
+    snprintf(data_path, sizeof data_path, "%s/data.mdb", dir);
+    cr_assert_eq(stat(data_path, &st), 0, "no %s", data_path);
+    cr_assert(S_ISREG(st.st_mode));
+    snprintf(data_path, sizeof data_path, "%s/a", test_root);
+    cr_assert_eq(stat(data_path, &st), 0);
+    cr_assert_eq(st.st_mode & 0777 & ~0755u, 0u, "created directories must not exceed 0755");
+    mlajit_store_close(store);
+}
+
+Test(cache, open_over_a_regular_file_fails)
+{
+    char path[256];
+    root_path(path, sizeof path, "file");
+    FILE *f = fopen(path, "w");
+    cr_assert_not_null(f);
+    fputs("not a directory", f);
+    fclose(f);
+    mlajit_store *store = (mlajit_store *)path;
+    int status = mlajit_store_open(path, 0, &store);
+    cr_assert_eq(status, MLAJIT_ERR_IO, "status %d: %s", status, mlajit_last_error());
+    cr_assert_null(store);
+    cr_assert_not_null(strstr(mlajit_last_error(), path));
+}
+
+Test(cache, corrupted_entries_are_reported_and_repaired)
+{
+    mlajit_store *store = open_store("store");
+    mlajit_cache_entry good = make_entry(20, 4096);
+    mlajit_cache_key key = key_of(20);
+    void *value;
+    size_t len;
+    cr_assert_eq(mlajit_cache_entry_encode(&good, &value, &len), MLAJIT_OK);
+    const uint8_t *bytes = value;
+    size_t header_len = header_len_of(bytes);
+    uint8_t *bad = malloc(len + 1);
+    cr_assert_not_null(bad);
+
+    const struct {
+        size_t pos;
+        const char *what;
+    } flips[] = {
+        {0, "magic"},
+        {9, "version byte"},
+        {13, "header length"},
+        {18, "spec length"},
+        {22, "spec string"},
+        {header_len - 40, "compile fields"},
+        {header_len - 16, "cubin checksum"},
+        {header_len - 1, "header checksum"},
+        {header_len, "first cubin byte"},
+        {header_len + 2048, "middle cubin byte"},
+        {len - 1, "last cubin byte"},
+    };
+    for (size_t i = 0; i < sizeof flips / sizeof flips[0]; i++) {
+        memcpy(bad, value, len);
+        bad[flips[i].pos] ^= 0xff;
+        expect_corrupt_then_repair(store, &key, bad, len, &good, flips[i].what);
+    }
+
+    expect_corrupt_then_repair(store, &key, value, len - 1, &good, "truncated by one byte");
+    expect_corrupt_then_repair(store, &key, value, header_len, &good, "truncated to the header");
+    expect_corrupt_then_repair(store, &key, value, 10, &good, "truncated into the prefix");
+    memcpy(bad, value, len);
+    bad[len] = 0xab;
+    expect_corrupt_then_repair(store, &key, bad, len + 1, &good, "one byte appended");
+
+    memcpy(bad, value, len);
+    memcpy(bad, "MLAJITC2", 8);
+    expect_corrupt_then_repair(store, &key, bad, len, &good, "wrong magic");
+
+    memcpy(bad, value, len);
+    bad[8] = 7;
+    rewrite_header_checksum(bad);
+    expect_corrupt_then_repair(store, &key, bad, len, &good, "wrong version");
+
+    expect_corrupt_then_repair(store, &key, NULL, 0, &good, "zero-length value");
+
+    free(bad);
+    free(value);
+    mlajit_cache_entry_clear(&good);
+    mlajit_store_close(store);
+}
+
+Test(cache, readonly_open_of_missing_dir_is_io)
+{
+    char dir[256];
+    root_path(dir, sizeof dir, "does-not-exist");
+    mlajit_store *store = (mlajit_store *)dir;
+    cr_assert_eq(mlajit_store_open(dir, 1, &store), MLAJIT_ERR_IO);
+    cr_assert_null(store);
+    cr_assert_not_null(strstr(mlajit_last_error(), dir), "message must name the directory: %s",
+                       mlajit_last_error());
+    struct stat st;
+    cr_assert_neq(stat(dir, &st), 0, "a read-only open must not create the directory");
+}
+
+Test(cache, readonly_store_reads_but_refuses_writes)
+{
+    char dir[256];
+    root_path(dir, sizeof dir, "store");
+    mlajit_store *writer = open_store("store");
+    mlajit_cache_entry e = make_entry(30, 1000);
+    mlajit_cache_key key = key_of(30);
+    cr_assert_eq(mlajit_store_put(writer, &key, &e), MLAJIT_OK);
+    mlajit_store_close(writer);
+
+    mlajit_store *reader = NULL;
+    cr_assert_eq(mlajit_store_open(dir, 1, &reader), MLAJIT_OK, "%s", mlajit_last_error());
+    mlajit_cache_entry got;
+    cr_assert_eq(mlajit_store_get(reader, &key, &got), MLAJIT_OK, "%s", mlajit_last_error());
+    assert_entries_equal(&got, &e);
+    mlajit_cache_entry_clear(&got);
+
+    mlajit_cache_key other = key_of(31);
+    mlajit_clear_error();
+    int status = mlajit_store_put(reader, &other, &e);
+    cr_assert_neq(status, MLAJIT_OK);
+    cr_assert_eq(status, MLAJIT_ERR_CACHE);
+    cr_assert_gt(strlen(mlajit_last_error()), 0);
+    cr_assert_neq(mlajit_store_delete(reader, &key), MLAJIT_OK);
+    cr_assert_eq(mlajit_store_get(reader, &other, &got), MLAJIT_ERR_NOT_FOUND);
+
+    mlajit_store_stats stats;
+    cr_assert_eq(mlajit_store_stats_get(reader, &stats), MLAJIT_OK, "%s", mlajit_last_error());
+    cr_assert_eq(stats.entries, 1);
+    mlajit_store_close(reader);
+    mlajit_cache_entry_clear(&e);
+}
+
+Test(cache, stats_count_entries_and_bytes)
+{
+    mlajit_store *store = open_store("store");
+    mlajit_store_stats stats;
+    cr_assert_eq(mlajit_store_stats_get(store, &stats), MLAJIT_OK, "%s", mlajit_last_error());
+    cr_assert_eq(stats.entries, 0);
+    cr_assert_eq(stats.value_bytes, 0);
+
+    int64_t expected_bytes = 0;
+    for (unsigned i = 0; i < 3; i++) {
+        mlajit_cache_entry e = make_entry(40 + i, 1000 * (i + 1));
+        void *value;
+        size_t len;
+        cr_assert_eq(mlajit_cache_entry_encode(&e, &value, &len), MLAJIT_OK);
+        expected_bytes += (int64_t)len;
+        free(value);
+        mlajit_cache_key key = key_of(40 + i);
+        cr_assert_eq(mlajit_store_put(store, &key, &e), MLAJIT_OK);
+        mlajit_cache_entry_clear(&e);
+    }
+    cr_assert_eq(mlajit_store_stats_get(store, &stats), MLAJIT_OK);
+    cr_assert_eq(stats.entries, 3);
+    cr_assert_eq(stats.value_bytes, expected_bytes);
+    cr_assert_geq(stats.data_file_bytes, expected_bytes);
+
+    mlajit_cache_key first = key_of(40);
+    cr_assert_eq(mlajit_store_delete(store, &first), MLAJIT_OK);
+    cr_assert_eq(mlajit_store_stats_get(store, &stats), MLAJIT_OK);
+    cr_assert_eq(stats.entries, 2);
+    mlajit_store_close(store);
+}
+
+Test(cache, delete_removes_the_entry)
+{
+    mlajit_store *store = open_store("store");
+    mlajit_cache_entry e = make_entry(50, 64);
+    mlajit_cache_key key = key_of(50), keep = key_of(51);
+    cr_assert_eq(mlajit_store_put(store, &key, &e), MLAJIT_OK);
+    cr_assert_eq(mlajit_store_put(store, &keep, &e), MLAJIT_OK);
+    cr_assert_eq(mlajit_store_delete(store, &key), MLAJIT_OK, "%s", mlajit_last_error());
+
+    mlajit_cache_entry got;
+    cr_assert_eq(mlajit_store_get(store, &key, &got), MLAJIT_ERR_NOT_FOUND);
+    cr_assert_eq(mlajit_store_delete(store, &key), MLAJIT_ERR_NOT_FOUND);
+    cr_assert_eq(mlajit_store_get(store, &keep, &got), MLAJIT_OK, "the other key must survive");
+    mlajit_cache_entry_clear(&got);
+    mlajit_cache_entry_clear(&e);
+    mlajit_store_close(store);
+}
+
+Test(cache, overwrite_replaces_the_entry)
+{
+    mlajit_store *store = open_store("store");
+    mlajit_cache_key key = key_of(60);
+    mlajit_cache_entry first = make_entry(60, 5000), second = make_entry(61, 300);
+    cr_assert_eq(mlajit_store_put(store, &key, &first), MLAJIT_OK);
+    cr_assert_eq(mlajit_store_put(store, &key, &second), MLAJIT_OK);
+
+    mlajit_cache_entry got;
+    cr_assert_eq(mlajit_store_get(store, &key, &got), MLAJIT_OK);
+    assert_entries_equal(&got, &second);
+    mlajit_cache_entry_clear(&got);
+    mlajit_store_stats stats;
+    cr_assert_eq(mlajit_store_stats_get(store, &stats), MLAJIT_OK);
+    cr_assert_eq(stats.entries, 1);
+    mlajit_cache_entry_clear(&first);
+    mlajit_cache_entry_clear(&second);
+    mlajit_store_close(store);
+}
+
+Test(cache, reopen_finds_stored_entries)
+{
+    char dir[256];
+    root_path(dir, sizeof dir, "store");
+    mlajit_store *store = open_store("store");
+    mlajit_cache_entry entries[5];
+    for (unsigned i = 0; i < 5; i++) {
+        entries[i] = make_entry(70 + i, 777 * (i + 1));
+        mlajit_cache_key key = key_of(70 + i);
+        cr_assert_eq(mlajit_store_put(store, &key, &entries[i]), MLAJIT_OK);
+    }
+    mlajit_store_close(store);
+
+    store = NULL;
+    cr_assert_eq(mlajit_store_open(dir, 0, &store), MLAJIT_OK, "%s", mlajit_last_error());
+    for (unsigned i = 0; i < 5; i++) {
+        mlajit_cache_key key = key_of(70 + i);
+        mlajit_cache_entry got;
+        cr_assert_eq(mlajit_store_get(store, &key, &got), MLAJIT_OK, "entry %u: %s", i, mlajit_last_error());
+        assert_entries_equal(&got, &entries[i]);
+        mlajit_cache_entry_clear(&got);
+        mlajit_cache_entry_clear(&entries[i]);
+    }
+    mlajit_store_close(store);
+}
+
+/* ------------------------------------------------------------------------- */
+/* Concurrency                                                                */
+/* ------------------------------------------------------------------------- */
+
+enum { WORKERS = 4, ITERATIONS = 200, SHARED_KEYS = 8 };
+
+typedef struct worker_args {
+    mlajit_store *store;
+    unsigned id;
+    int failures;
+    char first_failure[512];
+} worker_args;
+
+static void note_failure(worker_args *w, const char *what, int status)
+{
+    if (w->failures++ == 0)
+        snprintf(w->first_failure, sizeof w->first_failure, "worker %u: %s (status %d): %s", w->id, what,
+                 status, mlajit_last_error());
+}
+
+/* An entry whose fields all follow from its seed, so a reader can check that a
+ * value it got is whole (never a mix of two writers' values). */
+static int entry_is_consistent(const mlajit_cache_entry *got, unsigned seed, size_t cubin_size)
+{
+    mlajit_cache_entry want = make_entry(seed, cubin_size);
+    int same = strcmp(got->spec_string, want.spec_string) == 0 &&
+               strcmp(got->entry_names, want.entry_names) == 0 && got->registers == want.registers &&
+               got->created_unix == want.created_unix && got->cubin_size == want.cubin_size &&
+               memcmp(got->cubin, want.cubin, cubin_size) == 0;
+    mlajit_cache_entry_clear(&want);
+    return same;
+}
+
+static void *worker_main(void *arg)
+{
+    worker_args *w = arg;
+    for (unsigned i = 0; i < ITERATIONS; i++) {
+        /* Own key: the value read back must be exactly the one written. */
+        unsigned own_seed = 1000 + w->id * ITERATIONS + i;
+        size_t own_size = 256 + (i % 17) * 64;
+        mlajit_cache_entry e = make_entry(own_seed, own_size);
+        mlajit_cache_key own_key = key_of(own_seed);
+        int status = mlajit_store_put(w->store, &own_key, &e);
+        if (status != MLAJIT_OK)
+            note_failure(w, "put own", status);
+        mlajit_cache_entry got;
+        status = mlajit_store_get(w->store, &own_key, &got);
+        if (status != MLAJIT_OK)
+            note_failure(w, "get own", status);
+        else if (!entry_is_consistent(&got, own_seed, own_size))
+            note_failure(w, "own entry differs", status);
+        mlajit_cache_entry_clear(&got);
+        mlajit_cache_entry_clear(&e);
+
+        /* Shared key: any writer's value may be there, but it must be whole. */
+        unsigned slot = (i + w->id) % SHARED_KEYS;
+        unsigned shared_seed = 100 + slot * 10 + w->id;
+        mlajit_cache_key shared_key = key_of(100 + slot);
+        e = make_entry(shared_seed, 512);
+        status = mlajit_store_put(w->store, &shared_key, &e);
+        if (status != MLAJIT_OK)
+            note_failure(w, "put shared", status);
+        mlajit_cache_entry_clear(&e);
+        status = mlajit_store_get(w->store, &shared_key, &got);
+        if (status != MLAJIT_OK) {
+            note_failure(w, "get shared", status);
+        } else {
+            int whole = 0;
+            for (unsigned writer = 0; writer < WORKERS && !whole; writer++)
+                whole = entry_is_consistent(&got, 100 + slot * 10 + writer, 512);
+            if (!whole)
+                note_failure(w, "shared entry is not any writer's value", status);
+        }
+        mlajit_cache_entry_clear(&got);
+    }
+    return NULL;
+}
+
+Test(cache, concurrent_put_get_from_four_threads, .timeout = 60)
+{
+    mlajit_store *store = open_store("store");
+    pthread_t threads[WORKERS];
+    worker_args args[WORKERS];
+    for (unsigned t = 0; t < WORKERS; t++) {
+        memset(&args[t], 0, sizeof args[t]);
+        args[t].store = store;
+        args[t].id = t;
+        cr_assert_eq(pthread_create(&threads[t], NULL, worker_main, &args[t]), 0);
+    }
+    for (unsigned t = 0; t < WORKERS; t++)
+        cr_assert_eq(pthread_join(threads[t], NULL), 0);
+    for (unsigned t = 0; t < WORKERS; t++)
+        cr_assert_eq(args[t].failures, 0, "%d failures; first: %s", args[t].failures, args[t].first_failure);
+
+    mlajit_store_stats stats;
+    cr_assert_eq(mlajit_store_stats_get(store, &stats), MLAJIT_OK);
+    cr_assert_eq(stats.entries, WORKERS * ITERATIONS + SHARED_KEYS);
+    mlajit_store_close(store);
+}
+
+/* ------------------------------------------------------------------------- */
+/* Default directory                                                          */
+/* ------------------------------------------------------------------------- */
+
+Test(cache, default_dir_precedence)
+{
+    char buf[512];
+    cr_assert_eq(setenv("MLAJIT_CACHE_DIR", "/explicit/dir", 1), 0);
+    cr_assert_eq(setenv("XDG_CACHE_HOME", "/xdg", 1), 0);
+    cr_assert_eq(setenv("HOME", "/home/someone", 1), 0);
+    cr_assert_eq(mlajit_cache_default_dir(buf, sizeof buf), MLAJIT_OK);
+    cr_assert_str_eq(buf, "/explicit/dir");
+
+    cr_assert_eq(setenv("MLAJIT_CACHE_DIR", "", 1), 0); /* empty counts as unset */
+    cr_assert_eq(mlajit_cache_default_dir(buf, sizeof buf), MLAJIT_OK);
+    cr_assert_str_eq(buf, "/xdg/mlajit");
+
+    cr_assert_eq(unsetenv("MLAJIT_CACHE_DIR"), 0);
+    cr_assert_eq(mlajit_cache_default_dir(buf, sizeof buf), MLAJIT_OK);
+    cr_assert_str_eq(buf, "/xdg/mlajit");
+
+    cr_assert_eq(unsetenv("XDG_CACHE_HOME"), 0);
+    cr_assert_eq(mlajit_cache_default_dir(buf, sizeof buf), MLAJIT_OK);
+    cr_assert_str_eq(buf, "/home/someone/.cache/mlajit");
+
+    cr_assert_eq(setenv("XDG_CACHE_HOME", "relative/path", 1), 0); /* XDG: relative is ignored */
+    cr_assert_eq(mlajit_cache_default_dir(buf, sizeof buf), MLAJIT_OK);
+    cr_assert_str_eq(buf, "/home/someone/.cache/mlajit");
+
+    cr_assert_eq(unsetenv("XDG_CACHE_HOME"), 0);
+    cr_assert_eq(unsetenv("HOME"), 0);
+    mlajit_clear_error();
+    cr_assert_eq(mlajit_cache_default_dir(buf, sizeof buf), MLAJIT_ERR_NOT_FOUND);
+    cr_assert_gt(strlen(mlajit_last_error()), 0);
+    cr_assert_str_eq(buf, "");
+}
+
+Test(cache, default_dir_truncation_is_invalid_argument)
+{
+    char buf[16];
+    cr_assert_eq(setenv("MLAJIT_CACHE_DIR", "/a/rather/long/cache/directory", 1), 0);
+    cr_assert_eq(mlajit_cache_default_dir(buf, sizeof buf), MLAJIT_ERR_INVALID_ARGUMENT);
+    cr_assert_str_eq(buf, "");
+
+    cr_assert_eq(unsetenv("MLAJIT_CACHE_DIR"), 0);
+    cr_assert_eq(unsetenv("XDG_CACHE_HOME"), 0);
+    cr_assert_eq(setenv("HOME", "/home/abcdef", 1), 0); /* "/home/abcdef/.cache/mlajit" needs 27 bytes */
+    cr_assert_eq(mlajit_cache_default_dir(buf, sizeof buf), MLAJIT_ERR_INVALID_ARGUMENT);
+
+    char exact[27];
+    cr_assert_eq(mlajit_cache_default_dir(exact, sizeof exact), MLAJIT_OK);
+    cr_assert_str_eq(exact, "/home/abcdef/.cache/mlajit");
+    cr_assert_eq(mlajit_cache_default_dir(exact, sizeof exact - 1), MLAJIT_ERR_INVALID_ARGUMENT);
+}
+
+/* A store opened at the default dir lands where the environment says. */
+Test(cache, default_dir_is_usable_for_open)
+{
+    char dir[256], buf[256];
+    root_path(dir, sizeof dir, "xdg");
+    cr_assert_eq(unsetenv("MLAJIT_CACHE_DIR"), 0);
+    cr_assert_eq(setenv("XDG_CACHE_HOME", dir, 1), 0);
+    cr_assert_eq(mlajit_cache_default_dir(buf, sizeof buf), MLAJIT_OK);
+    mlajit_store *store = NULL;
+    cr_assert_eq(mlajit_store_open(buf, 0, &store), MLAJIT_OK, "%s", mlajit_last_error());
+    mlajit_store_close(store);
+    char data_path[300];
+    snprintf(data_path, sizeof data_path, "%s/mlajit/data.mdb", dir);
+    struct stat st;
+    cr_assert_eq(stat(data_path, &st), 0, "no %s", data_path);
+}

@@ -1,0 +1,199 @@
+/* codegen: the descriptor table, spec validation and strings, generated source. */
+#include <criterion/criterion.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "codegen/codegen.h"
+#include "codegen/kernel_abi.h"
+#include "mlajit.h"
+
+Test(models, descriptor_table_is_consistent)
+{
+    const mlajit_model models[] = {MLAJIT_MODEL_V32, MLAJIT_MODEL_DSV4, MLAJIT_MODEL_GLM_NSA};
+    for (size_t i = 0; i < 3; i++) {
+        const mlajit_model_desc *d = mlajit_model_describe(models[i]);
+        cr_assert_not_null(d);
+        cr_expect_eq(d->d_nope + d->d_rope, d->d_qk, "%s: nope + rope = qk", d->name);
+        cr_expect_eq(d->num_scales * d->quant_tile, d->d_nope, "%s: scales cover the NoPE dims", d->name);
+        int inline_bytes = d->scale_place == MLAJIT_SCALES_INLINE ? d->num_scales * 4 : 0;
+        cr_expect_leq(d->d_nope + inline_bytes + d->d_rope * 2, d->row_bytes, "%s: the row holds its parts", d->name);
+        cr_expect_eq(d->row_bytes + d->footer_bytes, d->bytes_per_token, "%s", d->name);
+        if (d->scale_place == MLAJIT_SCALES_PAGE_FOOTER)
+            cr_expect_geq(d->footer_bytes, d->num_scales, "%s: footer holds the scales", d->name);
+        mlajit_model back;
+        cr_expect_eq(mlajit_model_from_name(d->name, &back), MLAJIT_OK);
+        cr_expect_eq(back, models[i]);
+    }
+    /* SPEC.md's numbers */
+    cr_expect_eq(mlajit_model_describe(MLAJIT_MODEL_V32)->bytes_per_token, 656);
+    cr_expect_eq(mlajit_model_describe(MLAJIT_MODEL_DSV4)->bytes_per_token, 584);
+    cr_expect_eq(mlajit_model_describe(MLAJIT_MODEL_DSV4)->d_qk, 512);
+    cr_expect_null(mlajit_model_describe((mlajit_model)99));
+    mlajit_model m;
+    cr_expect_eq(mlajit_model_from_name("llama", &m), MLAJIT_ERR_INVALID_ARGUMENT);
+    cr_expect(strstr(mlajit_last_error(), "v32") != NULL, "message lists the allowed models");
+    cr_expect_eq(mlajit_min_page_stride(MLAJIT_MODEL_DSV4, 64), 64 * 584);
+}
+
+Test(spec, validation_names_the_field)
+{
+    mlajit_kernel_spec s;
+    struct { int h, p; const char *word; } bad[] = {{0, 64, "h_q"}, {129, 64, "h_q"}, {16, 0, "page_size"},
+                                                    {16, 1025, "page_size"}};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        cr_expect_eq(mlajit_spec_init(&s, MLAJIT_MODEL_V32, bad[i].h, bad[i].p), MLAJIT_ERR_INVALID_ARGUMENT);
+        cr_expect(strstr(mlajit_last_error(), bad[i].word) != NULL, "'%s' names %s", mlajit_last_error(), bad[i].word);
+    }
+    cr_assert_eq(mlajit_spec_init(&s, MLAJIT_MODEL_V32, 128, 64), MLAJIT_OK);
+    s.features = 0x100;
+    cr_expect_eq(mlajit_spec_validate(&s), MLAJIT_ERR_INVALID_ARGUMENT);
+    s.features = MLAJIT_FEATURE_EXTRA_TOPK_LENGTH;
+    cr_expect_eq(mlajit_spec_validate(&s), MLAJIT_ERR_INVALID_ARGUMENT, "extra length needs an extra cache");
+    s.features = 0;
+    strcpy(s.arch, "sm_75");
+    cr_expect_eq(mlajit_spec_validate(&s), MLAJIT_ERR_INVALID_ARGUMENT);
+    cr_expect(strstr(mlajit_last_error(), "sm_90a") != NULL, "message lists the arches");
+    strcpy(s.arch, "sm_90a");
+    s.tile = 48;
+    cr_expect_eq(mlajit_spec_validate(&s), MLAJIT_ERR_INVALID_ARGUMENT);
+    s.model = (mlajit_model)7;
+    s.tile = 0;
+    cr_expect_eq(mlajit_spec_validate(&s), MLAJIT_ERR_INVALID_ARGUMENT);
+    cr_expect_eq(mlajit_spec_validate(NULL), MLAJIT_ERR_INVALID_ARGUMENT);
+}
+
+Test(spec, canonical_string_round_trips)
+{
+    const mlajit_model models[] = {MLAJIT_MODEL_V32, MLAJIT_MODEL_DSV4, MLAJIT_MODEL_GLM_NSA};
+    const char *arches[] = {"sm_80", "sm_86", "sm_90a", "sm_100a", "sm_120a"};
+    int count = 0;
+    for (int mi = 0; mi < 3; mi++)
+        for (int h = 1; h <= 128; h += 21)
+            for (int ai = 0; ai < 5; ai++)
+                for (unsigned f = 0; f < 8; f++) {
+                    mlajit_kernel_spec s, back, r;
+                    cr_assert_eq(mlajit_spec_init(&s, models[mi], h, 1 + h * 7), MLAJIT_OK);
+                    strcpy(s.arch, arches[ai]);
+                    s.features = f;
+                    if (f & MLAJIT_FEATURE_EXTRA_TOPK_LENGTH)
+                        s.extra_page_size = 64;
+                    char str[128], str2[128];
+                    cr_assert_eq(mlajit_spec_string(&s, str, sizeof str), MLAJIT_OK, "%s", mlajit_last_error());
+                    cr_assert_eq(mlajit_spec_parse(str, &back), MLAJIT_OK, "%s: %s", str, mlajit_last_error());
+                    cr_assert_eq(mlajit_spec_resolve(&s, &r), MLAJIT_OK);
+                    cr_expect_eq(back.model, r.model);
+                    cr_expect_eq(back.h_q, r.h_q);
+                    cr_expect_eq(back.page_size, r.page_size);
+                    cr_expect_eq(back.extra_page_size, r.extra_page_size);
+                    cr_expect_eq(back.features, r.features);
+                    cr_expect_eq(back.tile, r.tile);
+                    cr_expect_eq(back.heads_per_cta, r.heads_per_cta);
+                    cr_expect_str_eq(back.arch, r.arch);
+                    cr_assert_eq(mlajit_spec_string(&back, str2, sizeof str2), MLAJIT_OK);
+                    cr_expect_str_eq(str, str2, "the string of a parsed string is itself");
+                    count++;
+                }
+    cr_expect_gt(count, 500);
+    mlajit_kernel_spec s;
+    mlajit_spec_init(&s, MLAJIT_MODEL_DSV4, 64, 256);
+    s.extra_page_size = 64;
+    s.features = MLAJIT_FEATURE_ALL;
+    strcpy(s.arch, "sm_90a");
+    char str[128];
+    cr_assert_eq(mlajit_spec_string(&s, str, sizeof str), MLAJIT_OK);
+    cr_expect_str_eq(str, "dsv4.h64.p256.e64.fslx.t64.hc32.portable.sm_90a");
+    cr_expect_eq(mlajit_spec_string(&s, str, 10), MLAJIT_ERR_INVALID_ARGUMENT, "a short buffer is an error");
+}
+
+Test(spec, parse_rejects_garbage)
+{
+    const char *bad[] = {"", "v32", "v32.h0.p64.t64.hc16.portable.sm_90a", "x.h1.p1.t64.hc16.portable.sm_90a",
+                         "v32.h1.p1.t64.hc16.portable.sm_91", "v32.h1.p1.fq.t64.hc16.portable.sm_90a",
+                         "v32.h1.p1.t64.hc16.fast.sm_90a", "v32.h1.p1.t64.hc16.portable.sm_90a.extra",
+                         "v32.h-1.p1.t64.hc16.portable.sm_90a", "v32.h1.p99999999999.t64.hc16.portable.sm_90a"};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        mlajit_kernel_spec s;
+        cr_expect_eq(mlajit_spec_parse(bad[i], &s), MLAJIT_ERR_INVALID_ARGUMENT, "'%s' must be rejected", bad[i]);
+        cr_expect_neq(mlajit_last_error()[0], '\0');
+    }
+}
+
+Test(spec, resolve_fits_shared_memory_of_each_arch)
+{
+    const char *arches[] = {"sm_80", "sm_86", "sm_87", "sm_89", "sm_90", "sm_90a", "sm_100a", "sm_120", "sm_120a"};
+    for (size_t a = 0; a < sizeof arches / sizeof arches[0]; a++)
+        for (int h = 1; h <= 128; h++) {
+            mlajit_kernel_spec s, r;
+            mlajit_spec_init(&s, MLAJIT_MODEL_V32, h, 64);
+            strcpy(s.arch, arches[a]);
+            cr_assert_eq(mlajit_spec_resolve(&s, &r), MLAJIT_OK, "%s h%d: %s", arches[a], h, mlajit_last_error());
+            mlajit_kernel_layout l;
+            cr_assert_eq(mlajit_codegen_layout(&r, &l), MLAJIT_OK);
+            cr_expect_leq(l.smem_bytes, mlajit_arch_max_smem(arches[a]));
+            cr_expect(r.heads_per_cta >= 16 && r.heads_per_cta % 16 == 0);
+        }
+    /* forcing a tile that does not fit is an error, not a silent change */
+    mlajit_kernel_spec s, r;
+    mlajit_spec_init(&s, MLAJIT_MODEL_V32, 128, 64);
+    strcpy(s.arch, "sm_86");
+    s.tile = 64;
+    cr_expect_eq(mlajit_spec_resolve(&s, &r), MLAJIT_ERR_UNSUPPORTED);
+    cr_expect(strstr(mlajit_last_error(), "shared memory") != NULL);
+}
+
+Test(generate, source_carries_the_config_block)
+{
+    mlajit_kernel_spec s;
+    mlajit_spec_init(&s, MLAJIT_MODEL_DSV4, 48, 61);
+    s.extra_page_size = 2;
+    s.features = MLAJIT_FEATURE_SINK | MLAJIT_FEATURE_EXTRA_TOPK_LENGTH;
+    strcpy(s.arch, "sm_90a");
+    char *src = NULL;
+    cr_assert_eq(mlajit_generate_source(&s, &src), MLAJIT_OK, "%s", mlajit_last_error());
+    cr_assert_not_null(src);
+    cr_expect(strstr(src, "constexpr int kDQK = 512;") != NULL);
+    cr_expect(strstr(src, "constexpr int kHeads = 48;") != NULL);
+    cr_expect(strstr(src, "constexpr int kPageSize = 61;") != NULL);
+    cr_expect(strstr(src, "constexpr int kExtraPageSize = 2;") != NULL);
+    cr_expect(strstr(src, "constexpr bool kHasSink = true;") != NULL);
+    cr_expect(strstr(src, "constexpr bool kHasTopkLength = false;") != NULL);
+    cr_expect(strstr(src, "constexpr bool kHasExtraTopkLength = true;") != NULL);
+    cr_expect(strstr(src, "constexpr int kScaleFormat = 3;") != NULL);
+    cr_expect(strstr(src, "mlajit_decode_main") != NULL);
+    cr_expect(strstr(src, "mlajit_decode_combine") != NULL);
+    cr_expect(strstr(src, "#include") == NULL, "kernels need no toolkit headers");
+    char expect_params[64];
+    snprintf(expect_params, sizeof expect_params, "kParamsBytes = %zu;", sizeof(mlajit_decode_params));
+    cr_expect(strstr(src, expect_params) != NULL);
+    mlajit_free(src);
+}
+
+Test(generate, equal_specs_equal_source_and_different_specs_differ)
+{
+    mlajit_kernel_spec a, b;
+    mlajit_spec_init(&a, MLAJIT_MODEL_V32, 16, 64);
+    strcpy(a.arch, "sm_90a");
+    b = a;
+    char *sa, *sb;
+    cr_assert_eq(mlajit_generate_source(&a, &sa), MLAJIT_OK);
+    cr_assert_eq(mlajit_generate_source(&b, &sb), MLAJIT_OK);
+    cr_expect_str_eq(sa, sb);
+    mlajit_free(sb);
+    b.page_size = 63;
+    cr_assert_eq(mlajit_generate_source(&b, &sb), MLAJIT_OK);
+    cr_expect_str_neq(sa, sb);
+    mlajit_free(sa);
+    mlajit_free(sb);
+    cr_expect_neq(mlajit_templates_hash(), 0u);
+    cr_expect_eq(mlajit_templates_hash(), mlajit_templates_hash());
+}
+
+Test(generate, needs_an_arch)
+{
+    mlajit_kernel_spec s;
+    mlajit_spec_init(&s, MLAJIT_MODEL_V32, 16, 64);
+    char *src = (char *)1;
+    cr_expect_eq(mlajit_generate_source(&s, &src), MLAJIT_ERR_INVALID_ARGUMENT);
+    cr_expect_null(src);
+    cr_expect(strstr(mlajit_last_error(), "arch") != NULL);
+}

@@ -1,0 +1,171 @@
+/* GPU: every golden case and a sweep of shapes through the library, against the
+ * fp64 reference under SPEC.md's bar. Skipped, saying why, without a GPU. */
+#include <criterion/criterion.h>
+#include <dirent.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "harness/harness.h"
+#include "mlajit.h"
+
+static mlajit_context *ctx;
+static char cache_dir[256];
+
+static void setup(void)
+{
+    snprintf(cache_dir, sizeof cache_dir, "/tmp/mlajit-gpu-XXXXXX");
+    cr_assert_not_null(mkdtemp(cache_dir));
+    mlajit_context_options o = {.cache_dir = cache_dir};
+    cr_assert_eq(mlajit_context_create(&o, &ctx), MLAJIT_OK, "%s", mlajit_last_error());
+    mlajit_context_info info;
+    mlajit_context_get_info(ctx, &info);
+    if (!info.has_device)
+        cr_skip_test("no GPU on this machine (no CUDA driver or device); GPU suites run on the H200 host");
+}
+
+static void teardown(void)
+{
+    mlajit_context_destroy(ctx);
+    char cmd[300];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", cache_dir);
+    cr_expect_eq(system(cmd), 0);
+}
+
+TestSuite(gpu, .init = setup, .fini = teardown, .timeout = 1200);
+
+static void check_case(const mlajit_case *c, const mlajit_gpu_run_options *opts, const char *label)
+{
+    mlajit_gpu_result res;
+    int rc = mlajit_case_run_gpu(ctx, c, opts, &res);
+    cr_assert_eq(rc, MLAJIT_OK, "%s: %s", label, mlajit_last_error());
+    size_t n_lse = (size_t)c->b * c->s_q * c->h_q;
+    mlajit_compare_result r;
+    mlajit_compare(res.out, c->expected_out, n_lse * mlajit_model_describe(c->model)->d_v, res.lse, c->expected_lse,
+                   n_lse, &r);
+    cr_expect(r.pass, "%s [%s, %d splits]: max|err| %.3e cos %.7f out violations %lld lse max|err| %.3e violations %lld",
+              label, res.report.spec, res.num_splits, r.out_max_abs_err, r.out_cosine, (long long)r.out_violations,
+              r.lse_max_abs_err, (long long)r.lse_violations);
+    mlajit_gpu_result_free(&res);
+}
+
+static const char *golden_dir(void)
+{
+    const char *d = getenv("MLAJIT_GOLDEN_DIR");
+    return d && *d ? d : "../shared/golden";
+}
+
+static void for_each_golden(const mlajit_gpu_run_options *opts, const char *variant)
+{
+    DIR *dir = opendir(golden_dir());
+    cr_assert_not_null(dir, "golden dir %s is missing (set MLAJIT_GOLDEN_DIR)", golden_dir());
+    int n = 0;
+    struct dirent *e;
+    while ((e = readdir(dir))) {
+        char path[1024];
+        snprintf(path, sizeof path, "%s/%s/case.json", golden_dir(), e->d_name);
+        struct stat st;
+        if (e->d_name[0] == '.' || stat(path, &st) != 0)
+            continue;
+        snprintf(path, sizeof path, "%s/%s", golden_dir(), e->d_name);
+        mlajit_case c;
+        cr_assert_eq(mlajit_case_load(path, &c), MLAJIT_OK, "%s: %s", path, mlajit_last_error());
+        char label[1200];
+        snprintf(label, sizeof label, "%s (%s)", e->d_name, variant);
+        check_case(&c, opts, label);
+        mlajit_case_free(&c);
+        n++;
+    }
+    closedir(dir);
+    cr_expect_geq(n, 7, "expected the 7 golden cases, found %d", n);
+}
+
+Test(gpu, golden_cases)
+{
+    for_each_golden(NULL, "planner's choice");
+}
+
+Test(gpu, golden_cases_split_strided)
+{
+    mlajit_gpu_run_options o = {.num_splits = 3, .lse_head_major = 1, .pad_strides = 1};
+    for_each_golden(&o, "3 splits, lse [b,h,s], padded strides");
+}
+
+Test(gpu, golden_cases_small_tiles)
+{
+    mlajit_gpu_run_options o = {.tile = 32, .heads_per_cta = 16, .num_splits = 1};
+    for_each_golden(&o, "tile 32, 16 heads per CTA, no split");
+}
+
+static void synth_check(const mlajit_synth_params *p, const mlajit_gpu_run_options *opts, const char *label)
+{
+    mlajit_case c;
+    cr_assert_eq(mlajit_case_synthesize(p, &c), MLAJIT_OK, "%s: %s", label, mlajit_last_error());
+    cr_assert_eq(mlajit_case_compute_expected(&c), MLAJIT_OK, "%s: %s", label, mlajit_last_error());
+    check_case(&c, opts, label);
+    mlajit_case_free(&c);
+}
+
+Test(gpu, sweep_heads_pages_ragged_topk)
+{
+    const int heads[] = {1, 2, 3, 8, 16, 24, 32, 48, 64, 80, 128};
+    const int pages[] = {1, 2, 61, 64, 256};
+    const int topks[] = {1, 37, 64, 133, 200, 511, 1152};
+    int k = 0;
+    for (size_t hi = 0; hi < sizeof heads / sizeof heads[0]; hi++)
+        for (size_t pi = 0; pi < sizeof pages / sizeof pages[0]; pi++, k++) {
+            int topk = topks[k % 7];
+            int dual = k % 3 == 2;
+            mlajit_synth_params p = {
+                .model = k % 2 ? MLAJIT_MODEL_DSV4 : MLAJIT_MODEL_V32,
+                .b = 1 + k % 3, .s_q = 1 + k % 2, .h_q = heads[hi],
+                .topk = topk, .page_size = pages[pi], .seqlen = topk * 2 + 50,
+                .extra_topk = dual ? 1 + (k * 37) % 300 : 0, .extra_page_size = dual ? pages[(pi + 2) % 5] : 0,
+                .extra_seqlen = dual ? 700 : 0,
+                .with_sink = k % 4 == 1, .with_topk_length = k % 5 == 3, .with_extra_topk_length = dual && k % 2,
+                .invalid_fraction = k % 3 == 0 ? 0.1 : 0.0, .page_stride_pad = k % 4 == 3 ? 32 : 0,
+                .seed = 7000 + (uint64_t)k,
+            };
+            char label[200];
+            snprintf(label, sizeof label, "sweep %d: %s h%d p%d topk %d extra %d/%d b%d s_q%d", k,
+                     p.model == MLAJIT_MODEL_V32 ? "v32" : "dsv4", p.h_q, p.page_size, p.topk, p.extra_topk,
+                     p.extra_page_size, p.b, p.s_q);
+            synth_check(&p, NULL, label);
+        }
+}
+
+Test(gpu, glm_nsa_arbitrary_scales)
+{
+    mlajit_synth_params p = {.model = MLAJIT_MODEL_GLM_NSA, .b = 2, .s_q = 1, .h_q = 32, .topk = 300,
+                             .page_size = 64, .seqlen = 1000, .seed = 99};
+    synth_check(&p, NULL, "glm_nsa h32");
+}
+
+Test(gpu, rows_with_nothing_to_attend)
+{
+    mlajit_synth_params p = {.model = MLAJIT_MODEL_V32, .b = 3, .s_q = 2, .h_q = 16, .topk = 100,
+                             .page_size = 64, .seqlen = 400, .invalid_fraction = 1.0, .with_sink = 1, .seed = 5};
+    synth_check(&p, NULL, "every index invalid");
+    mlajit_gpu_run_options split = {.num_splits = 2};
+    synth_check(&p, &split, "every index invalid, split");
+}
+
+Test(gpu, empty_batch_is_a_no_op)
+{
+    mlajit_synth_params p = {.model = MLAJIT_MODEL_DSV4, .b = 0, .s_q = 1, .h_q = 8, .topk = 64,
+                             .page_size = 64, .seqlen = 128, .seed = 3};
+    mlajit_case c;
+    cr_assert_eq(mlajit_case_synthesize(&p, &c), MLAJIT_OK, "%s", mlajit_last_error());
+    mlajit_gpu_result res;
+    cr_expect_eq(mlajit_case_run_gpu(ctx, &c, NULL, &res), MLAJIT_OK, "%s", mlajit_last_error());
+    mlajit_gpu_result_free(&res);
+    mlajit_case_free(&c);
+}
+
+Test(gpu, large_topk_many_splits)
+{
+    mlajit_synth_params p = {.model = MLAJIT_MODEL_V32, .b = 1, .s_q = 1, .h_q = 128, .topk = 16384,
+                             .page_size = 64, .seqlen = 40000, .seed = 11};
+    synth_check(&p, NULL, "topk 16384");
+}

@@ -1,0 +1,170 @@
+/* NVRTC: generated kernels compile for every target family with no spills, and
+ * the context's prepare path goes process map -> disk cache -> NVRTC. No GPU. */
+#include <criterion/criterion.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cache/store.h"
+#include "mlajit.h"
+#include "runtime/nvrtc.h"
+
+static void compile_ok(mlajit_model model, int h, int page, int extra_page, unsigned features, const char *arch)
+{
+    mlajit_kernel_spec s;
+    cr_assert_eq(mlajit_spec_init(&s, model, h, page), MLAJIT_OK);
+    s.extra_page_size = extra_page;
+    s.features = features;
+    strcpy(s.arch, arch);
+    char name[128];
+    cr_assert_eq(mlajit_spec_string(&s, name, sizeof name), MLAJIT_OK, "%s", mlajit_last_error());
+    char *src;
+    cr_assert_eq(mlajit_generate_source(&s, &src), MLAJIT_OK, "%s", mlajit_last_error());
+    mlajit_compiled c;
+    int rc = mlajit_nvrtc_compile(src, name, arch, &c);
+    mlajit_free(src);
+    cr_assert_eq(rc, MLAJIT_OK, "%s: %s", name, mlajit_last_error());
+    cr_expect_gt(c.cubin_size, 1000u, "%s: a real cubin", name);
+    cr_expect_eq(c.spill_bytes, 0, "%s spills %d bytes", name, c.spill_bytes);
+    cr_expect_gt(c.registers, 0, "%s: the ptxas report was parsed", name);
+    cr_expect_leq(c.registers, 255);
+    mlajit_compiled_free(&c);
+}
+
+static const char *arches[] = {"sm_80", "sm_90a", "sm_100a", "sm_120a"};
+
+Test(nvrtc, v32_spread, .timeout = 600)
+{
+    for (int a = 0; a < 4; a++) {
+        compile_ok(MLAJIT_MODEL_V32, 128, 64, 0, 0, arches[a]);
+        compile_ok(MLAJIT_MODEL_V32, 3, 61, 0, MLAJIT_FEATURE_SINK | MLAJIT_FEATURE_TOPK_LENGTH, arches[a]);
+    }
+}
+
+Test(nvrtc, dsv4_spread, .timeout = 600)
+{
+    for (int a = 0; a < 4; a++) {
+        compile_ok(MLAJIT_MODEL_DSV4, 64, 256, 64, MLAJIT_FEATURE_ALL, arches[a]);
+        compile_ok(MLAJIT_MODEL_DSV4, 17, 1, 0, 0, arches[a]);
+    }
+}
+
+Test(nvrtc, glm_nsa_and_odd_shapes, .timeout = 600)
+{
+    compile_ok(MLAJIT_MODEL_GLM_NSA, 128, 1024, 7, MLAJIT_FEATURE_ALL, "sm_90a");
+    compile_ok(MLAJIT_MODEL_V32, 1, 1, 1023, MLAJIT_FEATURE_EXTRA_TOPK_LENGTH, "sm_86");
+    compile_ok(MLAJIT_MODEL_V32, 80, 2, 0, 0, "sm_89");
+}
+
+Test(nvrtc, rejects_an_arch_it_cannot_target)
+{
+    mlajit_compiled c;
+    cr_expect_neq(mlajit_nvrtc_compile("extern \"C\" __global__ void k() {}", "k", "sm_10", &c), MLAJIT_OK);
+    cr_expect(strstr(mlajit_last_error(), "sm_10") != NULL);
+    cr_expect_eq(mlajit_nvrtc_compile("this is not C++", "bad", "sm_90a", &c), MLAJIT_ERR_COMPILE);
+    cr_expect(strstr(mlajit_last_error(), "bad") != NULL, "the message names the program");
+}
+
+static char cache_dir[256];
+
+static void make_cache_dir(void)
+{
+    snprintf(cache_dir, sizeof cache_dir, "/tmp/mlajit-nvrtc-XXXXXX");
+    cr_assert_not_null(mkdtemp(cache_dir));
+}
+
+static void remove_cache_dir(void)
+{
+    char cmd[300];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", cache_dir);
+    cr_expect_eq(system(cmd), 0);
+}
+
+Test(prepare, miss_then_hit_across_contexts_and_corruption_recompiles, .init = make_cache_dir,
+     .fini = remove_cache_dir, .timeout = 300)
+{
+    mlajit_context_options o = {.cache_dir = cache_dir, .flags = MLAJIT_CONTEXT_NO_DEVICE};
+    mlajit_kernel_spec s;
+    mlajit_spec_init(&s, MLAJIT_MODEL_V32, 24, 64);
+    mlajit_kernel_report r1, r2, r3, r4;
+
+    mlajit_context *ctx;
+    cr_assert_eq(mlajit_context_create(&o, &ctx), MLAJIT_OK, "%s", mlajit_last_error());
+    cr_assert_eq(mlajit_kernel_prepare(ctx, &s, &r1), MLAJIT_OK, "%s", mlajit_last_error());
+    cr_expect_eq(r1.cache_hit, 0);
+    cr_expect_eq(r1.loaded, 0, "no device: compiled and cached only");
+    cr_expect(strstr(r1.spec, "sm_90a") != NULL, "without a device the target is sm_90a: %s", r1.spec);
+    cr_expect_gt(r1.compile_ms, 0.0);
+    cr_assert_eq(mlajit_kernel_prepare(ctx, &s, &r2), MLAJIT_OK);
+    cr_expect_eq(r2.cache_hit, 1, "the process map serves a repeat");
+    cr_expect_str_eq(r1.key, r2.key);
+    mlajit_context_info info;
+    cr_assert_eq(mlajit_context_get_info(ctx, &info), MLAJIT_OK);
+    cr_expect_eq(info.cache_entries, 1);
+    mlajit_context_destroy(ctx);
+
+    /* a fresh context (as a fresh process would) finds it on disk */
+    cr_assert_eq(mlajit_context_create(&o, &ctx), MLAJIT_OK);
+    cr_assert_eq(mlajit_kernel_prepare(ctx, &s, &r3), MLAJIT_OK);
+    cr_expect_eq(r3.cache_hit, 1);
+    cr_expect_str_eq(r3.key, r1.key);
+    cr_expect_eq(r3.registers, r1.registers, "the stored report comes back");
+    mlajit_context_destroy(ctx);
+
+    /* flip a byte of the stored cubin: detected, recompiled, repaired */
+    mlajit_store *st;
+    cr_assert_eq(mlajit_store_open(cache_dir, 0, &st), MLAJIT_OK);
+    mlajit_cache_key key;
+    cr_assert_eq(sscanf(r1.key, "%16llx%16llx", (unsigned long long *)&key.hi, (unsigned long long *)&key.lo), 2);
+    mlajit_cache_entry e;
+    cr_assert_eq(mlajit_store_get(st, &key, &e), MLAJIT_OK);
+    void *value;
+    size_t len;
+    cr_assert_eq(mlajit_cache_entry_encode(&e, &value, &len), MLAJIT_OK);
+    ((unsigned char *)value)[len - 100] ^= 0x40;
+    cr_assert_eq(mlajit_store_put_raw(st, &key, value, len), MLAJIT_OK);
+    free(value);
+    mlajit_cache_entry_clear(&e);
+    mlajit_store_close(st);
+
+    cr_assert_eq(mlajit_context_create(&o, &ctx), MLAJIT_OK);
+    cr_assert_eq(mlajit_kernel_prepare(ctx, &s, &r4), MLAJIT_OK, "%s", mlajit_last_error());
+    cr_expect_eq(r4.cache_hit, 0, "a corrupt entry is a miss");
+    mlajit_context_destroy(ctx);
+    cr_assert_eq(mlajit_store_open(cache_dir, 1, &st), MLAJIT_OK);
+    cr_expect_eq(mlajit_store_get(st, &key, &e), MLAJIT_OK, "the recompile repaired the entry");
+    mlajit_cache_entry_clear(&e);
+    mlajit_store_close(st);
+}
+
+Test(prepare, key_changes_with_the_spec, .init = make_cache_dir, .fini = remove_cache_dir, .timeout = 300)
+{
+    mlajit_context_options o = {.cache_dir = cache_dir, .flags = MLAJIT_CONTEXT_NO_DEVICE};
+    mlajit_context *ctx;
+    cr_assert_eq(mlajit_context_create(&o, &ctx), MLAJIT_OK);
+    mlajit_kernel_spec a, b;
+    mlajit_spec_init(&a, MLAJIT_MODEL_V32, 16, 64);
+    b = a;
+    b.features = MLAJIT_FEATURE_SINK;
+    mlajit_kernel_report ra, rb;
+    cr_assert_eq(mlajit_kernel_prepare(ctx, &a, &ra), MLAJIT_OK);
+    cr_assert_eq(mlajit_kernel_prepare(ctx, &b, &rb), MLAJIT_OK);
+    cr_expect_str_neq(ra.key, rb.key);
+    cr_expect_eq(rb.cache_hit, 0);
+    mlajit_context_destroy(ctx);
+}
+
+Test(prepare, unwritable_cache_dir_still_compiles, .timeout = 300)
+{
+    mlajit_context_options o = {.cache_dir = "/proc/mlajit-cannot-exist", .flags = MLAJIT_CONTEXT_NO_DEVICE};
+    mlajit_context *ctx;
+    cr_assert_eq(mlajit_context_create(&o, &ctx), MLAJIT_OK, "an unusable cache is a warning, not an error");
+    mlajit_context_info info;
+    mlajit_context_get_info(ctx, &info);
+    cr_expect_str_eq(info.cache_dir, "");
+    mlajit_kernel_spec s;
+    mlajit_spec_init(&s, MLAJIT_MODEL_DSV4, 8, 64);
+    mlajit_kernel_report r;
+    cr_expect_eq(mlajit_kernel_prepare(ctx, &s, &r), MLAJIT_OK, "%s", mlajit_last_error());
+    mlajit_context_destroy(ctx);
+}
