@@ -241,9 +241,8 @@ extern "C" __global__ void __launch_bounds__(cfg::kThreads, 1) mlajit_decode_mai
             for (int i = 0; i < kTokensPerSoftmaxThread; i += 2) {
                 float p0 = empty ? 0.0f : fast_exp2(sc[i] - new_max);
                 float p1 = empty ? 0.0f : fast_exp2(sc[i + 1] - new_max);
-                u32 packed = pack_bf16x2(p0, p1);
-                sum += bf16_lo(packed) + bf16_hi(packed);  // sum what P V will use
-                *reinterpret_cast<u32*>(prow + i) = packed;
+                sum += p0 + p1;  // fp32, not the bf16 P V uses: lse must be exact to ~1e-6
+                *reinterpret_cast<u32*>(prow + i) = pack_bf16x2(p0, p1);
             }
             sum = warp_sum_xor(sum, kSoftmaxThreadsPerRow);
             if (part == 0) {

@@ -63,8 +63,6 @@ __device__ __forceinline__ u32 pack_bf16x2(float lo, float hi)
     return r;
 }
 
-__device__ __forceinline__ float bf16_lo(u32 v) { return bits_to_float(v << 16); }
-__device__ __forceinline__ float bf16_hi(u32 v) { return bits_to_float(v & 0xffff0000u); }
 
 // fp8 e4m3fn code -> its exact float value. Placing the 7 magnitude bits at the
 // top of an fp32 mantissa/exponent gives value * 2^-120 for normals and

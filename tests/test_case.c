@@ -1,2 +1,940 @@
+/* Case directories: loading the golden cases, save / load round trips, hostile
+ * or damaged inputs (which must give errors, never crashes), the JSON reader and
+ * writer underneath, and synthetic cases. */
+#ifndef _GNU_SOURCE
+#define _GNU_SOURCE /* mkdtemp, nftw, truncate */
+#endif
 #include <criterion/criterion.h>
-Test(placeholder, x) { cr_assert(1); }
+#include <criterion/logging.h>
+#include <dirent.h>
+#include <ftw.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "harness/harness.h"
+#include "harness/json.h"
+#include "mlajit.h"
+
+/* ---- helpers ------------------------------------------------------------------- */
+
+static int remove_entry(const char *path, const struct stat *sb, int flag, struct FTW *ftw)
+{
+    (void)sb;
+    (void)flag;
+    (void)ftw;
+    return remove(path);
+}
+
+/* A fresh temporary directory, removed by remove_tree. */
+static void make_temp_dir(char *dir, size_t len)
+{
+    snprintf(dir, len, "/tmp/mlajit_test_case_XXXXXX");
+    cr_assert_not_null(mkdtemp(dir), "mkdtemp failed");
+}
+
+static void remove_tree(const char *dir) { nftw(dir, remove_entry, 16, FTW_DEPTH | FTW_PHYS); }
+
+static char *read_text(const char *path, size_t *len)
+{
+    FILE *f = fopen(path, "rb");
+    cr_assert_not_null(f, "cannot open %s", path);
+    fseek(f, 0, SEEK_END);
+    long n = ftell(f);
+    fseek(f, 0, SEEK_SET);
+    char *text = malloc((size_t)n + 1);
+    cr_assert_not_null(text);
+    cr_assert_eq(fread(text, 1, (size_t)n, f), (size_t)n);
+    fclose(f);
+    text[n] = '\0';
+    if (len)
+        *len = (size_t)n;
+    return text;
+}
+
+static void write_text(const char *path, const char *text, size_t len)
+{
+    FILE *f = fopen(path, "wb");
+    cr_assert_not_null(f, "cannot create %s", path);
+    cr_assert_eq(fwrite(text, 1, len, f), len);
+    fclose(f);
+}
+
+static void case_json_path(char *buf, size_t len, const char *dir) { snprintf(buf, len, "%s/case.json", dir); }
+
+/* Replace the first occurrence of `from` in dir/case.json with `to`. */
+static void edit_case_json(const char *dir, const char *from, const char *to)
+{
+    char path[512];
+    case_json_path(path, sizeof path, dir);
+    char *text = read_text(path, NULL);
+    char *at = strstr(text, from);
+    cr_assert_not_null(at, "'%s' not found in case.json", from);
+    size_t head = (size_t)(at - text), from_len = strlen(from), to_len = strlen(to), tail = strlen(at + from_len);
+    char *edited = malloc(head + to_len + tail + 1);
+    memcpy(edited, text, head);
+    memcpy(edited + head, to, to_len);
+    memcpy(edited + head + to_len, at + from_len, tail + 1);
+    write_text(path, edited, strlen(edited));
+    free(text);
+    free(edited);
+}
+
+static size_t file_size(const char *dir, const char *name)
+{
+    char path[512];
+    snprintf(path, sizeof path, "%s/%s", dir, name);
+    struct stat sb;
+    cr_assert_eq(stat(path, &sb), 0, "stat %s", path);
+    return (size_t)sb.st_size;
+}
+
+/* A small synthetic case with every optional part: extra cache, sink, both
+ * lengths, invalid indices, stride padding. */
+static mlajit_synth_params small_params(mlajit_model model, uint64_t seed)
+{
+    mlajit_synth_params p;
+    memset(&p, 0, sizeof p);
+    p.model = model;
+    p.b = 3;
+    p.s_q = 2;
+    p.h_q = 4;
+    p.topk = 24;
+    p.extra_topk = 9;
+    p.page_size = 8;
+    p.extra_page_size = 3;
+    p.seqlen = 40;
+    p.extra_seqlen = 7; /* fewer tokens than extra_topk: the rest is -1 */
+    p.page_stride_pad = 32;
+    p.with_sink = 1;
+    p.with_topk_length = 1;
+    p.with_extra_topk_length = 1;
+    p.invalid_fraction = 0.1;
+    p.seed = seed;
+    return p;
+}
+
+static void synth_small(mlajit_case *c, mlajit_model model, uint64_t seed)
+{
+    mlajit_synth_params p = small_params(model, seed);
+    int st = mlajit_case_synthesize(&p, c);
+    cr_assert_eq(st, MLAJIT_OK, "synthesize: %s", mlajit_last_error());
+}
+
+/* Save a small synthetic case (with expected output) into a fresh temp dir. */
+static void make_base_case(char *dir, size_t len)
+{
+    mlajit_case c;
+    synth_small(&c, MLAJIT_MODEL_DSV4, 11);
+    cr_assert_eq(mlajit_case_compute_expected(&c), MLAJIT_OK, "%s", mlajit_last_error());
+    make_temp_dir(dir, len);
+    cr_assert_eq(mlajit_case_save(dir, &c), MLAJIT_OK, "save: %s", mlajit_last_error());
+    mlajit_case_free(&c);
+}
+
+/* Loading dir must fail with a message (and leave the case empty). */
+static void expect_load_error(const char *dir, const char *needle)
+{
+    mlajit_case c;
+    int st = mlajit_case_load(dir, &c);
+    cr_expect_neq(st, MLAJIT_OK, "loading a damaged case succeeded (expected an error naming '%s')",
+                  needle ? needle : "");
+    cr_expect(strlen(mlajit_last_error()) > 0, "no error message");
+    if (needle)
+        cr_expect(strstr(mlajit_last_error(), needle) != NULL, "message '%s' does not mention '%s'",
+                  mlajit_last_error(), needle);
+    cr_expect_null(c.q);
+    cr_expect_null(c.kv.bytes);
+    mlajit_case_free(&c);
+}
+
+static int arrays_equal(const void *a, const void *b, size_t bytes)
+{
+    if (!a || !b)
+        return a == b;
+    return memcmp(a, b, bytes) == 0;
+}
+
+static void expect_cache_equal(const mlajit_case_cache *a, const mlajit_case_cache *b, int d_qk, const char *what)
+{
+    cr_expect_eq(a->page_size, b->page_size, "%s page size", what);
+    cr_expect_eq(a->num_pages, b->num_pages, "%s pages", what);
+    cr_expect_eq(a->page_stride, b->page_stride, "%s stride", what);
+    if (a->num_pages == b->num_pages && a->page_stride == b->page_stride)
+        cr_expect(arrays_equal(a->bytes, b->bytes, (size_t)(a->num_pages * a->page_stride)), "%s bytes", what);
+    cr_expect(arrays_equal(a->source_bf16, b->source_bf16, (size_t)(a->num_pages * a->page_size) * (size_t)d_qk * 2),
+              "%s source_bf16", what);
+}
+
+/* Every field equal; flashmla output is not saved, so it is not compared. */
+static void expect_cases_equal(const mlajit_case *a, const mlajit_case *b)
+{
+    cr_assert_eq(a->model, b->model);
+    cr_assert_eq(a->b, b->b);
+    cr_assert_eq(a->s_q, b->s_q);
+    cr_assert_eq(a->h_q, b->h_q);
+    cr_assert_eq(a->topk, b->topk);
+    cr_assert_eq(a->has_extra, b->has_extra);
+    cr_assert_eq(a->extra_topk, b->extra_topk);
+    cr_expect_eq(a->sm_scale, b->sm_scale);
+    cr_expect_eq(a->seed, b->seed);
+    const mlajit_model_desc *d = mlajit_model_describe(a->model);
+    const size_t rows = (size_t)a->b * (size_t)a->s_q, heads = rows * (size_t)a->h_q;
+    cr_expect(arrays_equal(a->q, b->q, heads * (size_t)d->d_qk * 2), "q");
+    expect_cache_equal(&a->kv, &b->kv, d->d_qk, "kv");
+    cr_expect(arrays_equal(a->indices, b->indices, rows * (size_t)a->topk * 4), "indices");
+    cr_expect(arrays_equal(a->topk_length, b->topk_length, (size_t)a->b * 4), "topk_length");
+    cr_expect(arrays_equal(a->attn_sink, b->attn_sink, (size_t)a->h_q * 4), "attn_sink");
+    if (a->has_extra) {
+        expect_cache_equal(&a->extra_kv, &b->extra_kv, d->d_qk, "extra_kv");
+        cr_expect(arrays_equal(a->extra_indices, b->extra_indices, rows * (size_t)a->extra_topk * 4),
+                  "extra_indices");
+        cr_expect(arrays_equal(a->extra_topk_length, b->extra_topk_length, (size_t)a->b * 4), "extra_topk_length");
+    }
+    cr_expect(arrays_equal(a->expected_out, b->expected_out, heads * (size_t)d->d_v * 4), "expected_out");
+    cr_expect(arrays_equal(a->expected_lse, b->expected_lse, heads * 4), "expected_lse");
+}
+
+static void save_and_reload(const mlajit_case *c, mlajit_case *back)
+{
+    char dir[64];
+    make_temp_dir(dir, sizeof dir);
+    char sub[128];
+    snprintf(sub, sizeof sub, "%s/nested/case", dir); /* save creates missing parents */
+    cr_assert_eq(mlajit_case_save(sub, c), MLAJIT_OK, "save: %s", mlajit_last_error());
+    cr_assert_eq(mlajit_case_load(sub, back), MLAJIT_OK, "reload: %s", mlajit_last_error());
+    remove_tree(dir);
+}
+
+/* ---- golden cases --------------------------------------------------------------- */
+
+#define MAX_CASES 64
+#define NAME_LEN 256
+
+typedef struct case_list {
+    char dir[1024];
+    int count;
+    char names[MAX_CASES][NAME_LEN];
+} case_list;
+
+static int compare_names(const void *a, const void *b) { return strcmp(a, b); }
+
+static void list_golden_cases(case_list *l)
+{
+    const char *env = getenv("MLAJIT_GOLDEN_DIR");
+    snprintf(l->dir, sizeof l->dir, "%s", env && *env ? env : "../shared/golden");
+    l->count = 0;
+    DIR *dir = opendir(l->dir);
+    if (!dir)
+        cr_skip_test("golden directory '%s' not found (set MLAJIT_GOLDEN_DIR)", l->dir);
+    struct dirent *e;
+    while ((e = readdir(dir)) != NULL && l->count < MAX_CASES) {
+        if (e->d_name[0] == '.')
+            continue;
+        char path[2048];
+        struct stat sb;
+        snprintf(path, sizeof path, "%s/%s/case.json", l->dir, e->d_name);
+        if (stat(path, &sb) == 0 && S_ISREG(sb.st_mode))
+            snprintf(l->names[l->count++], NAME_LEN, "%s", e->d_name);
+    }
+    closedir(dir);
+    qsort(l->names, (size_t)l->count, NAME_LEN, compare_names);
+    if (l->count == 0)
+        cr_skip_test("golden directory '%s' holds no case directories", l->dir);
+}
+
+Test(golden, every_case_loads, .timeout = 60)
+{
+    case_list l;
+    list_golden_cases(&l);
+    for (int k = 0; k < l.count; k++) {
+        char path[2048];
+        snprintf(path, sizeof path, "%s/%s", l.dir, l.names[k]);
+        mlajit_case c;
+        int st = mlajit_case_load(path, &c);
+        cr_expect_eq(st, MLAJIT_OK, "%s: %s", l.names[k], mlajit_last_error());
+        if (st != MLAJIT_OK)
+            continue;
+        cr_expect_not_null(c.q, "%s", l.names[k]);
+        cr_expect_not_null(c.indices, "%s", l.names[k]);
+        cr_expect_not_null(c.expected_out, "%s", l.names[k]);
+        cr_expect_not_null(c.expected_lse, "%s", l.names[k]);
+        cr_expect_gt(c.kv.num_pages, 0);
+        cr_expect_geq(c.kv.page_stride, mlajit_min_page_stride(c.model, c.kv.page_size));
+        cr_expect(c.sm_scale > 0.0 && isfinite(c.sm_scale));
+        if (strstr(l.names[k], "sink"))
+            cr_expect_not_null(c.attn_sink, "%s should have a sink", l.names[k]);
+        if (strstr(l.names[k], "_len"))
+            cr_expect_not_null(c.topk_length, "%s should have topk_length", l.names[k]);
+
+        mlajit_kernel_spec spec;
+        mlajit_decode_shape shape;
+        mlajit_case_spec(&c, &spec);
+        mlajit_case_shape(&c, &shape);
+        cr_expect_eq(spec.h_q, c.h_q);
+        cr_expect_eq(spec.page_size, c.kv.page_size);
+        cr_expect_eq(spec.extra_page_size, c.has_extra ? c.extra_kv.page_size : 0);
+        cr_expect_eq(!!(spec.features & MLAJIT_FEATURE_SINK), c.attn_sink != NULL);
+        cr_expect_eq(!!(spec.features & MLAJIT_FEATURE_TOPK_LENGTH), c.topk_length != NULL);
+        cr_expect_eq(!!(spec.features & MLAJIT_FEATURE_EXTRA_TOPK_LENGTH), c.extra_topk_length != NULL);
+        cr_expect_eq(shape.topk, c.topk);
+        cr_expect_eq(shape.extra_topk, c.extra_topk);
+        cr_log_info("%s: %s b %d s_q %d h_q %d topk %d extra %d page %d stride %lld", l.names[k],
+                    mlajit_model_describe(c.model)->name, c.b, c.s_q, c.h_q, c.topk, c.extra_topk, c.kv.page_size,
+                    (long long)c.kv.page_stride);
+        mlajit_case_free(&c);
+    }
+}
+
+Test(golden, save_and_reload_round_trip, .timeout = 60)
+{
+    case_list l;
+    list_golden_cases(&l);
+    for (int k = 0; k < l.count; k++) {
+        char path[2048];
+        snprintf(path, sizeof path, "%s/%s", l.dir, l.names[k]);
+        mlajit_case c, back;
+        cr_assert_eq(mlajit_case_load(path, &c), MLAJIT_OK, "%s", mlajit_last_error());
+        save_and_reload(&c, &back);
+        expect_cases_equal(&c, &back);
+        cr_expect_null(back.flashmla_out, "save writes flashmla as null");
+        mlajit_case_free(&c);
+        mlajit_case_free(&back);
+    }
+}
+
+/* ---- damaged and hostile inputs ----------------------------------------------------- */
+
+Test(bad_input, missing_directory_or_case_json)
+{
+    expect_load_error("/nonexistent/mlajit/case", "case.json");
+    char dir[64];
+    make_temp_dir(dir, sizeof dir);
+    expect_load_error(dir, "case.json");
+    mlajit_case c;
+    cr_expect_eq(mlajit_case_load(NULL, &c), MLAJIT_ERR_INVALID_ARGUMENT);
+    cr_expect_eq(mlajit_case_load(dir, NULL), MLAJIT_ERR_INVALID_ARGUMENT);
+    remove_tree(dir);
+}
+
+Test(bad_input, truncated_case_json)
+{
+    char dir[64], path[512];
+    make_base_case(dir, sizeof dir);
+    case_json_path(path, sizeof path, dir);
+    size_t len;
+    char *text = read_text(path, &len);
+    /* every prefix is invalid JSON or an incomplete case */
+    for (size_t cut = 0; cut < len; cut += (cut < 64 ? 1 : 37)) {
+        write_text(path, text, cut);
+        expect_load_error(dir, NULL);
+    }
+    free(text);
+    remove_tree(dir);
+}
+
+Test(bad_input, invalid_json)
+{
+    char dir[64], path[512];
+    make_base_case(dir, sizeof dir);
+    case_json_path(path, sizeof path, dir);
+    const char *texts[] = {
+        "",          "   ",        "{",           "{,}",          "{\"a\":}",       "{\"a\" 1}",   "[1,]",
+        "{\"a\":1,}", "nul",       "tru",         "01",           "1.",             "-",           "1e",
+        "\"abc",     "\"\\x\"",    "\"\\u12G4\"", "\"\\ud800\"",  "\"\\udc00x\"",   "{\"a\":1} x", "\"\x01\"",
+        "{\"a\":\"\\u0000\"}",     "\xff\xfe",    "[1 2]",        "{\"model\":\"v32\"}} ",
+    };
+    for (size_t k = 0; k < sizeof texts / sizeof texts[0]; k++) {
+        write_text(path, texts[k], strlen(texts[k]));
+        expect_load_error(dir, NULL);
+    }
+    /* valid JSON that is not an object */
+    write_text(path, "[1, 2, 3]", 9);
+    expect_load_error(dir, "object");
+    remove_tree(dir);
+}
+
+Test(bad_input, wrong_types)
+{
+    const char *edits[][3] = {
+        {"\"b\": 3", "\"b\": \"3\"", "b"},
+        {"\"b\": 3", "\"b\": 3.0", "b"},
+        {"\"b\": 3", "\"b\": true", "b"},
+        {"\"h_q\": 4", "\"h_q\": null", "h_q"},
+        {"\"model\": \"dsv4\"", "\"model\": 2", "model"},
+        {"\"sm_scale\": ", "\"sm_scale\": \"x\", \"old\": ", "sm_scale"},
+        {"\"kv\": {", "\"kv\": [], \"old\": {", "kv"},
+        {"\"q\": {", "\"q\": 7, \"old\": {", "q"},
+        {"\"shape\": [3, 2, 24]", "\"shape\": \"3,2,24\"", "indices.shape"},
+        {"\"shape\": [3, 2, 24]", "\"shape\": [3, 2]", "indices.shape"},
+        {"\"shape\": [3, 2, 24]", "\"shape\": [3, 2, 24.5]", "indices.shape"},
+        {"\"file\": \"kv.u8\"", "\"file\": 5", "kv.file"},
+        {"\"file\": \"kv.u8\"", "\"file\": null", "kv.file"},
+        {"\"seed\": 11", "\"seed\": -1", "seed"},
+        {"\"topk_length\": {", "\"topk_length\": 3, \"old\": {", "topk_length"},
+        {"\"lse_base\": \"e\"", "\"lse_base\": \"2\"", "lse_base"},
+    };
+    for (size_t k = 0; k < sizeof edits / sizeof edits[0]; k++) {
+        char dir[64];
+        make_base_case(dir, sizeof dir);
+        edit_case_json(dir, edits[k][0], edits[k][1]);
+        expect_load_error(dir, edits[k][2]);
+        remove_tree(dir);
+    }
+}
+
+static void resize_file(const char *dir, const char *name, long delta)
+{
+    char path[512];
+    snprintf(path, sizeof path, "%s/%s", dir, name);
+    struct stat sb;
+    cr_assert_eq(stat(path, &sb), 0);
+    cr_assert_eq(truncate(path, sb.st_size + delta), 0);
+}
+
+Test(bad_input, data_files_of_the_wrong_size)
+{
+    const char *files[] = {"kv.u8", "indices.i32", "q.bf16", "topk_length.i32", "attn_sink.f32", "extra_kv.u8",
+                           "extra_indices.i32", "extra_topk_length.i32", "out_ref.f32", "lse_ref.f32"};
+    char dir[64];
+    make_base_case(dir, sizeof dir);
+    for (size_t k = 0; k < sizeof files / sizeof files[0]; k++) {
+        const size_t size = file_size(dir, files[k]);
+        char expected[64];
+        snprintf(expected, sizeof expected, "expected %zu", size);
+        resize_file(dir, files[k], -1); /* truncated */
+        expect_load_error(dir, files[k]);
+        expect_load_error(dir, expected);
+        resize_file(dir, files[k], 2); /* oversized */
+        expect_load_error(dir, files[k]);
+        resize_file(dir, files[k], -1);
+        mlajit_case c;
+        cr_assert_eq(mlajit_case_load(dir, &c), MLAJIT_OK, "%s", mlajit_last_error());
+        mlajit_case_free(&c);
+    }
+    /* a data file that is missing, or a directory */
+    char path[512];
+    snprintf(path, sizeof path, "%s/q.bf16", dir);
+    cr_assert_eq(remove(path), 0);
+    expect_load_error(dir, "q.bf16");
+    cr_assert_eq(mkdir(path, 0700), 0);
+    expect_load_error(dir, "q.bf16");
+    remove_tree(dir);
+}
+
+Test(bad_input, negative_and_huge_sizes)
+{
+    const char *edits[][3] = {
+        {"\"b\": 3", "\"b\": -1", "b"},
+        {"\"b\": 3", "\"b\": 4097", "b"},
+        {"\"b\": 3", "\"b\": 99999999999999999999999", "b"},
+        {"\"b\": 3", "\"b\": 1e400", "b"},
+        {"\"s_q\": 2", "\"s_q\": 17", "s_q"},
+        {"\"h_q\": 4", "\"h_q\": 0", "h_q"},
+        {"\"h_q\": 4", "\"h_q\": 129", "h_q"},
+        {"\"sm_scale\": ", "\"sm_scale\": -1, \"old\": ", "sm_scale"},
+        {"\"sm_scale\": ", "\"sm_scale\": 0, \"old\": ", "sm_scale"},
+        {"\"num_blocks\": ", "\"num_blocks\": 0, \"old\": ", "num_blocks"},
+        {"\"num_blocks\": ", "\"num_blocks\": -5, \"old\": ", "num_blocks"},
+        {"\"num_blocks\": ", "\"num_blocks\": 1000000000000, \"old\": ", "num_blocks"},
+        {"\"num_blocks\": ", "\"num_blocks\": 2000000, \"old\": ", "kv.u8"}, /* plausible, but not the file */
+        {"\"page_block_size\": 8", "\"page_block_size\": 0", "page_block_size"},
+        {"\"page_block_size\": 8", "\"page_block_size\": 1025", "page_block_size"},
+        {"\"block_stride_bytes\": ", "\"block_stride_bytes\": 16, \"old\": ", "block_stride_bytes"},
+        {"\"block_stride_bytes\": ", "\"block_stride_bytes\": -4672, \"old\": ", "block_stride_bytes"},
+        {"\"block_stride_bytes\": ", "\"block_stride_bytes\": 9223372036854775807, \"old\": ", "block_stride_bytes"},
+        {"\"shape\": [3, 2, 24]", "\"shape\": [3, 2, 0]", "topk"},
+        {"\"shape\": [3, 2, 24]", "\"shape\": [3, 2, 16385]", "topk"},
+        {"\"shape\": [3, 2, 24]", "\"shape\": [3, 2, -24]", "indices.shape"},
+        {"\"shape\": [3, 2, 24]", "\"shape\": [3, 2, 4294967296]", "indices.shape"},
+        {"\"shape\": [3, 2, 24]", "\"shape\": [4, 2, 24]", "indices.shape"},
+        {"\"shape\": [3, 2, 24]", "\"shape\": [3, 2, 25]", "indices.i32"},
+        {"\"d_qk\": 512", "\"d_qk\": 576", "d_qk"},
+        {"\"d_v\": 512", "\"d_v\": 448", "d_v"},
+        {"\"bytes_per_token\": 584", "\"bytes_per_token\": 656", "bytes_per_token"},
+    };
+    for (size_t k = 0; k < sizeof edits / sizeof edits[0]; k++) {
+        char dir[64];
+        make_base_case(dir, sizeof dir);
+        edit_case_json(dir, edits[k][0], edits[k][1]);
+        expect_load_error(dir, edits[k][2]);
+        remove_tree(dir);
+    }
+}
+
+Test(bad_input, unknown_model)
+{
+    char dir[64];
+    make_base_case(dir, sizeof dir);
+    edit_case_json(dir, "\"model\": \"dsv4\"", "\"model\": \"llama\"");
+    expect_load_error(dir, "llama");
+    edit_case_json(dir, "\"model\": \"llama\"", "\"model\": \"\"");
+    expect_load_error(dir, "model");
+    remove_tree(dir);
+}
+
+Test(bad_input, file_names_outside_the_directory)
+{
+    const char *names[] = {"../kv.u8", "..", "/etc/passwd", "sub/kv.u8", "kv..u8", "", "a\\\\b", "kv\\nu8"};
+    for (size_t k = 0; k < sizeof names / sizeof names[0]; k++) {
+        char dir[64], edit[300];
+        make_base_case(dir, sizeof dir);
+        snprintf(edit, sizeof edit, "\"file\": \"%s\"", names[k]);
+        edit_case_json(dir, "\"file\": \"kv.u8\"", edit);
+        expect_load_error(dir, "kv.file");
+        remove_tree(dir);
+    }
+    char dir[64];
+    make_base_case(dir, sizeof dir);
+    edit_case_json(dir, "\"out\": \"out_ref.f32\"", "\"out\": \"../../out_ref.f32\"");
+    expect_load_error(dir, "expected.out");
+    remove_tree(dir);
+}
+
+Test(bad_input, deeply_nested_json)
+{
+    char dir[64], path[512];
+    make_temp_dir(dir, sizeof dir);
+    case_json_path(path, sizeof path, dir);
+    const size_t depth = 200000;
+    char *text = malloc(2 * depth + 1);
+    memset(text, '[', depth);
+    memset(text + depth, ']', depth);
+    text[2 * depth] = '\0';
+    write_text(path, text, 2 * depth);
+    expect_load_error(dir, "nesting");
+    /* unterminated too */
+    write_text(path, text, depth);
+    expect_load_error(dir, NULL);
+    /* just under the limit is fine JSON, but not a case */
+    const size_t ok_depth = MLAJIT_JSON_MAX_DEPTH;
+    memset(text, '[', ok_depth);
+    memset(text + ok_depth, ']', ok_depth);
+    write_text(path, text, 2 * ok_depth);
+    expect_load_error(dir, "object");
+    free(text);
+    remove_tree(dir);
+}
+
+Test(bad_input, oversized_case_json)
+{
+    char dir[64], path[512];
+    make_temp_dir(dir, sizeof dir);
+    case_json_path(path, sizeof path, dir);
+    const size_t n = (2u << 20);
+    char *text = malloc(n);
+    memset(text, ' ', n);
+    text[0] = '{';
+    text[n - 1] = '}';
+    write_text(path, text, n);
+    expect_load_error(dir, "larger");
+    free(text);
+    remove_tree(dir);
+}
+
+Test(bad_input, inconsistent_optional_parts)
+{
+    char dir[64];
+    make_base_case(dir, sizeof dir);
+    edit_case_json(dir, "\"extra_kv\": {", "\"extra_kv\": null, \"old\": {");
+    expect_load_error(dir, "extra");
+    remove_tree(dir);
+    make_base_case(dir, sizeof dir);
+    edit_case_json(dir, "\"extra_indices\": {", "\"extra_indices\": null, \"old\": {");
+    expect_load_error(dir, "extra");
+    remove_tree(dir);
+}
+
+/* Random byte edits of a valid case.json: load must answer, never crash. */
+Test(bad_input, random_mutations_never_crash, .timeout = 60)
+{
+    char dir[64], path[512];
+    make_base_case(dir, sizeof dir);
+    case_json_path(path, sizeof path, dir);
+    size_t len;
+    char *original = read_text(path, &len);
+    char *text = malloc(len + 16);
+    uint64_t state = 0x12345678u;
+    int loaded = 0, rejected = 0;
+    const char alphabet[] = "{}[]\",:0123456789-.eE \\nulltruefalse";
+    for (int round = 0; round < 400; round++) {
+        memcpy(text, original, len);
+        size_t n = len;
+        int edits = 1 + round % 4;
+        for (int e = 0; e < edits; e++) {
+            state = state * 6364136223846793005ull + 1442695040888963407ull;
+            size_t at = (size_t)(state >> 33) % n;
+            char c = alphabet[(state >> 20) % (sizeof alphabet - 1)];
+            switch ((state >> 10) % 3) {
+            case 0: text[at] = c; break;                             /* replace */
+            case 1: memmove(text + at, text + at + 1, n - at - 1); n--; break; /* delete */
+            default: text[at] = (char)(state >> 40); break;          /* any byte */
+            }
+        }
+        write_text(path, text, n);
+        mlajit_case c;
+        if (mlajit_case_load(dir, &c) == MLAJIT_OK)
+            loaded++;
+        else
+            rejected++;
+        mlajit_case_free(&c);
+    }
+    cr_log_info("mutations: %d loaded, %d rejected", loaded, rejected);
+    cr_expect_gt(rejected, 0);
+    free(text);
+    free(original);
+    remove_tree(dir);
+}
+
+Test(bad_input, save_rejects_malformed_cases)
+{
+    mlajit_case c;
+    memset(&c, 0, sizeof c);
+    cr_expect_eq(mlajit_case_save("/tmp/mlajit_never_written", &c), MLAJIT_ERR_INVALID_ARGUMENT);
+    cr_expect_eq(mlajit_case_save(NULL, &c), MLAJIT_ERR_INVALID_ARGUMENT);
+    synth_small(&c, MLAJIT_MODEL_V32, 1);
+    cr_expect_eq(mlajit_case_save("/proc/mlajit_cannot_create/x", &c), MLAJIT_ERR_IO);
+    mlajit_case_free(&c);
+}
+
+/* ---- JSON reader and writer ------------------------------------------------------------ */
+
+Test(json, parses_values_and_escapes)
+{
+    const char *text = "{\"s\": \"a\\\"b\\\\c\\/\\n\\u00e9\\ud83d\\ude00\", \"n\": -12.5e1, \"i\": 9007199254740993,"
+                       " \"t\": true, \"f\": false, \"z\": null, \"a\": [1, [2, {}], []], \"s\": \"dup\"}";
+    mlajit_json *root;
+    char err[200];
+    cr_assert_eq(mlajit_json_parse(text, strlen(text), &root, err, sizeof err), 0, "%s", err);
+    const mlajit_json *s = mlajit_json_get(root, "s");
+    cr_assert_not_null(s);
+    cr_expect_str_eq(s->text, "dup", "the last of repeated members wins");
+    cr_expect_str_eq(root->items[0].text, "a\"b\\c/\n\xc3\xa9\xf0\x9f\x98\x80");
+    cr_expect_eq(mlajit_json_get(root, "n")->number, -125.0);
+    int64_t i;
+    cr_expect_eq(mlajit_json_int64(mlajit_json_get(root, "i"), &i), 0);
+    cr_expect_eq(i, 9007199254740993LL, "integers keep every digit");
+    cr_expect_neq(mlajit_json_int64(mlajit_json_get(root, "n"), &i), 0, "-12.5e1 is not an integer literal");
+    cr_expect_eq(mlajit_json_get(root, "t")->boolean, 1);
+    cr_expect_eq(mlajit_json_get(root, "f")->type, MLAJIT_JSON_BOOL);
+    cr_expect(mlajit_json_is_null(mlajit_json_get(root, "z")));
+    cr_expect(mlajit_json_is_null(mlajit_json_get(root, "missing")));
+    const mlajit_json *a = mlajit_json_get(root, "a");
+    cr_expect_eq(a->count, 3);
+    cr_expect_eq(a->items[1].items[1].type, MLAJIT_JSON_OBJECT);
+    cr_expect_eq(a->items[2].count, 0);
+    uint64_t u;
+    cr_expect_eq(mlajit_json_uint64(&a->items[0], &u), 0);
+    cr_expect_eq(u, 1);
+    mlajit_json_free(root);
+}
+
+Test(json, reports_errors_with_offsets)
+{
+    mlajit_json *root = (mlajit_json *)0x1;
+    char err[200];
+    cr_expect_neq(mlajit_json_parse("{\"a\": [1, 2,]}", 14, &root, err, sizeof err), 0);
+    cr_expect_null(root);
+    cr_expect(strstr(err, "byte 12") != NULL, "message: %s", err);
+    cr_expect_neq(mlajit_json_parse("[1]", 3 + 1, &root, err, sizeof err), 0, "an embedded NUL is not JSON");
+    cr_expect_neq(mlajit_json_parse(NULL, 0, &root, err, sizeof err), 0);
+    cr_expect_neq(mlajit_json_parse("[", 1, &root, NULL, 0), 0, "no message buffer is fine");
+    cr_assert_eq(mlajit_json_parse("123", 3, &root, NULL, 0), 0);
+    cr_expect_eq(root->number, 123.0);
+    mlajit_json_free(root);
+}
+
+Test(json, writer_output_reads_back)
+{
+    mlajit_json_writer w;
+    mlajit_json_writer_init(&w);
+    mlajit_json_begin_object(&w, NULL);
+    mlajit_json_write_string(&w, "name", "q\"uote\\ \x01 ok");
+    mlajit_json_write_int(&w, "neg", -42);
+    mlajit_json_write_uint(&w, "big", UINT64_MAX);
+    mlajit_json_write_double(&w, "pi", 3.141592653589793);
+    mlajit_json_write_double(&w, "whole", 2.0);
+    mlajit_json_write_double(&w, "inf", INFINITY);
+    mlajit_json_write_null(&w, "nothing");
+    const int64_t dims[3] = {1, 2, 3};
+    mlajit_json_write_shape(&w, "shape", dims, 3);
+    mlajit_json_begin_array(&w, "list");
+    mlajit_json_begin_object(&w, NULL);
+    mlajit_json_end(&w);
+    mlajit_json_write_int(&w, NULL, 5);
+    mlajit_json_end(&w);
+    mlajit_json_end(&w);
+    cr_assert_eq(mlajit_json_writer_ok(&w), 0);
+
+    mlajit_json *root;
+    char err[200];
+    cr_assert_eq(mlajit_json_parse(w.buf, w.len, &root, err, sizeof err), 0, "%s in:\n%s", err, w.buf);
+    cr_expect_str_eq(mlajit_json_get(root, "name")->text, "q\"uote\\ \x01 ok");
+    int64_t i;
+    uint64_t u;
+    cr_expect_eq(mlajit_json_int64(mlajit_json_get(root, "neg"), &i), 0);
+    cr_expect_eq(i, -42);
+    cr_expect_eq(mlajit_json_uint64(mlajit_json_get(root, "big"), &u), 0);
+    cr_expect_eq(u, UINT64_MAX);
+    cr_expect_eq(mlajit_json_get(root, "pi")->number, 3.141592653589793);
+    cr_expect_eq(mlajit_json_get(root, "whole")->number, 2.0);
+    cr_expect(mlajit_json_is_null(mlajit_json_get(root, "inf")));
+    cr_expect_eq(mlajit_json_get(root, "shape")->count, 3);
+    cr_expect_eq(mlajit_json_get(root, "list")->count, 2);
+    mlajit_json_free(root);
+    mlajit_json_writer_free(&w);
+
+    /* unbalanced use is reported */
+    mlajit_json_writer_init(&w);
+    mlajit_json_begin_object(&w, NULL);
+    cr_expect_neq(mlajit_json_writer_ok(&w), 0);
+    mlajit_json_end(&w);
+    mlajit_json_end(&w);
+    cr_expect_neq(mlajit_json_writer_ok(&w), 0);
+    mlajit_json_writer_free(&w);
+}
+
+/* ---- synthetic cases --------------------------------------------------------------------- */
+
+Test(synth, round_trip_with_expected_for_every_model, .timeout = 60)
+{
+    const mlajit_model models[] = {MLAJIT_MODEL_V32, MLAJIT_MODEL_DSV4, MLAJIT_MODEL_GLM_NSA};
+    for (size_t m = 0; m < sizeof models / sizeof models[0]; m++) {
+        for (uint64_t seed = 1; seed <= 3; seed++) {
+            mlajit_case c, back;
+            synth_small(&c, models[m], seed);
+            cr_assert_eq(mlajit_case_compute_expected(&c), MLAJIT_OK, "%s", mlajit_last_error());
+            const mlajit_model_desc *d = mlajit_model_describe(c.model);
+            const size_t n_lse = (size_t)c.b * c.s_q * c.h_q;
+            int64_t finite_rows = 0;
+            for (size_t k = 0; k < n_lse; k++) {
+                cr_expect(!isnan(c.expected_lse[k]));
+                finite_rows += isfinite(c.expected_lse[k]);
+                for (int x = 0; x < d->d_v; x++)
+                    cr_assert(isfinite(c.expected_out[k * d->d_v + x]), "%s seed %d: out[%zu][%d] is not finite",
+                              d->name, (int)seed, k, x);
+                /* head 0 has a +inf sink: out is 0 */
+                if (k % (size_t)c.h_q == 0)
+                    cr_expect_eq(c.expected_out[k * d->d_v], 0.0f);
+            }
+            cr_expect_gt(finite_rows, 0);
+            save_and_reload(&c, &back);
+            expect_cases_equal(&c, &back);
+            mlajit_case_free(&c);
+            mlajit_case_free(&back);
+        }
+    }
+}
+
+Test(synth, case_without_options_round_trips)
+{
+    mlajit_synth_params p = small_params(MLAJIT_MODEL_V32, 5);
+    p.extra_topk = 0;
+    p.with_sink = p.with_topk_length = p.with_extra_topk_length = 0;
+    p.invalid_fraction = 0.0;
+    mlajit_case c, back;
+    cr_assert_eq(mlajit_case_synthesize(&p, &c), MLAJIT_OK, "%s", mlajit_last_error());
+    cr_expect_eq(c.has_extra, 0);
+    cr_expect_null(c.attn_sink);
+    cr_expect_null(c.topk_length);
+    save_and_reload(&c, &back); /* no expected: saved as null */
+    expect_cases_equal(&c, &back);
+    cr_expect_null(back.expected_out);
+    mlajit_kernel_spec spec;
+    mlajit_case_spec(&c, &spec);
+    cr_expect_eq(spec.features, 0u);
+    cr_expect_eq(spec.extra_page_size, 0);
+    mlajit_case_free(&c);
+    mlajit_case_free(&back);
+}
+
+Test(synth, empty_batch_is_legal)
+{
+    mlajit_synth_params p = small_params(MLAJIT_MODEL_DSV4, 5);
+    p.b = 0;
+    mlajit_case c, back;
+    cr_assert_eq(mlajit_case_synthesize(&p, &c), MLAJIT_OK, "%s", mlajit_last_error());
+    cr_assert_eq(mlajit_case_compute_expected(&c), MLAJIT_OK, "%s", mlajit_last_error());
+    save_and_reload(&c, &back);
+    expect_cases_equal(&c, &back);
+    mlajit_case_free(&c);
+    mlajit_case_free(&back);
+}
+
+/* Slots that no attended index refers to are entirely 0xFF (row and footer,
+ * padding included); attended slots dequantize to finite values. */
+static void check_poisoning(mlajit_model model, const mlajit_case_cache *cache, const int32_t *indices,
+                            const int32_t *lengths, int b, int s_q, int topk)
+{
+    const mlajit_model_desc *d = mlajit_model_describe(model);
+    const int64_t num_slots = cache->num_pages * cache->page_size;
+    uint8_t *attended = calloc((size_t)num_slots, 1);
+    for (int i = 0; i < b; i++) {
+        int limit = lengths ? (lengths[i] < 0 ? 0 : (lengths[i] > topk ? topk : lengths[i])) : topk;
+        for (int j = 0; j < s_q; j++)
+            for (int p = 0; p < limit; p++) {
+                int32_t slot = indices[((int64_t)i * s_q + j) * topk + p];
+                if (slot >= 0 && slot < num_slots)
+                    attended[slot] = 1;
+            }
+    }
+    float values[1024];
+    int64_t n_attended = 0;
+    for (int64_t slot = 0; slot < num_slots; slot++) {
+        const int64_t page = slot / cache->page_size;
+        const int token = (int)(slot % cache->page_size);
+        const uint8_t *base = cache->bytes + page * cache->page_stride;
+        if (attended[slot]) {
+            n_attended++;
+            cr_assert_neq(page, 0, "page 0 must never be used");
+            cr_assert_eq(mlajit_dequantize_token(model, base, cache->page_size, token, values), MLAJIT_OK);
+            for (int x = 0; x < d->d_qk; x++)
+                cr_assert(isfinite(values[x]) && fabsf(values[x]) <= 1.0f, "slot %lld dim %d: %g", (long long)slot, x,
+                          (double)values[x]);
+            continue;
+        }
+        const uint8_t *row = base + (size_t)token * d->row_bytes;
+        for (int x = 0; x < d->row_bytes; x++)
+            cr_assert_eq(row[x], 0xFF, "unattended slot %lld row byte %d is 0x%02x", (long long)slot, x, row[x]);
+        const uint8_t *footer = base + (size_t)cache->page_size * d->row_bytes + (size_t)token * d->footer_bytes;
+        for (int x = 0; x < d->footer_bytes; x++)
+            cr_assert_eq(footer[x], 0xFF, "unattended slot %lld footer byte %d", (long long)slot, x);
+    }
+    cr_expect_gt(n_attended, 0);
+    free(attended);
+}
+
+Test(synth, poisons_every_unattended_slot)
+{
+    const mlajit_model models[] = {MLAJIT_MODEL_V32, MLAJIT_MODEL_DSV4, MLAJIT_MODEL_GLM_NSA};
+    for (size_t m = 0; m < sizeof models / sizeof models[0]; m++) {
+        mlajit_case c;
+        synth_small(&c, models[m], 7);
+        check_poisoning(c.model, &c.kv, c.indices, c.topk_length, c.b, c.s_q, c.topk);
+        check_poisoning(c.model, &c.extra_kv, c.extra_indices, c.extra_topk_length, c.b, c.s_q, c.extra_topk);
+        /* the padding after each page's rows and footers stays poisoned too */
+        const mlajit_model_desc *d = mlajit_model_describe(c.model);
+        const int64_t used = (int64_t)c.kv.page_size * d->bytes_per_token;
+        for (int64_t page = 0; page < c.kv.num_pages; page++)
+            for (int64_t x = used; x < c.kv.page_stride; x++)
+                cr_assert_eq(c.kv.bytes[page * c.kv.page_stride + x], 0xFF);
+        cr_expect_eq(c.kv.page_stride % 16, 0);
+        cr_expect_eq(c.kv.page_stride, (mlajit_min_page_stride(c.model, c.kv.page_size) + 15) / 16 * 16 + 32);
+        mlajit_case_free(&c);
+    }
+}
+
+Test(synth, indices_follow_the_recipe)
+{
+    mlajit_case c;
+    synth_small(&c, MLAJIT_MODEL_DSV4, 3);
+    const mlajit_synth_params p = small_params(MLAJIT_MODEL_DSV4, 3);
+    cr_expect_eq(c.kv.num_pages, (int64_t)p.b * ((p.seqlen + p.page_size - 1) / p.page_size) + 1);
+    cr_expect_eq(c.extra_kv.num_pages, (int64_t)p.b * ((p.extra_seqlen + p.extra_page_size - 1) / p.extra_page_size) + 1);
+    cr_expect_eq(c.sm_scale, pow(512.0, -0.55));
+    const int64_t num_slots = c.kv.num_pages * c.kv.page_size;
+    int64_t invalid = 0, total = 0;
+    for (int r = 0; r < c.b * c.s_q; r++) {
+        const int32_t *row = c.indices + (size_t)r * c.topk;
+        for (int k = 0; k < c.topk; k++) {
+            total++;
+            if (row[k] < 0 || row[k] >= num_slots) {
+                invalid++;
+                continue;
+            }
+            cr_expect_geq(row[k], c.kv.page_size, "page 0 is never used");
+            for (int k2 = 0; k2 < k; k2++)
+                cr_expect_neq(row[k], row[k2], "row %d holds slot %d twice", r, row[k]);
+        }
+    }
+    cr_expect(invalid > 0 && invalid < total / 3, "%lld of %lld invalid (asked 10%%)", (long long)invalid,
+              (long long)total);
+    /* extra cache: 7 tokens per sequence but 9 candidates, so at least 2 are -1 */
+    for (int r = 0; r < c.b * c.s_q; r++) {
+        int minus_one = 0;
+        for (int k = 0; k < c.extra_topk; k++)
+            minus_one += c.extra_indices[(size_t)r * c.extra_topk + k] == -1;
+        cr_expect_geq(minus_one, 2, "row %d", r);
+        cr_expect_eq(c.extra_indices[(size_t)r * c.extra_topk + c.extra_topk - 1], -1);
+    }
+    for (int i = 0; i < c.b; i++) {
+        cr_expect(c.topk_length[i] >= 0 && c.topk_length[i] <= c.topk + 3);
+        cr_expect(c.extra_topk_length[i] >= 0 && c.extra_topk_length[i] <= c.extra_topk + 3);
+    }
+    cr_expect(isinf(c.attn_sink[0]) && c.attn_sink[0] > 0);
+    cr_expect(isinf(c.attn_sink[1]) && c.attn_sink[1] < 0);
+    cr_expect(isfinite(c.attn_sink[2]) && isfinite(c.attn_sink[3]));
+    const mlajit_model_desc *d = mlajit_model_describe(c.model);
+    for (size_t k = 0; k < (size_t)c.b * c.s_q * c.h_q * d->d_qk; k++)
+        cr_assert(fabsf(mlajit_bf16_to_float(c.q[k])) <= 1.0f);
+    mlajit_case_free(&c);
+}
+
+Test(synth, is_deterministic_in_the_seed)
+{
+    mlajit_case a, b, other;
+    synth_small(&a, MLAJIT_MODEL_V32, 42);
+    synth_small(&b, MLAJIT_MODEL_V32, 42);
+    synth_small(&other, MLAJIT_MODEL_V32, 43);
+    expect_cases_equal(&a, &b);
+    cr_expect_neq(memcmp(a.indices, other.indices, (size_t)a.b * a.s_q * a.topk * 4), 0);
+    cr_expect_neq(memcmp(a.q, other.q, 1024), 0);
+    mlajit_case_free(&a);
+    mlajit_case_free(&b);
+    mlajit_case_free(&other);
+}
+
+Test(synth, rejects_bad_parameters)
+{
+    const mlajit_synth_params base = small_params(MLAJIT_MODEL_V32, 1);
+    mlajit_synth_params p;
+    mlajit_case c;
+#define EXPECT_BAD(field, value, needle)                                                                   \
+    do {                                                                                                   \
+        p = base;                                                                                          \
+        p.field = value;                                                                                   \
+        cr_expect_eq(mlajit_case_synthesize(&p, &c), MLAJIT_ERR_INVALID_ARGUMENT, #field " = " #value);   \
+        cr_expect(strstr(mlajit_last_error(), needle) != NULL, "message '%s'", mlajit_last_error());       \
+    } while (0)
+    EXPECT_BAD(model, (mlajit_model)0, "model");
+    EXPECT_BAD(b, -1, "b is");
+    EXPECT_BAD(h_q, 0, "h_q");
+    EXPECT_BAD(topk, 0, "topk");
+    EXPECT_BAD(page_size, 2048, "page_size");
+    EXPECT_BAD(seqlen, 0, "seqlen");
+    EXPECT_BAD(extra_page_size, 0, "extra_page_size");
+    EXPECT_BAD(page_stride_pad, 8, "page_stride_pad");
+    EXPECT_BAD(invalid_fraction, 1.5, "invalid_fraction");
+    EXPECT_BAD(invalid_fraction, NAN, "invalid_fraction");
+#undef EXPECT_BAD
+    cr_expect_eq(mlajit_case_synthesize(NULL, &c), MLAJIT_ERR_INVALID_ARGUMENT);
+}
+
+/* Large caches must be cheap: only attended tokens are generated. */
+Test(synth, large_cache_is_fast, .timeout = 60)
+{
+    mlajit_synth_params p;
+    memset(&p, 0, sizeof p);
+    p.model = MLAJIT_MODEL_DSV4;
+    p.b = 16;
+    p.s_q = 1;
+    p.h_q = 8;
+    p.topk = 128;
+    p.page_size = 64;
+    p.seqlen = 32768; /* 512K tokens, 300 MB */
+    p.seed = 9;
+    struct timespec t0, t1;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    mlajit_case c;
+    cr_assert_eq(mlajit_case_synthesize(&p, &c), MLAJIT_OK, "%s", mlajit_last_error());
+    clock_gettime(CLOCK_MONOTONIC, &t1);
+    double seconds = (double)(t1.tv_sec - t0.tv_sec) + 1e-9 * (double)(t1.tv_nsec - t0.tv_nsec);
+    cr_log_info("synthesized %d x %d tokens in %.2f s", p.b, p.seqlen, seconds);
+    cr_expect_lt(seconds, 20.0);
+    cr_expect_eq(c.kv.num_pages, 16 * 512 + 1);
+    mlajit_case_free(&c);
+}

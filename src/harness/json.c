@@ -316,6 +316,10 @@ static int parse_container(json_parser *ps, mlajit_json *v, int is_object)
     }
     for (;;) {
         skip_whitespace(ps);
+        if (ps->p >= ps->end) {
+            parse_error(ps, "unexpected end of text inside %s", is_object ? "an object" : "an array");
+            return -1;
+        }
         char *key = NULL;
         if (is_object) {
             if (ps->p >= ps->end || *ps->p != '"') {
@@ -352,7 +356,10 @@ static int parse_container(json_parser *ps, mlajit_json *v, int is_object)
             ps->depth--;
             return 0;
         }
-        parse_error(ps, "expected ',' or '%c'", close);
+        if (ps->p >= ps->end)
+            parse_error(ps, "unexpected end of text inside %s", is_object ? "an object" : "an array");
+        else
+            parse_error(ps, "expected ',' or '%c'", close);
         return -1;
     }
 }
