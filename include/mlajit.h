@@ -168,6 +168,13 @@ int mlajit_spec_resolve(const mlajit_kernel_spec *spec, mlajit_kernel_spec *reso
  * with mlajit_free(). Pure: no CUDA, no compiler. */
 int mlajit_generate_source(const mlajit_kernel_spec *spec, char **source);
 
+/* The envelope query: would this spec (and, when shape is not NULL, this
+ * geometry) compile and run? Answered without CUDA and without compiling: checks
+ * the ranges, the generator's choices for spec->arch ("" = sm_90a) and that this
+ * NVRTC can target the arch. MLAJIT_OK, or a status whose message says why not. */
+struct mlajit_decode_shape;
+int mlajit_envelope_check(const mlajit_kernel_spec *spec, const struct mlajit_decode_shape *shape);
+
 /* ------------------------------------------------------------------------- */
 /* Context                                                                    */
 /* ------------------------------------------------------------------------- */

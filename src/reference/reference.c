@@ -138,7 +138,8 @@ static int validate(const mlajit_kernel_spec *spec, const mlajit_decode_shape *s
 }
 
 /* Dequantize the valid candidates of one scope for (row i, query token j) into
- * k_buf (d_qk floats each), appending after *count of them. */
+ * k_buf (d_qk floats each; dequantized values are bf16, so float is exact),
+ * appending after the *count already there. */
 static int gather_scope(const scope_view *sv, mlajit_model model, int d_qk, int i, int j, float *k_buf, int *count)
 {
     int limit = sv->topk;
@@ -161,6 +162,71 @@ static int gather_scope(const scope_view *sv, mlajit_model model, int d_qk, int 
         (*count)++;
     }
     return MLAJIT_OK;
+}
+
+/* Heads are processed in groups whose q rows and output accumulators stay in
+ * L1, so the dequantized candidates stream through the cache twice per group
+ * rather than twice per head. */
+#define HEAD_GROUP 8
+
+typedef struct head_group {
+    int group, n, d_qk, d_v;
+    double sm_scale;
+    const double *q; /* [group, d_qk] */
+    const float *k;  /* [n, d_qk] dequantized candidates; V = K[:, 0:d_v] */
+    double *scores;  /* [group, n] scratch */
+    double *acc;     /* [group, d_v] out: the softmax-weighted sum of V */
+} head_group;
+
+/* Softmax attention of a group of heads over n >= 1 candidates: acc gets the
+ * normalized output (before the sink), lse the natural-log sum of exp. */
+static void attend_head_group(const head_group *hg, double *lse)
+{
+    const int group = hg->group, n = hg->n, d_qk = hg->d_qk, d_v = hg->d_v;
+    for (int t = 0; t < n; t++) {
+        const float *k = hg->k + (size_t)t * (size_t)d_qk;
+        for (int g = 0; g < group; g++) {
+            const double *qg = hg->q + (size_t)g * (size_t)d_qk;
+            /* four partial sums break the add latency chain; in double the
+             * order is irrelevant at the bar's precision */
+            double dot[4] = {0.0, 0.0, 0.0, 0.0};
+            int c = 0;
+            for (; c + 4 <= d_qk; c += 4)
+                for (int u = 0; u < 4; u++)
+                    dot[u] += qg[c + u] * (double)k[c + u];
+            for (; c < d_qk; c++)
+                dot[0] += qg[c] * (double)k[c];
+            hg->scores[(size_t)g * (size_t)n + (size_t)t] = hg->sm_scale * ((dot[0] + dot[1]) + (dot[2] + dot[3]));
+        }
+    }
+    /* max-subtracted exponentials keep every weight in (0, 1] */
+    double inv_sum[HEAD_GROUP];
+    for (int g = 0; g < group; g++) {
+        double *s = hg->scores + (size_t)g * (size_t)n;
+        double max_score = -INFINITY;
+        for (int t = 0; t < n; t++)
+            max_score = s[t] > max_score ? s[t] : max_score;
+        double sum = 0.0;
+        for (int t = 0; t < n; t++) {
+            s[t] = exp(s[t] - max_score);
+            sum += s[t];
+        }
+        lse[g] = max_score + log(sum);
+        inv_sum[g] = 1.0 / sum;
+    }
+    memset(hg->acc, 0, (size_t)group * (size_t)d_v * sizeof *hg->acc);
+    for (int t = 0; t < n; t++) {
+        const float *v = hg->k + (size_t)t * (size_t)d_qk;
+        for (int g = 0; g < group; g++) {
+            const double w = hg->scores[(size_t)g * (size_t)n + (size_t)t];
+            double *a = hg->acc + (size_t)g * (size_t)d_v;
+            for (int c = 0; c < d_v; c++)
+                a[c] += w * (double)v[c];
+        }
+    }
+    for (int g = 0; g < group; g++)
+        for (int c = 0; c < d_v; c++)
+            hg->acc[(size_t)g * (size_t)d_v + (size_t)c] *= inv_sum[g];
 }
 
 int mlajit_reference_decode(const mlajit_kernel_spec *spec, const mlajit_decode_shape *shape,
@@ -206,13 +272,13 @@ int mlajit_reference_decode(const mlajit_kernel_spec *spec, const mlajit_decode_
 
     const size_t max_candidates = (size_t)shape->topk + (has_extra ? (size_t)shape->extra_topk : 0);
     float *k_buf = malloc(max_candidates * (size_t)d_qk * sizeof *k_buf);
-    double *scores = malloc(max_candidates * sizeof *scores);
-    double *q_head = malloc((size_t)d_qk * sizeof *q_head);
-    double *acc = malloc((size_t)d_v * sizeof *acc);
-    if (!k_buf || !scores || !q_head || !acc) {
+    double *scores = malloc(HEAD_GROUP * max_candidates * sizeof *scores);
+    double *q_group = malloc(HEAD_GROUP * (size_t)d_qk * sizeof *q_group);
+    double *acc = malloc(HEAD_GROUP * (size_t)d_v * sizeof *acc);
+    if (!k_buf || !scores || !q_group || !acc) {
         free(k_buf);
         free(scores);
-        free(q_head);
+        free(q_group);
         free(acc);
         return mlajit_fail(MLAJIT_ERR_OUT_OF_MEMORY, "reference: out of memory for %zu candidates", max_candidates);
     }
@@ -221,69 +287,53 @@ int mlajit_reference_decode(const mlajit_kernel_spec *spec, const mlajit_decode_
     const double sm_scale = (double)args->sm_scale;
     for (int i = 0; i < b && st == MLAJIT_OK; i++) {
         for (int j = 0; j < s_q && st == MLAJIT_OK; j++) {
+            /* every candidate of this (row, query token) is dequantized once */
             int n = 0;
             for (int s = 0; s < num_scopes && st == MLAJIT_OK; s++)
                 st = gather_scope(&scopes[s], spec->model, d_qk, i, j, k_buf, &n);
             if (st != MLAJIT_OK)
                 break;
 
-            for (int h = 0; h < h_q; h++) {
-                const size_t row = ((size_t)i * (size_t)s_q + (size_t)j) * (size_t)h_q + (size_t)h;
-                double *out = out_ref + row * (size_t)d_v;
+            for (int h0 = 0; h0 < h_q; h0 += HEAD_GROUP) {
+                const int group = h_q - h0 < HEAD_GROUP ? h_q - h0 : HEAD_GROUP;
+                const size_t row0 = ((size_t)i * (size_t)s_q + (size_t)j) * (size_t)h_q + (size_t)h0;
                 if (n == 0) {
-                    memset(out, 0, (size_t)d_v * sizeof *out);
-                    lse_ref[row] = INFINITY;
+                    memset(out_ref + row0 * (size_t)d_v, 0, (size_t)group * (size_t)d_v * sizeof *out_ref);
+                    for (int g = 0; g < group; g++)
+                        lse_ref[row0 + (size_t)g] = INFINITY;
                     continue;
                 }
-                const uint16_t *qh = q + (int64_t)i * q_sb + (int64_t)j * q_ss + (int64_t)h * q_sh;
-                for (int c = 0; c < d_qk; c++)
-                    q_head[c] = bf16_value(qh[c]);
-
-                double max_score = -INFINITY;
-                for (int t = 0; t < n; t++) {
-                    const float *k = k_buf + (size_t)t * (size_t)d_qk;
-                    /* four partial sums break the add latency chain; in double
-                     * the order is irrelevant at the bar's precision */
-                    double dot[4] = {0.0, 0.0, 0.0, 0.0};
-                    int c = 0;
-                    for (; c + 4 <= d_qk; c += 4)
-                        for (int u = 0; u < 4; u++)
-                            dot[u] += q_head[c + u] * (double)k[c + u];
-                    for (; c < d_qk; c++)
-                        dot[0] += q_head[c] * (double)k[c];
-                    scores[t] = sm_scale * ((dot[0] + dot[1]) + (dot[2] + dot[3]));
-                    if (scores[t] > max_score)
-                        max_score = scores[t];
+                for (int g = 0; g < group; g++) {
+                    const uint16_t *qh = q + (int64_t)i * q_sb + (int64_t)j * q_ss + (int64_t)(h0 + g) * q_sh;
+                    for (int c = 0; c < d_qk; c++)
+                        q_group[(size_t)g * (size_t)d_qk + (size_t)c] = bf16_value(qh[c]);
                 }
-
-                /* max-subtracted exponentials keep every weight in (0, 1] */
-                double sum = 0.0;
-                memset(acc, 0, (size_t)d_v * sizeof *acc);
-                for (int t = 0; t < n; t++) {
-                    const double w = exp(scores[t] - max_score);
-                    const float *v = k_buf + (size_t)t * (size_t)d_qk;
-                    sum += w;
+                const head_group hg = {
+                    .group = group, .n = n, .d_qk = d_qk, .d_v = d_v, .sm_scale = sm_scale,
+                    .q = q_group, .k = k_buf, .scores = scores, .acc = acc,
+                };
+                attend_head_group(&hg, lse_ref + row0);
+                for (int g = 0; g < group; g++) {
+                    /* the sink scales out only; lse stays the candidates' */
+                    double factor = 1.0;
+                    if (spec->features & MLAJIT_FEATURE_SINK) {
+                        const double sink = (double)args->attn_sink[h0 + g];
+                        if (sink == INFINITY)
+                            factor = 0.0;
+                        else if (sink != -INFINITY)
+                            factor = 1.0 / (1.0 + exp(sink - lse_ref[row0 + (size_t)g]));
+                    }
+                    double *out = out_ref + (row0 + (size_t)g) * (size_t)d_v;
+                    const double *a = acc + (size_t)g * (size_t)d_v;
                     for (int c = 0; c < d_v; c++)
-                        acc[c] += w * (double)v[c];
+                        out[c] = a[c] * factor;
                 }
-                const double lse = max_score + log(sum);
-                double factor = 1.0 / sum;
-                if (spec->features & MLAJIT_FEATURE_SINK) {
-                    const double sink = (double)args->attn_sink[h];
-                    if (sink == INFINITY)
-                        factor = 0.0;
-                    else if (sink != -INFINITY)
-                        factor /= 1.0 + exp(sink - lse);
-                }
-                for (int c = 0; c < d_v; c++)
-                    out[c] = acc[c] * factor;
-                lse_ref[row] = lse;
             }
         }
     }
     free(k_buf);
     free(scores);
-    free(q_head);
+    free(q_group);
     free(acc);
     return st;
 }

@@ -1,0 +1,31 @@
+#!/usr/bin/env bash
+# Install what a fresh Debian/Ubuntu machine lacks, then configure and build
+# mlajit into ./build. Idempotent: a second run only rebuilds what changed.
+# Needs the CUDA toolkit (NVRTC) at /usr/local/cuda, or CUDA_HOME / --cudatoolkit.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+need=()
+command -v meson >/dev/null || need+=(meson)
+command -v ninja >/dev/null || need+=(ninja-build)
+command -v pkg-config >/dev/null || need+=(pkg-config)
+pkg-config --exists lmdb 2>/dev/null || need+=(liblmdb-dev)
+pkg-config --exists libxxhash 2>/dev/null || need+=(libxxhash-dev)
+pkg-config --exists criterion 2>/dev/null || need+=(libcriterion-dev)
+if [ ${#need[@]} -gt 0 ]; then
+  echo "bootstrap: installing ${need[*]}"
+  SUDO=""; [ "$(id -u)" -ne 0 ] && SUDO=sudo
+  $SUDO apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${need[@]}" >/dev/null
+fi
+
+cuda=${CUDA_HOME:-/usr/local/cuda}
+if [ ! -f "$cuda/include/nvrtc.h" ]; then
+  echo "bootstrap: no CUDA toolkit at $cuda (need NVRTC: nvrtc.h and libnvrtc); set CUDA_HOME" >&2
+  exit 1
+fi
+if [ ! -f build/build.ninja ]; then
+  meson setup build -Dcudatoolkit="$cuda" "$@" >/dev/null
+fi
+meson compile -C build >/dev/null
+echo "bootstrap: built ./build/mlajit and ./build/libmlajit.so"
