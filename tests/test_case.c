@@ -318,6 +318,10 @@ Test(bad_input, missing_directory_or_case_json)
     mlajit_case c;
     cr_expect_eq(mlajit_case_load(NULL, &c), MLAJIT_ERR_INVALID_ARGUMENT);
     cr_expect_eq(mlajit_case_load(dir, NULL), MLAJIT_ERR_INVALID_ARGUMENT);
+    char path[512];
+    case_json_path(path, sizeof path, dir);
+    cr_assert_eq(mkdir(path, 0700), 0); /* case.json that is a directory */
+    expect_load_error(dir, "case.json");
     remove_tree(dir);
 }
 
