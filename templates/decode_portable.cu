@@ -4,12 +4,16 @@
 // One CTA = one (batch row x query token, head group of kHeadsPerCta, split):
 // blockIdx = (row, head group, split).
 // It walks its share of the candidate list (main cache, then extra cache) in
-// tiles of kTile candidates. Per tile, all kWarps warps:
-//   1. token table:  resolve each candidate's row address and validity
-//   2. gather:       16-byte loads of the rows, fp8 -> bf16 with the scale, into sK
-//   3. scores:       S = Q K^T with mma.sync m16n8k16 (warp w: candidates w*8..)
-//   4. softmax:      online softmax in the log2 domain, P (bf16) into sP
-//   5. output:       O = O * alpha + P V (warp w: value dims w*kDV/kWarps..)
+// tiles of kTile candidates, software-pipelined one tile deep: while the math
+// of tile i runs, the 16-byte loads of tile i+1 are in flight into registers.
+// Per tile, all kWarps warps:
+//   1. token table:  resolve the NEXT tile's row addresses and validity
+//   2. dequantize:   this tile's prefetched fp8 rows -> bf16 (times the scale) into sK
+//   3. prefetch:     issue the next tile's 16-byte loads (registers)
+//   4. scores:       S = Q K^T with mma.sync m16n8k16 (warp w: candidates w*8..)
+//   5. softmax:      online softmax in the log2 domain, P (bf16) into sP
+//   6. output:       O = O * alpha + P V (warp w: value dims w*kDV/kWarps..)
+// Operands reach the tensor cores through ldmatrix (V transposed on the way).
 // Invalid candidates (index -1, out of range, past topk_length) are never read;
 // their K rows are zero and their scores -inf, so NaN in unreferenced slots can't
 // reach the result. With split-KV the CTA writes a normalized partial output and
@@ -32,6 +36,19 @@ static_assert(cfg::kDQK % 16 == 0 && cfg::kDNope % 16 == 0, "dims must be multip
 static_assert(cfg::kTile % 16 == 0 && cfg::kTile / 8 <= cfg::kWarps * 8, "tile must be a multiple of 16");
 static_assert(kTokensPerSoftmaxThread >= 1, "softmax needs at least one token per thread");
 static_assert(cfg::kRopeOffset % 16 == 0, "RoPE bytes must start 16-byte aligned in a row");
+static_assert((cfg::kDQK / 16) % 2 == 0, "K fragments are loaded two k-steps at a time");
+static_assert(kVNTiles % 2 == 0, "V fragments are loaded two n-tiles at a time");
+
+// 16-byte load slots per thread that cover one tile's rows.
+constexpr int kLoadSlots = (cfg::kTile * kChunksPerToken + cfg::kThreads - 1) / cfg::kThreads;
+static_assert(kLoadSlots <= 32, "slot presence is a 32-bit mask");
+
+// One tile's bytes in flight: the raw 16-byte chunks this thread loads.
+struct TilePrefetch {
+    U32x4 raw[kLoadSlots];
+    float scale[kLoadSlots];
+    u32 present;  // bit j: slot j holds a valid candidate's bytes
+};
 
 // Where one candidate's bytes are; row == 0 marks it skipped.
 struct Candidate {
@@ -91,6 +108,78 @@ __device__ __forceinline__ void dequant16(const U32x4& codes, float scale, u32 (
     }
 }
 
+__device__ __forceinline__ bool tile_is_live(int tile, int topk, int main_len, int extra_len, int total)
+{
+    int start = tile * cfg::kTile, end = min(start + cfg::kTile, total);
+    return start < main_len || (end > topk && start < topk + extra_len);
+}
+
+__device__ __forceinline__ int next_live_tile(int tile, int tile_end, int topk, int main_len, int extra_len,
+                                              int total)
+{
+    while (tile < tile_end && !tile_is_live(tile, topk, main_len, extra_len, total)) tile++;
+    return tile;
+}
+
+// Threads 0..kTile-1 resolve one candidate each into the token table.
+__device__ __forceinline__ void build_token_table(const DecodeParams& p, int b, int s, int tile, int main_len,
+                                                  int extra_len, int total, const u8** rows, const u8** scales,
+                                                  int* valid)
+{
+    int t = threadIdx.x;
+    if (t >= cfg::kTile) return;
+    int pos = tile * cfg::kTile + t;
+    Candidate c = {nullptr, nullptr};
+    if (pos < total) c = locate_candidate(p, b, s, pos, main_len, extra_len);
+    rows[t] = c.row;
+    scales[t] = c.scales;
+    valid[t] = c.row != nullptr;
+}
+
+__device__ __forceinline__ void issue_tile_loads(TilePrefetch& f, const u8* const* rows, const u8* const* scales)
+{
+    f.present = 0u;
+#pragma unroll
+    for (int j = 0; j < kLoadSlots; j++) {
+        int i = threadIdx.x + j * cfg::kThreads;
+        f.raw[j] = U32x4{0u, 0u, 0u, 0u};
+        f.scale[j] = 0.0f;
+        if (i >= cfg::kTile * kChunksPerToken) continue;
+        int t = i / kChunksPerToken, c = i % kChunksPerToken;
+        const u8* src = rows[t];
+        if (!src) continue;
+        f.present |= 1u << j;
+        if (c < kNopeChunks) {
+            f.raw[j] = *reinterpret_cast<const U32x4*>(src + c * 16);
+            f.scale[j] = load_scale(scales[t], c * 16 / cfg::kQuantTile);
+        } else {
+            f.raw[j] = *reinterpret_cast<const U32x4*>(src + cfg::kRopeOffset + (c - kNopeChunks) * 16);
+        }
+    }
+}
+
+// Dequantize the prefetched chunks into sK; absent candidates become zero rows.
+__device__ __forceinline__ void store_tile(const TilePrefetch& f, u16* sK)
+{
+#pragma unroll
+    for (int j = 0; j < kLoadSlots; j++) {
+        int i = threadIdx.x + j * cfg::kThreads;
+        if (i >= cfg::kTile * kChunksPerToken) continue;
+        int t = i / kChunksPerToken, c = i % kChunksPerToken;
+        bool present = (f.present >> j) & 1u;
+        if (c < kNopeChunks) {
+            u32 words[8] = {0u, 0u, 0u, 0u, 0u, 0u, 0u, 0u};
+            if (present) dequant16(f.raw[j], f.scale[j], words);
+            U32x4* dst = reinterpret_cast<U32x4*>(sK + t * cfg::kQKStride + c * 16);
+            dst[0] = U32x4{words[0], words[1], words[2], words[3]};
+            dst[1] = U32x4{words[4], words[5], words[6], words[7]};
+        } else {
+            *reinterpret_cast<U32x4*>(sK + t * cfg::kQKStride + cfg::kDNope + (c - kNopeChunks) * 8) =
+                present ? f.raw[j] : U32x4{0u, 0u, 0u, 0u};
+        }
+    }
+}
+
 }  // namespace portable
 
 extern "C" __global__ void __launch_bounds__(cfg::kThreads, 1) mlajit_decode_main(const DecodeParams p)
@@ -104,6 +193,7 @@ extern "C" __global__ void __launch_bounds__(cfg::kThreads, 1) mlajit_decode_mai
     float* sRowMax = reinterpret_cast<float*>(smem + cfg::kSmemRowMax);
     float* sRowSum = reinterpret_cast<float*>(smem + cfg::kSmemRowSum);
     float* sRowAlpha = reinterpret_cast<float*>(smem + cfg::kSmemRowAlpha);
+    // token tables, double-buffered: [buffer][candidate]
     const u8** sTokenRow = reinterpret_cast<const u8**>(smem + cfg::kSmemTokenRow);
     const u8** sTokenScale = reinterpret_cast<const u8**>(smem + cfg::kSmemTokenScale);
     int* sTokenValid = reinterpret_cast<int*>(smem + cfg::kSmemTokenValid);
@@ -116,7 +206,7 @@ extern "C" __global__ void __launch_bounds__(cfg::kThreads, 1) mlajit_decode_mai
     const int b = row / p.s_q, s = row % p.s_q;
     const int split = blockIdx.z;
 
-    int main_len = p.topk, extra_len = p.extra_topk;
+    int main_len = p.topk, extra_len = cfg::kHasExtra ? p.extra_topk : 0;
     if (cfg::kHasTopkLength) main_len = min(max(p.topk_length[b], 0), p.topk);
     if (cfg::kHasExtraTopkLength) extra_len = min(max(p.extra_topk_length[b], 0), p.extra_topk);
 
@@ -147,79 +237,75 @@ extern "C" __global__ void __launch_bounds__(cfg::kThreads, 1) mlajit_decode_mai
     const int tile_begin = split * p.tiles_per_split;
     const int tile_end = min(num_tiles, tile_begin + p.tiles_per_split);
 
-    for (int tile = tile_begin; tile < tile_end; tile++) {
-        // 1. token table. The barrier also guards sK/sProbs of the previous tile.
-        int valid = 0;
-        if (tid < cfg::kTile) {
-            int pos = tile * cfg::kTile + tid;
-            Candidate c = {nullptr, nullptr};
-            if (pos < total) c = locate_candidate(p, b, s, pos, main_len, extra_len);
-            valid = c.row != nullptr;
-            sTokenRow[tid] = c.row;
-            sTokenScale[tid] = c.scales;
-            sTokenValid[tid] = valid;
-        }
-        if (!__syncthreads_or(valid)) continue;  // barrier: token table ready, previous tile consumed
+    // ldmatrix lane roles (see prelude.cu): A operands (Q, P) take rows lane % 16
+    // at column half lane / 16; K (B of S) takes token lane % 8 at k-offset
+    // 8 * (lane / 8); V (B of P V, transposed) takes token (lane & 7) + 8 * ((lane >> 3) & 1)
+    // at dim offset 8 * (lane >> 4).
+    const int a_row = lane % 16, a_col = (lane / 16) * 8;
+    const int k_tok = lane % 8, k_col = (lane / 8) * 8;
+    const int v_tok = (lane & 7) + ((lane >> 3) & 1) * 8, v_col = (lane >> 4) * 8;
 
-        // 2. gather + dequantize the tile into sK (zero rows for skipped candidates).
-        for (int i = tid; i < cfg::kTile * kChunksPerToken; i += cfg::kThreads) {
-            int t = i / kChunksPerToken, c = i % kChunksPerToken;
-            const u8* src = sTokenRow[t];
-            if (c < kNopeChunks) {
-                u32 words[8] = {0u, 0u, 0u, 0u, 0u, 0u, 0u, 0u};
-                if (src) {
-                    U32x4 codes = *reinterpret_cast<const U32x4*>(src + c * 16);
-                    float scale = load_scale(sTokenScale[t], c * 16 / cfg::kQuantTile);
-                    dequant16(codes, scale, words);
-                }
-                U32x4* dst = reinterpret_cast<U32x4*>(sK + t * cfg::kQKStride + c * 16);
-                dst[0] = U32x4{words[0], words[1], words[2], words[3]};
-                dst[1] = U32x4{words[4], words[5], words[6], words[7]};
-            } else {
-                int rc = c - kNopeChunks;
-                U32x4 v = {0u, 0u, 0u, 0u};
-                if (src) v = *reinterpret_cast<const U32x4*>(src + cfg::kRopeOffset + rc * 16);
-                *reinterpret_cast<U32x4*>(sK + t * cfg::kQKStride + cfg::kDNope + rc * 8) = v;
-            }
-        }
-        __syncthreads();  // barrier: K tile ready
+    int tile = next_live_tile(tile_begin, tile_end, p.topk, main_len, extra_len, total);
+    int buf = 0;
+    if (tile < tile_end)
+        build_token_table(p, b, s, tile, main_len, extra_len, total, sTokenRow, sTokenScale, sTokenValid);
+    __syncthreads();  // barrier: Q, row statistics and the first token table ready
+    TilePrefetch f;
+    if (tile < tile_end) issue_tile_loads(f, sTokenRow, sTokenScale);
 
-        // 3. scores S = Q K^T, scaled to the log2 domain, -inf where skipped.
+    while (tile < tile_end) {
+        const int next = next_live_tile(tile + 1, tile_end, p.topk, main_len, extra_len, total);
+        const int nbuf = buf ^ 1;
+        // 1. the next tile's token table (its buffer's readers finished last iteration)
+        if (next < tile_end)
+            build_token_table(p, b, s, next, main_len, extra_len, total, sTokenRow + nbuf * cfg::kTile,
+                              sTokenScale + nbuf * cfg::kTile, sTokenValid + nbuf * cfg::kTile);
+        // 2. this tile's rows into sK (the previous tile's P V finished at the last barrier)
+        store_tile(f, sK);
+        __syncthreads();  // barrier: K tile and the next token table ready
+        // 3. the next tile's loads fly while this tile's math runs
+        if (next < tile_end) issue_tile_loads(f, sTokenRow + nbuf * cfg::kTile, sTokenScale + nbuf * cfg::kTile);
+
+        // 4. scores S = Q K^T, scaled to the log2 domain, -inf where skipped.
+        const int* valid = sTokenValid + buf * cfg::kTile;
         for (int nt = warp; nt < cfg::kTile / 8; nt += cfg::kWarps) {
-            float acc_s[kMTiles][4];
+            float acc_s[2][kMTiles][4];  // even / odd k-steps: two dependency chains
 #pragma unroll
-            for (int m = 0; m < kMTiles; m++)
+            for (int e = 0; e < 2; e++)
 #pragma unroll
-                for (int i = 0; i < 4; i++) acc_s[m][i] = 0.0f;
-            const u16* krow = sK + (nt * 8 + group) * cfg::kQKStride + quad * 2;
-#pragma unroll 4
-            for (int k = 0; k < cfg::kDQK / 16; k++) {
-                u32 b0 = *reinterpret_cast<const u32*>(krow + k * 16);
-                u32 b1 = *reinterpret_cast<const u32*>(krow + k * 16 + 8);
+                for (int m = 0; m < kMTiles; m++)
 #pragma unroll
-                for (int m = 0; m < kMTiles; m++) {
-                    const u16* q0 = sQ + (m * 16 + group) * cfg::kQKStride + k * 16 + quad * 2;
-                    const u16* q1 = q0 + 8 * cfg::kQKStride;
-                    u32 a[4] = {*reinterpret_cast<const u32*>(q0), *reinterpret_cast<const u32*>(q1),
-                                *reinterpret_cast<const u32*>(q0 + 8), *reinterpret_cast<const u32*>(q1 + 8)};
-                    mma_bf16_16816(acc_s[m], a, b0, b1);
-                }
+                    for (int i = 0; i < 4; i++) acc_s[e][m][i] = 0.0f;
+            const u32 k_addr = smem_address(sK + (nt * 8 + k_tok) * cfg::kQKStride + k_col);
+            const u32 q_addr = smem_address(sQ + a_row * cfg::kQKStride + a_col);
+#pragma unroll 2
+            for (int k = 0; k < cfg::kDQK / 16; k += 2) {
+                u32 kf[4];
+                ldmatrix_x4(kf, k_addr + k * 32);  // b0, b1 of k-step k, then of k + 1
+#pragma unroll
+                for (int e = 0; e < 2; e++)
+#pragma unroll
+                    for (int m = 0; m < kMTiles; m++) {
+                        u32 a[4];
+                        ldmatrix_x4(a, q_addr + (m * 16 * cfg::kQKStride + (k + e) * 16) * 2);
+                        mma_bf16_16816(acc_s[e][m], a, kf[2 * e], kf[2 * e + 1]);
+                    }
             }
             int t0 = nt * 8 + quad * 2;
-            bool v0 = sTokenValid[t0], v1 = sTokenValid[t0 + 1];
+            bool v0 = valid[t0], v1 = valid[t0 + 1];
 #pragma unroll
             for (int m = 0; m < kMTiles; m++) {
                 float* r0 = sScores + (m * 16 + group) * cfg::kScoreStride + t0;
                 float* r1 = r0 + 8 * cfg::kScoreStride;
-                r0[0] = v0 ? acc_s[m][0] * p.sm_scale_log2 : neg_inf();
-                r0[1] = v1 ? acc_s[m][1] * p.sm_scale_log2 : neg_inf();
-                r1[0] = v0 ? acc_s[m][2] * p.sm_scale_log2 : neg_inf();
-                r1[1] = v1 ? acc_s[m][3] * p.sm_scale_log2 : neg_inf();
+                r0[0] = v0 ? (acc_s[0][m][0] + acc_s[1][m][0]) * p.sm_scale_log2 : neg_inf();
+                r0[1] = v1 ? (acc_s[0][m][1] + acc_s[1][m][1]) * p.sm_scale_log2 : neg_inf();
+                r1[0] = v0 ? (acc_s[0][m][2] + acc_s[1][m][2]) * p.sm_scale_log2 : neg_inf();
+                r1[1] = v1 ? (acc_s[0][m][3] + acc_s[1][m][3]) * p.sm_scale_log2 : neg_inf();
             }
         }
         __syncthreads();  // barrier: scores ready
 
-        // 4. online softmax: kSoftmaxThreadsPerRow neighbouring lanes share a row.
+        // 5. online softmax: kSoftmaxThreadsPerRow neighbouring lanes share a row.
         {
             int h = tid / kSoftmaxThreadsPerRow, part = tid % kSoftmaxThreadsPerRow;
             const float* srow = sScores + h * cfg::kScoreStride + part * kTokensPerSoftmaxThread;
@@ -253,7 +339,7 @@ extern "C" __global__ void __launch_bounds__(cfg::kThreads, 1) mlajit_decode_mai
         }
         __syncthreads();  // barrier: probabilities and row rescales ready
 
-        // 5. O = O * alpha + P V over this warp's value dims.
+        // 6. O = O * alpha + P V over this warp's value dims.
 #pragma unroll
         for (int m = 0; m < kMTiles; m++) {
             float a_lo = sRowAlpha[m * 16 + group], a_hi = sRowAlpha[m * 16 + group + 8];
@@ -265,30 +351,29 @@ extern "C" __global__ void __launch_bounds__(cfg::kThreads, 1) mlajit_decode_mai
                 acc_o[m][n][3] *= a_hi;
             }
         }
+        const u32 p_addr = smem_address(sProbs + a_row * cfg::kProbStride + a_col);
+        const u32 v_addr = smem_address(sK + v_tok * cfg::kQKStride + warp * kVDimsPerWarp + v_col);
 #pragma unroll
         for (int kk = 0; kk < cfg::kTile / 16; kk++) {
             u32 a[kMTiles][4];
 #pragma unroll
-            for (int m = 0; m < kMTiles; m++) {
-                const u16* p0 = sProbs + (m * 16 + group) * cfg::kProbStride + kk * 16 + quad * 2;
-                const u16* p1 = p0 + 8 * cfg::kProbStride;
-                a[m][0] = *reinterpret_cast<const u32*>(p0);
-                a[m][1] = *reinterpret_cast<const u32*>(p1);
-                a[m][2] = *reinterpret_cast<const u32*>(p0 + 8);
-                a[m][3] = *reinterpret_cast<const u32*>(p1 + 8);
-            }
-            const u16* v0 = sK + (kk * 16 + quad * 2) * cfg::kQKStride + warp * kVDimsPerWarp + group;
+            for (int m = 0; m < kMTiles; m++)
+                ldmatrix_x4(a[m], p_addr + (m * 16 * cfg::kProbStride + kk * 16) * 2);
 #pragma unroll
-            for (int n = 0; n < kVNTiles; n++) {
-                const u16* v = v0 + n * 8;
-                u32 b0 = (u32)v[0] | ((u32)v[cfg::kQKStride] << 16);
-                u32 b1 = (u32)v[8 * cfg::kQKStride] | ((u32)v[9 * cfg::kQKStride] << 16);
+            for (int n = 0; n < kVNTiles; n += 2) {
+                u32 vf[4];  // b0, b1 of n-tile n, then of n + 1
+                ldmatrix_x4_trans(vf, v_addr + (kk * 16 * cfg::kQKStride + n * 8) * 2);
 #pragma unroll
-                for (int m = 0; m < kMTiles; m++) mma_bf16_16816(acc_o[m][n], a[m], b0, b1);
+                for (int m = 0; m < kMTiles; m++) {
+                    mma_bf16_16816(acc_o[m][n], a[m], vf[0], vf[1]);
+                    mma_bf16_16816(acc_o[m][n + 1], a[m], vf[2], vf[3]);
+                }
             }
         }
+        __syncthreads();  // barrier: sK, sProbs and this token table consumed
+        tile = next;
+        buf = nbuf;
     }
-    __syncthreads();  // barrier: final row statistics visible to every warp
 
     // Epilogue: normalize; write the result, or this split's partial.
 #pragma unroll

@@ -79,6 +79,28 @@ __device__ __forceinline__ float ue8m0_to_float(u32 e)
     return e == 0 ? bits_to_float(0x00400000u) : bits_to_float(e << 23);
 }
 
+// Shared-memory address of a generic pointer, for ldmatrix.
+__device__ __forceinline__ u32 smem_address(const void* p)
+{
+    u32 a;
+    asm("{ .reg .u64 t; cvta.to.shared.u64 t, %1; cvt.u32.u64 %0, t; }" : "=r"(a) : "l"(p));
+    return a;
+}
+
+// Four 8x8 b16 matrices; lanes 8j..8j+7 give the row addresses of matrix j.
+__device__ __forceinline__ void ldmatrix_x4(u32 (&r)[4], u32 addr)
+{
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(addr));
+}
+
+// The same, transposed: what a row-major [k][n] tile gives as an mma B operand.
+__device__ __forceinline__ void ldmatrix_x4_trans(u32 (&r)[4], u32 addr)
+{
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(addr));
+}
+
 // D = A(16x16, row) * B(16x8, col) + D; bf16 inputs, fp32 accumulate.
 __device__ __forceinline__ void mma_bf16_16816(float (&d)[4], const u32 (&a)[4], u32 b0, u32 b1)
 {

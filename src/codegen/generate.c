@@ -33,9 +33,9 @@ static void portable_smem_map(const mlajit_model_desc *d, int tile, int heads, s
     m->row_max = off;     off += align16(heads * 4);
     m->row_sum = off;     off += align16(heads * 4);
     m->row_alpha = off;   off += align16(heads * 4);
-    m->token_row = off;   off += align16(tile * 8);
-    m->token_scale = off; off += align16(tile * 8);
-    m->token_valid = off; off += align16(tile * 4);
+    m->token_row = off;   off += align16(2 * tile * 8); /* double-buffered: [2][tile] */
+    m->token_scale = off; off += align16(2 * tile * 8);
+    m->token_valid = off; off += align16(2 * tile * 4);
     m->total = off;
 }
 
