@@ -4,8 +4,9 @@
 // One CTA = one (batch row x query token, head group of kHeadsPerCta, split):
 // blockIdx = (row, head group, split).
 // It walks its share of the candidate list (main cache, then extra cache) in
-// tiles of kTile candidates, software-pipelined one tile deep: while the math
-// of tile i runs, the 16-byte loads of tile i+1 are in flight into registers.
+// tiles of kTile candidates, software-pipelined: while the math of tile i runs,
+// the 16-byte loads of tile i+1 are in flight into registers and the indices of
+// tile i+2 are being read.
 // Per tile, all kWarps warps:
 //   1. token table:  resolve the NEXT tile's row addresses and validity
 //   2. dequantize:   this tile's prefetched fp8 rows -> bf16 (times the scale) into sK
@@ -43,10 +44,16 @@ static_assert(kVNTiles % 2 == 0, "V fragments are loaded two n-tiles at a time")
 constexpr int kLoadSlots = (cfg::kTile * kChunksPerToken + cfg::kThreads - 1) / cfg::kThreads;
 static_assert(kLoadSlots <= 32, "slot presence is a 32-bit mask");
 
+// Scales prefetched with the codes only when they live in a page footer (another
+// cache line); inline scales share a line with the row's RoPE bytes, so they are
+// read from L1 when the tile is stored, which saves kLoadSlots registers.
+constexpr int kScaleSlots = cfg::kScalesInline ? 1 : kLoadSlots;
+
 // One tile's bytes in flight: the raw 16-byte chunks this thread loads.
 struct TilePrefetch {
     U32x4 raw[kLoadSlots];
-    float scale[kLoadSlots];
+    float scale[kScaleSlots];
+    const u8* const* scale_rows;  // the token table's scale pointers (inline scales)
     u32 present;  // bit j: slot j holds a valid candidate's bytes
 };
 
@@ -56,34 +63,42 @@ struct Candidate {
     const u8* scales;
 };
 
-__device__ __forceinline__ Candidate locate_candidate(const DecodeParams& p, int b, int s, int pos,
-                                                      int main_len, int extra_len)
+// The slot a candidate position refers to, or -1 when it is skipped (past its
+// scope's length, index -1, or outside the cache). Loaded one tile ahead of use.
+__device__ __forceinline__ int fetch_slot(const DecodeParams& p, int b, int s, int pos, int main_len,
+                                          int extra_len, int total)
 {
-    Candidate c = {nullptr, nullptr};
+    if (pos >= total) return -1;
     if (pos < p.topk) {
-        if (pos >= main_len) return c;
+        if (pos >= main_len) return -1;
         int slot = p.indices[b * p.indices_stride_b + s * p.indices_stride_s + pos];
-        if (slot < 0 || (i64)slot >= p.kv_num_slots) return c;
-        int page = slot / cfg::kPageSize;  // a compile-time divisor: multiply-high, no division
-        int off = slot - page * cfg::kPageSize;
-        const u8* base = p.kv + (i64)page * p.kv_page_stride;
-        c.row = base + (i64)off * cfg::kRowBytes;
-        c.scales = cfg::kScalesInline ? c.row + cfg::kScaleOffset
-                                      : base + (i64)cfg::kPageSize * cfg::kRowBytes + (i64)off * cfg::kFooterBytes;
-        return c;
+        return (slot < 0 || (i64)slot >= p.kv_num_slots) ? -1 : slot;
     }
-    if (!cfg::kHasExtra) return c;
+    if (!cfg::kHasExtra) return -1;
     int epos = pos - p.topk;
-    if (epos >= extra_len) return c;
+    if (epos >= extra_len) return -1;
     int slot = p.extra_indices[b * p.extra_indices_stride_b + s * p.extra_indices_stride_s + epos];
-    if (slot < 0 || (i64)slot >= p.extra_num_slots) return c;
-    int page = slot / cfg::kExtraPageSize;
-    int off = slot - page * cfg::kExtraPageSize;
-    const u8* base = p.extra_kv + (i64)page * p.extra_page_stride;
+    return (slot < 0 || (i64)slot >= p.extra_num_slots) ? -1 : slot;
+}
+
+template <int kPage>
+__device__ __forceinline__ Candidate locate_in_cache(const u8* cache, i64 page_stride, int slot)
+{
+    int page = slot / kPage;  // a compile-time divisor: multiply-high, no division
+    int off = slot - page * kPage;
+    const u8* base = cache + (i64)page * page_stride;
+    Candidate c;
     c.row = base + (i64)off * cfg::kRowBytes;
     c.scales = cfg::kScalesInline ? c.row + cfg::kScaleOffset
-                                  : base + (i64)cfg::kExtraPageSize * cfg::kRowBytes + (i64)off * cfg::kFooterBytes;
+                                  : base + (i64)kPage * cfg::kRowBytes + (i64)off * cfg::kFooterBytes;
     return c;
+}
+
+__device__ __forceinline__ Candidate locate_candidate(const DecodeParams& p, int pos, int slot)
+{
+    if (slot < 0) return Candidate{nullptr, nullptr};
+    if (!cfg::kHasExtra || pos < p.topk) return locate_in_cache<cfg::kPageSize>(p.kv, p.kv_page_stride, slot);
+    return locate_in_cache<cfg::kExtraPageSize>(p.extra_kv, p.extra_page_stride, slot);
 }
 
 __device__ __forceinline__ float load_scale(const u8* scales, int k)
@@ -121,16 +136,13 @@ __device__ __forceinline__ int next_live_tile(int tile, int tile_end, int topk, 
     return tile;
 }
 
-// Threads 0..kTile-1 resolve one candidate each into the token table.
-__device__ __forceinline__ void build_token_table(const DecodeParams& p, int b, int s, int tile, int main_len,
-                                                  int extra_len, int total, const u8** rows, const u8** scales,
-                                                  int* valid)
+// Threads 0..kTile-1 resolve one candidate each (its slot fetched earlier).
+__device__ __forceinline__ void build_token_table(const DecodeParams& p, int tile, int slot, const u8** rows,
+                                                  const u8** scales, int* valid)
 {
     int t = threadIdx.x;
     if (t >= cfg::kTile) return;
-    int pos = tile * cfg::kTile + t;
-    Candidate c = {nullptr, nullptr};
-    if (pos < total) c = locate_candidate(p, b, s, pos, main_len, extra_len);
+    Candidate c = locate_candidate(p, tile * cfg::kTile + t, slot);
     rows[t] = c.row;
     scales[t] = c.scales;
     valid[t] = c.row != nullptr;
@@ -139,11 +151,12 @@ __device__ __forceinline__ void build_token_table(const DecodeParams& p, int b, 
 __device__ __forceinline__ void issue_tile_loads(TilePrefetch& f, const u8* const* rows, const u8* const* scales)
 {
     f.present = 0u;
+    f.scale_rows = scales;
 #pragma unroll
     for (int j = 0; j < kLoadSlots; j++) {
         int i = threadIdx.x + j * cfg::kThreads;
         f.raw[j] = U32x4{0u, 0u, 0u, 0u};
-        f.scale[j] = 0.0f;
+        if (!cfg::kScalesInline) f.scale[j] = 0.0f;
         if (i >= cfg::kTile * kChunksPerToken) continue;
         int t = i / kChunksPerToken, c = i % kChunksPerToken;
         const u8* src = rows[t];
@@ -151,7 +164,7 @@ __device__ __forceinline__ void issue_tile_loads(TilePrefetch& f, const u8* cons
         f.present |= 1u << j;
         if (c < kNopeChunks) {
             f.raw[j] = *reinterpret_cast<const U32x4*>(src + c * 16);
-            f.scale[j] = load_scale(scales[t], c * 16 / cfg::kQuantTile);
+            if (!cfg::kScalesInline) f.scale[j] = load_scale(scales[t], c * 16 / cfg::kQuantTile);
         } else {
             f.raw[j] = *reinterpret_cast<const U32x4*>(src + cfg::kRopeOffset + (c - kNopeChunks) * 16);
         }
@@ -169,7 +182,11 @@ __device__ __forceinline__ void store_tile(const TilePrefetch& f, u16* sK)
         bool present = (f.present >> j) & 1u;
         if (c < kNopeChunks) {
             u32 words[8] = {0u, 0u, 0u, 0u, 0u, 0u, 0u, 0u};
-            if (present) dequant16(f.raw[j], f.scale[j], words);
+            if (present) {
+                float scale = cfg::kScalesInline ? load_scale(f.scale_rows[t], c * 16 / cfg::kQuantTile)
+                                                 : f.scale[cfg::kScalesInline ? 0 : j];
+                dequant16(f.raw[j], scale, words);
+            }
             U32x4* dst = reinterpret_cast<U32x4*>(sK + t * cfg::kQKStride + c * 16);
             dst[0] = U32x4{words[0], words[1], words[2], words[3]};
             dst[1] = U32x4{words[4], words[5], words[6], words[7]};
@@ -182,7 +199,7 @@ __device__ __forceinline__ void store_tile(const TilePrefetch& f, u16* sK)
 
 }  // namespace portable
 
-extern "C" __global__ void __launch_bounds__(cfg::kThreads, 1) mlajit_decode_main(const DecodeParams p)
+extern "C" __global__ void __launch_bounds__(cfg::kThreads, cfg::kMinBlocksPerSM) mlajit_decode_main(const DecodeParams p)
 {
     using namespace portable;
     extern __shared__ __align__(16) u8 smem[];
@@ -245,21 +262,30 @@ extern "C" __global__ void __launch_bounds__(cfg::kThreads, 1) mlajit_decode_mai
     const int k_tok = lane % 8, k_col = (lane / 8) * 8;
     const int v_tok = (lane & 7) + ((lane >> 3) & 1) * 8, v_col = (lane >> 4) * 8;
 
+    // The pipeline: slots are fetched two tiles ahead, bytes one tile ahead.
+    auto live_after = [&](int t) { return next_live_tile(t + 1, tile_end, p.topk, main_len, extra_len, total); };
+    auto slot_of = [&](int t) {
+        return (t < tile_end && tid < cfg::kTile) ? fetch_slot(p, b, s, t * cfg::kTile + tid, main_len, extra_len, total)
+                                                  : -1;
+    };
     int tile = next_live_tile(tile_begin, tile_end, p.topk, main_len, extra_len, total);
+    int next = live_after(tile);
     int buf = 0;
-    if (tile < tile_end)
-        build_token_table(p, b, s, tile, main_len, extra_len, total, sTokenRow, sTokenScale, sTokenValid);
+    if (tile < tile_end) build_token_table(p, tile, slot_of(tile), sTokenRow, sTokenScale, sTokenValid);
+    int next_slot = slot_of(next);
     __syncthreads();  // barrier: Q, row statistics and the first token table ready
     TilePrefetch f;
     if (tile < tile_end) issue_tile_loads(f, sTokenRow, sTokenScale);
 
     while (tile < tile_end) {
-        const int next = next_live_tile(tile + 1, tile_end, p.topk, main_len, extra_len, total);
+        const int after_next = live_after(next);
         const int nbuf = buf ^ 1;
-        // 1. the next tile's token table (its buffer's readers finished last iteration)
+        // 1. the next tile's token table (its buffer's readers finished last iteration),
+        //    and the slots of the tile after it
         if (next < tile_end)
-            build_token_table(p, b, s, next, main_len, extra_len, total, sTokenRow + nbuf * cfg::kTile,
-                              sTokenScale + nbuf * cfg::kTile, sTokenValid + nbuf * cfg::kTile);
+            build_token_table(p, next, next_slot, sTokenRow + nbuf * cfg::kTile, sTokenScale + nbuf * cfg::kTile,
+                              sTokenValid + nbuf * cfg::kTile);
+        next_slot = slot_of(after_next);
         // 2. this tile's rows into sK (the previous tile's P V finished at the last barrier)
         store_tile(f, sK);
         __syncthreads();  // barrier: K tile and the next token table ready
@@ -372,6 +398,7 @@ extern "C" __global__ void __launch_bounds__(cfg::kThreads, 1) mlajit_decode_mai
         }
         __syncthreads();  // barrier: sK, sProbs and this token table consumed
         tile = next;
+        next = after_next;
         buf = nbuf;
     }
 

@@ -112,6 +112,20 @@ static void sb_append(sbuf *b, const char *text, size_t len)
     b->data[b->len] = '\0';
 }
 
+/* Two CTAs per SM double the bytes in flight of the memory-bound one-row-tile
+ * kernels, if their shared memory fits twice and the register cap it implies
+ * (128) holds the tile prefetch: ptxas (CUDA 13.0, sm_90a) spills 80 bytes at 10
+ * 16-byte slots per thread (V32, tile 64) and none at 9 (DSV4, tile 64). */
+static int min_blocks_per_sm(const mlajit_kernel_spec *r, const mlajit_model_desc *d)
+{
+    smem_map m;
+    portable_smem_map(d, r->tile, r->heads_per_cta, &m);
+    int chunks_per_token = d->d_nope / 16 + d->d_rope * 2 / 16;
+    int load_slots = (r->tile * chunks_per_token + kThreads - 1) / kThreads;
+    int fits = 2 * m.total <= mlajit_arch_max_smem(r->arch) && load_slots <= 9;
+    return r->heads_per_cta == 16 && fits ? 2 : 1;
+}
+
 static void emit_config(sbuf *b, const mlajit_kernel_spec *r, const mlajit_model_desc *d, const char *spec_string)
 {
     smem_map m;
@@ -148,6 +162,9 @@ static void emit_config(sbuf *b, const mlajit_kernel_spec *r, const mlajit_model
     sb_printf(b, "constexpr int kWarps = kThreads / 32;\n");
     sb_printf(b, "constexpr int kTile = %d;          // candidates per tile\n", r->tile);
     sb_printf(b, "constexpr int kHeadsPerCta = %d;   // query heads per CTA\n", r->heads_per_cta);
+    /* One row tile of heads is bound by memory: two CTAs per SM keep twice the
+     * bytes in flight (registers capped at 128). */
+    sb_printf(b, "constexpr int kMinBlocksPerSM = %d;\n", min_blocks_per_sm(r, d));
     sb_printf(b, "constexpr int kQKStride = %d;      // smem row stride of Q and K tiles (bf16)\n", d->d_qk + kRowPad);
     sb_printf(b, "constexpr int kScoreStride = %d;   // fp32\n", r->tile + 4);
     sb_printf(b, "constexpr int kProbStride = %d;    // bf16\n", r->tile + kRowPad);
