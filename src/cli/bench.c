@@ -108,6 +108,7 @@ typedef struct bench_result {
     double gpu_us, eager_us, tflops, gbps;
     int splits, pass;
     double max_err;
+    mlajit_kernel_report kernel; /* the plan's kernel: spec, cold compile time, hit */
 } bench_result;
 
 static int run_config(mlajit_context *ctx, const bench_config *cfg, bench_result *out)
@@ -143,6 +144,7 @@ static int run_config(mlajit_context *ctx, const bench_config *cfg, bench_result
         goto done;
     dc.args.workspace_size = ws;
     out->splits = mlajit_plan_num_splits(plan);
+    out->kernel = *mlajit_plan_report(plan);
     CUresult r;
     if ((r = drv->cuStreamCreate(&stream, MLAJIT_CU_STREAM_NON_BLOCKING)) || (r = drv->cuEventCreate(&ev0, 0)) ||
         (r = drv->cuEventCreate(&ev1, 0))) {
@@ -211,12 +213,21 @@ done:
 int cli_bench(int argc, char **argv)
 {
     const char *json_path = NULL;
-    int quick = 0;
+    int quick = 0, only_heads = 0, only_batch = 0, only_topk = 0;
+    static const char usage[] =
+        "usage: mlajit bench [--json FILE] [--quick] [--heads N] [--batch N] [--topk N]\n"
+        "  --quick      h_q 16/64/128 and the larger V3.2 rows only\n"
+        "  --heads/--batch/--topk N   only the rows with that value (for profilers)\n";
     for (int i = 1; i < argc; i++) {
+        int *filter = strcmp(argv[i], "--heads") == 0   ? &only_heads
+                      : strcmp(argv[i], "--batch") == 0 ? &only_batch
+                      : strcmp(argv[i], "--topk") == 0  ? &only_topk
+                                                        : NULL;
         if (strcmp(argv[i], "--json") == 0 && i + 1 < argc) json_path = argv[++i];
         else if (strcmp(argv[i], "--quick") == 0) quick = 1;
+        else if (filter && i + 1 < argc && atoi(argv[i + 1]) > 0) *filter = atoi(argv[++i]);
         else {
-            fprintf(stderr, "mlajit: bench: unknown argument '%s'; usage: mlajit bench [--json FILE] [--quick]\n", argv[i]);
+            fprintf(stderr, "mlajit: bench: bad argument '%s'\n%s", argv[i], usage);
             return CLI_USAGE;
         }
     }
@@ -240,10 +251,17 @@ int cli_bench(int argc, char **argv)
     time_t now = time(NULL);
     strftime(date, sizeof date, "%Y-%m-%dT%H:%M:%SZ", gmtime(&now));
     bench_config cfgs[96];
-    int n = build_configs(cfgs, 96, quick);
+    int all = build_configs(cfgs, 96, quick), n = 0;
+    for (int i = 0; i < all; i++)
+        if ((!only_heads || cfgs[i].h_q == only_heads) && (!only_batch || cfgs[i].b == only_batch) &&
+            (!only_topk || cfgs[i].topk == only_topk))
+            cfgs[n++] = cfgs[i];
     printf("%-5s %4s %4s %3s %6s %5s %6s %9s %9s %8s %8s %6s %9s %6s %s\n", "model", "h_q", "b", "s_q", "seqlen",
            "topk", "extra", "gpu_us", "eager_us", "TFLOP/s", "GB/s", "splits", "flashmla", "ratio", "check");
     int failures = 0;
+    char compiled[96][128]; /* kernels compiled cold during this run, for the summary */
+    double compile_ms[96];
+    int n_compiled = 0;
     for (int i = 0; i < n; i++) {
         bench_config *cf = &cfgs[i];
         bench_result r = {0};
@@ -256,6 +274,13 @@ int cli_bench(int argc, char **argv)
             continue;
         }
         failures += !r.pass;
+        int seen = 0;
+        for (int k = 0; k < n_compiled; k++)
+            seen |= strcmp(compiled[k], r.kernel.spec) == 0;
+        if (!r.kernel.cache_hit && !seen && n_compiled < 96) {
+            snprintf(compiled[n_compiled], sizeof compiled[0], "%s", r.kernel.spec);
+            compile_ms[n_compiled++] = r.kernel.compile_ms;
+        }
         printf("%-5s %4d %4d %3d %6d %5d %6d %9.1f %9.1f %8.1f %8.0f %6d %9.1f %6.2f %s (%.1e)\n", name, cf->h_q, cf->b,
                cf->s_q, cf->seqlen, cf->topk, cf->extra_topk, r.gpu_us, r.eager_us, r.tflops, r.gbps, r.splits,
                cf->flashmla_us, cf->flashmla_us > 0 ? r.gpu_us / cf->flashmla_us : 0.0, r.pass ? "ok" : "FAIL",
@@ -274,6 +299,11 @@ int cli_bench(int argc, char **argv)
     if (json)
         fclose(json);
     mlajit_context_destroy(ctx);
+    if (n_compiled) {
+        printf("\nkernels compiled cold by NVRTC during this run:\n");
+        for (int i = 0; i < n_compiled; i++)
+            printf("  %-52s %7.0f ms\n", compiled[i], compile_ms[i]);
+    }
     printf("%d configurations, %d failed\n", n, failures);
     return failures ? CLI_FAIL : CLI_OK;
 }
