@@ -21,10 +21,12 @@
  */
 #include "cache/store.h"
 
+#include "cache/env_registry.h"
 #include "common/error.h"
 #include "mlajit.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <inttypes.h>
 #include <lmdb.h>
 #include <stdbool.h>
@@ -33,6 +35,7 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <sys/types.h>
+#include <unistd.h>
 
 /* The streaming XXH3 state is only declared (and stack-allocatable) with this. */
 #define XXH_STATIC_LINKING_ONLY
@@ -391,16 +394,22 @@ int mlajit_cache_entry_decode(const void *value, size_t len, mlajit_cache_entry 
 /* MDB_NOTLS gives every live read transaction its own slot; leave headroom for
  * many threads (and processes) reading at once. */
 #define STORE_MAX_READERS 512
+/* Where a damaged data file is moved so the next open starts afresh. */
+#define DAMAGED_DATA_NAME "data.mdb.damaged"
+/* Metadata lives beside the entries under keys that are not 16 bytes long. */
+static const char COUNTERS_KEY[] = "mlajit-counters-v1";
+#define COUNTERS_FIELDS 8
+#define COUNTERS_VALUE_BYTES (8 * COUNTERS_FIELDS + 8)
 
 struct mlajit_store {
+    mlajit_shared_env *shared; /* the process's one environment for this directory */
     MDB_env *env;
     MDB_dbi dbi;
     int readonly;
     char *dir;
 };
 
-/* Keys are stored as 16 bytes, hi then lo, big-endian: the hex string's order. */
-static void key_to_bytes(const mlajit_cache_key *key, uint8_t bytes[16])
+void mlajit_cache_key_to_bytes(const mlajit_cache_key *key, uint8_t bytes[16])
 {
     for (int i = 0; i < 8; i++) {
         bytes[i] = (uint8_t)(key->hi >> (56 - 8 * i));
@@ -408,13 +417,34 @@ static void key_to_bytes(const mlajit_cache_key *key, uint8_t bytes[16])
     }
 }
 
+mlajit_cache_key mlajit_cache_key_from_bytes(const uint8_t bytes[16])
+{
+    mlajit_cache_key key = {0, 0};
+    for (int i = 0; i < 8; i++) {
+        key.hi = key.hi << 8 | bytes[i];
+        key.lo = key.lo << 8 | bytes[8 + i];
+    }
+    return key;
+}
+
+/* LMDB's own ways of saying the file is not what it should be. */
+int mlajit_lmdb_rc_is_damage(int rc)
+{
+    return rc == MDB_INVALID || rc == MDB_CORRUPTED || rc == MDB_PAGE_NOTFOUND || rc == MDB_VERSION_MISMATCH ||
+           rc == MDB_BAD_TXN || rc == MDB_BAD_VALSIZE;
+}
+
 static int store_lmdb_fail(const mlajit_store *store, const char *what, int rc)
 {
     if (rc == MDB_MAP_FULL)
         return mlajit_fail(MLAJIT_ERR_CACHE,
-                           "cache %s: %s failed: the cache is full (%zu-byte map); run gc on the "
-                           "cache or raise its size",
+                           "cache %s: %s failed: the cache is full (%zu-byte map); run `mlajit cache gc` "
+                           "to make room",
                            store->dir, what, (size_t)STORE_MAP_SIZE);
+    if (mlajit_lmdb_rc_is_damage(rc))
+        return mlajit_fail(MLAJIT_ERR_CORRUPT,
+                           "cache %s: %s failed: %s (the data file is damaged; run `mlajit cache verify`)",
+                           store->dir, what, mdb_strerror(rc));
     return mlajit_fail(MLAJIT_ERR_CACHE, "cache %s: %s failed: %s", store->dir, what, mdb_strerror(rc));
 }
 
@@ -450,6 +480,98 @@ static int make_directories(const char *dir)
     return MLAJIT_OK;
 }
 
+/* Bytes of the data file now (it only grows while open; other processes may
+ * grow it too). -1 when it cannot be read. */
+static int64_t env_data_file_bytes(MDB_env *env)
+{
+    int fd = -1;
+    struct stat st;
+    if (mdb_env_get_fd(env, &fd) != 0 || fd < 0 || fstat(fd, &st) != 0)
+        return -1;
+    return (int64_t)st.st_size;
+}
+
+int mlajit_lmdb_check_size(MDB_env *env, int64_t file_bytes, const char *what)
+{
+    MDB_envinfo info;
+    MDB_stat st;
+    if (mdb_env_info(env, &info) != 0 || mdb_env_stat(env, &st) != 0) {
+        mlajit_fail(MLAJIT_ERR_CORRUPT, "%s: cannot read the LMDB meta pages", what);
+        return MDB_INVALID;
+    }
+    /* The pages the meta page claims must all be in the file: reading a page
+     * past the end of a mapped file is SIGBUS, not an error code. */
+    uint64_t needed = ((uint64_t)info.me_last_pgno + 1) * st.ms_psize;
+    if (file_bytes < 0 || (uint64_t)file_bytes < needed) {
+        mlajit_fail(MLAJIT_ERR_CORRUPT, "%s: the data file is %lld bytes but its meta page needs %llu (truncated)",
+                    what, (long long)file_bytes, (unsigned long long)needed);
+        return MDB_CORRUPTED;
+    }
+    return 0;
+}
+
+static int store_env_init(mlajit_shared_env *shared, void *arg)
+{
+    (void)arg;
+    int rc = mlajit_lmdb_check_size(shared->env, env_data_file_bytes(shared->env), shared->real_path);
+    if (rc != 0)
+        return rc;
+    if (!(shared->env_flags & MDB_RDONLY)) {
+        /* Free reader slots left behind by processes that died mid-read. */
+        int dead_readers = 0;
+        mdb_reader_check(shared->env, &dead_readers);
+    }
+    /* The unnamed database always exists, so a read transaction opens it and
+     * opening never waits for another process's writer. */
+    MDB_txn *txn;
+    rc = mdb_txn_begin(shared->env, NULL, MDB_RDONLY, &txn);
+    if (rc != 0)
+        return rc;
+    rc = mdb_dbi_open(txn, NULL, 0, &shared->dbi[0]);
+    if (rc == 0)
+        rc = mdb_txn_commit(txn); /* the dbi handle outlives only a committed txn */
+    else
+        mdb_txn_abort(txn);
+    return rc;
+}
+
+/* Move a damaged data file aside so the next open starts a fresh one, but only
+ * when no process has the cache open: LMDB's first opener holds an exclusive
+ * fcntl lock on byte 0 of lock.mdb, and every later one a shared lock there. */
+static int store_set_aside_damaged(const char *dir, const char *why)
+{
+    size_t n = strlen(dir) + sizeof "/" DAMAGED_DATA_NAME;
+    char *lock_path = malloc(n), *data_path = malloc(n), *aside_path = malloc(n);
+    int repaired = 0;
+    if (!lock_path || !data_path || !aside_path)
+        goto out;
+    snprintf(lock_path, n, "%s/lock.mdb", dir);
+    snprintf(data_path, n, "%s/data.mdb", dir);
+    snprintf(aside_path, n, "%s/" DAMAGED_DATA_NAME, dir);
+    int fd = open(lock_path, O_RDWR | O_CLOEXEC);
+    if (fd < 0 && errno != ENOENT)
+        goto out;
+    if (fd >= 0) {
+        struct flock exclusive = {.l_type = F_WRLCK, .l_whence = SEEK_SET, .l_start = 0, .l_len = 1};
+        if (fcntl(fd, F_SETLK, &exclusive) != 0) {
+            close(fd); /* another process has it open: leave the file alone */
+            goto out;
+        }
+    }
+    if (rename(data_path, aside_path) == 0) {
+        repaired = 1;
+        mlajit_warn("cache %s: data.mdb was damaged (%s); moved it to %s and starting an empty cache", dir, why,
+                    DAMAGED_DATA_NAME);
+    }
+    if (fd >= 0)
+        close(fd); /* releases the lock; the next LMDB opener re-initializes lock.mdb */
+out:
+    free(lock_path);
+    free(data_path);
+    free(aside_path);
+    return repaired;
+}
+
 int mlajit_store_open(const char *dir, int readonly, mlajit_store **out)
 {
     if (!out)
@@ -480,51 +602,31 @@ int mlajit_store_open(const char *dir, int readonly, mlajit_store **out)
         return mlajit_fail(MLAJIT_ERR_OUT_OF_MEMORY, "cache %s: out of memory", dir);
     }
 
-    int rc = mdb_env_create(&store->env);
-    if (rc != 0) {
-        int status = store_lmdb_fail(store, "mdb_env_create", rc);
-        store->env = NULL;
+    mlajit_env_request req = {
+        .path = dir, .env_flags = store->readonly ? MDB_RDONLY : 0u, .map_size = STORE_MAP_SIZE,
+        .max_readers = STORE_MAX_READERS, .init = store_env_init,
+    };
+    int lmdb_rc = 0;
+    int status = mlajit_env_acquire(&req, &store->shared, &lmdb_rc);
+    if (status != MLAJIT_OK && !store->readonly && mlajit_lmdb_rc_is_damage(lmdb_rc)) {
+        char why[512];
+        snprintf(why, sizeof why, "%s", mlajit_last_error());
+        if (store_set_aside_damaged(dir, why))
+            status = mlajit_env_acquire(&req, &store->shared, &lmdb_rc);
+        else
+            mlajit_fail(status, "%s", why); /* keep the reason for the message below */
+    }
+    if (status != MLAJIT_OK) {
+        if (mlajit_lmdb_rc_is_damage(lmdb_rc))
+            status = mlajit_fail_prefix(MLAJIT_ERR_CORRUPT, "%s", store->readonly
+                                            ? "damaged cache (a writable open sets it aside): "
+                                            : "damaged cache, in use by another process (it is set aside when "
+                                              "no process has it open): ");
         mlajit_store_close(store);
         return status;
     }
-    const char *step = "mdb_env_set_mapsize";
-    rc = mdb_env_set_mapsize(store->env, STORE_MAP_SIZE);
-    if (rc == 0) {
-        step = "mdb_env_set_maxreaders";
-        rc = mdb_env_set_maxreaders(store->env, STORE_MAX_READERS);
-    }
-    if (rc == 0) {
-        step = "mdb_env_open";
-        unsigned flags = MDB_NOTLS | (store->readonly ? MDB_RDONLY : 0u);
-        rc = mdb_env_open(store->env, dir, flags, 0644);
-    }
-    if (rc == 0 && !store->readonly) {
-        /* Free reader slots left behind by processes that died mid-read. */
-        int dead_readers = 0;
-        mdb_reader_check(store->env, &dead_readers);
-    }
-
-    MDB_txn *txn = NULL;
-    if (rc == 0) {
-        step = "beginning the transaction that opens the database";
-        rc = mdb_txn_begin(store->env, NULL, store->readonly ? MDB_RDONLY : 0u, &txn);
-    }
-    if (rc == 0) {
-        step = "mdb_dbi_open";
-        rc = mdb_dbi_open(txn, NULL, 0, &store->dbi);
-        if (rc == 0) {
-            step = "committing the transaction that opens the database";
-            rc = mdb_txn_commit(txn); /* the dbi handle outlives only a committed txn */
-        } else {
-            mdb_txn_abort(txn);
-        }
-    }
-    if (rc != 0) {
-        int status = store_lmdb_fail(store, step, rc);
-        mlajit_store_close(store);
-        return status;
-    }
-
+    store->env = store->shared->env;
+    store->dbi = store->shared->dbi[0];
     *out = store;
     return MLAJIT_OK;
 }
@@ -533,11 +635,14 @@ void mlajit_store_close(mlajit_store *store)
 {
     if (!store)
         return;
-    if (store->env)
-        mdb_env_close(store->env);
+    mlajit_env_release(store->shared);
     free(store->dir);
     free(store);
 }
+
+int mlajit_store_is_readonly(const mlajit_store *store) { return store ? store->readonly : 1; }
+
+const char *mlajit_store_dir(const mlajit_store *store) { return store ? store->dir : ""; }
 
 int mlajit_store_get(mlajit_store *store, const mlajit_cache_key *key, mlajit_cache_entry *entry)
 {
@@ -546,7 +651,7 @@ int mlajit_store_get(mlajit_store *store, const mlajit_cache_key *key, mlajit_ca
     memset(entry, 0, sizeof *entry);
 
     uint8_t key_bytes[16];
-    key_to_bytes(key, key_bytes);
+    mlajit_cache_key_to_bytes(key, key_bytes);
     MDB_val k = {.mv_size = sizeof key_bytes, .mv_data = key_bytes};
     MDB_val v;
 
@@ -563,8 +668,12 @@ int mlajit_store_get(mlajit_store *store, const mlajit_cache_key *key, mlajit_ca
             return mlajit_fail(MLAJIT_ERR_NOT_FOUND, "cache %s: no entry for key %s", store->dir, hex);
         return store_lmdb_fail(store, "mdb_get", rc);
     }
-    /* Decoding copies the cubin out of the map, so the transaction can end right after. */
-    int status = mlajit_cache_entry_decode(v.mv_data, v.mv_size, entry);
+    int status;
+    if (!mlajit_env_value_in_file(store->shared, &v, env_data_file_bytes(store->env)))
+        status = mlajit_fail(MLAJIT_ERR_CORRUPT, "the stored value (%zu bytes) lies outside the data file",
+                             v.mv_size);
+    else /* decoding copies the cubin out of the map, so the transaction can end right after */
+        status = mlajit_cache_entry_decode(v.mv_data, v.mv_size, entry);
     mdb_txn_abort(txn);
     if (status != MLAJIT_OK) {
         char hex[33];
@@ -575,14 +684,12 @@ int mlajit_store_get(mlajit_store *store, const mlajit_cache_key *key, mlajit_ca
 }
 
 /* One short write transaction: put and commit. */
-static int store_write(mlajit_store *store, const mlajit_cache_key *key, const void *value, size_t len)
+static int store_write(mlajit_store *store, const void *key_bytes, size_t key_len, const void *value, size_t len)
 {
     if (store->readonly)
         return mlajit_fail(MLAJIT_ERR_CACHE, "cache %s: opened read-only; cannot write", store->dir);
 
-    uint8_t key_bytes[16];
-    key_to_bytes(key, key_bytes);
-    MDB_val k = {.mv_size = sizeof key_bytes, .mv_data = key_bytes};
+    MDB_val k = {.mv_size = key_len, .mv_data = (void *)key_bytes};
     MDB_val v = {.mv_size = len, .mv_data = (void *)value};
 
     MDB_txn *txn;
@@ -609,7 +716,9 @@ int mlajit_store_put(mlajit_store *store, const mlajit_cache_key *key, const mla
     int status = mlajit_cache_entry_encode(entry, &value, &len);
     if (status != MLAJIT_OK)
         return status;
-    status = store_write(store, key, value, len);
+    uint8_t key_bytes[16];
+    mlajit_cache_key_to_bytes(key, key_bytes);
+    status = store_write(store, key_bytes, sizeof key_bytes, value, len);
     free(value);
     return status;
 }
@@ -620,38 +729,106 @@ int mlajit_store_put_raw(mlajit_store *store, const mlajit_cache_key *key, const
         return mlajit_fail(MLAJIT_ERR_INVALID_ARGUMENT,
                            "cache put_raw: store and key must not be NULL, nor value when len > 0");
     static const uint8_t nothing = 0;
-    return store_write(store, key, len ? value : &nothing, len);
+    uint8_t key_bytes[16];
+    mlajit_cache_key_to_bytes(key, key_bytes);
+    return store_write(store, key_bytes, sizeof key_bytes, len ? value : &nothing, len);
+}
+
+int mlajit_store_delete_many(mlajit_store *store, const mlajit_cache_key *keys, size_t count, size_t *deleted)
+{
+    if (deleted)
+        *deleted = 0;
+    if (!store || (!keys && count > 0))
+        return mlajit_fail(MLAJIT_ERR_INVALID_ARGUMENT, "cache delete: store and keys must not be NULL");
+    if (store->readonly)
+        return mlajit_fail(MLAJIT_ERR_CACHE, "cache %s: opened read-only; cannot delete", store->dir);
+
+    MDB_txn *txn;
+    int rc = mdb_txn_begin(store->env, NULL, 0, &txn);
+    if (rc != 0)
+        return store_lmdb_fail(store, "beginning a write transaction", rc);
+    size_t gone = 0;
+    for (size_t i = 0; i < count; i++) {
+        uint8_t key_bytes[16];
+        mlajit_cache_key_to_bytes(&keys[i], key_bytes);
+        MDB_val k = {.mv_size = sizeof key_bytes, .mv_data = key_bytes};
+        rc = mdb_del(txn, store->dbi, &k, NULL);
+        if (rc == MDB_NOTFOUND)
+            continue; /* another process removed it first */
+        if (rc != 0) {
+            mdb_txn_abort(txn);
+            return store_lmdb_fail(store, "mdb_del", rc);
+        }
+        gone++;
+    }
+    rc = mdb_txn_commit(txn);
+    if (rc != 0)
+        return store_lmdb_fail(store, "committing a delete", rc);
+    if (deleted)
+        *deleted = gone;
+    return MLAJIT_OK;
 }
 
 int mlajit_store_delete(mlajit_store *store, const mlajit_cache_key *key)
 {
     if (!store || !key)
         return mlajit_fail(MLAJIT_ERR_INVALID_ARGUMENT, "cache delete: store and key must not be NULL");
-    if (store->readonly)
-        return mlajit_fail(MLAJIT_ERR_CACHE, "cache %s: opened read-only; cannot delete", store->dir);
+    size_t deleted = 0;
+    int status = mlajit_store_delete_many(store, key, 1, &deleted);
+    if (status == MLAJIT_OK && deleted == 0) {
+        char hex[33];
+        mlajit_cache_key_hex(key, hex);
+        return mlajit_fail(MLAJIT_ERR_NOT_FOUND, "cache %s: no entry for key %s", store->dir, hex);
+    }
+    return status;
+}
 
-    uint8_t key_bytes[16];
-    key_to_bytes(key, key_bytes);
-    MDB_val k = {.mv_size = sizeof key_bytes, .mv_data = key_bytes};
-
+int mlajit_store_foreach(mlajit_store *store, mlajit_store_visit_fn visit, void *arg)
+{
+    if (!store || !visit)
+        return mlajit_fail(MLAJIT_ERR_INVALID_ARGUMENT, "cache foreach: store and visit must not be NULL");
     MDB_txn *txn;
-    int rc = mdb_txn_begin(store->env, NULL, 0, &txn);
+    int rc = mdb_txn_begin(store->env, NULL, MDB_RDONLY, &txn);
     if (rc != 0)
-        return store_lmdb_fail(store, "beginning a write transaction", rc);
-    rc = mdb_del(txn, store->dbi, &k, NULL);
+        return store_lmdb_fail(store, "beginning a read transaction", rc);
+    MDB_cursor *cursor;
+    rc = mdb_cursor_open(txn, store->dbi, &cursor);
     if (rc != 0) {
         mdb_txn_abort(txn);
-        if (rc == MDB_NOTFOUND) {
-            char hex[33];
-            mlajit_cache_key_hex(key, hex);
-            return mlajit_fail(MLAJIT_ERR_NOT_FOUND, "cache %s: no entry for key %s", store->dir, hex);
-        }
-        return store_lmdb_fail(store, "mdb_del", rc);
+        return store_lmdb_fail(store, "mdb_cursor_open", rc);
     }
-    rc = mdb_txn_commit(txn);
-    if (rc != 0)
-        return store_lmdb_fail(store, "committing a delete", rc);
-    return MLAJIT_OK;
+    int64_t file_bytes = env_data_file_bytes(store->env);
+    int status = MLAJIT_OK;
+    MDB_val k, v;
+    for (rc = mdb_cursor_get(cursor, &k, &v, MDB_FIRST); rc == 0; rc = mdb_cursor_get(cursor, &k, &v, MDB_NEXT)) {
+        if (k.mv_size != 16)
+            continue; /* metadata, not an entry */
+        mlajit_cache_key key = mlajit_cache_key_from_bytes(k.mv_data);
+        int inside = mlajit_env_value_in_file(store->shared, &v, file_bytes);
+        if (visit(&key, inside ? v.mv_data : NULL, v.mv_size, arg) != 0) {
+            rc = MDB_NOTFOUND;
+            break;
+        }
+    }
+    mdb_cursor_close(cursor);
+    mdb_txn_abort(txn);
+    if (rc != MDB_NOTFOUND)
+        status = store_lmdb_fail(store, "iterating the entries", rc);
+    return status;
+}
+
+typedef struct stats_sum {
+    int64_t entries, value_bytes;
+} stats_sum;
+
+static int stats_visit(const mlajit_cache_key *key, const void *value, size_t len, void *arg)
+{
+    (void)key;
+    (void)value;
+    stats_sum *sum = arg;
+    sum->entries++;
+    sum->value_bytes += (int64_t)len;
+    return 0;
 }
 
 int mlajit_store_stats_get(mlajit_store *store, mlajit_store_stats *stats)
@@ -659,49 +836,102 @@ int mlajit_store_stats_get(mlajit_store *store, mlajit_store_stats *stats)
     if (!store || !stats)
         return mlajit_fail(MLAJIT_ERR_INVALID_ARGUMENT, "cache stats: store and stats must not be NULL");
     memset(stats, 0, sizeof *stats);
+    stats_sum sum = {0, 0};
+    int status = mlajit_store_foreach(store, stats_visit, &sum);
+    if (status != MLAJIT_OK)
+        return status;
+    int64_t file_bytes = env_data_file_bytes(store->env);
+    if (file_bytes < 0)
+        return mlajit_fail(MLAJIT_ERR_IO, "cache %s: cannot stat data.mdb: %s", store->dir, strerror(errno));
+    stats->entries = sum.entries;
+    stats->data_file_bytes = file_bytes;
+    stats->value_bytes = sum.value_bytes;
+    return MLAJIT_OK;
+}
 
+/* Counters: COUNTERS_FIELDS u64 little-endian, then the XXH3-64 of them. */
+static void counters_to_array(const mlajit_store_counters *c, uint64_t a[COUNTERS_FIELDS])
+{
+    uint64_t v[COUNTERS_FIELDS] = {c->memory_hits, c->pack_hits, c->disk_hits, c->compiles,
+                                   c->compile_us,  c->corrupt,   c->jit_refusals, c->contexts};
+    memcpy(a, v, sizeof v);
+}
+
+static void counters_from_array(const uint64_t a[COUNTERS_FIELDS], mlajit_store_counters *c)
+{
+    c->memory_hits = a[0];
+    c->pack_hits = a[1];
+    c->disk_hits = a[2];
+    c->compiles = a[3];
+    c->compile_us = a[4];
+    c->corrupt = a[5];
+    c->jit_refusals = a[6];
+    c->contexts = a[7];
+}
+
+/* 1 and the fields when v holds a well-formed counters value, else 0. */
+static int counters_parse(const MDB_val *v, uint64_t a[COUNTERS_FIELDS])
+{
+    if (v->mv_size != COUNTERS_VALUE_BYTES)
+        return 0;
+    const uint8_t *p = v->mv_data;
+    if (load_u64le(p + 8 * COUNTERS_FIELDS) != mlajit_hash64(p, 8 * COUNTERS_FIELDS))
+        return 0;
+    for (int i = 0; i < COUNTERS_FIELDS; i++)
+        a[i] = load_u64le(p + 8 * i);
+    return 1;
+}
+
+int mlajit_store_counters_get(mlajit_store *store, mlajit_store_counters *out)
+{
+    if (!store || !out)
+        return mlajit_fail(MLAJIT_ERR_INVALID_ARGUMENT, "cache counters: store and out must not be NULL");
+    memset(out, 0, sizeof *out);
     MDB_txn *txn;
     int rc = mdb_txn_begin(store->env, NULL, MDB_RDONLY, &txn);
     if (rc != 0)
         return store_lmdb_fail(store, "beginning a read transaction", rc);
-    MDB_stat st;
-    rc = mdb_stat(txn, store->dbi, &st);
-    if (rc != 0) {
-        mdb_txn_abort(txn);
-        return store_lmdb_fail(store, "mdb_stat", rc);
-    }
-    int64_t value_bytes = 0;
-    MDB_cursor *cursor;
-    rc = mdb_cursor_open(txn, store->dbi, &cursor);
-    if (rc != 0) {
-        mdb_txn_abort(txn);
-        return store_lmdb_fail(store, "mdb_cursor_open", rc);
-    }
-    MDB_val k, v;
-    for (rc = mdb_cursor_get(cursor, &k, &v, MDB_FIRST); rc == 0;
-         rc = mdb_cursor_get(cursor, &k, &v, MDB_NEXT))
-        value_bytes += (int64_t)v.mv_size;
-    mdb_cursor_close(cursor);
+    MDB_val k = {.mv_size = sizeof COUNTERS_KEY - 1, .mv_data = (void *)COUNTERS_KEY}, v;
+    uint64_t a[COUNTERS_FIELDS];
+    rc = mdb_get(txn, store->dbi, &k, &v);
+    if (rc == 0 && mlajit_env_value_in_file(store->shared, &v, env_data_file_bytes(store->env)) &&
+        counters_parse(&v, a))
+        counters_from_array(a, out);
     mdb_txn_abort(txn);
-    if (rc != MDB_NOTFOUND)
-        return store_lmdb_fail(store, "iterating the entries", rc);
+    return MLAJIT_OK; /* absent or damaged counters read as zero */
+}
 
-    size_t path_len = strlen(store->dir) + sizeof "/data.mdb";
-    char *data_path = malloc(path_len);
-    if (!data_path)
-        return mlajit_fail(MLAJIT_ERR_OUT_OF_MEMORY, "cache %s: out of memory", store->dir);
-    snprintf(data_path, path_len, "%s/data.mdb", store->dir);
-    struct stat file_st;
-    int stat_rc = stat(data_path, &file_st);
-    int stat_errno = errno;
-    free(data_path);
-    if (stat_rc != 0)
-        return mlajit_fail(MLAJIT_ERR_IO, "cache %s: cannot stat data.mdb: %s", store->dir,
-                           strerror(stat_errno));
-
-    stats->entries = (int64_t)st.ms_entries;
-    stats->data_file_bytes = (int64_t)file_st.st_size;
-    stats->value_bytes = value_bytes;
+int mlajit_store_counters_add(mlajit_store *store, const mlajit_store_counters *delta)
+{
+    if (!store || !delta)
+        return mlajit_fail(MLAJIT_ERR_INVALID_ARGUMENT, "cache counters: store and delta must not be NULL");
+    if (store->readonly)
+        return mlajit_fail(MLAJIT_ERR_CACHE, "cache %s: opened read-only; cannot write", store->dir);
+    MDB_txn *txn;
+    int rc = mdb_txn_begin(store->env, NULL, 0, &txn);
+    if (rc != 0)
+        return store_lmdb_fail(store, "beginning a write transaction", rc);
+    MDB_val k = {.mv_size = sizeof COUNTERS_KEY - 1, .mv_data = (void *)COUNTERS_KEY}, v;
+    uint64_t sum[COUNTERS_FIELDS] = {0}, add[COUNTERS_FIELDS];
+    /* Read-add-write inside one write transaction: writers are serialized across
+     * processes, so concurrent contexts never lose each other's counts. */
+    if (mdb_get(txn, store->dbi, &k, &v) == 0 && mlajit_env_value_in_file(store->shared, &v, env_data_file_bytes(store->env)))
+        counters_parse(&v, sum);
+    counters_to_array(delta, add);
+    uint8_t bytes[COUNTERS_VALUE_BYTES];
+    for (int i = 0; i < COUNTERS_FIELDS; i++)
+        store_u64le(bytes + 8 * i, sum[i] + add[i]);
+    store_u64le(bytes + 8 * COUNTERS_FIELDS, mlajit_hash64(bytes, 8 * COUNTERS_FIELDS));
+    v.mv_size = sizeof bytes;
+    v.mv_data = bytes;
+    rc = mdb_put(txn, store->dbi, &k, &v, 0);
+    if (rc != 0) {
+        mdb_txn_abort(txn);
+        return store_lmdb_fail(store, "mdb_put of the counters", rc);
+    }
+    rc = mdb_txn_commit(txn);
+    if (rc != 0)
+        return store_lmdb_fail(store, "committing the counters", rc);
     return MLAJIT_OK;
 }
 

@@ -56,9 +56,27 @@ int mlajit_cache_entry_decode(const void *value, size_t len, mlajit_cache_entry 
 
 /* Open (creating the directory and environment if needed) the store in dir.
  * readonly opens an existing store without writing. Returns MLAJIT_OK,
- * MLAJIT_ERR_IO or MLAJIT_ERR_CACHE with a message naming the directory. */
+ * MLAJIT_ERR_IO or MLAJIT_ERR_CACHE with a message naming the directory.
+ *
+ * Handles on the same directory within one process share one MDB_env (LMDB
+ * allows one per process; see env_registry.h): opening it twice is fine, but a
+ * writable open while it is open read-only in this process is refused.
+ *
+ * A damaged data file (bad meta pages, or shorter than its meta page says) is
+ * moved aside to data.mdb.damaged with a warning and a fresh store is started,
+ * when no other process has the cache open; otherwise MLAJIT_ERR_CORRUPT. */
 int mlajit_store_open(const char *dir, int readonly, mlajit_store **out);
 void mlajit_store_close(mlajit_store *store);
+
+/* The key as stored: 16 bytes, hi then lo, big-endian (the hex string's order). */
+void mlajit_cache_key_to_bytes(const mlajit_cache_key *key, uint8_t bytes[16]);
+mlajit_cache_key mlajit_cache_key_from_bytes(const uint8_t bytes[16]);
+
+/* 1 when the store was opened read-only (or store is NULL). */
+int mlajit_store_is_readonly(const mlajit_store *store);
+
+/* The directory the store was opened with. */
+const char *mlajit_store_dir(const mlajit_store *store);
 
 /* Look a key up. MLAJIT_OK and a filled entry; MLAJIT_ERR_NOT_FOUND; or
  * MLAJIT_ERR_CORRUPT when the stored value fails its checks (the caller warns,
@@ -71,6 +89,38 @@ int mlajit_store_put(mlajit_store *store, const mlajit_cache_key *key, const mla
 /* Delete a key (MLAJIT_ERR_NOT_FOUND if absent). */
 int mlajit_store_delete(mlajit_store *store, const mlajit_cache_key *key);
 
+/* Delete keys in one write transaction; absent keys are skipped. *deleted (may
+ * be NULL) receives how many were removed. */
+int mlajit_store_delete_many(mlajit_store *store, const mlajit_cache_key *keys, size_t count, size_t *deleted);
+
+/* Called for each entry in key order inside one read transaction. value points
+ * into the map (valid during the call only) and is NULL when the stored bytes
+ * lie outside the data file (damaged). Return nonzero to stop. */
+typedef int (*mlajit_store_visit_fn)(const mlajit_cache_key *key, const void *value, size_t len, void *arg);
+
+/* Visit every entry (metadata records are skipped). */
+int mlajit_store_foreach(mlajit_store *store, mlajit_store_visit_fn visit, void *arg);
+
+/* Lookup counters accumulated by the contexts that used a store. Kept in the
+ * store (under a metadata key) so `mlajit cache stats` can report them. */
+typedef struct mlajit_store_counters {
+    uint64_t memory_hits;  /* served from a context's own map */
+    uint64_t pack_hits;    /* served from a pack */
+    uint64_t disk_hits;    /* served from this store */
+    uint64_t compiles;     /* missed every layer: NVRTC ran */
+    uint64_t compile_us;   /* NVRTC time of those compiles */
+    uint64_t corrupt;      /* entries or packs rejected by their checks */
+    uint64_t jit_refusals; /* misses refused with MLAJIT_DISABLE_JIT */
+    uint64_t contexts;     /* contexts that added their counts */
+} mlajit_store_counters;
+
+/* Add delta to the stored counters in one write transaction (atomic across
+ * processes). MLAJIT_ERR_CACHE on a read-only store. */
+int mlajit_store_counters_add(mlajit_store *store, const mlajit_store_counters *delta);
+
+/* The stored counters (all zero when none were stored or they are damaged). */
+int mlajit_store_counters_get(mlajit_store *store, mlajit_store_counters *out);
+
 typedef struct mlajit_store_stats {
     int64_t entries;
     int64_t data_file_bytes; /* size of data.mdb on disk */
@@ -81,6 +131,15 @@ int mlajit_store_stats_get(mlajit_store *store, mlajit_store_stats *stats);
 
 /* Test hook: overwrite the stored value of key with raw bytes (to plant corruption). */
 int mlajit_store_put_raw(mlajit_store *store, const mlajit_cache_key *key, const void *value, size_t len);
+
+/* LMDB checks shared with the pack reader (the structs are only declared here,
+ * so this header does not need lmdb.h). */
+struct MDB_env;
+/* 0 when every page the meta page claims lies within file_bytes; else
+ * MDB_CORRUPTED with a message naming what (reading past the end is SIGBUS). */
+int mlajit_lmdb_check_size(struct MDB_env *env, int64_t file_bytes, const char *what);
+/* 1 for LMDB codes that mean the file is damaged (MDB_INVALID, MDB_CORRUPTED, ...). */
+int mlajit_lmdb_rc_is_damage(int rc);
 
 /* The default cache directory: $MLAJIT_CACHE_DIR, else $XDG_CACHE_HOME/mlajit,
  * else $HOME/.cache/mlajit. Returns MLAJIT_ERR_NOT_FOUND when none can be formed. */

@@ -184,16 +184,29 @@ typedef struct mlajit_context mlajit_context;
 /* Context flags. */
 #define MLAJIT_CONTEXT_NO_DEVICE  0x1u /* never touch the driver: generate/compile/cache only */
 #define MLAJIT_CONTEXT_NO_DISK_CACHE 0x2u /* keep compiled kernels in memory only */
+#define MLAJIT_CONTEXT_NO_JIT     0x4u /* never compile: a kernel missing from the packs and the
+                                           cache is an error (as is MLAJIT_DISABLE_JIT=1) */
 
 typedef struct mlajit_context_options {
     int device;            /* CUDA device ordinal (default 0) */
     const char *cache_dir; /* NULL: $MLAJIT_CACHE_DIR, else $XDG_CACHE_HOME/mlajit, else ~/.cache/mlajit */
     unsigned flags;        /* MLAJIT_CONTEXT_* */
+    const char *packs;     /* read-only cubin packs (`mlajit pack build`), ':'-separated, looked up
+                              in order before the disk cache; NULL: $MLAJIT_PACKS; "": none */
 } mlajit_context_options;
 
 /* Create a context. opts may be NULL (defaults). Without a driver or GPU the
  * context still works for generating, compiling and caching (for sm_90a unless a
- * spec names another arch); mlajit_decode then fails with MLAJIT_ERR_NO_DEVICE. */
+ * spec names another arch); mlajit_decode then fails with MLAJIT_ERR_NO_DEVICE.
+ *
+ * Kernels are looked up in this order: the context's own map, the packs (each
+ * checked when opened: a damaged pack, or one made for another arch or by a
+ * generator / template set / NVRTC other than this one's, is skipped with a
+ * warning), the writable disk cache, then NVRTC. A cache directory that cannot
+ * be created or written (or no HOME) is one warning, never an error: the
+ * context then runs on its packs and in-memory compiles. Environment:
+ * MLAJIT_PACKS, MLAJIT_CACHE_DIR, MLAJIT_DISABLE_JIT=1 (as MLAJIT_CONTEXT_NO_JIT),
+ * MLAJIT_LOG=info (a line per compile and per pack opened) or quiet. */
 int mlajit_context_create(const mlajit_context_options *opts, mlajit_context **out);
 
 /* Destroy a context (NULL is allowed). Plans made from it must be destroyed first. */
@@ -209,9 +222,21 @@ typedef struct mlajit_context_info {
     char cache_dir[1024];    /* "" when the disk cache is off */
     int64_t cache_bytes;     /* bytes in the cache's data file */
     int64_t cache_entries;
+    /* Added in 0.2: what the context found where, since it was made. */
+    int cache_writable;      /* 1 when compiled kernels are stored on disk */
+    int pack_count;          /* packs in use (those that passed their checks) */
+    int jit_disabled;        /* 1 with MLAJIT_CONTEXT_NO_JIT or MLAJIT_DISABLE_JIT=1 */
+    int64_t memory_hits;     /* lookups served by the context's own map */
+    int64_t pack_hits;       /* kernels served by a pack */
+    int64_t disk_hits;       /* kernels served by the disk cache */
+    int64_t compiles;        /* kernels that missed every layer and were compiled */
+    int64_t corrupt;         /* stored entries or packs rejected by their checks */
+    int64_t jit_refusals;    /* misses refused because JIT is disabled */
+    double compile_ms;       /* NVRTC time of those compiles */
 } mlajit_context_info;
 
-/* Describe a context: the GPU, the compiler and the cache. */
+/* Describe a context: the GPU, the compiler, the cache, the packs, and the hit
+ * and miss counts per layer. */
 int mlajit_context_get_info(mlajit_context *ctx, mlajit_context_info *info);
 
 /* ------------------------------------------------------------------------- */
@@ -230,14 +255,59 @@ typedef struct mlajit_kernel_report {
     int shared_bytes;     /* static + dynamic shared memory of the main kernel */
     int spill_bytes;      /* spill stores + loads of the main kernel */
     size_t cubin_bytes;
+    int source;           /* added in 0.2: where the kernel came from (mlajit_kernel_source) */
 } mlajit_kernel_report;
 
-/* Make the kernel for a spec available: look it up in the process map, then in
- * the disk cache, else generate and compile it with NVRTC and store it. With a
- * device (and an arch that is the device's), the kernel is also loaded. report
- * may be NULL. Thread-safe. */
+typedef enum mlajit_kernel_source {
+    MLAJIT_SOURCE_COMPILED = 0, /* NVRTC, now */
+    MLAJIT_SOURCE_MEMORY = 1,   /* the context's own map */
+    MLAJIT_SOURCE_PACK = 2,     /* a read-only pack */
+    MLAJIT_SOURCE_DISK = 3      /* the writable disk cache */
+} mlajit_kernel_source;
+
+/* Make the kernel for a spec available: look it up in the context's map, the
+ * packs and the disk cache, else generate and compile it with NVRTC and store
+ * it. With a device (and an arch that is the device's), the kernel is also
+ * loaded. report may be NULL. Thread-safe; no lock is held while compiling, so
+ * threads (and processes) asking for the same new kernel may each compile it.
+ * With JIT disabled a miss is MLAJIT_ERR_NOT_FOUND, and the message names the
+ * spec and the `mlajit pack build` line that would cover it. */
 int mlajit_kernel_prepare(mlajit_context *ctx, const mlajit_kernel_spec *spec,
                           mlajit_kernel_report *report);
+
+/* A set of kernels: the product of its lists (models x head counts x page sizes
+ * x extra page sizes x feature sets x archs). A NULL list or a count of 0 takes
+ * the default named on the field. */
+typedef struct mlajit_kernel_grid {
+    const mlajit_model *models;     int num_models;           /* required */
+    const int *head_counts;         int num_head_counts;      /* required */
+    const int *page_sizes;          int num_page_sizes;       /* required */
+    const int *extra_page_sizes;    int num_extra_page_sizes; /* default {0}: no extra cache */
+    const unsigned *feature_sets;   int num_feature_sets;     /* default {0}: no features */
+    const char *const *archs;       int num_archs;            /* default {""}: the context's */
+} mlajit_kernel_grid;
+
+typedef struct mlajit_warmup_report {
+    int kernels;          /* kernels in the grid */
+    int from_memory;      /* already in the context */
+    int from_packs;       /* read from a pack */
+    int from_disk;        /* read from the disk cache */
+    int compiled;         /* compiled by NVRTC now */
+    int loaded;           /* loaded onto the device by this call (0 without a device) */
+    double wall_ms;       /* the whole call */
+    double compile_ms;    /* NVRTC time, summed over the kernels compiled */
+} mlajit_warmup_report;
+
+/* Make every kernel of a grid ready before serving (and before CUDA graph
+ * capture, since a first use would otherwise compile and load): each is looked
+ * up (map, packs, disk cache) or compiled, and loaded when the context has a
+ * device whose arch runs it. threads: compile workers, 0 = one per online CPU.
+ * Every spec is validated first; an invalid one fails the call before any
+ * work, naming the spec. A kernel that fails to compile (or is missing with JIT
+ * disabled) fails the call after the others finish; report (may be NULL) then
+ * still counts what was done. Thread-safe. */
+int mlajit_warmup(mlajit_context *ctx, const mlajit_kernel_grid *grid, int threads,
+                  mlajit_warmup_report *report);
 
 /* ------------------------------------------------------------------------- */
 /* Plans                                                                      */

@@ -1,155 +1,433 @@
-/* The public API's argument checks: each bad argument gets its status and a
- * message naming it, before anything could launch. Runs without a GPU: plans on
- * a context without a device validate everything, then say "no device". */
+/* The public API's bad input: every entry point with each bad argument gets its
+ * status code and a message naming the argument, before anything could launch or
+ * be written. One test per row of two tables: mlajit_decode's argument mutations
+ * (bad_decode_args.h, shared with the GPU suite's poisoned-out test) and the
+ * other entry points' calls (BAD rows below). Runs without a GPU: plans on a
+ * context without a device validate everything, then say "no device". */
 #include <criterion/criterion.h>
+#include <criterion/hooks.h>
+#include <criterion/parameterized.h>
+#include <math.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "bad_decode_args.h"
+#include "harness/harness.h"
 #include "mlajit.h"
 
-static char cache_dir[256];
+/* Rows override one field of a valid designated initializer. */
+#if defined(__clang__)
+#pragma clang diagnostic ignored "-Winitializer-overrides"
+#elif defined(__GNUC__)
+#pragma GCC diagnostic ignored "-Woverride-init"
+#endif
+
+/* One disk cache for the whole run: every test runs in its own process, and
+ * the table's plan would otherwise be compiled again for each row. The runner
+ * makes it before the first test and removes it after the last. */
+#define SHARED_CACHE_VAR "MLAJIT_TEST_API_CACHE"
+static char shared_cache[256];
+
+ReportHook(PRE_ALL)(struct criterion_test_set *tests)
+{
+    snprintf(shared_cache, sizeof shared_cache, "/tmp/mlajit-api-XXXXXX");
+    if (mkdtemp(shared_cache))
+        setenv(SHARED_CACHE_VAR, shared_cache, 1);
+}
+
+ReportHook(POST_ALL)(struct criterion_global_stats *stats)
+{
+    if (!shared_cache[0])
+        return;
+    char cmd[300];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", shared_cache);
+    if (system(cmd) != 0)
+        fprintf(stderr, "test_api: could not remove %s\n", shared_cache);
+}
+
 static mlajit_context *ctx;
 
 static void setup(void)
 {
-    snprintf(cache_dir, sizeof cache_dir, "/tmp/mlajit-api-XXXXXX");
-    cr_assert_not_null(mkdtemp(cache_dir));
-    mlajit_context_options o = {.cache_dir = cache_dir, .flags = MLAJIT_CONTEXT_NO_DEVICE};
+    const char *dir = getenv(SHARED_CACHE_VAR);
+    mlajit_context_options o = {.cache_dir = dir, .flags = MLAJIT_CONTEXT_NO_DEVICE};
+    if (!dir)
+        o.flags |= MLAJIT_CONTEXT_NO_DISK_CACHE;
     cr_assert_eq(mlajit_context_create(&o, &ctx), MLAJIT_OK, "%s", mlajit_last_error());
 }
 
-static void teardown(void)
-{
-    mlajit_context_destroy(ctx);
-    char cmd[300];
-    snprintf(cmd, sizeof cmd, "rm -rf '%s'", cache_dir);
-    cr_expect_eq(system(cmd), 0);
-}
+static void teardown(void) { mlajit_context_destroy(ctx); }
 
 TestSuite(api, .init = setup, .fini = teardown, .timeout = 300);
+TestSuite(bad_input, .init = setup, .fini = teardown, .timeout = 300);
 
 #define FAKE(addr) ((void *)(uintptr_t)(addr)) /* never dereferenced: nothing launches */
-
-static void valid_args(mlajit_decode_args *a)
-{
-    memset(a, 0, sizeof *a);
-    a->q = FAKE(0x100000);
-    a->kv = (mlajit_cache_view){FAKE(0x200000), 64 * 584, 10};
-    a->indices = FAKE(0x300000);
-    a->topk_length = FAKE(0x310000);
-    a->attn_sink = FAKE(0x320000);
-    a->extra_kv = (mlajit_cache_view){FAKE(0x400000), 2 * 584, 10};
-    a->extra_indices = FAKE(0x500000);
-    a->extra_topk_length = FAKE(0x510000);
-    a->sm_scale = 0.04f;
-    a->out = FAKE(0x600000);
-    a->lse = FAKE(0x700000);
-}
 
 static mlajit_plan *make_plan(int batch, int splits)
 {
     mlajit_kernel_spec s;
-    cr_assert_eq(mlajit_spec_init(&s, MLAJIT_MODEL_DSV4, 64, 64), MLAJIT_OK);
-    s.extra_page_size = 2;
+    cr_assert_eq(mlajit_spec_init(&s, BAD_ARGS_MODEL, BAD_ARGS_HEADS, BAD_ARGS_PAGE), MLAJIT_OK);
+    s.extra_page_size = BAD_ARGS_EXTRA_PAGE;
     s.features = MLAJIT_FEATURE_ALL;
-    mlajit_decode_shape shape = {.batch = batch, .s_q = 2, .topk = 128, .extra_topk = 256, .num_splits = splits};
+    mlajit_decode_shape shape = {.batch = batch, .s_q = BAD_ARGS_SQ, .topk = BAD_ARGS_TOPK,
+                                 .extra_topk = BAD_ARGS_EXTRA_TOPK, .num_splits = splits};
     mlajit_plan *p = NULL;
     cr_assert_eq(mlajit_plan_create(ctx, &s, &shape, &p), MLAJIT_OK, "%s", mlajit_last_error());
     return p;
 }
 
-/* One row of the bad-argument table: a mutation and the word the message must hold. */
-typedef struct bad_arg {
-    const char *word;
-    void (*mutate)(mlajit_decode_args *);
-} bad_arg;
-
-static void null_q(mlajit_decode_args *a) { a->q = NULL; }
-static void misaligned_q(mlajit_decode_args *a) { a->q = FAKE(0x100008); }
-static void q_stride_small(mlajit_decode_args *a) { a->q_stride_h = 256; }
-static void q_stride_odd(mlajit_decode_args *a) { a->q_stride_h = 513; }
-static void null_kv(mlajit_decode_args *a) { a->kv.data = NULL; }
-static void misaligned_kv(mlajit_decode_args *a) { a->kv.data = FAKE(0x200004); }
-static void kv_stride_small(mlajit_decode_args *a) { a->kv.page_stride = 64 * 584 - 16; }
-static void kv_stride_unaligned(mlajit_decode_args *a) { a->kv.page_stride = 64 * 584 + 8; }
-static void kv_pages_negative(mlajit_decode_args *a) { a->kv.num_pages = -1; }
-static void kv_pages_huge(mlajit_decode_args *a) { a->kv.num_pages = (int64_t)1 << 40; }
-static void null_indices(mlajit_decode_args *a) { a->indices = NULL; }
-static void misaligned_indices(mlajit_decode_args *a) { a->indices = FAKE(0x300002); }
-static void indices_stride_small(mlajit_decode_args *a) { a->indices_stride_s = 100; }
-static void null_topk_length(mlajit_decode_args *a) { a->topk_length = NULL; }
-static void null_sink(mlajit_decode_args *a) { a->attn_sink = NULL; }
-static void null_extra_kv(mlajit_decode_args *a) { a->extra_kv.data = NULL; }
-static void extra_stride_small(mlajit_decode_args *a) { a->extra_kv.page_stride = 584; }
-static void null_extra_indices(mlajit_decode_args *a) { a->extra_indices = NULL; }
-static void extra_indices_stride_small(mlajit_decode_args *a) { a->extra_indices_stride_s = 255; }
-static void null_extra_length(mlajit_decode_args *a) { a->extra_topk_length = NULL; }
-static void scale_zero(mlajit_decode_args *a) { a->sm_scale = 0.0f; }
-static void scale_nan(mlajit_decode_args *a) { a->sm_scale = __builtin_nanf(""); }
-static void scale_negative(mlajit_decode_args *a) { a->sm_scale = -1.0f; }
-static void null_out(mlajit_decode_args *a) { a->out = NULL; }
-static void misaligned_out(mlajit_decode_args *a) { a->out = FAKE(0x600002); }
-static void out_stride_small(mlajit_decode_args *a) { a->out_stride_h = 511; }
-static void out_stride_negative(mlajit_decode_args *a) { a->out_stride_b = -512; }
-static void misaligned_lse(mlajit_decode_args *a) { a->lse = FAKE(0x700001); }
-
-static const bad_arg table[] = {
-    {"args.q", null_q},
-    {"args.q", misaligned_q},
-    {"q_stride_h", q_stride_small},
-    {"args.q strides", q_stride_odd},
-    {"args.kv.data", null_kv},
-    {"args.kv.data", misaligned_kv},
-    {"args.kv.page_stride", kv_stride_small},
-    {"args.kv.page_stride", kv_stride_unaligned},
-    {"args.kv.num_pages", kv_pages_negative},
-    {"args.kv.num_pages", kv_pages_huge},
-    {"args.indices", null_indices},
-    {"args.indices", misaligned_indices},
-    {"args.indices_stride_s", indices_stride_small},
-    {"args.topk_length", null_topk_length},
-    {"args.attn_sink", null_sink},
-    {"args.extra_kv.data", null_extra_kv},
-    {"args.extra_kv.page_stride", extra_stride_small},
-    {"args.extra_indices", null_extra_indices},
-    {"args.extra_indices_stride_s", extra_indices_stride_small},
-    {"args.extra_topk_length", null_extra_length},
-    {"args.sm_scale", scale_zero},
-    {"args.sm_scale", scale_nan},
-    {"args.sm_scale", scale_negative},
-    {"args.out", null_out},
-    {"args.out", misaligned_out},
-    {"args.out_stride_h", out_stride_small},
-    {"args.out strides", out_stride_negative},
-    {"args.lse", misaligned_lse},
-};
+/* Valid arguments for the plan of bad_decode_args.h (fake, aligned pointers). */
+static void valid_args(const mlajit_plan *p, mlajit_decode_args *a)
+{
+    memset(a, 0, sizeof *a);
+    a->q = FAKE(0x100000);
+    a->kv = (mlajit_cache_view){FAKE(0x200000), mlajit_min_page_stride(BAD_ARGS_MODEL, BAD_ARGS_PAGE), 10};
+    a->indices = FAKE(0x300000);
+    a->topk_length = FAKE(0x310000);
+    a->attn_sink = FAKE(0x320000);
+    a->extra_kv = (mlajit_cache_view){FAKE(0x400000), mlajit_min_page_stride(BAD_ARGS_MODEL, BAD_ARGS_EXTRA_PAGE), 10};
+    a->extra_indices = FAKE(0x500000);
+    a->extra_topk_length = FAKE(0x510000);
+    a->sm_scale = 0.04f;
+    a->out = FAKE(0x600000);
+    a->lse = FAKE(0x700000);
+    a->workspace = FAKE(0x800000);
+    a->workspace_size = mlajit_plan_workspace_size(p);
+}
 
 Test(api, valid_arguments_pass_validation_and_then_need_a_device)
 {
-    mlajit_plan *p = make_plan(3, 1);
+    mlajit_plan *p = make_plan(BAD_ARGS_BATCH, BAD_ARGS_SPLITS);
+    cr_assert_gt(mlajit_plan_workspace_size(p), 0u, "the table's plan splits, so it has a workspace row");
     mlajit_decode_args a;
-    valid_args(&a);
+    valid_args(p, &a);
     cr_expect_eq(mlajit_decode(p, &a, NULL), MLAJIT_ERR_NO_DEVICE, "%s", mlajit_last_error());
     cr_expect(strstr(mlajit_last_error(), "GPU") != NULL);
     mlajit_plan_destroy(p);
 }
 
-Test(api, each_bad_argument_is_named)
+/* ---- mlajit_decode: one test per row of bad_decode_args.h ------------------- */
+
+ParameterizedTestParameters(bad_input, decode_argument)
 {
-    mlajit_plan *p = make_plan(3, 1);
-    for (size_t i = 0; i < sizeof table / sizeof table[0]; i++) {
-        mlajit_decode_args a;
-        valid_args(&a);
-        table[i].mutate(&a);
-        int rc = mlajit_decode(p, &a, NULL);
-        cr_expect_eq(rc, MLAJIT_ERR_INVALID_ARGUMENT, "row %zu (%s): got %d: %s", i, table[i].word, rc,
-                     mlajit_last_error());
-        cr_expect(strstr(mlajit_last_error(), table[i].word) != NULL, "row %zu: '%s' should name %s", i,
-                  mlajit_last_error(), table[i].word);
-    }
+    static size_t rows[BAD_DECODE_ARG_COUNT];
+    for (size_t i = 0; i < BAD_DECODE_ARG_COUNT; i++)
+        rows[i] = i;
+    return cr_make_param_array(size_t, rows, BAD_DECODE_ARG_COUNT);
+}
+
+ParameterizedTest(size_t *row, bad_input, decode_argument)
+{
+    const bad_decode_arg *bad = &bad_decode_args[*row];
+    mlajit_plan *p = make_plan(BAD_ARGS_BATCH, BAD_ARGS_SPLITS);
+    mlajit_decode_args a;
+    valid_args(p, &a);
+    bad->mutate(&a);
+    int rc = mlajit_decode(p, &a, NULL);
+    cr_expect_eq(rc, MLAJIT_ERR_INVALID_ARGUMENT, "%s: got %d: %s", bad->name, rc, mlajit_last_error());
+    cr_expect(strstr(mlajit_last_error(), bad->word) != NULL, "%s: '%s' should name '%s'", bad->name,
+              mlajit_last_error(), bad->word);
     mlajit_plan_destroy(p);
+}
+
+/* ---- every other entry point: one Test per BAD row --------------------------- */
+
+/* BAD(row name, expected status, word the message must hold, the call). */
+#define BAD(name, status, word, call)                                                                       \
+    Test(bad_input, name)                                                                                   \
+    {                                                                                                       \
+        int rc_ = (call);                                                                                   \
+        const char *msg_ = mlajit_last_error();                                                             \
+        cr_expect_eq(rc_, status, "%s: got %s (%d): %s", #call, mlajit_status_string(rc_), rc_, msg_);      \
+        cr_expect(strstr(msg_, word) != NULL, "%s: message '%s' should name '%s'", #call, msg_, word);      \
+    }
+
+#define INVALID MLAJIT_ERR_INVALID_ARGUMENT
+#define UNSUPPORTED MLAJIT_ERR_UNSUPPORTED
+/* A valid spec / shape with some fields overridden: SPEC(.h_q = 0). */
+#define SPEC(...) (&(mlajit_kernel_spec){.model = MLAJIT_MODEL_V32, .h_q = 16, .page_size = 64, __VA_ARGS__})
+#define SHAPE(...) (&(mlajit_decode_shape){.batch = 1, .s_q = 1, .topk = 64, __VA_ARGS__})
+
+static mlajit_kernel_spec spec_out;
+static mlajit_model model_out;
+static char text_out[256];
+static mlajit_context *context_out;
+static mlajit_context_info info_out;
+static mlajit_plan *plan_out;
+
+/* mlajit_spec_init */
+BAD(spec_init_null_spec, INVALID, "spec: NULL", mlajit_spec_init(NULL, MLAJIT_MODEL_V32, 16, 64))
+BAD(spec_init_unknown_model, INVALID, "spec.model = 9", mlajit_spec_init(&spec_out, (mlajit_model)9, 16, 64))
+BAD(spec_init_h_q_0, INVALID, "spec.h_q = 0; allowed 1..128", mlajit_spec_init(&spec_out, MLAJIT_MODEL_V32, 0, 64))
+BAD(spec_init_h_q_129, INVALID, "spec.h_q = 129", mlajit_spec_init(&spec_out, MLAJIT_MODEL_V32, 129, 64))
+BAD(spec_init_h_q_negative, INVALID, "spec.h_q = -4", mlajit_spec_init(&spec_out, MLAJIT_MODEL_DSV4, -4, 64))
+BAD(spec_init_page_0, INVALID, "spec.page_size = 0; allowed 1..1024", mlajit_spec_init(&spec_out, MLAJIT_MODEL_V32, 16, 0))
+BAD(spec_init_page_1025, INVALID, "spec.page_size = 1025", mlajit_spec_init(&spec_out, MLAJIT_MODEL_V32, 16, 1025))
+BAD(spec_init_page_negative, INVALID, "spec.page_size = -64", mlajit_spec_init(&spec_out, MLAJIT_MODEL_GLM_NSA, 16, -64))
+
+/* mlajit_spec_validate */
+BAD(spec_validate_null, INVALID, "spec: NULL", mlajit_spec_validate(NULL))
+BAD(spec_validate_unknown_model, INVALID, "spec.model = 0", mlajit_spec_validate(SPEC(.model = 0)))
+BAD(spec_validate_h_q_0, INVALID, "spec.h_q = 0", mlajit_spec_validate(SPEC(.h_q = 0)))
+BAD(spec_validate_h_q_129, INVALID, "spec.h_q = 129", mlajit_spec_validate(SPEC(.h_q = 129)))
+BAD(spec_validate_page_0, INVALID, "spec.page_size = 0", mlajit_spec_validate(SPEC(.page_size = 0)))
+BAD(spec_validate_extra_page_negative, INVALID, "spec.extra_page_size = -1",
+    mlajit_spec_validate(SPEC(.extra_page_size = -1)))
+BAD(spec_validate_extra_page_1025, INVALID, "spec.extra_page_size = 1025",
+    mlajit_spec_validate(SPEC(.extra_page_size = 1025)))
+BAD(spec_validate_unknown_feature, INVALID, "spec.features = 0x10", mlajit_spec_validate(SPEC(.features = 0x10)))
+BAD(spec_validate_extra_length_without_extra, INVALID, "extra_page_size is 0",
+    mlajit_spec_validate(SPEC(.features = MLAJIT_FEATURE_EXTRA_TOPK_LENGTH)))
+BAD(spec_validate_tile_48, INVALID, "spec.tile = 48", mlajit_spec_validate(SPEC(.tile = 48)))
+BAD(spec_validate_tile_negative, INVALID, "spec.tile = -32", mlajit_spec_validate(SPEC(.tile = -32)))
+BAD(spec_validate_heads_per_cta_8, INVALID, "spec.heads_per_cta = 8", mlajit_spec_validate(SPEC(.heads_per_cta = 8)))
+BAD(spec_validate_variant, INVALID, "spec.variant = 5", mlajit_spec_validate(SPEC(.variant = (mlajit_variant)5)))
+BAD(spec_validate_arch_sm_70, INVALID, "spec.arch = 'sm_70'", mlajit_spec_validate(SPEC(.arch = "sm_70")))
+BAD(spec_validate_arch_unknown, INVALID, "spec.arch = 'gfx90a'", mlajit_spec_validate(SPEC(.arch = "gfx90a")))
+BAD(spec_validate_arch_unterminated, INVALID, "spec.arch is not NUL-terminated",
+    mlajit_spec_validate(SPEC(.arch = {'s', 'm', '_', '9', '0', 'a', 'x', 'x', 'x', 'x', 'x', 'x', 'x', 'x', 'x', 'x'})))
+
+/* mlajit_spec_string / mlajit_spec_parse / mlajit_spec_resolve */
+BAD(spec_string_null_spec, INVALID, "spec: NULL", mlajit_spec_string(NULL, text_out, sizeof text_out))
+BAD(spec_string_null_buf, INVALID, "buf: NULL", mlajit_spec_string(SPEC(.arch = "sm_90a"), NULL, 64))
+BAD(spec_string_short_buf, INVALID, "buf: 8 bytes is too short", mlajit_spec_string(SPEC(.arch = "sm_90a"), text_out, 8))
+BAD(spec_string_bad_spec, INVALID, "spec.h_q = 0", mlajit_spec_string(SPEC(.h_q = 0), text_out, sizeof text_out))
+BAD(spec_parse_null_string, INVALID, "spec string or out: NULL", mlajit_spec_parse(NULL, &spec_out))
+BAD(spec_parse_null_out, INVALID, "spec string or out: NULL", mlajit_spec_parse("v32.h16.p64.t64.hc16.portable.sm_90a", NULL))
+BAD(spec_parse_truncated, INVALID, "is malformed", mlajit_spec_parse("v32.h16.p64", &spec_out))
+BAD(spec_parse_unknown_feature, INVALID, "unknown feature 'q'",
+    mlajit_spec_parse("v32.h16.p64.fq.t64.hc16.portable.sm_90a", &spec_out))
+BAD(spec_parse_unknown_variant, INVALID, "variant 'fast'", mlajit_spec_parse("v32.h16.p64.t64.hc16.fast.sm_90a", &spec_out))
+BAD(spec_parse_h_q_0, INVALID, "spec.h_q = 0", mlajit_spec_parse("v32.h0.p64.t64.hc16.portable.sm_90a", &spec_out))
+BAD(spec_parse_unknown_arch, INVALID, "spec.arch = 'sm_91'", mlajit_spec_parse("v32.h1.p1.t64.hc16.portable.sm_91", &spec_out))
+BAD(spec_parse_too_long, INVALID, "longer than 255 characters",
+    mlajit_spec_parse("v32.h16.p64.t64.hc16.portable.sm_90a....................................................................."
+                      "..........................................................................................."
+                      "...........................................................................................",
+                      &spec_out))
+BAD(spec_resolve_no_arch, INVALID, "spec.arch is empty", mlajit_spec_resolve(SPEC(), &spec_out))
+BAD(spec_resolve_null_out, INVALID, "resolved: NULL", mlajit_spec_resolve(SPEC(.arch = "sm_90a"), NULL))
+BAD(spec_resolve_too_much_shared_memory, UNSUPPORTED, "shared memory",
+    mlajit_spec_resolve(SPEC(.h_q = 128, .tile = 64, .heads_per_cta = 32, .arch = "sm_86"), &spec_out))
+
+/* mlajit_generate_source */
+static char *source_out;
+BAD(generate_null_source, INVALID, "source: NULL", mlajit_generate_source(SPEC(.arch = "sm_90a"), NULL))
+BAD(generate_null_spec, INVALID, "spec: NULL", mlajit_generate_source(NULL, &source_out))
+BAD(generate_no_arch, INVALID, "spec.arch is empty", mlajit_generate_source(SPEC(), &source_out))
+BAD(generate_bad_spec, INVALID, "spec.page_size = 0", mlajit_generate_source(SPEC(.page_size = 0, .arch = "sm_90a"), &source_out))
+
+/* mlajit_model_from_name */
+BAD(model_from_name_null, INVALID, "model name: NULL", mlajit_model_from_name(NULL, &model_out))
+BAD(model_from_name_null_out, INVALID, "model name: NULL", mlajit_model_from_name("v32", NULL))
+BAD(model_from_name_unknown, INVALID, "model 'llama' is unknown; allowed: v32, dsv4, glm_nsa",
+    mlajit_model_from_name("llama", &model_out))
+
+/* mlajit_envelope_check */
+BAD(envelope_null_spec, INVALID, "spec: NULL", mlajit_envelope_check(NULL, NULL))
+BAD(envelope_h_q_0, INVALID, "spec.h_q = 0", mlajit_envelope_check(SPEC(.h_q = 0), NULL))
+BAD(envelope_h_q_129, INVALID, "spec.h_q = 129", mlajit_envelope_check(SPEC(.h_q = 129), NULL))
+BAD(envelope_page_0, INVALID, "spec.page_size = 0", mlajit_envelope_check(SPEC(.page_size = 0), NULL))
+BAD(envelope_unknown_model, INVALID, "spec.model = 77", mlajit_envelope_check(SPEC(.model = 77), NULL))
+BAD(envelope_unknown_arch, INVALID, "spec.arch = 'sm_75'", mlajit_envelope_check(SPEC(.arch = "sm_75"), NULL))
+BAD(envelope_shared_memory, UNSUPPORTED, "shared memory",
+    mlajit_envelope_check(SPEC(.tile = 64, .heads_per_cta = 32, .arch = "sm_120a"), NULL))
+BAD(envelope_batch_negative, INVALID, "shape.batch = -1", mlajit_envelope_check(SPEC(), SHAPE(.batch = -1)))
+BAD(envelope_batch_4097, INVALID, "shape.batch = 4097", mlajit_envelope_check(SPEC(), SHAPE(.batch = 4097)))
+BAD(envelope_s_q_17, INVALID, "shape.s_q = 17", mlajit_envelope_check(SPEC(), SHAPE(.s_q = 17)))
+BAD(envelope_topk_0, INVALID, "shape.topk = 0", mlajit_envelope_check(SPEC(), SHAPE(.topk = 0)))
+BAD(envelope_topk_16385, INVALID, "shape.topk = 16385", mlajit_envelope_check(SPEC(), SHAPE(.topk = 16385)))
+BAD(envelope_extra_topk_without_extra, INVALID, "shape.extra_topk = 5", mlajit_envelope_check(SPEC(), SHAPE(.extra_topk = 5)))
+BAD(envelope_extra_topk_0_with_extra, INVALID, "shape.extra_topk = 0",
+    mlajit_envelope_check(SPEC(.extra_page_size = 2), SHAPE(.extra_topk = 0)))
+BAD(envelope_splits_65, INVALID, "shape.num_splits = 65", mlajit_envelope_check(SPEC(), SHAPE(.num_splits = 65)))
+
+/* mlajit_context_create / mlajit_context_get_info */
+BAD(context_null_out, INVALID, "out: NULL", mlajit_context_create(NULL, NULL))
+BAD(context_unknown_flags, INVALID, "options.flags = 0x80",
+    mlajit_context_create(&(mlajit_context_options){.flags = 0x80}, &context_out))
+BAD(context_negative_device, INVALID, "options.device = -2",
+    mlajit_context_create(&(mlajit_context_options){.device = -2}, &context_out))
+BAD(context_info_null_ctx, INVALID, "ctx or info: NULL", mlajit_context_get_info(NULL, &info_out))
+BAD(context_info_null_info, INVALID, "ctx or info: NULL", mlajit_context_get_info(ctx, NULL))
+
+/* mlajit_kernel_prepare */
+BAD(prepare_null_ctx, INVALID, "ctx or spec: NULL", mlajit_kernel_prepare(NULL, SPEC(), NULL))
+BAD(prepare_null_spec, INVALID, "ctx or spec: NULL", mlajit_kernel_prepare(ctx, NULL, NULL))
+BAD(prepare_h_q_129, INVALID, "spec.h_q = 129", mlajit_kernel_prepare(ctx, SPEC(.h_q = 129), NULL))
+BAD(prepare_page_0, INVALID, "spec.page_size = 0", mlajit_kernel_prepare(ctx, SPEC(.page_size = 0), NULL))
+BAD(prepare_unknown_model, INVALID, "spec.model = 4", mlajit_kernel_prepare(ctx, SPEC(.model = 4), NULL))
+BAD(prepare_unknown_arch, INVALID, "spec.arch = 'sm_70'", mlajit_kernel_prepare(ctx, SPEC(.arch = "sm_70"), NULL))
+BAD(prepare_shared_memory, UNSUPPORTED, "shared memory",
+    mlajit_kernel_prepare(ctx, SPEC(.tile = 64, .heads_per_cta = 32, .arch = "sm_89"), NULL))
+
+/* mlajit_plan_create */
+BAD(plan_null_out, INVALID, "out: NULL", mlajit_plan_create(ctx, SPEC(), SHAPE(), NULL))
+BAD(plan_null_ctx, INVALID, "ctx: NULL", mlajit_plan_create(NULL, SPEC(), SHAPE(), &plan_out))
+BAD(plan_null_spec, INVALID, "spec: NULL", mlajit_plan_create(ctx, NULL, SHAPE(), &plan_out))
+BAD(plan_null_shape, INVALID, "shape: NULL", mlajit_plan_create(ctx, SPEC(), NULL, &plan_out))
+BAD(plan_h_q_0, INVALID, "spec.h_q = 0", mlajit_plan_create(ctx, SPEC(.h_q = 0), SHAPE(), &plan_out))
+BAD(plan_h_q_129, INVALID, "spec.h_q = 129", mlajit_plan_create(ctx, SPEC(.h_q = 129), SHAPE(), &plan_out))
+BAD(plan_page_0, INVALID, "spec.page_size = 0", mlajit_plan_create(ctx, SPEC(.page_size = 0), SHAPE(), &plan_out))
+BAD(plan_unknown_arch, INVALID, "spec.arch = 'sm_70'", mlajit_plan_create(ctx, SPEC(.arch = "sm_70"), SHAPE(), &plan_out))
+BAD(plan_shared_memory, UNSUPPORTED, "shared memory",
+    mlajit_plan_create(ctx, SPEC(.tile = 64, .heads_per_cta = 32, .arch = "sm_86"), SHAPE(), &plan_out))
+BAD(plan_batch_negative, INVALID, "shape.batch = -1", mlajit_plan_create(ctx, SPEC(), SHAPE(.batch = -1), &plan_out))
+BAD(plan_batch_4097, INVALID, "shape.batch = 4097", mlajit_plan_create(ctx, SPEC(), SHAPE(.batch = 4097), &plan_out))
+BAD(plan_s_q_negative, INVALID, "shape.s_q = -1", mlajit_plan_create(ctx, SPEC(), SHAPE(.s_q = -1), &plan_out))
+BAD(plan_s_q_17, INVALID, "shape.s_q = 17", mlajit_plan_create(ctx, SPEC(), SHAPE(.s_q = 17), &plan_out))
+BAD(plan_topk_0, INVALID, "shape.topk = 0", mlajit_plan_create(ctx, SPEC(), SHAPE(.topk = 0), &plan_out))
+BAD(plan_topk_16385, INVALID, "shape.topk = 16385", mlajit_plan_create(ctx, SPEC(), SHAPE(.topk = 16385), &plan_out))
+BAD(plan_extra_topk_without_extra, INVALID, "shape.extra_topk = 5",
+    mlajit_plan_create(ctx, SPEC(), SHAPE(.extra_topk = 5), &plan_out))
+BAD(plan_extra_topk_negative, INVALID, "shape.extra_topk = -3",
+    mlajit_plan_create(ctx, SPEC(.extra_page_size = 7), SHAPE(.extra_topk = -3), &plan_out))
+BAD(plan_splits_negative, INVALID, "shape.num_splits = -1", mlajit_plan_create(ctx, SPEC(), SHAPE(.num_splits = -1), &plan_out))
+BAD(plan_splits_65, INVALID, "shape.num_splits = 65", mlajit_plan_create(ctx, SPEC(), SHAPE(.num_splits = 65), &plan_out))
+
+/* mlajit_decode's own pointers (its arguments' fields are the parameterized rows) */
+static int decode_null_plan(void)
+{
+    mlajit_decode_args a;
+    memset(&a, 0, sizeof a);
+    return mlajit_decode(NULL, &a, NULL);
+}
+static int decode_null_args(void)
+{
+    mlajit_plan *p = make_plan(1, 1);
+    int rc = mlajit_decode(p, NULL, NULL);
+    mlajit_plan_destroy(p);
+    return rc;
+}
+BAD(decode_null_plan, INVALID, "plan: NULL", decode_null_plan())
+BAD(decode_null_args, INVALID, "args: NULL", decode_null_args())
+
+/* mlajit_quantize_token / mlajit_dequantize_token */
+static _Alignas(16) unsigned char page_bytes[4 * 656];
+static uint16_t token_values[576];
+static float token_out[576];
+BAD(quantize_unknown_model, INVALID, "model 0 is unknown", mlajit_quantize_token(0, token_values, page_bytes, 4, 0))
+BAD(quantize_null_values, INVALID, "values_bf16 is NULL", mlajit_quantize_token(MLAJIT_MODEL_V32, NULL, page_bytes, 4, 0))
+BAD(quantize_null_page, INVALID, "page_base is NULL", mlajit_quantize_token(MLAJIT_MODEL_V32, token_values, NULL, 4, 0))
+BAD(quantize_page_0, INVALID, "page_size is 0", mlajit_quantize_token(MLAJIT_MODEL_V32, token_values, page_bytes, 0, 0))
+BAD(quantize_page_1025, INVALID, "page_size is 1025",
+    mlajit_quantize_token(MLAJIT_MODEL_V32, token_values, page_bytes, 1025, 0))
+BAD(quantize_token_negative, INVALID, "token_in_page is -1; allowed 0..3",
+    mlajit_quantize_token(MLAJIT_MODEL_V32, token_values, page_bytes, 4, -1))
+BAD(quantize_token_past_page, INVALID, "token_in_page is 4; allowed 0..3",
+    mlajit_quantize_token(MLAJIT_MODEL_V32, token_values, page_bytes, 4, 4))
+BAD(dequantize_unknown_model, INVALID, "model 9 is unknown", mlajit_dequantize_token(9, page_bytes, 4, 0, token_out))
+BAD(dequantize_null_page, INVALID, "page_base is NULL", mlajit_dequantize_token(MLAJIT_MODEL_DSV4, NULL, 4, 0, token_out))
+BAD(dequantize_null_out, INVALID, "out is NULL", mlajit_dequantize_token(MLAJIT_MODEL_DSV4, page_bytes, 4, 0, NULL))
+BAD(dequantize_page_0, INVALID, "page_size is 0", mlajit_dequantize_token(MLAJIT_MODEL_DSV4, page_bytes, 0, 0, token_out))
+BAD(dequantize_token_past_page, INVALID, "token_in_page is 9",
+    mlajit_dequantize_token(MLAJIT_MODEL_GLM_NSA, page_bytes, 4, 9, token_out))
+
+/* mlajit_reference_decode: a small valid host case, one field broken per row */
+typedef void (*ref_mutation)(mlajit_kernel_spec *, mlajit_decode_shape *, mlajit_decode_args *, double **);
+
+static int reference_with(ref_mutation mutate)
+{
+    mlajit_synth_params p = {.model = MLAJIT_MODEL_V32, .b = 2, .s_q = 1, .h_q = 2, .topk = 8, .page_size = 4,
+                             .seqlen = 16, .with_sink = 1, .with_topk_length = 1, .seed = 1};
+    mlajit_case c;
+    cr_assert_eq(mlajit_case_synthesize(&p, &c), MLAJIT_OK, "%s", mlajit_last_error());
+    mlajit_kernel_spec spec;
+    mlajit_decode_shape shape;
+    mlajit_decode_args args;
+    mlajit_case_spec(&c, &spec);
+    mlajit_case_shape(&c, &shape);
+    mlajit_case_host_args(&c, &args);
+    double out[2 * 2 * 512], lse[4], *outs[2] = {out, lse};
+    mutate(&spec, &shape, &args, outs);
+    int rc = mlajit_reference_decode(&spec, &shape, &args, outs[0], outs[1]);
+    mlajit_case_free(&c); /* leaves the thread's message alone */
+    return rc;
+}
+
+static void ref_h_q_0(mlajit_kernel_spec *s, mlajit_decode_shape *sh, mlajit_decode_args *a, double **o) { s->h_q = 0; }
+static void ref_model(mlajit_kernel_spec *s, mlajit_decode_shape *sh, mlajit_decode_args *a, double **o) { s->model = 0; }
+static void ref_page_0(mlajit_kernel_spec *s, mlajit_decode_shape *sh, mlajit_decode_args *a, double **o) { s->page_size = 0; }
+static void ref_features(mlajit_kernel_spec *s, mlajit_decode_shape *sh, mlajit_decode_args *a, double **o) { s->features = 0x40; }
+static void ref_batch(mlajit_kernel_spec *s, mlajit_decode_shape *sh, mlajit_decode_args *a, double **o) { sh->batch = -1; }
+static void ref_s_q(mlajit_kernel_spec *s, mlajit_decode_shape *sh, mlajit_decode_args *a, double **o) { sh->s_q = 17; }
+static void ref_topk(mlajit_kernel_spec *s, mlajit_decode_shape *sh, mlajit_decode_args *a, double **o) { sh->topk = 0; }
+static void ref_extra_topk(mlajit_kernel_spec *s, mlajit_decode_shape *sh, mlajit_decode_args *a, double **o) { sh->extra_topk = 3; }
+static void ref_scale(mlajit_kernel_spec *s, mlajit_decode_shape *sh, mlajit_decode_args *a, double **o) { a->sm_scale = 0.0f; }
+static void ref_out(mlajit_kernel_spec *s, mlajit_decode_shape *sh, mlajit_decode_args *a, double **o) { o[0] = NULL; }
+static void ref_lse(mlajit_kernel_spec *s, mlajit_decode_shape *sh, mlajit_decode_args *a, double **o) { o[1] = NULL; }
+static void ref_q(mlajit_kernel_spec *s, mlajit_decode_shape *sh, mlajit_decode_args *a, double **o) { a->q = NULL; }
+static void ref_indices(mlajit_kernel_spec *s, mlajit_decode_shape *sh, mlajit_decode_args *a, double **o) { a->indices = NULL; }
+static void ref_kv(mlajit_kernel_spec *s, mlajit_decode_shape *sh, mlajit_decode_args *a, double **o) { a->kv.data = NULL; }
+static void ref_kv_stride(mlajit_kernel_spec *s, mlajit_decode_shape *sh, mlajit_decode_args *a, double **o) { a->kv.page_stride = 100; }
+static void ref_kv_pages(mlajit_kernel_spec *s, mlajit_decode_shape *sh, mlajit_decode_args *a, double **o) { a->kv.num_pages = -1; }
+static void ref_length(mlajit_kernel_spec *s, mlajit_decode_shape *sh, mlajit_decode_args *a, double **o) { a->topk_length = NULL; }
+static void ref_sink(mlajit_kernel_spec *s, mlajit_decode_shape *sh, mlajit_decode_args *a, double **o) { a->attn_sink = NULL; }
+static void ref_stride(mlajit_kernel_spec *s, mlajit_decode_shape *sh, mlajit_decode_args *a, double **o) { a->q_stride_b = -1; }
+static void ref_idx_stride(mlajit_kernel_spec *s, mlajit_decode_shape *sh, mlajit_decode_args *a, double **o) { a->indices_stride_s = -8; }
+
+static mlajit_decode_args args_out;
+BAD(reference_null_spec, INVALID, "spec, shape and args must not be NULL",
+    mlajit_reference_decode(NULL, SHAPE(), &args_out, NULL, NULL))
+BAD(reference_null_shape, INVALID, "spec, shape and args must not be NULL",
+    mlajit_reference_decode(SPEC(), NULL, &args_out, NULL, NULL))
+BAD(reference_null_args, INVALID, "spec, shape and args must not be NULL",
+    mlajit_reference_decode(SPEC(), SHAPE(), NULL, NULL, NULL))
+BAD(reference_h_q_0, INVALID, "spec.h_q is 0", reference_with(ref_h_q_0))
+BAD(reference_unknown_model, INVALID, "spec.model 0 is unknown", reference_with(ref_model))
+BAD(reference_page_0, INVALID, "spec.page_size is 0", reference_with(ref_page_0))
+BAD(reference_unknown_feature, INVALID, "spec.features is 0x40", reference_with(ref_features))
+BAD(reference_batch_negative, INVALID, "shape.batch is -1", reference_with(ref_batch))
+BAD(reference_s_q_17, INVALID, "shape.s_q is 17", reference_with(ref_s_q))
+BAD(reference_topk_0, INVALID, "shape.topk is 0", reference_with(ref_topk))
+BAD(reference_extra_topk_without_extra, INVALID, "shape.extra_topk is 3", reference_with(ref_extra_topk))
+BAD(reference_scale_zero, INVALID, "sm_scale is 0", reference_with(ref_scale))
+BAD(reference_null_out, INVALID, "out_ref and lse_ref must not be NULL", reference_with(ref_out))
+BAD(reference_null_lse, INVALID, "out_ref and lse_ref must not be NULL", reference_with(ref_lse))
+BAD(reference_null_q, INVALID, "args.q is NULL", reference_with(ref_q))
+BAD(reference_null_indices, INVALID, "args.indices is NULL", reference_with(ref_indices))
+BAD(reference_null_kv, INVALID, "kv.data is NULL", reference_with(ref_kv))
+BAD(reference_kv_stride_small, INVALID, "kv.page_stride is 100 bytes", reference_with(ref_kv_stride))
+BAD(reference_kv_pages_negative, INVALID, "kv.num_pages is -1", reference_with(ref_kv_pages))
+BAD(reference_null_topk_length, INVALID, "args.topk_length is NULL", reference_with(ref_length))
+BAD(reference_null_sink, INVALID, "args.attn_sink is NULL", reference_with(ref_sink))
+BAD(reference_negative_q_stride, INVALID, "q_stride_b is -1", reference_with(ref_stride))
+BAD(reference_negative_indices_stride, INVALID, "indices_stride_s is -8", reference_with(ref_idx_stride))
+
+/* ---- the rest: values rather than statuses, and the planner's sizes --------- */
+
+Test(api, lookups_of_unknown_values)
+{
+    cr_expect_null(mlajit_model_describe((mlajit_model)0));
+    cr_expect_null(mlajit_model_describe((mlajit_model)99));
+    cr_expect_eq(mlajit_min_page_stride((mlajit_model)99, 64), -1);
+    cr_expect_eq(mlajit_min_page_stride(MLAJIT_MODEL_V32, 0), -1);
+    cr_expect_eq(mlajit_min_page_stride(MLAJIT_MODEL_V32, -3), -1);
+    cr_expect_str_eq(mlajit_status_string(12345), "unknown status code");
+    cr_expect_str_eq(mlajit_status_string(-1), "unknown status code");
+    for (int s = 0; s <= MLAJIT_ERR_INTERNAL; s++)
+        cr_expect_neq(mlajit_status_string(s)[0], '\0');
+    cr_expect_eq(mlajit_plan_workspace_size(NULL), 0u);
+    cr_expect_eq(mlajit_plan_num_splits(NULL), 0);
+    cr_expect_null(mlajit_plan_report(NULL));
+    mlajit_plan_destroy(NULL);
+    mlajit_context_destroy(NULL);
+}
+
+Test(api, a_failed_create_leaves_no_handle)
+{
+    mlajit_context *c2 = (mlajit_context *)1;
+    mlajit_context_options o = {.flags = 0x80};
+    cr_expect_eq(mlajit_context_create(&o, &c2), MLAJIT_ERR_INVALID_ARGUMENT);
+    cr_expect_null(c2);
+    mlajit_plan *p = (mlajit_plan *)1;
+    cr_expect_eq(mlajit_plan_create(ctx, SPEC(.h_q = 0), SHAPE(), &p), MLAJIT_ERR_INVALID_ARGUMENT);
+    cr_expect_null(p, "no plan on failure");
+    char *src = (char *)1;
+    cr_expect_eq(mlajit_generate_source(SPEC(), &src), MLAJIT_ERR_INVALID_ARGUMENT);
+    cr_expect_null(src);
 }
 
 Test(api, workspace_too_small)
@@ -159,7 +437,7 @@ Test(api, workspace_too_small)
     size_t ws = mlajit_plan_workspace_size(p);
     cr_assert_gt(ws, 0u);
     mlajit_decode_args a;
-    valid_args(&a);
+    valid_args(p, &a);
     a.workspace = FAKE(0x800000);
     a.workspace_size = ws - 1;
     cr_expect_eq(mlajit_decode(p, &a, NULL), MLAJIT_ERR_INVALID_ARGUMENT);
@@ -170,38 +448,6 @@ Test(api, workspace_too_small)
     a.workspace = FAKE(0x800000);
     cr_expect_eq(mlajit_decode(p, &a, NULL), MLAJIT_ERR_NO_DEVICE);
     mlajit_plan_destroy(p);
-}
-
-Test(api, plan_shape_checks)
-{
-    mlajit_kernel_spec s;
-    mlajit_spec_init(&s, MLAJIT_MODEL_V32, 16, 64);
-    struct { mlajit_decode_shape shape; const char *word; } bad[] = {
-        {{.batch = -1, .s_q = 1, .topk = 64}, "batch"},
-        {{.batch = 4097, .s_q = 1, .topk = 64}, "batch"},
-        {{.batch = 1, .s_q = 17, .topk = 64}, "s_q"},
-        {{.batch = 1, .s_q = 1, .topk = 0}, "topk"},
-        {{.batch = 1, .s_q = 1, .topk = 16385}, "topk"},
-        {{.batch = 1, .s_q = 1, .topk = 64, .extra_topk = 5}, "extra_topk"},
-        {{.batch = 1, .s_q = 1, .topk = 64, .num_splits = 65}, "num_splits"},
-    };
-    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
-        mlajit_plan *p = (mlajit_plan *)1;
-        cr_expect_eq(mlajit_plan_create(ctx, &s, &bad[i].shape, &p), MLAJIT_ERR_INVALID_ARGUMENT);
-        cr_expect_null(p, "no plan on failure");
-        cr_expect(strstr(mlajit_last_error(), bad[i].word) != NULL, "'%s' names %s", mlajit_last_error(), bad[i].word);
-    }
-    s.h_q = 129;
-    mlajit_decode_shape ok = {.batch = 1, .s_q = 1, .topk = 64};
-    mlajit_plan *p;
-    cr_expect_eq(mlajit_plan_create(ctx, &s, &ok, &p), MLAJIT_ERR_INVALID_ARGUMENT);
-    cr_expect(strstr(mlajit_last_error(), "h_q") != NULL);
-    s.h_q = 16;
-    strcpy(s.arch, "sm_70");
-    cr_expect_eq(mlajit_plan_create(ctx, &s, &ok, &p), MLAJIT_ERR_INVALID_ARGUMENT);
-    cr_expect(strstr(mlajit_last_error(), "arch") != NULL);
-    cr_expect_eq(mlajit_plan_create(NULL, &s, &ok, &p), MLAJIT_ERR_INVALID_ARGUMENT);
-    cr_expect_eq(mlajit_decode(NULL, NULL, NULL), MLAJIT_ERR_INVALID_ARGUMENT);
 }
 
 Test(api, planner_splits_small_batches_and_sizes_the_workspace)
@@ -220,20 +466,4 @@ Test(api, planner_splits_small_batches_and_sizes_the_workspace)
     p = make_plan(0, 0);
     cr_expect_eq(mlajit_plan_workspace_size(p), 0u);
     mlajit_plan_destroy(p);
-}
-
-Test(api, status_strings_and_context_options)
-{
-    for (int s = 0; s <= MLAJIT_ERR_INTERNAL; s++)
-        cr_expect_neq(mlajit_status_string(s)[0], '\0');
-    cr_expect_str_eq(mlajit_status_string(12345), "unknown status code");
-    mlajit_context *c2 = (mlajit_context *)1;
-    mlajit_context_options o = {.flags = 0x80};
-    cr_expect_eq(mlajit_context_create(&o, &c2), MLAJIT_ERR_INVALID_ARGUMENT);
-    cr_expect_null(c2);
-    cr_expect(strstr(mlajit_last_error(), "flags") != NULL);
-    o = (mlajit_context_options){.device = -2};
-    cr_expect_eq(mlajit_context_create(&o, &c2), MLAJIT_ERR_INVALID_ARGUMENT);
-    cr_expect(strstr(mlajit_last_error(), "device") != NULL);
-    cr_expect_eq(mlajit_context_create(NULL, NULL), MLAJIT_ERR_INVALID_ARGUMENT);
 }

@@ -7,11 +7,14 @@
 #include <string.h>
 #include <sys/stat.h>
 
+#include "bad_decode_args.h"
 #include "harness/harness.h"
 #include "mlajit.h"
 
 static mlajit_context *ctx;
 static char cache_dir[256];
+
+static void teardown(void);
 
 static void setup(void)
 {
@@ -21,16 +24,22 @@ static void setup(void)
     cr_assert_eq(mlajit_context_create(&o, &ctx), MLAJIT_OK, "%s", mlajit_last_error());
     mlajit_context_info info;
     mlajit_context_get_info(ctx, &info);
-    if (!info.has_device)
+    if (!info.has_device) {
+        teardown(); /* a skipped test's fini does not run */
         cr_skip_test("no GPU on this machine (no CUDA driver or device); GPU suites run on the H200 host");
+    }
 }
 
 static void teardown(void)
 {
     mlajit_context_destroy(ctx);
+    ctx = NULL;
+    if (!cache_dir[0])
+        return;
     char cmd[300];
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", cache_dir);
     cr_expect_eq(system(cmd), 0);
+    cache_dir[0] = '\0';
 }
 
 TestSuite(gpu, .init = setup, .fini = teardown, .timeout = 1200);
@@ -168,4 +177,68 @@ Test(gpu, large_topk_many_splits)
     mlajit_synth_params p = {.model = MLAJIT_MODEL_V32, .b = 1, .s_q = 1, .h_q = 128, .topk = 16384,
                              .page_size = 64, .seqlen = 40000, .seed = 11};
     synth_check(&p, NULL, "topk 16384");
+}
+
+/* Every row of the API's bad-argument table (bad_decode_args.h) with real device
+ * buffers: decode refuses with the row's message, and out and lse keep their
+ * poison; then a valid call does write them (so the check can fail). */
+Test(gpu, bad_arguments_leave_out_untouched)
+{
+    mlajit_synth_params p = {
+        .model = BAD_ARGS_MODEL, .b = BAD_ARGS_BATCH, .s_q = BAD_ARGS_SQ, .h_q = BAD_ARGS_HEADS,
+        .topk = BAD_ARGS_TOPK, .extra_topk = BAD_ARGS_EXTRA_TOPK, .page_size = BAD_ARGS_PAGE,
+        .extra_page_size = BAD_ARGS_EXTRA_PAGE, .seqlen = 300, .extra_seqlen = 600, .with_sink = 1,
+        .with_topk_length = 1, .with_extra_topk_length = 1, .seed = 404,
+    };
+    mlajit_case c;
+    cr_assert_eq(mlajit_case_synthesize(&p, &c), MLAJIT_OK, "%s", mlajit_last_error());
+    mlajit_kernel_spec spec;
+    mlajit_decode_shape shape;
+    mlajit_case_spec(&c, &spec);
+    mlajit_case_shape(&c, &shape);
+    shape.num_splits = BAD_ARGS_SPLITS;
+    mlajit_plan *plan;
+    cr_assert_eq(mlajit_plan_create(ctx, &spec, &shape, &plan), MLAJIT_OK, "%s", mlajit_last_error());
+    mlajit_device_case dc;
+    cr_assert_eq(mlajit_device_case_upload(ctx, &c, NULL, &dc), MLAJIT_OK, "%s", mlajit_last_error());
+    size_t ws = mlajit_plan_workspace_size(plan);
+    cr_assert_gt(ws, 0u, "the table has workspace rows: the plan must split");
+    cr_assert_eq(mlajit_device_case_alloc(&dc, ws, &dc.args.workspace), MLAJIT_OK, "%s", mlajit_last_error());
+    dc.args.workspace_size = ws;
+
+    const size_t rows = (size_t)c.b * c.s_q, n_lse = rows * c.h_q, n_out = n_lse * BAD_ARGS_DV;
+    float *out = malloc(n_out * sizeof *out), *lse = malloc(n_lse * sizeof *lse);
+    cr_assert(out && lse);
+    for (size_t r = 0; r < BAD_DECODE_ARG_COUNT; r++) {
+        const bad_decode_arg *bad = &bad_decode_args[r];
+        mlajit_decode_args a = dc.args;
+        bad->mutate(&a);
+        int rc = mlajit_decode(plan, &a, NULL);
+        cr_expect_eq(rc, MLAJIT_ERR_INVALID_ARGUMENT, "%s: got %d: %s", bad->name, rc, mlajit_last_error());
+        cr_expect(strstr(mlajit_last_error(), bad->word) != NULL, "%s: '%s' should name '%s'", bad->name,
+                  mlajit_last_error(), bad->word);
+        cr_assert_eq(mlajit_device_case_download(&dc, &c, NULL, rows, out, lse), MLAJIT_OK, "%s", mlajit_last_error());
+        size_t touched = 0;
+        for (size_t k = 0; k < n_out; k++) {
+            uint32_t bits;
+            memcpy(&bits, &out[k], 4);
+            touched += bits != 0xFFFF0000u; /* the bf16 poison 0xFFFF, widened */
+        }
+        for (size_t k = 0; k < n_lse; k++) {
+            uint32_t bits;
+            memcpy(&bits, &lse[k], 4);
+            touched += bits != 0xFFFFFFFFu;
+        }
+        cr_expect_eq(touched, 0u, "%s: a refused call wrote %zu elements of out / lse", bad->name, touched);
+    }
+    cr_expect_eq(mlajit_decode(plan, &dc.args, NULL), MLAJIT_OK, "%s", mlajit_last_error());
+    cr_assert_eq(mlajit_device_case_download(&dc, &c, NULL, rows, out, lse), MLAJIT_OK, "%s", mlajit_last_error());
+    uint32_t first;
+    memcpy(&first, &lse[0], 4);
+    cr_expect_neq(first, 0xFFFFFFFFu, "the valid call writes lse");
+    free(out);
+    free(lse);
+    mlajit_device_case_free(&dc);
+    mlajit_plan_destroy(plan);
+    mlajit_case_free(&c);
 }

@@ -31,6 +31,24 @@ for step in "${@:-all}"; do
       grep -E "^case|mlajit vs" "$OUT/cases.log" ;;&
     bench|all)
       ./build-gpu/mlajit bench --json "$OUT/h200.jsonl" 2>&1 | tee "$OUT/bench.log" || rc=1 ;;
+    fuzz:*)
+      # fuzz:SECONDS:SEED
+      IFS=: read -r _ secs seed <<<"$step"
+      ./build-gpu/mlajit fuzz --seconds "$secs" --seed "$seed" --out "$OUT/fuzz-failures" >"$OUT/fuzz-$seed.log" 2>&1 || rc=1
+      tail -15 "$OUT/fuzz-$seed.log" ;;
+    compile-times)
+      # cold compile, then a cache hit in a fresh process (open, look up, load)
+      rm -rf /tmp/mlajit-ct
+      for i in 1 2; do /usr/bin/time -f "process wall %e s" env MLAJIT_CACHE_DIR=/tmp/mlajit-ct ./build-gpu/mlajit compile --model v32 --heads 128 --page 64; done 2>&1 | tee "$OUT/compile-times.log" ;;
+    ncu)
+      # where the portable kernel's time goes (h_q 16 and 128, b 128, topk 2048)
+      for h in 16 128; do
+        ncu --clock-control none -k mlajit_decode_main -c 1 --section SpeedOfLight --section WarpStateStats \
+            --section MemoryWorkloadAnalysis --section Occupancy --section LaunchStats \
+            ./build-gpu/mlajit bench --heads $h --batch 128 --topk 2048 >"$OUT/ncu-h$h.txt" 2>&1 || true
+      done
+      grep -E "Duration|Throughput|Stall|Occupancy|Registers|Warp Cycles|Issued" "$OUT"/ncu-h*.txt | head -60
+      cuobjdump -sass build-gpu/mlajit >/dev/null 2>&1 || true ;;
     bench-quick)
       ./build-gpu/mlajit bench --quick --json "$OUT/h200.jsonl" 2>&1 | tee "$OUT/bench.log" || rc=1 ;;
   esac

@@ -5,6 +5,10 @@
 enum { CLI_OK = 0, CLI_FAIL = 1, CLI_USAGE = 2 };
 
 int cli_bench(int argc, char **argv);
+int cli_fuzz(int argc, char **argv);     /* fuzz.c */
+int cli_envelope(int argc, char **argv); /* envelope.c */
+int cli_pack(int argc, char **argv);     /* pack.c */
+int cli_cache(int argc, char **argv);    /* cache_cmd.c */
 
 /* Print "mlajit: <what>: <last error>" and return the exit code for status. */
 int cli_error(int status, const char *what);

@@ -15,11 +15,20 @@ static const char usage_text[] =
     "commands:\n"
     "  info                          version, NVRTC, driver and GPU, cache directory and size\n"
     "  compile --model M --heads N --page P [--extra-page P2] [--features LIST]\n"
-    "          [--tile T] [--arch sm_XX] [--emit-source]\n"
+    "          [--tile T] [--heads-per-cta H] [--arch sm_XX] [--emit-source]\n"
     "                                generate, compile and cache one kernel\n"
     "  run-case [--cpu] DIR          run a golden-format case directory and check it\n"
+    "          [--tile T] [--heads-per-cta H] [--splits N] [--lse-head-major] [--pad-strides]\n"
+    "                                (kernel variant and argument layout of the GPU run)\n"
     "  demo                          V3.2 decode end to end (b 4, seqlen 4096, topk 2048, h_q 128)\n"
     "  bench [--json FILE] [--quick] the shared/BENCH.md protocol (needs a GPU)\n"
+    "  pack build|ls|verify|merge|bench  cubin packs for deployment (`mlajit pack --help`)\n"
+    "  cache ls|stats|gc|verify      the writable kernel cache (`mlajit cache --help`)\n"
+    "  fuzz [--seconds N] [--seed S] [--cpu-only] [--call N] [--out DIR]\n"
+    "                                random decode calls over the envelope against the reference;\n"
+    "                                --cpu-only: generate + NVRTC for sm_80/90a/100a/120a, no launch\n"
+    "  envelope [SPEC [--batch B] [--s-q S] [--topk K] [--extra-topk E] [--splits N]]\n"
+    "                                the supported envelope as tables, or one spec checked against it\n"
     "\n"
     "models: v32, dsv4, glm_nsa; features: sink, topk-length, extra-topk-length\n"
     "exit status: 0 ok, 1 failure, 2 usage or invalid arguments\n";
@@ -72,6 +81,14 @@ static int cmd_info(void)
                (long long)info.cache_bytes);
     else
         printf("cache         off (memory only)\n");
+    if (info.cache_dir[0] && !info.cache_writable)
+        printf("              read-only: new kernels stay in memory\n");
+    const char *packs = getenv("MLAJIT_PACKS");
+    printf("packs         %d in use%s%s%s\n", info.pack_count, packs && packs[0] ? " (MLAJIT_PACKS=" : "",
+           packs && packs[0] ? packs : "", packs && packs[0] ? ")" : "");
+    printf("jit           %s\n", info.jit_disabled ? "disabled (MLAJIT_DISABLE_JIT): a kernel missing from the "
+                                                      "packs and the cache is an error"
+                                                    : "on (NVRTC compiles what the packs and the cache lack)");
     mlajit_context_destroy(ctx);
     return CLI_OK;
 }
@@ -100,9 +117,10 @@ static int cmd_compile(int argc, char **argv)
         {"page", required_argument, 0, 'p'},  {"extra-page", required_argument, 0, 'e'},
         {"arch", required_argument, 0, 'a'},  {"emit-source", no_argument, 0, 's'},
         {"features", required_argument, 0, 'f'}, {"tile", required_argument, 0, 't'},
+        {"heads-per-cta", required_argument, 0, 'c'},
         {0, 0, 0, 0}};
     const char *model_name = NULL, *arch = "";
-    int heads = 0, page = 0, extra_page = 0, tile = 0, emit = 0;
+    int heads = 0, page = 0, extra_page = 0, tile = 0, heads_per_cta = 0, emit = 0;
     unsigned features = 0;
     int c;
     optind = 1;
@@ -113,6 +131,7 @@ static int cmd_compile(int argc, char **argv)
         case 'p': if (!parse_int(optarg, "--page", 1, MLAJIT_MAX_PAGE_SIZE, &page)) return CLI_USAGE; break;
         case 'e': if (!parse_int(optarg, "--extra-page", 1, MLAJIT_MAX_PAGE_SIZE, &extra_page)) return CLI_USAGE; break;
         case 't': if (!parse_int(optarg, "--tile", 0, 64, &tile)) return CLI_USAGE; break;
+        case 'c': if (!parse_int(optarg, "--heads-per-cta", 0, 32, &heads_per_cta)) return CLI_USAGE; break;
         case 'a': arch = optarg; break;
         case 's': emit = 1; break;
         case 'f': if (!parse_features(optarg, &features)) return CLI_USAGE; break;
@@ -131,6 +150,7 @@ static int cmd_compile(int argc, char **argv)
     spec.extra_page_size = extra_page;
     spec.features = features;
     spec.tile = tile;
+    spec.heads_per_cta = heads_per_cta;
     if (strlen(arch) >= sizeof spec.arch)
         return usage_error("--arch '%s' is too long", arch);
     strcpy(spec.arch, arch);
@@ -184,8 +204,22 @@ static int cmd_run_case(int argc, char **argv)
 {
     int cpu = 0;
     const char *dir = NULL;
+    mlajit_gpu_run_options run = {0}; /* what `mlajit fuzz` prints for a failing call */
     for (int i = 1; i < argc; i++) {
         if (strcmp(argv[i], "--cpu") == 0) cpu = 1;
+        else if (strcmp(argv[i], "--lse-head-major") == 0) run.lse_head_major = 1;
+        else if (strcmp(argv[i], "--pad-strides") == 0) run.pad_strides = 1;
+        else if (strcmp(argv[i], "--tile") == 0 || strcmp(argv[i], "--heads-per-cta") == 0 ||
+                 strcmp(argv[i], "--splits") == 0) {
+            if (i + 1 == argc)
+                return usage_error("run-case: %s needs a value", argv[i]);
+            int ok = strcmp(argv[i], "--tile") == 0 ? parse_int(argv[i + 1], "--tile", 0, 64, &run.tile)
+                     : strcmp(argv[i], "--splits") == 0 ? parse_int(argv[i + 1], "--splits", 0, 64, &run.num_splits)
+                     : parse_int(argv[i + 1], "--heads-per-cta", 0, 32, &run.heads_per_cta);
+            if (!ok)
+                return CLI_USAGE;
+            i++;
+        }
         else if (argv[i][0] == '-') return usage_error("run-case: unknown option '%s'", argv[i]);
         else if (!dir) dir = argv[i];
         else return usage_error("run-case takes one directory; extra argument '%s'", argv[i]);
@@ -230,7 +264,7 @@ static int cmd_run_case(int argc, char **argv)
             return cli_error(rc, "run-case --cpu");
         }
     } else {
-        if ((rc = mlajit_context_create(NULL, &ctx)) || (rc = mlajit_case_run_gpu(ctx, &c, NULL, &res))) {
+        if ((rc = mlajit_context_create(NULL, &ctx)) || (rc = mlajit_case_run_gpu(ctx, &c, &run, &res))) {
             mlajit_context_destroy(ctx);
             mlajit_case_free(&c);
             return cli_error(rc, "run-case");
@@ -353,6 +387,10 @@ int main(int argc, char **argv)
     if (strcmp(cmd, "run-case") == 0) return cmd_run_case(argc - 1, argv + 1);
     if (strcmp(cmd, "demo") == 0) return cmd_demo();
     if (strcmp(cmd, "bench") == 0) return cli_bench(argc - 1, argv + 1);
+    if (strcmp(cmd, "fuzz") == 0) return cli_fuzz(argc - 1, argv + 1);
+    if (strcmp(cmd, "envelope") == 0) return cli_envelope(argc - 1, argv + 1);
+    if (strcmp(cmd, "pack") == 0) return cli_pack(argc - 1, argv + 1);
+    if (strcmp(cmd, "cache") == 0) return cli_cache(argc - 1, argv + 1);
     if (strcmp(cmd, "--version") == 0) { printf("mlajit %s\n", MLAJIT_VERSION_STRING); return CLI_OK; }
     return usage_error("unknown command '%s'", cmd);
 }

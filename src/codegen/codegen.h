@@ -30,6 +30,29 @@ int mlajit_arch_known(const char *arch);
 /* The arch list, comma separated, for messages. */
 const char *mlajit_arch_list(void);
 
+/* ---- the envelope (envelope.c) ---------------------------------------------- */
+
+#define MLAJIT_DEFAULT_ARCH "sm_90a" /* the target without a device (spec.arch "") */
+#define MLAJIT_MAX_SPLITS 64
+
+/* Check a call geometry against a spec: batch, s_q, topk, extra_topk (present
+ * exactly when the spec has an extra cache) and num_splits. */
+int mlajit_shape_validate(const mlajit_kernel_spec *spec, const mlajit_decode_shape *shape);
+
+/* What the compiler can target, asked by the envelope check. The generator does
+ * not link a compiler: the runtime passes its NVRTC query here. */
+typedef struct mlajit_target_probe {
+    int (*supports)(const char *arch); /* 1 when a cubin for arch can be built */
+    const char *compiler_name;         /* for messages, e.g. "NVRTC 13.0" */
+} mlajit_target_probe;
+
+/* mlajit_envelope_check with the compiler probe passed in (NULL: not asked).
+ * Validates the spec, resolves the generator's choices for spec->arch ("" =
+ * MLAJIT_DEFAULT_ARCH), checks they fit the arch's shared memory, asks the
+ * probe, and checks shape when it is not NULL. */
+int mlajit_envelope_check_with(const mlajit_kernel_spec *spec, const mlajit_decode_shape *shape,
+                               const mlajit_target_probe *probe);
+
 /* XXH3-64 over the embedded templates, in table order;
  * enters every cache key so a template edit invalidates old cubins. */
 uint64_t mlajit_templates_hash(void);

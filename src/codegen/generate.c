@@ -84,7 +84,8 @@ static void sb_printf(sbuf *b, const char *fmt, ...)
     for (;;) {
         va_list ap;
         va_start(ap, fmt);
-        int n = vsnprintf(b->data + b->len, b->cap - b->len, fmt, ap);
+        /* no pointer arithmetic on a NULL buffer (undefined, even + 0) */
+        int n = vsnprintf(b->data ? b->data + b->len : NULL, b->cap - b->len, fmt, ap);
         va_end(ap);
         if (n < 0) { b->failed = 1; return; }
         if ((size_t)n < b->cap - b->len) { b->len += (size_t)n; return; }

@@ -54,6 +54,19 @@ void mlajit_warn(const char *fmt, ...)
     va_end(ap);
 }
 
+void mlajit_info(const char *fmt, ...)
+{
+    const char *log = getenv("MLAJIT_LOG");
+    if (!log || strcmp(log, "info") != 0)
+        return;
+    char line[1024];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(line, sizeof line, fmt, ap);
+    va_end(ap);
+    fprintf(stderr, "mlajit: %s\n", line); /* one write, so lines from threads do not interleave */
+}
+
 double mlajit_now_ms(void)
 {
     struct timespec ts;

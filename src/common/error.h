@@ -23,6 +23,10 @@ void mlajit_clear_error(void);
 /* A one-line warning on stderr ("mlajit: warning: ..."), unless MLAJIT_LOG=quiet. */
 void mlajit_warn(const char *fmt, ...) MLAJIT_PRINTF(1, 2);
 
+/* A one-line progress note on stderr ("mlajit: ...") when MLAJIT_LOG=info: one
+ * per compile and per pack opened, so a first call never looks like a hang. */
+void mlajit_info(const char *fmt, ...) MLAJIT_PRINTF(1, 2);
+
 /* Monotonic clock in milliseconds. */
 double mlajit_now_ms(void);
 

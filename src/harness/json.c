@@ -411,7 +411,7 @@ int mlajit_json_parse(const char *text, size_t len, mlajit_json **out, char *err
     if (err && errlen)
         err[0] = '\0';
     *out = NULL;
-    json_parser ps = {.start = text, .p = text, .end = text + len, .err = err, .errlen = errlen};
+    json_parser ps = {.start = text, .p = text, .end = text ? text + len : NULL, .err = err, .errlen = errlen};
     if (!text) {
         parse_error(&ps, "no text");
         return -1;

@@ -130,15 +130,15 @@ static token_layout layout_of(const mlajit_model_desc *d, int page_size, int tok
     return l;
 }
 
-static int check_token_args(mlajit_model model, const void *values, const void *page_base, int page_size,
-                            int token_in_page, const char *fn, const mlajit_model_desc **desc)
+static int check_token_args(mlajit_model model, const void *values, const char *values_name, const void *page_base,
+                            int page_size, int token_in_page, const char *fn, const mlajit_model_desc **desc)
 {
     *desc = mlajit_model_describe(model);
     if (!*desc)
         return mlajit_fail(MLAJIT_ERR_INVALID_ARGUMENT, "%s: model %d is unknown; allowed: v32, dsv4, glm_nsa", fn,
                            (int)model);
     if (!values)
-        return mlajit_fail(MLAJIT_ERR_INVALID_ARGUMENT, "%s: the values pointer is NULL", fn);
+        return mlajit_fail(MLAJIT_ERR_INVALID_ARGUMENT, "%s: %s is NULL", fn, values_name);
     if (!page_base)
         return mlajit_fail(MLAJIT_ERR_INVALID_ARGUMENT, "%s: page_base is NULL", fn);
     if (page_size < 1 || page_size > MLAJIT_MAX_PAGE_SIZE)
@@ -154,7 +154,8 @@ int mlajit_quantize_token(mlajit_model model, const uint16_t *values_bf16, void 
                           int token_in_page)
 {
     const mlajit_model_desc *d;
-    int st = check_token_args(model, values_bf16, page_base, page_size, token_in_page, "mlajit_quantize_token", &d);
+    int st = check_token_args(model, values_bf16, "values_bf16", page_base, page_size, token_in_page,
+                              "mlajit_quantize_token", &d);
     if (st != MLAJIT_OK)
         return st;
     uint8_t *page = page_base;
@@ -185,7 +186,7 @@ int mlajit_quantize_token(mlajit_model model, const uint16_t *values_bf16, void 
 int mlajit_dequantize_token(mlajit_model model, const void *page_base, int page_size, int token_in_page, float *out)
 {
     const mlajit_model_desc *d;
-    int st = check_token_args(model, out, page_base, page_size, token_in_page, "mlajit_dequantize_token", &d);
+    int st = check_token_args(model, out, "out", page_base, page_size, token_in_page, "mlajit_dequantize_token", &d);
     if (st != MLAJIT_OK)
         return st;
     const uint8_t *page = page_base;

@@ -1,5 +1,7 @@
-/* The context: device discovery, the disk cache, and the kernel map that turns
- * a spec into loaded functions (process map -> disk cache -> NVRTC). */
+/* The context: device discovery, the packs, the disk cache, and the kernel map
+ * that turns a spec into loaded functions (the context's map -> packs -> disk
+ * cache -> NVRTC). */
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -48,22 +50,125 @@ static int open_device(mlajit_context *ctx)
     return MLAJIT_OK;
 }
 
+/* ---- packs ----------------------------------------------------------------- */
+
+/* 1 when one of the pack's archs runs on a device of device_arch. */
+static int pack_serves_arch(const mlajit_pack *pack, const char *device_arch)
+{
+    char archs[sizeof mlajit_pack_manifest_of(pack)->archs];
+    snprintf(archs, sizeof archs, "%s", mlajit_pack_manifest_of(pack)->archs);
+    for (char *save = NULL, *a = strtok_r(archs, ",", &save); a; a = strtok_r(NULL, ",", &save))
+        if (mlajit_arch_runs_on(a, device_arch))
+            return 1;
+    return 0;
+}
+
+/* Open one pack and decide whether this context can use it; a pack that
+ * cannot serve it is a warning, never an error. MLAJIT_OK when it was added. */
+int mlajit_context_attach_pack(mlajit_context *ctx, const char *path)
+{
+    double t0 = mlajit_now_ms();
+    mlajit_pack *pack = NULL;
+    int rc = mlajit_pack_open(path, &pack);
+    if (rc != MLAJIT_OK) {
+        if (rc == MLAJIT_ERR_CORRUPT)
+            atomic_fetch_add(&ctx->corrupt, 1);
+        mlajit_warn("pack skipped: %s", mlajit_last_error());
+        return rc;
+    }
+    const mlajit_pack_manifest *m = mlajit_pack_manifest_of(pack);
+    mlajit_pack_manifest mine = {.templates_hash = ctx->templates_hash,
+                                 .nvrtc_major = ctx->nvrtc_major,
+                                 .nvrtc_minor = ctx->nvrtc_minor};
+    snprintf(mine.generator, sizeof mine.generator, "%s", MLAJIT_GENERATOR_VERSION);
+    if (!mlajit_pack_manifest_same_recipe(m, &mine)) {
+        /* Its keys were made from another recipe, so none can match: say why. */
+        mlajit_warn("pack %s skipped: it was built by %s with generator %s, templates %016llx, NVRTC %d.%d; "
+                    "this is mlajit %s with generator %s, templates %016llx, NVRTC %d.%d; rebuild it with "
+                    "`mlajit pack build`",
+                    path, m->tool, m->generator, (unsigned long long)m->templates_hash, m->nvrtc_major,
+                    m->nvrtc_minor, MLAJIT_VERSION_STRING, MLAJIT_GENERATOR_VERSION,
+                    (unsigned long long)ctx->templates_hash, ctx->nvrtc_major, ctx->nvrtc_minor);
+        mlajit_pack_close(pack);
+        return MLAJIT_ERR_UNSUPPORTED;
+    }
+    if (!pack_serves_arch(pack, ctx->arch)) {
+        mlajit_warn("pack %s skipped: it holds kernels for %s; this context targets %s (build one with "
+                    "`mlajit pack build --archs %s`)",
+                    path, m->archs, ctx->arch, ctx->arch);
+        mlajit_pack_close(pack);
+        return MLAJIT_ERR_UNSUPPORTED;
+    }
+    mlajit_pack **grown = realloc(ctx->packs, (size_t)(ctx->pack_count + 1) * sizeof *grown);
+    if (!grown) {
+        mlajit_warn("pack %s skipped: out of memory", path);
+        mlajit_pack_close(pack);
+        return MLAJIT_ERR_OUT_OF_MEMORY;
+    }
+    ctx->packs = grown;
+    ctx->packs[ctx->pack_count++] = pack;
+    mlajit_info("pack %s: %zu kernels for %s, %lld bytes, opened and checked in %.2f ms", path, m->kernel_count,
+                m->archs, (long long)mlajit_pack_file_bytes(pack), mlajit_now_ms() - t0);
+    return MLAJIT_OK;
+}
+
+static void open_packs(mlajit_context *ctx, const char *list)
+{
+    if (!list)
+        list = getenv("MLAJIT_PACKS");
+    if (!list || !list[0])
+        return;
+    char *copy = strdup(list);
+    if (!copy) {
+        mlajit_warn("packs %s skipped: out of memory", list);
+        return;
+    }
+    for (char *save = NULL, *path = strtok_r(copy, ":", &save); path; path = strtok_r(NULL, ":", &save))
+        mlajit_context_attach_pack(ctx, path);
+    free(copy);
+}
+
+/* ---- the disk cache ----------------------------------------------------- */
+
+/* Open the writable cache; when it cannot be written, read it if that works.
+ * Either way at most one warning, and the context always comes up. */
 static void open_disk_cache(mlajit_context *ctx, const char *dir)
 {
     char def[1024];
     if (!dir) {
         if (mlajit_cache_default_dir(def, sizeof def) != MLAJIT_OK) {
-            mlajit_warn("no cache directory (set MLAJIT_CACHE_DIR or HOME); kernels stay in memory only");
+            mlajit_warn("no cache directory (set MLAJIT_CACHE_DIR or HOME); using %s in-memory compiles",
+                        ctx->pack_count ? "the packs and" : "");
             return;
         }
         dir = def;
     }
     snprintf(ctx->cache_dir, sizeof ctx->cache_dir, "%s", dir);
-    if (mlajit_store_open(ctx->cache_dir, 0, &ctx->store) != MLAJIT_OK) {
-        mlajit_warn("cache %s unusable (%s); kernels stay in memory only", ctx->cache_dir, mlajit_last_error());
-        ctx->store = NULL;
-        ctx->cache_dir[0] = '\0';
+    if (mlajit_store_open(ctx->cache_dir, 0, &ctx->store) == MLAJIT_OK) {
+        ctx->store_writable = 1;
+        return;
     }
+    char why[512];
+    snprintf(why, sizeof why, "%s", mlajit_last_error());
+    ctx->store = NULL;
+    struct stat st;
+    char data_path[1100];
+    snprintf(data_path, sizeof data_path, "%s/data.mdb", ctx->cache_dir);
+    if (stat(data_path, &st) == 0 && mlajit_store_open(ctx->cache_dir, 1, &ctx->store) == MLAJIT_OK) {
+        mlajit_warn("cache %s cannot be written (%s); reading it, and new kernels stay in memory", ctx->cache_dir,
+                    why);
+        return;
+    }
+    ctx->store = NULL;
+    mlajit_warn("cache %s unusable (%s); using %sin-memory compiles", ctx->cache_dir, why,
+                ctx->pack_count ? "the packs and " : "");
+    ctx->cache_dir[0] = '\0';
+}
+
+static int env_flag_set(const char *name)
+{
+    const char *v = getenv(name);
+    return v && v[0] && strcmp(v, "0") != 0;
 }
 
 int mlajit_context_create(const mlajit_context_options *opts, mlajit_context **out)
@@ -75,10 +180,11 @@ int mlajit_context_create(const mlajit_context_options *opts, mlajit_context **o
     mlajit_context_options defaults = {0};
     if (!opts)
         opts = &defaults;
-    if (opts->flags & ~(MLAJIT_CONTEXT_NO_DEVICE | MLAJIT_CONTEXT_NO_DISK_CACHE))
+    const unsigned known = MLAJIT_CONTEXT_NO_DEVICE | MLAJIT_CONTEXT_NO_DISK_CACHE | MLAJIT_CONTEXT_NO_JIT;
+    if (opts->flags & ~known)
         return mlajit_fail(MLAJIT_ERR_INVALID_ARGUMENT,
                            "options.flags = 0x%x has unknown bits; allowed MLAJIT_CONTEXT_NO_DEVICE | "
-                           "MLAJIT_CONTEXT_NO_DISK_CACHE", opts->flags);
+                           "MLAJIT_CONTEXT_NO_DISK_CACHE | MLAJIT_CONTEXT_NO_JIT", opts->flags);
     if (opts->device < 0)
         return mlajit_fail(MLAJIT_ERR_INVALID_ARGUMENT, "options.device = %d; allowed >= 0", opts->device);
     mlajit_context *ctx = calloc(1, sizeof *ctx);
@@ -87,8 +193,10 @@ int mlajit_context_create(const mlajit_context_options *opts, mlajit_context **o
     ctx->device_ordinal = opts->device;
     ctx->flags = opts->flags;
     pthread_mutex_init(&ctx->lock, NULL);
+    pthread_rwlock_init(&ctx->map_lock, NULL);
     mlajit_nvrtc_version(&ctx->nvrtc_major, &ctx->nvrtc_minor);
     ctx->templates_hash = mlajit_templates_hash();
+    ctx->jit_disabled = (opts->flags & MLAJIT_CONTEXT_NO_JIT) || env_flag_set("MLAJIT_DISABLE_JIT");
     strcpy(ctx->arch, "sm_90a");
     if (!(opts->flags & MLAJIT_CONTEXT_NO_DEVICE)) {
         int rc = open_device(ctx);
@@ -97,6 +205,7 @@ int mlajit_context_create(const mlajit_context_options *opts, mlajit_context **o
             return rc;
         }
     }
+    open_packs(ctx, opts->packs);
     if (!(opts->flags & MLAJIT_CONTEXT_NO_DISK_CACHE))
         open_disk_cache(ctx, opts->cache_dir);
     mlajit_clear_error();
@@ -116,18 +225,40 @@ static void kernel_free(const mlajit_driver *drv, mlajit_kernel *k)
     free(k);
 }
 
+/* Add this context's counts to the cache's, for `mlajit cache stats`. */
+static void store_counters(mlajit_context *ctx)
+{
+    mlajit_store_counters c = {
+        .memory_hits = atomic_load(&ctx->memory_hits), .pack_hits = atomic_load(&ctx->pack_hits),
+        .disk_hits = atomic_load(&ctx->disk_hits),     .compiles = atomic_load(&ctx->compiles),
+        .compile_us = atomic_load(&ctx->compile_us),   .corrupt = atomic_load(&ctx->corrupt),
+        .jit_refusals = atomic_load(&ctx->jit_refusals), .contexts = 1,
+    };
+    if (c.memory_hits + c.pack_hits + c.disk_hits + c.compiles + c.corrupt + c.jit_refusals == 0)
+        return;
+    if (mlajit_store_counters_add(ctx->store, &c) != MLAJIT_OK)
+        mlajit_info("cache %s: counters not stored: %s", ctx->cache_dir, mlajit_last_error());
+}
+
 void mlajit_context_destroy(mlajit_context *ctx)
 {
     if (!ctx)
         return;
+    if (ctx->store && ctx->store_writable)
+        store_counters(ctx);
     int pushed = ctx->drv ? mlajit_context_enter(ctx) : 0;
-    for (size_t i = 0; i < ctx->kernel_count; i++)
-        kernel_free(ctx->drv, ctx->kernels[i]);
+    for (size_t i = 0; i < ctx->map_cap; i++)
+        kernel_free(ctx->drv, ctx->map_slots[i]);
     mlajit_context_leave(ctx, pushed);
-    free(ctx->kernels);
+    free(ctx->map_slots);
+    free(ctx->memo_slots);
     if (ctx->drv && ctx->primary)
         ctx->drv->cuDevicePrimaryCtxRelease(ctx->device);
     mlajit_store_close(ctx->store);
+    for (int i = 0; i < ctx->pack_count; i++)
+        mlajit_pack_close(ctx->packs[i]);
+    free(ctx->packs);
+    pthread_rwlock_destroy(&ctx->map_lock);
     pthread_mutex_destroy(&ctx->lock);
     free(ctx);
 }
@@ -171,44 +302,169 @@ int mlajit_context_get_info(mlajit_context *ctx, mlajit_context_info *info)
             info->cache_entries = st.entries;
         }
     }
+    info->cache_writable = ctx->store != NULL && ctx->store_writable;
+    info->pack_count = ctx->pack_count;
+    info->jit_disabled = ctx->jit_disabled;
+    info->memory_hits = (int64_t)atomic_load(&ctx->memory_hits);
+    info->pack_hits = (int64_t)atomic_load(&ctx->pack_hits);
+    info->disk_hits = (int64_t)atomic_load(&ctx->disk_hits);
+    info->compiles = (int64_t)atomic_load(&ctx->compiles);
+    info->corrupt = (int64_t)atomic_load(&ctx->corrupt);
+    info->jit_refusals = (int64_t)atomic_load(&ctx->jit_refusals);
+    info->compile_ms = (double)atomic_load(&ctx->compile_us) / 1000.0;
+    mlajit_clear_error();
     return MLAJIT_OK;
 }
 
 /* ---- the kernel map -------------------------------------------------------- */
 
-static mlajit_kernel *map_find(mlajit_context *ctx, const mlajit_cache_key *key)
+/* Keys are XXH3-128 digests, so their low bits are already uniform. */
+static size_t map_home(const mlajit_cache_key *key, size_t cap) { return (size_t)key->lo & (cap - 1); }
+
+/* Caller holds map_lock (read or write). */
+static mlajit_kernel *map_find(const mlajit_context *ctx, const mlajit_cache_key *key)
 {
-    for (size_t i = 0; i < ctx->kernel_count; i++)
-        if (ctx->kernels[i]->key.hi == key->hi && ctx->kernels[i]->key.lo == key->lo)
-            return ctx->kernels[i];
-    return NULL;
+    if (!ctx->map_cap)
+        return NULL;
+    for (size_t i = map_home(key, ctx->map_cap);; i = (i + 1) & (ctx->map_cap - 1)) {
+        mlajit_kernel *k = ctx->map_slots[i];
+        if (!k)
+            return NULL;
+        if (k->key.hi == key->hi && k->key.lo == key->lo)
+            return k;
+    }
 }
 
+static void map_place(mlajit_kernel **slots, size_t cap, mlajit_kernel *k)
+{
+    size_t i = map_home(&k->key, cap);
+    while (slots[i])
+        i = (i + 1) & (cap - 1);
+    slots[i] = k;
+}
+
+/* Caller holds map_lock for writing; k's key is not in the map. Kept at most
+ * half full so probes stay short. */
 static int map_insert(mlajit_context *ctx, mlajit_kernel *k)
 {
-    if (ctx->kernel_count == ctx->kernel_cap) {
-        size_t cap = ctx->kernel_cap ? ctx->kernel_cap * 2 : 16;
-        mlajit_kernel **p = realloc(ctx->kernels, cap * sizeof *p);
-        if (!p)
-            return mlajit_fail(MLAJIT_ERR_OUT_OF_MEMORY, "kernel map");
-        ctx->kernels = p;
-        ctx->kernel_cap = cap;
+    if (2 * (ctx->map_count + 1) > ctx->map_cap) {
+        size_t cap = ctx->map_cap ? ctx->map_cap * 2 : 64;
+        mlajit_kernel **slots = calloc(cap, sizeof *slots);
+        if (!slots)
+            return mlajit_fail(MLAJIT_ERR_OUT_OF_MEMORY, "kernel map of %zu slots", cap);
+        for (size_t i = 0; i < ctx->map_cap; i++)
+            if (ctx->map_slots[i])
+                map_place(slots, cap, ctx->map_slots[i]);
+        free(ctx->map_slots);
+        ctx->map_slots = slots;
+        ctx->map_cap = cap;
     }
-    ctx->kernels[ctx->kernel_count++] = k;
+    map_place(ctx->map_slots, ctx->map_cap, k);
+    ctx->map_count++;
     return MLAJIT_OK;
+}
+
+/* ---- the spec memo: the spec as asked -> its kernel ------------------------- */
+
+/* Every field a spec is looked up by, with no padding and a zero-filled arch,
+ * so equal specs have equal bytes. */
+typedef struct spec_bytes {
+    int32_t model, h_q, page_size, extra_page_size, features, tile, heads_per_cta, variant;
+    char arch[MLAJIT_ARCH_LEN];
+} spec_bytes;
+
+typedef struct mlajit_spec_memo {
+    spec_bytes spec;
+    uint64_t hash;
+    mlajit_kernel *kernel; /* NULL = empty slot; owned by the kernel map */
+} mlajit_spec_memo;
+
+static void spec_bytes_of(const mlajit_kernel_spec *s, spec_bytes *b)
+{
+    memset(b, 0, sizeof *b);
+    b->model = (int32_t)s->model;
+    b->h_q = s->h_q;
+    b->page_size = s->page_size;
+    b->extra_page_size = s->extra_page_size;
+    b->features = (int32_t)s->features;
+    b->tile = s->tile;
+    b->heads_per_cta = s->heads_per_cta;
+    b->variant = (int32_t)s->variant;
+    memcpy(b->arch, s->arch, strnlen(s->arch, sizeof b->arch - 1));
+}
+
+/* Caller holds map_lock. */
+static mlajit_kernel *memo_find(const mlajit_context *ctx, const spec_bytes *b, uint64_t hash)
+{
+    if (!ctx->memo_cap)
+        return NULL;
+    for (size_t i = (size_t)hash & (ctx->memo_cap - 1);; i = (i + 1) & (ctx->memo_cap - 1)) {
+        const mlajit_spec_memo *m = &ctx->memo_slots[i];
+        if (!m->kernel)
+            return NULL;
+        if (m->hash == hash && memcmp(&m->spec, b, sizeof *b) == 0)
+            return m->kernel;
+    }
+}
+
+static void memo_place(mlajit_spec_memo *slots, size_t cap, const mlajit_spec_memo *m)
+{
+    size_t i = (size_t)m->hash & (cap - 1);
+    while (slots[i].kernel)
+        i = (i + 1) & (cap - 1);
+    slots[i] = *m;
+}
+
+/* Caller holds map_lock for writing. A failed allocation only costs speed. */
+static void memo_insert(mlajit_context *ctx, const spec_bytes *b, uint64_t hash, mlajit_kernel *k)
+{
+    if (memo_find(ctx, b, hash))
+        return;
+    if (2 * (ctx->memo_count + 1) > ctx->memo_cap) {
+        size_t cap = ctx->memo_cap ? ctx->memo_cap * 2 : 64;
+        mlajit_spec_memo *slots = calloc(cap, sizeof *slots);
+        if (!slots)
+            return;
+        for (size_t i = 0; i < ctx->memo_cap; i++)
+            if (ctx->memo_slots[i].kernel)
+                memo_place(slots, cap, &ctx->memo_slots[i]);
+        free(ctx->memo_slots);
+        ctx->memo_slots = slots;
+        ctx->memo_cap = cap;
+    }
+    mlajit_spec_memo m = {.spec = *b, .hash = hash, .kernel = k};
+    memo_place(ctx->memo_slots, ctx->memo_cap, &m);
+    ctx->memo_count++;
 }
 
 /* A cubin for arch can run on the device when it is the device's own target, or
  * a plain (non-"a") target of the same major and no higher minor. */
-static int arch_runs_on_device(const char *arch, const char *device_arch)
+int mlajit_arch_runs_on(const char *arch, const char *device_arch)
 {
     if (strcmp(arch, device_arch) == 0)
         return 1;
     size_t n = strlen(arch);
-    if (n < 5 || arch[n - 1] == 'a')
+    if (n < 5 || strncmp(arch, "sm_", 3) != 0 || strncmp(device_arch, "sm_", 3) != 0 || arch[n - 1] == 'a')
         return 0;
     int a = atoi(arch + 3), d = atoi(device_arch + 3);
     return a / 10 == d / 10 && a <= d;
+}
+
+int mlajit_kernel_key(const mlajit_context *ctx, const mlajit_kernel_spec *r, mlajit_cache_key *key,
+                      char *spec_string, size_t spec_string_len)
+{
+    int rc = mlajit_spec_string(r, spec_string, spec_string_len);
+    if (rc)
+        return rc;
+    char options[256];
+    mlajit_nvrtc_options_string(r->arch, options, sizeof options);
+    mlajit_key_inputs in = {
+        .generator_version = MLAJIT_GENERATOR_VERSION, .templates_hash = ctx->templates_hash,
+        .spec_string = spec_string, .arch = r->arch,
+        .nvrtc_major = ctx->nvrtc_major, .nvrtc_minor = ctx->nvrtc_minor, .compile_options = options,
+    };
+    *key = mlajit_cache_key_make(&in);
+    return MLAJIT_OK;
 }
 
 static int kernel_load(mlajit_context *ctx, mlajit_kernel *k)
@@ -245,14 +501,164 @@ static int kernel_load(mlajit_context *ctx, mlajit_kernel *k)
         if (drv->cuFuncGetAttribute(&regs, MLAJIT_CU_FUNC_ATTR_NUM_REGS, k->main_fn) == MLAJIT_CU_SUCCESS &&
             k->report.registers < 0)
             k->report.registers = regs;
-        k->loaded = 1;
-        k->report.loaded = 1;
+        /* Published last: a thread that sees loaded == 1 sees the functions too
+         * (reports take their "loaded" from here, not from k->report). */
+        __atomic_store_n(&k->loaded, 1, __ATOMIC_RELEASE);
     }
     mlajit_context_leave(ctx, pushed);
     return rc;
 }
 
-/* Build a kernel record from the disk cache or NVRTC (no lock held). */
+/* Feature names as `mlajit pack build --features` spells them, joined by '+'. */
+static void feature_set_name(unsigned features, char *buf, size_t len)
+{
+    static const struct { unsigned bit; const char *name; } names[] = {
+        {MLAJIT_FEATURE_SINK, "sink"},
+        {MLAJIT_FEATURE_TOPK_LENGTH, "topk-length"},
+        {MLAJIT_FEATURE_EXTRA_TOPK_LENGTH, "extra-topk-length"},
+    };
+    snprintf(buf, len, "%s", features ? "" : "none");
+    for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
+        size_t used = strlen(buf);
+        if (features & names[i].bit)
+            snprintf(buf + used, len - used, "%s%s", used ? "+" : "", names[i].name);
+    }
+}
+
+/* The `mlajit pack build` line that covers a resolved spec: the grid form when
+ * the spec is what the generator picks for its shape, else --spec. */
+static void pack_build_line(const mlajit_kernel_spec *r, const char *spec_string, char *buf, size_t len)
+{
+    mlajit_kernel_spec auto_spec = *r, auto_resolved;
+    auto_spec.tile = 0;
+    auto_spec.heads_per_cta = 0;
+    auto_spec.variant = MLAJIT_VARIANT_AUTO;
+    char auto_string[128];
+    if (mlajit_spec_resolve(&auto_spec, &auto_resolved) != MLAJIT_OK ||
+        mlajit_spec_string(&auto_resolved, auto_string, sizeof auto_string) != MLAJIT_OK ||
+        strcmp(auto_string, spec_string) != 0) {
+        snprintf(buf, len, "mlajit pack build --spec %s --out FILE", spec_string);
+        return;
+    }
+    const mlajit_model_desc *m = mlajit_model_describe(r->model);
+    char extra[32] = "", features[64] = "";
+    if (r->extra_page_size)
+        snprintf(extra, sizeof extra, " --extra-pages %d", r->extra_page_size);
+    if (r->features) {
+        char names[48];
+        feature_set_name(r->features, names, sizeof names);
+        snprintf(features, sizeof features, " --features %s", names);
+    }
+    snprintf(buf, len, "mlajit pack build --models %s --heads %d --pages %d%s%s --archs %s --out FILE",
+             m ? m->name : "?", r->h_q, r->page_size, extra, features, r->arch);
+}
+
+static int jit_refused(mlajit_context *ctx, const mlajit_kernel_spec *r, const char *spec_string)
+{
+    atomic_fetch_add(&ctx->jit_refusals, 1);
+    char line[384], packs[256] = "";
+    pack_build_line(r, spec_string, line, sizeof line);
+    for (int i = 0; i < ctx->pack_count; i++) {
+        size_t used = strlen(packs);
+        snprintf(packs + used, sizeof packs - used, "%s%s", i ? ":" : "", mlajit_pack_path(ctx->packs[i]));
+    }
+    return mlajit_fail(MLAJIT_ERR_NOT_FOUND,
+                       "no kernel for %s in the packs (%s) or the cache (%s), and JIT is disabled (%s); "
+                       "build a pack that holds it with `%s` and add FILE to MLAJIT_PACKS",
+                       spec_string, ctx->pack_count ? packs : "none open", ctx->cache_dir[0] ? ctx->cache_dir : "off",
+                       (ctx->flags & MLAJIT_CONTEXT_NO_JIT) ? "MLAJIT_CONTEXT_NO_JIT" : "MLAJIT_DISABLE_JIT=1", line);
+}
+
+/* Take a looked-up entry into the kernel record, if it is the kernel asked
+ * for (a content key names its spec, so a mismatch is damage). */
+static int kernel_take_entry(mlajit_kernel *k, mlajit_cache_entry *e, const char *spec_string, int source)
+{
+    if (strcmp(e->spec_string, spec_string) != 0) {
+        mlajit_fail(MLAJIT_ERR_CORRUPT, "the entry for key %s holds %s", k->report.key, e->spec_string);
+        mlajit_cache_entry_clear(e);
+        return MLAJIT_ERR_CORRUPT;
+    }
+    k->cubin = e->cubin;
+    k->cubin_size = e->cubin_size;
+    k->report.cache_hit = 1;
+    k->report.source = source;
+    k->report.compile_ms = e->compile_ms;
+    k->report.registers = e->registers;
+    k->report.shared_bytes = e->shared_bytes;
+    k->report.spill_bytes = e->spill_bytes;
+    k->report.cubin_bytes = e->cubin_size;
+    e->cubin = NULL;
+    mlajit_cache_entry_clear(e);
+    return MLAJIT_OK;
+}
+
+/* The packs, in order. MLAJIT_OK when one held the kernel. */
+static int lookup_packs(mlajit_context *ctx, mlajit_kernel *k, const char *spec_string)
+{
+    for (int i = 0; i < ctx->pack_count; i++) {
+        mlajit_cache_entry e;
+        int rc = mlajit_pack_get(ctx->packs[i], &k->key, &e);
+        if (rc == MLAJIT_OK)
+            rc = kernel_take_entry(k, &e, spec_string, MLAJIT_SOURCE_PACK);
+        if (rc == MLAJIT_OK) {
+            atomic_fetch_add(&ctx->pack_hits, 1);
+            return MLAJIT_OK;
+        }
+        if (rc == MLAJIT_ERR_NOT_FOUND)
+            continue;
+        atomic_fetch_add(&ctx->corrupt, 1);
+        mlajit_warn("pack %s: the entry for %s is unusable (%s); trying the next layer",
+                    mlajit_pack_path(ctx->packs[i]), spec_string, mlajit_last_error());
+    }
+    return MLAJIT_ERR_NOT_FOUND;
+}
+
+static int lookup_disk(mlajit_context *ctx, mlajit_kernel *k, const char *spec_string)
+{
+    if (!ctx->store)
+        return MLAJIT_ERR_NOT_FOUND;
+    mlajit_cache_entry e;
+    int rc = mlajit_store_get(ctx->store, &k->key, &e);
+    if (rc == MLAJIT_OK)
+        rc = kernel_take_entry(k, &e, spec_string, MLAJIT_SOURCE_DISK);
+    if (rc == MLAJIT_OK) {
+        atomic_fetch_add(&ctx->disk_hits, 1);
+        return MLAJIT_OK;
+    }
+    if (rc == MLAJIT_ERR_CORRUPT) {
+        atomic_fetch_add(&ctx->corrupt, 1);
+        mlajit_warn("cache entry %s for %s is corrupt (%s); recompiling", k->report.key, spec_string,
+                    mlajit_last_error());
+    } else if (rc != MLAJIT_ERR_NOT_FOUND) {
+        mlajit_warn("cache %s: lookup of %s failed (%s); compiling", ctx->cache_dir, spec_string,
+                    mlajit_last_error());
+    }
+    return MLAJIT_ERR_NOT_FOUND;
+}
+
+static void store_compiled(mlajit_context *ctx, const mlajit_kernel *k, const char *spec_string)
+{
+    if (!ctx->store || !ctx->store_writable)
+        return;
+    mlajit_cache_entry e;
+    memset(&e, 0, sizeof e);
+    snprintf(e.spec_string, sizeof e.spec_string, "%s", spec_string);
+    snprintf(e.entry_names, sizeof e.entry_names, "%s,%s", MLAJIT_ENTRY_MAIN, MLAJIT_ENTRY_COMBINE);
+    e.compile_ms = k->report.compile_ms;
+    e.registers = k->report.registers;
+    e.shared_bytes = k->report.shared_bytes;
+    e.spill_bytes = k->report.spill_bytes;
+    e.created_unix = (uint64_t)time(NULL);
+    e.cubin = k->cubin;
+    e.cubin_size = k->cubin_size;
+    /* A cache that cannot be written never fails the call: one warning. */
+    if (mlajit_store_put(ctx->store, &k->key, &e) != MLAJIT_OK && atomic_exchange(&ctx->warned_store_write, 1) == 0)
+        mlajit_warn("could not store %s in %s (%s); new kernels stay in memory", spec_string, ctx->cache_dir,
+                    mlajit_last_error());
+}
+
+/* Build a kernel record from a pack, the disk cache or NVRTC (no lock held:
+ * two threads may both compile a new kernel; the map keeps the first). */
 static int kernel_build(mlajit_context *ctx, const mlajit_kernel_spec *r, const mlajit_cache_key *key,
                         const char *spec_string, mlajit_kernel **out)
 {
@@ -266,29 +672,16 @@ static int kernel_build(mlajit_context *ctx, const mlajit_kernel_spec *r, const 
     mlajit_cache_key_hex(key, k->report.key);
 
     double t0 = mlajit_now_ms();
-    if (ctx->store) {
-        mlajit_cache_entry e;
-        int rc = mlajit_store_get(ctx->store, key, &e);
-        if (rc == MLAJIT_OK) {
-            k->cubin = e.cubin;
-            k->cubin_size = e.cubin_size;
-            k->report.cache_hit = 1;
-            k->report.compile_ms = e.compile_ms;
-            k->report.registers = e.registers;
-            k->report.shared_bytes = e.shared_bytes;
-            k->report.spill_bytes = e.spill_bytes;
-            k->report.cubin_bytes = e.cubin_size;
-            k->report.lookup_ms = mlajit_now_ms() - t0;
-            e.cubin = NULL;
-            mlajit_cache_entry_clear(&e);
-            *out = k;
-            return MLAJIT_OK;
-        }
-        if (rc == MLAJIT_ERR_CORRUPT)
-            mlajit_warn("cache entry %s for %s is corrupt (%s); recompiling", k->report.key, spec_string,
-                        mlajit_last_error());
+    if (lookup_packs(ctx, k, spec_string) == MLAJIT_OK || lookup_disk(ctx, k, spec_string) == MLAJIT_OK) {
+        k->report.lookup_ms = mlajit_now_ms() - t0;
+        *out = k;
+        return MLAJIT_OK;
     }
     k->report.lookup_ms = mlajit_now_ms() - t0;
+    if (ctx->jit_disabled) {
+        free(k);
+        return jit_refused(ctx, r, spec_string);
+    }
 
     char *source = NULL;
     double g0 = mlajit_now_ms();
@@ -308,30 +701,18 @@ static int kernel_build(mlajit_context *ctx, const mlajit_kernel_spec *r, const 
     k->cubin = c.cubin;
     k->cubin_size = c.cubin_size;
     c.cubin = NULL;
+    k->report.source = MLAJIT_SOURCE_COMPILED;
     k->report.compile_ms = c.compile_ms;
     k->report.registers = c.registers;
     k->report.shared_bytes = c.shared_bytes + k->layout.smem_bytes;
     k->report.spill_bytes = c.spill_bytes;
     k->report.cubin_bytes = c.cubin_size;
     mlajit_compiled_free(&c);
-    if (getenv("MLAJIT_LOG") && strcmp(getenv("MLAJIT_LOG"), "info") == 0)
-        fprintf(stderr, "mlajit: compiled %s in %.0f ms\n", spec_string, k->report.compile_ms);
-    if (ctx->store) {
-        mlajit_cache_entry e;
-        memset(&e, 0, sizeof e);
-        snprintf(e.spec_string, sizeof e.spec_string, "%s", spec_string);
-        snprintf(e.entry_names, sizeof e.entry_names, "%s,%s", MLAJIT_ENTRY_MAIN, MLAJIT_ENTRY_COMBINE);
-        e.compile_ms = k->report.compile_ms;
-        e.registers = k->report.registers;
-        e.shared_bytes = k->report.shared_bytes;
-        e.spill_bytes = k->report.spill_bytes;
-        e.created_unix = (uint64_t)time(NULL);
-        e.cubin = k->cubin;
-        e.cubin_size = k->cubin_size;
-        /* A cache that cannot be written never fails the call. */
-        if (mlajit_store_put(ctx->store, key, &e) != MLAJIT_OK)
-            mlajit_warn("could not store %s in %s: %s", spec_string, ctx->cache_dir, mlajit_last_error());
-    }
+    atomic_fetch_add(&ctx->compiles, 1);
+    atomic_fetch_add(&ctx->compile_us, (uint64_t)(k->report.compile_ms * 1000.0));
+    mlajit_info("compiled %s for %s in %.0f ms (%zu-byte cubin)", spec_string, r->arch, k->report.compile_ms,
+                k->cubin_size);
+    store_compiled(ctx, k, spec_string);
     *out = k;
     return MLAJIT_OK;
 }
@@ -339,10 +720,33 @@ static int kernel_build(mlajit_context *ctx, const mlajit_kernel_spec *r, const 
 int mlajit_kernel_acquire(mlajit_context *ctx, const mlajit_kernel_spec *spec, int load, const mlajit_kernel **out,
                           mlajit_kernel_report *report)
 {
-    double t0 = mlajit_now_ms();
+    double t0 = report ? mlajit_now_ms() : 0;
     mlajit_kernel_spec with_arch = *spec, r;
     if (!with_arch.arch[0])
         snprintf(with_arch.arch, sizeof with_arch.arch, "%s", ctx->arch);
+
+    /* The fast path: a spec asked for before, already loaded when it must be. */
+    spec_bytes asked;
+    spec_bytes_of(&with_arch, &asked);
+    uint64_t asked_hash = mlajit_hash64(&asked, sizeof asked);
+    pthread_rwlock_rdlock(&ctx->map_lock);
+    mlajit_kernel *known = memo_find(ctx, &asked, asked_hash);
+    pthread_rwlock_unlock(&ctx->map_lock);
+    int known_loaded = known ? __atomic_load_n(&known->loaded, __ATOMIC_ACQUIRE) : 0;
+    if (known && (known_loaded || !load)) {
+        atomic_fetch_add(&ctx->memory_hits, 1);
+        if (report) {
+            *report = known->report;
+            report->cache_hit = 1;
+            report->source = MLAJIT_SOURCE_MEMORY;
+            report->generate_ms = 0;
+            report->loaded = known_loaded;
+            report->lookup_ms = mlajit_now_ms() - t0;
+        }
+        *out = known;
+        return MLAJIT_OK;
+    }
+
     int rc = mlajit_spec_resolve(&with_arch, &r);
     if (rc)
         return rc;
@@ -350,33 +754,36 @@ int mlajit_kernel_acquire(mlajit_context *ctx, const mlajit_kernel_spec *spec, i
         return mlajit_fail(MLAJIT_ERR_NO_DEVICE, "no GPU to load %s on: %s", r.arch,
                            (ctx->flags & MLAJIT_CONTEXT_NO_DEVICE) ? "the context was made with MLAJIT_CONTEXT_NO_DEVICE"
                                                                    : "no CUDA driver or device was found");
-    if (load && !arch_runs_on_device(r.arch, ctx->arch))
+    if (load && !mlajit_arch_runs_on(r.arch, ctx->arch))
         return mlajit_fail(MLAJIT_ERR_INVALID_ARGUMENT, "spec.arch = %s cannot run on this %s device; use \"\" or %s",
                            r.arch, ctx->arch, ctx->arch);
-    char spec_string[128], options[256];
-    if ((rc = mlajit_spec_string(&r, spec_string, sizeof spec_string)))
+    char spec_string[128];
+    mlajit_cache_key key;
+    if ((rc = mlajit_kernel_key(ctx, &r, &key, spec_string, sizeof spec_string)))
         return rc;
-    mlajit_nvrtc_options_string(r.arch, options, sizeof options);
-    mlajit_key_inputs in = {
-        .generator_version = MLAJIT_GENERATOR_VERSION, .templates_hash = ctx->templates_hash,
-        .spec_string = spec_string, .arch = r.arch,
-        .nvrtc_major = ctx->nvrtc_major, .nvrtc_minor = ctx->nvrtc_minor, .compile_options = options,
-    };
-    mlajit_cache_key key = mlajit_cache_key_make(&in);
 
-    pthread_mutex_lock(&ctx->lock);
+    pthread_rwlock_rdlock(&ctx->map_lock);
     mlajit_kernel *k = map_find(ctx, &key);
-    pthread_mutex_unlock(&ctx->lock);
+    pthread_rwlock_unlock(&ctx->map_lock);
     int from_map = k != NULL;
-    if (!k) {
+    if (from_map) {
+        atomic_fetch_add(&ctx->memory_hits, 1);
+        if (!known) { /* the same kernel asked for another way: remember this way too */
+            pthread_rwlock_wrlock(&ctx->map_lock);
+            memo_insert(ctx, &asked, asked_hash, k);
+            pthread_rwlock_unlock(&ctx->map_lock);
+        }
+    } else {
         mlajit_kernel *built = NULL;
         if ((rc = kernel_build(ctx, &r, &key, spec_string, &built)))
             return rc;
-        pthread_mutex_lock(&ctx->lock);
+        pthread_rwlock_wrlock(&ctx->map_lock);
         k = map_find(ctx, &key); /* another thread may have won the race */
         if (!k && (rc = map_insert(ctx, built)) == MLAJIT_OK)
             k = built;
-        pthread_mutex_unlock(&ctx->lock);
+        if (k)
+            memo_insert(ctx, &asked, asked_hash, k);
+        pthread_rwlock_unlock(&ctx->map_lock);
         if (rc) {
             kernel_free(NULL, built);
             return rc;
@@ -384,7 +791,7 @@ int mlajit_kernel_acquire(mlajit_context *ctx, const mlajit_kernel_spec *spec, i
         if (k != built)
             kernel_free(NULL, built);
     }
-    if (load) {
+    if (load && !__atomic_load_n(&k->loaded, __ATOMIC_ACQUIRE)) {
         pthread_mutex_lock(&ctx->lock); /* loads are rare: serialize them */
         if (!k->loaded)
             rc = kernel_load(ctx, k);
@@ -396,9 +803,10 @@ int mlajit_kernel_acquire(mlajit_context *ctx, const mlajit_kernel_spec *spec, i
         *report = k->report;
         if (from_map) {
             report->cache_hit = 1;
+            report->source = MLAJIT_SOURCE_MEMORY;
             report->generate_ms = 0;
         }
-        report->loaded = k->loaded;
+        report->loaded = __atomic_load_n(&k->loaded, __ATOMIC_ACQUIRE);
         report->lookup_ms = mlajit_now_ms() - t0;
     }
     *out = k;
@@ -417,6 +825,6 @@ int mlajit_kernel_prepare(mlajit_context *ctx, const mlajit_kernel_spec *spec, m
     mlajit_kernel_spec s = *spec;
     if (!s.arch[0])
         snprintf(s.arch, sizeof s.arch, "%s", ctx->arch);
-    int load = ctx->drv && arch_runs_on_device(s.arch, ctx->arch);
+    int load = ctx->drv && mlajit_arch_runs_on(s.arch, ctx->arch);
     return mlajit_kernel_acquire(ctx, &s, load, &k, report);
 }

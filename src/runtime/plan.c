@@ -6,7 +6,7 @@
 #include "common/error.h"
 #include "runtime/runtime.h"
 
-enum { kMaxSplits = 64, kWorkspaceAlign = 256 };
+enum { kMaxSplits = MLAJIT_MAX_SPLITS, kWorkspaceAlign = 256 };
 
 static size_t round_up(size_t x, size_t a) { return (x + a - 1) / a * a; }
 
@@ -24,30 +24,6 @@ static int choose_splits(int ctas, int num_tiles, int sm_count)
     return splits;
 }
 
-static int validate_shape(const mlajit_kernel_spec *spec, const mlajit_decode_shape *s)
-{
-    if (s->batch < 0 || s->batch > MLAJIT_MAX_BATCH)
-        return mlajit_fail(MLAJIT_ERR_INVALID_ARGUMENT, "shape.batch = %d; allowed 0..%d", s->batch, MLAJIT_MAX_BATCH);
-    if (s->s_q < 0 || s->s_q > MLAJIT_MAX_SQ)
-        return mlajit_fail(MLAJIT_ERR_INVALID_ARGUMENT, "shape.s_q = %d; allowed 0..%d", s->s_q, MLAJIT_MAX_SQ);
-    if (s->topk < 1 || s->topk > MLAJIT_MAX_TOPK)
-        return mlajit_fail(MLAJIT_ERR_INVALID_ARGUMENT, "shape.topk = %d; allowed 1..%d", s->topk, MLAJIT_MAX_TOPK);
-    if (spec->extra_page_size) {
-        if (s->extra_topk < 1 || s->extra_topk > MLAJIT_MAX_TOPK)
-            return mlajit_fail(MLAJIT_ERR_INVALID_ARGUMENT,
-                               "shape.extra_topk = %d; allowed 1..%d with an extra cache (spec.extra_page_size = %d)",
-                               s->extra_topk, MLAJIT_MAX_TOPK, spec->extra_page_size);
-    } else if (s->extra_topk != 0) {
-        return mlajit_fail(MLAJIT_ERR_INVALID_ARGUMENT,
-                           "shape.extra_topk = %d but the spec has no extra cache; set it to 0 or set spec.extra_page_size",
-                           s->extra_topk);
-    }
-    if (s->num_splits < 0 || s->num_splits > kMaxSplits)
-        return mlajit_fail(MLAJIT_ERR_INVALID_ARGUMENT, "shape.num_splits = %d; allowed 0 (auto) or 1..%d",
-                           s->num_splits, kMaxSplits);
-    return MLAJIT_OK;
-}
-
 int mlajit_plan_create(mlajit_context *ctx, const mlajit_kernel_spec *spec, const mlajit_decode_shape *shape,
                        mlajit_plan **out)
 {
@@ -60,7 +36,7 @@ int mlajit_plan_create(mlajit_context *ctx, const mlajit_kernel_spec *spec, cons
     int rc = mlajit_spec_validate(spec);
     if (rc)
         return rc;
-    if ((rc = validate_shape(spec, shape)))
+    if ((rc = mlajit_shape_validate(spec, shape)))
         return rc;
     const mlajit_kernel *k;
     mlajit_kernel_report report;

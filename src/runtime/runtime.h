@@ -2,7 +2,9 @@
 #ifndef MLAJIT_RUNTIME_RUNTIME_H
 #define MLAJIT_RUNTIME_RUNTIME_H
 #include <pthread.h>
+#include <stdatomic.h>
 
+#include "cache/pack.h"
 #include "cache/store.h"
 #include "codegen/codegen.h"
 #include "mlajit.h"
@@ -36,10 +38,24 @@ struct mlajit_context {
     int nvrtc_major, nvrtc_minor;
     uint64_t templates_hash;
     mlajit_store *store;         /* NULL when the disk cache is off or unusable */
+    int store_writable;          /* 0: read-only fallback, compiled kernels stay in memory */
     char cache_dir[1024];
-    pthread_mutex_t lock;        /* guards kernels / kernel_count */
-    mlajit_kernel **kernels;
-    size_t kernel_count, kernel_cap;
+    mlajit_pack **packs;         /* looked up in order, before the disk cache */
+    int pack_count;
+    int jit_disabled;            /* MLAJIT_CONTEXT_NO_JIT or MLAJIT_DISABLE_JIT=1 */
+    pthread_mutex_t lock;        /* serializes loads onto the device */
+    /* The kernel map: open addressing on the 128-bit key, so a repeat lookup is
+     * one probe under a read lock (plans hold their kernel: decode looks up nothing). */
+    pthread_rwlock_t map_lock;
+    mlajit_kernel **map_slots;   /* map_cap slots, NULL = empty; map_cap is a power of two */
+    size_t map_cap, map_count;
+    /* Repeat lookups skip resolving, naming and hashing the spec: the spec as
+     * asked (arch filled in) maps straight to its kernel. Also under map_lock. */
+    struct mlajit_spec_memo *memo_slots;
+    size_t memo_cap, memo_count;
+    /* Lookups per layer (atomics: bumped outside the locks). */
+    atomic_uint_fast64_t memory_hits, pack_hits, disk_hits, compiles, compile_us, corrupt, jit_refusals;
+    atomic_int warned_store_write; /* one warning when the cache cannot be written */
 };
 
 struct mlajit_plan {
@@ -55,6 +71,39 @@ struct mlajit_plan {
  * also load it onto the device (needs a device whose arch matches). */
 int mlajit_kernel_acquire(mlajit_context *ctx, const mlajit_kernel_spec *spec, int load,
                           const mlajit_kernel **out, mlajit_kernel_report *report);
+
+/* The content key of a resolved spec (arch set) in this context, and its
+ * canonical string (spec_string[128]). */
+int mlajit_kernel_key(const mlajit_context *ctx, const mlajit_kernel_spec *resolved, mlajit_cache_key *key,
+                      char *spec_string, size_t spec_string_len);
+
+/* Open a pack and add it after the context's packs, as if it were listed in
+ * MLAJIT_PACKS (same checks; a pack that cannot serve the context is skipped
+ * with a warning and its status returned). Not thread-safe: call it before the
+ * context is shared (the CLI's pack bench times it). */
+int mlajit_context_attach_pack(mlajit_context *ctx, const char *path);
+
+/* 1 when a cubin for arch runs on a device of device_arch. */
+int mlajit_arch_runs_on(const char *arch, const char *device_arch);
+
+/* ---- many kernels at once (warmup.c) -------------------------------------- */
+
+/* Called after each kernel of a batch, serialized (never from two threads at
+ * once): done of total finished; report is that kernel's (NULL when it failed). */
+typedef void (*mlajit_batch_progress_fn)(void *arg, int done, int total, const mlajit_kernel_report *report);
+
+/* Acquire count kernels on threads workers (0 = one per online CPU), loading
+ * each one that can run on the context's device. kernels (may be NULL) gets
+ * each kernel, NULL where it failed. Counts go to report (may be NULL). The
+ * first failure is returned, with its spec in the message, after all finish. */
+int mlajit_acquire_batch(mlajit_context *ctx, const mlajit_kernel_spec *specs, int count, int threads,
+                         mlajit_batch_progress_fn progress, void *progress_arg, const mlajit_kernel **kernels,
+                         mlajit_warmup_report *report);
+
+/* The specs of a grid (malloc'd into *specs), arch "" replaced by default_arch,
+ * each validated: the first invalid one fails with its place in the grid. */
+int mlajit_grid_expand(const mlajit_kernel_grid *grid, const char *default_arch, mlajit_kernel_spec **specs,
+                       int *count);
 
 /* Make the context's primary CUDA context current on this thread if no context
  * is; returns 1 when it pushed one (pop it with mlajit_context_leave). */

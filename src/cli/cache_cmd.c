@@ -1,0 +1,347 @@
+/* mlajit cache: list, count, collect and check the writable kernel cache. */
+#include <errno.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "cache/store.h"
+#include "cli/cli.h"
+#include "common/error.h"
+#include "mlajit.h"
+
+static const char cache_usage[] =
+    "usage: mlajit cache <command> [--dir DIR]\n"
+    "\n"
+    "  ls                          every entry: key, spec, cubin size, compile time, age\n"
+    "  stats                       entries, sizes, total compile time, and the hits and misses\n"
+    "                              per layer that contexts using this cache recorded\n"
+    "  gc [--older-than DAYS] [--max-bytes SIZE] [--all] [--dry-run]\n"
+    "                              remove entries compiled more than DAYS ago, then the oldest\n"
+    "                              until the entries hold at most SIZE bytes (K, M, G suffixes);\n"
+    "                              the data file keeps its size and reuses the freed pages\n"
+    "  verify [--repair]           check every entry; --repair deletes the damaged ones\n"
+    "\n"
+    "DIR defaults to $MLAJIT_CACHE_DIR, else $XDG_CACHE_HOME/mlajit, else ~/.cache/mlajit.\n";
+
+static int cache_usage_error(const char *what)
+{
+    fprintf(stderr, "mlajit cache: %s\n\n%s", what, cache_usage);
+    return CLI_USAGE;
+}
+
+static int open_cache(const char *dir, int readonly, mlajit_store **store, char *dir_out, size_t dir_len)
+{
+    if (dir)
+        snprintf(dir_out, dir_len, "%s", dir);
+    else if (mlajit_cache_default_dir(dir_out, dir_len) != MLAJIT_OK)
+        return cli_error(MLAJIT_ERR_NOT_FOUND, "cache");
+    char data_path[1100];
+    snprintf(data_path, sizeof data_path, "%s/data.mdb", dir_out);
+    struct stat st;
+    if (stat(data_path, &st) != 0) {
+        fprintf(stderr, "mlajit cache: %s holds no cache (no data.mdb)\n", dir_out);
+        return CLI_FAIL;
+    }
+    int rc = mlajit_store_open(dir_out, readonly, store);
+    if (rc)
+        return cli_error(rc, "cache");
+    return CLI_OK;
+}
+
+static void format_age(uint64_t created, char *buf, size_t len)
+{
+    time_t now = time(NULL);
+    double age = (double)now - (double)created;
+    if (created == 0 || age < 0)
+        snprintf(buf, len, "?");
+    else if (age < 120)
+        snprintf(buf, len, "%.0f s", age);
+    else if (age < 7200)
+        snprintf(buf, len, "%.0f min", age / 60);
+    else if (age < 172800)
+        snprintf(buf, len, "%.0f h", age / 3600);
+    else
+        snprintf(buf, len, "%.0f d", age / 86400);
+}
+
+/* ---- collecting the entries ------------------------------------------------- */
+
+typedef struct entry_row {
+    mlajit_cache_key key;
+    char spec[128];
+    size_t value_bytes, cubin_bytes;
+    double compile_ms;
+    int registers;
+    uint64_t created_unix;
+    int damaged;
+    char why[160];
+} entry_row;
+
+typedef struct row_list {
+    entry_row *rows;
+    size_t count, cap;
+    int status;
+} row_list;
+
+static int collect_visit(const mlajit_cache_key *key, const void *value, size_t len, void *arg)
+{
+    row_list *l = arg;
+    if (l->count == l->cap) {
+        size_t cap = l->cap ? l->cap * 2 : 64;
+        entry_row *p = realloc(l->rows, cap * sizeof *p);
+        if (!p) {
+            l->status = mlajit_fail(MLAJIT_ERR_OUT_OF_MEMORY, "cache: %zu entries", cap);
+            return 1;
+        }
+        l->rows = p;
+        l->cap = cap;
+    }
+    entry_row *r = &l->rows[l->count++];
+    memset(r, 0, sizeof *r);
+    r->key = *key;
+    r->value_bytes = len;
+    mlajit_cache_entry e;
+    if (!value) {
+        r->damaged = 1;
+        snprintf(r->why, sizeof r->why, "the value lies outside the data file");
+    } else if (mlajit_cache_entry_decode(value, len, &e) != MLAJIT_OK) {
+        r->damaged = 1;
+        snprintf(r->why, sizeof r->why, "%s", mlajit_last_error());
+    } else {
+        snprintf(r->spec, sizeof r->spec, "%s", e.spec_string);
+        r->cubin_bytes = e.cubin_size;
+        r->compile_ms = e.compile_ms;
+        r->registers = e.registers;
+        r->created_unix = e.created_unix;
+        mlajit_cache_entry_clear(&e);
+    }
+    return 0;
+}
+
+static int collect(mlajit_store *store, row_list *l)
+{
+    memset(l, 0, sizeof *l);
+    int rc = mlajit_store_foreach(store, collect_visit, l);
+    return rc ? rc : l->status;
+}
+
+/* ---- commands --------------------------------------------------------------- */
+
+static int cmd_ls(mlajit_store *store, const char *dir)
+{
+    row_list l;
+    int rc = collect(store, &l);
+    if (rc) {
+        free(l.rows);
+        return cli_error(rc, "cache ls");
+    }
+    printf("cache %s: %zu entries\n", dir, l.count);
+    printf("  %-32s  %-44s %9s  %9s  %6s\n", "key", "spec", "cubin", "compiled", "age");
+    for (size_t i = 0; i < l.count; i++) {
+        char hex[33], age[32];
+        mlajit_cache_key_hex(&l.rows[i].key, hex);
+        if (l.rows[i].damaged) {
+            printf("  %s  DAMAGED: %s\n", hex, l.rows[i].why);
+            continue;
+        }
+        format_age(l.rows[i].created_unix, age, sizeof age);
+        printf("  %s  %-44s %7zu B  %6.0f ms  %6s\n", hex, l.rows[i].spec, l.rows[i].cubin_bytes,
+               l.rows[i].compile_ms, age);
+    }
+    free(l.rows);
+    return CLI_OK;
+}
+
+static int cmd_stats(mlajit_store *store, const char *dir)
+{
+    row_list l;
+    int rc = collect(store, &l);
+    mlajit_store_stats st;
+    mlajit_store_counters c;
+    if (rc || (rc = mlajit_store_stats_get(store, &st)) || (rc = mlajit_store_counters_get(store, &c))) {
+        free(l.rows);
+        return cli_error(rc, "cache stats");
+    }
+    double compile_ms = 0;
+    size_t damaged = 0, cubin_bytes = 0;
+    for (size_t i = 0; i < l.count; i++) {
+        damaged += (size_t)l.rows[i].damaged;
+        compile_ms += l.rows[i].compile_ms;
+        cubin_bytes += l.rows[i].cubin_bytes;
+    }
+    printf("cache          %s\n", dir);
+    printf("entries        %lld (%zu damaged)\n", (long long)st.entries, damaged);
+    printf("bytes          %lld in entries (%zu of cubins), %lld in data.mdb\n", (long long)st.value_bytes,
+           cubin_bytes, (long long)st.data_file_bytes);
+    printf("compile time   %.1f s to compile what is stored\n", compile_ms / 1000.0);
+    uint64_t lookups = c.memory_hits + c.pack_hits + c.disk_hits + c.compiles + c.jit_refusals;
+    printf("recorded by    %" PRIu64 " contexts (counts are added when a context is destroyed)\n", c.contexts);
+    printf("  memory hits  %" PRIu64 "\n", c.memory_hits);
+    printf("  pack hits    %" PRIu64 "\n", c.pack_hits);
+    printf("  disk hits    %" PRIu64 "\n", c.disk_hits);
+    printf("  compiles     %" PRIu64 " (missed every layer; NVRTC %.1f s)\n", c.compiles, (double)c.compile_us / 1e6);
+    printf("  JIT refused  %" PRIu64 " (misses with MLAJIT_DISABLE_JIT)\n", c.jit_refusals);
+    printf("  rejected     %" PRIu64 " (damaged entries or packs)\n", c.corrupt);
+    if (lookups)
+        printf("  hit rate     %.1f%% of %" PRIu64 " lookups\n",
+               100.0 * (double)(c.memory_hits + c.pack_hits + c.disk_hits) / (double)lookups, lookups);
+    free(l.rows);
+    return CLI_OK;
+}
+
+static int parse_size(const char *s, int64_t *out)
+{
+    char *end;
+    double v = strtod(s, &end);
+    double unit = 1;
+    if (*end == 'K' || *end == 'k') unit = 1024.0, end++;
+    else if (*end == 'M' || *end == 'm') unit = 1024.0 * 1024, end++;
+    else if (*end == 'G' || *end == 'g') unit = 1024.0 * 1024 * 1024, end++;
+    if (end == s || *end || v < 0)
+        return 0;
+    *out = (int64_t)(v * unit);
+    return 1;
+}
+
+static int oldest_first(const void *a, const void *b)
+{
+    const entry_row *x = a, *y = b;
+    return x->created_unix < y->created_unix ? -1 : x->created_unix > y->created_unix;
+}
+
+static int cmd_gc(mlajit_store *store, const char *dir, double older_than_days, int64_t max_bytes, int all,
+                  int dry_run)
+{
+    row_list l;
+    int rc = collect(store, &l);
+    if (rc) {
+        free(l.rows);
+        return cli_error(rc, "cache gc");
+    }
+    qsort(l.rows, l.count, sizeof *l.rows, oldest_first);
+    mlajit_cache_key *doomed = malloc((l.count ? l.count : 1) * sizeof *doomed);
+    if (!doomed) {
+        free(l.rows);
+        return cli_error(mlajit_fail(MLAJIT_ERR_OUT_OF_MEMORY, "gc"), "cache gc");
+    }
+    size_t n = 0;
+    int64_t kept_bytes = 0, freed_bytes = 0;
+    for (size_t i = 0; i < l.count; i++)
+        kept_bytes += (int64_t)l.rows[i].value_bytes;
+    double now = (double)time(NULL);
+    for (size_t i = 0; i < l.count; i++) {
+        const entry_row *r = &l.rows[i];
+        int old = older_than_days >= 0 && (now - (double)r->created_unix) > older_than_days * 86400.0;
+        int over = max_bytes >= 0 && kept_bytes > max_bytes;
+        if (all || old || over || r->damaged) {
+            doomed[n++] = r->key;
+            kept_bytes -= (int64_t)r->value_bytes;
+            freed_bytes += (int64_t)r->value_bytes;
+        }
+    }
+    size_t deleted = n;
+    if (!dry_run && n && (rc = mlajit_store_delete_many(store, doomed, n, &deleted))) {
+        free(doomed);
+        free(l.rows);
+        return cli_error(rc, "cache gc");
+    }
+    printf("cache %s: %s %zu of %zu entries (%lld bytes); %zu remain (%lld bytes)\n", dir,
+           dry_run ? "would remove" : "removed", deleted, l.count, (long long)freed_bytes, l.count - n,
+           (long long)kept_bytes);
+    free(doomed);
+    free(l.rows);
+    return CLI_OK;
+}
+
+static int cmd_verify(mlajit_store *store, const char *dir, int repair)
+{
+    row_list l;
+    int rc = collect(store, &l);
+    if (rc) {
+        free(l.rows);
+        return cli_error(rc, "cache verify");
+    }
+    size_t damaged = 0;
+    mlajit_cache_key *bad = malloc((l.count ? l.count : 1) * sizeof *bad);
+    for (size_t i = 0; i < l.count; i++) {
+        if (!l.rows[i].damaged)
+            continue;
+        char hex[33];
+        mlajit_cache_key_hex(&l.rows[i].key, hex);
+        printf("  %s  DAMAGED: %s\n", hex, l.rows[i].why);
+        if (bad)
+            bad[damaged] = l.rows[i].key;
+        damaged++;
+    }
+    int status = damaged ? CLI_FAIL : CLI_OK;
+    if (damaged && repair && bad) {
+        size_t deleted = 0;
+        if ((rc = mlajit_store_delete_many(store, bad, damaged, &deleted))) {
+            status = cli_error(rc, "cache verify --repair");
+        } else {
+            printf("cache %s: deleted %zu damaged entries; they are recompiled when next used\n", dir, deleted);
+            status = CLI_OK;
+        }
+    }
+    printf("cache %s: %zu entries checked, %zu damaged\n", dir, l.count, damaged);
+    free(bad);
+    free(l.rows);
+    return status;
+}
+
+int cli_cache(int argc, char **argv)
+{
+    if (argc < 2 || strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "-h") == 0) {
+        fputs(cache_usage, argc < 2 ? stderr : stdout);
+        return argc < 2 ? CLI_USAGE : CLI_OK;
+    }
+    const char *cmd = argv[1], *dir = NULL;
+    double older_than = -1;
+    int64_t max_bytes = -1;
+    int all = 0, dry_run = 0, repair = 0;
+    int is_gc = strcmp(cmd, "gc") == 0, is_verify = strcmp(cmd, "verify") == 0;
+    if (!is_gc && !is_verify && strcmp(cmd, "ls") != 0 && strcmp(cmd, "stats") != 0)
+        return cache_usage_error("unknown cache command");
+    for (int i = 2; i < argc; i++) {
+        const char *a = argv[i];
+        if (strcmp(a, "--dir") == 0 && i + 1 < argc) {
+            dir = argv[++i];
+        } else if (is_gc && strcmp(a, "--older-than") == 0 && i + 1 < argc) {
+            char *end;
+            older_than = strtod(argv[++i], &end);
+            if (*end || older_than < 0)
+                return cache_usage_error("--older-than takes a number of days >= 0");
+        } else if (is_gc && strcmp(a, "--max-bytes") == 0 && i + 1 < argc) {
+            if (!parse_size(argv[++i], &max_bytes))
+                return cache_usage_error("--max-bytes takes a size such as 500M");
+        } else if (is_gc && strcmp(a, "--all") == 0) {
+            all = 1;
+        } else if (is_gc && strcmp(a, "--dry-run") == 0) {
+            dry_run = 1;
+        } else if (is_verify && strcmp(a, "--repair") == 0) {
+            repair = 1;
+        } else {
+            fprintf(stderr, "mlajit cache %s: unknown argument '%s'\n\n%s", cmd, a, cache_usage);
+            return CLI_USAGE;
+        }
+    }
+    if (is_gc && older_than < 0 && max_bytes < 0 && !all)
+        return cache_usage_error("gc needs --older-than, --max-bytes or --all");
+
+    int writes = (is_gc && !dry_run) || (is_verify && repair);
+    char path[1024];
+    mlajit_store *store = NULL;
+    int status = open_cache(dir, !writes, &store, path, sizeof path);
+    if (status != CLI_OK)
+        return status;
+    if (strcmp(cmd, "ls") == 0) status = cmd_ls(store, path);
+    else if (strcmp(cmd, "stats") == 0) status = cmd_stats(store, path);
+    else if (is_gc) status = cmd_gc(store, path, older_than, max_bytes, all, dry_run);
+    else status = cmd_verify(store, path, repair);
+    mlajit_store_close(store);
+    return status;
+}

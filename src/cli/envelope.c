@@ -1,0 +1,192 @@
+/* mlajit envelope: the supported envelope as tables, or one spec (and call
+ * geometry) checked against it. Every "ok" or "no" printed here is the answer
+ * of mlajit_envelope_check itself, so the table and the API cannot disagree.
+ * Nothing here touches CUDA or compiles. */
+#include <getopt.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli/cli.h"
+#include "codegen/codegen.h"
+#include "common/error.h"
+#include "mlajit.h"
+#include "runtime/nvrtc.h"
+
+static const mlajit_model all_models[] = {MLAJIT_MODEL_V32, MLAJIT_MODEL_DSV4, MLAJIT_MODEL_GLM_NSA};
+
+static const char *scale_text(const mlajit_model_desc *d)
+{
+    switch (d->scale_format) {
+    case MLAJIT_SCALE_FP32_POW2: return "fp32 pow2";
+    case MLAJIT_SCALE_FP32: return "fp32";
+    case MLAJIT_SCALE_UE8M0: return "ue8m0";
+    }
+    return "?";
+}
+
+/* The shared memory a variant needs, or 0 when it cannot be laid out. */
+static int variant_smem(mlajit_model model, int tile, int heads_per_cta)
+{
+    mlajit_kernel_spec r = {.model = model, .h_q = 128, .page_size = 64, .tile = tile, .heads_per_cta = heads_per_cta};
+    mlajit_kernel_layout layout;
+    return mlajit_codegen_layout(&r, &layout) == MLAJIT_OK ? layout.smem_bytes : 0;
+}
+
+/* The generator's choice for h_q on arch, as "t64.hc32", or "-" when none fits. */
+static void auto_choice(mlajit_model model, int h_q, const char *arch, char *buf, size_t len)
+{
+    mlajit_kernel_spec s = {.model = model, .h_q = h_q, .page_size = 64}, r;
+    snprintf(s.arch, sizeof s.arch, "%s", arch);
+    if (mlajit_envelope_check(&s, NULL) == MLAJIT_OK && mlajit_spec_resolve(&s, &r) == MLAJIT_OK)
+        snprintf(buf, len, "t%d.hc%d", r.tile, r.heads_per_cta);
+    else
+        snprintf(buf, len, "-");
+}
+
+static void print_tables(void)
+{
+    int major, minor;
+    printf("mlajit envelope: what mlajit_envelope_check accepts (answered without CUDA or compiling)\n\n");
+
+    printf("call geometry (mlajit_decode_shape; the planner checks the same)\n");
+    printf("  %-14s 0..%d\n", "batch", MLAJIT_MAX_BATCH);
+    printf("  %-14s 0..%d (b = 0 and s_q = 0 are no-ops)\n", "s_q", MLAJIT_MAX_SQ);
+    printf("  %-14s 1..%d, any value (tile multiple or not)\n", "topk", MLAJIT_MAX_TOPK);
+    printf("  %-14s 0 without an extra cache; 1..%d with one\n", "extra_topk", MLAJIT_MAX_TOPK);
+    printf("  %-14s 0 (planner's choice) or 1..%d (lowered so no split is empty)\n", "num_splits", MLAJIT_MAX_SPLITS);
+    printf("  %-14s -1 and any slot outside [0, pages * page size) are skipped; topk lengths may be 0 or past topk\n\n",
+           "indices");
+
+    printf("kernel spec (mlajit_kernel_spec)\n");
+    printf("  %-14s v32, dsv4, glm_nsa\n", "model");
+    printf("  %-14s 1..%d\n", "h_q", MLAJIT_MAX_HEADS);
+    printf("  %-14s 1..%d tokens\n", "page_size", MLAJIT_MAX_PAGE_SIZE);
+    printf("  %-14s 0 (no extra cache) or 1..%d\n", "extra_page_size", MLAJIT_MAX_PAGE_SIZE);
+    printf("  %-14s sink, topk-length, extra-topk-length (needs an extra cache)\n", "features");
+    printf("  %-14s 0 (auto), 32, 64 candidates\n", "tile");
+    printf("  %-14s 0 (auto), 16, 32\n", "heads_per_cta");
+    printf("  %-14s \"\" (the device's; %s without one), %s\n\n", "arch", MLAJIT_DEFAULT_ARCH, mlajit_arch_list());
+
+    printf("models (KV-cache layouts, SPEC.md)\n");
+    printf("  %-8s %5s %6s %6s %4s %11s  %s\n", "model", "d_qk", "d_nope", "d_rope", "d_v", "bytes/token",
+           "scales");
+    for (size_t m = 0; m < sizeof all_models / sizeof all_models[0]; m++) {
+        const mlajit_model_desc *d = mlajit_model_describe(all_models[m]);
+        printf("  %-8s %5d %6d %6d %4d %11d  %d x %s per %d dims, %s\n", d->name, d->d_qk, d->d_nope, d->d_rope,
+               d->d_v, d->bytes_per_token, d->num_scales, scale_text(d), d->quant_tile,
+               d->scale_place == MLAJIT_SCALES_INLINE ? "inline" : "page footer");
+    }
+
+    mlajit_nvrtc_version(&major, &minor);
+    printf("\narch targets: NVRTC %d.%d, and each kernel variant's shared memory per block\n", major, minor);
+    printf("(tile x heads per CTA; 'no' = over the arch's limit; auto = the generator's choice for h_q <= 16 / > 16)\n");
+    static const int variants[4][2] = {{32, 16}, {32, 32}, {64, 16}, {64, 32}};
+    printf("  %-8s %-6s %9s  %-8s", "arch", "nvrtc", "smem max", "model");
+    for (int v = 0; v < 4; v++) {
+        char head[24];
+        snprintf(head, sizeof head, "t%d.hc%d", variants[v][0], variants[v][1]);
+        printf(" %-12s", head);
+    }
+    printf(" auto\n");
+    char list[256];
+    snprintf(list, sizeof list, "%s", mlajit_arch_list());
+    for (char *save = NULL, *arch = strtok_r(list, ", ", &save); arch; arch = strtok_r(NULL, ", ", &save)) {
+        int targetable = mlajit_nvrtc_supports(arch);
+        for (size_t m = 0; m < sizeof all_models / sizeof all_models[0]; m++) {
+            if (m == 0)
+                printf("  %-8s %-6s %9d  ", arch, targetable ? "yes" : "no", mlajit_arch_max_smem(arch));
+            else
+                printf("  %-8s %-6s %9s  ", "", "", "");
+            printf("%-8s", mlajit_model_describe(all_models[m])->name);
+            for (int v = 0; v < 4; v++) {
+                mlajit_kernel_spec s = {.model = all_models[m], .h_q = 128, .page_size = 64,
+                                        .tile = variants[v][0], .heads_per_cta = variants[v][1]};
+                snprintf(s.arch, sizeof s.arch, "%s", arch);
+                int ok = mlajit_envelope_check(&s, NULL) == MLAJIT_OK;
+                char cell[24];
+                snprintf(cell, sizeof cell, "%s %dK", ok ? "ok" : "no", (variant_smem(all_models[m], variants[v][0],
+                                                                                       variants[v][1]) + 1023) / 1024);
+                printf(" %-12s", cell);
+            }
+            char small[16], large[16];
+            auto_choice(all_models[m], 16, arch, small, sizeof small);
+            auto_choice(all_models[m], 128, arch, large, sizeof large);
+            printf(" %s / %s\n", small, large);
+        }
+    }
+    printf("\ncheck one: mlajit envelope SPEC [--batch B] [--s-q S] [--topk K] [--extra-topk E] [--splits N]\n");
+    printf("           (SPEC as printed by mlajit compile, e.g. v32.h128.p64.t64.hc32.portable.sm_86)\n");
+}
+
+static int parse_shape_int(const char *s, const char *name, int *out)
+{
+    char *end;
+    long v = strtol(s, &end, 10);
+    if (!*s || *end || v < -1000000 || v > 1000000) {
+        fprintf(stderr, "mlajit: %s = '%s'; allowed an integer (the envelope says which)\n", name, s);
+        return 0;
+    }
+    *out = (int)v;
+    return 1;
+}
+
+int cli_envelope(int argc, char **argv)
+{
+    static const struct option longopts[] = {
+        {"batch", required_argument, 0, 'b'}, {"s-q", required_argument, 0, 's'},
+        {"topk", required_argument, 0, 'k'},  {"extra-topk", required_argument, 0, 'e'},
+        {"splits", required_argument, 0, 'n'}, {0, 0, 0, 0}};
+    mlajit_decode_shape shape = {.batch = 1, .s_q = 1, .topk = 2048, .extra_topk = -1};
+    int with_shape = 0, c;
+    optind = 1;
+    while ((c = getopt_long(argc, argv, "", longopts, NULL)) != -1) {
+        with_shape = 1;
+        switch (c) {
+        case 'b': if (!parse_shape_int(optarg, "--batch", &shape.batch)) return CLI_USAGE; break;
+        case 's': if (!parse_shape_int(optarg, "--s-q", &shape.s_q)) return CLI_USAGE; break;
+        case 'k': if (!parse_shape_int(optarg, "--topk", &shape.topk)) return CLI_USAGE; break;
+        case 'e': if (!parse_shape_int(optarg, "--extra-topk", &shape.extra_topk)) return CLI_USAGE; break;
+        case 'n': if (!parse_shape_int(optarg, "--splits", &shape.num_splits)) return CLI_USAGE; break;
+        default:
+            fprintf(stderr, "mlajit: envelope: unknown option; usage: mlajit envelope [SPEC [--batch B] [--s-q S] "
+                            "[--topk K] [--extra-topk E] [--splits N]]\n");
+            return CLI_USAGE;
+        }
+    }
+    if (optind == argc) {
+        if (with_shape) {
+            fprintf(stderr, "mlajit: envelope: --batch, --s-q, --topk, --extra-topk and --splits need a SPEC\n");
+            return CLI_USAGE;
+        }
+        print_tables();
+        return CLI_OK;
+    }
+    if (optind + 1 != argc) {
+        fprintf(stderr, "mlajit: envelope: one SPEC at most; extra argument '%s'\n", argv[optind + 1]);
+        return CLI_USAGE;
+    }
+    mlajit_kernel_spec spec;
+    int rc = mlajit_spec_parse(argv[optind], &spec);
+    if (rc)
+        return cli_error(rc, "envelope");
+    if (shape.extra_topk < 0)
+        shape.extra_topk = spec.extra_page_size ? 64 : 0;
+    rc = mlajit_envelope_check(&spec, with_shape ? &shape : NULL);
+    if (rc) {
+        printf("rejected (%s): %s\n", mlajit_status_string(rc), mlajit_last_error());
+        return CLI_FAIL;
+    }
+    mlajit_kernel_spec resolved;
+    if (!spec.arch[0])
+        snprintf(spec.arch, sizeof spec.arch, "%s", MLAJIT_DEFAULT_ARCH);
+    char name[128] = "";
+    if (mlajit_spec_resolve(&spec, &resolved) == MLAJIT_OK)
+        mlajit_spec_string(&resolved, name, sizeof name);
+    if (with_shape)
+        printf("accepted: %s with batch %d, s_q %d, topk %d, extra_topk %d, splits %d\n", name, shape.batch,
+               shape.s_q, shape.topk, shape.extra_topk, shape.num_splits);
+    else
+        printf("accepted: %s\n", name);
+    return CLI_OK;
+}

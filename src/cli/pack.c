@@ -1,0 +1,720 @@
+/* mlajit pack: build, list, verify, merge and time cubin packs (cache/pack.h). */
+#include <errno.h>
+#include <getopt.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "cache/pack.h"
+#include "cli/cli.h"
+#include "common/error.h"
+#include "mlajit.h"
+#include "runtime/runtime.h"
+
+static const char pack_usage[] =
+    "usage: mlajit pack <command>\n"
+    "\n"
+    "  build [--models LIST] [--heads LIST] [--pages LIST] [--extra-pages LIST]\n"
+    "        [--features SETS] [--archs LIST] [--spec SPEC]... [--specs FILE]\n"
+    "        [--out FILE] [--jobs N] [--no-cache]\n"
+    "        compile the grid (models x heads x pages x extra pages x feature sets x archs)\n"
+    "        and the listed specs in parallel, and write one pack (default mlajit.pack).\n"
+    "        LISTs are comma-separated; a feature set joins names with '+', e.g.\n"
+    "        --features none,sink+topk-length. FILE for --specs holds canonical spec\n"
+    "        strings, one a line ('#' starts a comment). Kernels already in the cache\n"
+    "        are reused unless --no-cache.\n"
+    "  ls FILE                    the manifest and every kernel\n"
+    "  verify FILE                check the file, the manifest and every entry\n"
+    "  merge OUT IN...            one pack holding every kernel of the inputs\n"
+    "  bench FILE [--repeat N]    time a fresh process's open, lookup and (with a GPU)\n"
+    "                             load of the pack's first kernel, and repeat lookups\n"
+    "\n"
+    "Packs are read at run time from MLAJIT_PACKS (':'-separated), before the cache.\n";
+
+static int pack_usage_error(const char *what)
+{
+    fprintf(stderr, "mlajit pack: %s\n\n%s", what, pack_usage);
+    return CLI_USAGE;
+}
+
+/* ---- list parsing ---------------------------------------------------------- */
+
+typedef struct int_list {
+    int values[64];
+    int count;
+} int_list;
+
+static int parse_int_list(const char *s, const char *name, int lo, int hi, int_list *out)
+{
+    char buf[512];
+    snprintf(buf, sizeof buf, "%s", s);
+    out->count = 0;
+    for (char *save = NULL, *t = strtok_r(buf, ",", &save); t; t = strtok_r(NULL, ",", &save)) {
+        char *end;
+        long v = strtol(t, &end, 10);
+        if (!*t || *end || v < lo || v > hi) {
+            fprintf(stderr, "mlajit pack build: %s: '%s' is not a number in %d..%d\n", name, t, lo, hi);
+            return 0;
+        }
+        if (out->count == (int)(sizeof out->values / sizeof out->values[0])) {
+            fprintf(stderr, "mlajit pack build: %s: at most 64 values\n", name);
+            return 0;
+        }
+        out->values[out->count++] = (int)v;
+    }
+    if (out->count == 0) {
+        fprintf(stderr, "mlajit pack build: %s: empty list\n", name);
+        return 0;
+    }
+    return 1;
+}
+
+static int parse_model_list(const char *s, mlajit_model *models, int *count)
+{
+    char buf[256];
+    snprintf(buf, sizeof buf, "%s", s);
+    *count = 0;
+    for (char *save = NULL, *t = strtok_r(buf, ",", &save); t && *count < 8; t = strtok_r(NULL, ",", &save)) {
+        if (mlajit_model_from_name(t, &models[*count]) != MLAJIT_OK) {
+            fprintf(stderr, "mlajit pack build: --models: '%s' is unknown; allowed v32, dsv4, glm_nsa\n", t);
+            return 0;
+        }
+        (*count)++;
+    }
+    if (*count == 0) {
+        fprintf(stderr, "mlajit pack build: --models: empty list\n");
+        return 0;
+    }
+    return 1;
+}
+
+static int parse_feature_sets(const char *s, unsigned *sets, int *count)
+{
+    char buf[512];
+    snprintf(buf, sizeof buf, "%s", s);
+    *count = 0;
+    for (char *save = NULL, *set = strtok_r(buf, ",", &save); set && *count < 16; set = strtok_r(NULL, ",", &save)) {
+        unsigned f = 0;
+        for (char *save2 = NULL, *t = strtok_r(set, "+", &save2); t; t = strtok_r(NULL, "+", &save2)) {
+            if (strcmp(t, "none") == 0) continue;
+            else if (strcmp(t, "sink") == 0) f |= MLAJIT_FEATURE_SINK;
+            else if (strcmp(t, "topk-length") == 0) f |= MLAJIT_FEATURE_TOPK_LENGTH;
+            else if (strcmp(t, "extra-topk-length") == 0) f |= MLAJIT_FEATURE_EXTRA_TOPK_LENGTH;
+            else {
+                fprintf(stderr, "mlajit pack build: --features: '%s' is unknown; allowed none, sink, topk-length, "
+                                "extra-topk-length (joined with '+')\n", t);
+                return 0;
+            }
+        }
+        sets[(*count)++] = f;
+    }
+    return *count > 0;
+}
+
+typedef struct string_list {
+    char **items;
+    int count, cap;
+} string_list;
+
+static int string_list_add(string_list *l, const char *s)
+{
+    if (l->count == l->cap) {
+        int cap = l->cap ? l->cap * 2 : 16;
+        char **p = realloc(l->items, (size_t)cap * sizeof *p);
+        if (!p)
+            return 0;
+        l->items = p;
+        l->cap = cap;
+    }
+    if (!(l->items[l->count] = strdup(s)))
+        return 0;
+    l->count++;
+    return 1;
+}
+
+static void string_list_free(string_list *l)
+{
+    for (int i = 0; i < l->count; i++)
+        free(l->items[i]);
+    free(l->items);
+    memset(l, 0, sizeof *l);
+}
+
+static int read_spec_file(const char *path, string_list *specs)
+{
+    FILE *f = fopen(path, "r");
+    if (!f) {
+        fprintf(stderr, "mlajit pack build: --specs %s: cannot open: %s\n", path, strerror(errno));
+        return 0;
+    }
+    char line[512];
+    int ok = 1;
+    while (ok && fgets(line, sizeof line, f)) {
+        char *hash = strchr(line, '#');
+        if (hash)
+            *hash = '\0';
+        char *p = line;
+        while (*p == ' ' || *p == '\t')
+            p++;
+        size_t n = strcspn(p, " \t\r\n");
+        p[n] = '\0';
+        if (*p)
+            ok = string_list_add(specs, p);
+    }
+    fclose(f);
+    return ok;
+}
+
+/* ---- build ----------------------------------------------------------------- */
+
+typedef struct progress_state {
+    int tty;
+    double t0;
+} progress_state;
+
+static void build_progress(void *arg, int done, int total, const mlajit_kernel_report *rep)
+{
+    progress_state *p = arg;
+    if (!p->tty)
+        return;
+    double elapsed = (mlajit_now_ms() - p->t0) / 1000.0;
+    double eta = done ? elapsed / done * (total - done) : 0;
+    fprintf(stderr, "\r\033[K  [%*d/%d] %3d%%  %.1f s, ETA %.1f s  %s", (int)snprintf(NULL, 0, "%d", total), done,
+            total, total ? 100 * done / total : 100, elapsed, eta, rep ? rep->spec : "(failed)");
+    if (done == total)
+        fputc('\n', stderr);
+}
+
+static int cmd_build(int argc, char **argv)
+{
+    static const struct option longopts[] = {
+        {"models", required_argument, 0, 'm'},      {"heads", required_argument, 0, 'h'},
+        {"pages", required_argument, 0, 'p'},       {"extra-pages", required_argument, 0, 'e'},
+        {"features", required_argument, 0, 'f'},    {"archs", required_argument, 0, 'a'},
+        {"spec", required_argument, 0, 's'},        {"specs", required_argument, 0, 'S'},
+        {"out", required_argument, 0, 'o'},         {"jobs", required_argument, 0, 'j'},
+        {"no-cache", no_argument, 0, 'n'},          {0, 0, 0, 0}};
+    mlajit_model models[8];
+    int num_models = 0, num_features = 0, jobs = 0, no_cache = 0;
+    int_list heads = {.count = 0}, pages = {.count = 0}, extra = {.count = 0};
+    unsigned features[16];
+    string_list archs = {0}, spec_strings = {0};
+    const char *out_path = "mlajit.pack";
+    int c, status = CLI_USAGE;
+    optind = 1;
+    while ((c = getopt_long(argc, argv, "", longopts, NULL)) != -1) {
+        switch (c) {
+        case 'm': if (!parse_model_list(optarg, models, &num_models)) goto done; break;
+        case 'h': if (!parse_int_list(optarg, "--heads", 1, MLAJIT_MAX_HEADS, &heads)) goto done; break;
+        case 'p': if (!parse_int_list(optarg, "--pages", 1, MLAJIT_MAX_PAGE_SIZE, &pages)) goto done; break;
+        case 'e': if (!parse_int_list(optarg, "--extra-pages", 0, MLAJIT_MAX_PAGE_SIZE, &extra)) goto done; break;
+        case 'f': if (!parse_feature_sets(optarg, features, &num_features)) goto done; break;
+        case 'a': {
+            char buf[256];
+            snprintf(buf, sizeof buf, "%s", optarg);
+            for (char *save = NULL, *t = strtok_r(buf, ",", &save); t; t = strtok_r(NULL, ",", &save))
+                if (!string_list_add(&archs, t)) goto done;
+            break;
+        }
+        case 's': if (!string_list_add(&spec_strings, optarg)) goto done; break;
+        case 'S': if (!read_spec_file(optarg, &spec_strings)) goto done; break;
+        case 'o': out_path = optarg; break;
+        case 'j': {
+            int_list j;
+            if (!parse_int_list(optarg, "--jobs", 1, 256, &j)) goto done;
+            jobs = j.values[0];
+            break;
+        }
+        case 'n': no_cache = 1; break;
+        default: status = pack_usage_error("build: unknown option"); goto done;
+        }
+    }
+    if (optind < argc) {
+        status = pack_usage_error("build takes options only");
+        goto done;
+    }
+    int grid_given = num_models || heads.count || pages.count;
+    if (grid_given && !(num_models && heads.count && pages.count)) {
+        status = pack_usage_error("build: a grid needs --models, --heads and --pages together");
+        goto done;
+    }
+    if (!grid_given && spec_strings.count == 0) {
+        status = pack_usage_error("build: give a grid (--models, --heads, --pages) or --spec / --specs");
+        goto done;
+    }
+
+    /* pack build's job is to compile, whatever the environment says. */
+    unsetenv("MLAJIT_DISABLE_JIT");
+    mlajit_context_options opts = {
+        .flags = MLAJIT_CONTEXT_NO_DEVICE | (no_cache ? MLAJIT_CONTEXT_NO_DISK_CACHE : 0u), .packs = "",
+    };
+    mlajit_context *ctx = NULL;
+    int rc = mlajit_context_create(&opts, &ctx);
+    if (rc) {
+        status = cli_error(rc, "pack build");
+        goto done;
+    }
+
+    mlajit_kernel_spec *specs = NULL;
+    int count = 0;
+    if (grid_given) {
+        const char *arch_ptrs[16];
+        int num_archs = archs.count < 16 ? archs.count : 16;
+        for (int i = 0; i < num_archs; i++)
+            arch_ptrs[i] = archs.items[i];
+        mlajit_kernel_grid grid = {
+            .models = models, .num_models = num_models, .head_counts = heads.values, .num_head_counts = heads.count,
+            .page_sizes = pages.values, .num_page_sizes = pages.count,
+            .extra_page_sizes = extra.count ? extra.values : NULL, .num_extra_page_sizes = extra.count,
+            .feature_sets = num_features ? features : NULL, .num_feature_sets = num_features,
+            .archs = num_archs ? arch_ptrs : NULL, .num_archs = num_archs,
+        };
+        if ((rc = mlajit_grid_expand(&grid, MLAJIT_DEFAULT_ARCH, &specs, &count))) {
+            mlajit_context_destroy(ctx);
+            status = cli_error(rc, "pack build");
+            goto done;
+        }
+    }
+    if (spec_strings.count) {
+        mlajit_kernel_spec *grown = realloc(specs, (size_t)(count + spec_strings.count) * sizeof *grown);
+        if (!grown) {
+            free(specs);
+            mlajit_context_destroy(ctx);
+            status = cli_error(mlajit_fail(MLAJIT_ERR_OUT_OF_MEMORY, "spec list"), "pack build");
+            goto done;
+        }
+        specs = grown;
+        for (int i = 0; i < spec_strings.count; i++) {
+            mlajit_kernel_spec *s = &specs[count];
+            if ((rc = mlajit_spec_parse(spec_strings.items[i], s)) || (rc = mlajit_spec_validate(s))) {
+                fprintf(stderr, "mlajit pack build: spec '%s': %s\n", spec_strings.items[i], mlajit_last_error());
+                free(specs);
+                mlajit_context_destroy(ctx);
+                status = CLI_USAGE;
+                goto done;
+            }
+            if (!s->arch[0])
+                snprintf(s->arch, sizeof s->arch, "%s", MLAJIT_DEFAULT_ARCH);
+            count++;
+        }
+    }
+
+    const mlajit_kernel **kernels = calloc((size_t)count, sizeof *kernels);
+    mlajit_pack_item *items = calloc((size_t)count, sizeof *items);
+    mlajit_cache_entry *entries = calloc((size_t)count, sizeof *entries);
+    if (!kernels || !items || !entries) {
+        free(kernels);
+        free(items);
+        free(entries);
+        free(specs);
+        mlajit_context_destroy(ctx);
+        status = cli_error(mlajit_fail(MLAJIT_ERR_OUT_OF_MEMORY, "%d kernels", count), "pack build");
+        goto done;
+    }
+    progress_state progress = {.tty = isatty(STDERR_FILENO), .t0 = mlajit_now_ms()};
+    int workers = jobs ? jobs : (int)sysconf(_SC_NPROCESSORS_ONLN);
+    fprintf(stderr, "mlajit pack build: %d kernels on %d worker%s\n", count, workers, workers == 1 ? "" : "s");
+    mlajit_warmup_report rep;
+    rc = mlajit_acquire_batch(ctx, specs, count, jobs, build_progress, &progress, kernels, &rep);
+    if (rc) {
+        status = cli_error(rc, "pack build");
+    } else {
+        for (int i = 0; i < count; i++) {
+            const mlajit_kernel *k = kernels[i];
+            mlajit_cache_entry *e = &entries[i];
+            snprintf(e->spec_string, sizeof e->spec_string, "%s", k->report.spec);
+            snprintf(e->entry_names, sizeof e->entry_names, "%s,%s", MLAJIT_ENTRY_MAIN, MLAJIT_ENTRY_COMBINE);
+            e->compile_ms = k->report.compile_ms;
+            e->registers = k->report.registers;
+            e->shared_bytes = k->report.shared_bytes;
+            e->spill_bytes = k->report.spill_bytes;
+            e->created_unix = (uint64_t)time(NULL);
+            e->cubin = k->cubin; /* borrowed from the context */
+            e->cubin_size = k->cubin_size;
+            items[i].key = k->key;
+            items[i].entry = e;
+        }
+        mlajit_context_info info;
+        mlajit_context_get_info(ctx, &info);
+        mlajit_pack_manifest recipe = {.templates_hash = mlajit_templates_hash(),
+                                       .nvrtc_major = info.nvrtc_major,
+                                       .nvrtc_minor = info.nvrtc_minor};
+        snprintf(recipe.tool, sizeof recipe.tool, "mlajit %s", MLAJIT_VERSION_STRING);
+        snprintf(recipe.generator, sizeof recipe.generator, "%s", MLAJIT_GENERATOR_VERSION);
+        rc = mlajit_pack_write(out_path, &recipe, items, (size_t)count);
+        if (rc) {
+            status = cli_error(rc, "pack build");
+        } else {
+            mlajit_pack *pack;
+            int64_t bytes = 0;
+            size_t distinct = 0;
+            if (mlajit_pack_open(out_path, &pack) == MLAJIT_OK) {
+                bytes = mlajit_pack_file_bytes(pack);
+                distinct = mlajit_pack_manifest_of(pack)->kernel_count;
+                mlajit_pack_close(pack);
+            }
+            printf("pack %s: %zu kernels, %lld bytes; %d compiled (NVRTC %.1f s total), %d from the cache; "
+                   "%.1f s wall\n",
+                   out_path, distinct, (long long)bytes, rep.compiled, rep.compile_ms / 1000.0,
+                   rep.from_disk + rep.from_memory + rep.from_packs, (mlajit_now_ms() - progress.t0) / 1000.0);
+            status = CLI_OK;
+        }
+    }
+    free(kernels);
+    free(items);
+    free(entries);
+    free(specs);
+    mlajit_context_destroy(ctx);
+done:
+    string_list_free(&archs);
+    string_list_free(&spec_strings);
+    return status;
+}
+
+/* ---- ls / verify ----------------------------------------------------------- */
+
+static void print_manifest_header(const char *path, const mlajit_pack *pack)
+{
+    const mlajit_pack_manifest *m = mlajit_pack_manifest_of(pack);
+    char date[32] = "?";
+    time_t t = (time_t)m->created_unix;
+    struct tm tm;
+    if (gmtime_r(&t, &tm))
+        strftime(date, sizeof date, "%Y-%m-%d %H:%M:%S UTC", &tm);
+    printf("pack          %s (%lld bytes, format %u)\n", path, (long long)mlajit_pack_file_bytes(pack),
+           m->format_version);
+    printf("tool          %s\n", m->tool);
+    printf("generator     %s, templates %016" PRIx64 "\n", m->generator, m->templates_hash);
+    printf("nvrtc         %d.%d\n", m->nvrtc_major, m->nvrtc_minor);
+    printf("created       %s\n", date);
+    printf("archs         %s\n", m->archs);
+    printf("kernels       %zu\n", m->kernel_count);
+}
+
+typedef struct ls_state {
+    size_t shown;
+    int64_t cubin_bytes;
+} ls_state;
+
+static int ls_visit(const mlajit_cache_key *key, const void *value, size_t len, void *arg)
+{
+    ls_state *s = arg;
+    char hex[33];
+    mlajit_cache_key_hex(key, hex);
+    mlajit_cache_entry e;
+    if (!value || mlajit_cache_entry_decode(value, len, &e) != MLAJIT_OK) {
+        printf("  %s  DAMAGED (%s)\n", hex, value ? mlajit_last_error() : "outside the file");
+        return 0;
+    }
+    printf("  %s  %-44s %7zu B  %4d regs  %6.0f ms\n", hex, e.spec_string, e.cubin_size, e.registers, e.compile_ms);
+    s->shown++;
+    s->cubin_bytes += (int64_t)e.cubin_size;
+    mlajit_cache_entry_clear(&e);
+    return 0;
+}
+
+static int cmd_ls(int argc, char **argv)
+{
+    if (argc != 2)
+        return pack_usage_error("ls takes one pack file");
+    mlajit_pack *pack;
+    int rc = mlajit_pack_open(argv[1], &pack);
+    if (rc)
+        return cli_error(rc, "pack ls");
+    print_manifest_header(argv[1], pack);
+    printf("  %-32s  %-44s %9s  %9s  %9s\n", "key", "spec", "cubin", "registers", "compiled");
+    ls_state s = {0, 0};
+    rc = mlajit_pack_foreach(pack, ls_visit, &s);
+    mlajit_pack_close(pack);
+    if (rc)
+        return cli_error(rc, "pack ls");
+    printf("total         %zu kernels, %lld cubin bytes\n", s.shown, (long long)s.cubin_bytes);
+    return CLI_OK;
+}
+
+static int cmd_verify(int argc, char **argv)
+{
+    if (argc != 2)
+        return pack_usage_error("verify takes one pack file");
+    const char *path = argv[1];
+    mlajit_pack *pack;
+    int rc = mlajit_pack_open(path, &pack);
+    if (rc)
+        return cli_error(rc, "pack verify");
+    size_t checked = 0;
+    rc = mlajit_pack_verify(pack, &checked);
+    if (rc) {
+        mlajit_pack_close(pack);
+        return cli_error(rc, "pack verify");
+    }
+    printf("%s: file checksum, trailer and manifest ok; %zu entries decode with good header and cubin checksums\n",
+           path, checked);
+
+    /* With this build's recipe the keys can be recomputed from the specs. */
+    const mlajit_pack_manifest *m = mlajit_pack_manifest_of(pack);
+    mlajit_context_options opts = {.flags = MLAJIT_CONTEXT_NO_DEVICE | MLAJIT_CONTEXT_NO_DISK_CACHE, .packs = ""};
+    mlajit_context *ctx;
+    if ((rc = mlajit_context_create(&opts, &ctx))) {
+        mlajit_pack_close(pack);
+        return cli_error(rc, "pack verify");
+    }
+    mlajit_pack_manifest mine = {.templates_hash = ctx->templates_hash,
+                                 .nvrtc_major = ctx->nvrtc_major,
+                                 .nvrtc_minor = ctx->nvrtc_minor};
+    snprintf(mine.generator, sizeof mine.generator, "%s", MLAJIT_GENERATOR_VERSION);
+    int status = CLI_OK;
+    if (!mlajit_pack_manifest_same_recipe(m, &mine)) {
+        printf("%s: made by %s (generator %s, templates %016" PRIx64 ", NVRTC %d.%d); this mlajit cannot use it "
+               "(generator %s, templates %016" PRIx64 ", NVRTC %d.%d), so its keys were not recomputed\n",
+               path, m->tool, m->generator, m->templates_hash, m->nvrtc_major, m->nvrtc_minor,
+               MLAJIT_GENERATOR_VERSION, ctx->templates_hash, ctx->nvrtc_major, ctx->nvrtc_minor);
+    } else {
+        size_t bad = 0;
+        for (size_t i = 0; i < m->kernel_count; i++) {
+            mlajit_kernel_spec s, r;
+            mlajit_cache_key key;
+            char again[128];
+            if (mlajit_spec_parse(m->kernels[i].spec_string, &s) || mlajit_spec_resolve(&s, &r) ||
+                mlajit_kernel_key(ctx, &r, &key, again, sizeof again) || key.hi != m->kernels[i].key.hi ||
+                key.lo != m->kernels[i].key.lo) {
+                char hex[33];
+                mlajit_cache_key_hex(&m->kernels[i].key, hex);
+                fprintf(stderr, "mlajit pack verify: %s: key %s does not match its spec %s\n", path, hex,
+                        m->kernels[i].spec_string);
+                bad++;
+            }
+        }
+        if (bad) {
+            status = CLI_FAIL;
+        } else {
+            printf("%s: every key matches its spec under this mlajit (usable here)\n", path);
+        }
+    }
+    mlajit_context_destroy(ctx);
+    mlajit_pack_close(pack);
+    return status;
+}
+
+/* ---- merge ------------------------------------------------------------------ */
+
+typedef struct merge_state {
+    mlajit_pack_item *items;
+    mlajit_cache_entry *entries;
+    size_t count, cap;
+    int status;
+} merge_state;
+
+static int merge_visit(const mlajit_cache_key *key, const void *value, size_t len, void *arg)
+{
+    merge_state *s = arg;
+    if (s->count == s->cap) {
+        /* Items point at entries, so both grow together and items are fixed up. */
+        size_t cap = s->cap ? s->cap * 2 : 64;
+        mlajit_cache_entry *e = realloc(s->entries, cap * sizeof *e);
+        if (!e) {
+            s->status = mlajit_fail(MLAJIT_ERR_OUT_OF_MEMORY, "merge: %zu entries", cap);
+            return 1;
+        }
+        s->entries = e;
+        mlajit_pack_item *it = realloc(s->items, cap * sizeof *it);
+        if (!it) {
+            s->status = mlajit_fail(MLAJIT_ERR_OUT_OF_MEMORY, "merge: %zu entries", cap);
+            return 1;
+        }
+        s->items = it;
+        for (size_t i = 0; i < s->count; i++)
+            s->items[i].entry = &s->entries[i];
+        s->cap = cap;
+    }
+    if (!value) {
+        s->status = mlajit_fail(MLAJIT_ERR_CORRUPT, "an entry lies outside its file");
+        return 1;
+    }
+    if ((s->status = mlajit_cache_entry_decode(value, len, &s->entries[s->count])) != MLAJIT_OK)
+        return 1;
+    s->items[s->count].key = *key;
+    s->items[s->count].entry = &s->entries[s->count];
+    s->count++;
+    return 0;
+}
+
+static int cmd_merge(int argc, char **argv)
+{
+    if (argc < 3)
+        return pack_usage_error("merge needs OUT and at least one IN");
+    const char *out_path = argv[1];
+    merge_state s = {0};
+    mlajit_pack_manifest recipe;
+    memset(&recipe, 0, sizeof recipe);
+    int status = CLI_OK;
+    for (int i = 2; i < argc && status == CLI_OK; i++) {
+        mlajit_pack *pack;
+        int rc = mlajit_pack_open(argv[i], &pack);
+        if (rc) {
+            status = cli_error(rc, "pack merge");
+            break;
+        }
+        const mlajit_pack_manifest *m = mlajit_pack_manifest_of(pack);
+        if (i == 2) {
+            recipe = *m;
+            recipe.kernels = NULL;
+            recipe.kernel_count = 0;
+        } else if (!mlajit_pack_manifest_same_recipe(&recipe, m)) {
+            fprintf(stderr,
+                    "mlajit pack merge: %s was made with generator %s, templates %016" PRIx64 ", NVRTC %d.%d but %s "
+                    "with generator %s, templates %016" PRIx64 ", NVRTC %d.%d; a pack holds one recipe: rebuild one "
+                    "of them\n",
+                    argv[i], m->generator, m->templates_hash, m->nvrtc_major, m->nvrtc_minor, argv[2],
+                    recipe.generator, recipe.templates_hash, recipe.nvrtc_major, recipe.nvrtc_minor);
+            status = CLI_FAIL;
+        }
+        if (status == CLI_OK && (mlajit_pack_verify(pack, NULL) != MLAJIT_OK ||
+                                 mlajit_pack_foreach(pack, merge_visit, &s) != MLAJIT_OK || s.status != MLAJIT_OK))
+            status = cli_error(s.status ? s.status : MLAJIT_ERR_CORRUPT, "pack merge");
+        mlajit_pack_close(pack);
+    }
+    if (status == CLI_OK) {
+        snprintf(recipe.tool, sizeof recipe.tool, "mlajit %s", MLAJIT_VERSION_STRING);
+        recipe.created_unix = 0;
+        int rc = mlajit_pack_write(out_path, &recipe, s.items, s.count);
+        if (rc) {
+            status = cli_error(rc, "pack merge");
+        } else {
+            mlajit_pack *pack;
+            if ((rc = mlajit_pack_open(out_path, &pack))) {
+                status = cli_error(rc, "pack merge");
+            } else {
+                printf("pack %s: %zu kernels from %d packs, %lld bytes\n", out_path,
+                       mlajit_pack_manifest_of(pack)->kernel_count, argc - 2,
+                       (long long)mlajit_pack_file_bytes(pack));
+                mlajit_pack_close(pack);
+            }
+        }
+    }
+    for (size_t i = 0; i < s.count; i++)
+        mlajit_cache_entry_clear(&s.entries[i]);
+    free(s.entries);
+    free(s.items);
+    return status;
+}
+
+/* ---- bench ------------------------------------------------------------------ */
+
+static int cmd_bench(int argc, char **argv)
+{
+    const char *path = NULL;
+    int repeat = 100000;
+    for (int i = 1; i < argc; i++) {
+        if (strcmp(argv[i], "--repeat") == 0 && i + 1 < argc) {
+            repeat = atoi(argv[++i]);
+            if (repeat < 1)
+                return pack_usage_error("bench: --repeat must be at least 1");
+        } else if (!path && argv[i][0] != '-') {
+            path = argv[i];
+        } else {
+            return pack_usage_error("bench takes FILE [--repeat N]");
+        }
+    }
+    if (!path)
+        return pack_usage_error("bench needs a pack file");
+
+    /* The context (device, driver) exists before serving starts, so it is not
+     * part of a first launch; what is timed is what a first call adds. */
+    double t = mlajit_now_ms();
+    mlajit_context_options opts = {.flags = MLAJIT_CONTEXT_NO_DISK_CACHE | MLAJIT_CONTEXT_NO_JIT, .packs = ""};
+    mlajit_context *ctx;
+    int rc = mlajit_context_create(&opts, &ctx);
+    if (rc)
+        return cli_error(rc, "pack bench");
+    double context_ms = mlajit_now_ms() - t;
+    mlajit_context_info info;
+    mlajit_context_get_info(ctx, &info);
+    printf("device        %s\n", info.has_device ? info.device_name : "none (load is not timed)");
+    printf("context       %9.3f ms  (device and driver set-up; before serving, not counted)\n", context_ms);
+
+    t = mlajit_now_ms();
+    rc = mlajit_context_attach_pack(ctx, path);
+    double open_ms = mlajit_now_ms() - t;
+    if (rc) {
+        mlajit_context_destroy(ctx);
+        return cli_error(rc ? rc : MLAJIT_ERR_UNSUPPORTED, "pack bench");
+    }
+    const mlajit_pack_manifest *m = mlajit_pack_manifest_of(ctx->packs[0]);
+    printf("pack open     %9.3f ms  (%zu kernels, %lld bytes: trailer, whole-file checksum, manifest)\n", open_ms,
+           m->kernel_count, (long long)mlajit_pack_file_bytes(ctx->packs[0]));
+
+    /* The first kernel of the pack that this context targets. */
+    mlajit_kernel_spec spec;
+    int found = 0;
+    for (size_t i = 0; i < m->kernel_count && !found; i++) {
+        if (mlajit_spec_parse(m->kernels[i].spec_string, &spec) == MLAJIT_OK &&
+            mlajit_arch_runs_on(spec.arch, info.device_arch))
+            found = 1;
+    }
+    if (!found) {
+        mlajit_context_destroy(ctx);
+        fprintf(stderr, "mlajit pack bench: %s holds no kernel for %s\n", path, info.device_arch);
+        return CLI_FAIL;
+    }
+    const mlajit_kernel *k;
+    mlajit_kernel_report rep;
+    t = mlajit_now_ms();
+    rc = mlajit_kernel_acquire(ctx, &spec, 0, &k, &rep);
+    double lookup_ms = mlajit_now_ms() - t;
+    if (rc) {
+        mlajit_context_destroy(ctx);
+        return cli_error(rc, "pack bench");
+    }
+    printf("lookup        %9.3f ms  (%s: key, pack read, entry checksums, %zu-byte cubin copied)\n", lookup_ms,
+           rep.spec, rep.cubin_bytes);
+    double load_ms = 0;
+    if (info.has_device) {
+        t = mlajit_now_ms();
+        rc = mlajit_kernel_acquire(ctx, &spec, 1, &k, &rep);
+        load_ms = mlajit_now_ms() - t;
+        if (rc) {
+            mlajit_context_destroy(ctx);
+            return cli_error(rc, "pack bench");
+        }
+        printf("load          %9.3f ms  (cuLibraryLoadData and the functions' attributes)\n", load_ms);
+    } else {
+        printf("load          (no GPU here: run `mlajit pack bench` on the GPU host to time it)\n");
+    }
+    printf("first launch  %9.3f ms  (open + lookup%s)\n", open_ms + lookup_ms + load_ms,
+           info.has_device ? " + load" : "; load not timed");
+
+    int load = info.has_device;
+    t = mlajit_now_ms();
+    for (int i = 0; i < repeat; i++)
+        if (mlajit_kernel_acquire(ctx, &spec, load, &k, NULL) != MLAJIT_OK)
+            break;
+    double internal_ns = (mlajit_now_ms() - t) * 1e6 / repeat;
+    t = mlajit_now_ms();
+    for (int i = 0; i < repeat; i++)
+        if (mlajit_kernel_prepare(ctx, &spec, NULL) != MLAJIT_OK)
+            break;
+    double public_ns = (mlajit_now_ms() - t) * 1e6 / repeat;
+    printf("repeat lookup %9.1f ns  (mlajit_kernel_prepare, mean of %d; %.1f ns without its spec validation)\n",
+           public_ns, repeat, internal_ns);
+    printf("decode        plans hold their kernel: mlajit_decode does no lookup at all\n");
+    mlajit_context_destroy(ctx);
+    return CLI_OK;
+}
+
+int cli_pack(int argc, char **argv)
+{
+    if (argc < 2 || strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "-h") == 0) {
+        fputs(pack_usage, argc < 2 ? stderr : stdout);
+        return argc < 2 ? CLI_USAGE : CLI_OK;
+    }
+    const char *cmd = argv[1];
+    if (strcmp(cmd, "build") == 0) return cmd_build(argc - 1, argv + 1);
+    if (strcmp(cmd, "ls") == 0) return cmd_ls(argc - 1, argv + 1);
+    if (strcmp(cmd, "verify") == 0) return cmd_verify(argc - 1, argv + 1);
+    if (strcmp(cmd, "merge") == 0) return cmd_merge(argc - 1, argv + 1);
+    if (strcmp(cmd, "bench") == 0) return cmd_bench(argc - 1, argv + 1);
+    return pack_usage_error("unknown pack command");
+}

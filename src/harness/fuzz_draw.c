@@ -1,0 +1,297 @@
+/* Random decode calls over the whole envelope (see fuzz.h). Each call has its
+ * own xoshiro256** stream seeded from (run seed, call number); values are drawn
+ * in a fixed order, so a call is reproduced from those two numbers alone.
+ *
+ * Draws lean on the edges: head counts around the 16-head mma tiles, page sizes
+ * around powers of two, topk at tile multiples and one off them. Budgets keep a
+ * call's caches and its fp64 reference small (fuzz.h). */
+#include <limits.h>
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "codegen/codegen.h"
+#include "common/error.h"
+#include "harness/fuzz.h"
+
+typedef struct rng {
+    uint64_t s[4];
+} rng;
+
+static uint64_t splitmix64(uint64_t *x)
+{
+    uint64_t z = (*x += 0x9E3779B97F4A7C15ull);
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    return z ^ (z >> 31);
+}
+
+static void rng_seed(rng *r, uint64_t seed)
+{
+    for (int k = 0; k < 4; k++)
+        r->s[k] = splitmix64(&seed);
+}
+
+static uint64_t rotl(uint64_t x, int k) { return (x << k) | (x >> (64 - k)); }
+
+static uint64_t rng_next(rng *r)
+{
+    uint64_t *s = r->s;
+    const uint64_t result = rotl(s[1] * 5, 7) * 9;
+    const uint64_t t = s[1] << 17;
+    s[2] ^= s[0];
+    s[3] ^= s[1];
+    s[1] ^= s[2];
+    s[0] ^= s[3];
+    s[2] ^= t;
+    s[3] = rotl(s[3], 45);
+    return result;
+}
+
+/* Uniform in [0, n), n >= 1 (the modulo bias of 64-bit draws is irrelevant here). */
+static int below(rng *r, int n) { return n <= 1 ? 0 : (int)(rng_next(r) % (uint64_t)n); }
+
+static int chance(rng *r, int percent) { return below(r, 100) < percent; }
+
+/* Log-uniform integer in [lo, hi]: small values as often as large ones. */
+static int log_uniform(rng *r, int lo, int hi)
+{
+    if (hi <= lo)
+        return lo;
+    double u = (double)(rng_next(r) >> 11) * 0x1.0p-53;
+    double v = exp(log((double)lo) + u * (log((double)hi + 1.0) - log((double)lo)));
+    int x = (int)v;
+    return x < lo ? lo : (x > hi ? hi : x);
+}
+
+static int pick(rng *r, const int *values, int count) { return values[below(r, count)]; }
+
+#define PICK(r, array) pick(r, array, (int)(sizeof array / sizeof array[0]))
+
+static int min_int(int a, int b) { return a < b ? a : b; }
+static int max_int(int a, int b) { return a > b ? a : b; }
+
+static int draw_heads(rng *r)
+{
+    static const int edges[] = {1, 2, 3, 8, 15, 16, 17, 31, 32, 33, 48, 63, 64, 65, 96, 127, 128};
+    return chance(r, 40) ? PICK(r, edges) : 1 + below(r, MLAJIT_MAX_HEADS);
+}
+
+static int draw_page(rng *r)
+{
+    static const int edges[] = {1, 2, 3, 7, 16, 32, 61, 63, 64, 65, 128, 256, 512, 1023, 1024};
+    return chance(r, 40) ? PICK(r, edges) : log_uniform(r, 1, MLAJIT_MAX_PAGE_SIZE);
+}
+
+/* Half at tile multiples (32 .. 16384), one off them or not; half anywhere. */
+static int draw_topk(rng *r)
+{
+    if (chance(r, 50)) {
+        static const int deltas[] = {-1, 0, 0, 1};
+        int t = (32 << below(r, 10)) + PICK(r, deltas);
+        return max_int(1, min_int(t, MLAJIT_MAX_TOPK));
+    }
+    return log_uniform(r, 1, MLAJIT_MAX_TOPK);
+}
+
+/* Tokens per sequence: sometimes fewer than topk (the surplus indices are -1),
+ * always within max_seq. */
+static int draw_seqlen(rng *r, int topk, int max_seq)
+{
+    int knee = min_int(topk, max_seq);
+    if (chance(r, 30))
+        return log_uniform(r, 1, knee);
+    return log_uniform(r, knee, min_int(max_seq, 4 * topk + 64));
+}
+
+/* The largest number of whole pages per sequence that keeps b sequences (plus
+ * the unused page 0) within the token budget. */
+static int pages_per_seq_max(int b, int page)
+{
+    int64_t per_seq = MLAJIT_FUZZ_MAX_TOKENS / ((int64_t)max_int(b, 1) * page);
+    return (int)per_seq;
+}
+
+uint64_t mlajit_fuzz_call_seed(uint64_t run_seed, int64_t call)
+{
+    uint64_t a = run_seed, b = (uint64_t)call ^ 0xA5A5A5A5DEADBEEFull;
+    return splitmix64(&a) ^ rotl(splitmix64(&b), 17);
+}
+
+void mlajit_fuzz_draw(uint64_t run_seed, int64_t call, int allow_heavy, mlajit_fuzz_call *out)
+{
+    memset(out, 0, sizeof *out);
+    out->run_seed = run_seed;
+    out->number = call;
+    out->seed = mlajit_fuzz_call_seed(run_seed, call);
+    rng r;
+    rng_seed(&r, out->seed);
+
+    static const mlajit_model models[] = {MLAJIT_MODEL_V32, MLAJIT_MODEL_DSV4, MLAJIT_MODEL_GLM_NSA};
+    const mlajit_model model = models[below(&r, 3)];
+    int h_q = draw_heads(&r);
+    const int page = draw_page(&r);
+    const int has_extra = chance(&r, 40);
+    const int extra_page = has_extra ? draw_page(&r) : 0;
+    unsigned features = 0;
+    if (chance(&r, 40)) features |= MLAJIT_FEATURE_SINK;
+    if (chance(&r, 40)) features |= MLAJIT_FEATURE_TOPK_LENGTH;
+    if (has_extra && chance(&r, 50)) features |= MLAJIT_FEATURE_EXTRA_TOPK_LENGTH;
+    static const int tiles[] = {0, 32, 64}, heads_per_cta[] = {0, 16, 32};
+    const int tile = PICK(&r, tiles), hc = PICK(&r, heads_per_cta);
+    int topk = draw_topk(&r);
+    int extra_topk = has_extra ? draw_topk(&r) : 0;
+
+    /* The reference budget: one row first (halving heads or candidates), then
+     * as many rows as fit. */
+    out->heavy = allow_heavy && chance(&r, 3);
+    const int64_t budget = out->heavy ? MLAJIT_FUZZ_HEAVY_BUDGET : MLAJIT_FUZZ_REF_BUDGET;
+    while ((int64_t)h_q * (topk + extra_topk) > budget) {
+        if (h_q > 1 && chance(&r, 50)) {
+            h_q = max_int(1, h_q / 2);
+        } else {
+            topk = max_int(1, topk / 2);
+            extra_topk = has_extra ? max_int(1, extra_topk / 2) : 0;
+        }
+    }
+    const int64_t rows_max = budget / ((int64_t)h_q * (topk + extra_topk));
+    int s_q;
+    if (chance(&r, 4)) s_q = 0;
+    else if (chance(&r, 50)) s_q = 1;
+    else s_q = 1 + below(&r, (int)(rows_max < MLAJIT_MAX_SQ ? rows_max : MLAJIT_MAX_SQ));
+    int b;
+    if (chance(&r, 3)) {
+        b = 0;
+    } else {
+        int64_t b_max = rows_max / max_int(s_q, 1);
+        b = log_uniform(&r, 1, (int)(b_max < 512 ? (b_max < 1 ? 1 : b_max) : 512));
+    }
+    /* The token budget: a sequence takes whole pages, so a large page limits b. */
+    const int biggest_page = max_int(page, extra_page);
+    if (pages_per_seq_max(b, biggest_page) < 1)
+        b = MLAJIT_FUZZ_MAX_TOKENS / biggest_page - 1;
+    const int seqlen = draw_seqlen(&r, topk, pages_per_seq_max(b, page) * page);
+    const int extra_seqlen = has_extra ? draw_seqlen(&r, extra_topk, pages_per_seq_max(b, extra_page) * extra_page) : 0;
+
+    int num_splits = 0;
+    if (chance(&r, 50))
+        num_splits = chance(&r, 50) ? 1 + below(&r, 4) : 1 + below(&r, MLAJIT_MAX_SPLITS);
+    out->lse_head_major = chance(&r, 30);
+    out->pad_strides = chance(&r, 30);
+    const int64_t stride_pad = chance(&r, 30) ? 16 * (1 + below(&r, 16)) : 0;
+    static const int invalid_percent[] = {0, 0, 5, 20, 50, 100};
+    const int invalid = PICK(&r, invalid_percent);
+    if (features & (MLAJIT_FEATURE_TOPK_LENGTH | MLAJIT_FEATURE_EXTRA_TOPK_LENGTH)) {
+        out->zero_length_rows = chance(&r, 30) ? 25 : 0;
+        out->huge_length_rows = chance(&r, 30) ? 50 : 0;
+    }
+    out->duplicate_percent = chance(&r, 20) ? 10 : 0;
+
+    mlajit_kernel_spec *sp = &out->spec;
+    sp->model = model;
+    sp->h_q = h_q;
+    sp->page_size = page;
+    sp->extra_page_size = extra_page;
+    sp->features = features;
+    sp->tile = tile;
+    sp->heads_per_cta = hc;
+    sp->variant = MLAJIT_VARIANT_AUTO;
+    out->shape = (mlajit_decode_shape){
+        .batch = b, .s_q = s_q, .topk = topk, .extra_topk = extra_topk, .num_splits = num_splits};
+    out->synth = (mlajit_synth_params){
+        .model = model, .b = b, .s_q = s_q, .h_q = h_q, .topk = topk, .extra_topk = extra_topk,
+        .page_size = page, .extra_page_size = extra_page,
+        .seqlen = max_int(seqlen, 1), .extra_seqlen = has_extra ? max_int(extra_seqlen, 1) : 0,
+        .page_stride_pad = stride_pad,
+        .with_sink = (features & MLAJIT_FEATURE_SINK) != 0,
+        .with_topk_length = (features & MLAJIT_FEATURE_TOPK_LENGTH) != 0,
+        .with_extra_topk_length = (features & MLAJIT_FEATURE_EXTRA_TOPK_LENGTH) != 0,
+        .invalid_fraction = invalid / 100.0,
+        .seed = out->seed,
+    };
+}
+
+/* ---- the case and its edits ---------------------------------------------------- */
+
+static void edit_lengths(rng *r, int32_t *lengths, int b, int topk, int zero_percent, int huge_percent)
+{
+    if (!lengths)
+        return;
+    for (int i = 0; i < b; i++) {
+        if (chance(r, zero_percent))
+            lengths[i] = 0; /* fewer attended: the dropped slots stay quantized, unread */
+        else if (lengths[i] >= topk && chance(r, huge_percent))
+            lengths[i] = INT32_MAX; /* already past topk: the attended set is unchanged */
+    }
+}
+
+/* Replace some attended indices by other attended, valid ones of the same row:
+ * SPEC.md counts duplicates twice. Every valid attended slot is quantized. */
+static void add_duplicates(rng *r, int32_t *indices, const int32_t *lengths, int b, int s_q, int topk,
+                           int64_t num_slots, int percent)
+{
+    for (int i = 0; i < b; i++) {
+        int attended = lengths ? (lengths[i] < 0 ? 0 : (lengths[i] < topk ? lengths[i] : topk)) : topk;
+        for (int j = 0; j < s_q; j++) {
+            int32_t *row = indices + ((int64_t)i * s_q + j) * topk;
+            for (int k = 0; k < attended; k++) {
+                if (!chance(r, percent))
+                    continue;
+                int from = below(r, attended);
+                if (row[from] >= 0 && row[from] < num_slots)
+                    row[k] = row[from];
+            }
+        }
+    }
+}
+
+int mlajit_fuzz_make_case(const mlajit_fuzz_call *call, mlajit_case *c)
+{
+    int rc = mlajit_case_synthesize(&call->synth, c);
+    if (rc)
+        return mlajit_fail_prefix(rc, "fuzz call %lld: ", (long long)call->number);
+    rng r;
+    rng_seed(&r, call->seed ^ 0x5EED0F0ED175ull);
+    if (call->duplicate_percent) {
+        add_duplicates(&r, c->indices, c->topk_length, c->b, c->s_q, c->topk, c->kv.num_pages * c->kv.page_size,
+                       call->duplicate_percent);
+        if (c->has_extra)
+            add_duplicates(&r, c->extra_indices, c->extra_topk_length, c->b, c->s_q, c->extra_topk,
+                           c->extra_kv.num_pages * c->extra_kv.page_size, call->duplicate_percent);
+    }
+    edit_lengths(&r, c->topk_length, c->b, c->topk, call->zero_length_rows, call->huge_length_rows);
+    edit_lengths(&r, c->extra_topk_length, c->b, c->extra_topk, call->zero_length_rows, call->huge_length_rows);
+    return MLAJIT_OK;
+}
+
+void mlajit_fuzz_run_options(const mlajit_fuzz_call *call, mlajit_gpu_run_options *opts)
+{
+    memset(opts, 0, sizeof *opts);
+    opts->tile = call->spec.tile;
+    opts->heads_per_cta = call->spec.heads_per_cta;
+    opts->num_splits = call->shape.num_splits;
+    opts->lse_head_major = call->lse_head_major;
+    opts->pad_strides = call->pad_strides;
+}
+
+void mlajit_fuzz_describe(const mlajit_fuzz_call *call, char *buf, size_t len)
+{
+    const mlajit_kernel_spec *s = &call->spec;
+    const mlajit_decode_shape *sh = &call->shape;
+    const mlajit_synth_params *p = &call->synth;
+    char extra[80] = "";
+    if (s->extra_page_size)
+        snprintf(extra, sizeof extra, "; extra: page %d topk %d seqlen %d", s->extra_page_size, sh->extra_topk,
+                 p->extra_seqlen);
+    snprintf(buf, len,
+             "%s h_q %d b %d s_q %d; main: page %d topk %d seqlen %d%s; features%s%s%s%s; tile %d hc %d splits %d; "
+             "invalid %.0f%% page pad %lld%s%s%s%s%s",
+             mlajit_model_describe(s->model)->name, s->h_q, sh->batch, sh->s_q, s->page_size, sh->topk, p->seqlen,
+             extra, s->features ? "" : " none", (s->features & MLAJIT_FEATURE_SINK) ? " sink" : "",
+             (s->features & MLAJIT_FEATURE_TOPK_LENGTH) ? " topk-length" : "",
+             (s->features & MLAJIT_FEATURE_EXTRA_TOPK_LENGTH) ? " extra-topk-length" : "", s->tile, s->heads_per_cta,
+             sh->num_splits, p->invalid_fraction * 100.0, (long long)p->page_stride_pad,
+             call->pad_strides ? " padded-strides" : "", call->lse_head_major ? " lse-head-major" : "",
+             call->zero_length_rows ? " zero-lengths" : "", call->huge_length_rows ? " huge-lengths" : "",
+             call->duplicate_percent ? " duplicates" : "");
+}

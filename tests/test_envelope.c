@@ -1,0 +1,199 @@
+/* The envelope query agrees with the library: a spec it accepts compiles (a
+ * sample of fuzz draws, through NVRTC), one it rejects is refused by prepare and
+ * the planner too, with a reason. No GPU. */
+#include <criterion/criterion.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "codegen/codegen.h"
+#include "harness/fuzz.h"
+#include "mlajit.h"
+#include "runtime/nvrtc.h"
+
+static mlajit_context *ctx;
+
+static void setup(void)
+{
+    mlajit_context_options o = {.flags = MLAJIT_CONTEXT_NO_DEVICE | MLAJIT_CONTEXT_NO_DISK_CACHE};
+    cr_assert_eq(mlajit_context_create(&o, &ctx), MLAJIT_OK, "%s", mlajit_last_error());
+}
+
+static void teardown(void) { mlajit_context_destroy(ctx); }
+
+TestSuite(envelope, .init = setup, .fini = teardown, .timeout = 600);
+
+static const char *const sample_arches[] = {"sm_80", "sm_90a", "sm_100a", "sm_120a"};
+
+Test(envelope, accepted_fuzz_draws_compile_and_plan)
+{
+    int compiled = 0, rejected = 0;
+    for (int64_t k = 0; compiled < 6 && k < 200; k++) {
+        mlajit_fuzz_call call;
+        mlajit_fuzz_draw(20261130, k, 0, &call);
+        mlajit_kernel_spec spec = call.spec;
+        strcpy(spec.arch, sample_arches[k % 4]);
+        int env = mlajit_envelope_check(&spec, &call.shape);
+        if (env != MLAJIT_OK) {
+            rejected++;
+            cr_expect_neq(mlajit_last_error()[0], '\0', "call %lld: rejected without a reason", (long long)k);
+            continue;
+        }
+        mlajit_plan *plan = NULL;
+        int rc = mlajit_plan_create(ctx, &spec, &call.shape, &plan);
+        char desc[600];
+        mlajit_fuzz_describe(&call, desc, sizeof desc);
+        cr_expect_eq(rc, MLAJIT_OK, "call %lld (%s, %s) was accepted but did not plan: %s", (long long)k, desc,
+                     spec.arch, mlajit_last_error());
+        if (rc == MLAJIT_OK)
+            cr_expect_gt(mlajit_plan_report(plan)->cubin_bytes, 1000u);
+        mlajit_plan_destroy(plan);
+        compiled++;
+    }
+    cr_expect_eq(compiled, 6, "the draws should mostly be inside the envelope (%d rejected)", rejected);
+}
+
+/* Every generator choice on every arch: the query accepts exactly what resolves
+ * (shared memory fits) on an arch NVRTC can target; what it rejects, prepare
+ * rejects with the same status, before compiling anything. */
+Test(envelope, agrees_with_prepare_on_every_variant)
+{
+    char list[256];
+    snprintf(list, sizeof list, "%s", mlajit_arch_list());
+    const mlajit_model models[] = {MLAJIT_MODEL_V32, MLAJIT_MODEL_DSV4, MLAJIT_MODEL_GLM_NSA};
+    const int tiles[] = {0, 32, 64}, hcs[] = {0, 16, 32};
+    int accepted = 0, refused = 0;
+    for (char *save = NULL, *arch = strtok_r(list, ", ", &save); arch; arch = strtok_r(NULL, ", ", &save))
+        for (int m = 0; m < 3; m++)
+            for (int t = 0; t < 3; t++)
+                for (int h = 0; h < 3; h++) {
+                    mlajit_kernel_spec s, r;
+                    cr_assert_eq(mlajit_spec_init(&s, models[m], 128, 64), MLAJIT_OK);
+                    s.tile = tiles[t];
+                    s.heads_per_cta = hcs[h];
+                    strcpy(s.arch, arch);
+                    int env = mlajit_envelope_check(&s, NULL);
+                    int expect_ok = mlajit_spec_resolve(&s, &r) == MLAJIT_OK && mlajit_nvrtc_supports(arch);
+                    cr_expect_eq(env == MLAJIT_OK, expect_ok, "%s t%d hc%d %s: query %d", arch, tiles[t], hcs[h],
+                                 mlajit_model_describe(models[m])->name, env);
+                    if (env == MLAJIT_OK) {
+                        accepted++;
+                        continue;
+                    }
+                    refused++;
+                    char reason[1024];
+                    snprintf(reason, sizeof reason, "%s", mlajit_last_error());
+                    cr_expect(strstr(reason, "shared memory") || strstr(reason, "cannot target"),
+                              "the reason says why: %s", reason);
+                    cr_expect_eq(mlajit_kernel_prepare(ctx, &s, NULL), env, "prepare agrees: %s", mlajit_last_error());
+                }
+    cr_expect_gt(accepted, 0);
+    cr_expect_gt(refused, 0, "sm_86-class parts cannot hold tile 64 with 32 heads");
+}
+
+Test(envelope, empty_arch_is_the_default_target)
+{
+    mlajit_kernel_spec s;
+    mlajit_spec_init(&s, MLAJIT_MODEL_V32, 128, 64);
+    s.tile = 64;
+    s.heads_per_cta = 32;
+    cr_expect_eq(mlajit_envelope_check(&s, NULL), MLAJIT_OK, "%s", mlajit_last_error());
+    strcpy(s.arch, MLAJIT_DEFAULT_ARCH);
+    cr_expect_eq(mlajit_envelope_check(&s, NULL), MLAJIT_OK, "%s", mlajit_last_error());
+    strcpy(s.arch, "sm_86");
+    cr_expect_eq(mlajit_envelope_check(&s, NULL), MLAJIT_ERR_UNSUPPORTED);
+    cr_expect(strstr(mlajit_last_error(), "shared memory") != NULL, "%s", mlajit_last_error());
+}
+
+/* The planner and the query check a geometry with the same rules. */
+Test(envelope, shapes_agree_with_the_planner)
+{
+    mlajit_kernel_spec s;
+    mlajit_spec_init(&s, MLAJIT_MODEL_DSV4, 8, 64);
+    s.extra_page_size = 3;
+    strcpy(s.arch, "sm_90a");
+    const struct {
+        mlajit_decode_shape shape;
+        const char *word; /* NULL: accepted */
+    } rows[] = {
+        {{.batch = 0, .s_q = 0, .topk = 1, .extra_topk = 1}, NULL},
+        {{.batch = 4096, .s_q = 16, .topk = 16384, .extra_topk = 16384, .num_splits = 64}, NULL},
+        {{.batch = 3, .s_q = 1, .topk = 33, .extra_topk = 7, .num_splits = 5}, NULL},
+        {{.batch = -1, .s_q = 1, .topk = 64, .extra_topk = 1}, "shape.batch"},
+        {{.batch = 4097, .s_q = 1, .topk = 64, .extra_topk = 1}, "shape.batch"},
+        {{.batch = 1, .s_q = -1, .topk = 64, .extra_topk = 1}, "shape.s_q"},
+        {{.batch = 1, .s_q = 17, .topk = 64, .extra_topk = 1}, "shape.s_q"},
+        {{.batch = 1, .s_q = 1, .topk = 0, .extra_topk = 1}, "shape.topk"},
+        {{.batch = 1, .s_q = 1, .topk = 16385, .extra_topk = 1}, "shape.topk"},
+        {{.batch = 1, .s_q = 1, .topk = 64, .extra_topk = 0}, "shape.extra_topk"},
+        {{.batch = 1, .s_q = 1, .topk = 64, .extra_topk = 16385}, "shape.extra_topk"},
+        {{.batch = 1, .s_q = 1, .topk = 64, .extra_topk = 1, .num_splits = -1}, "shape.num_splits"},
+        {{.batch = 1, .s_q = 1, .topk = 64, .extra_topk = 1, .num_splits = 65}, "shape.num_splits"},
+    };
+    for (size_t i = 0; i < sizeof rows / sizeof rows[0]; i++) {
+        int env = mlajit_envelope_check(&s, &rows[i].shape);
+        char reason[1024];
+        snprintf(reason, sizeof reason, "%s", mlajit_last_error());
+        mlajit_plan *p = NULL;
+        int plan = mlajit_plan_create(ctx, &s, &rows[i].shape, &p);
+        mlajit_plan_destroy(p);
+        cr_expect_eq(env, plan, "row %zu: query %d, planner %d (%s)", i, env, plan, mlajit_last_error());
+        if (rows[i].word) {
+            cr_expect_eq(env, MLAJIT_ERR_INVALID_ARGUMENT, "row %zu", i);
+            cr_expect(strstr(reason, rows[i].word) != NULL, "row %zu: '%s' names %s", i, reason, rows[i].word);
+        } else {
+            cr_expect_eq(env, MLAJIT_OK, "row %zu: %s", i, reason);
+        }
+    }
+    /* without an extra cache, extra_topk must be 0 */
+    s.extra_page_size = 0;
+    mlajit_decode_shape shape = {.batch = 1, .s_q = 1, .topk = 64, .extra_topk = 2};
+    cr_expect_eq(mlajit_envelope_check(&s, &shape), MLAJIT_ERR_INVALID_ARGUMENT);
+    cr_expect(strstr(mlajit_last_error(), "extra_topk") != NULL);
+}
+
+/* The draws cover the envelope's corners over a modest number of calls. */
+Test(envelope, fuzz_draws_cover_the_envelope)
+{
+    int models[4] = {0}, extra = 0, tile_multiple = 0, off_tile = 0, b0 = 0, big_b = 0, sq16 = 0, h128 = 0, h1 = 0;
+    int page1 = 0, page1024 = 0, invalid = 0, all_features = 0;
+    for (int64_t k = 0; k < 4000; k++) {
+        mlajit_fuzz_call c;
+        mlajit_fuzz_draw(7, k, 0, &c);
+        cr_assert_eq(mlajit_spec_validate(&c.spec), MLAJIT_OK, "call %lld: %s", (long long)k, mlajit_last_error());
+        cr_assert_eq(mlajit_envelope_check(&c.spec, &c.shape), MLAJIT_OK, "call %lld: %s", (long long)k,
+                     mlajit_last_error());
+        int64_t cost = (int64_t)c.shape.batch * c.shape.s_q * c.spec.h_q * (c.shape.topk + c.shape.extra_topk);
+        cr_assert_leq(cost, MLAJIT_FUZZ_REF_BUDGET, "call %lld over the reference budget", (long long)k);
+        int64_t pages = (int64_t)c.shape.batch * ((c.synth.seqlen + c.spec.page_size - 1) / c.spec.page_size);
+        cr_assert_leq(pages * c.spec.page_size, MLAJIT_FUZZ_MAX_TOKENS, "call %lld over the token budget",
+                      (long long)k);
+        models[c.spec.model]++;
+        extra += c.spec.extra_page_size > 0;
+        tile_multiple += c.shape.topk % 64 == 0;
+        off_tile += c.shape.topk % 32 != 0;
+        b0 += c.shape.batch == 0;
+        big_b += c.shape.batch > 256;
+        sq16 += c.shape.s_q == 16;
+        h128 += c.spec.h_q == 128;
+        h1 += c.spec.h_q == 1;
+        page1 += c.spec.page_size == 1;
+        page1024 += c.spec.page_size == 1024;
+        invalid += c.synth.invalid_fraction > 0;
+        all_features += c.spec.features == MLAJIT_FEATURE_ALL;
+        mlajit_fuzz_call again;
+        mlajit_fuzz_draw(7, k, 0, &again);
+        cr_assert(memcmp(&c.spec, &again.spec, sizeof c.spec) == 0 &&
+                      memcmp(&c.shape, &again.shape, sizeof c.shape) == 0 && c.seed == again.seed &&
+                      c.synth.seqlen == again.synth.seqlen && c.synth.extra_seqlen == again.synth.extra_seqlen &&
+                      c.synth.invalid_fraction == again.synth.invalid_fraction &&
+                      c.synth.page_stride_pad == again.synth.page_stride_pad,
+                  "a call is a function of (seed, number)");
+    }
+    cr_expect(models[1] && models[2] && models[3]);
+    cr_expect(extra && tile_multiple && off_tile && b0 && big_b && sq16 && h128 && h1 && page1 && page1024 &&
+                  invalid && all_features,
+              "extra %d, multiple %d, off %d, b0 %d, b>256 %d, s_q16 %d, h128 %d, h1 %d, p1 %d, p1024 %d, invalid %d, "
+              "all features %d",
+              extra, tile_multiple, off_tile, b0, big_b, sq16, h128, h1, page1, page1024, invalid, all_features);
+}

@@ -1,0 +1,53 @@
+#!/usr/bin/env bash
+# CI's second half, after tools/test.sh (the README's test command, ./build):
+#  1. a bounded `mlajit fuzz --cpu-only` on the normal build: random calls over
+#     the envelope, generated and NVRTC-compiled for four arch families;
+#  2. the sanitizer build (./build-asan: clang, AddressSanitizer +
+#     UndefinedBehaviorSanitizer, the libFuzzer harnesses): the CPU suites, each
+#     harness over its kept corpus, and a bounded fuzz --cpu-only under it.
+# Fuzz time in all: FUZZ_SECONDS + ASAN_FUZZ_SECONDS (default 60 + 30 s).
+# Installs clang and its sanitizer runtimes when missing. See docs/fuzzing.md.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+FUZZ_SECONDS=${FUZZ_SECONDS:-60}
+ASAN_FUZZ_SECONDS=${ASAN_FUZZ_SECONDS:-30}
+FUZZ_SEED=${FUZZ_SEED:-20261130} # fixed: CI is repeatable; run `mlajit fuzz` by hand for new seeds
+export MLAJIT_LOG=quiet
+scratch=$(mktemp -d /tmp/mlajit-ci-XXXXXX)
+trap 'rm -rf "$scratch"' EXIT
+
+step() { printf '\n== %s (%s)\n' "$1" "$(date -u +%H:%M:%S)"; }
+
+step "fuzz --cpu-only, ${FUZZ_SECONDS} s, normal build"
+MLAJIT_CACHE_DIR=$scratch/cache ./build/mlajit fuzz --cpu-only --seconds "$FUZZ_SECONDS" --seed "$FUZZ_SEED" \
+  --out "$scratch/failures"
+
+step "sanitizer build (clang, address + undefined, libFuzzer harnesses)"
+need=()
+command -v clang >/dev/null || need+=(clang)
+clang_rt=$(clang -print-resource-dir 2>/dev/null || true)
+ls "$clang_rt"/lib/linux/libclang_rt.fuzzer-x86_64.a >/dev/null 2>&1 || need+=(libclang-rt-dev)
+if [ ${#need[@]} -gt 0 ]; then
+  echo "ci-extra: installing ${need[*]}"
+  SUDO=""; [ "$(id -u)" -ne 0 ] && SUDO=sudo
+  $SUDO apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${need[@]}" >/dev/null
+fi
+cuda=${CUDA_HOME:-/usr/local/cuda}
+if [ ! -f build-asan/build.ninja ]; then
+  CC=clang meson setup build-asan -Dcudatoolkit="$cuda" -Db_sanitize=address,undefined -Db_lundef=false \
+    -Dfuzzers=true >/dev/null
+fi
+meson compile -C build-asan >/dev/null
+
+step "CPU suites and the fuzz corpora under the sanitizers"
+# The GPU suite skips here; the sanitizer options come from tests/meson.build.
+meson test -C build-asan --print-errorlogs
+
+step "fuzz --cpu-only, ${ASAN_FUZZ_SECONDS} s, under the sanitizers"
+UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
+  LSAN_OPTIONS=suppressions=$PWD/tests/sanitizer/lsan.supp \
+  MLAJIT_CACHE_DIR=$scratch/cache-asan \
+  ./build-asan/mlajit fuzz --cpu-only --seconds "$ASAN_FUZZ_SECONDS" --seed "$((FUZZ_SEED + 1))" \
+  --out "$scratch/failures-asan"
+step "ci-extra done"
