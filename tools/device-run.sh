@@ -2,7 +2,9 @@
 # Build, test and benchmark on the GPU host in one call (see shared/device/README.md).
 # Usage (from the project root, with .devdeps/.devtools/.golden carried):
 #   tools/device-run.sh [tests|demo|cases|bench|bench-quick|all]...
-# Logs go to $OUT (or ./device-out) so they come back with the call.
+# Logs go to $OUT (or ./device-out) so they come back with the call. The device
+# tool returns at most 8 files, so at the end every log is packed into
+# $OUT/logs.tgz and only h200.jsonl and that archive stay beside it.
 set -u
 OUT=${OUT:-$PWD/device-out}
 mkdir -p "$OUT"
@@ -53,4 +55,5 @@ for step in "${@:-all}"; do
       ./build-gpu/mlajit bench --quick --json "$OUT/h200.jsonl" 2>&1 | tee "$OUT/bench.log" || rc=1 ;;
   esac
 done
+(cd "$OUT" && tar czf logs.tgz --exclude=logs.tgz --exclude=h200.jsonl --remove-files ./* 2>/dev/null)
 exit $rc
