@@ -13,40 +13,11 @@
 #include "codegen/codegen.h"
 #include "common/error.h"
 #include "harness/fuzz.h"
+#include "harness/rng.h"
 
-typedef struct rng {
-    uint64_t s[4];
-} rng;
-
-static uint64_t splitmix64(uint64_t *x)
-{
-    uint64_t z = (*x += 0x9E3779B97F4A7C15ull);
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-    return z ^ (z >> 31);
-}
-
-static void rng_seed(rng *r, uint64_t seed)
-{
-    for (int k = 0; k < 4; k++)
-        r->s[k] = splitmix64(&seed);
-}
-
-static uint64_t rotl(uint64_t x, int k) { return (x << k) | (x >> (64 - k)); }
-
-static uint64_t rng_next(rng *r)
-{
-    uint64_t *s = r->s;
-    const uint64_t result = rotl(s[1] * 5, 7) * 9;
-    const uint64_t t = s[1] << 17;
-    s[2] ^= s[0];
-    s[3] ^= s[1];
-    s[1] ^= s[2];
-    s[0] ^= s[3];
-    s[2] ^= t;
-    s[3] = rotl(s[3], 45);
-    return result;
-}
+typedef mlajit_rng rng;
+#define rng_seed mlajit_rng_seed
+#define rng_next mlajit_rng_next
 
 /* Uniform in [0, n), n >= 1 (the modulo bias of 64-bit draws is irrelevant here). */
 static int below(rng *r, int n) { return n <= 1 ? 0 : (int)(rng_next(r) % (uint64_t)n); }
@@ -115,7 +86,7 @@ static int pages_per_seq_max(int b, int page)
 uint64_t mlajit_fuzz_call_seed(uint64_t run_seed, int64_t call)
 {
     uint64_t a = run_seed, b = (uint64_t)call ^ 0xA5A5A5A5DEADBEEFull;
-    return splitmix64(&a) ^ rotl(splitmix64(&b), 17);
+    return mlajit_splitmix64(&a) ^ mlajit_rotl64(mlajit_splitmix64(&b), 17);
 }
 
 void mlajit_fuzz_draw(uint64_t run_seed, int64_t call, int allow_heavy, mlajit_fuzz_call *out)

@@ -12,45 +12,13 @@
 
 #include "common/error.h"
 #include "harness/harness.h"
+#include "harness/rng.h"
 
 #define MAX_CACHE_BYTES ((int64_t)1 << 36)
 
-typedef struct rng {
-    uint64_t s[4];
-    double spare_normal;
-    int has_spare;
-} rng;
-
-static uint64_t splitmix64(uint64_t *x)
-{
-    uint64_t z = (*x += 0x9E3779B97F4A7C15ull);
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-    return z ^ (z >> 31);
-}
-
-static void rng_seed(rng *r, uint64_t seed)
-{
-    memset(r, 0, sizeof *r);
-    for (int k = 0; k < 4; k++)
-        r->s[k] = splitmix64(&seed);
-}
-
-static uint64_t rotl(uint64_t x, int k) { return (x << k) | (x >> (64 - k)); }
-
-static uint64_t rng_next(rng *r) /* xoshiro256** */
-{
-    uint64_t *s = r->s;
-    const uint64_t result = rotl(s[1] * 5, 7) * 9;
-    const uint64_t t = s[1] << 17;
-    s[2] ^= s[0];
-    s[3] ^= s[1];
-    s[1] ^= s[2];
-    s[0] ^= s[3];
-    s[2] ^= t;
-    s[3] = rotl(s[3], 45);
-    return result;
-}
+typedef mlajit_rng rng;
+#define rng_seed mlajit_rng_seed
+#define rng_next mlajit_rng_next
 
 /* Uniform in [0, 1) with 53 random bits. */
 static double rng_uniform(rng *r) { return (double)(rng_next(r) >> 11) * 0x1.0p-53; }
