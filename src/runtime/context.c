@@ -197,7 +197,7 @@ int mlajit_context_create(const mlajit_context_options *opts, mlajit_context **o
     mlajit_nvrtc_version(&ctx->nvrtc_major, &ctx->nvrtc_minor);
     ctx->templates_hash = mlajit_templates_hash();
     ctx->jit_disabled = (opts->flags & MLAJIT_CONTEXT_NO_JIT) || env_flag_set("MLAJIT_DISABLE_JIT");
-    strcpy(ctx->arch, "sm_90a");
+    strcpy(ctx->arch, MLAJIT_DEFAULT_ARCH); /* the target without a device */
     if (!(opts->flags & MLAJIT_CONTEXT_NO_DEVICE)) {
         int rc = open_device(ctx);
         if (rc != MLAJIT_OK && rc != MLAJIT_ERR_NO_DEVICE) {
