@@ -12,12 +12,8 @@ command -v pkg-config >/dev/null || need+=(pkg-config)
 pkg-config --exists lmdb 2>/dev/null || need+=(liblmdb-dev)
 pkg-config --exists libxxhash 2>/dev/null || need+=(libxxhash-dev)
 pkg-config --exists criterion 2>/dev/null || need+=(libcriterion-dev)
-if [ ${#need[@]} -gt 0 ]; then
-  echo "bootstrap: installing ${need[*]}"
-  SUDO=""; [ "$(id -u)" -ne 0 ] && SUDO=sudo
-  $SUDO apt-get update -qq
-  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${need[@]}" >/dev/null
-fi
+. tools/apt-install.sh
+apt_install bootstrap "${need[@]}"
 
 cuda=${CUDA_HOME:-/usr/local/cuda}
 if [ ! -f "$cuda/include/nvrtc.h" ]; then

@@ -27,12 +27,8 @@ need=()
 command -v clang >/dev/null || need+=(clang)
 clang_rt=$(clang -print-resource-dir 2>/dev/null || true)
 ls "$clang_rt"/lib/linux/libclang_rt.fuzzer-x86_64.a >/dev/null 2>&1 || need+=(libclang-rt-dev)
-if [ ${#need[@]} -gt 0 ]; then
-  echo "ci-extra: installing ${need[*]}"
-  SUDO=""; [ "$(id -u)" -ne 0 ] && SUDO=sudo
-  $SUDO apt-get update -qq
-  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${need[@]}" >/dev/null
-fi
+. tools/apt-install.sh
+apt_install ci-extra "${need[@]}"
 cuda=${CUDA_HOME:-/usr/local/cuda}
 if [ ! -f build-asan/build.ninja ]; then
   CC=clang meson setup build-asan -Dcudatoolkit="$cuda" -Db_sanitize=address,undefined -Db_lundef=false \

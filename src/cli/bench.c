@@ -77,30 +77,19 @@ static int check_rows(mlajit_device_case *dc, mlajit_case *c, int *pass, double 
     size_t rows = (size_t)check_b * c->s_q, n_lse = rows * c->h_q;
     int d_v = mlajit_model_describe(c->model)->d_v;
     float *out = malloc(n_lse * d_v * sizeof *out + 16), *lse = malloc(n_lse * sizeof *lse + 16);
-    double *ro = malloc(n_lse * d_v * sizeof *ro + 16), *rl = malloc(n_lse * sizeof *rl + 16);
-    float *rof = malloc(n_lse * d_v * sizeof *rof + 16), *rlf = malloc(n_lse * sizeof *rlf + 16);
-    int rc = (out && lse && ro && rl && rof && rlf) ? MLAJIT_OK : mlajit_fail(MLAJIT_ERR_OUT_OF_MEMORY, "check");
+    float *ref_out = NULL, *ref_lse = NULL;
+    int rc = (out && lse) ? MLAJIT_OK : mlajit_fail(MLAJIT_ERR_OUT_OF_MEMORY, "check");
     if (rc == MLAJIT_OK)
         rc = mlajit_device_case_download(dc, c, NULL, rows, out, lse);
+    if (rc == MLAJIT_OK)
+        rc = mlajit_case_reference(c, check_b, &ref_out, &ref_lse);
     if (rc == MLAJIT_OK) {
-        mlajit_kernel_spec spec;
-        mlajit_decode_shape shape;
-        mlajit_decode_args args;
-        mlajit_case_spec(c, &spec);
-        mlajit_case_shape(c, &shape);
-        mlajit_case_host_args(c, &args);
-        shape.batch = check_b;
-        rc = mlajit_reference_decode(&spec, &shape, &args, ro, rl);
-    }
-    if (rc == MLAJIT_OK) {
-        for (size_t i = 0; i < n_lse * d_v; i++) rof[i] = (float)ro[i];
-        for (size_t i = 0; i < n_lse; i++) rlf[i] = (float)rl[i];
         mlajit_compare_result r;
-        mlajit_compare(out, rof, n_lse * d_v, lse, rlf, n_lse, &r);
+        mlajit_compare(out, ref_out, n_lse * d_v, lse, ref_lse, n_lse, &r);
         *pass = r.pass;
         *max_err = r.out_max_abs_err;
     }
-    free(out); free(lse); free(ro); free(rl); free(rof); free(rlf);
+    free(out); free(lse); free(ref_out); free(ref_lse);
     return rc;
 }
 

@@ -243,23 +243,7 @@ static int cmd_run_case(int argc, char **argv)
     mlajit_gpu_result res = {0};
     mlajit_context *ctx = NULL;
     if (cpu) {
-        mlajit_kernel_spec spec;
-        mlajit_decode_shape shape;
-        mlajit_decode_args args;
-        mlajit_case_spec(&c, &spec);
-        mlajit_case_shape(&c, &shape);
-        mlajit_case_host_args(&c, &args);
-        double *ro = malloc(n_out * sizeof *ro + 8), *rl = malloc(n_lse * sizeof *rl + 8);
-        out = malloc(n_out * sizeof *out + 8);
-        lse = malloc(n_lse * sizeof *lse + 8);
-        rc = (ro && rl && out && lse) ? mlajit_reference_decode(&spec, &shape, &args, ro, rl) : MLAJIT_ERR_OUT_OF_MEMORY;
-        for (size_t i = 0; rc == 0 && i < n_out; i++) out[i] = (float)ro[i];
-        for (size_t i = 0; rc == 0 && i < n_lse; i++) lse[i] = (float)rl[i];
-        free(ro);
-        free(rl);
-        if (rc) {
-            free(out);
-            free(lse);
+        if ((rc = mlajit_case_reference(&c, c.b, &out, &lse))) {
             mlajit_case_free(&c);
             return cli_error(rc, "run-case --cpu");
         }

@@ -771,45 +771,63 @@ void mlajit_case_host_args(const mlajit_case *c, mlajit_decode_args *args)
     args->lse_stride_b = s_q * h_q;
 }
 
-int mlajit_case_compute_expected(mlajit_case *c)
+int mlajit_case_reference(const mlajit_case *c, int batch, float **out_f, float **lse_f)
 {
-    if (!c)
-        return mlajit_fail(MLAJIT_ERR_INVALID_ARGUMENT, "case: the case pointer is NULL");
+    if (!c || !out_f || !lse_f)
+        return mlajit_fail(MLAJIT_ERR_INVALID_ARGUMENT, "case reference: case, out and lse must not be NULL");
+    *out_f = NULL;
+    *lse_f = NULL;
     const mlajit_model_desc *d = mlajit_model_describe(c->model);
     if (!d)
         return mlajit_fail(MLAJIT_ERR_INVALID_ARGUMENT, "case: model %d is unknown", (int)c->model);
+    if (batch < 0 || batch > c->b)
+        return mlajit_fail(MLAJIT_ERR_INVALID_ARGUMENT, "case reference: batch = %d; allowed 0..%d", batch, c->b);
     mlajit_kernel_spec spec;
     mlajit_decode_shape shape;
     mlajit_decode_args args;
     mlajit_case_spec(c, &spec);
     mlajit_case_shape(c, &shape);
     mlajit_case_host_args(c, &args);
+    shape.batch = batch; /* the reference reads rows 0..batch-1 only */
 
-    const size_t n_lse = (size_t)c->b * (size_t)c->s_q * (size_t)c->h_q;
+    const size_t n_lse = (size_t)batch * (size_t)c->s_q * (size_t)c->h_q;
     const size_t n_out = n_lse * (size_t)d->d_v;
     double *out = alloc_bytes(n_out * sizeof *out);
     double *lse = alloc_bytes(n_lse * sizeof *lse);
-    float *out_f = alloc_bytes(n_out * sizeof *out_f);
-    float *lse_f = alloc_bytes(n_lse * sizeof *lse_f);
-    int st = (out && lse && out_f && lse_f) ? MLAJIT_OK
-                                             : mlajit_fail(MLAJIT_ERR_OUT_OF_MEMORY, "case: no memory for the reference");
+    float *of = alloc_bytes(n_out * sizeof *of);
+    float *lf = alloc_bytes(n_lse * sizeof *lf);
+    int st = (out && lse && of && lf) ? MLAJIT_OK
+                                      : mlajit_fail(MLAJIT_ERR_OUT_OF_MEMORY, "case: no memory for the reference");
     if (st == MLAJIT_OK)
         st = mlajit_reference_decode(&spec, &shape, &args, out, lse);
     if (st == MLAJIT_OK) {
         for (size_t k = 0; k < n_out; k++)
-            out_f[k] = (float)out[k];
+            of[k] = (float)out[k];
         for (size_t k = 0; k < n_lse; k++)
-            lse_f[k] = (float)lse[k];
-        free(c->expected_out);
-        free(c->expected_lse);
-        c->expected_out = out_f;
-        c->expected_lse = lse_f;
-        out_f = NULL;
-        lse_f = NULL;
+            lf[k] = (float)lse[k];
+        *out_f = of;
+        *lse_f = lf;
+        of = NULL;
+        lf = NULL;
     }
     free(out);
     free(lse);
-    free(out_f);
-    free(lse_f);
+    free(of);
+    free(lf);
+    return st;
+}
+
+int mlajit_case_compute_expected(mlajit_case *c)
+{
+    if (!c)
+        return mlajit_fail(MLAJIT_ERR_INVALID_ARGUMENT, "case: the case pointer is NULL");
+    float *out, *lse;
+    int st = mlajit_case_reference(c, c->b, &out, &lse);
+    if (st == MLAJIT_OK) {
+        free(c->expected_out);
+        free(c->expected_lse);
+        c->expected_out = out;
+        c->expected_lse = lse;
+    }
     return st;
 }

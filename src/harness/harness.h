@@ -56,6 +56,11 @@ void mlajit_case_spec(const mlajit_case *c, mlajit_kernel_spec *spec);
 void mlajit_case_shape(const mlajit_case *c, mlajit_decode_shape *shape);
 void mlajit_case_host_args(const mlajit_case *c, mlajit_decode_args *args);
 
+/* The CPU reference over the first `batch` batch rows of a case (0..c->b),
+ * rounded to float: *out [batch, s_q, h_q, d_v] and *lse [batch, s_q, h_q],
+ * malloc'd (free them). */
+int mlajit_case_reference(const mlajit_case *c, int batch, float **out, float **lse);
+
 /* Fill expected_out / expected_lse from the CPU reference (allocating them). */
 int mlajit_case_compute_expected(mlajit_case *c);
 
