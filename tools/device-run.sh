@@ -44,13 +44,19 @@ for step in "${@:-all}"; do
       for i in 1 2; do /usr/bin/time -f "process wall %e s" env MLAJIT_CACHE_DIR=/tmp/mlajit-ct ./build-gpu/mlajit compile --model v32 --heads 128 --page 64; done 2>&1 | tee "$OUT/compile-times.log" ;;
     ncu)
       # where the portable kernel's time goes (h_q 16 and 128, b 128, topk 2048)
+      command -v ncu >/dev/null || export PATH="$PATH:/usr/local/cuda/bin"
       for h in 16 128; do
         ncu --clock-control none -k mlajit_decode_main -c 1 --section SpeedOfLight --section WarpStateStats \
-            --section MemoryWorkloadAnalysis --section Occupancy --section LaunchStats \
+            --section MemoryWorkloadAnalysis --section Occupancy --section LaunchStats --section ComputeWorkloadAnalysis \
+            --section InstructionStats --section SchedulerStats \
             ./build-gpu/mlajit bench --heads $h --batch 128 --topk 2048 >"$OUT/ncu-h$h.txt" 2>&1 || true
       done
       grep -E "Duration|Throughput|Stall|Occupancy|Registers|Warp Cycles|Issued" "$OUT"/ncu-h*.txt | head -60
       cuobjdump -sass build-gpu/mlajit >/dev/null 2>&1 || true ;;
+    gather)
+      # the random-gather ceiling of the memory-bound rows (bench/tools/gather_ceiling.cu)
+      nvcc -O3 -arch=sm_90a -o build-gpu/gather_ceiling bench/tools/gather_ceiling.cu >"$OUT/gather.log" 2>&1 &&
+        ./build-gpu/gather_ceiling 2>&1 | tee -a "$OUT/gather.log" || rc=1 ;;
     bench-quick)
       ./build-gpu/mlajit bench --quick --json "$OUT/h200.jsonl" 2>&1 | tee "$OUT/bench.log" || rc=1 ;;
   esac
