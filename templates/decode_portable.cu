@@ -23,6 +23,17 @@
 namespace portable {
 
 constexpr int kMTiles = cfg::kHeadsPerCta / 16;   // mma row tiles of heads
+// Scores: a work unit is one n-tile of 8 candidates times kSMTilesPerUnit row
+// tiles; row tiles are split over warps only when there are more warps than
+// n-tiles (16 warps at 64 heads, or 8 warps on a 32-candidate tile).
+constexpr int kSNTiles = cfg::kTile / 8;
+constexpr int kSMSplitMax = cfg::kWarps / kSNTiles > 0 ? cfg::kWarps / kSNTiles : 1;
+constexpr int kSMSplit = kSMSplitMax < kMTiles ? kSMSplitMax : kMTiles;
+constexpr int kSMTilesPerUnit = kMTiles / kSMSplit;
+constexpr int kSUnits = kSNTiles * kSMSplit;
+// Independent mma accumulator chains per unit: row tiles are chains already;
+// a single row tile alternates two over the k-steps.
+constexpr int kSChains = kSMTilesPerUnit >= 2 ? 1 : 2;
 constexpr int kVDimsPerWarp = cfg::kDV / cfg::kWarps;
 constexpr int kVNTiles = kVDimsPerWarp / 8;
 constexpr int kNopeChunks = cfg::kDNope / 16;     // 16 fp8 codes per chunk
@@ -39,23 +50,41 @@ static_assert(kTokensPerSoftmaxThread >= 1, "softmax needs at least one token pe
 static_assert(cfg::kRopeOffset % 16 == 0, "RoPE bytes must start 16-byte aligned in a row");
 static_assert((cfg::kDQK / 16) % 2 == 0, "K fragments are loaded two k-steps at a time");
 static_assert(kVNTiles % 2 == 0, "V fragments are loaded two n-tiles at a time");
+static_assert(kMTiles % kSMSplit == 0, "score row tiles must split evenly over warps");
 
-// 16-byte load slots per thread that cover one tile's rows.
-constexpr int kLoadSlots = (cfg::kTile * kChunksPerToken + cfg::kThreads - 1) / cfg::kThreads;
-static_assert(kLoadSlots <= 32, "slot presence is a 32-bit mask");
+// Who loads what: warp w owns candidates [w * kTokensPerWarp, (w + 1) * kTokensPerWarp)
+// of a tile. NoPE slot j: lane l loads 16-byte chunk l of candidate j (lanes past
+// kNopeChunks idle), so a lane's quantization block, hence its scale index, is the
+// same for every slot and every tile. RoPE slot j: lane l loads chunk l % kRopeChunks
+// of candidate j * (32 / kRopeChunks) + l / kRopeChunks.
+constexpr int kTokensPerWarp = cfg::kTile / cfg::kWarps;
+constexpr int kNopeSlots = kTokensPerWarp;
+constexpr int kRopeTokensPerSlot = 32 / kRopeChunks;
+constexpr int kRopeSlots = (kTokensPerWarp + kRopeTokensPerSlot - 1) / kRopeTokensPerSlot;
+static_assert(cfg::kTile % cfg::kWarps == 0, "candidates must split evenly over warps");
+static_assert(kNopeChunks <= 32, "one lane per NoPE chunk");
+static_assert(32 % kRopeChunks == 0, "RoPE chunks must tile a warp");
+static_assert(kNopeSlots + kRopeSlots <= 32, "slot presence is a 32-bit mask");
+static_assert(cfg::kQuantTile % 16 == 0, "a 16-code chunk has one scale");
 
-// Scales prefetched with the codes only when they live in a page footer (another
-// cache line); inline scales share a line with the row's RoPE bytes, so they are
-// read from L1 when the tile is stored, which saves kLoadSlots registers.
-constexpr int kScaleSlots = cfg::kScalesInline ? 1 : kLoadSlots;
-
-// One tile's bytes in flight: the raw 16-byte chunks this thread loads.
+// One tile's bytes in flight: this lane's 16-byte chunks and, when scales live in a
+// page footer (another cache line), the scales of its NoPE chunks (ue8m0 bytes
+// packed four to a register). Inline scales share a line with the row's last NoPE
+// chunk, so they are read (from L1) when the tile is stored: fewer registers.
+constexpr bool kPackedScales = cfg::kScaleFormat == 3;
+constexpr int kScaleRegs = cfg::kScalesInline ? 1 : kPackedScales ? (kNopeSlots + 3) / 4 : kNopeSlots;
 struct TilePrefetch {
-    U32x4 raw[kLoadSlots];
-    float scale[kScaleSlots];
-    const u8* const* scale_rows;  // the token table's scale pointers (inline scales)
-    u32 present;  // bit j: slot j holds a valid candidate's bytes
+    U32x4 nope[kNopeSlots];
+    U32x4 rope[kRopeSlots];
+    u32 scale_bits[kScaleRegs];
+    u32 present;  // bit j: NoPE slot j valid; bit kNopeSlots + j: RoPE slot j valid
 };
+
+__device__ __forceinline__ u32 prefetched_scale(const TilePrefetch& f, int j)
+{
+    if (kPackedScales) return (f.scale_bits[j / 4] >> (8 * (j % 4))) & 0xffu;
+    return f.scale_bits[j];
+}
 
 // Where one candidate's bytes are; row == 0 marks it skipped.
 struct Candidate {
@@ -101,15 +130,20 @@ __device__ __forceinline__ Candidate locate_candidate(const DecodeParams& p, int
     return locate_in_cache<cfg::kExtraPageSize>(p.extra_kv, p.extra_page_stride, slot);
 }
 
-__device__ __forceinline__ float load_scale(const u8* scales, int k)
+__device__ __forceinline__ u32 load_scale_bits(const u8* scales, int k)
 {
-    if (cfg::kScaleFormat == 3) return ue8m0_to_float(scales[k]);
-    return reinterpret_cast<const float*>(scales)[k];
+    if (cfg::kScaleFormat == 3) return scales[k];
+    return reinterpret_cast<const u32*>(scales)[k];
 }
 
-// 16 fp8 codes times a scale -> 16 bf16 (8 words). Pow2 scales make the
-// product exact; arbitrary fp32 scales round it once, to nearest even.
-__device__ __forceinline__ void dequant16(const U32x4& codes, float scale, u32 (&out)[8])
+__device__ __forceinline__ float scale_value(u32 bits)
+{
+    return cfg::kScaleFormat == 3 ? ue8m0_to_float(bits) : bits_to_float(bits);
+}
+
+// 16 fp8 codes times a scale -> 16 bf16 (8 words), the exact way: the fp32
+// product rounded once to bf16 (what SPEC.md's dequantizer computes).
+__device__ __forceinline__ void dequant16_exact(const U32x4& codes, float scale, u32 (&out)[8])
 {
     const u32 w[4] = {codes.x, codes.y, codes.z, codes.w};
 #pragma unroll
@@ -120,6 +154,61 @@ __device__ __forceinline__ void dequant16(const U32x4& codes, float scale, u32 (
         float v3 = fp8e4m3_to_float(w[i] >> 24) * scale;
         out[2 * i] = pack_bf16x2(v0, v1);
         out[2 * i + 1] = pack_bf16x2(v2, v3);
+    }
+}
+
+// The bf16x2 factor scale * 2^120 for the fast path, or 0 when the scale is not a
+// power of two in [2^-127, 2^7] (then the product is computed the exact way).
+__device__ __forceinline__ u32 fast_scale_bf16x2(u32 bits)
+{
+    u32 exp_field;  // the biased fp32 exponent of the scale (ue8m0: e itself; e = 0 is 2^-127)
+    if (cfg::kScaleFormat == 3) {
+        exp_field = bits;
+    } else {
+        if (cfg::kScaleFormat == 2) return 0u;      // arbitrary fp32 scales: always exact
+        if ((bits & 0x807fffffu) != 0u) return 0u;  // negative, or not a power of two
+        exp_field = bits >> 23;
+        if (exp_field == 0u) return 0u;             // zero
+    }
+    if (exp_field > 134u) return 0u;                // 2^7 * 2^120 would overflow bf16
+    u32 bf = (exp_field + 120u) << 7;               // ue8m0 e = 0 (2^-127) included
+    return bf | (bf << 16);
+}
+
+// Two e4m3 codes sitting in bits 15..8 and 31..24 -> bf16x2 of code * 2^-120,
+// exactly: the 7 magnitude bits land on the low 4 exponent and top 3 mantissa
+// bits of a bf16 (subnormal codes become subnormal bf16s), the sign stays put.
+__device__ __forceinline__ u32 e4m3x2_to_bf16x2_down120(u32 t)
+{
+    return ((t >> 4) & 0x07f007f0u) | (t & 0x80008000u);
+}
+
+// a * b per bf16 half, rounded to nearest even; fma with -0 (sm_80 has no
+// mul.bf16x2) leaves every product, -0 included, as it is.
+__device__ __forceinline__ u32 bf16x2_mul(u32 a, u32 b)
+{
+    u32 r;
+    asm("fma.rn.bf16x2 %0, %1, %2, %3;" : "=r"(r) : "r"(a), "r"(b), "r"(0x80008000u));
+    return r;
+}
+
+__device__ __forceinline__ u32 byte_perm(u32 a, u32 sel)
+{
+    u32 r;
+    asm("prmt.b32 %0, %1, 0, %2;" : "=r"(r) : "r"(a), "r"(sel));
+    return r;
+}
+
+// 16 fp8 codes times a power-of-two scale -> 16 bf16 (8 words): five integer/bf16x2
+// instructions per pair instead of the exact path's fourteen. Exact: the product of
+// a 4-bit-significand code and a power of two rounds exactly as the fp32 product does.
+__device__ __forceinline__ void dequant16_pow2(const U32x4& codes, u32 scale2, u32 (&out)[8])
+{
+    const u32 w[4] = {codes.x, codes.y, codes.z, codes.w};
+#pragma unroll
+    for (int i = 0; i < 4; i++) {
+        out[2 * i] = bf16x2_mul(e4m3x2_to_bf16x2_down120(byte_perm(w[i], 0x1404u)), scale2);
+        out[2 * i + 1] = bf16x2_mul(e4m3x2_to_bf16x2_down120(byte_perm(w[i], 0x3424u)), scale2);
     }
 }
 
@@ -148,52 +237,69 @@ __device__ __forceinline__ void build_token_table(const DecodeParams& p, int til
     valid[t] = c.row != nullptr;
 }
 
+// Issue this lane's 16-byte loads of one tile (see "Who loads what").
 __device__ __forceinline__ void issue_tile_loads(TilePrefetch& f, const u8* const* rows, const u8* const* scales)
 {
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+    const int tok0 = warp * kTokensPerWarp;
     f.present = 0u;
-    f.scale_rows = scales;
 #pragma unroll
-    for (int j = 0; j < kLoadSlots; j++) {
-        int i = threadIdx.x + j * cfg::kThreads;
-        f.raw[j] = U32x4{0u, 0u, 0u, 0u};
-        if (!cfg::kScalesInline) f.scale[j] = 0.0f;
-        if (i >= cfg::kTile * kChunksPerToken) continue;
-        int t = i / kChunksPerToken, c = i % kChunksPerToken;
-        const u8* src = rows[t];
-        if (!src) continue;
-        f.present |= 1u << j;
-        if (c < kNopeChunks) {
-            f.raw[j] = *reinterpret_cast<const U32x4*>(src + c * 16);
-            if (!cfg::kScalesInline) f.scale[j] = load_scale(scales[t], c * 16 / cfg::kQuantTile);
-        } else {
-            f.raw[j] = *reinterpret_cast<const U32x4*>(src + cfg::kRopeOffset + (c - kNopeChunks) * 16);
+    for (int i = 0; i < kScaleRegs; i++) f.scale_bits[i] = 0u;
+#pragma unroll
+    for (int j = 0; j < kNopeSlots; j++) {
+        const u8* src = rows[tok0 + j];
+        f.nope[j] = U32x4{0u, 0u, 0u, 0u};
+        if (src && lane < kNopeChunks) {
+            f.present |= 1u << j;
+            f.nope[j] = *reinterpret_cast<const U32x4*>(src + lane * 16);
+            if (!cfg::kScalesInline) {
+                u32 bits = load_scale_bits(scales[tok0 + j], lane * 16 / cfg::kQuantTile);
+                if (kPackedScales) f.scale_bits[j / 4] |= bits << (8 * (j % 4));
+                else f.scale_bits[j] = bits;
+            }
+        }
+    }
+#pragma unroll
+    for (int j = 0; j < kRopeSlots; j++) {
+        const int t = j * kRopeTokensPerSlot + lane / kRopeChunks;
+        const u8* src = t < kTokensPerWarp ? rows[tok0 + t] : nullptr;
+        f.rope[j] = U32x4{0u, 0u, 0u, 0u};
+        if (src) {
+            f.present |= 1u << (kNopeSlots + j);
+            f.rope[j] = *reinterpret_cast<const U32x4*>(src + cfg::kRopeOffset + (lane % kRopeChunks) * 16);
         }
     }
 }
 
 // Dequantize the prefetched chunks into sK; absent candidates become zero rows.
-__device__ __forceinline__ void store_tile(const TilePrefetch& f, u16* sK)
+__device__ __forceinline__ void store_tile(const TilePrefetch& f, const u8* const* scales, u16* sK)
 {
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+    const int tok0 = warp * kTokensPerWarp;
 #pragma unroll
-    for (int j = 0; j < kLoadSlots; j++) {
-        int i = threadIdx.x + j * cfg::kThreads;
-        if (i >= cfg::kTile * kChunksPerToken) continue;
-        int t = i / kChunksPerToken, c = i % kChunksPerToken;
-        bool present = (f.present >> j) & 1u;
-        if (c < kNopeChunks) {
-            u32 words[8] = {0u, 0u, 0u, 0u, 0u, 0u, 0u, 0u};
-            if (present) {
-                float scale = cfg::kScalesInline ? load_scale(f.scale_rows[t], c * 16 / cfg::kQuantTile)
-                                                 : f.scale[cfg::kScalesInline ? 0 : j];
-                dequant16(f.raw[j], scale, words);
-            }
-            U32x4* dst = reinterpret_cast<U32x4*>(sK + t * cfg::kQKStride + c * 16);
-            dst[0] = U32x4{words[0], words[1], words[2], words[3]};
-            dst[1] = U32x4{words[4], words[5], words[6], words[7]};
-        } else {
-            *reinterpret_cast<U32x4*>(sK + t * cfg::kQKStride + cfg::kDNope + (c - kNopeChunks) * 8) =
-                present ? f.raw[j] : U32x4{0u, 0u, 0u, 0u};
+    for (int j = 0; j < kNopeSlots; j++) {
+        if (lane >= kNopeChunks) break;
+        u32 words[8] = {0u, 0u, 0u, 0u, 0u, 0u, 0u, 0u};
+        if ((f.present >> j) & 1u) {
+            const u32 bits = cfg::kScalesInline ? load_scale_bits(scales[tok0 + j], lane * 16 / cfg::kQuantTile)
+                                                 : prefetched_scale(f, j);
+            u32 scale2 = fast_scale_bf16x2(bits);
+            if (scale2 != 0u)
+                dequant16_pow2(f.nope[j], scale2, words);
+            else
+                dequant16_exact(f.nope[j], scale_value(bits), words);
         }
+        U32x4* dst = reinterpret_cast<U32x4*>(sK + (tok0 + j) * cfg::kQKStride + lane * 16);
+        dst[0] = U32x4{words[0], words[1], words[2], words[3]};
+        dst[1] = U32x4{words[4], words[5], words[6], words[7]};
+    }
+#pragma unroll
+    for (int j = 0; j < kRopeSlots; j++) {
+        int t = j * kRopeTokensPerSlot + lane / kRopeChunks;
+        if (t >= kTokensPerWarp) break;
+        t += tok0;
+        *reinterpret_cast<U32x4*>(sK + t * cfg::kQKStride + cfg::kDNope + (lane % kRopeChunks) * 8) =
+            ((f.present >> (kNopeSlots + j)) & 1u) ? f.rope[j] : U32x4{0u, 0u, 0u, 0u};
     }
 }
 
@@ -287,23 +393,24 @@ extern "C" __global__ void __launch_bounds__(cfg::kThreads, cfg::kMinBlocksPerSM
                               sTokenValid + nbuf * cfg::kTile);
         next_slot = slot_of(after_next);
         // 2. this tile's rows into sK (the previous tile's P V finished at the last barrier)
-        store_tile(f, sK);
+        store_tile(f, sTokenScale + buf * cfg::kTile, sK);
         __syncthreads();  // barrier: K tile and the next token table ready
         // 3. the next tile's loads fly while this tile's math runs
         if (next < tile_end) issue_tile_loads(f, sTokenRow + nbuf * cfg::kTile, sTokenScale + nbuf * cfg::kTile);
 
         // 4. scores S = Q K^T, scaled to the log2 domain, -inf where skipped.
         const int* valid = sTokenValid + buf * cfg::kTile;
-        for (int nt = warp; nt < cfg::kTile / 8; nt += cfg::kWarps) {
-            float acc_s[2][kMTiles][4];  // even / odd k-steps: two dependency chains
+        for (int unit = warp; unit < kSUnits; unit += cfg::kWarps) {
+            const int nt = unit % kSNTiles, m0 = (unit / kSNTiles) * kSMTilesPerUnit;
+            float acc_s[kSChains][kSMTilesPerUnit][4];
 #pragma unroll
-            for (int e = 0; e < 2; e++)
+            for (int e = 0; e < kSChains; e++)
 #pragma unroll
-                for (int m = 0; m < kMTiles; m++)
+                for (int m = 0; m < kSMTilesPerUnit; m++)
 #pragma unroll
                     for (int i = 0; i < 4; i++) acc_s[e][m][i] = 0.0f;
             const u32 k_addr = smem_address(sK + (nt * 8 + k_tok) * cfg::kQKStride + k_col);
-            const u32 q_addr = smem_address(sQ + a_row * cfg::kQKStride + a_col);
+            const u32 q_addr = smem_address(sQ + (m0 * 16 + a_row) * cfg::kQKStride + a_col);
 #pragma unroll 2
             for (int k = 0; k < cfg::kDQK / 16; k += 2) {
                 u32 kf[4];
@@ -311,22 +418,25 @@ extern "C" __global__ void __launch_bounds__(cfg::kThreads, cfg::kMinBlocksPerSM
 #pragma unroll
                 for (int e = 0; e < 2; e++)
 #pragma unroll
-                    for (int m = 0; m < kMTiles; m++) {
+                    for (int m = 0; m < kSMTilesPerUnit; m++) {
                         u32 a[4];
                         ldmatrix_x4(a, q_addr + (m * 16 * cfg::kQKStride + (k + e) * 16) * 2);
-                        mma_bf16_16816(acc_s[e][m], a, kf[2 * e], kf[2 * e + 1]);
+                        mma_bf16_16816(acc_s[e % kSChains][m], a, kf[2 * e], kf[2 * e + 1]);
                     }
             }
             int t0 = nt * 8 + quad * 2;
             bool v0 = valid[t0], v1 = valid[t0 + 1];
 #pragma unroll
-            for (int m = 0; m < kMTiles; m++) {
-                float* r0 = sScores + (m * 16 + group) * cfg::kScoreStride + t0;
+            for (int m = 0; m < kSMTilesPerUnit; m++) {
+                float sc[4];
+#pragma unroll
+                for (int i = 0; i < 4; i++) sc[i] = kSChains == 2 ? acc_s[0][m][i] + acc_s[kSChains - 1][m][i] : acc_s[0][m][i];
+                float* r0 = sScores + ((m0 + m) * 16 + group) * cfg::kScoreStride + t0;
                 float* r1 = r0 + 8 * cfg::kScoreStride;
-                r0[0] = v0 ? (acc_s[0][m][0] + acc_s[1][m][0]) * p.sm_scale_log2 : neg_inf();
-                r0[1] = v1 ? (acc_s[0][m][1] + acc_s[1][m][1]) * p.sm_scale_log2 : neg_inf();
-                r1[0] = v0 ? (acc_s[0][m][2] + acc_s[1][m][2]) * p.sm_scale_log2 : neg_inf();
-                r1[1] = v1 ? (acc_s[0][m][3] + acc_s[1][m][3]) * p.sm_scale_log2 : neg_inf();
+                r0[0] = v0 ? sc[0] * p.sm_scale_log2 : neg_inf();
+                r0[1] = v1 ? sc[1] * p.sm_scale_log2 : neg_inf();
+                r1[0] = v0 ? sc[2] * p.sm_scale_log2 : neg_inf();
+                r1[1] = v1 ? sc[3] * p.sm_scale_log2 : neg_inf();
             }
         }
         __syncthreads();  // barrier: scores ready

@@ -101,7 +101,7 @@ Test(spec, canonical_string_round_trips)
     strcpy(s.arch, "sm_90a");
     char str[128];
     cr_assert_eq(mlajit_spec_string(&s, str, sizeof str), MLAJIT_OK);
-    cr_expect_str_eq(str, "dsv4.h64.p256.e64.fslx.t64.hc32.portable.sm_90a");
+    cr_expect_str_eq(str, "dsv4.h64.p256.e64.fslx.t64.hc64.portable.sm_90a");
     cr_expect_eq(mlajit_spec_string(&s, str, 10), MLAJIT_ERR_INVALID_ARGUMENT, "a short buffer is an error");
 }
 

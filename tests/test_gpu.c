@@ -242,3 +242,77 @@ Test(gpu, bad_arguments_leave_out_untouched)
     mlajit_plan_destroy(plan);
     mlajit_case_free(&c);
 }
+
+/* Every fp8 code times every scale the formats allow (as far as the products stay
+ * finite), through the kernel's dequantizer, bit for bit against the host's: one
+ * row per cache token, topk 1 and q = 0, so softmax gives that token weight 1 and
+ * out is its V row, exact. Covers the power-of-two fast path (scales up to 2^7),
+ * the exact path it falls back to (larger, zero, subnormal and non-power-of-two
+ * scales) and subnormal codes and products. */
+static void check_dequant_exhaustive(mlajit_model model, int variant)
+{
+    const mlajit_model_desc *d = mlajit_model_describe(model);
+    /* scales, as fp32 bits or ue8m0 bytes; 448 * scale must stay below 2^128 */
+    uint32_t scales[300];
+    int n = 0;
+    if (d->scale_format == MLAJIT_SCALE_UE8M0) {
+        for (uint32_t e = 0; e <= 246; e++) scales[n++] = e;
+    } else {
+        for (uint32_t e = 1; e <= 246; e++) scales[n++] = e << 23;  /* 2^-126 .. 2^119 */
+        const float odd[] = {0.0f, 1.5f, 0.3f, 3e-39f, 1e-45f, 7.0e-3f, 123.456f};
+        for (size_t i = 0; i < sizeof odd / sizeof odd[0]; i++) memcpy(&scales[n++], &odd[i], 4);
+    }
+    int tokens = (n + d->num_scales - 1) / d->num_scales;
+    mlajit_synth_params p = {.model = model, .b = tokens, .s_q = 1, .h_q = 16, .topk = 1,
+                             .page_size = 64, .seqlen = 64, .seed = 11};
+    mlajit_case c;
+    cr_assert_eq(mlajit_case_synthesize(&p, &c), MLAJIT_OK, "%s", mlajit_last_error());
+    memset(c.q, 0, (size_t)c.b * c.h_q * d->d_qk * 2);
+    int scale_off = d->d_nope, rope_off = d->d_nope + (d->scale_place == MLAJIT_SCALES_INLINE ? 4 * d->num_scales : 0);
+    for (int r = 0; r < tokens; r++) {
+        uint8_t *page = c.kv.bytes + (int64_t)r * c.kv.page_stride;
+        uint8_t *row = page; /* token 0 of page r */
+        for (int k = 0; k < d->d_nope; k++) {
+            uint8_t code = (uint8_t)(k + r * 7 + variant);
+            row[k] = (code & 0x7f) == 0x7f ? 0 : code; /* no NaN codes */
+        }
+        memset(row + rope_off, 0, (size_t)d->d_rope * 2);
+        for (int s = 0; s < d->num_scales; s++) {
+            uint32_t v = scales[(r * d->num_scales + s) % n];
+            if (d->scale_place == MLAJIT_SCALES_INLINE)
+                memcpy(row + scale_off + 4 * s, &v, 4);
+            else
+                page[(int64_t)c.kv.page_size * d->row_bytes + s] = (uint8_t)v;
+        }
+        c.indices[r] = r * c.kv.page_size;
+    }
+    mlajit_gpu_result res;
+    cr_assert_eq(mlajit_case_run_gpu(ctx, &c, NULL, &res), MLAJIT_OK, "%s", mlajit_last_error());
+    float *want = malloc((size_t)d->d_qk * sizeof(float));
+    int64_t mismatches = 0;
+    for (int r = 0; r < tokens; r++) {
+        cr_assert_eq(mlajit_dequantize_token(model, c.kv.bytes + (int64_t)r * c.kv.page_stride, c.kv.page_size, 0, want),
+                     MLAJIT_OK);
+        for (int h = 0; h < c.h_q; h++)
+            for (int k = 0; k < d->d_v; k++) {
+                float got = res.out[((int64_t)r * c.h_q + h) * d->d_v + k];
+                if (!(got == want[k]) && mismatches++ < 5)
+                    cr_log_error("%s token %d head %d dim %d: code 0x%02x scale bits 0x%08x: kernel %a, host %a",
+                                 d->name, r, h, k, (c.kv.bytes + (int64_t)r * c.kv.page_stride)[k],
+                                 scales[(r * d->num_scales + k / d->quant_tile) % n], got, want[k]);
+            }
+    }
+    cr_expect_eq(mismatches, 0, "%s: %lld dequantized values differ from the host's", d->name, (long long)mismatches);
+    free(want);
+    mlajit_gpu_result_free(&res);
+    mlajit_case_free(&c);
+}
+
+Test(gpu, dequant_every_code_and_scale)
+{
+    for (int variant = 0; variant < 2; variant++) {
+        check_dequant_exhaustive(MLAJIT_MODEL_V32, variant * 128);
+        check_dequant_exhaustive(MLAJIT_MODEL_DSV4, variant * 128);
+        check_dequant_exhaustive(MLAJIT_MODEL_GLM_NSA, variant * 128);
+    }
+}

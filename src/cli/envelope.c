@@ -65,7 +65,7 @@ static void print_tables(void)
     printf("  %-14s 0 (no extra cache) or 1..%d\n", "extra_page_size", MLAJIT_MAX_PAGE_SIZE);
     printf("  %-14s sink, topk-length, extra-topk-length (needs an extra cache)\n", "features");
     printf("  %-14s 0 (auto), 32, 64 candidates\n", "tile");
-    printf("  %-14s 0 (auto), 16, 32\n", "heads_per_cta");
+    printf("  %-14s 0 (auto), 16, 32, 64\n", "heads_per_cta");
     printf("  %-14s \"\" (the device's; %s without one), %s\n\n", "arch", MLAJIT_DEFAULT_ARCH, mlajit_arch_list());
 
     printf("models (KV-cache layouts, SPEC.md)\n");
@@ -80,10 +80,11 @@ static void print_tables(void)
 
     mlajit_nvrtc_version(&major, &minor);
     printf("\narch targets: NVRTC %d.%d, and each kernel variant's shared memory per block\n", major, minor);
-    printf("(tile x heads per CTA; 'no' = over the arch's limit; auto = the generator's choice for h_q <= 16 / > 16)\n");
-    static const int variants[4][2] = {{32, 16}, {32, 32}, {64, 16}, {64, 32}};
+    printf("(tile x heads per CTA; 'no' = over the arch's limit; auto = the generator's choice for h_q 16 / 128)\n");
+    static const int variants[][2] = {{32, 16}, {32, 32}, {32, 64}, {64, 16}, {64, 32}, {64, 64}};
+    const int nvariants = (int)(sizeof variants / sizeof variants[0]);
     printf("  %-8s %-6s %9s  %-8s", "arch", "nvrtc", "smem max", "model");
-    for (int v = 0; v < 4; v++) {
+    for (int v = 0; v < nvariants; v++) {
         char head[24];
         snprintf(head, sizeof head, "t%d.hc%d", variants[v][0], variants[v][1]);
         printf(" %-12s", head);
@@ -99,7 +100,7 @@ static void print_tables(void)
             else
                 printf("  %-8s %-6s %9s  ", "", "", "");
             printf("%-8s", mlajit_model_describe(all_models[m])->name);
-            for (int v = 0; v < 4; v++) {
+            for (int v = 0; v < nvariants; v++) {
                 mlajit_kernel_spec s = {.model = all_models[m], .h_q = 128, .page_size = 64,
                                         .tile = variants[v][0], .heads_per_cta = variants[v][1]};
                 snprintf(s.arch, sizeof s.arch, "%s", arch);

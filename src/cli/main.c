@@ -131,7 +131,7 @@ static int cmd_compile(int argc, char **argv)
         case 'p': if (!parse_int(optarg, "--page", 1, MLAJIT_MAX_PAGE_SIZE, &page)) return CLI_USAGE; break;
         case 'e': if (!parse_int(optarg, "--extra-page", 1, MLAJIT_MAX_PAGE_SIZE, &extra_page)) return CLI_USAGE; break;
         case 't': if (!parse_int(optarg, "--tile", 0, 64, &tile)) return CLI_USAGE; break;
-        case 'c': if (!parse_int(optarg, "--heads-per-cta", 0, 32, &heads_per_cta)) return CLI_USAGE; break;
+        case 'c': if (!parse_int(optarg, "--heads-per-cta", 0, 64, &heads_per_cta)) return CLI_USAGE; break;
         case 'a': arch = optarg; break;
         case 's': emit = 1; break;
         case 'f': if (!parse_features(optarg, &features)) return CLI_USAGE; break;
@@ -215,7 +215,7 @@ static int cmd_run_case(int argc, char **argv)
                 return usage_error("run-case: %s needs a value", argv[i]);
             int ok = strcmp(argv[i], "--tile") == 0 ? parse_int(argv[i + 1], "--tile", 0, 64, &run.tile)
                      : strcmp(argv[i], "--splits") == 0 ? parse_int(argv[i + 1], "--splits", 0, 64, &run.num_splits)
-                     : parse_int(argv[i + 1], "--heads-per-cta", 0, 32, &run.heads_per_cta);
+                     : parse_int(argv[i + 1], "--heads-per-cta", 0, 64, &run.heads_per_cta);
             if (!ok)
                 return CLI_USAGE;
             i++;

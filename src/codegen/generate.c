@@ -13,7 +13,11 @@
 #include "codegen/templates.h"
 #include "common/error.h"
 
-enum { kThreads = 256, kCombineThreads = 128, kRowPad = 8 };
+enum { kCombineThreads = 128, kRowPad = 8 };
+
+/* Eight warps up to 32 heads per CTA; sixteen at 64, so each warp's share of the
+ * output accumulator (64 heads x 32 value dims) stays in 64 registers. */
+static int threads_for(int heads_per_cta) { return heads_per_cta > 32 ? 512 : 256; }
 
 static int align16(int x) { return (x + 15) & ~15; }
 
@@ -39,6 +43,18 @@ static void portable_smem_map(const mlajit_model_desc *d, int tile, int heads, s
     m->total = off;
 }
 
+/* Two CTAs per SM double the bytes in flight of the memory-bound one-row-tile
+ * kernels when their shared memory fits twice. The register cap that implies
+ * (128) holds the tile prefetch of one warp's candidates: ptxas (CUDA 13.0,
+ * sm_90a) spills nothing for V32, DSV4 and GLM_NSA at 16 heads per CTA. */
+static int min_blocks_per_sm(const mlajit_kernel_spec *r, const mlajit_model_desc *d)
+{
+    smem_map m;
+    portable_smem_map(d, r->tile, r->heads_per_cta, &m);
+    int fits = 2 * m.total <= mlajit_arch_max_smem(r->arch);
+    return r->heads_per_cta == 16 && fits ? 2 : 1;
+}
+
 int mlajit_codegen_layout(const mlajit_kernel_spec *r, mlajit_kernel_layout *layout)
 {
     const mlajit_model_desc *d = mlajit_model_describe(r->model);
@@ -46,11 +62,12 @@ int mlajit_codegen_layout(const mlajit_kernel_spec *r, mlajit_kernel_layout *lay
         return mlajit_fail(MLAJIT_ERR_INVALID_ARGUMENT, "layout needs a resolved spec (tile and heads_per_cta set)");
     smem_map m;
     portable_smem_map(d, r->tile, r->heads_per_cta, &m);
-    layout->threads = kThreads;
+    layout->threads = threads_for(r->heads_per_cta);
     layout->tile = r->tile;
     layout->heads_per_cta = r->heads_per_cta;
     layout->smem_bytes = m.total;
     layout->combine_threads = kCombineThreads;
+    layout->blocks_per_sm = min_blocks_per_sm(r, d);
     return MLAJIT_OK;
 }
 
@@ -113,20 +130,6 @@ static void sb_append(sbuf *b, const char *text, size_t len)
     b->data[b->len] = '\0';
 }
 
-/* Two CTAs per SM double the bytes in flight of the memory-bound one-row-tile
- * kernels, if their shared memory fits twice and the register cap it implies
- * (128) holds the tile prefetch: ptxas (CUDA 13.0, sm_90a) spills 80 bytes at 10
- * 16-byte slots per thread (V32, tile 64) and none at 9 (DSV4, tile 64). */
-static int min_blocks_per_sm(const mlajit_kernel_spec *r, const mlajit_model_desc *d)
-{
-    smem_map m;
-    portable_smem_map(d, r->tile, r->heads_per_cta, &m);
-    int chunks_per_token = d->d_nope / 16 + d->d_rope * 2 / 16;
-    int load_slots = (r->tile * chunks_per_token + kThreads - 1) / kThreads;
-    int fits = 2 * m.total <= mlajit_arch_max_smem(r->arch) && load_slots <= 9;
-    return r->heads_per_cta == 16 && fits ? 2 : 1;
-}
-
 static void emit_config(sbuf *b, const mlajit_kernel_spec *r, const mlajit_model_desc *d, const char *spec_string)
 {
     smem_map m;
@@ -159,7 +162,7 @@ static void emit_config(sbuf *b, const mlajit_kernel_spec *r, const mlajit_model
     sb_printf(b, "constexpr bool kHasExtraTopkLength = %s;\n",
               (r->features & MLAJIT_FEATURE_EXTRA_TOPK_LENGTH) ? "true" : "false");
     sb_printf(b, "// tiles\n");
-    sb_printf(b, "constexpr int kThreads = %d;\n", kThreads);
+    sb_printf(b, "constexpr int kThreads = %d;\n", threads_for(r->heads_per_cta));
     sb_printf(b, "constexpr int kWarps = kThreads / 32;\n");
     sb_printf(b, "constexpr int kTile = %d;          // candidates per tile\n", r->tile);
     sb_printf(b, "constexpr int kHeadsPerCta = %d;   // query heads per CTA\n", r->heads_per_cta);

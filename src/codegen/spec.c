@@ -76,8 +76,9 @@ int mlajit_spec_validate(const mlajit_kernel_spec *spec)
                            "set extra_page_size to the extra cache's page size");
     if (spec->tile != 0 && spec->tile != 32 && spec->tile != 64)
         return mlajit_fail(MLAJIT_ERR_INVALID_ARGUMENT, "spec.tile = %d; allowed 0 (auto), 32, 64", spec->tile);
-    if (spec->heads_per_cta != 0 && spec->heads_per_cta != 16 && spec->heads_per_cta != 32)
-        return mlajit_fail(MLAJIT_ERR_INVALID_ARGUMENT, "spec.heads_per_cta = %d; allowed 0 (auto), 16, 32",
+    if (spec->heads_per_cta != 0 && spec->heads_per_cta != 16 && spec->heads_per_cta != 32 &&
+        spec->heads_per_cta != 64)
+        return mlajit_fail(MLAJIT_ERR_INVALID_ARGUMENT, "spec.heads_per_cta = %d; allowed 0 (auto), 16, 32, 64",
                            spec->heads_per_cta);
     if (spec->variant != MLAJIT_VARIANT_AUTO && spec->variant != MLAJIT_VARIANT_PORTABLE)
         return mlajit_fail(MLAJIT_ERR_INVALID_ARGUMENT, "spec.variant = %d; allowed 0 (auto), 1 (portable)",
@@ -103,10 +104,21 @@ int mlajit_spec_resolve(const mlajit_kernel_spec *spec, mlajit_kernel_spec *reso
     mlajit_kernel_spec r = *spec;
     if (r.variant == MLAJIT_VARIANT_AUTO)
         r.variant = MLAJIT_VARIANT_PORTABLE;
-    /* 16 heads fill one mma row tile; past that two row tiles per CTA halve how
-     * often each K tile is gathered and dequantized. */
-    if (r.heads_per_cta == 0)
+    /* 16 heads fill one mma row tile; past that more row tiles per CTA cut how
+     * often each K tile is gathered and dequantized: 64 heads (512 threads) when
+     * that pads no more heads than 32 would and a 64-candidate tile fits. */
+    if (r.heads_per_cta == 0) {
         r.heads_per_cta = r.h_q <= 16 ? 16 : 32;
+        if (r.h_q > 32 && (r.h_q + 63) / 64 * 64 == (r.h_q + 31) / 32 * 32 && (r.tile == 0 || r.tile == 64)) {
+            mlajit_kernel_spec wide = r;
+            wide.heads_per_cta = 64;
+            wide.tile = 64;
+            mlajit_kernel_layout layout;
+            if (mlajit_codegen_layout(&wide, &layout) == MLAJIT_OK &&
+                layout.smem_bytes <= mlajit_arch_max_smem(r.arch))
+                r.heads_per_cta = 64;
+        }
+    }
     /* A 64-candidate tile when the arch has the shared memory for it. */
     if (r.tile == 0) {
         r.tile = 64;
@@ -120,7 +132,7 @@ int mlajit_spec_resolve(const mlajit_kernel_spec *spec, mlajit_kernel_spec *reso
         return rc;
     if (layout.smem_bytes > mlajit_arch_max_smem(r.arch))
         return mlajit_fail(MLAJIT_ERR_UNSUPPORTED,
-                           "spec needs %d bytes of shared memory per block; %s allows %d: use tile 32 or heads_per_cta 16",
+                           "spec needs %d bytes of shared memory per block; %s allows %d: use tile 32 or fewer heads_per_cta",
                            layout.smem_bytes, r.arch, mlajit_arch_max_smem(r.arch));
     *resolved = r;
     return MLAJIT_OK;

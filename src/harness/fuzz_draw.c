@@ -108,7 +108,7 @@ void mlajit_fuzz_draw(uint64_t run_seed, int64_t call, int allow_heavy, mlajit_f
     if (chance(&r, 40)) features |= MLAJIT_FEATURE_SINK;
     if (chance(&r, 40)) features |= MLAJIT_FEATURE_TOPK_LENGTH;
     if (has_extra && chance(&r, 50)) features |= MLAJIT_FEATURE_EXTRA_TOPK_LENGTH;
-    static const int tiles[] = {0, 32, 64}, heads_per_cta[] = {0, 16, 32};
+    static const int tiles[] = {0, 32, 64}, heads_per_cta[] = {0, 16, 32, 64};
     const int tile = PICK(&r, tiles), hc = PICK(&r, heads_per_cta);
     int topk = draw_topk(&r);
     int extra_topk = has_extra ? draw_topk(&r) : 0;

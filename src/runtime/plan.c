@@ -10,18 +10,31 @@ enum { kMaxSplits = MLAJIT_MAX_SPLITS, kWorkspaceAlign = 256 };
 
 static size_t round_up(size_t x, size_t a) { return (x + a - 1) / a * a; }
 
-/* Split-KV so that small batches still put a CTA on every SM: the portable
- * kernel runs one CTA per SM (its shared memory), so aim for one wave. */
-static int choose_splits(int ctas, int num_tiles, int sm_count)
+/* Split-KV: pick the split count that finishes soonest, counting time in
+ * tiles per CTA times waves of CTAs (sm_count * blocks_per_sm resident at once),
+ * plus about one tile for the partial writes and the combine kernel when split.
+ * Small batches thus still reach every SM, and a grid of 1.5 waves is evened out;
+ * from two waves on, the block scheduler evens out the tail itself. Ties go to
+ * fewer splits (less workspace traffic). */
+static int choose_splits(int ctas, int num_tiles, int sm_count, int blocks_per_sm)
 {
-    if (ctas <= 0 || num_tiles <= 1 || ctas >= sm_count)
+    if (ctas <= 0 || num_tiles <= 1)
         return 1;
-    int splits = (sm_count + ctas - 1) / ctas;
-    if (splits > num_tiles)
-        splits = num_tiles;
-    if (splits > kMaxSplits)
-        splits = kMaxSplits;
-    return splits;
+    long slots = (long)sm_count * (blocks_per_sm > 0 ? blocks_per_sm : 1);
+    if (ctas >= 2 * slots)
+        return 1;
+    int best = 1;
+    long best_cost = 0;
+    for (int s = 1; s <= kMaxSplits && s <= num_tiles; s++) {
+        long waves = ((long)ctas * s + slots - 1) / slots;
+        long tiles = (num_tiles + s - 1) / s;
+        long cost = waves * tiles + (s > 1 ? 1 : 0);
+        if (s == 1 || cost < best_cost) {
+            best = s;
+            best_cost = cost;
+        }
+    }
+    return best;
 }
 
 int mlajit_plan_create(mlajit_context *ctx, const mlajit_kernel_spec *spec, const mlajit_decode_shape *shape,
@@ -57,7 +70,8 @@ int mlajit_plan_create(mlajit_context *ctx, const mlajit_kernel_spec *spec, cons
     int total = shape->topk + shape->extra_topk;
     p->num_tiles = (total + k->layout.tile - 1) / k->layout.tile;
     int sm_count = ctx->sm_count > 0 ? ctx->sm_count : 132; /* no device: plan for an H100/H200 */
-    int splits = shape->num_splits ? shape->num_splits : choose_splits(p->head_groups * p->rows, p->num_tiles, sm_count);
+    int splits = shape->num_splits ? shape->num_splits : choose_splits(p->head_groups * p->rows, p->num_tiles, sm_count,
+                                                                            k->layout.blocks_per_sm);
     if (splits > p->num_tiles)
         splits = p->num_tiles;
     p->tiles_per_split = (p->num_tiles + splits - 1) / splits;
