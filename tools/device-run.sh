@@ -49,10 +49,21 @@ for step in "${@:-all}"; do
         ncu --clock-control none -k mlajit_decode_main -c 1 --section SpeedOfLight --section WarpStateStats \
             --section MemoryWorkloadAnalysis --section Occupancy --section LaunchStats --section ComputeWorkloadAnalysis \
             --section InstructionStats --section SchedulerStats \
+            --metrics "regex:smsp__warp_issue_stalled_.*_per_warp_active.pct" \
             ./build-gpu/mlajit bench --heads $h --batch 128 --topk 2048 >"$OUT/ncu-h$h.txt" 2>&1 || true
+        grep -E "Duration|DRAM Through|Registers Per|Issued Instructions  |Issued Ipc|Achieved Occ|stalled.*pct +[0-9]" "$OUT/ncu-h$h.txt" |
+          awk '$NF+0 >= 1 || !/stalled/' | sed "s/^/h$h /"
       done
-      grep -E "Duration|Throughput|Stall|Occupancy|Registers|Warp Cycles|Issued" "$OUT"/ncu-h*.txt | head -60
       cuobjdump -sass build-gpu/mlajit >/dev/null 2>&1 || true ;;
+    sass)
+      # SASS of the h_q 16 and 128 kernels (nvcc on the generated source; NVRTC's is alike)
+      command -v cuobjdump >/dev/null || export PATH="$PATH:/usr/local/cuda/bin"
+      for h in 16 128; do
+        ./build-gpu/mlajit compile --model v32 --heads $h --page 64 --emit-source >build-gpu/h$h.cu 2>/dev/null &&
+          nvcc -cubin -arch=sm_90a -O3 -o build-gpu/h$h.cubin build-gpu/h$h.cu 2>/dev/null &&
+          cuobjdump -sass build-gpu/h$h.cubin >"$OUT/sass-h$h.txt" 2>&1
+      done
+      wc -l "$OUT"/sass-h*.txt ;;
     gather)
       # the random-gather ceiling of the memory-bound rows (bench/tools/gather_ceiling.cu)
       nvcc -O3 -arch=sm_90a -o build-gpu/gather_ceiling bench/tools/gather_ceiling.cu >"$OUT/gather.log" 2>&1 &&
