@@ -23,17 +23,20 @@
 namespace portable {
 
 constexpr int kMTiles = cfg::kHeadsPerCta / 16;   // mma row tiles of heads
-// Scores: a work unit is one n-tile of 8 candidates times kSMTilesPerUnit row
-// tiles; row tiles are split over warps only when there are more warps than
-// n-tiles (16 warps at 64 heads, or 8 warps on a 32-candidate tile).
+// Scores: a work unit is kSNPerUnit n-tiles of 8 candidates times kSMTilesPerUnit
+// row tiles. Two n-tiles per unit halve the Q fragment loads per mma (waiting on
+// shared-memory operands is the mma.sync kernel's main stall); row tiles are split
+// over warps only when there are more warps than n-tile groups.
 constexpr int kSNTiles = cfg::kTile / 8;
-constexpr int kSMSplitMax = cfg::kWarps / kSNTiles > 0 ? cfg::kWarps / kSNTiles : 1;
+constexpr int kSNPerUnit = kSNTiles >= 2 && cfg::kThreads <= 256 ? 2 : 1;  // 512 threads: register cap
+constexpr int kSNGroups = kSNTiles / kSNPerUnit;
+constexpr int kSMSplitMax = cfg::kWarps / kSNGroups > 0 ? cfg::kWarps / kSNGroups : 1;
 constexpr int kSMSplit = kSMSplitMax < kMTiles ? kSMSplitMax : kMTiles;
 constexpr int kSMTilesPerUnit = kMTiles / kSMSplit;
-constexpr int kSUnits = kSNTiles * kSMSplit;
-// Independent mma accumulator chains per unit: row tiles are chains already;
-// a single row tile alternates two over the k-steps.
-constexpr int kSChains = kSMTilesPerUnit >= 2 ? 1 : 2;
+constexpr int kSUnits = kSNGroups * kSMSplit;
+// k-step pairs unrolled in the score loop: all of them (loads hoisted over the
+// mma chains) unless the 512-thread register cap forbids it.
+constexpr int kSKUnroll = cfg::kThreads > 256 ? 2 : cfg::kDQK / 32;
 constexpr int kVDimsPerWarp = cfg::kDV / cfg::kWarps;
 constexpr int kVNTiles = kVDimsPerWarp / 8;
 constexpr int kNopeChunks = cfg::kDNope / 16;     // 16 fp8 codes per chunk
@@ -401,42 +404,46 @@ extern "C" __global__ void __launch_bounds__(cfg::kThreads, cfg::kMinBlocksPerSM
         // 4. scores S = Q K^T, scaled to the log2 domain, -inf where skipped.
         const int* valid = sTokenValid + buf * cfg::kTile;
         for (int unit = warp; unit < kSUnits; unit += cfg::kWarps) {
-            const int nt = unit % kSNTiles, m0 = (unit / kSNTiles) * kSMTilesPerUnit;
-            float acc_s[kSChains][kSMTilesPerUnit][4];
+            const int nt0 = (unit % kSNGroups) * kSNPerUnit, m0 = (unit / kSNGroups) * kSMTilesPerUnit;
+            float acc_s[kSMTilesPerUnit][kSNPerUnit][4];  // independent mma chains
 #pragma unroll
-            for (int e = 0; e < kSChains; e++)
+            for (int m = 0; m < kSMTilesPerUnit; m++)
 #pragma unroll
-                for (int m = 0; m < kSMTilesPerUnit; m++)
+                for (int n = 0; n < kSNPerUnit; n++)
 #pragma unroll
-                    for (int i = 0; i < 4; i++) acc_s[e][m][i] = 0.0f;
-            const u32 k_addr = smem_address(sK + (nt * 8 + k_tok) * cfg::kQKStride + k_col);
+                    for (int i = 0; i < 4; i++) acc_s[m][n][i] = 0.0f;
+            const u32 k_addr = smem_address(sK + (nt0 * 8 + k_tok) * cfg::kQKStride + k_col);
             const u32 q_addr = smem_address(sQ + (m0 * 16 + a_row) * cfg::kQKStride + a_col);
-#pragma unroll 2
+#pragma unroll(kSKUnroll)
             for (int k = 0; k < cfg::kDQK / 16; k += 2) {
-                u32 kf[4];
-                ldmatrix_x4(kf, k_addr + k * 32);  // b0, b1 of k-step k, then of k + 1
+                u32 kf[kSNPerUnit][4];  // per n-tile: b0, b1 of k-step k, then of k + 1
+#pragma unroll
+                for (int n = 0; n < kSNPerUnit; n++)
+                    ldmatrix_x4(kf[n], k_addr + (n * 8 * cfg::kQKStride + k * 16) * 2);
 #pragma unroll
                 for (int e = 0; e < 2; e++)
 #pragma unroll
                     for (int m = 0; m < kSMTilesPerUnit; m++) {
                         u32 a[4];
                         ldmatrix_x4(a, q_addr + (m * 16 * cfg::kQKStride + (k + e) * 16) * 2);
-                        mma_bf16_16816(acc_s[e % kSChains][m], a, kf[2 * e], kf[2 * e + 1]);
+#pragma unroll
+                        for (int n = 0; n < kSNPerUnit; n++)
+                            mma_bf16_16816(acc_s[m][n], a, kf[n][2 * e], kf[n][2 * e + 1]);
                     }
             }
-            int t0 = nt * 8 + quad * 2;
-            bool v0 = valid[t0], v1 = valid[t0 + 1];
 #pragma unroll
-            for (int m = 0; m < kSMTilesPerUnit; m++) {
-                float sc[4];
+            for (int n = 0; n < kSNPerUnit; n++) {
+                const int t0 = (nt0 + n) * 8 + quad * 2;
+                const bool v0 = valid[t0], v1 = valid[t0 + 1];
 #pragma unroll
-                for (int i = 0; i < 4; i++) sc[i] = kSChains == 2 ? acc_s[0][m][i] + acc_s[kSChains - 1][m][i] : acc_s[0][m][i];
-                float* r0 = sScores + ((m0 + m) * 16 + group) * cfg::kScoreStride + t0;
-                float* r1 = r0 + 8 * cfg::kScoreStride;
-                r0[0] = v0 ? sc[0] * p.sm_scale_log2 : neg_inf();
-                r0[1] = v1 ? sc[1] * p.sm_scale_log2 : neg_inf();
-                r1[0] = v0 ? sc[2] * p.sm_scale_log2 : neg_inf();
-                r1[1] = v1 ? sc[3] * p.sm_scale_log2 : neg_inf();
+                for (int m = 0; m < kSMTilesPerUnit; m++) {
+                    float* r0 = sScores + ((m0 + m) * 16 + group) * cfg::kScoreStride + t0;
+                    float* r1 = r0 + 8 * cfg::kScoreStride;
+                    r0[0] = v0 ? acc_s[m][n][0] * p.sm_scale_log2 : neg_inf();
+                    r0[1] = v1 ? acc_s[m][n][1] * p.sm_scale_log2 : neg_inf();
+                    r1[0] = v0 ? acc_s[m][n][2] * p.sm_scale_log2 : neg_inf();
+                    r1[1] = v1 ? acc_s[m][n][3] * p.sm_scale_log2 : neg_inf();
+                }
             }
         }
         __syncthreads();  // barrier: scores ready
