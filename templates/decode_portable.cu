@@ -35,8 +35,8 @@ constexpr int kSMSplit = kSMSplitMax < kMTiles ? kSMSplitMax : kMTiles;
 constexpr int kSMTilesPerUnit = kMTiles / kSMSplit;
 constexpr int kSUnits = kSNGroups * kSMSplit;
 // k-step pairs unrolled in the score loop: all of them (loads hoisted over the
-// mma chains) unless the 512-thread register cap forbids it.
-constexpr int kSKUnroll = cfg::kThreads > 256 ? 2 : cfg::kDQK / 32;
+// mma chains) unless a 128-register cap (512 threads, or two CTAs per SM) forbids it.
+constexpr int kSKUnroll = cfg::kThreads > 256 ? 2 : cfg::kMinBlocksPerSM > 1 ? 6 : cfg::kDQK / 32;
 constexpr int kVDimsPerWarp = cfg::kDV / cfg::kWarps;
 constexpr int kVNTiles = kVDimsPerWarp / 8;
 constexpr int kNopeChunks = cfg::kDNope / 16;     // 16 fp8 codes per chunk
