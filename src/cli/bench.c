@@ -100,7 +100,12 @@ typedef struct bench_result {
     mlajit_kernel_report kernel; /* the plan's kernel: spec, cold compile time, hit */
 } bench_result;
 
-static int run_config(mlajit_context *ctx, const bench_config *cfg, bench_result *out)
+/* Kernel variant overrides for every row (0 = the generator's choice). */
+typedef struct bench_variant {
+    int tile, heads_per_cta;
+} bench_variant;
+
+static int run_config(mlajit_context *ctx, const bench_config *cfg, const bench_variant *variant, bench_result *out)
 {
     const mlajit_model_desc *m = mlajit_model_describe(cfg->model);
     mlajit_synth_params sp = {
@@ -116,6 +121,8 @@ static int run_config(mlajit_context *ctx, const bench_config *cfg, bench_result
     mlajit_kernel_spec spec;
     mlajit_decode_shape shape;
     mlajit_case_spec(&c, &spec);
+    spec.tile = variant->tile;
+    spec.heads_per_cta = variant->heads_per_cta;
     mlajit_case_shape(&c, &shape);
     mlajit_plan *plan = NULL;
     mlajit_device_case dc = {0};
@@ -203,15 +210,20 @@ int cli_bench(int argc, char **argv)
 {
     const char *json_path = NULL;
     int quick = 0, only_heads = 0, only_batch = 0, only_topk = 0;
+    bench_variant variant = {0, 0};
     static const char usage[] =
         "usage: mlajit bench [--json FILE] [--quick] [--heads N] [--batch N] [--topk N]\n"
+        "                    [--tile T] [--heads-per-cta H]\n"
         "  --quick      h_q 16/64/128 and the larger V3.2 rows only\n"
-        "  --heads/--batch/--topk N   only the rows with that value (for profilers)\n";
+        "  --heads/--batch/--topk N   only the rows with that value (for profilers)\n"
+        "  --tile/--heads-per-cta N   force a kernel variant on every row (compare variants)\n";
     for (int i = 1; i < argc; i++) {
-        int *filter = strcmp(argv[i], "--heads") == 0   ? &only_heads
-                      : strcmp(argv[i], "--batch") == 0 ? &only_batch
-                      : strcmp(argv[i], "--topk") == 0  ? &only_topk
-                                                        : NULL;
+        int *filter = strcmp(argv[i], "--heads") == 0           ? &only_heads
+                      : strcmp(argv[i], "--batch") == 0         ? &only_batch
+                      : strcmp(argv[i], "--topk") == 0          ? &only_topk
+                      : strcmp(argv[i], "--tile") == 0          ? &variant.tile
+                      : strcmp(argv[i], "--heads-per-cta") == 0 ? &variant.heads_per_cta
+                                                                : NULL;
         if (strcmp(argv[i], "--json") == 0 && i + 1 < argc) json_path = argv[++i];
         else if (strcmp(argv[i], "--quick") == 0) quick = 1;
         else if (filter && i + 1 < argc && atoi(argv[i + 1]) > 0) *filter = atoi(argv[++i]);
@@ -254,7 +266,7 @@ int cli_bench(int argc, char **argv)
     for (int i = 0; i < n; i++) {
         bench_config *cf = &cfgs[i];
         bench_result r = {0};
-        rc = run_config(ctx, cf, &r);
+        rc = run_config(ctx, cf, &variant, &r);
         const char *name = mlajit_model_describe(cf->model)->name;
         if (rc) {
             failures++;
