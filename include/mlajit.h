@@ -127,8 +127,10 @@ int64_t mlajit_min_page_stride(mlajit_model model, int page_size);
 #define MLAJIT_ARCH_LEN 16
 
 typedef enum mlajit_variant {
-    MLAJIT_VARIANT_AUTO = 0,    /* the generator picks for the arch and shape */
-    MLAJIT_VARIANT_PORTABLE = 1 /* mma.sync bf16 family, sm_80 and newer */
+    MLAJIT_VARIANT_AUTO = 0,     /* the generator picks for the arch and shape (portable today) */
+    MLAJIT_VARIANT_PORTABLE = 1, /* mma.sync bf16 family, sm_80 and newer */
+    MLAJIT_VARIANT_SM90 = 2      /* wgmma, warp-specialized; sm_90a only, 64 heads per CTA, tile 64.
+                                  * Opt-in: not chosen by auto until measured on the H200 */
 } mlajit_variant;
 
 typedef struct mlajit_kernel_spec {

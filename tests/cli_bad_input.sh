@@ -52,12 +52,14 @@ compile --model v32 --heads 16 --page 64 --arch sm_9999999999999999 | --arch
 compile --model v32 --heads 16 --page 64 --features bogus  | --features: 'bogus' is unknown
 compile --model v32 --heads 16 --page 64 --features extra-topk-length | extra_page_size
 compile --model v32 --heads 16 --page 64 --bogus           | unknown option
+compile --model v32 --heads 16 --page 64 --variant fast   | --variant = 'fast'
 run-case                                                   | needs a case directory
 run-case --bogus dir                                       | '--bogus'
 run-case --tile                                            | --tile needs a value
 run-case --tile 65 dir                                     | --tile = '65'
 run-case --splits 65 dir                                   | --splits = '65'
 run-case --heads-per-cta 65 dir                            | --heads-per-cta = '65'
+run-case --variant fast dir                                | --variant = 'fast'
 run-case dir1 dir2                                         | extra argument 'dir2'
 fuzz --seconds 0                                           | --seconds = '0'
 fuzz --seconds abc                                         | --seconds = 'abc'
@@ -81,6 +83,7 @@ TABLE
 
 # ---- the envelope query's answers --------------------------------------------
 expect 0 "accepted: v32.h128.p64.t64.hc64.portable.sm_90a" envelope v32.h128.p64.t0.hc0.auto.sm_90a
+expect 1 "variant sm90 needs spec.arch = sm_90a" compile --model v32 --heads 16 --page 64 --variant sm90 --arch sm_80
 expect 0 "accepted: dsv4.h8.p64.e3" envelope dsv4.h8.p64.e3.t0.hc0.auto.any --batch 2 --topk 33 --extra-topk 7
 expect 1 "shared memory" envelope v32.h128.p64.t64.hc32.portable.sm_86
 expect 1 "shape.batch = 4097" envelope v32.h16.p64.t0.hc0.auto.sm_90a --batch 4097

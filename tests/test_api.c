@@ -211,6 +211,15 @@ BAD(spec_resolve_no_arch, INVALID, "spec.arch is empty", mlajit_spec_resolve(SPE
 BAD(spec_resolve_null_out, INVALID, "resolved: NULL", mlajit_spec_resolve(SPEC(.arch = "sm_90a"), NULL))
 BAD(spec_resolve_too_much_shared_memory, UNSUPPORTED, "shared memory",
     mlajit_spec_resolve(SPEC(.h_q = 128, .tile = 64, .heads_per_cta = 32, .arch = "sm_86"), &spec_out))
+BAD(spec_validate_variant_7, INVALID, "spec.variant = 7", mlajit_spec_validate(SPEC(.variant = 7)))
+BAD(spec_resolve_sm90_on_sm_80, UNSUPPORTED, "variant sm90 needs spec.arch = sm_90a",
+    mlajit_spec_resolve(SPEC(.variant = MLAJIT_VARIANT_SM90, .arch = "sm_80"), &spec_out))
+BAD(spec_resolve_sm90_on_sm_100a, UNSUPPORTED, "variant sm90 needs spec.arch = sm_90a",
+    mlajit_spec_resolve(SPEC(.variant = MLAJIT_VARIANT_SM90, .arch = "sm_100a"), &spec_out))
+BAD(spec_resolve_sm90_tile_32, UNSUPPORTED, "variant sm90 runs tile 64",
+    mlajit_spec_resolve(SPEC(.variant = MLAJIT_VARIANT_SM90, .tile = 32, .arch = "sm_90a"), &spec_out))
+BAD(spec_resolve_sm90_16_heads_per_cta, UNSUPPORTED, "heads_per_cta 16",
+    mlajit_spec_resolve(SPEC(.variant = MLAJIT_VARIANT_SM90, .heads_per_cta = 16, .arch = "sm_90a"), &spec_out))
 
 /* mlajit_generate_source */
 static char *source_out;

@@ -102,6 +102,12 @@ Test(spec, canonical_string_round_trips)
     char str[128];
     cr_assert_eq(mlajit_spec_string(&s, str, sizeof str), MLAJIT_OK);
     cr_expect_str_eq(str, "dsv4.h64.p256.e64.fslx.t64.hc64.portable.sm_90a");
+    s.variant = MLAJIT_VARIANT_SM90;
+    cr_assert_eq(mlajit_spec_string(&s, str, sizeof str), MLAJIT_OK);
+    cr_expect_str_eq(str, "dsv4.h64.p256.e64.fslx.t64.hc64.sm90.sm_90a");
+    mlajit_kernel_spec back;
+    cr_assert_eq(mlajit_spec_parse(str, &back), MLAJIT_OK, "%s", mlajit_last_error());
+    cr_expect_eq(back.variant, MLAJIT_VARIANT_SM90);
     cr_expect_eq(mlajit_spec_string(&s, str, 10), MLAJIT_ERR_INVALID_ARGUMENT, "a short buffer is an error");
 }
 

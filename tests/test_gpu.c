@@ -116,7 +116,7 @@ static void synth_check(const mlajit_synth_params *p, const mlajit_gpu_run_optio
     mlajit_case_free(&c);
 }
 
-Test(gpu, sweep_heads_pages_ragged_topk)
+static void sweep_heads_pages_ragged_topk(const mlajit_gpu_run_options *opts, const char *variant)
 {
     const int heads[] = {1, 2, 3, 8, 16, 24, 32, 48, 64, 80, 128};
     const int pages[] = {1, 2, 61, 64, 256};
@@ -137,11 +137,16 @@ Test(gpu, sweep_heads_pages_ragged_topk)
                 .seed = 7000 + (uint64_t)k,
             };
             char label[200];
-            snprintf(label, sizeof label, "sweep %d: %s h%d p%d topk %d extra %d/%d b%d s_q%d", k,
+            snprintf(label, sizeof label, "sweep %d (%s): %s h%d p%d topk %d extra %d/%d b%d s_q%d", k, variant,
                      p.model == MLAJIT_MODEL_V32 ? "v32" : "dsv4", p.h_q, p.page_size, p.topk, p.extra_topk,
                      p.extra_page_size, p.b, p.s_q);
-            synth_check(&p, NULL, label);
+            synth_check(&p, opts, label);
         }
+}
+
+Test(gpu, sweep_heads_pages_ragged_topk)
+{
+    sweep_heads_pages_ragged_topk(NULL, "planner's choice");
 }
 
 Test(gpu, glm_nsa_arbitrary_scales)
@@ -249,7 +254,7 @@ Test(gpu, bad_arguments_leave_out_untouched)
  * out is its V row, exact. Covers the power-of-two fast path (scales up to 2^7),
  * the exact path it falls back to (larger, zero, subnormal and non-power-of-two
  * scales) and subnormal codes and products. */
-static void check_dequant_exhaustive(mlajit_model model, int variant)
+static void check_dequant_exhaustive(mlajit_model model, int variant, const mlajit_gpu_run_options *opts)
 {
     const mlajit_model_desc *d = mlajit_model_describe(model);
     /* scales, as fp32 bits or ue8m0 bytes; 448 * scale must stay below 2^128 */
@@ -287,7 +292,7 @@ static void check_dequant_exhaustive(mlajit_model model, int variant)
         c.indices[r] = r * c.kv.page_size;
     }
     mlajit_gpu_result res;
-    cr_assert_eq(mlajit_case_run_gpu(ctx, &c, NULL, &res), MLAJIT_OK, "%s", mlajit_last_error());
+    cr_assert_eq(mlajit_case_run_gpu(ctx, &c, opts, &res), MLAJIT_OK, "%s", mlajit_last_error());
     float *want = malloc((size_t)d->d_qk * sizeof(float));
     int64_t mismatches = 0;
     for (int r = 0; r < tokens; r++) {
@@ -310,9 +315,52 @@ static void check_dequant_exhaustive(mlajit_model model, int variant)
 
 Test(gpu, dequant_every_code_and_scale)
 {
-    for (int variant = 0; variant < 2; variant++) {
-        check_dequant_exhaustive(MLAJIT_MODEL_V32, variant * 128);
-        check_dequant_exhaustive(MLAJIT_MODEL_DSV4, variant * 128);
-        check_dequant_exhaustive(MLAJIT_MODEL_GLM_NSA, variant * 128);
+    /* code offsets 0, 64, 128, 192: every code meets every scale, DSV4's 64-dim
+     * quantization blocks included */
+    for (int variant = 0; variant < 4; variant++) {
+        check_dequant_exhaustive(MLAJIT_MODEL_V32, variant * 64, NULL);
+        check_dequant_exhaustive(MLAJIT_MODEL_DSV4, variant * 64, NULL);
+        check_dequant_exhaustive(MLAJIT_MODEL_GLM_NSA, variant * 64, NULL);
+    }
+}
+
+/* The wgmma family (MLAJIT_VARIANT_SM90, opt-in) against the same oracles: every
+ * golden case (planner's splits, then 3 splits with strided lse and padded rows),
+ * the shape sweep, and the exhaustive dequantization. sm_90a devices only. */
+static void require_sm90a(void)
+{
+    mlajit_context_info info;
+    mlajit_context_get_info(ctx, &info);
+    if (strcmp(info.device_arch, "sm_90a") != 0) {
+        teardown();
+        cr_skip_test("the sm90 variant needs an sm_90a device; this one is %s", info.device_arch);
+    }
+}
+
+Test(gpu, sm90_golden_cases)
+{
+    require_sm90a();
+    mlajit_gpu_run_options o = {.variant = MLAJIT_VARIANT_SM90};
+    for_each_golden(&o, "sm90");
+    mlajit_gpu_run_options split = {.variant = MLAJIT_VARIANT_SM90, .num_splits = 3, .lse_head_major = 1,
+                                    .pad_strides = 1};
+    for_each_golden(&split, "sm90, 3 splits, lse [b,h,s], padded strides");
+}
+
+Test(gpu, sm90_sweep_heads_pages_ragged_topk)
+{
+    require_sm90a();
+    mlajit_gpu_run_options o = {.variant = MLAJIT_VARIANT_SM90};
+    sweep_heads_pages_ragged_topk(&o, "sm90");
+}
+
+Test(gpu, sm90_dequant_every_code_and_scale)
+{
+    require_sm90a();
+    mlajit_gpu_run_options o = {.variant = MLAJIT_VARIANT_SM90};
+    for (int variant = 0; variant < 4; variant++) {
+        check_dequant_exhaustive(MLAJIT_MODEL_V32, variant * 64, &o);
+        check_dequant_exhaustive(MLAJIT_MODEL_DSV4, variant * 64, &o);
+        check_dequant_exhaustive(MLAJIT_MODEL_GLM_NSA, variant * 64, &o);
     }
 }

@@ -62,6 +62,38 @@ Test(nvrtc, glm_nsa_and_odd_shapes, .timeout = 600)
     compile_ok(MLAJIT_MODEL_V32, 80, 2, 0, 0, "sm_89");
 }
 
+/* The wgmma family (opt-in, sm_90a only) compiles for every model and feature set
+ * with no spills under its register split (setmaxnreg 200 / 104). */
+static void compile_sm90_ok(mlajit_model model, int h, int page, int extra_page, unsigned features)
+{
+    mlajit_kernel_spec s;
+    cr_assert_eq(mlajit_spec_init(&s, model, h, page), MLAJIT_OK);
+    s.extra_page_size = extra_page;
+    s.features = features;
+    s.variant = MLAJIT_VARIANT_SM90;
+    strcpy(s.arch, "sm_90a");
+    char name[128];
+    cr_assert_eq(mlajit_spec_string(&s, name, sizeof name), MLAJIT_OK, "%s", mlajit_last_error());
+    cr_expect(strstr(name, ".t64.hc64.sm90.sm_90a") != NULL, "%s", name);
+    char *src;
+    cr_assert_eq(mlajit_generate_source(&s, &src), MLAJIT_OK, "%s", mlajit_last_error());
+    cr_expect(strstr(src, "wgmma.mma_async") != NULL, "%s: the wgmma kernel, not the portable one", name);
+    mlajit_compiled c;
+    int rc = mlajit_nvrtc_compile(src, name, "sm_90a", &c);
+    mlajit_free(src);
+    cr_assert_eq(rc, MLAJIT_OK, "%s: %s", name, mlajit_last_error());
+    cr_expect_eq(c.spill_bytes, 0, "%s spills %d bytes", name, c.spill_bytes);
+    mlajit_compiled_free(&c);
+}
+
+Test(nvrtc, sm90_family, .timeout = 600)
+{
+    compile_sm90_ok(MLAJIT_MODEL_V32, 128, 64, 0, 0);
+    compile_sm90_ok(MLAJIT_MODEL_V32, 3, 61, 0, MLAJIT_FEATURE_SINK | MLAJIT_FEATURE_TOPK_LENGTH);
+    compile_sm90_ok(MLAJIT_MODEL_DSV4, 128, 256, 64, MLAJIT_FEATURE_ALL);
+    compile_sm90_ok(MLAJIT_MODEL_GLM_NSA, 64, 1024, 7, MLAJIT_FEATURE_ALL);
+}
+
 Test(nvrtc, rejects_an_arch_it_cannot_target)
 {
     mlajit_compiled c;

@@ -103,6 +103,7 @@ typedef struct bench_result {
 /* Kernel variant overrides for every row (0 = the generator's choice). */
 typedef struct bench_variant {
     int tile, heads_per_cta;
+    mlajit_variant variant;
 } bench_variant;
 
 static int run_config(mlajit_context *ctx, const bench_config *cfg, const bench_variant *variant, bench_result *out)
@@ -123,6 +124,7 @@ static int run_config(mlajit_context *ctx, const bench_config *cfg, const bench_
     mlajit_case_spec(&c, &spec);
     spec.tile = variant->tile;
     spec.heads_per_cta = variant->heads_per_cta;
+    spec.variant = variant->variant;
     mlajit_case_shape(&c, &shape);
     mlajit_plan *plan = NULL;
     mlajit_device_case dc = {0};
@@ -210,10 +212,10 @@ int cli_bench(int argc, char **argv)
 {
     const char *json_path = NULL;
     int quick = 0, only_heads = 0, only_batch = 0, only_topk = 0;
-    bench_variant variant = {0, 0};
+    bench_variant variant = {0, 0, MLAJIT_VARIANT_AUTO};
     static const char usage[] =
         "usage: mlajit bench [--json FILE] [--quick] [--heads N] [--batch N] [--topk N]\n"
-        "                    [--tile T] [--heads-per-cta H]\n"
+        "                    [--tile T] [--heads-per-cta H] [--variant auto|portable|sm90]\n"
         "  --quick      h_q 16/64/128 and the larger V3.2 rows only\n"
         "  --heads/--batch/--topk N   only the rows with that value (for profilers)\n"
         "  --tile/--heads-per-cta N   force a kernel variant on every row (compare variants)\n";
@@ -225,6 +227,10 @@ int cli_bench(int argc, char **argv)
                       : strcmp(argv[i], "--heads-per-cta") == 0 ? &variant.heads_per_cta
                                                                 : NULL;
         if (strcmp(argv[i], "--json") == 0 && i + 1 < argc) json_path = argv[++i];
+        else if (strcmp(argv[i], "--variant") == 0 && i + 1 < argc) {
+            if (!cli_parse_variant(argv[++i], &variant.variant))
+                return CLI_USAGE;
+        }
         else if (strcmp(argv[i], "--quick") == 0) quick = 1;
         else if (filter && i + 1 < argc && atoi(argv[i + 1]) > 0) *filter = atoi(argv[++i]);
         else {

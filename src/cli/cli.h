@@ -2,6 +2,8 @@
 #ifndef MLAJIT_CLI_H
 #define MLAJIT_CLI_H
 
+#include "mlajit.h"
+
 enum { CLI_OK = 0, CLI_FAIL = 1, CLI_USAGE = 2 };
 
 int cli_bench(int argc, char **argv);
@@ -12,5 +14,7 @@ int cli_cache(int argc, char **argv);    /* cache_cmd.c */
 
 /* Print "mlajit: <what>: <last error>" and return the exit code for status. */
 int cli_error(int status, const char *what);
+/* --variant auto|portable|sm90; prints the allowed values and returns 0 when bad. */
+int cli_parse_variant(const char *s, mlajit_variant *out);
 
 #endif

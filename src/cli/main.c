@@ -15,10 +15,12 @@ static const char usage_text[] =
     "commands:\n"
     "  info                          version, NVRTC, driver and GPU, cache directory and size\n"
     "  compile --model M --heads N --page P [--extra-page P2] [--features LIST]\n"
-    "          [--tile T] [--heads-per-cta H] [--arch sm_XX] [--emit-source]\n"
+    "          [--tile T] [--heads-per-cta H] [--variant auto|portable|sm90] [--arch sm_XX]\n"
+    "          [--emit-source]\n"
     "                                generate, compile and cache one kernel\n"
     "  run-case [--cpu] DIR          run a golden-format case directory and check it\n"
-    "          [--tile T] [--heads-per-cta H] [--splits N] [--lse-head-major] [--pad-strides]\n"
+    "          [--variant V] [--tile T] [--heads-per-cta H] [--splits N] [--lse-head-major]\n"
+    "          [--pad-strides]\n"
     "                                (kernel variant and argument layout of the GPU run)\n"
     "  demo                          V3.2 decode end to end (b 4, seqlen 4096, topk 2048, h_q 128)\n"
     "  bench [--json FILE] [--quick] the shared/BENCH.md protocol (needs a GPU)\n"
@@ -56,6 +58,18 @@ static int parse_int(const char *s, const char *name, int lo, int hi, int *out)
         return 0;
     }
     *out = (int)v;
+    return 1;
+}
+
+int cli_parse_variant(const char *s, mlajit_variant *out)
+{
+    if (strcmp(s, "auto") == 0) *out = MLAJIT_VARIANT_AUTO;
+    else if (strcmp(s, "portable") == 0) *out = MLAJIT_VARIANT_PORTABLE;
+    else if (strcmp(s, "sm90") == 0) *out = MLAJIT_VARIANT_SM90;
+    else {
+        fprintf(stderr, "mlajit: --variant = '%s'; allowed auto, portable, sm90\n", s);
+        return 0;
+    }
     return 1;
 }
 
@@ -117,10 +131,11 @@ static int cmd_compile(int argc, char **argv)
         {"page", required_argument, 0, 'p'},  {"extra-page", required_argument, 0, 'e'},
         {"arch", required_argument, 0, 'a'},  {"emit-source", no_argument, 0, 's'},
         {"features", required_argument, 0, 'f'}, {"tile", required_argument, 0, 't'},
-        {"heads-per-cta", required_argument, 0, 'c'},
+        {"heads-per-cta", required_argument, 0, 'c'}, {"variant", required_argument, 0, 'v'},
         {0, 0, 0, 0}};
     const char *model_name = NULL, *arch = "";
     int heads = 0, page = 0, extra_page = 0, tile = 0, heads_per_cta = 0, emit = 0;
+    mlajit_variant variant = MLAJIT_VARIANT_AUTO;
     unsigned features = 0;
     int c;
     optind = 1;
@@ -133,6 +148,7 @@ static int cmd_compile(int argc, char **argv)
         case 't': if (!parse_int(optarg, "--tile", 0, 64, &tile)) return CLI_USAGE; break;
         case 'c': if (!parse_int(optarg, "--heads-per-cta", 0, 64, &heads_per_cta)) return CLI_USAGE; break;
         case 'a': arch = optarg; break;
+        case 'v': if (!cli_parse_variant(optarg, &variant)) return CLI_USAGE; break;
         case 's': emit = 1; break;
         case 'f': if (!parse_features(optarg, &features)) return CLI_USAGE; break;
         default: return usage_error("compile: unknown option%s", "");
@@ -151,6 +167,7 @@ static int cmd_compile(int argc, char **argv)
     spec.features = features;
     spec.tile = tile;
     spec.heads_per_cta = heads_per_cta;
+    spec.variant = variant;
     if (strlen(arch) >= sizeof spec.arch)
         return usage_error("--arch '%s' is too long", arch);
     strcpy(spec.arch, arch);
@@ -209,6 +226,12 @@ static int cmd_run_case(int argc, char **argv)
         if (strcmp(argv[i], "--cpu") == 0) cpu = 1;
         else if (strcmp(argv[i], "--lse-head-major") == 0) run.lse_head_major = 1;
         else if (strcmp(argv[i], "--pad-strides") == 0) run.pad_strides = 1;
+        else if (strcmp(argv[i], "--variant") == 0) {
+            if (i + 1 == argc)
+                return usage_error("run-case: %s needs a value", argv[i]);
+            if (!cli_parse_variant(argv[++i], &run.variant))
+                return CLI_USAGE;
+        }
         else if (strcmp(argv[i], "--tile") == 0 || strcmp(argv[i], "--heads-per-cta") == 0 ||
                  strcmp(argv[i], "--splits") == 0) {
             if (i + 1 == argc)

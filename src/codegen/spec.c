@@ -80,8 +80,9 @@ int mlajit_spec_validate(const mlajit_kernel_spec *spec)
         spec->heads_per_cta != 64)
         return mlajit_fail(MLAJIT_ERR_INVALID_ARGUMENT, "spec.heads_per_cta = %d; allowed 0 (auto), 16, 32, 64",
                            spec->heads_per_cta);
-    if (spec->variant != MLAJIT_VARIANT_AUTO && spec->variant != MLAJIT_VARIANT_PORTABLE)
-        return mlajit_fail(MLAJIT_ERR_INVALID_ARGUMENT, "spec.variant = %d; allowed 0 (auto), 1 (portable)",
+    if (spec->variant != MLAJIT_VARIANT_AUTO && spec->variant != MLAJIT_VARIANT_PORTABLE &&
+        spec->variant != MLAJIT_VARIANT_SM90)
+        return mlajit_fail(MLAJIT_ERR_INVALID_ARGUMENT, "spec.variant = %d; allowed 0 (auto), 1 (portable), 2 (sm90)",
                            (int)spec->variant);
     if (memchr(spec->arch, '\0', sizeof spec->arch) == NULL)
         return mlajit_fail(MLAJIT_ERR_INVALID_ARGUMENT, "spec.arch is not NUL-terminated");
@@ -104,6 +105,17 @@ int mlajit_spec_resolve(const mlajit_kernel_spec *spec, mlajit_kernel_spec *reso
     mlajit_kernel_spec r = *spec;
     if (r.variant == MLAJIT_VARIANT_AUTO)
         r.variant = MLAJIT_VARIANT_PORTABLE;
+    if (r.variant == MLAJIT_VARIANT_SM90) {
+        /* wgmma and setmaxnreg exist only in the arch-specific sm_90a target */
+        if (strcmp(r.arch, "sm_90a") != 0)
+            return mlajit_fail(MLAJIT_ERR_UNSUPPORTED, "variant sm90 needs spec.arch = sm_90a (wgmma); spec.arch = '%s': "
+                               "use the portable variant", r.arch);
+        if ((r.tile && r.tile != 64) || (r.heads_per_cta && r.heads_per_cta != 64))
+            return mlajit_fail(MLAJIT_ERR_UNSUPPORTED, "variant sm90 runs tile 64 with 64 heads per CTA; spec has tile %d, "
+                               "heads_per_cta %d: leave them 0", r.tile, r.heads_per_cta);
+        r.tile = 64;
+        r.heads_per_cta = 64;
+    }
     /* 16 heads fill one mma row tile; past that more row tiles per CTA cut how
      * often each K tile is gathered and dequantized: 64 heads (512 threads) when
      * that pads no more heads than 32 would and a 64-candidate tile fits. */
@@ -147,7 +159,10 @@ static void feature_letters(unsigned f, char *buf)
     buf[n] = '\0';
 }
 
-static const char *variant_name(mlajit_variant v) { return v == MLAJIT_VARIANT_PORTABLE ? "portable" : "auto"; }
+static const char *variant_name(mlajit_variant v)
+{
+    return v == MLAJIT_VARIANT_PORTABLE ? "portable" : v == MLAJIT_VARIANT_SM90 ? "sm90" : "auto";
+}
 
 int mlajit_spec_string(const mlajit_kernel_spec *spec, char *buf, size_t len)
 {
@@ -230,8 +245,9 @@ int mlajit_spec_parse(const char *str, mlajit_kernel_spec *out)
     if (nt - i != 4 || !parse_field(toks[i], "t", &s.tile) || !parse_field(toks[i + 1], "hc", &s.heads_per_cta))
         return mlajit_fail(MLAJIT_ERR_INVALID_ARGUMENT, "spec string '%s' is malformed; form: %s", str, form);
     if (strcmp(toks[i + 2], "portable") == 0) s.variant = MLAJIT_VARIANT_PORTABLE;
+    else if (strcmp(toks[i + 2], "sm90") == 0) s.variant = MLAJIT_VARIANT_SM90;
     else if (strcmp(toks[i + 2], "auto") == 0) s.variant = MLAJIT_VARIANT_AUTO;
-    else return mlajit_fail(MLAJIT_ERR_INVALID_ARGUMENT, "spec string '%s': variant '%s'; allowed portable, auto", str, toks[i + 2]);
+    else return mlajit_fail(MLAJIT_ERR_INVALID_ARGUMENT, "spec string '%s': variant '%s'; allowed portable, sm90, auto", str, toks[i + 2]);
     if (strcmp(toks[i + 3], "any") != 0) {
         if (strlen(toks[i + 3]) >= sizeof s.arch)
             return mlajit_fail(MLAJIT_ERR_INVALID_ARGUMENT, "spec string '%s': arch too long", str);

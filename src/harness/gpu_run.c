@@ -219,6 +219,7 @@ int mlajit_case_run_gpu(mlajit_context *ctx, const mlajit_case *c, const mlajit_
         snprintf(spec.arch, sizeof spec.arch, "%s", opts->arch);
     spec.tile = opts->tile;
     spec.heads_per_cta = opts->heads_per_cta;
+    spec.variant = opts->variant;
     shape.num_splits = opts->num_splits;
     if (!ctx->drv)
         return mlajit_fail(MLAJIT_ERR_NO_DEVICE, "no GPU: no CUDA driver or device found");

@@ -119,6 +119,7 @@ typedef struct mlajit_gpu_run_options {
     const char *arch;     /* spec.arch override ("" / NULL: the device's) */
     int tile;             /* spec.tile override (0: generator's choice) */
     int heads_per_cta;    /* spec.heads_per_cta override */
+    mlajit_variant variant; /* spec.variant override (0: auto) */
     int num_splits;       /* shape.num_splits (0: planner's choice) */
     int lse_head_major;   /* lse laid out [b, h_q, s_q] (FlashMLA's order) via strides */
     int pad_strides;      /* q, out and indices with padded row strides */

@@ -1,0 +1,409 @@
+// ---------------------------------------------------------------------------
+// decode_sm90.cu: the Hopper sparse-MLA decode kernel (sm_90a): wgmma with warp
+// specialization. Opt-in (spec.variant = MLAJIT_VARIANT_SM90) until it has been
+// measured against the portable family on the H200 (see bench/NOTES.md).
+//
+// One CTA = one (batch row x query token, 64 heads, split): 384 threads in three
+// warp groups with fixed roles.
+//   consumers (warp groups 0 and 1): S = Q K^T with wgmma m64n64k16, both operands
+//     in shared memory; the online softmax in registers (log2 domain); then
+//     O[:, 256 g .. 256 g + 256) += P V with wgmma m64n256k16, P from registers and
+//     V read transposed out of the same K tile. Each consumer computes the whole of
+//     S, so no row statistics cross warp groups.
+//   producer (warp group 2): resolves the candidates of the next tile, gathers their
+//     rows with 16-byte loads and dequantizes them (gather.cu) into a K tile buffer:
+//     bf16, 64-dim blocks of 64 rows x 128 bytes, 128-byte swizzled (what the
+//     wgmma descriptors describe). Two buffers: it fills one while the consumers
+//     read the other.
+// Named barriers, each over all 384 threads:
+//   kBarKFull + b   buffer b holds a dequantized tile and its validity table
+//                   (producer arrives, consumers wait)
+//   kBarKEmpty + b  the consumers have finished reading buffer b
+//                   (consumers arrive, producer waits)
+// and kBarTable (producer only): the tile's candidate table is written.
+// ---------------------------------------------------------------------------
+namespace sm90 {
+using namespace gather;
+
+// ---- tile configuration (every constant the kernel's shape depends on) ----
+constexpr int kHeads = cfg::kHeadsPerCta;         // 64: one wgmma M
+constexpr int kTile = cfg::kTile;                 // 64 candidates: one wgmma N of S
+constexpr int kKBlocks = cfg::kDQK / 64;          // 64-dim (128-byte) swizzle blocks per row
+constexpr int kBlockBytes = 64 * 128;             // one block of 64 rows
+constexpr int kOperandBytes = kKBlocks * kBlockBytes;  // Q, or one K tile
+constexpr int kKSteps = 64 / 16;                  // wgmma k-steps per block (or per tile in P V)
+constexpr int kVDimsPerConsumer = cfg::kDV / 2;   // 256: one wgmma N of P V
+constexpr int kVBlocksPerConsumer = kVDimsPerConsumer / 64;
+constexpr int kWarpGroupThreads = 128;
+constexpr int kCtaThreads = 3 * kWarpGroupThreads;
+constexpr int kProducerGroup = 2;
+constexpr int kNopeChunks = cfg::kDNope / 16;     // 16 fp8 codes per chunk, one lane each
+constexpr int kRopeChunks = cfg::kDRope * 2 / 16; // 8 bf16 per chunk
+constexpr int kTokensPerProducerWarp = kTile / 4;
+constexpr int kBatch = 8;                         // candidates a producer warp has in flight
+constexpr int kRopeTokensPerSlot = 32 / kRopeChunks;
+constexpr int kRopeSlots = kBatch / kRopeTokensPerSlot;
+// setmaxnreg: the consumers hold a 64 x 256 fp32 accumulator (128 registers) and
+// S (32); the producer a batch of chunks. No spills for any model or feature set at
+// 200 / 104 (CUDA 13.0; 208 / 88 spills the DSV4 producer). 256 * 200 + 128 * 104 = 384 * 168.
+constexpr int kConsumerRegisters = 200, kProducerRegisters = 104;
+
+enum NamedBarrier { kBarKFull = 1, kBarKEmpty = 3, kBarTable = 5 };  // + buffer index
+
+static_assert(cfg::kThreads == kCtaThreads, "the generator's thread count must match the roles");
+static_assert(kHeads == 64 && kTile == 64, "one wgmma M of heads and one N of candidates");
+static_assert(cfg::kDQK % 64 == 0 && cfg::kDV == 512 && cfg::kDNope % 8 == 0, "dims must fill swizzle blocks");
+static_assert(kNopeChunks <= 32 && 32 % kRopeChunks == 0 && kBatch % kRopeTokensPerSlot == 0, "producer lanes");
+static_assert(kTokensPerProducerWarp % kBatch == 0, "batches must tile a producer warp's candidates");
+static_assert(cfg::kQuantTile % 16 == 0, "a 16-code chunk has one scale");
+
+// ---- PTX: wgmma, descriptors, named barriers, register reallocation ----
+__device__ __forceinline__ void wgmma_fence() { asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory"); }
+__device__ __forceinline__ void wgmma_commit() { asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory"); }
+__device__ __forceinline__ void wgmma_wait_all() { asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory"); }
+
+// Registers an in-flight wgmma reads or writes: the compiler sees a use and a new
+// definition here, so it neither reads an accumulator before wgmma_wait_all nor
+// reuses an A-fragment register while the instruction may still read it.
+template <int N>
+__device__ __forceinline__ void fence_operands(float (&r)[N])
+{
+#pragma unroll
+    for (int i = 0; i < N; i++) asm volatile("" : "+f"(r[i])::"memory");
+}
+template <int M, int N>
+__device__ __forceinline__ void fence_operands(u32 (&r)[M][N])
+{
+#pragma unroll
+    for (int i = 0; i < M; i++)
+#pragma unroll
+        for (int j = 0; j < N; j++) asm volatile("" : "+r"(r[i][j])::"memory");
+}
+
+// Generic-proxy shared-memory writes made visible to wgmma (the async proxy).
+__device__ __forceinline__ void fence_smem_for_wgmma() { asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory"); }
+
+__device__ __forceinline__ void named_barrier_sync(int id, int threads)
+{
+    asm volatile("bar.sync %0, %1;\n" :: "r"(id), "r"(threads) : "memory");
+}
+
+__device__ __forceinline__ void named_barrier_arrive(int id, int threads)
+{
+    asm volatile("bar.arrive %0, %1;\n" :: "r"(id), "r"(threads) : "memory");
+}
+
+template <int kRegisters>
+__device__ __forceinline__ void registers_increase() { asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" :: "n"(kRegisters)); }
+template <int kRegisters>
+__device__ __forceinline__ void registers_decrease() { asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" :: "n"(kRegisters)); }
+
+// Shared-memory matrix descriptor, 128-byte swizzle. K-major operands: rows of 128
+// bytes, 8-row groups 1024 bytes apart (stride), leading offset unused. MN-major
+// (V): 64-element blocks `leading` bytes apart along N, 8-row groups along K 1024.
+__device__ __forceinline__ u64 smem_descriptor(u32 addr, u32 leading, u32 stride)
+{
+    return (u64)((addr & 0x3ffffu) >> 4) | ((u64)(leading >> 4) << 16) | ((u64)(stride >> 4) << 32) | (1ull << 62);
+}
+
+// Byte offset of 16-byte chunk c of row r in a 128-byte-swizzled block (block
+// bases are 1024-aligned, as the hardware's address swizzle assumes).
+__device__ __forceinline__ u32 swizzled(int r, int c) { return (u32)(r * 128 + ((c ^ (r & 7)) << 4)); }
+
+__device__ __forceinline__ void store_shared16(u32 addr, const U32x4& v)
+{
+    asm volatile("st.shared.v4.b32 [%0], {%1, %2, %3, %4};\n" :: "r"(addr), "r"(v.x), "r"(v.y), "r"(v.z), "r"(v.w)
+                 : "memory");
+}
+
+// ---- wgmma wrappers (operand lists written out: inline PTX has no loops) ----
+// D(64 x 64) (+)= A(64 x 16, shared memory) * B(16 x 64, shared memory); bf16 in, fp32
+// accumulate; scale_d = 0 overwrites D. Both operands K-major (tnspA = tnspB = 0).
+__device__ __forceinline__ void wgmma_m64n64k16_ss(float (&d)[32], u64 desc_a, u64 desc_b, int scale_d)
+{
+    asm volatile(
+        "{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 "
+        "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, %32, %33, p, 1, 1, 0, 0;\n}\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
+          "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
+          "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
+          "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
+        : "l"(desc_a), "l"(desc_b), "r"(scale_d));
+}
+
+// D(64 x 256) += A(64 x 16, registers: the mma.sync A-fragment layout per warp) *
+// B(16 x 256, shared memory, MN-major: tnspB = 1); bf16 in, fp32 accumulate.
+__device__ __forceinline__ void wgmma_m64n256k16_rs_tnsp_b(float (&d)[128], const u32 (&a)[4], u64 desc_b)
+{
+    asm volatile(
+        "{\n.reg .pred p;\nsetp.ne.b32 p, 1, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n256k16.f32.bf16.bf16 "
+        "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63, %64, %65, %66, %67, %68, %69, %70, %71, %72, %73, %74, %75, %76, %77, %78, %79, %80, %81, %82, %83, %84, %85, %86, %87, %88, %89, %90, %91, %92, %93, %94, %95, %96, %97, %98, %99, %100, %101, %102, %103, %104, %105, %106, %107, %108, %109, %110, %111, %112, %113, %114, %115, %116, %117, %118, %119, %120, %121, %122, %123, %124, %125, %126, %127}, {%128, %129, %130, %131}, %132, p, 1, 1, 1;\n}\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
+          "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
+          "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
+          "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]),
+          "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]),
+          "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]),
+          "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]),
+          "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63]),
+          "+f"(d[64]), "+f"(d[65]), "+f"(d[66]), "+f"(d[67]), "+f"(d[68]), "+f"(d[69]), "+f"(d[70]), "+f"(d[71]),
+          "+f"(d[72]), "+f"(d[73]), "+f"(d[74]), "+f"(d[75]), "+f"(d[76]), "+f"(d[77]), "+f"(d[78]), "+f"(d[79]),
+          "+f"(d[80]), "+f"(d[81]), "+f"(d[82]), "+f"(d[83]), "+f"(d[84]), "+f"(d[85]), "+f"(d[86]), "+f"(d[87]),
+          "+f"(d[88]), "+f"(d[89]), "+f"(d[90]), "+f"(d[91]), "+f"(d[92]), "+f"(d[93]), "+f"(d[94]), "+f"(d[95]),
+          "+f"(d[96]), "+f"(d[97]), "+f"(d[98]), "+f"(d[99]), "+f"(d[100]), "+f"(d[101]), "+f"(d[102]), "+f"(d[103]),
+          "+f"(d[104]), "+f"(d[105]), "+f"(d[106]), "+f"(d[107]), "+f"(d[108]), "+f"(d[109]), "+f"(d[110]), "+f"(d[111]),
+          "+f"(d[112]), "+f"(d[113]), "+f"(d[114]), "+f"(d[115]), "+f"(d[116]), "+f"(d[117]), "+f"(d[118]), "+f"(d[119]),
+          "+f"(d[120]), "+f"(d[121]), "+f"(d[122]), "+f"(d[123]), "+f"(d[124]), "+f"(d[125]), "+f"(d[126]), "+f"(d[127])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b));
+}
+
+// ---- producer: one tile's candidates into K buffer `k_base` ----
+// Warp w of the producer group owns candidates [16 w, 16 w + 16), in batches of
+// kBatch: lane l loads NoPE chunk l of each candidate (its scale index is fixed),
+// and RoPE chunk l % kRopeChunks of candidate l / kRopeChunks of a slot.
+__device__ __forceinline__ void produce_tile(u32 k_base, const u8* const* rows, const u8* const* scales, int warp,
+                                             int lane)
+{
+#pragma unroll 1
+    for (int b0 = 0; b0 < kTokensPerProducerWarp; b0 += kBatch) {
+        const int tok0 = warp * kTokensPerProducerWarp + b0;
+        U32x4 nope[kBatch], rope[kRopeSlots];
+        u32 footer_scale[kBatch];
+#pragma unroll
+        for (int j = 0; j < kBatch; j++) {
+            const u8* src = rows[tok0 + j];
+            nope[j] = U32x4{0u, 0u, 0u, 0u};
+            footer_scale[j] = 0u;
+            if (src && lane < kNopeChunks) {
+                nope[j] = *reinterpret_cast<const U32x4*>(src + lane * 16);
+                if (!cfg::kScalesInline) footer_scale[j] = load_scale_bits(scales[tok0 + j], lane * 16 / cfg::kQuantTile);
+            }
+        }
+#pragma unroll
+        for (int j = 0; j < kRopeSlots; j++) {
+            const u8* src = rows[tok0 + j * kRopeTokensPerSlot + lane / kRopeChunks];
+            rope[j] = src ? *reinterpret_cast<const U32x4*>(src + cfg::kRopeOffset + (lane % kRopeChunks) * 16)
+                          : U32x4{0u, 0u, 0u, 0u};
+        }
+        if (lane < kNopeChunks) {
+            const u32 block = k_base + (u32)(lane / 4) * kBlockBytes;  // 16 dims = 2 chunks of one block
+            const int chunk = (lane % 4) * 2;
+#pragma unroll
+            for (int j = 0; j < kBatch; j++) {
+                const int t = tok0 + j;
+                u32 w[8] = {0u, 0u, 0u, 0u, 0u, 0u, 0u, 0u};
+                const u8* inline_scales = cfg::kScalesInline ? scales[t] : nullptr;
+                if (cfg::kScalesInline ? inline_scales != nullptr : rows[t] != nullptr) {
+                    const u32 bits = cfg::kScalesInline ? load_scale_bits(inline_scales, lane * 16 / cfg::kQuantTile)
+                                                        : footer_scale[j];
+                    const u32 scale2 = fast_scale_bf16x2(bits);
+                    if (scale2 != 0u)
+                        dequant16_pow2(nope[j], scale2, w);
+                    else
+                        dequant16_exact(nope[j], scale_value(bits), w);
+                }
+                store_shared16(block + swizzled(t, chunk), U32x4{w[0], w[1], w[2], w[3]});
+                store_shared16(block + swizzled(t, chunk + 1), U32x4{w[4], w[5], w[6], w[7]});
+            }
+        }
+#pragma unroll
+        for (int j = 0; j < kRopeSlots; j++) {
+            const int t = tok0 + j * kRopeTokensPerSlot + lane / kRopeChunks;
+            const int dim = cfg::kDNope + (lane % kRopeChunks) * 8;
+            store_shared16(k_base + (u32)(dim / 64) * kBlockBytes + swizzled(t, (dim % 64) / 8), rope[j]);
+        }
+    }
+}
+
+}  // namespace sm90
+
+extern "C" __global__ void __launch_bounds__(sm90::kCtaThreads, 1) mlajit_decode_main(const DecodeParams p)
+{
+    using namespace sm90;
+    extern __shared__ __align__(1024) u8 smem_raw[];
+    // wgmma's 128-byte swizzle needs 1024-byte aligned blocks; the generator
+    // reserves the slack.
+    u8* smem = reinterpret_cast<u8*>((reinterpret_cast<u64>(smem_raw) + 1023) & ~(u64)1023);
+    const u32 sQ = smem_address(smem + cfg::kSmemQ);
+    const u32 sK = smem_address(smem + cfg::kSmemK);  // buffer b at sK + b * kOperandBytes
+    const u8** sTokenRow = reinterpret_cast<const u8**>(smem + cfg::kSmemTokenRow);      // [2][kTile]
+    const u8** sTokenScale = reinterpret_cast<const u8**>(smem + cfg::kSmemTokenScale);  // [2][kTile]
+    int* sTokenValid = reinterpret_cast<int*>(smem + cfg::kSmemTokenValid);              // [2][kTile]
+
+    const int tid = threadIdx.x;
+    const int group = tid / kWarpGroupThreads;
+    const int warp = (tid / 32) % 4, lane = tid % 32;  // warp within its group
+    const int row = blockIdx.x;
+    const int head0 = blockIdx.y * kHeads;
+    const int b = row / p.s_q, s = row % p.s_q;
+    const int split = blockIdx.z;
+    const TileRange range = tile_range(p, b, split);
+
+    // Q rows of this head group into the swizzled layout (heads past h_q are zero).
+    for (int i = tid; i < kHeads * (cfg::kDQK / 8); i += kCtaThreads) {
+        const int h = i / (cfg::kDQK / 8), c8 = i % (cfg::kDQK / 8);
+        U32x4 v = {0u, 0u, 0u, 0u};
+        if (head0 + h < cfg::kHeads)
+            v = *reinterpret_cast<const U32x4*>(p.q + b * p.q_stride_b + s * p.q_stride_s +
+                                                (head0 + h) * p.q_stride_h + c8 * 8);
+        store_shared16(sQ + (u32)(c8 / 8) * kBlockBytes + swizzled(h, c8 % 8), v);
+    }
+    fence_smem_for_wgmma();
+    __syncthreads();  // barrier: Q ready for every role
+
+    auto live_after = [&](int t) { return next_live_tile(range, t + 1, p.topk); };
+    const int first = next_live_tile(range, range.begin, p.topk);
+
+    if (group == kProducerGroup) {
+        registers_decrease<kProducerRegisters>();
+        const int ptid = tid - kProducerGroup * kWarpGroupThreads;
+        auto slot_of = [&](int t) {
+            return (t < range.end && ptid < kTile)
+                       ? fetch_slot(p, b, s, t * kTile + ptid, range.main_len, range.extra_len, range.total)
+                       : -1;
+        };
+        int slot = slot_of(first);
+        int seq = 0;
+        for (int tile = first; tile < range.end; tile = live_after(tile), seq++) {
+            const int buf = seq & 1;
+            const int next = live_after(tile);
+            if (seq >= 2) named_barrier_sync(kBarKEmpty + buf, kCtaThreads);
+            if (ptid < kTile) {
+                const Candidate c = locate_candidate(p, tile * kTile + ptid, slot);
+                sTokenRow[buf * kTile + ptid] = c.row;
+                sTokenScale[buf * kTile + ptid] = c.scales;
+                sTokenValid[buf * kTile + ptid] = c.row != nullptr;
+            }
+            slot = slot_of(next);  // the next tile's index load flies during this tile's gather
+            named_barrier_sync(kBarTable, kWarpGroupThreads);
+            produce_tile(sK + (u32)buf * kOperandBytes, sTokenRow + buf * kTile, sTokenScale + buf * kTile, warp, lane);
+            fence_smem_for_wgmma();
+            named_barrier_arrive(kBarKFull + buf, kCtaThreads);
+        }
+        return;
+    }
+
+    // ---- consumers ----
+    registers_increase<kConsumerRegisters>();
+    const int g = lane / 4, q = lane % 4;  // accumulator fragment coordinates
+    float acc_o[kVDimsPerConsumer / 2];    // 64 x 256 fp32 over the warp group
+#pragma unroll
+    for (int i = 0; i < kVDimsPerConsumer / 2; i++) acc_o[i] = 0.0f;
+    float row_max[2] = {neg_inf(), neg_inf()}, row_sum[2] = {0.0f, 0.0f};  // rows g and g + 8
+
+    int seq = 0;
+    for (int tile = first; tile < range.end; tile = live_after(tile), seq++) {
+        const int buf = seq & 1;
+        const int after_next = live_after(live_after(tile));
+        named_barrier_sync(kBarKFull + buf, kCtaThreads);
+        const u32 k_tile = sK + (u32)buf * kOperandBytes;
+
+        // S = Q K^T over all kKBlocks x kKSteps k-steps.
+        float acc_s[kTile / 2];
+#pragma unroll
+        for (int i = 0; i < kTile / 2; i++) acc_s[i] = 0.0f;  // overwritten (scale_d = 0); keeps them defined
+        fence_operands(acc_s);
+        wgmma_fence();
+#pragma unroll
+        for (int kb = 0; kb < kKBlocks; kb++)
+#pragma unroll
+            for (int kk = 0; kk < kKSteps; kk++)
+                wgmma_m64n64k16_ss(acc_s, smem_descriptor(sQ + kb * kBlockBytes + kk * 32, 0, 1024),
+                                   smem_descriptor(k_tile + kb * kBlockBytes + kk * 32, 0, 1024), kb | kk);
+        wgmma_commit();
+        wgmma_wait_all();
+        fence_operands(acc_s);
+
+        // Scale into the log2 domain, -inf where skipped; online softmax per row.
+        const int* valid = sTokenValid + buf * kTile;
+        float tile_max[2] = {neg_inf(), neg_inf()};
+#pragma unroll
+        for (int j = 0; j < kTile / 8; j++)
+#pragma unroll
+            for (int e = 0; e < 2; e++) {
+                const bool v = valid[8 * j + 2 * q + e] != 0;
+#pragma unroll
+                for (int half = 0; half < 2; half++) {
+                    float& x = acc_s[4 * j + 2 * half + e];
+                    x = v ? x * p.sm_scale_log2 : neg_inf();
+                    tile_max[half] = fmaxf(tile_max[half], x);
+                }
+            }
+        float alpha[2];
+#pragma unroll
+        for (int half = 0; half < 2; half++) {
+            tile_max[half] = warp_max_xor(tile_max[half], 4);  // the quad sharing a row
+            const float new_max = fmaxf(row_max[half], tile_max[half]);
+            const bool empty = new_max == neg_inf();  // nothing valid yet: no -inf - -inf
+            alpha[half] = empty ? 1.0f : fast_exp2(row_max[half] - new_max);
+            row_max[half] = new_max;
+            float sum = 0.0f;
+#pragma unroll
+            for (int j = 0; j < kTile / 8; j++)
+#pragma unroll
+                for (int e = 0; e < 2; e++) {
+                    float& x = acc_s[4 * j + 2 * half + e];
+                    x = empty ? 0.0f : fast_exp2(x - new_max);
+                    sum += x;  // fp32, thread-partial: reduced over the quad at the end
+                }
+            row_sum[half] = row_sum[half] * alpha[half] + sum;
+        }
+#pragma unroll
+        for (int i = 0; i < kVDimsPerConsumer / 2; i++) acc_o[i] *= alpha[(i / 2) % 2];
+
+        // P (bf16) as wgmma A fragments, one per 16-candidate k-step.
+        u32 pf[kKSteps][4];
+#pragma unroll
+        for (int kk = 0; kk < kKSteps; kk++)
+#pragma unroll
+            for (int r = 0; r < 4; r++) pf[kk][r] = pack_bf16x2(acc_s[8 * kk + 2 * r], acc_s[8 * kk + 2 * r + 1]);
+
+        // O[:, this group's half of d_v] += P V; V = the K tile's first kDV dims, MN-major.
+        const u32 v_base = k_tile + (u32)(group * kVBlocksPerConsumer) * kBlockBytes;
+        fence_operands(acc_o);
+        fence_operands(pf);
+        wgmma_fence();
+#pragma unroll
+        for (int kk = 0; kk < kKSteps; kk++)
+            wgmma_m64n256k16_rs_tnsp_b(acc_o, pf[kk], smem_descriptor(v_base + kk * 16 * 128, kBlockBytes, 1024));
+        wgmma_commit();
+        wgmma_wait_all();
+        fence_operands(acc_o);
+        fence_operands(pf);
+        if (after_next < range.end) named_barrier_arrive(kBarKEmpty + buf, kCtaThreads);  // the producer refills it
+    }
+
+    // Epilogue: normalize; write the result, or this split's partial.
+#pragma unroll
+    for (int half = 0; half < 2; half++) {
+        const float sum = warp_sum_xor(row_sum[half], 4);
+        const int hl = 16 * warp + g + 8 * half;
+        const int h = head0 + hl;
+        if (h >= cfg::kHeads) continue;
+        const bool empty = sum == 0.0f;
+        const float inv = empty ? 0.0f : 1.0f / sum;
+        const float lse = empty ? neg_inf() : (row_max[half] + fast_log2(sum)) * kLn2;
+        const int dv0 = group * kVDimsPerConsumer + 2 * q;
+        if (p.num_splits > 1) {
+            const i64 prow = ((i64)split * p.batch * p.s_q + row) * cfg::kHeads + h;
+            float* dst = p.partial_out + prow * cfg::kDV + dv0;
+#pragma unroll
+            for (int j = 0; j < kVDimsPerConsumer / 8; j++)
+                *reinterpret_cast<U32x2*>(dst + 8 * j) = U32x2{float_to_bits(acc_o[4 * j + 2 * half] * inv),
+                                                               float_to_bits(acc_o[4 * j + 2 * half + 1] * inv)};
+            if (group == 0 && q == 0) p.partial_lse[prow] = lse;
+        } else {
+            float scale = inv;
+            if (cfg::kHasSink && !empty) scale *= sink_factor(p.attn_sink[h], lse);
+            u16* dst = p.out + b * p.out_stride_b + s * p.out_stride_s + h * p.out_stride_h + dv0;
+#pragma unroll
+            for (int j = 0; j < kVDimsPerConsumer / 8; j++)
+                *reinterpret_cast<u32*>(dst + 8 * j) =
+                    pack_bf16x2(acc_o[4 * j + 2 * half] * scale, acc_o[4 * j + 2 * half + 1] * scale);
+            if (p.lse && group == 0 && q == 0)
+                p.lse[b * p.lse_stride_b + s * p.lse_stride_s + h * p.lse_stride_h] = empty ? pos_inf() : lse;
+        }
+    }
+}

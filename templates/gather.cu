@@ -1,0 +1,174 @@
+// ---------------------------------------------------------------------------
+// gather.cu: reading candidates out of the paged FP8 cache, shared by the kernel
+// families: slot lookup (index -1, out of range and past-length candidates are
+// skipped), row and scale addresses (a compile-time page size: no division), the
+// dequantizers (exact fp32 product, and the power-of-two bf16x2 fast path), and
+// the live-tile walk that skips tiles with nothing to attend.
+// ---------------------------------------------------------------------------
+namespace gather {
+
+// Where one candidate's bytes are; row == 0 marks it skipped.
+struct Candidate {
+    const u8* row;
+    const u8* scales;
+};
+
+// The slot a candidate position refers to, or -1 when it is skipped (past its
+// scope's length, index -1, or outside the cache). Loaded one tile ahead of use.
+__device__ __forceinline__ int fetch_slot(const DecodeParams& p, int b, int s, int pos, int main_len,
+                                          int extra_len, int total)
+{
+    if (pos >= total) return -1;
+    if (pos < p.topk) {
+        if (pos >= main_len) return -1;
+        int slot = p.indices[b * p.indices_stride_b + s * p.indices_stride_s + pos];
+        return (slot < 0 || (i64)slot >= p.kv_num_slots) ? -1 : slot;
+    }
+    if (!cfg::kHasExtra) return -1;
+    int epos = pos - p.topk;
+    if (epos >= extra_len) return -1;
+    int slot = p.extra_indices[b * p.extra_indices_stride_b + s * p.extra_indices_stride_s + epos];
+    return (slot < 0 || (i64)slot >= p.extra_num_slots) ? -1 : slot;
+}
+
+template <int kPage>
+__device__ __forceinline__ Candidate locate_in_cache(const u8* cache, i64 page_stride, int slot)
+{
+    int page = slot / kPage;  // a compile-time divisor: multiply-high, no division
+    int off = slot - page * kPage;
+    const u8* base = cache + (i64)page * page_stride;
+    Candidate c;
+    c.row = base + (i64)off * cfg::kRowBytes;
+    c.scales = cfg::kScalesInline ? c.row + cfg::kScaleOffset
+                                  : base + (i64)kPage * cfg::kRowBytes + (i64)off * cfg::kFooterBytes;
+    return c;
+}
+
+__device__ __forceinline__ Candidate locate_candidate(const DecodeParams& p, int pos, int slot)
+{
+    if (slot < 0) return Candidate{nullptr, nullptr};
+    if (!cfg::kHasExtra || pos < p.topk) return locate_in_cache<cfg::kPageSize>(p.kv, p.kv_page_stride, slot);
+    return locate_in_cache<cfg::kExtraPageSize>(p.extra_kv, p.extra_page_stride, slot);
+}
+
+__device__ __forceinline__ u32 load_scale_bits(const u8* scales, int k)
+{
+    if (cfg::kScaleFormat == 3) return scales[k];
+    return reinterpret_cast<const u32*>(scales)[k];
+}
+
+__device__ __forceinline__ float scale_value(u32 bits)
+{
+    return cfg::kScaleFormat == 3 ? ue8m0_to_float(bits) : bits_to_float(bits);
+}
+
+// 16 fp8 codes times a scale -> 16 bf16 (8 words), the exact way: the fp32
+// product rounded once to bf16 (what SPEC.md's dequantizer computes).
+__device__ __forceinline__ void dequant16_exact(const U32x4& codes, float scale, u32 (&out)[8])
+{
+    const u32 w[4] = {codes.x, codes.y, codes.z, codes.w};
+#pragma unroll
+    for (int i = 0; i < 4; i++) {
+        float v0 = fp8e4m3_to_float(w[i] & 0xffu) * scale;
+        float v1 = fp8e4m3_to_float((w[i] >> 8) & 0xffu) * scale;
+        float v2 = fp8e4m3_to_float((w[i] >> 16) & 0xffu) * scale;
+        float v3 = fp8e4m3_to_float(w[i] >> 24) * scale;
+        out[2 * i] = pack_bf16x2(v0, v1);
+        out[2 * i + 1] = pack_bf16x2(v2, v3);
+    }
+}
+
+// The bf16x2 factor scale * 2^120 for the fast path, or 0 when the scale is not a
+// power of two in [2^-127, 2^7] (then the product is computed the exact way).
+__device__ __forceinline__ u32 fast_scale_bf16x2(u32 bits)
+{
+    u32 exp_field;  // the biased fp32 exponent of the scale (ue8m0: e itself; e = 0 is 2^-127)
+    if (cfg::kScaleFormat == 3) {
+        exp_field = bits;
+    } else {
+        if (cfg::kScaleFormat == 2) return 0u;      // arbitrary fp32 scales: always exact
+        if ((bits & 0x807fffffu) != 0u) return 0u;  // negative, or not a power of two
+        exp_field = bits >> 23;
+        if (exp_field == 0u) return 0u;             // zero
+    }
+    if (exp_field > 134u) return 0u;                // 2^7 * 2^120 would overflow bf16
+    u32 bf = (exp_field + 120u) << 7;               // ue8m0 e = 0 (2^-127) included
+    return bf | (bf << 16);
+}
+
+// Two e4m3 codes sitting in bits 15..8 and 31..24 -> bf16x2 of code * 2^-120,
+// exactly: the 7 magnitude bits land on the low 4 exponent and top 3 mantissa
+// bits of a bf16 (subnormal codes become subnormal bf16s), the sign stays put.
+__device__ __forceinline__ u32 e4m3x2_to_bf16x2_down120(u32 t)
+{
+    return ((t >> 4) & 0x07f007f0u) | (t & 0x80008000u);
+}
+
+// a * b per bf16 half, rounded to nearest even; fma with -0 (sm_80 has no
+// mul.bf16x2) leaves every product, -0 included, as it is.
+__device__ __forceinline__ u32 bf16x2_mul(u32 a, u32 b)
+{
+    u32 r;
+    asm("fma.rn.bf16x2 %0, %1, %2, %3;" : "=r"(r) : "r"(a), "r"(b), "r"(0x80008000u));
+    return r;
+}
+
+__device__ __forceinline__ u32 byte_perm(u32 a, u32 sel)
+{
+    u32 r;
+    asm("prmt.b32 %0, %1, 0, %2;" : "=r"(r) : "r"(a), "r"(sel));
+    return r;
+}
+
+// 16 fp8 codes times a power-of-two scale -> 16 bf16 (8 words): five integer/bf16x2
+// instructions per pair instead of the exact path's fourteen. Exact: the product of
+// a 4-bit-significand code and a power of two rounds exactly as the fp32 product does.
+__device__ __forceinline__ void dequant16_pow2(const U32x4& codes, u32 scale2, u32 (&out)[8])
+{
+    const u32 w[4] = {codes.x, codes.y, codes.z, codes.w};
+#pragma unroll
+    for (int i = 0; i < 4; i++) {
+        out[2 * i] = bf16x2_mul(e4m3x2_to_bf16x2_down120(byte_perm(w[i], 0x1404u)), scale2);
+        out[2 * i + 1] = bf16x2_mul(e4m3x2_to_bf16x2_down120(byte_perm(w[i], 0x3424u)), scale2);
+    }
+}
+
+__device__ __forceinline__ bool tile_is_live(int tile, int topk, int main_len, int extra_len, int total)
+{
+    int start = tile * cfg::kTile, end = min(start + cfg::kTile, total);
+    return start < main_len || (end > topk && start < topk + extra_len);
+}
+
+__device__ __forceinline__ int next_live_tile(int tile, int tile_end, int topk, int main_len, int extra_len,
+                                              int total)
+{
+    while (tile < tile_end && !tile_is_live(tile, topk, main_len, extra_len, total)) tile++;
+    return tile;
+}
+
+// The candidate range of one CTA: its row's scope lengths (clamped topk_length and
+// extra_topk_length), and its split's tiles [begin, end).
+struct TileRange {
+    int main_len, extra_len, total, begin, end;
+};
+
+__device__ __forceinline__ TileRange tile_range(const DecodeParams& p, int b, int split)
+{
+    TileRange r;
+    r.main_len = p.topk;
+    r.extra_len = cfg::kHasExtra ? p.extra_topk : 0;
+    if (cfg::kHasTopkLength) r.main_len = min(max(p.topk_length[b], 0), p.topk);
+    if (cfg::kHasExtraTopkLength) r.extra_len = min(max(p.extra_topk_length[b], 0), p.extra_topk);
+    r.total = p.topk + (cfg::kHasExtra ? p.extra_topk : 0);
+    const int num_tiles = (r.total + cfg::kTile - 1) / cfg::kTile;
+    r.begin = split * p.tiles_per_split;
+    r.end = min(num_tiles, r.begin + p.tiles_per_split);
+    return r;
+}
+
+__device__ __forceinline__ int next_live_tile(const TileRange& r, int tile, int topk)
+{
+    return next_live_tile(tile, r.end, topk, r.main_len, r.extra_len, r.total);
+}
+
+}  // namespace gather
