@@ -1,7 +1,7 @@
 #!/bin/bash
 # Build, test and benchmark on the GPU host in one call (see shared/device/README.md).
 # Usage (from the project root, with .devdeps/.devtools/.golden carried):
-#   tools/device-run.sh [tests|demo|cases|bench|bench-quick|all]...
+#   tools/device-run.sh [tests|demo|cases|bench|bench-quick|bench-sm90|compile-times|ncu|sass|gather|fuzz:S:SEED|all]...
 # Logs go to $OUT (or ./device-out) so they come back with the call. The device
 # tool returns at most 8 files, so at the end every log is packed into
 # $OUT/logs.tgz and only h200.jsonl and that archive stay beside it.
@@ -70,7 +70,10 @@ for step in "${@:-all}"; do
         ./build-gpu/gather_ceiling 2>&1 | tee -a "$OUT/gather.log" || rc=1 ;;
     bench-quick)
       ./build-gpu/mlajit bench --quick --json "$OUT/h200.jsonl" 2>&1 | tee "$OUT/bench.log" || rc=1 ;;
+    bench-sm90)
+      # the opt-in wgmma family on the quick rows (its own JSON; h200.jsonl stays the default's)
+      ./build-gpu/mlajit bench --quick --variant sm90 --json "$OUT/h200-sm90.jsonl" 2>&1 | tee "$OUT/bench-sm90.log" || rc=1 ;;
   esac
 done
-(cd "$OUT" && tar czf logs.tgz --exclude=logs.tgz --exclude=h200.jsonl --remove-files ./* 2>/dev/null)
+(cd "$OUT" && tar czf logs.tgz --exclude=logs.tgz --exclude='h200*.jsonl' --remove-files ./* 2>/dev/null)
 exit $rc
