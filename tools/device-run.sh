@@ -1,7 +1,7 @@
 #!/bin/bash
 # Build, test and benchmark on the GPU host in one call (see shared/device/README.md).
 # Usage (from the project root, with .devdeps/.devtools/.golden carried):
-#   tools/device-run.sh [tests|demo|cases|bench|bench-quick|bench-sm90|compile-times|ncu|sass|gather|fuzz:S:SEED|all]...
+#   tools/device-run.sh [tests|demo|cases|bench|bench-quick|bench-sm90|compile-times|ncu|ncu-sm90|sass|gather|fuzz:S:SEED|all]...
 # Logs go to $OUT (or ./device-out) so they come back with the call. The device
 # tool returns at most 8 files, so at the end every log is packed into
 # $OUT/logs.tgz and only h200.jsonl and that archive stay beside it.
@@ -42,19 +42,19 @@ for step in "${@:-all}"; do
       # cold compile, then a cache hit in a fresh process (open, look up, load)
       rm -rf /tmp/mlajit-ct
       for i in 1 2; do /usr/bin/time -f "process wall %e s" env MLAJIT_CACHE_DIR=/tmp/mlajit-ct ./build-gpu/mlajit compile --model v32 --heads 128 --page 64; done 2>&1 | tee "$OUT/compile-times.log" ;;
-    ncu)
-      # where the portable kernel's time goes (h_q 16 and 128, b 128, topk 2048)
+    ncu|ncu-sm90)
+      # where the kernel's time goes (h_q 16 and 128, b 128, topk 2048); ncu-sm90: the wgmma family
       command -v ncu >/dev/null || export PATH="$PATH:/usr/local/cuda/bin"
+      variant=auto; [ "$step" = ncu-sm90 ] && variant=sm90
       for h in 16 128; do
         ncu --clock-control none -k mlajit_decode_main -c 1 --section SpeedOfLight --section WarpStateStats \
             --section MemoryWorkloadAnalysis --section Occupancy --section LaunchStats --section ComputeWorkloadAnalysis \
             --section InstructionStats --section SchedulerStats \
             --metrics "regex:smsp__warp_issue_stalled_.*_per_warp_active.pct" \
-            ./build-gpu/mlajit bench --heads $h --batch 128 --topk 2048 >"$OUT/ncu-h$h.txt" 2>&1 || true
-        grep -E "Duration|DRAM Through|Registers Per|Issued Instructions  |Issued Ipc|Achieved Occ|stalled.*pct +[0-9]" "$OUT/ncu-h$h.txt" |
-          awk '$NF+0 >= 1 || !/stalled/' | sed "s/^/h$h /"
-      done
-      cuobjdump -sass build-gpu/mlajit >/dev/null 2>&1 || true ;;
+            ./build-gpu/mlajit bench --heads $h --batch 128 --topk 2048 --variant $variant >"$OUT/ncu-$variant-h$h.txt" 2>&1 || true
+        grep -E "Duration|DRAM Through|Registers Per|Issued Instructions  |Issued Ipc|Achieved Occ|stalled.*pct +[0-9]" "$OUT/ncu-$variant-h$h.txt" |
+          awk '$NF+0 >= 1 || !/stalled/' | sed "s/^/$variant h$h /"
+      done ;;
     sass)
       # SASS of the h_q 16 and 128 kernels (nvcc on the generated source; NVRTC's is alike)
       command -v cuobjdump >/dev/null || export PATH="$PATH:/usr/local/cuda/bin"
