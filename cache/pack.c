@@ -4,13 +4,13 @@
 
 #include "cache/env_registry.h"
 #include "common/error.h"
+#include "common/strbuf.h"
 #include "mlajit.h"
 
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
 #include <lmdb.h>
-#include <stdarg.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -73,43 +73,6 @@ int mlajit_pack_manifest_same_recipe(const mlajit_pack_manifest *a, const mlajit
            a->nvrtc_major == b->nvrtc_major && a->nvrtc_minor == b->nvrtc_minor;
 }
 
-/* A growable text buffer; on allocation failure it stays failed. */
-typedef struct text_buf {
-    char *data;
-    size_t len, cap;
-    bool failed;
-} text_buf;
-
-static void buf_printf(text_buf *b, const char *fmt, ...) MLAJIT_PRINTF(2, 3);
-static void buf_printf(text_buf *b, const char *fmt, ...)
-{
-    if (b->failed)
-        return;
-    for (;;) {
-        va_list ap;
-        va_start(ap, fmt);
-        int n = vsnprintf(b->data ? b->data + b->len : NULL, b->data ? b->cap - b->len : 0, fmt, ap);
-        va_end(ap);
-        if (n < 0) {
-            b->failed = true;
-            return;
-        }
-        if (b->data && (size_t)n < b->cap - b->len) {
-            b->len += (size_t)n;
-            return;
-        }
-        size_t cap = b->cap ? b->cap * 2 : 4096;
-        while (cap < b->len + (size_t)n + 1)
-            cap *= 2;
-        char *p = realloc(b->data, cap);
-        if (!p) {
-            b->failed = true;
-            return;
-        }
-        b->data = p;
-        b->cap = cap;
-    }
-}
 
 /* Printable ASCII without spaces (a token) or with them (a value). */
 static bool is_token(const char *s, size_t n)
@@ -144,20 +107,20 @@ int mlajit_pack_manifest_format(const mlajit_pack_manifest *m, char **text, size
         return mlajit_fail(MLAJIT_ERR_INVALID_ARGUMENT, "pack manifest: %zu kernels; at most %u", m->kernel_count,
                            MLAJIT_PACK_MAX_KERNELS);
 
-    text_buf b = {0};
+    mlajit_strbuf b = {0};
     char date[32] = "";
     time_t t = (time_t)m->created_unix;
     struct tm tm;
     if (gmtime_r(&t, &tm))
         strftime(date, sizeof date, "%Y-%m-%dT%H:%M:%SZ", &tm);
-    buf_printf(&b, "%s %u\n", MANIFEST_FIRST_LINE, MLAJIT_PACK_FORMAT_VERSION);
-    buf_printf(&b, "tool %s\n", m->tool);
-    buf_printf(&b, "generator %s\n", m->generator);
-    buf_printf(&b, "templates %016" PRIx64 "\n", m->templates_hash);
-    buf_printf(&b, "nvrtc %d.%d\n", m->nvrtc_major, m->nvrtc_minor);
-    buf_printf(&b, "created %" PRIu64 "%s%s\n", m->created_unix, date[0] ? " " : "", date);
-    buf_printf(&b, "archs %s\n", m->archs);
-    buf_printf(&b, "kernels %zu\n", m->kernel_count);
+    mlajit_strbuf_printf(&b, "%s %u\n", MANIFEST_FIRST_LINE, MLAJIT_PACK_FORMAT_VERSION);
+    mlajit_strbuf_printf(&b, "tool %s\n", m->tool);
+    mlajit_strbuf_printf(&b, "generator %s\n", m->generator);
+    mlajit_strbuf_printf(&b, "templates %016" PRIx64 "\n", m->templates_hash);
+    mlajit_strbuf_printf(&b, "nvrtc %d.%d\n", m->nvrtc_major, m->nvrtc_minor);
+    mlajit_strbuf_printf(&b, "created %" PRIu64 "%s%s\n", m->created_unix, date[0] ? " " : "", date);
+    mlajit_strbuf_printf(&b, "archs %s\n", m->archs);
+    mlajit_strbuf_printf(&b, "kernels %zu\n", m->kernel_count);
     for (size_t i = 0; i < m->kernel_count; i++) {
         const char *spec = m->kernels[i].spec_string;
         if (!is_token(spec, strnlen(spec, sizeof m->kernels[i].spec_string))) {
@@ -167,11 +130,11 @@ int mlajit_pack_manifest_format(const mlajit_pack_manifest *m, char **text, size
         }
         char hex[33];
         mlajit_cache_key_hex(&m->kernels[i].key, hex);
-        buf_printf(&b, "%s %s\n", hex, spec);
+        mlajit_strbuf_printf(&b, "%s %s\n", hex, spec);
     }
     if (!b.failed) {
         uint64_t sum = mlajit_hash64(b.data, b.len);
-        buf_printf(&b, "checksum %016" PRIx64 "\n", sum);
+        mlajit_strbuf_printf(&b, "checksum %016" PRIx64 "\n", sum);
     }
     if (b.failed) {
         free(b.data);

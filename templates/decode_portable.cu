@@ -148,11 +148,7 @@ __device__ __forceinline__ void store_tile(const TilePrefetch& f, const u8* cons
         if ((f.present >> j) & 1u) {
             const u32 bits = cfg::kScalesInline ? load_scale_bits(scales[tok0 + j], lane * 16 / cfg::kQuantTile)
                                                  : prefetched_scale(f, j);
-            u32 scale2 = fast_scale_bf16x2(bits);
-            if (scale2 != 0u)
-                dequant16_pow2(f.nope[j], scale2, words);
-            else
-                dequant16_exact(f.nope[j], scale_value(bits), words);
+            dequant16(f.nope[j], bits, words);
         }
         U32x4* dst = reinterpret_cast<U32x4*>(sK + (tok0 + j) * cfg::kQKStride + lane * 16);
         dst[0] = U32x4{words[0], words[1], words[2], words[3]};
@@ -194,9 +190,8 @@ extern "C" __global__ void __launch_bounds__(cfg::kThreads, cfg::kMinBlocksPerSM
     const int b = row / p.s_q, s = row % p.s_q;
     const int split = blockIdx.z;
 
-    int main_len = p.topk, extra_len = cfg::kHasExtra ? p.extra_topk : 0;
-    if (cfg::kHasTopkLength) main_len = min(max(p.topk_length[b], 0), p.topk);
-    if (cfg::kHasExtraTopkLength) extra_len = min(max(p.extra_topk_length[b], 0), p.extra_topk);
+    const TileRange range = tile_range(p, b, split);
+    const int tile_end = range.end;
 
     // Q rows of this head group (heads past h_q are zero).
     for (int i = tid; i < cfg::kHeadsPerCta * (cfg::kDQK / 8); i += cfg::kThreads) {
@@ -220,10 +215,6 @@ extern "C" __global__ void __launch_bounds__(cfg::kThreads, cfg::kMinBlocksPerSM
 #pragma unroll
             for (int i = 0; i < 4; i++) acc_o[m][n][i] = 0.0f;
 
-    const int total = p.topk + (cfg::kHasExtra ? p.extra_topk : 0);
-    const int num_tiles = (total + cfg::kTile - 1) / cfg::kTile;
-    const int tile_begin = split * p.tiles_per_split;
-    const int tile_end = min(num_tiles, tile_begin + p.tiles_per_split);
 
     // ldmatrix lane roles (see prelude.cu): A operands (Q, P) take rows lane % 16
     // at column half lane / 16; K (B of S) takes token lane % 8 at k-offset
@@ -234,12 +225,13 @@ extern "C" __global__ void __launch_bounds__(cfg::kThreads, cfg::kMinBlocksPerSM
     const int v_tok = (lane & 7) + ((lane >> 3) & 1) * 8, v_col = (lane >> 4) * 8;
 
     // The pipeline: slots are fetched two tiles ahead, bytes one tile ahead.
-    auto live_after = [&](int t) { return next_live_tile(t + 1, tile_end, p.topk, main_len, extra_len, total); };
+    auto live_after = [&](int t) { return next_live_tile(range, t + 1, p.topk); };
     auto slot_of = [&](int t) {
-        return (t < tile_end && tid < cfg::kTile) ? fetch_slot(p, b, s, t * cfg::kTile + tid, main_len, extra_len, total)
-                                                  : -1;
+        return (t < tile_end && tid < cfg::kTile)
+                   ? fetch_slot(p, b, s, t * cfg::kTile + tid, range)
+                   : -1;
     };
-    int tile = next_live_tile(tile_begin, tile_end, p.topk, main_len, extra_len, total);
+    int tile = next_live_tile(range, range.begin, p.topk);
     int next = live_after(tile);
     int buf = 0;
     if (tile < tile_end) build_token_table(p, tile, slot_of(tile), sTokenRow, sTokenScale, sTokenValid);

@@ -198,11 +198,7 @@ __device__ __forceinline__ void produce_tile(u32 k_base, const u8* const* rows, 
                 if (cfg::kScalesInline ? inline_scales != nullptr : rows[t] != nullptr) {
                     const u32 bits = cfg::kScalesInline ? load_scale_bits(inline_scales, lane * 16 / cfg::kQuantTile)
                                                         : footer_scale[j];
-                    const u32 scale2 = fast_scale_bf16x2(bits);
-                    if (scale2 != 0u)
-                        dequant16_pow2(nope[j], scale2, w);
-                    else
-                        dequant16_exact(nope[j], scale_value(bits), w);
+                    dequant16(nope[j], bits, w);
                 }
                 store_shared16(block + swizzled(t, chunk), U32x4{w[0], w[1], w[2], w[3]});
                 store_shared16(block + swizzled(t, chunk + 1), U32x4{w[4], w[5], w[6], w[7]});
@@ -261,7 +257,7 @@ extern "C" __global__ void __launch_bounds__(sm90::kCtaThreads, 1) mlajit_decode
         const int ptid = tid - kProducerGroup * kWarpGroupThreads;
         auto slot_of = [&](int t) {
             return (t < range.end && ptid < kTile)
-                       ? fetch_slot(p, b, s, t * kTile + ptid, range.main_len, range.extra_len, range.total)
+                       ? fetch_slot(p, b, s, t * kTile + ptid, range)
                        : -1;
         };
         int slot = slot_of(first);

@@ -13,20 +13,39 @@ struct Candidate {
     const u8* scales;
 };
 
+// The candidate range of one CTA: its row's scope lengths (clamped topk_length and
+// extra_topk_length), and its split's tiles [begin, end).
+struct TileRange {
+    int main_len, extra_len, total, begin, end;
+};
+
+__device__ __forceinline__ TileRange tile_range(const DecodeParams& p, int b, int split)
+{
+    TileRange r;
+    r.main_len = p.topk;
+    r.extra_len = cfg::kHasExtra ? p.extra_topk : 0;
+    if (cfg::kHasTopkLength) r.main_len = min(max(p.topk_length[b], 0), p.topk);
+    if (cfg::kHasExtraTopkLength) r.extra_len = min(max(p.extra_topk_length[b], 0), p.extra_topk);
+    r.total = p.topk + (cfg::kHasExtra ? p.extra_topk : 0);
+    const int num_tiles = (r.total + cfg::kTile - 1) / cfg::kTile;
+    r.begin = split * p.tiles_per_split;
+    r.end = min(num_tiles, r.begin + p.tiles_per_split);
+    return r;
+}
+
 // The slot a candidate position refers to, or -1 when it is skipped (past its
 // scope's length, index -1, or outside the cache). Loaded one tile ahead of use.
-__device__ __forceinline__ int fetch_slot(const DecodeParams& p, int b, int s, int pos, int main_len,
-                                          int extra_len, int total)
+__device__ __forceinline__ int fetch_slot(const DecodeParams& p, int b, int s, int pos, const TileRange& r)
 {
-    if (pos >= total) return -1;
+    if (pos >= r.total) return -1;
     if (pos < p.topk) {
-        if (pos >= main_len) return -1;
+        if (pos >= r.main_len) return -1;
         int slot = p.indices[b * p.indices_stride_b + s * p.indices_stride_s + pos];
         return (slot < 0 || (i64)slot >= p.kv_num_slots) ? -1 : slot;
     }
     if (!cfg::kHasExtra) return -1;
     int epos = pos - p.topk;
-    if (epos >= extra_len) return -1;
+    if (epos >= r.extra_len) return -1;
     int slot = p.extra_indices[b * p.extra_indices_stride_b + s * p.extra_indices_stride_s + epos];
     return (slot < 0 || (i64)slot >= p.extra_num_slots) ? -1 : slot;
 }
@@ -133,42 +152,30 @@ __device__ __forceinline__ void dequant16_pow2(const U32x4& codes, u32 scale2, u
     }
 }
 
-__device__ __forceinline__ bool tile_is_live(int tile, int topk, int main_len, int extra_len, int total)
+// 16 fp8 codes times the scale with raw bits `scale_bits` -> 16 bf16 (8 words):
+// the power-of-two fast path where it is exact, else the fp32 product.
+__device__ __forceinline__ void dequant16(const U32x4& codes, u32 scale_bits, u32 (&out)[8])
 {
-    int start = tile * cfg::kTile, end = min(start + cfg::kTile, total);
-    return start < main_len || (end > topk && start < topk + extra_len);
+    const u32 scale2 = fast_scale_bf16x2(scale_bits);
+    if (scale2 != 0u)
+        dequant16_pow2(codes, scale2, out);
+    else
+        dequant16_exact(codes, scale_value(scale_bits), out);
 }
 
-__device__ __forceinline__ int next_live_tile(int tile, int tile_end, int topk, int main_len, int extra_len,
-                                              int total)
+// Whether a tile holds a candidate that can be attended: one before the main scope's
+// length, or one in the extra scope before its length. Dead tiles are skipped.
+__device__ __forceinline__ bool tile_is_live(const TileRange& r, int tile, int topk)
 {
-    while (tile < tile_end && !tile_is_live(tile, topk, main_len, extra_len, total)) tile++;
-    return tile;
+    int start = tile * cfg::kTile, end = min(start + cfg::kTile, r.total);
+    return start < r.main_len || (end > topk && start < topk + r.extra_len);
 }
 
-// The candidate range of one CTA: its row's scope lengths (clamped topk_length and
-// extra_topk_length), and its split's tiles [begin, end).
-struct TileRange {
-    int main_len, extra_len, total, begin, end;
-};
-
-__device__ __forceinline__ TileRange tile_range(const DecodeParams& p, int b, int split)
-{
-    TileRange r;
-    r.main_len = p.topk;
-    r.extra_len = cfg::kHasExtra ? p.extra_topk : 0;
-    if (cfg::kHasTopkLength) r.main_len = min(max(p.topk_length[b], 0), p.topk);
-    if (cfg::kHasExtraTopkLength) r.extra_len = min(max(p.extra_topk_length[b], 0), p.extra_topk);
-    r.total = p.topk + (cfg::kHasExtra ? p.extra_topk : 0);
-    const int num_tiles = (r.total + cfg::kTile - 1) / cfg::kTile;
-    r.begin = split * p.tiles_per_split;
-    r.end = min(num_tiles, r.begin + p.tiles_per_split);
-    return r;
-}
-
+// The first live tile at or after `tile` in the range, or r.end.
 __device__ __forceinline__ int next_live_tile(const TileRange& r, int tile, int topk)
 {
-    return next_live_tile(tile, r.end, topk, r.main_len, r.extra_len, r.total);
+    while (tile < r.end && !tile_is_live(r, tile, topk)) tile++;
+    return tile;
 }
 
 }  // namespace gather

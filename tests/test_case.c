@@ -643,7 +643,7 @@ Test(json, writer_output_reads_back)
 
     mlajit_json *root;
     char err[200];
-    cr_assert_eq(mlajit_json_parse(w.buf, w.len, &root, err, sizeof err), 0, "%s in:\n%s", err, w.buf);
+    cr_assert_eq(mlajit_json_parse(w.out.data, w.out.len, &root, err, sizeof err), 0, "%s in:\n%s", err, w.out.data);
     cr_expect_str_eq(mlajit_json_get(root, "name")->text, "q\"uote\\ \x01 ok");
     int64_t i;
     uint64_t u;

@@ -698,7 +698,7 @@ int mlajit_case_save(const char *dir, const mlajit_case *c)
         mlajit_json_writer_free(&w);
         return mlajit_fail(MLAJIT_ERR_OUT_OF_MEMORY, "case save: no memory for case.json");
     }
-    st = write_file(dir, CASE_JSON_NAME, w.buf, w.len);
+    st = write_file(dir, CASE_JSON_NAME, w.out.data, w.out.len);
     mlajit_json_writer_free(&w);
     return st;
 }

@@ -490,29 +490,14 @@ void mlajit_json_writer_init(mlajit_json_writer *w) { memset(w, 0, sizeof *w); }
 
 void mlajit_json_writer_free(mlajit_json_writer *w)
 {
-    free(w->buf);
+    free(w->out.data);
     memset(w, 0, sizeof *w);
 }
 
 static void put_bytes(mlajit_json_writer *w, const char *s, size_t n)
 {
-    if (w->failed)
-        return;
-    if (w->len + n + 1 > w->cap) {
-        size_t cap = w->cap ? w->cap : 256;
-        while (w->len + n + 1 > cap)
-            cap *= 2;
-        char *buf = realloc(w->buf, cap);
-        if (!buf) {
-            w->failed = 1;
-            return;
-        }
-        w->buf = buf;
-        w->cap = cap;
-    }
-    memcpy(w->buf + w->len, s, n);
-    w->len += n;
-    w->buf[w->len] = '\0';
+    if (!w->failed)
+        mlajit_strbuf_append(&w->out, s, n);
 }
 
 static void put_text(mlajit_json_writer *w, const char *s) { put_bytes(w, s, strlen(s)); }
@@ -642,4 +627,7 @@ void mlajit_json_write_shape(mlajit_json_writer *w, const char *key, const int64
     put_bytes(w, "]", 1);
 }
 
-int mlajit_json_writer_ok(const mlajit_json_writer *w) { return !w->failed && w->depth == 0 && w->buf ? 0 : -1; }
+int mlajit_json_writer_ok(const mlajit_json_writer *w)
+{
+    return !w->failed && !w->out.failed && w->depth == 0 && w->out.data ? 0 : -1;
+}

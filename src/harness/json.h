@@ -9,6 +9,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "common/strbuf.h"
+
 #define MLAJIT_JSON_MAX_DEPTH 64
 #define MLAJIT_JSON_MAX_TEXT (16u << 20) /* bytes of input text accepted */
 
@@ -53,10 +55,9 @@ int mlajit_json_uint64(const mlajit_json *v, uint64_t *out);
 /* ---- writer ------------------------------------------------------------- */
 
 typedef struct mlajit_json_writer {
-    char *buf;
-    size_t len, cap;
+    mlajit_strbuf out;                        /* the text: out.data, out.len */
     int depth;
-    int failed;                               /* an allocation failed */
+    int failed;                               /* a nesting error (allocation failures: out.failed) */
     unsigned char first[MLAJIT_JSON_MAX_DEPTH]; /* no member written yet at this depth */
     unsigned char is_array[MLAJIT_JSON_MAX_DEPTH]; /* the container at this depth is an array */
     int after_key;                            /* a key was just written */
