@@ -1,26 +1,33 @@
 // ---------------------------------------------------------------------------
 // decode_sm90.cu: the Hopper sparse-MLA decode kernel (sm_90a): wgmma with warp
-// specialization. Opt-in (spec.variant = MLAJIT_VARIANT_SM90) until it has been
-// measured against the portable family on the H200 (see bench/NOTES.md).
+// specialization.
 //
 // One CTA = one (batch row x query token, 64 heads, split): 384 threads in three
 // warp groups with fixed roles.
-//   consumers (warp groups 0 and 1): S = Q K^T with wgmma m64n64k16, both operands
-//     in shared memory; the online softmax in registers (log2 domain); then
-//     O[:, 256 g .. 256 g + 256) += P V with wgmma m64n256k16, P from registers and
-//     V read transposed out of the same K tile. Each consumer computes the whole of
-//     S, so no row statistics cross warp groups.
-//   producer (warp group 2): resolves the candidates of the next tile, gathers their
-//     rows with 16-byte loads and dequantizes them (gather.cu) into a K tile buffer:
-//     bf16, 64-dim blocks of 64 rows x 128 bytes, 128-byte swizzled (what the
-//     wgmma descriptors describe). Two buffers: it fills one while the consumers
-//     read the other.
-// Named barriers, each over all 384 threads:
+//   score group (warp group 0): S = Q K^T with wgmma m64n64k16, both operands in
+//     shared memory; the online softmax in registers (log2 domain); P (bf16) and
+//     the rows' rescale factors to shared memory for the value group; then
+//     O[:, 0 .. 256) += P V with wgmma m64n256k16, P from registers.
+//   value group (warp group 1): O[:, 256 .. 512) += P V with P read from shared
+//     memory. S is computed once per tile, by the score group only.
+//   producer (warp group 2): four lanes per candidate, 32 candidates per round, two
+//     rounds per tile. Each round's 16-byte loads are issued while the previous
+//     round is dequantized (gather.cu) into a K tile buffer: bf16, 64-dim blocks of
+//     64 rows x 128 bytes, 128-byte swizzled (what the wgmma descriptors describe).
+//     Indices are loaded three tiles ahead and the rows of the tile after
+//     next are prefetched into L2 (bulk prefetch), so a round's loads hit L2.
+// V is K[:, 0 .. kDV): P V reads the same K tile, MN-major.
+//
+// Named barriers (ids past 0, which __syncthreads uses):
 //   kBarKFull + b   buffer b holds a dequantized tile and its validity table
-//                   (producer arrives, consumers wait)
-//   kBarKEmpty + b  the consumers have finished reading buffer b
-//                   (consumers arrive, producer waits)
-// and kBarTable (producer only): the tile's candidate table is written.
+//                   (producer arrives; both consumer groups wait)
+//   kBarKEmpty + b  both consumer groups have finished reading buffer b
+//                   (consumers arrive; producer waits before refilling it)
+//   kBarPReady      P and the rescale factors of this tile are in shared memory
+//                   (score group arrives; value group waits)
+//   kBarPFree       the value group has finished reading P and the factors
+//                   (value group arrives; score group waits before rewriting them)
+//   kBarRowStats    the final row max and sum are in shared memory (epilogue)
 // ---------------------------------------------------------------------------
 namespace sm90 {
 using namespace gather;
@@ -32,30 +39,38 @@ constexpr int kKBlocks = cfg::kDQK / 64;          // 64-dim (128-byte) swizzle b
 constexpr int kBlockBytes = 64 * 128;             // one block of 64 rows
 constexpr int kOperandBytes = kKBlocks * kBlockBytes;  // Q, or one K tile
 constexpr int kKSteps = 64 / 16;                  // wgmma k-steps per block (or per tile in P V)
-constexpr int kVDimsPerConsumer = cfg::kDV / 2;   // 256: one wgmma N of P V
-constexpr int kVBlocksPerConsumer = kVDimsPerConsumer / 64;
+constexpr int kVDimsPerGroup = cfg::kDV / 2;      // 256: one wgmma N of P V
+constexpr int kVBlocksPerGroup = kVDimsPerGroup / 64;
 constexpr int kWarpGroupThreads = 128;
 constexpr int kCtaThreads = 3 * kWarpGroupThreads;
-constexpr int kProducerGroup = 2;
-constexpr int kNopeChunks = cfg::kDNope / 16;     // 16 fp8 codes per chunk, one lane each
-constexpr int kRopeChunks = cfg::kDRope * 2 / 16; // 8 bf16 per chunk
-constexpr int kTokensPerProducerWarp = kTile / 4;
-constexpr int kBatch = 8;                         // candidates a producer warp has in flight
-constexpr int kRopeTokensPerSlot = 32 / kRopeChunks;
-constexpr int kRopeSlots = kBatch / kRopeTokensPerSlot;
-// setmaxnreg: the consumers hold a 64 x 256 fp32 accumulator (128 registers) and
-// S (32); the producer a batch of chunks. No spills for any model or feature set at
-// 200 / 104 (CUDA 13.0; 208 / 88 spills the DSV4 producer). 256 * 200 + 128 * 104 = 384 * 168.
-constexpr int kConsumerRegisters = 200, kProducerRegisters = 104;
+constexpr int kConsumerThreads = 2 * kWarpGroupThreads;
+enum Role { kScoreGroup = 0, kValueGroup = 1, kProducerGroup = 2 };
+// producer
+constexpr int kLanesPerToken = 4;                                  // a candidate's 16-byte loads are 64 bytes apart
+constexpr int kTokensPerRound = kWarpGroupThreads / kLanesPerToken;  // 32
+constexpr int kRoundsPerTile = kTile / kTokensPerRound;            // 2
+constexpr int kNopeChunks = cfg::kDNope / 16;                      // 16 fp8 codes each
+constexpr int kNopeLoads = kNopeChunks / kLanesPerToken;           // per lane and candidate
+constexpr int kRopeChunks = cfg::kDRope * 2 / 16;                  // 8 bf16 each
+constexpr int kRopeLoads = kRopeChunks / kLanesPerToken;
+constexpr int kScaleWords = cfg::kScaleFormat == 3 ? 2 : 4;        // ue8m0 bytes (footer) or fp32 (inline)
+// setmaxnreg: the score group holds O (128 fp32), S (32) and P (16); the value group
+// O and its descriptors; the producer two rounds of loads (2 x 44 registers for V32).
+// 128 * (208 + 160 + 144) = 65536; no spills for any model or feature set (CUDA 13.0).
+constexpr int kScoreRegisters = 208, kValueRegisters = 160, kProducerRegisters = 144;
 
-enum NamedBarrier { kBarKFull = 1, kBarKEmpty = 3, kBarTable = 5 };  // + buffer index
+enum NamedBarrier { kBarKFull = 1, kBarKEmpty = 3, kBarPReady = 5, kBarPFree = 6, kBarRowStats = 7 };
 
 static_assert(cfg::kThreads == kCtaThreads, "the generator's thread count must match the roles");
 static_assert(kHeads == 64 && kTile == 64, "one wgmma M of heads and one N of candidates");
-static_assert(cfg::kDQK % 64 == 0 && cfg::kDV == 512 && cfg::kDNope % 8 == 0, "dims must fill swizzle blocks");
-static_assert(kNopeChunks <= 32 && 32 % kRopeChunks == 0 && kBatch % kRopeTokensPerSlot == 0, "producer lanes");
-static_assert(kTokensPerProducerWarp % kBatch == 0, "batches must tile a producer warp's candidates");
-static_assert(cfg::kQuantTile % 16 == 0, "a 16-code chunk has one scale");
+static_assert(cfg::kDQK % 64 == 0 && cfg::kDV == 512 && cfg::kDNope % 64 == 0, "dims must fill swizzle blocks");
+static_assert(kTile % kTokensPerRound == 0, "rounds must tile a tile");
+static_assert(kNopeChunks % kLanesPerToken == 0 && kRopeChunks % kLanesPerToken == 0, "lanes split a row evenly");
+static_assert(cfg::kQuantTile % 64 == 0, "a lane's 16 codes at 64-byte steps keep one scale per load");
+static_assert(cfg::kScaleFormat == 3 ? (!cfg::kScalesInline && cfg::kFooterBytes == 8 && cfg::kNumScales <= 8)
+                                     : (cfg::kScalesInline && cfg::kNumScales == 4 && cfg::kScaleOffset % 16 == 0),
+              "scales: one 8-byte footer load (ue8m0) or one 16-byte inline load (fp32)");
+static_assert(cfg::kRowBytes % 16 == 0 && cfg::kRopeOffset % 16 == 0, "16-byte loads and bulk prefetches");
 
 // ---- PTX: wgmma, descriptors, named barriers, register reallocation ----
 __device__ __forceinline__ void wgmma_fence() { asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory"); }
@@ -159,56 +174,158 @@ __device__ __forceinline__ void wgmma_m64n256k16_rs_tnsp_b(float (&d)[128], cons
         : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b));
 }
 
-// ---- producer: one tile's candidates into K buffer `k_base` ----
-// Warp w of the producer group owns candidates [16 w, 16 w + 16), in batches of
-// kBatch: lane l loads NoPE chunk l of each candidate (its scale index is fixed),
-// and RoPE chunk l % kRopeChunks of candidate l / kRopeChunks of a slot.
-__device__ __forceinline__ void produce_tile(u32 k_base, const u8* const* rows, const u8* const* scales, int warp,
-                                             int lane)
+// D(64 x 256) += A(64 x 16, shared memory, K-major) * B(16 x 256, shared memory,
+// MN-major: tnspB = 1); bf16 in, fp32 accumulate.
+__device__ __forceinline__ void wgmma_m64n256k16_ss_tnsp_b(float (&d)[128], u64 desc_a, u64 desc_b)
 {
-#pragma unroll 1
-    for (int b0 = 0; b0 < kTokensPerProducerWarp; b0 += kBatch) {
-        const int tok0 = warp * kTokensPerProducerWarp + b0;
-        U32x4 nope[kBatch], rope[kRopeSlots];
-        u32 footer_scale[kBatch];
+    asm volatile(
+        "{\n.reg .pred p;\nsetp.ne.b32 p, 1, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n256k16.f32.bf16.bf16 "
+        "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63, %64, %65, %66, %67, %68, %69, %70, %71, %72, %73, %74, %75, %76, %77, %78, %79, %80, %81, %82, %83, %84, %85, %86, %87, %88, %89, %90, %91, %92, %93, %94, %95, %96, %97, %98, %99, %100, %101, %102, %103, %104, %105, %106, %107, %108, %109, %110, %111, %112, %113, %114, %115, %116, %117, %118, %119, %120, %121, %122, %123, %124, %125, %126, %127}, %128, %129, p, 1, 1, 0, 1;\n}\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
+          "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
+          "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
+          "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]),
+          "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]),
+          "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]),
+          "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]),
+          "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63]),
+          "+f"(d[64]), "+f"(d[65]), "+f"(d[66]), "+f"(d[67]), "+f"(d[68]), "+f"(d[69]), "+f"(d[70]), "+f"(d[71]),
+          "+f"(d[72]), "+f"(d[73]), "+f"(d[74]), "+f"(d[75]), "+f"(d[76]), "+f"(d[77]), "+f"(d[78]), "+f"(d[79]),
+          "+f"(d[80]), "+f"(d[81]), "+f"(d[82]), "+f"(d[83]), "+f"(d[84]), "+f"(d[85]), "+f"(d[86]), "+f"(d[87]),
+          "+f"(d[88]), "+f"(d[89]), "+f"(d[90]), "+f"(d[91]), "+f"(d[92]), "+f"(d[93]), "+f"(d[94]), "+f"(d[95]),
+          "+f"(d[96]), "+f"(d[97]), "+f"(d[98]), "+f"(d[99]), "+f"(d[100]), "+f"(d[101]), "+f"(d[102]), "+f"(d[103]),
+          "+f"(d[104]), "+f"(d[105]), "+f"(d[106]), "+f"(d[107]), "+f"(d[108]), "+f"(d[109]), "+f"(d[110]), "+f"(d[111]),
+          "+f"(d[112]), "+f"(d[113]), "+f"(d[114]), "+f"(d[115]), "+f"(d[116]), "+f"(d[117]), "+f"(d[118]), "+f"(d[119]),
+          "+f"(d[120]), "+f"(d[121]), "+f"(d[122]), "+f"(d[123]), "+f"(d[124]), "+f"(d[125]), "+f"(d[126]), "+f"(d[127])
+        : "l"(desc_a), "l"(desc_b));
+}
+
+__device__ __forceinline__ void store_shared32(u32 addr, u32 v)
+{
+    asm volatile("st.shared.b32 [%0], %1;\n" :: "r"(addr), "r"(v) : "memory");
+}
+
+__device__ __forceinline__ void st_shared_f32(u32 addr, float v)
+{
+    asm volatile("st.shared.f32 [%0], %1;\n" :: "r"(addr), "f"(v) : "memory");
+}
+
+__device__ __forceinline__ float load_shared_f32(u32 addr)
+{
+    float v;
+    asm volatile("ld.shared.f32 %0, [%1];\n" : "=f"(v) : "r"(addr) : "memory");
+    return v;
+}
+
+// A 16-byte read of cache rows: read-only for the kernel's life, used once per
+// CTA (no L1 allocation).
+__device__ __forceinline__ U32x4 load_row16(const u8* src)
+{
+    U32x4 v;
+    asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];\n"
+                 : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "l"(src));
+    return v;
+}
+
+__device__ __forceinline__ U32x2 load_row8(const u8* src)
+{
+    U32x2 v;
+    asm volatile("ld.global.nc.L1::no_allocate.v2.u32 {%0, %1}, [%2];\n" : "=r"(v.x), "=r"(v.y) : "l"(src));
+    return v;
+}
+
+// Bring `bytes` (a multiple of 16, 16-byte aligned) into L2 without waiting.
+__device__ __forceinline__ void prefetch_l2_bulk(const u8* src, u32 bytes)
+{
+    asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;\n" :: "l"(src), "r"(bytes) : "memory");
+}
+
+__device__ __forceinline__ void prefetch_l2_line(const u8* src)
+{
+    asm volatile("prefetch.global.L2 [%0];\n" :: "l"(src));
+}
+
+// ---- producer: rounds of 32 candidates, four lanes each ----
+// Lane l of warp w owns candidate 8 w + l % 8 of a round and, within its row, the
+// 16-byte NoPE chunks l / 8 + 4 i (bytes 64 i + 16 (l / 8): one scale each) and
+// the RoPE chunks l / 8 + 4 i.
+struct RoundLoads {
+    U32x4 nope[kNopeLoads];
+    U32x4 rope[kRopeLoads];
+    u32 scales[kScaleWords];  // the candidate's scales, raw
+    bool live;
+};
+
+__device__ __forceinline__ void load_round(const DecodeParams& p, int pos, int slot, int quarter, RoundLoads& d)
+{
+    const Candidate c = locate_candidate(p, pos, slot);
+    d.live = c.row != nullptr;
+    if (d.live) {
 #pragma unroll
-        for (int j = 0; j < kBatch; j++) {
-            const u8* src = rows[tok0 + j];
-            nope[j] = U32x4{0u, 0u, 0u, 0u};
-            footer_scale[j] = 0u;
-            if (src && lane < kNopeChunks) {
-                nope[j] = *reinterpret_cast<const U32x4*>(src + lane * 16);
-                if (!cfg::kScalesInline) footer_scale[j] = load_scale_bits(scales[tok0 + j], lane * 16 / cfg::kQuantTile);
-            }
+        for (int i = 0; i < kNopeLoads; i++) d.nope[i] = load_row16(c.row + 64 * i + 16 * quarter);
+#pragma unroll
+        for (int i = 0; i < kRopeLoads; i++)
+            d.rope[i] = load_row16(c.row + cfg::kRopeOffset + 16 * (quarter + kLanesPerToken * i));
+        if (cfg::kScaleFormat == 3) {
+            const U32x2 v = load_row8(c.scales);
+            d.scales[0] = v.x;
+            d.scales[1] = v.y;
+        } else {
+            const U32x4 v = load_row16(c.scales);
+            d.scales[0] = v.x;
+            d.scales[1] = v.y;
+            d.scales[2] = v.z;
+            d.scales[3] = v.w;
         }
+    } else {  // skipped: zero codes and scales dequantize to zero rows (P is 0 there; V must be finite)
 #pragma unroll
-        for (int j = 0; j < kRopeSlots; j++) {
-            const u8* src = rows[tok0 + j * kRopeTokensPerSlot + lane / kRopeChunks];
-            rope[j] = src ? *reinterpret_cast<const U32x4*>(src + cfg::kRopeOffset + (lane % kRopeChunks) * 16)
-                          : U32x4{0u, 0u, 0u, 0u};
-        }
-        if (lane < kNopeChunks) {
-            const u32 block = k_base + (u32)(lane / 4) * kBlockBytes;  // 16 dims = 2 chunks of one block
-            const int chunk = (lane % 4) * 2;
+        for (int i = 0; i < kNopeLoads; i++) d.nope[i] = U32x4{0u, 0u, 0u, 0u};
 #pragma unroll
-            for (int j = 0; j < kBatch; j++) {
-                const int t = tok0 + j;
-                u32 w[8] = {0u, 0u, 0u, 0u, 0u, 0u, 0u, 0u};
-                const u8* inline_scales = cfg::kScalesInline ? scales[t] : nullptr;
-                if (cfg::kScalesInline ? inline_scales != nullptr : rows[t] != nullptr) {
-                    const u32 bits = cfg::kScalesInline ? load_scale_bits(inline_scales, lane * 16 / cfg::kQuantTile)
-                                                        : footer_scale[j];
-                    dequant16(nope[j], bits, w);
-                }
-                store_shared16(block + swizzled(t, chunk), U32x4{w[0], w[1], w[2], w[3]});
-                store_shared16(block + swizzled(t, chunk + 1), U32x4{w[4], w[5], w[6], w[7]});
-            }
-        }
+        for (int i = 0; i < kRopeLoads; i++) d.rope[i] = U32x4{0u, 0u, 0u, 0u};
 #pragma unroll
-        for (int j = 0; j < kRopeSlots; j++) {
-            const int t = tok0 + j * kRopeTokensPerSlot + lane / kRopeChunks;
-            const int dim = cfg::kDNope + (lane % kRopeChunks) * 8;
-            store_shared16(k_base + (u32)(dim / 64) * kBlockBytes + swizzled(t, (dim % 64) / 8), rope[j]);
+        for (int i = 0; i < kScaleWords; i++) d.scales[i] = 0u;
+    }
+}
+
+// The raw scale of NoPE load i (codes 64 i + 16 quarter .. + 16: one quantization tile).
+__device__ __forceinline__ u32 scale_bits_of(const RoundLoads& d, int i)
+{
+    const int k = 64 * i / cfg::kQuantTile;
+    return cfg::kScaleFormat == 3 ? (d.scales[k / 4] >> (8 * (k % 4))) & 0xffu : d.scales[k];
+}
+
+// Dequantize a round into row `t` of the K tile at `k_base`; mark its validity.
+__device__ __forceinline__ void store_round(u32 k_base, int* valid, int t, int quarter, const RoundLoads& d)
+{
+#pragma unroll
+    for (int i = 0; i < kNopeLoads; i++) {
+        u32 w[8];
+        dequant16(d.nope[i], scale_bits_of(d, i), w);
+        const u32 block = k_base + (u32)i * kBlockBytes;  // dims 64 i + 16 quarter .. + 16
+        store_shared16(block + swizzled(t, 2 * quarter), U32x4{w[0], w[1], w[2], w[3]});
+        store_shared16(block + swizzled(t, 2 * quarter + 1), U32x4{w[4], w[5], w[6], w[7]});
+    }
+#pragma unroll
+    for (int i = 0; i < kRopeLoads; i++) {
+        const int dim = cfg::kDNope + 8 * (quarter + kLanesPerToken * i);
+        store_shared16(k_base + (u32)(dim / 64) * kBlockBytes + swizzled(t, (dim % 64) / 8), d.rope[i]);
+    }
+    if (quarter == 0) valid[t] = d.live;
+}
+
+// Start bringing a tile's rows (and footer scales) into L2: one lane per candidate.
+__device__ __forceinline__ void prefetch_tile_rows(const DecodeParams& p, int tile, const int (&raw)[kRoundsPerTile],
+                                                   int token, int quarter)
+{
+    if (quarter != 0) return;
+#pragma unroll
+    for (int r = 0; r < kRoundsPerTile; r++) {
+        const int pos = tile * kTile + r * kTokensPerRound + token;
+        const Candidate c = locate_candidate(p, pos, checked_slot(p, pos, raw[r]));
+        if (c.row) {
+            prefetch_l2_bulk(c.row, cfg::kRowBytes);
+            if (!cfg::kScalesInline) prefetch_l2_line(c.scales);
         }
     }
 }
@@ -223,10 +340,12 @@ extern "C" __global__ void __launch_bounds__(sm90::kCtaThreads, 1) mlajit_decode
     // reserves the slack.
     u8* smem = reinterpret_cast<u8*>((reinterpret_cast<u64>(smem_raw) + 1023) & ~(u64)1023);
     const u32 sQ = smem_address(smem + cfg::kSmemQ);
-    const u32 sK = smem_address(smem + cfg::kSmemK);  // buffer b at sK + b * kOperandBytes
-    const u8** sTokenRow = reinterpret_cast<const u8**>(smem + cfg::kSmemTokenRow);      // [2][kTile]
-    const u8** sTokenScale = reinterpret_cast<const u8**>(smem + cfg::kSmemTokenScale);  // [2][kTile]
-    int* sTokenValid = reinterpret_cast<int*>(smem + cfg::kSmemTokenValid);              // [2][kTile]
+    const u32 sK = smem_address(smem + cfg::kSmemK);          // buffer b at sK + b * kOperandBytes
+    const u32 sP = smem_address(smem + cfg::kSmemProbs);      // P, bf16 64 x 64, swizzled like Q
+    const u32 sAlpha = smem_address(smem + cfg::kSmemRowAlpha);    // [kHeads] this tile's rescale
+    const u32 sRowMax = smem_address(smem + cfg::kSmemRowMax);     // [kHeads] final, log2 domain
+    const u32 sRowSum = smem_address(smem + cfg::kSmemRowSum);     // [kHeads] final
+    int* sTokenValid = reinterpret_cast<int*>(smem + cfg::kSmemTokenValid);  // [2][kTile]
 
     const int tid = threadIdx.x;
     const int group = tid / kWarpGroupThreads;
@@ -254,151 +373,229 @@ extern "C" __global__ void __launch_bounds__(sm90::kCtaThreads, 1) mlajit_decode
 
     if (group == kProducerGroup) {
         registers_decrease<kProducerRegisters>();
-        const int ptid = tid - kProducerGroup * kWarpGroupThreads;
-        auto slot_of = [&](int t) {
-            return (t < range.end && ptid < kTile)
-                       ? fetch_slot(p, b, s, t * kTile + ptid, range)
-                       : -1;
+        const int token = warp * 8 + lane % 8, quarter = lane / 8;
+        auto load_tile_slots = [&](int t, int (&raw)[kRoundsPerTile]) {
+#pragma unroll
+            for (int r = 0; r < kRoundsPerTile; r++)
+                raw[r] = t < range.end ? load_slot(p, b, s, t * kTile + r * kTokensPerRound + token, range) : -1;
         };
-        int slot = slot_of(first);
-        int seq = 0;
-        for (int tile = first; tile < range.end; tile = live_after(tile), seq++) {
+        auto pos_of = [&](int t, int r) { return t * kTile + r * kTokensPerRound + token; };
+        // tiles t0 (being filled), t1, t2 and their raw indices (kSlotLookahead = 3 tiles held)
+        int t0 = first, t1 = live_after(t0), t2 = live_after(t1);
+        int raw0[kRoundsPerTile], raw1[kRoundsPerTile], raw2[kRoundsPerTile];
+        load_tile_slots(t0, raw0);
+        load_tile_slots(t1, raw1);
+        load_tile_slots(t2, raw2);
+        prefetch_tile_rows(p, t1, raw1, token, quarter);
+        RoundLoads even, odd;  // rounds 0 and 1 of a tile, in flight one round ahead of their stores
+        if (t0 < range.end) load_round(p, pos_of(t0, 0), checked_slot(p, pos_of(t0, 0), raw0[0]), quarter, even);
+        for (int seq = 0; t0 < range.end; seq++) {
+            static_assert(kRoundsPerTile == 2, "the producer's register rounds are written out for two");
             const int buf = seq & 1;
-            const int next = live_after(tile);
-            if (seq >= 2) named_barrier_sync(kBarKEmpty + buf, kCtaThreads);
-            if (ptid < kTile) {
-                const Candidate c = locate_candidate(p, tile * kTile + ptid, slot);
-                sTokenRow[buf * kTile + ptid] = c.row;
-                sTokenScale[buf * kTile + ptid] = c.scales;
-                sTokenValid[buf * kTile + ptid] = c.row != nullptr;
-            }
-            slot = slot_of(next);  // the next tile's index load flies during this tile's gather
-            named_barrier_sync(kBarTable, kWarpGroupThreads);
-            produce_tile(sK + (u32)buf * kOperandBytes, sTokenRow + buf * kTile, sTokenScale + buf * kTile, warp, lane);
+            const u32 k_base = sK + (u32)buf * kOperandBytes;
+            int* valid = sTokenValid + buf * kTile;
+            const int t3 = live_after(t2);
+            int raw3[kRoundsPerTile];
+            load_tile_slots(t3, raw3);
+            prefetch_tile_rows(p, t2, raw2, token, quarter);
+            load_round(p, pos_of(t0, 1), checked_slot(p, pos_of(t0, 1), raw0[1]), quarter, odd);
+            if (seq >= 2) named_barrier_sync(kBarKEmpty + buf, kCtaThreads);  // the consumers are done with it
+            store_round(k_base, valid, token, quarter, even);
+            if (t1 < range.end) load_round(p, pos_of(t1, 0), checked_slot(p, pos_of(t1, 0), raw1[0]), quarter, even);
+            store_round(k_base, valid, kTokensPerRound + token, quarter, odd);
             fence_smem_for_wgmma();
             named_barrier_arrive(kBarKFull + buf, kCtaThreads);
+            t0 = t1;
+            t1 = t2;
+            t2 = t3;
+#pragma unroll
+            for (int r = 0; r < kRoundsPerTile; r++) {
+                raw0[r] = raw1[r];
+                raw1[r] = raw2[r];
+                raw2[r] = raw3[r];
+            }
         }
         return;
     }
 
-    // ---- consumers ----
-    registers_increase<kConsumerRegisters>();
-    const int g = lane / 4, q = lane % 4;  // accumulator fragment coordinates
-    float acc_o[kVDimsPerConsumer / 2];    // 64 x 256 fp32 over the warp group
+    const int g = lane / 4, q = lane % 4;  // accumulator fragment coordinates: rows g and g + 8 of the warp
+    const int hl0 = 16 * warp + g;         // the thread's first local head row
+    float acc_o[kVDimsPerGroup / 2];       // 64 x 256 fp32 over the warp group
 #pragma unroll
-    for (int i = 0; i < kVDimsPerConsumer / 2; i++) acc_o[i] = 0.0f;
-    float row_max[2] = {neg_inf(), neg_inf()}, row_sum[2] = {0.0f, 0.0f};  // rows g and g + 8
+    for (int i = 0; i < kVDimsPerGroup / 2; i++) acc_o[i] = 0.0f;
+    float row_max[2] = {neg_inf(), neg_inf()}, row_sum[2] = {0.0f, 0.0f};  // score group: rows hl0, hl0 + 8
 
-    int seq = 0;
-    for (int tile = first; tile < range.end; tile = live_after(tile), seq++) {
-        const int buf = seq & 1;
-        const int after_next = live_after(live_after(tile));
-        named_barrier_sync(kBarKFull + buf, kCtaThreads);
-        const u32 k_tile = sK + (u32)buf * kOperandBytes;
+    if (group == kScoreGroup) {
+        registers_increase<kScoreRegisters>();
+        int seq = 0;
+        for (int tile = first; tile < range.end; tile = live_after(tile), seq++) {
+            const int buf = seq & 1;
+            const bool refilled = live_after(live_after(tile)) < range.end;  // the producer refills buf
+            named_barrier_sync(kBarKFull + buf, kCtaThreads);
+            const u32 k_tile = sK + (u32)buf * kOperandBytes;
 
-        // S = Q K^T over all kKBlocks x kKSteps k-steps.
-        float acc_s[kTile / 2];
+            // S = Q K^T over all kKBlocks x kKSteps k-steps.
+            float acc_s[kTile / 2];
 #pragma unroll
-        for (int i = 0; i < kTile / 2; i++) acc_s[i] = 0.0f;  // overwritten (scale_d = 0); keeps them defined
-        fence_operands(acc_s);
-        wgmma_fence();
+            for (int i = 0; i < kTile / 2; i++) acc_s[i] = 0.0f;  // overwritten (scale_d = 0); keeps them defined
+            fence_operands(acc_s);
+            wgmma_fence();
 #pragma unroll
-        for (int kb = 0; kb < kKBlocks; kb++)
+            for (int kb = 0; kb < kKBlocks; kb++)
 #pragma unroll
-            for (int kk = 0; kk < kKSteps; kk++)
-                wgmma_m64n64k16_ss(acc_s, smem_descriptor(sQ + kb * kBlockBytes + kk * 32, 0, 1024),
-                                   smem_descriptor(k_tile + kb * kBlockBytes + kk * 32, 0, 1024), kb | kk);
-        wgmma_commit();
-        wgmma_wait_all();
-        fence_operands(acc_s);
+                for (int kk = 0; kk < kKSteps; kk++)
+                    wgmma_m64n64k16_ss(acc_s, smem_descriptor(sQ + kb * kBlockBytes + kk * 32, 0, 1024),
+                                       smem_descriptor(k_tile + kb * kBlockBytes + kk * 32, 0, 1024), kb | kk);
+            wgmma_commit();
+            wgmma_wait_all();
+            fence_operands(acc_s);
 
-        // Scale into the log2 domain, -inf where skipped; online softmax per row.
-        const int* valid = sTokenValid + buf * kTile;
-        float tile_max[2] = {neg_inf(), neg_inf()};
-#pragma unroll
-        for (int j = 0; j < kTile / 8; j++)
-#pragma unroll
-            for (int e = 0; e < 2; e++) {
-                const bool v = valid[8 * j + 2 * q + e] != 0;
-#pragma unroll
-                for (int half = 0; half < 2; half++) {
-                    float& x = acc_s[4 * j + 2 * half + e];
-                    x = v ? x * p.sm_scale_log2 : neg_inf();
-                    tile_max[half] = fmaxf(tile_max[half], x);
-                }
-            }
-        float alpha[2];
-#pragma unroll
-        for (int half = 0; half < 2; half++) {
-            tile_max[half] = warp_max_xor(tile_max[half], 4);  // the quad sharing a row
-            const float new_max = fmaxf(row_max[half], tile_max[half]);
-            const bool empty = new_max == neg_inf();  // nothing valid yet: no -inf - -inf
-            alpha[half] = empty ? 1.0f : fast_exp2(row_max[half] - new_max);
-            row_max[half] = new_max;
-            float sum = 0.0f;
+            // Scale into the log2 domain, -inf where skipped; online softmax per row.
+            const int* valid = sTokenValid + buf * kTile;
+            float tile_max[2] = {neg_inf(), neg_inf()};
 #pragma unroll
             for (int j = 0; j < kTile / 8; j++)
 #pragma unroll
                 for (int e = 0; e < 2; e++) {
-                    float& x = acc_s[4 * j + 2 * half + e];
-                    x = empty ? 0.0f : fast_exp2(x - new_max);
-                    sum += x;  // fp32, thread-partial: reduced over the quad at the end
+                    const bool v = valid[8 * j + 2 * q + e] != 0;
+#pragma unroll
+                    for (int half = 0; half < 2; half++) {
+                        float& x = acc_s[4 * j + 2 * half + e];
+                        x = v ? x * p.sm_scale_log2 : neg_inf();
+                        tile_max[half] = fmaxf(tile_max[half], x);
+                    }
                 }
-            row_sum[half] = row_sum[half] * alpha[half] + sum;
+            float alpha[2];
+#pragma unroll
+            for (int half = 0; half < 2; half++) {
+                tile_max[half] = warp_max_xor(tile_max[half], 4);  // the quad sharing a row
+                const float new_max = fmaxf(row_max[half], tile_max[half]);
+                const bool empty = new_max == neg_inf();  // nothing valid yet: no -inf - -inf
+                alpha[half] = empty ? 1.0f : fast_exp2(row_max[half] - new_max);
+                row_max[half] = new_max;
+                float sum = 0.0f;
+#pragma unroll
+                for (int j = 0; j < kTile / 8; j++)
+#pragma unroll
+                    for (int e = 0; e < 2; e++) {
+                        float& x = acc_s[4 * j + 2 * half + e];
+                        x = empty ? 0.0f : fast_exp2(x - new_max);
+                        sum += x;  // fp32, thread-partial: reduced over the quad at the end
+                    }
+                row_sum[half] = row_sum[half] * alpha[half] + sum;
+            }
+
+            // P (bf16) as wgmma A fragments, one per 16-candidate k-step.
+            u32 pf[kKSteps][4];
+#pragma unroll
+            for (int kk = 0; kk < kKSteps; kk++)
+#pragma unroll
+                for (int r = 0; r < 4; r++) pf[kk][r] = pack_bf16x2(acc_s[8 * kk + 2 * r], acc_s[8 * kk + 2 * r + 1]);
+
+            // P and the rescale factors to shared memory for the value group. Fragment
+            // register r of k-step kk holds row g + 8 (r & 1), candidates 16 kk + 8 (r >> 1) + 2 q, + 1.
+            if (seq > 0) named_barrier_sync(kBarPFree, kConsumerThreads);
+#pragma unroll
+            for (int kk = 0; kk < kKSteps; kk++)
+#pragma unroll
+                for (int r = 0; r < 4; r++) {
+                    const int hl = hl0 + 8 * (r & 1), c16 = 2 * kk + (r >> 1);  // 16-byte chunk of the row
+                    store_shared32(sP + swizzled(hl, c16) + 4 * q, pf[kk][r]);
+                }
+            if (q == 0) {
+                st_shared_f32(sAlpha + 4 * hl0, alpha[0]);
+                st_shared_f32(sAlpha + 4 * (hl0 + 8), alpha[1]);
+            }
+            fence_smem_for_wgmma();
+            named_barrier_arrive(kBarPReady, kConsumerThreads);
+
+            // O[:, 0 .. 256) += P V; V = the K tile's first kDV dims, MN-major.
+#pragma unroll
+            for (int i = 0; i < kVDimsPerGroup / 2; i++) acc_o[i] *= alpha[(i / 2) % 2];
+            fence_operands(acc_o);
+            fence_operands(pf);
+            wgmma_fence();
+#pragma unroll
+            for (int kk = 0; kk < kKSteps; kk++)
+                wgmma_m64n256k16_rs_tnsp_b(acc_o, pf[kk], smem_descriptor(k_tile + kk * 16 * 128, kBlockBytes, 1024));
+            wgmma_commit();
+            wgmma_wait_all();
+            fence_operands(acc_o);
+            fence_operands(pf);
+            if (refilled) named_barrier_arrive(kBarKEmpty + buf, kCtaThreads);
         }
+        // The final row statistics, for both groups' epilogues.
 #pragma unroll
-        for (int i = 0; i < kVDimsPerConsumer / 2; i++) acc_o[i] *= alpha[(i / 2) % 2];
-
-        // P (bf16) as wgmma A fragments, one per 16-candidate k-step.
-        u32 pf[kKSteps][4];
+        for (int half = 0; half < 2; half++) {
+            row_sum[half] = warp_sum_xor(row_sum[half], 4);
+            if (q == 0) {
+                st_shared_f32(sRowMax + 4 * (hl0 + 8 * half), row_max[half]);
+                st_shared_f32(sRowSum + 4 * (hl0 + 8 * half), row_sum[half]);
+            }
+        }
+        named_barrier_arrive(kBarRowStats, kConsumerThreads);
+    } else {
+        registers_decrease<kValueRegisters>();
+        int seq = 0;
+        for (int tile = first; tile < range.end; tile = live_after(tile), seq++) {
+            const int buf = seq & 1;
+            const int next = live_after(tile);
+            const bool refilled = live_after(next) < range.end;
+            named_barrier_sync(kBarKFull + buf, kCtaThreads);
+            named_barrier_sync(kBarPReady, kConsumerThreads);
+            const float alpha0 = load_shared_f32(sAlpha + 4 * hl0), alpha1 = load_shared_f32(sAlpha + 4 * (hl0 + 8));
 #pragma unroll
-        for (int kk = 0; kk < kKSteps; kk++)
+            for (int i = 0; i < kVDimsPerGroup / 2; i++) acc_o[i] *= (i / 2) % 2 ? alpha1 : alpha0;
+            // O[:, 256 .. 512) += P V, P from shared memory.
+            const u32 v_base = sK + (u32)buf * kOperandBytes + (u32)kVBlocksPerGroup * kBlockBytes;
+            fence_operands(acc_o);
+            wgmma_fence();
 #pragma unroll
-            for (int r = 0; r < 4; r++) pf[kk][r] = pack_bf16x2(acc_s[8 * kk + 2 * r], acc_s[8 * kk + 2 * r + 1]);
-
-        // O[:, this group's half of d_v] += P V; V = the K tile's first kDV dims, MN-major.
-        const u32 v_base = k_tile + (u32)(group * kVBlocksPerConsumer) * kBlockBytes;
-        fence_operands(acc_o);
-        fence_operands(pf);
-        wgmma_fence();
+            for (int kk = 0; kk < kKSteps; kk++)
+                wgmma_m64n256k16_ss_tnsp_b(acc_o, smem_descriptor(sP + kk * 32, 0, 1024),
+                                           smem_descriptor(v_base + kk * 16 * 128, kBlockBytes, 1024));
+            wgmma_commit();
+            wgmma_wait_all();
+            fence_operands(acc_o);
+            if (next < range.end) named_barrier_arrive(kBarPFree, kConsumerThreads);
+            if (refilled) named_barrier_arrive(kBarKEmpty + buf, kCtaThreads);
+        }
+        named_barrier_sync(kBarRowStats, kConsumerThreads);
 #pragma unroll
-        for (int kk = 0; kk < kKSteps; kk++)
-            wgmma_m64n256k16_rs_tnsp_b(acc_o, pf[kk], smem_descriptor(v_base + kk * 16 * 128, kBlockBytes, 1024));
-        wgmma_commit();
-        wgmma_wait_all();
-        fence_operands(acc_o);
-        fence_operands(pf);
-        if (after_next < range.end) named_barrier_arrive(kBarKEmpty + buf, kCtaThreads);  // the producer refills it
+        for (int half = 0; half < 2; half++) {
+            row_max[half] = load_shared_f32(sRowMax + 4 * (hl0 + 8 * half));
+            row_sum[half] = load_shared_f32(sRowSum + 4 * (hl0 + 8 * half));
+        }
     }
 
     // Epilogue: normalize; write the result, or this split's partial.
 #pragma unroll
     for (int half = 0; half < 2; half++) {
-        const float sum = warp_sum_xor(row_sum[half], 4);
-        const int hl = 16 * warp + g + 8 * half;
+        const float sum = row_sum[half];
+        const int hl = hl0 + 8 * half;
         const int h = head0 + hl;
         if (h >= cfg::kHeads) continue;
         const bool empty = sum == 0.0f;
         const float inv = empty ? 0.0f : 1.0f / sum;
         const float lse = empty ? neg_inf() : (row_max[half] + fast_log2(sum)) * kLn2;
-        const int dv0 = group * kVDimsPerConsumer + 2 * q;
+        const int dv0 = group * kVDimsPerGroup + 2 * q;
         if (p.num_splits > 1) {
             const i64 prow = ((i64)split * p.batch * p.s_q + row) * cfg::kHeads + h;
             float* dst = p.partial_out + prow * cfg::kDV + dv0;
 #pragma unroll
-            for (int j = 0; j < kVDimsPerConsumer / 8; j++)
+            for (int j = 0; j < kVDimsPerGroup / 8; j++)
                 *reinterpret_cast<U32x2*>(dst + 8 * j) = U32x2{float_to_bits(acc_o[4 * j + 2 * half] * inv),
                                                                float_to_bits(acc_o[4 * j + 2 * half + 1] * inv)};
-            if (group == 0 && q == 0) p.partial_lse[prow] = lse;
+            if (group == kScoreGroup && q == 0) p.partial_lse[prow] = lse;
         } else {
             float scale = inv;
             if (cfg::kHasSink && !empty) scale *= sink_factor(p.attn_sink[h], lse);
             u16* dst = p.out + b * p.out_stride_b + s * p.out_stride_s + h * p.out_stride_h + dv0;
 #pragma unroll
-            for (int j = 0; j < kVDimsPerConsumer / 8; j++)
+            for (int j = 0; j < kVDimsPerGroup / 8; j++)
                 *reinterpret_cast<u32*>(dst + 8 * j) =
                     pack_bf16x2(acc_o[4 * j + 2 * half] * scale, acc_o[4 * j + 2 * half + 1] * scale);
-            if (p.lse && group == 0 && q == 0)
+            if (p.lse && group == kScoreGroup && q == 0)
                 p.lse[b * p.lse_stride_b + s * p.lse_stride_s + h * p.lse_stride_h] = empty ? pos_inf() : lse;
         }
     }

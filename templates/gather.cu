@@ -33,21 +33,33 @@ __device__ __forceinline__ TileRange tile_range(const DecodeParams& p, int b, in
     return r;
 }
 
-// The slot a candidate position refers to, or -1 when it is skipped (past its
-// scope's length, index -1, or outside the cache). Loaded one tile ahead of use.
-__device__ __forceinline__ int fetch_slot(const DecodeParams& p, int b, int s, int pos, const TileRange& r)
+// The raw index at candidate position `pos`, or -1 when the position is past its
+// scope's length (no load then). Checked against the cache by checked_slot at the
+// use, so a prefetched index's latency is not waited for where it is loaded.
+__device__ __forceinline__ int load_slot(const DecodeParams& p, int b, int s, int pos, const TileRange& r)
 {
     if (pos >= r.total) return -1;
-    if (pos < p.topk) {
-        if (pos >= r.main_len) return -1;
-        int slot = p.indices[b * p.indices_stride_b + s * p.indices_stride_s + pos];
-        return (slot < 0 || (i64)slot >= p.kv_num_slots) ? -1 : slot;
-    }
+    if (pos < p.topk)
+        return pos < r.main_len ? p.indices[b * p.indices_stride_b + s * p.indices_stride_s + pos] : -1;
     if (!cfg::kHasExtra) return -1;
-    int epos = pos - p.topk;
-    if (epos >= r.extra_len) return -1;
-    int slot = p.extra_indices[b * p.extra_indices_stride_b + s * p.extra_indices_stride_s + epos];
-    return (slot < 0 || (i64)slot >= p.extra_num_slots) ? -1 : slot;
+    const int epos = pos - p.topk;
+    return epos < r.extra_len
+               ? p.extra_indices[b * p.extra_indices_stride_b + s * p.extra_indices_stride_s + epos]
+               : -1;
+}
+
+// A loaded index as a slot, or -1 when it is skipped (-1, or outside its cache).
+__device__ __forceinline__ int checked_slot(const DecodeParams& p, int pos, int raw)
+{
+    const i64 limit = (!cfg::kHasExtra || pos < p.topk) ? p.kv_num_slots : p.extra_num_slots;
+    return (raw < 0 || (i64)raw >= limit) ? -1 : raw;
+}
+
+// The slot a candidate position refers to, or -1 when it is skipped (past its
+// scope's length, index -1, or outside the cache).
+__device__ __forceinline__ int fetch_slot(const DecodeParams& p, int b, int s, int pos, const TileRange& r)
+{
+    return checked_slot(p, pos, load_slot(p, b, s, pos, r));
 }
 
 template <int kPage>

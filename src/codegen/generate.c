@@ -53,16 +53,19 @@ static void portable_smem_map(const mlajit_model_desc *d, int tile, int heads, s
 
 /* Shared-memory map of the sm90 kernel, in bytes from the 1024-aligned base (the
  * total reserves the alignment slack): Q and two K tile buffers, each d_qk / 64
- * swizzled blocks of 64 rows x 128 bytes, then the two buffers' candidate tables. */
-static void sm90_smem_map(const mlajit_model_desc *d, int tile, smem_map *m)
+ * swizzled blocks of 64 rows x 128 bytes; P (64 heads x one 64-candidate block);
+ * the per-row rescale factors and final statistics; the buffers' validity tables. */
+static void sm90_smem_map(const mlajit_model_desc *d, int tile, int heads, smem_map *m)
 {
     int operand = d->d_qk / 64 * 64 * 128;
     int off = 0;
     memset(m, 0, sizeof *m);
     m->q = off;           off += operand;
     m->k = off;           off += 2 * operand;
-    m->token_row = off;   off += align16(2 * tile * 8);
-    m->token_scale = off; off += align16(2 * tile * 8);
+    m->probs = off;       off += heads * tile * 2;
+    m->row_alpha = off;   off += align16(heads * 4);
+    m->row_max = off;     off += align16(heads * 4);
+    m->row_sum = off;     off += align16(heads * 4);
     m->token_valid = off; off += align16(2 * tile * 4);
     m->total = off + 1024;
 }
@@ -70,7 +73,7 @@ static void sm90_smem_map(const mlajit_model_desc *d, int tile, smem_map *m)
 static void kernel_smem_map(const mlajit_kernel_spec *r, const mlajit_model_desc *d, smem_map *m)
 {
     if (is_sm90(r))
-        sm90_smem_map(d, r->tile, m);
+        sm90_smem_map(d, r->tile, r->heads_per_cta, m);
     else
         portable_smem_map(d, r->tile, r->heads_per_cta, m);
 }
