@@ -56,8 +56,14 @@ constexpr int kRopeLoads = kRopeChunks / kLanesPerToken;
 constexpr int kScaleWords = cfg::kScaleFormat == 3 ? 2 : 4;        // ue8m0 bytes (footer) or fp32 (inline)
 // setmaxnreg: the score group holds O (128 fp32), S (32) and P (16); the value group
 // O and its descriptors; the producer two rounds of loads (2 x 44 registers for V32).
-// 128 * (208 + 160 + 144) = 65536; no spills for any model or feature set (CUDA 13.0).
-constexpr int kScoreRegisters = 208, kValueRegisters = 160, kProducerRegisters = 144;
+// No spills for any model or feature set at these (CUDA 13.0). Every warp starts at
+// the kernel's count, 65536 / 384 rounded down to 8 = 168, and an increase waits
+// until decreases have released enough: the three must not sum past 3 x 168, or
+// the score group waits forever.
+constexpr int kScoreRegisters = 200, kValueRegisters = 160, kProducerRegisters = 144;
+constexpr int kLaunchRegisters = (65536 / kCtaThreads) & ~7;
+static_assert(kScoreRegisters + kValueRegisters + kProducerRegisters <= 3 * kLaunchRegisters,
+              "setmaxnreg: the increase must be covered by the decreases");
 
 enum NamedBarrier { kBarKFull = 1, kBarKEmpty = 3, kBarPReady = 5, kBarPFree = 6, kBarRowStats = 7 };
 
