@@ -15,7 +15,7 @@
 //     round is dequantized (gather.cu) into a K tile buffer: bf16, 64-dim blocks of
 //     64 rows x 128 bytes, 128-byte swizzled (what the wgmma descriptors describe).
 //     Indices are loaded three tiles ahead and the rows of the tile after
-//     next are prefetched into L2 (bulk prefetch), so a round's loads hit L2.
+//     next are prefetched into L2, so a round's loads hit L2.
 // V is K[:, 0 .. kDV): P V reads the same K tile, MN-major.
 //
 // Named barriers (ids past 0, which __syncthreads uses):
@@ -55,12 +55,17 @@ constexpr int kRopeChunks = cfg::kDRope * 2 / 16;                  // 8 bf16 eac
 constexpr int kRopeLoads = kRopeChunks / kLanesPerToken;
 constexpr int kScaleWords = cfg::kScaleFormat == 3 ? 2 : 4;        // ue8m0 bytes (footer) or fp32 (inline)
 // setmaxnreg: the score group holds O (128 fp32), S (32) and P (16); the value group
-// O and its descriptors; the producer two rounds of loads (2 x 44 registers for V32).
-// No spills for any model or feature set at these (CUDA 13.0). Every warp starts at
-// the kernel's count, 65536 / 384 rounded down to 8 = 168, and an increase waits
-// until decreases have released enough: the three must not sum past 3 x 168, or
-// the score group waits forever.
-constexpr int kScoreRegisters = 200, kValueRegisters = 160, kProducerRegisters = 144;
+// O and its descriptors (the consumers' shared epilogue must fit it too); the
+// producer two rounds of loads (2 x 44 registers for V32) and a round's
+// dequantization in flight. Arbitrary fp32 scales (exact dequantization only) need
+// 8 more producer registers. No spills for any model or feature set at these (CUDA
+// 13.0). Every warp starts at the kernel's count, 65536 / 384 rounded down to 8 =
+// 168, and an increase waits until decreases have released enough: the three must
+// not sum past 3 x 168, or the score group waits forever.
+constexpr bool kExactScalesOnly = cfg::kScaleFormat == 2;
+constexpr int kScoreRegisters = kExactScalesOnly ? 200 : 208;
+constexpr int kValueRegisters = 160;
+constexpr int kProducerRegisters = kExactScalesOnly ? 144 : 136;
 constexpr int kLaunchRegisters = (65536 / kCtaThreads) & ~7;
 static_assert(kScoreRegisters + kValueRegisters + kProducerRegisters <= 3 * kLaunchRegisters,
               "setmaxnreg: the increase must be covered by the decreases");
@@ -76,7 +81,7 @@ static_assert(cfg::kQuantTile % 64 == 0, "a lane's 16 codes at 64-byte steps kee
 static_assert(cfg::kScaleFormat == 3 ? (!cfg::kScalesInline && cfg::kFooterBytes == 8 && cfg::kNumScales <= 8)
                                      : (cfg::kScalesInline && cfg::kNumScales == 4 && cfg::kScaleOffset % 16 == 0),
               "scales: one 8-byte footer load (ue8m0) or one 16-byte inline load (fp32)");
-static_assert(cfg::kRowBytes % 16 == 0 && cfg::kRopeOffset % 16 == 0, "16-byte loads and bulk prefetches");
+static_assert(cfg::kRowBytes % 16 == 0 && cfg::kRopeOffset % 16 == 0, "16-byte loads");
 
 // ---- PTX: wgmma, descriptors, named barriers, register reallocation ----
 __device__ __forceinline__ void wgmma_fence() { asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory"); }
@@ -241,12 +246,6 @@ __device__ __forceinline__ U32x2 load_row8(const u8* src)
     return v;
 }
 
-// Bring `bytes` (a multiple of 16, 16-byte aligned) into L2 without waiting.
-__device__ __forceinline__ void prefetch_l2_bulk(const u8* src, u32 bytes)
-{
-    asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;\n" :: "l"(src), "r"(bytes) : "memory");
-}
-
 __device__ __forceinline__ void prefetch_l2_line(const u8* src)
 {
     asm volatile("prefetch.global.L2 [%0];\n" :: "l"(src));
@@ -289,8 +288,9 @@ __device__ __forceinline__ void load_round(const DecodeParams& p, int pos, int s
         for (int i = 0; i < kNopeLoads; i++) d.nope[i] = U32x4{0u, 0u, 0u, 0u};
 #pragma unroll
         for (int i = 0; i < kRopeLoads; i++) d.rope[i] = U32x4{0u, 0u, 0u, 0u};
+        // unit scales (fp32 1.0, ue8m0 127): zero codes take the branch-free fast path
 #pragma unroll
-        for (int i = 0; i < kScaleWords; i++) d.scales[i] = 0u;
+        for (int i = 0; i < kScaleWords; i++) d.scales[i] = cfg::kScaleFormat == 3 ? 0x7f7f7f7fu : 0x3f800000u;
     }
 }
 
@@ -301,16 +301,38 @@ __device__ __forceinline__ u32 scale_bits_of(const RoundLoads& d, int i)
     return cfg::kScaleFormat == 3 ? (d.scales[k / 4] >> (8 * (k % 4))) & 0xffu : d.scales[k];
 }
 
-// Dequantize a round into row `t` of the K tile at `k_base`; mark its validity.
+// Dequantize a round into row `t` of the K tile at `k_base`; mark its validity. The
+// power-of-two or exact choice is made once for the candidate, so the loads'
+// dequantization is straight-line code the scheduler can interleave (one producer
+// warp per scheduler: no other warp hides a dependency chain).
 __device__ __forceinline__ void store_round(u32 k_base, int* valid, int t, int quarter, const RoundLoads& d)
 {
-#pragma unroll
-    for (int i = 0; i < kNopeLoads; i++) {
-        u32 w[8];
-        dequant16(d.nope[i], scale_bits_of(d, i), w);
+    auto store_chunk = [&](int i, const u32 (&w)[8]) {
         const u32 block = k_base + (u32)i * kBlockBytes;  // dims 64 i + 16 quarter .. + 16
         store_shared16(block + swizzled(t, 2 * quarter), U32x4{w[0], w[1], w[2], w[3]});
         store_shared16(block + swizzled(t, 2 * quarter + 1), U32x4{w[4], w[5], w[6], w[7]});
+    };
+    u32 fast[kNopeLoads];
+    bool all_fast = true;
+#pragma unroll
+    for (int i = 0; i < kNopeLoads; i++) {
+        fast[i] = fast_scale_bf16x2(scale_bits_of(d, i));
+        all_fast = all_fast && fast[i] != 0u;
+    }
+    if (all_fast) {
+#pragma unroll
+        for (int i = 0; i < kNopeLoads; i++) {
+            u32 w[8];
+            dequant16_pow2(d.nope[i], fast[i], w);
+            store_chunk(i, w);
+        }
+    } else {
+#pragma unroll
+        for (int i = 0; i < kNopeLoads; i++) {
+            u32 w[8];
+            dequant16_exact(d.nope[i], scale_value(scale_bits_of(d, i)), w);
+            store_chunk(i, w);
+        }
     }
 #pragma unroll
     for (int i = 0; i < kRopeLoads; i++) {
@@ -320,18 +342,21 @@ __device__ __forceinline__ void store_round(u32 k_base, int* valid, int t, int q
     if (quarter == 0) valid[t] = d.live;
 }
 
-// Start bringing a tile's rows (and footer scales) into L2: one lane per candidate.
+// Start bringing a tile's rows (and footer scales) into L2. A row's four lanes
+// touch it every 128 bytes and at its last byte, so every line it spans is covered
+// (per-lane prefetches: the bulk form takes uniform operands, a loop over lanes).
 __device__ __forceinline__ void prefetch_tile_rows(const DecodeParams& p, int tile, const int (&raw)[kRoundsPerTile],
                                                    int token, int quarter)
 {
-    if (quarter != 0) return;
 #pragma unroll
     for (int r = 0; r < kRoundsPerTile; r++) {
         const int pos = tile * kTile + r * kTokensPerRound + token;
         const Candidate c = locate_candidate(p, pos, checked_slot(p, pos, raw[r]));
         if (c.row) {
-            prefetch_l2_bulk(c.row, cfg::kRowBytes);
-            if (!cfg::kScalesInline) prefetch_l2_line(c.scales);
+#pragma unroll
+            for (int k = quarter; k * 128 < cfg::kRowBytes + 128; k += kLanesPerToken)
+                prefetch_l2_line(c.row + min(k * 128, cfg::kRowBytes - 1));
+            if (!cfg::kScalesInline && quarter == 0) prefetch_l2_line(c.scales);
         }
     }
 }
