@@ -82,7 +82,9 @@ envelope v32.h16.p64.t64.hc16.portable.sm_90a --bogus 1    | unknown option
 TABLE
 
 # ---- the envelope query's answers --------------------------------------------
-expect 0 "accepted: v32.h128.p64.t64.hc64.portable.sm_90a" envelope v32.h128.p64.t0.hc0.auto.sm_90a
+expect 0 "accepted: v32.h128.p64.t64.hc64.sm90.sm_90a" envelope v32.h128.p64.t0.hc0.auto.sm_90a
+expect 0 "accepted: v32.h16.p64.t64.hc16.portable.sm_90a" envelope v32.h16.p64.t0.hc16.auto.sm_90a
+expect 0 "accepted: v32.h128.p64.t64.hc32.portable.sm_80" envelope v32.h128.p64.t0.hc0.auto.sm_80
 expect 1 "variant sm90 needs spec.arch = sm_90a" compile --model v32 --heads 16 --page 64 --variant sm90 --arch sm_80
 expect 0 "accepted: dsv4.h8.p64.e3" envelope dsv4.h8.p64.e3.t0.hc0.auto.any --batch 2 --topk 33 --extra-topk 7
 expect 1 "shared memory" envelope v32.h128.p64.t64.hc32.portable.sm_86

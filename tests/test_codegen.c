@@ -101,7 +101,15 @@ Test(spec, canonical_string_round_trips)
     strcpy(s.arch, "sm_90a");
     char str[128];
     cr_assert_eq(mlajit_spec_string(&s, str, sizeof str), MLAJIT_OK);
+    cr_expect_str_eq(str, "dsv4.h64.p256.e64.fslx.t64.hc64.sm90.sm_90a", "auto is the wgmma family on sm_90a");
+    s.variant = MLAJIT_VARIANT_PORTABLE;
+    cr_assert_eq(mlajit_spec_string(&s, str, sizeof str), MLAJIT_OK);
     cr_expect_str_eq(str, "dsv4.h64.p256.e64.fslx.t64.hc64.portable.sm_90a");
+    s.variant = MLAJIT_VARIANT_AUTO;
+    s.heads_per_cta = 32; /* a head group sm90 does not run: auto stays portable */
+    cr_assert_eq(mlajit_spec_string(&s, str, sizeof str), MLAJIT_OK);
+    cr_expect_str_eq(str, "dsv4.h64.p256.e64.fslx.t64.hc32.portable.sm_90a");
+    s.heads_per_cta = 0;
     s.variant = MLAJIT_VARIANT_SM90;
     cr_assert_eq(mlajit_spec_string(&s, str, sizeof str), MLAJIT_OK);
     cr_expect_str_eq(str, "dsv4.h64.p256.e64.fslx.t64.hc64.sm90.sm_90a");

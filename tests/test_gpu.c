@@ -97,8 +97,10 @@ Test(gpu, golden_cases)
 
 Test(gpu, golden_cases_split_strided)
 {
-    mlajit_gpu_run_options o = {.num_splits = 3, .lse_head_major = 1, .pad_strides = 1};
-    for_each_golden(&o, "3 splits, lse [b,h,s], padded strides");
+    /* the portable family (auto picks sm90 on sm_90a; sm90_golden_cases has its split run) */
+    mlajit_gpu_run_options o = {.variant = MLAJIT_VARIANT_PORTABLE, .num_splits = 3, .lse_head_major = 1,
+                                .pad_strides = 1};
+    for_each_golden(&o, "portable, 3 splits, lse [b,h,s], padded strides");
 }
 
 Test(gpu, golden_cases_small_tiles)
@@ -146,7 +148,8 @@ static void sweep_heads_pages_ragged_topk(const mlajit_gpu_run_options *opts, co
 
 Test(gpu, sweep_heads_pages_ragged_topk)
 {
-    sweep_heads_pages_ragged_topk(NULL, "planner's choice");
+    mlajit_gpu_run_options o = {.variant = MLAJIT_VARIANT_PORTABLE};
+    sweep_heads_pages_ragged_topk(&o, "portable");
 }
 
 Test(gpu, glm_nsa_arbitrary_scales)
@@ -163,6 +166,8 @@ Test(gpu, rows_with_nothing_to_attend)
     synth_check(&p, NULL, "every index invalid");
     mlajit_gpu_run_options split = {.num_splits = 2};
     synth_check(&p, &split, "every index invalid, split");
+    mlajit_gpu_run_options portable = {.variant = MLAJIT_VARIANT_PORTABLE, .num_splits = 2};
+    synth_check(&p, &portable, "every index invalid, portable, split");
 }
 
 Test(gpu, empty_batch_is_a_no_op)
@@ -316,15 +321,16 @@ static void check_dequant_exhaustive(mlajit_model model, int variant, const mlaj
 Test(gpu, dequant_every_code_and_scale)
 {
     /* code offsets 0, 64, 128, 192: every code meets every scale, DSV4's 64-dim
-     * quantization blocks included */
+     * quantization blocks included. The portable family; sm90 has its own test. */
+    mlajit_gpu_run_options o = {.variant = MLAJIT_VARIANT_PORTABLE};
     for (int variant = 0; variant < 4; variant++) {
-        check_dequant_exhaustive(MLAJIT_MODEL_V32, variant * 64, NULL);
-        check_dequant_exhaustive(MLAJIT_MODEL_DSV4, variant * 64, NULL);
-        check_dequant_exhaustive(MLAJIT_MODEL_GLM_NSA, variant * 64, NULL);
+        check_dequant_exhaustive(MLAJIT_MODEL_V32, variant * 64, &o);
+        check_dequant_exhaustive(MLAJIT_MODEL_DSV4, variant * 64, &o);
+        check_dequant_exhaustive(MLAJIT_MODEL_GLM_NSA, variant * 64, &o);
     }
 }
 
-/* The wgmma family (MLAJIT_VARIANT_SM90, opt-in) against the same oracles: every
+/* The wgmma family (MLAJIT_VARIANT_SM90, auto's choice on sm_90a) against the same oracles: every
  * golden case (planner's splits, then 3 splits with strided lse and padded rows),
  * the shape sweep, and the exhaustive dequantization. sm_90a devices only. */
 static void require_sm90a(void)

@@ -75,8 +75,8 @@ Test(nvrtc, glm_nsa_and_odd_shapes, .timeout = 600)
     compile_ok(MLAJIT_MODEL_V32, 80, 2, 0, 0, "sm_89");
 }
 
-/* The wgmma family (opt-in, sm_90a only) compiles for every model and feature set
- * with no spills under its register split (setmaxnreg 200 / 104). */
+/* The wgmma family (sm_90a only; auto picks it there) compiles for every model and feature set
+ * with no spills under its register split (setmaxnreg, per scale format). */
 Test(nvrtc, sm90_family, .timeout = 600)
 {
     const mlajit_variant sm90 = MLAJIT_VARIANT_SM90;

@@ -1366,8 +1366,8 @@ Test(cli, pack_build_ls_verify_merge_bench_and_jit_disabled, .timeout = 300)
     cr_expect(strstr(out_text(), "usable here") != NULL, "%s", out_text());
 
     /* a spec list file; the kernel comes from the cache the first build filled */
-    write_file(path_in_root("specs.txt"), (const uint8_t *)"# one kernel\nv32.h8.p64.t64.hc16.portable.sm_90a\n\n",
-               strlen("# one kernel\nv32.h8.p64.t64.hc16.portable.sm_90a\n\n"));
+    write_file(path_in_root("specs.txt"), (const uint8_t *)"# one kernel\nv32.h8.p64.t64.hc64.sm90.sm_90a\n\n",
+               strlen("# one kernel\nv32.h8.p64.t64.hc64.sm90.sm_90a\n\n"));
     cr_assert_eq(sh("MLAJIT_CACHE_DIR=cache %s pack build --specs specs.txt --out one.pack", cli), 0, "%s",
                  out_text());
     cr_expect(strstr(out_text(), "1 kernels") && strstr(out_text(), "0 compiled") &&

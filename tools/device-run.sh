@@ -71,7 +71,7 @@ for step in "${@:-all}"; do
     bench-quick)
       ./build-gpu/mlajit bench --quick --json "$OUT/h200.jsonl" 2>&1 | tee "$OUT/bench.log" || rc=1 ;;
     bench-sm90)
-      # the opt-in wgmma family on the quick rows (its own JSON; h200.jsonl stays the default's)
+      # the wgmma family forced on the quick rows (its own JSON; h200.jsonl stays the default run)
       ./build-gpu/mlajit bench --quick --variant sm90 --json "$OUT/h200-sm90.jsonl" 2>&1 | tee "$OUT/bench-sm90.log" || rc=1 ;;
   esac
 done

@@ -66,7 +66,7 @@ static void print_tables(void)
     printf("  %-14s sink, topk-length, extra-topk-length (needs an extra cache)\n", "features");
     printf("  %-14s 0 (auto), 32, 64 candidates\n", "tile");
     printf("  %-14s 0 (auto), 16, 32, 64\n", "heads_per_cta");
-    printf("  %-14s auto (= portable), portable (sm_80+), sm90 (wgmma; sm_90a only, tile 64 x 64 heads; opt-in)\n",
+    printf("  %-14s auto (= sm90 on sm_90a where tile and heads_per_cta allow, else portable), portable (sm_80+), sm90 (wgmma; sm_90a only, tile 64 x 64 heads)\n",
            "variant");
     printf("  %-14s \"\" (the device's; %s without one), %s\n\n", "arch", MLAJIT_DEFAULT_ARCH, mlajit_arch_list());
 

@@ -103,8 +103,14 @@ int mlajit_spec_resolve(const mlajit_kernel_spec *spec, mlajit_kernel_spec *reso
         return mlajit_fail(MLAJIT_ERR_INVALID_ARGUMENT, "spec.arch is empty; resolve needs a target arch (%s)",
                            mlajit_arch_list());
     mlajit_kernel_spec r = *spec;
+    /* auto: the wgmma family on sm_90a whenever the spec leaves it the tile and
+     * head group it runs (64, 64): it was faster than the portable family on every
+     * row measured on the H200, padded head counts included (bench/NOTES.md). */
     if (r.variant == MLAJIT_VARIANT_AUTO)
-        r.variant = MLAJIT_VARIANT_PORTABLE;
+        r.variant = strcmp(r.arch, "sm_90a") == 0 && (r.tile == 0 || r.tile == 64) &&
+                            (r.heads_per_cta == 0 || r.heads_per_cta == 64)
+                        ? MLAJIT_VARIANT_SM90
+                        : MLAJIT_VARIANT_PORTABLE;
     if (r.variant == MLAJIT_VARIANT_SM90) {
         /* wgmma and setmaxnreg exist only in the arch-specific sm_90a target */
         if (strcmp(r.arch, "sm_90a") != 0)
