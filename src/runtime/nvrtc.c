@@ -69,7 +69,9 @@ static void parse_ptxas_log(const char *log, mlajit_compiled *out)
             n = sizeof buf - 1;
         memcpy(buf, line, n);
         buf[n] = '\0';
-        if (strstr(buf, "Compiling entry function") || strstr(buf, "Function properties for"))
+        /* Only entry lines switch function: a callee's "Function properties for"
+         * block may sit between an entry's line and its "Used N registers". */
+        if (strstr(buf, "Compiling entry function"))
             in_main = strstr(buf, MLAJIT_ENTRY_MAIN) != NULL;
         const char *used = strstr(buf, "Used ");
         if (used && in_main) {
