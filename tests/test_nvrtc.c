@@ -50,6 +50,38 @@ static void compile_ok(mlajit_model model, int h, int page, int extra_page, unsi
     compile_variant_ok(model, h, page, extra_page, features, arch, MLAJIT_VARIANT_AUTO);
 }
 
+/* The register count belongs to the main entry even when a callee's properties
+ * block sits between the entry's line and its "Used" line, and spills add up over
+ * every function. */
+Test(nvrtc, ptxas_log_parse)
+{
+    const char *log =
+        "ptxas info    : 0 bytes gmem\n"
+        "ptxas info    : Compiling entry function 'mlajit_decode_combine' for 'sm_90a'\n"
+        "ptxas info    : Function properties for mlajit_decode_combine\n"
+        "    0 bytes stack frame, 0 bytes spill stores, 0 bytes spill loads\n"
+        "ptxas info    : Used 32 registers, used 0 barriers, 384 bytes cumulative stack size\n"
+        "ptxas info    : Compiling entry function 'mlajit_decode_main' for 'sm_90a'\n"
+        "ptxas info    : Function properties for __internal_callee\n"
+        "    8 bytes stack frame, 4 bytes spill stores, 4 bytes spill loads\n"
+        "ptxas info    : Function properties for mlajit_decode_main\n"
+        "    0 bytes stack frame, 0 bytes spill stores, 0 bytes spill loads\n"
+        "ptxas info    : Function properties for __internal_other\n"
+        "    0 bytes stack frame, 0 bytes spill stores, 0 bytes spill loads\n"
+        "ptxas info    : Used 168 registers, used 16 barriers, 1024 bytes smem\n";
+    mlajit_compiled c;
+    memset(&c, 0, sizeof c);
+    mlajit_ptxas_log_parse(log, &c);
+    cr_expect_eq(c.registers, 168);
+    cr_expect_eq(c.shared_bytes, 1024);
+    cr_expect_eq(c.spill_bytes, 8);
+    mlajit_ptxas_log_parse("ptxas info    : Used 40 registers\n", &c);
+    cr_expect_eq(c.registers, -1, "no entry line: not the main entry's count");
+    mlajit_ptxas_log_parse("", &c);
+    cr_expect_eq(c.registers, -1);
+    cr_expect_eq(c.spill_bytes, 0);
+}
+
 static const char *arches[] = {"sm_80", "sm_90a", "sm_100a", "sm_120a"};
 
 Test(nvrtc, v32_spread, .timeout = 600)

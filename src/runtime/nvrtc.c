@@ -54,8 +54,7 @@ int mlajit_nvrtc_supports(const char *arch)
     return 0;
 }
 
-/* Parse "ptxas info    : Used N registers, ..." and spill lines per function. */
-static void parse_ptxas_log(const char *log, mlajit_compiled *out)
+void mlajit_ptxas_log_parse(const char *log, mlajit_compiled *out)
 {
     out->registers = -1;
     out->shared_bytes = 0;
@@ -149,6 +148,6 @@ int mlajit_nvrtc_compile(const char *source, const char *program_name, const cha
     out->cubin_size = size;
     nvrtcDestroyProgram(&prog);
     out->compile_ms = mlajit_now_ms() - t0;
-    parse_ptxas_log(out->log ? out->log : "", out);
+    mlajit_ptxas_log_parse(out->log ? out->log : "", out);
     return MLAJIT_OK;
 }

@@ -15,6 +15,11 @@ typedef struct mlajit_compiled {
 
 void mlajit_compiled_free(mlajit_compiled *c);
 
+/* Fill out's registers, shared_bytes and spill_bytes from a ptxas -v log: the main
+ * entry's "Used N registers, ... M bytes smem" line (the entry being the last
+ * "Compiling entry function" line before it) and every function's spill lines. */
+void mlajit_ptxas_log_parse(const char *log, mlajit_compiled *out);
+
 void mlajit_nvrtc_version(int *major, int *minor);
 
 /* The NVRTC options for an arch, joined by spaces (for the cache key); buf >= 256. */
