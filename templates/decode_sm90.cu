@@ -18,6 +18,11 @@
 //     next are prefetched into L2, so a round's loads hit L2.
 // V is K[:, 0 .. kDV): P V reads the same K tile, MN-major.
 //
+// CTA pair (kClusterCtas = 2, two head groups): the CTAs of the two head groups
+// of a (row, split) form a cluster and read the same tiles. The producer of rank r
+// gathers round r of every tile only, and writes it both into its own buffer and,
+// with st.async, into the peer's: each CTA gathers and dequantizes half as much.
+//
 // Named barriers (ids past 0, which __syncthreads uses):
 //   kBarKFull + b   buffer b holds a dequantized tile and its validity table
 //                   (producer arrives; both consumer groups wait)
@@ -28,6 +33,12 @@
 //   kBarPFree       the value group has finished reading P and the factors
 //                   (value group arrives; score group waits before rewriting them)
 //   kBarRowStats    the final row max and sum are in shared memory (epilogue)
+// and, in a CTA pair, mbarriers in shared memory:
+//   peer_round_full[b]   the peer's round of buffer b has landed here (its
+//                        st.async bytes; the local producer sets the count)
+//   peer_buffer_free[b]  the peer's consumers have finished reading their buffer b
+//                        (the peer's producer passes on its kBarKEmpty; the local
+//                        producer waits before writing into it)
 // ---------------------------------------------------------------------------
 namespace sm90 {
 using namespace gather;
@@ -71,6 +82,13 @@ static_assert(kScoreRegisters + kValueRegisters + kProducerRegisters <= 3 * kLau
               "setmaxnreg: the increase must be covered by the decreases");
 
 enum NamedBarrier { kBarKFull = 1, kBarKEmpty = 3, kBarPReady = 5, kBarPFree = 6, kBarRowStats = 7 };
+
+// CTA pair: which rounds of a tile this CTA's producer gathers, and the exchange.
+constexpr int kPairCtas = cfg::kClusterCtas;
+constexpr int kRoundsGathered = kRoundsPerTile / kPairCtas;       // per producer and tile
+constexpr int kProducerLead = kProducerGroup * kWarpGroupThreads;  // the thread that signals for its group
+constexpr u32 kPeerRoundBytes = kTokensPerRound * (cfg::kDQK * 2 + 4);  // bf16 rows + validity flags
+static_assert(kPairCtas == 1 || (kPairCtas == 2 && kRoundsGathered == 1), "a pair splits a tile's two rounds");
 
 static_assert(cfg::kThreads == kCtaThreads, "the generator's thread count must match the roles");
 static_assert(kHeads == 64 && kTile == 64, "one wgmma M of heads and one N of candidates");
@@ -117,6 +135,73 @@ __device__ __forceinline__ void named_barrier_sync(int id, int threads)
 __device__ __forceinline__ void named_barrier_arrive(int id, int threads)
 {
     asm volatile("bar.arrive %0, %1;\n" :: "r"(id), "r"(threads) : "memory");
+}
+
+// ---- PTX: clusters, mbarriers, remote stores (CTA pair) ----
+__device__ __forceinline__ u32 cluster_rank()
+{
+    u32 r;
+    asm volatile("mov.u32 %0, %%cluster_ctarank;\n" : "=r"(r));
+    return r;
+}
+
+// The address of the same shared-memory byte in CTA `rank` of the cluster.
+__device__ __forceinline__ u32 peer_address(u32 local, u32 rank)
+{
+    u32 r;
+    asm volatile("mapa.shared::cluster.u32 %0, %1, %2;\n" : "=r"(r) : "r"(local), "r"(rank));
+    return r;
+}
+
+// Every thread of every CTA of the cluster (also orders shared memory: a CTA barrier too).
+__device__ __forceinline__ void cluster_sync()
+{
+    asm volatile("barrier.cluster.arrive.release.aligned;\nbarrier.cluster.wait.acquire.aligned;\n" ::: "memory");
+}
+
+__device__ __forceinline__ void mbarrier_init(u32 bar, u32 count)
+{
+    asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" :: "r"(bar), "r"(count) : "memory");
+}
+
+// mbarrier inits visible to the cluster (before the cluster barrier that publishes them).
+__device__ __forceinline__ void fence_mbarrier_init() { asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory"); }
+
+// One arrival that also expects `bytes` of st.async transactions in this phase.
+__device__ __forceinline__ void mbarrier_arrive_expect_tx(u32 bar, u32 bytes)
+{
+    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" :: "r"(bar), "r"(bytes) : "memory");
+}
+
+// One arrival on a barrier of another CTA (cluster address), releasing this
+// thread's prior accesses at cluster scope.
+__device__ __forceinline__ void mbarrier_arrive_cluster(u32 cluster_bar)
+{
+    asm volatile("mbarrier.arrive.release.cluster.shared::cluster.b64 _, [%0];\n" :: "r"(cluster_bar) : "memory");
+}
+
+// Wait until the phase of the given parity has completed (acquire, cluster scope).
+__device__ __forceinline__ void mbarrier_wait(u32 bar, u32 parity)
+{
+    asm volatile(
+        "{\n.reg .pred done;\n"
+        "wait_%=:\n"
+        "mbarrier.try_wait.parity.acquire.cluster.shared::cta.b64 done, [%0], %1;\n"
+        "@!done bra wait_%=;\n}\n" :: "r"(bar), "r"(parity) : "memory");
+}
+
+// 16 (4) bytes into another CTA's shared memory; the bytes count towards the
+// transaction count of the mbarrier at `cluster_bar` (in that CTA).
+__device__ __forceinline__ void store_peer16(u32 cluster_addr, const U32x4& v, u32 cluster_bar)
+{
+    asm volatile("st.async.shared::cluster.mbarrier::complete_tx::bytes.v4.b32 [%0], {%1, %2, %3, %4}, [%5];\n"
+                 :: "r"(cluster_addr), "r"(v.x), "r"(v.y), "r"(v.z), "r"(v.w), "r"(cluster_bar) : "memory");
+}
+
+__device__ __forceinline__ void store_peer4(u32 cluster_addr, u32 v, u32 cluster_bar)
+{
+    asm volatile("st.async.shared::cluster.mbarrier::complete_tx::bytes.b32 [%0], %1, [%2];\n"
+                 :: "r"(cluster_addr), "r"(v), "r"(cluster_bar) : "memory");
 }
 
 template <int kRegisters>
@@ -280,12 +365,28 @@ __device__ __forceinline__ u32 scale_bits_of(const RoundLoads& d, int i)
 // power-of-two or exact choice is made once for the candidate, so the loads'
 // dequantization is straight-line code the scheduler can interleave (one producer
 // warp per scheduler: no other warp hides a dependency chain).
-__device__ __forceinline__ void store_round(u32 k_base, int* valid, int t, int quarter, const RoundLoads& d)
+// Where a round goes: this CTA's K buffer and validity table and, in a CTA pair,
+// the same bytes of the peer's: a CTA's shared memory is one contiguous range of
+// the cluster window, so a local address plus `peer_delta` is the peer's copy. The
+// bytes sent count on the peer's peer_round_full (cluster address peer_bar).
+struct RoundDest {
+    u32 k_base;
+    int* valid;  // a plain store: ptxas schedules it more freely than inline PTX (DSV4 spills otherwise)
+    u32 peer_delta, peer_bar;
+};
+
+__device__ __forceinline__ void store16(const RoundDest& to, u32 offset, const U32x4& v)
+{
+    store_shared16(to.k_base + offset, v);
+    if (kPairCtas > 1) store_peer16(to.k_base + to.peer_delta + offset, v, to.peer_bar);
+}
+
+__device__ __forceinline__ void store_round(const RoundDest& to, int t, int quarter, const RoundLoads& d)
 {
     auto store_chunk = [&](int i, const u32 (&w)[8]) {
-        const u32 block = k_base + (u32)i * kBlockBytes;  // dims 64 i + 16 quarter .. + 16
-        store_shared16(block + swizzled(t, 2 * quarter), U32x4{w[0], w[1], w[2], w[3]});
-        store_shared16(block + swizzled(t, 2 * quarter + 1), U32x4{w[4], w[5], w[6], w[7]});
+        const u32 block = (u32)i * kBlockBytes;  // dims 64 i + 16 quarter .. + 16
+        store16(to, block + swizzled(t, 2 * quarter), U32x4{w[0], w[1], w[2], w[3]});
+        store16(to, block + swizzled(t, 2 * quarter + 1), U32x4{w[4], w[5], w[6], w[7]});
     };
     u32 fast[kNopeLoads];
     bool all_fast = true;
@@ -312,20 +413,23 @@ __device__ __forceinline__ void store_round(u32 k_base, int* valid, int t, int q
 #pragma unroll
     for (int i = 0; i < kRopeLoads; i++) {
         const int dim = cfg::kDNope + 8 * (quarter + kLanesPerToken * i);
-        store_shared16(k_base + (u32)(dim / 64) * kBlockBytes + swizzled(t, (dim % 64) / 8), d.rope[i]);
+        store16(to, (u32)(dim / 64) * kBlockBytes + swizzled(t, (dim % 64) / 8), d.rope[i]);
     }
-    if (quarter == 0) valid[t] = d.live;
+    if (quarter == 0) {
+        to.valid[t] = d.live;
+        if (kPairCtas > 1) store_peer4(smem_address(to.valid + t) + to.peer_delta, d.live, to.peer_bar);
+    }
 }
 
 // Start bringing a tile's rows (and footer scales) into L2. A row's four lanes
 // touch it every 128 bytes and at its last byte, so every line it spans is covered
 // (per-lane prefetches: the bulk form takes uniform operands, a loop over lanes).
-__device__ __forceinline__ void prefetch_tile_rows(const DecodeParams& p, int tile, const int (&raw)[kRoundsPerTile],
-                                                   int token, int quarter)
+__device__ __forceinline__ void prefetch_tile_rows(const DecodeParams& p, int tile, const int (&raw)[kRoundsGathered],
+                                                   int round0, int token, int quarter)
 {
 #pragma unroll
-    for (int r = 0; r < kRoundsPerTile; r++) {
-        const int pos = tile * kTile + r * kTokensPerRound + token;
+    for (int r = 0; r < kRoundsGathered; r++) {
+        const int pos = tile * kTile + (round0 + r) * kTokensPerRound + token;
         const Candidate c = locate_candidate(p, pos, checked_slot(p, pos, raw[r]));
         if (c.row) {
 #pragma unroll
@@ -338,7 +442,7 @@ __device__ __forceinline__ void prefetch_tile_rows(const DecodeParams& p, int ti
 
 }  // namespace sm90
 
-extern "C" __global__ void __launch_bounds__(sm90::kCtaThreads, 1) mlajit_decode_main(const DecodeParams p)
+extern "C" __global__ void MLAJIT_CLUSTER_DIMS __launch_bounds__(sm90::kCtaThreads, 1) mlajit_decode_main(const DecodeParams p)
 {
     using namespace sm90;
     extern __shared__ __align__(1024) u8 smem_raw[];
@@ -352,6 +456,8 @@ extern "C" __global__ void __launch_bounds__(sm90::kCtaThreads, 1) mlajit_decode
     const u32 sRowMax = smem_address(smem + cfg::kSmemRowMax);     // [kHeads] final, log2 domain
     const u32 sRowSum = smem_address(smem + cfg::kSmemRowSum);     // [kHeads] final
     int* sTokenValid = reinterpret_cast<int*>(smem + cfg::kSmemTokenValid);  // [2][kTile]
+    const u32 sPeerRoundFull = smem_address(smem + cfg::kSmemBarriers);   // [2] mbarriers (CTA pair)
+    const u32 sPeerBufferFree = sPeerRoundFull + 2 * 8;                  // [2] mbarriers (CTA pair)
 
     const int tid = threadIdx.x;
     const int group = tid / kWarpGroupThreads;
@@ -372,7 +478,20 @@ extern "C" __global__ void __launch_bounds__(sm90::kCtaThreads, 1) mlajit_decode
         store_shared16(sQ + (u32)(c8 / 8) * kBlockBytes + swizzled(h, c8 % 8), v);
     }
     fence_smem_for_wgmma();
-    __syncthreads();  // barrier: Q ready for every role
+    // A CTA pair's rank (which round of each tile it gathers) and its peer.
+    const u32 rank = kPairCtas > 1 ? cluster_rank() : 0u, peer = rank ^ 1u;
+    if (kPairCtas > 1) {
+        if (tid == 0) {
+            for (int i = 0; i < 2; i++) {
+                mbarrier_init(sPeerRoundFull + 8 * i, 1);  // the local producer's expect_tx arrival
+                mbarrier_init(sPeerBufferFree + 8 * i, 1);  // the peer producer's lead thread
+            }
+            fence_mbarrier_init();
+        }
+        cluster_sync();  // barrier: Q ready for every role, and the pair's mbarriers for both CTAs
+    } else {
+        __syncthreads();  // barrier: Q ready for every role
+    }
 
     auto live_after = [&](int t) { return next_live_tile(range, t + 1, p.topk); };
     const int first = next_live_tile(range, range.begin, p.topk);
@@ -380,47 +499,92 @@ extern "C" __global__ void __launch_bounds__(sm90::kCtaThreads, 1) mlajit_decode
     if (group == kProducerGroup) {
         registers_decrease<kProducerRegisters>();
         const int token = warp * 8 + lane % 8, quarter = lane / 8;
-        auto load_tile_slots = [&](int t, int (&raw)[kRoundsPerTile]) {
+        const int round0 = (int)rank * kRoundsGathered;  // the first round of each tile this producer gathers
+        auto pos_of = [&](int t, int r) { return t * kTile + (round0 + r) * kTokensPerRound + token; };
+        auto load_tile_slots = [&](int t, int (&raw)[kRoundsGathered]) {
 #pragma unroll
-            for (int r = 0; r < kRoundsPerTile; r++)
-                raw[r] = t < range.end ? load_slot(p, b, s, t * kTile + r * kTokensPerRound + token, range) : -1;
+            for (int r = 0; r < kRoundsGathered; r++) raw[r] = t < range.end ? load_slot(p, b, s, pos_of(t, r), range) : -1;
         };
-        auto pos_of = [&](int t, int r) { return t * kTile + r * kTokensPerRound + token; };
+        const u32 peer_delta = kPairCtas > 1 ? peer_address(sK, peer) - sK : 0u;
+        auto dest_of = [&](int buf) {
+            const u32 bar = sPeerRoundFull + 8 * buf;
+            return RoundDest{sK + (u32)buf * kOperandBytes, sTokenValid + buf * kTile, peer_delta, bar + peer_delta};
+        };
+        // Before refilling buffer buf (tile seq >= 2): this CTA's consumers are done
+        // with it. In a pair, the lead thread passes that on to the peer's producer,
+        // announces the bytes the peer will send for this tile, and the producer
+        // waits for the peer's consumers to be done with their buffer buf.
+        auto claim_buffer = [&](int seq, int buf) {
+            if (seq >= 2) named_barrier_sync(kBarKEmpty + buf, kCtaThreads);
+            if (kPairCtas > 1) {
+                if (tid == kProducerLead) {
+                    if (seq >= 2) mbarrier_arrive_cluster(sPeerBufferFree + 8 * buf + peer_delta);
+                    mbarrier_arrive_expect_tx(sPeerRoundFull + 8 * buf, kPeerRoundBytes);
+                }
+                if (seq >= 2) mbarrier_wait(sPeerBufferFree + 8 * buf, ((seq >> 1) & 1) ^ 1);
+            }
+        };
         // tiles t0 (being filled), t1, t2 and their raw indices (kSlotLookahead = 3 tiles held)
         int t0 = first, t1 = live_after(t0), t2 = live_after(t1);
-        int raw0[kRoundsPerTile], raw1[kRoundsPerTile], raw2[kRoundsPerTile];
+        int raw0[kRoundsGathered], raw1[kRoundsGathered], raw2[kRoundsGathered];
         load_tile_slots(t0, raw0);
         load_tile_slots(t1, raw1);
         load_tile_slots(t2, raw2);
-        prefetch_tile_rows(p, t1, raw1, token, quarter);
-        RoundLoads even, odd;  // rounds 0 and 1 of a tile, in flight one round ahead of their stores
-        if (t0 < range.end) load_round(p, pos_of(t0, 0), checked_slot(p, pos_of(t0, 0), raw0[0]), quarter, even);
-        for (int seq = 0; t0 < range.end; seq++) {
-            static_assert(kRoundsPerTile == 2, "the producer's register rounds are written out for two");
-            const int buf = seq & 1;
-            const u32 k_base = sK + (u32)buf * kOperandBytes;
-            int* valid = sTokenValid + buf * kTile;
-            const int t3 = live_after(t2);
-            int raw3[kRoundsPerTile];
+        prefetch_tile_rows(p, t1, raw1, round0, token, quarter);
+        // The indices of the tile three ahead, and the rows of the tile after next
+        // into L2 (at the start of a tile); then move on by one tile (at its end).
+        int t3, raw3[kRoundsGathered];
+        auto look_ahead = [&]() {
+            t3 = live_after(t2);
             load_tile_slots(t3, raw3);
-            prefetch_tile_rows(p, t2, raw2, token, quarter);
-            load_round(p, pos_of(t0, 1), checked_slot(p, pos_of(t0, 1), raw0[1]), quarter, odd);
-            if (seq >= 2) named_barrier_sync(kBarKEmpty + buf, kCtaThreads);  // the consumers are done with it
-            store_round(k_base, valid, token, quarter, even);
-            if (t1 < range.end) load_round(p, pos_of(t1, 0), checked_slot(p, pos_of(t1, 0), raw1[0]), quarter, even);
-            store_round(k_base, valid, kTokensPerRound + token, quarter, odd);
-            fence_smem_for_wgmma();
-            named_barrier_arrive(kBarKFull + buf, kCtaThreads);
+            prefetch_tile_rows(p, t2, raw2, round0, token, quarter);
+        };
+        auto advance = [&]() {
             t0 = t1;
             t1 = t2;
             t2 = t3;
 #pragma unroll
-            for (int r = 0; r < kRoundsPerTile; r++) {
+            for (int r = 0; r < kRoundsGathered; r++) {
                 raw0[r] = raw1[r];
                 raw1[r] = raw2[r];
                 raw2[r] = raw3[r];
             }
+        };
+        RoundLoads even, odd;  // two register rounds, each loaded one round ahead of its stores
+        if (t0 < range.end) load_round(p, pos_of(t0, 0), checked_slot(p, pos_of(t0, 0), raw0[0]), quarter, even);
+        if (kPairCtas == 1) {
+            // both rounds of every tile: even = round 0, odd = round 1
+            for (int seq = 0; t0 < range.end; seq++) {
+                const int buf = seq & 1;
+                const RoundDest to = dest_of(buf);
+                look_ahead();
+                load_round(p, pos_of(t0, 1), checked_slot(p, pos_of(t0, 1), raw0[1]), quarter, odd);
+                claim_buffer(seq, buf);
+                store_round(to, token, quarter, even);
+                if (t1 < range.end) load_round(p, pos_of(t1, 0), checked_slot(p, pos_of(t1, 0), raw1[0]), quarter, even);
+                store_round(to, kTokensPerRound + token, quarter, odd);
+                fence_smem_for_wgmma();
+                named_barrier_arrive(kBarKFull + buf, kCtaThreads);
+                advance();
+            }
+        } else {
+            // one round of every tile, into both CTAs: even and odd alternate by tile
+            auto one_tile = [&](int seq, RoundLoads& now, RoundLoads& ahead) {
+                const int buf = seq & 1;
+                look_ahead();
+                const RoundDest to = dest_of(buf);
+                if (t1 < range.end) load_round(p, pos_of(t1, 0), checked_slot(p, pos_of(t1, 0), raw1[0]), quarter, ahead);
+                claim_buffer(seq, buf);
+                store_round(to, round0 * kTokensPerRound + token, quarter, now);
+                fence_smem_for_wgmma();
+                named_barrier_arrive(kBarKFull + buf, kCtaThreads);
+                advance();
+                return t0 < range.end;
+            };
+            for (int seq = 0; t0 < range.end; seq += 2)
+                if (one_tile(seq, even, odd)) one_tile(seq + 1, odd, even);
         }
+        if (kPairCtas > 1) cluster_sync();  // the peer may still write here until it is done
         return;
     }
 
@@ -430,6 +594,12 @@ extern "C" __global__ void __launch_bounds__(sm90::kCtaThreads, 1) mlajit_decode
 #pragma unroll
     for (int i = 0; i < kVDimsPerGroup / 2; i++) acc_o[i] = 0.0f;
     float row_max[2] = {neg_inf(), neg_inf()}, row_sum[2] = {0.0f, 0.0f};  // score group: rows hl0, hl0 + 8
+    // Buffer buf of tile seq holds both halves: this CTA's producer's (named
+    // barrier) and, in a pair, the peer's bytes (mbarrier phase seq / 2).
+    auto wait_tile = [&](int seq, int buf) {
+        named_barrier_sync(kBarKFull + buf, kCtaThreads);
+        if (kPairCtas > 1) mbarrier_wait(sPeerRoundFull + 8 * buf, (seq >> 1) & 1);
+    };
 
     if (group == kScoreGroup) {
         registers_increase<kScoreRegisters>();
@@ -437,7 +607,7 @@ extern "C" __global__ void __launch_bounds__(sm90::kCtaThreads, 1) mlajit_decode
         for (int tile = first; tile < range.end; tile = live_after(tile), seq++) {
             const int buf = seq & 1;
             const bool refilled = live_after(live_after(tile)) < range.end;  // the producer refills buf
-            named_barrier_sync(kBarKFull + buf, kCtaThreads);
+            wait_tile(seq, buf);
             const u32 k_tile = sK + (u32)buf * kOperandBytes;
 
             // S = Q K^T over all kKBlocks x kKSteps k-steps.
@@ -547,7 +717,7 @@ extern "C" __global__ void __launch_bounds__(sm90::kCtaThreads, 1) mlajit_decode
             const int buf = seq & 1;
             const int next = live_after(tile);
             const bool refilled = live_after(next) < range.end;
-            named_barrier_sync(kBarKFull + buf, kCtaThreads);
+            wait_tile(seq, buf);
             named_barrier_sync(kBarPReady, kConsumerThreads);
             const float alpha0 = load_shared_f32(sAlpha + 4 * hl0), alpha1 = load_shared_f32(sAlpha + 4 * (hl0 + 8));
 #pragma unroll
@@ -605,4 +775,5 @@ extern "C" __global__ void __launch_bounds__(sm90::kCtaThreads, 1) mlajit_decode
                 p.lse[b * p.lse_stride_b + s * p.lse_stride_s + h * p.lse_stride_h] = empty ? pos_inf() : lse;
         }
     }
+    if (kPairCtas > 1) cluster_sync();  // the peer may still write here until it is done
 }

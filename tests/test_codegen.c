@@ -155,6 +155,33 @@ Test(spec, resolve_fits_shared_memory_of_each_arch)
     cr_expect(strstr(mlajit_last_error(), "shared memory") != NULL);
 }
 
+/* sm90 pairs the CTAs of two head groups into a cluster (h_q 65..128); one head
+ * group, or the portable family, launches no cluster. */
+Test(generate, cluster_pairs_two_sm90_head_groups)
+{
+    struct { int h_q; mlajit_variant variant; int cluster; } rows[] = {
+        {128, MLAJIT_VARIANT_SM90, 2}, {65, MLAJIT_VARIANT_SM90, 2}, {64, MLAJIT_VARIANT_SM90, 1},
+        {8, MLAJIT_VARIANT_SM90, 1},   {128, MLAJIT_VARIANT_PORTABLE, 1},
+    };
+    for (size_t i = 0; i < sizeof rows / sizeof rows[0]; i++) {
+        mlajit_kernel_spec s, r;
+        mlajit_spec_init(&s, MLAJIT_MODEL_V32, rows[i].h_q, 64);
+        strcpy(s.arch, "sm_90a");
+        s.variant = rows[i].variant;
+        cr_assert_eq(mlajit_spec_resolve(&s, &r), MLAJIT_OK, "%s", mlajit_last_error());
+        mlajit_kernel_layout l;
+        cr_assert_eq(mlajit_codegen_layout(&r, &l), MLAJIT_OK);
+        cr_expect_eq(l.cluster_ctas, rows[i].cluster, "h%d variant %d", rows[i].h_q, rows[i].variant);
+        char *src = NULL;
+        cr_assert_eq(mlajit_generate_source(&s, &src), MLAJIT_OK, "%s", mlajit_last_error());
+        char expect[64];
+        snprintf(expect, sizeof expect, "constexpr int kClusterCtas = %d;", rows[i].cluster);
+        cr_expect(strstr(src, expect) != NULL, "h%d: %s", rows[i].h_q, expect);
+        cr_expect_eq(strstr(src, "__cluster_dims__(1, 2, 1)") != NULL, rows[i].cluster == 2, "h%d", rows[i].h_q);
+        mlajit_free(src);
+    }
+}
+
 Test(generate, source_carries_the_config_block)
 {
     mlajit_kernel_spec s;

@@ -31,7 +31,7 @@ static int align16(int x) { return (x + 15) & ~15; }
 
 /* Shared-memory map of the portable kernel, in bytes from the dynamic base. */
 typedef struct smem_map {
-    int q, k, scores, probs, row_max, row_sum, row_alpha, token_row, token_scale, token_valid, total;
+    int q, k, scores, probs, row_max, row_sum, row_alpha, token_row, token_scale, token_valid, barriers, total;
 } smem_map;
 
 static void portable_smem_map(const mlajit_model_desc *d, int tile, int heads, smem_map *m)
@@ -54,7 +54,8 @@ static void portable_smem_map(const mlajit_model_desc *d, int tile, int heads, s
 /* Shared-memory map of the sm90 kernel, in bytes from the 1024-aligned base (the
  * total reserves the alignment slack): Q and two K tile buffers, each d_qk / 64
  * swizzled blocks of 64 rows x 128 bytes; P (64 heads x one 64-candidate block);
- * the per-row rescale factors and final statistics; the buffers' validity tables. */
+ * the per-row rescale factors and final statistics; the buffers' validity tables;
+ * the mbarriers of a CTA pair's exchange (two per K buffer, 8 bytes each). */
 static void sm90_smem_map(const mlajit_model_desc *d, int tile, int heads, smem_map *m)
 {
     int operand = d->d_qk / 64 * 64 * 128;
@@ -67,6 +68,7 @@ static void sm90_smem_map(const mlajit_model_desc *d, int tile, int heads, smem_
     m->row_max = off;     off += align16(heads * 4);
     m->row_sum = off;     off += align16(heads * 4);
     m->token_valid = off; off += align16(2 * tile * 4);
+    m->barriers = off;    off += 2 * 2 * 8;
     m->total = off + 1024;
 }
 
@@ -82,6 +84,15 @@ static void kernel_smem_map(const mlajit_kernel_spec *r, const mlajit_model_desc
  * kernels when their shared memory fits twice. The register cap that implies
  * (128) holds the tile prefetch of one warp's candidates: ptxas (CUDA 13.0,
  * sm_90a) spills nothing for V32, DSV4 and GLM_NSA at 16 heads per CTA. */
+/* sm90 at two head groups: the pair of CTAs that share a (row, split) form a
+ * cluster and each gathers and dequantizes half of every tile for both (FlashMLA's
+ * h_q 128 design): the producer, which bounds the kernel, does half the work. */
+static int cluster_ctas(const mlajit_kernel_spec *r)
+{
+    int head_groups = (r->h_q + r->heads_per_cta - 1) / r->heads_per_cta;
+    return is_sm90(r) && head_groups % 2 == 0 ? 2 : 1;
+}
+
 static int min_blocks_per_sm(const mlajit_kernel_spec *r, const smem_map *m)
 {
     int fits = 2 * m->total <= mlajit_arch_max_smem(r->arch);
@@ -101,6 +112,7 @@ int mlajit_codegen_layout(const mlajit_kernel_spec *r, mlajit_kernel_layout *lay
     layout->smem_bytes = m.total;
     layout->combine_threads = kCombineThreads;
     layout->blocks_per_sm = min_blocks_per_sm(r, &m);
+    layout->cluster_ctas = cluster_ctas(r);
     return MLAJIT_OK;
 }
 
@@ -164,6 +176,8 @@ static void emit_config(mlajit_strbuf *b, const mlajit_kernel_spec *r, const mla
     /* One row tile of heads is bound by memory: two CTAs per SM keep twice the
      * bytes in flight (registers capped at 128). */
     mlajit_strbuf_printf(b, "constexpr int kMinBlocksPerSM = %d;\n", min_blocks_per_sm(r, &m));
+    mlajit_strbuf_printf(b, "constexpr int kClusterCtas = %d;    // CTAs along the head groups that share tiles\n",
+                         cluster_ctas(r));
     mlajit_strbuf_printf(b, "constexpr int kQKStride = %d;      // smem row stride of Q and K tiles (bf16)\n",
                          d->d_qk + kRowPad);
     mlajit_strbuf_printf(b, "constexpr int kScoreStride = %d;   // fp32\n", r->tile + 4);
@@ -177,12 +191,17 @@ static void emit_config(mlajit_strbuf *b, const mlajit_kernel_spec *r, const mla
                          m.row_max, m.row_sum,
               m.row_alpha);
     mlajit_strbuf_printf(b, "constexpr int kSmemTokenRow = %d, kSmemTokenScale = %d, kSmemTokenValid = %d;\n",
-                         m.token_row,
-              m.token_scale, m.token_valid);
+                         m.token_row, m.token_scale, m.token_valid);
+    mlajit_strbuf_printf(b, "constexpr int kSmemBarriers = %d;\n", m.barriers);
     mlajit_strbuf_printf(b, "constexpr int kSmemBytes = %d;\n", m.total);
     mlajit_strbuf_printf(b, "constexpr int kParamsBytes = %zu; // sizeof(mlajit_decode_params) on the host\n",
               sizeof(mlajit_decode_params));
-    mlajit_strbuf_printf(b, "}  // namespace cfg\n\n");
+    mlajit_strbuf_printf(b, "}  // namespace cfg\n");
+    /* a kernel attribute: the preprocessor, since attributes take no constexpr if */
+    if (cluster_ctas(r) > 1)
+        mlajit_strbuf_printf(b, "#define MLAJIT_CLUSTER_DIMS __cluster_dims__(1, %d, 1)\n\n", cluster_ctas(r));
+    else
+        mlajit_strbuf_printf(b, "#define MLAJIT_CLUSTER_DIMS\n\n");
 }
 
 int mlajit_generate_source(const mlajit_kernel_spec *spec, char **source)
