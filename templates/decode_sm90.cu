@@ -21,7 +21,7 @@
 // CTA pair (kClusterCtas = 2, two head groups): the CTAs of the two head groups
 // of a (row, split) form a cluster and read the same tiles. The producer of rank r
 // gathers round r of every tile only, and writes it both into its own buffer and,
-// with st.async, into the peer's: each CTA gathers and dequantizes half as much.
+// with bulk copies, into the peer's: each CTA gathers and dequantizes half as much.
 //
 // Named barriers (ids past 0, which __syncthreads uses):
 //   kBarKFull + b   buffer b holds a dequantized tile and its validity table
@@ -33,9 +33,11 @@
 //   kBarPFree       the value group has finished reading P and the factors
 //                   (value group arrives; score group waits before rewriting them)
 //   kBarRowStats    the final row max and sum are in shared memory (epilogue)
+//   kBarRoundStored the producer group's round is in shared memory and fenced
+//                   (CTA pair: its lead thread then copies it to the peer)
 // and, in a CTA pair, mbarriers in shared memory:
 //   peer_round_full[b]   the peer's round of buffer b has landed here (its
-//                        st.async bytes; the local producer sets the count)
+//                        bulk-copied bytes; the local producer sets the count)
 //   peer_buffer_free[b]  the peer's consumers have finished reading their buffer b
 //                        (the peer's producer passes on its kBarKEmpty; the local
 //                        producer waits before writing into it)
@@ -81,13 +83,14 @@ constexpr int kLaunchRegisters = (65536 / kCtaThreads) & ~7;
 static_assert(kScoreRegisters + kValueRegisters + kProducerRegisters <= 3 * kLaunchRegisters,
               "setmaxnreg: the increase must be covered by the decreases");
 
-enum NamedBarrier { kBarKFull = 1, kBarKEmpty = 3, kBarPReady = 5, kBarPFree = 6, kBarRowStats = 7 };
+enum NamedBarrier { kBarKFull = 1, kBarKEmpty = 3, kBarPReady = 5, kBarPFree = 6, kBarRowStats = 7, kBarRoundStored = 8 };
 
 // CTA pair: which rounds of a tile this CTA's producer gathers, and the exchange.
 constexpr int kPairCtas = cfg::kClusterCtas;
 constexpr int kRoundsGathered = kRoundsPerTile / kPairCtas;       // per producer and tile
 constexpr int kProducerLead = kProducerGroup * kWarpGroupThreads;  // the thread that signals for its group
 constexpr u32 kPeerRoundBytes = kTokensPerRound * (cfg::kDQK * 2 + 4);  // bf16 rows + validity flags
+static_assert(kPeerRoundBytes == kKBlocks * kTokensPerRound * 128 + kTokensPerRound * 4, "what copy_round_to_peer sends");
 static_assert(kPairCtas == 1 || (kPairCtas == 2 && kRoundsGathered == 1), "a pair splits a tile's two rounds");
 
 static_assert(cfg::kThreads == kCtaThreads, "the generator's thread count must match the roles");
@@ -167,41 +170,41 @@ __device__ __forceinline__ void mbarrier_init(u32 bar, u32 count)
 // mbarrier inits visible to the cluster (before the cluster barrier that publishes them).
 __device__ __forceinline__ void fence_mbarrier_init() { asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory"); }
 
-// One arrival that also expects `bytes` of st.async transactions in this phase.
+// One arrival that also expects `bytes` of bulk-copy transactions in this phase.
 __device__ __forceinline__ void mbarrier_arrive_expect_tx(u32 bar, u32 bytes)
 {
     asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" :: "r"(bar), "r"(bytes) : "memory");
 }
 
-// One arrival on a barrier of another CTA (cluster address), releasing this
-// thread's prior accesses at cluster scope.
+// One arrival on a barrier of another CTA (cluster address). CTA-scope release:
+// it only says that reads have finished (wgmma.wait_group has returned), and the
+// cluster-scope form compiles to MEMBAR.GPU, which waits for this thread's loads
+// in flight (the producer's next round).
 __device__ __forceinline__ void mbarrier_arrive_cluster(u32 cluster_bar)
 {
-    asm volatile("mbarrier.arrive.release.cluster.shared::cluster.b64 _, [%0];\n" :: "r"(cluster_bar) : "memory");
+    asm volatile("mbarrier.arrive.shared::cluster.b64 _, [%0];\n" :: "r"(cluster_bar) : "memory");
 }
 
-// Wait until the phase of the given parity has completed (acquire, cluster scope).
+// Wait until the phase of the given parity has completed. CTA-scope acquire: the
+// peer's bytes arrive by bulk copy, whose completion the mbarrier itself tracks;
+// a cluster-scope acquire compiles to an L1 invalidation (CCTL.IVALL) that waits
+// for the loads in flight.
 __device__ __forceinline__ void mbarrier_wait(u32 bar, u32 parity)
 {
     asm volatile(
         "{\n.reg .pred done;\n"
         "wait_%=:\n"
-        "mbarrier.try_wait.parity.acquire.cluster.shared::cta.b64 done, [%0], %1;\n"
+        "mbarrier.try_wait.parity.shared::cta.b64 done, [%0], %1;\n"
         "@!done bra wait_%=;\n}\n" :: "r"(bar), "r"(parity) : "memory");
 }
 
-// 16 (4) bytes into another CTA's shared memory; the bytes count towards the
-// transaction count of the mbarrier at `cluster_bar` (in that CTA).
-__device__ __forceinline__ void store_peer16(u32 cluster_addr, const U32x4& v, u32 cluster_bar)
+// A bulk copy (the TMA engine) of `bytes` from this CTA's shared memory to another
+// CTA's (cluster address); they count towards the transaction count of the
+// mbarrier at `cluster_bar` in that CTA. It reads through the async proxy.
+__device__ __forceinline__ void copy_to_peer(u32 cluster_dst, u32 src, u32 bytes, u32 cluster_bar)
 {
-    asm volatile("st.async.shared::cluster.mbarrier::complete_tx::bytes.v4.b32 [%0], {%1, %2, %3, %4}, [%5];\n"
-                 :: "r"(cluster_addr), "r"(v.x), "r"(v.y), "r"(v.z), "r"(v.w), "r"(cluster_bar) : "memory");
-}
-
-__device__ __forceinline__ void store_peer4(u32 cluster_addr, u32 v, u32 cluster_bar)
-{
-    asm volatile("st.async.shared::cluster.mbarrier::complete_tx::bytes.b32 [%0], %1, [%2];\n"
-                 :: "r"(cluster_addr), "r"(v), "r"(cluster_bar) : "memory");
+    asm volatile("cp.async.bulk.shared::cluster.shared::cta.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];\n"
+                 :: "r"(cluster_dst), "r"(src), "r"(bytes), "r"(cluster_bar) : "memory");
 }
 
 template <int kRegisters>
@@ -365,20 +368,15 @@ __device__ __forceinline__ u32 scale_bits_of(const RoundLoads& d, int i)
 // power-of-two or exact choice is made once for the candidate, so the loads'
 // dequantization is straight-line code the scheduler can interleave (one producer
 // warp per scheduler: no other warp hides a dependency chain).
-// Where a round goes: this CTA's K buffer and validity table and, in a CTA pair,
-// the same bytes of the peer's: a CTA's shared memory is one contiguous range of
-// the cluster window, so a local address plus `peer_delta` is the peer's copy. The
-// bytes sent count on the peer's peer_round_full (cluster address peer_bar).
+// Where a round goes: this CTA's K buffer and validity table.
 struct RoundDest {
     u32 k_base;
     int* valid;  // a plain store: ptxas schedules it more freely than inline PTX (DSV4 spills otherwise)
-    u32 peer_delta, peer_bar;
 };
 
 __device__ __forceinline__ void store16(const RoundDest& to, u32 offset, const U32x4& v)
 {
     store_shared16(to.k_base + offset, v);
-    if (kPairCtas > 1) store_peer16(to.k_base + to.peer_delta + offset, v, to.peer_bar);
 }
 
 __device__ __forceinline__ void store_round(const RoundDest& to, int t, int quarter, const RoundLoads& d)
@@ -415,10 +413,23 @@ __device__ __forceinline__ void store_round(const RoundDest& to, int t, int quar
         const int dim = cfg::kDNope + 8 * (quarter + kLanesPerToken * i);
         store16(to, (u32)(dim / 64) * kBlockBytes + swizzled(t, (dim % 64) / 8), d.rope[i]);
     }
-    if (quarter == 0) {
-        to.valid[t] = d.live;
-        if (kPairCtas > 1) store_peer4(smem_address(to.valid + t) + to.peer_delta, d.live, to.peer_bar);
+    if (quarter == 0) to.valid[t] = d.live;
+}
+
+// CTA pair: a round's rows, stored here, copied to the same place in the peer: in
+// each 64-dim block the round is 32 consecutive 128-byte rows, so one bulk copy per
+// block, and one of its validity flags. A CTA's shared memory is one contiguous
+// range of the cluster window: a local address plus `peer_delta` is the peer's.
+__device__ __forceinline__ void copy_round_to_peer(const RoundDest& from, int round, u32 peer_delta, u32 peer_bar)
+{
+    constexpr u32 kRowsBytes = kTokensPerRound * 128;
+#pragma unroll
+    for (int i = 0; i < kKBlocks; i++) {
+        const u32 src = from.k_base + (u32)i * kBlockBytes + (u32)round * kRowsBytes;
+        copy_to_peer(src + peer_delta, src, kRowsBytes, peer_bar);
     }
+    const u32 flags = smem_address(from.valid + round * kTokensPerRound);
+    copy_to_peer(flags + peer_delta, flags, kTokensPerRound * 4, peer_bar);
 }
 
 // Start bringing a tile's rows (and footer scales) into L2. A row's four lanes
@@ -506,10 +517,7 @@ extern "C" __global__ void MLAJIT_CLUSTER_DIMS __launch_bounds__(sm90::kCtaThrea
             for (int r = 0; r < kRoundsGathered; r++) raw[r] = t < range.end ? load_slot(p, b, s, pos_of(t, r), range) : -1;
         };
         const u32 peer_delta = kPairCtas > 1 ? peer_address(sK, peer) - sK : 0u;
-        auto dest_of = [&](int buf) {
-            const u32 bar = sPeerRoundFull + 8 * buf;
-            return RoundDest{sK + (u32)buf * kOperandBytes, sTokenValid + buf * kTile, peer_delta, bar + peer_delta};
-        };
+        auto dest_of = [&](int buf) { return RoundDest{sK + (u32)buf * kOperandBytes, sTokenValid + buf * kTile}; };
         // Before refilling buffer buf (tile seq >= 2): this CTA's consumers are done
         // with it. In a pair, the lead thread passes that on to the peer's producer,
         // announces the bytes the peer will send for this tile, and the producer
@@ -576,8 +584,10 @@ extern "C" __global__ void MLAJIT_CLUSTER_DIMS __launch_bounds__(sm90::kCtaThrea
                 if (t1 < range.end) load_round(p, pos_of(t1, 0), checked_slot(p, pos_of(t1, 0), raw1[0]), quarter, ahead);
                 claim_buffer(seq, buf);
                 store_round(to, round0 * kTokensPerRound + token, quarter, now);
-                fence_smem_for_wgmma();
+                fence_smem_for_wgmma();  // for the local wgmma and for the bulk copy: both the async proxy
                 named_barrier_arrive(kBarKFull + buf, kCtaThreads);
+                named_barrier_sync(kBarRoundStored, kWarpGroupThreads);
+                if (tid == kProducerLead) copy_round_to_peer(to, round0, peer_delta, sPeerRoundFull + 8 * buf + peer_delta);
                 advance();
                 return t0 < range.end;
             };
