@@ -7,6 +7,7 @@
 
 #include "cache/store.h"
 #include "mlajit.h"
+#include "runtime/cubin.h"
 #include "runtime/nvrtc.h"
 
 /* Generate and compile one kernel; it must be a real cubin with a parsed ptxas
@@ -40,8 +41,56 @@ static void compile_variant_ok(mlajit_model model, int h, int page, int extra_pa
     cr_expect_gt(c.cubin_size, 1000u, "%s: a real cubin", name);
     int allowed = r.variant == MLAJIT_VARIANT_PORTABLE && r.heads_per_cta == 64 ? 64 : 0;
     cr_expect_leq(c.spill_bytes, allowed, "%s spills %d bytes (allowed %d)", name, c.spill_bytes, allowed);
-    cr_expect_gt(c.registers, 0, "%s: the ptxas report was parsed; log:\n%s", name, c.log ? c.log : "(none)");
+    cr_expect_gt(c.registers, 0, "%s: the register count was found; log:\n%s", name, c.log ? c.log : "(none)");
     cr_expect_leq(c.registers, 255);
+    /* the cubin's record and the log's line agree wherever the log has one */
+    mlajit_compiled from_log;
+    memset(&from_log, 0, sizeof from_log);
+    mlajit_ptxas_log_parse(c.log ? c.log : "", &from_log);
+    cr_expect_eq(mlajit_cubin_register_count(c.cubin, c.cubin_size, "mlajit_decode_main"), c.registers, "%s", name);
+    if (from_log.registers > 0)
+        cr_expect_eq(from_log.registers, c.registers, "%s: log %d, cubin %d", name, from_log.registers, c.registers);
+    mlajit_compiled_free(&c);
+}
+
+/* The cubin reader on a real image, every truncation of it and damaged copies:
+ * a count or -1, never a read past the end (ASan runs this too). */
+Test(cubin, register_count_from_the_image_and_no_read_past_a_damaged_one, .timeout = 300)
+{
+    mlajit_kernel_spec s;
+    mlajit_spec_init(&s, MLAJIT_MODEL_V32, 16, 64);
+    strcpy(s.arch, "sm_80");
+    char *src;
+    cr_assert_eq(mlajit_generate_source(&s, &src), MLAJIT_OK, "%s", mlajit_last_error());
+    mlajit_compiled c;
+    int rc = mlajit_nvrtc_compile(src, "cubin_test", "sm_80", &c);
+    mlajit_free(src);
+    cr_assert_eq(rc, MLAJIT_OK, "%s", mlajit_last_error());
+    int regs = mlajit_cubin_register_count(c.cubin, c.cubin_size, "mlajit_decode_main");
+    cr_expect_gt(regs, 0);
+    cr_expect_gt(mlajit_cubin_register_count(c.cubin, c.cubin_size, "mlajit_decode_combine"), 0);
+    cr_expect_eq(mlajit_cubin_register_count(c.cubin, c.cubin_size, "mlajit_decode"), -1, "a prefix is not the name");
+    cr_expect_eq(mlajit_cubin_register_count(c.cubin, c.cubin_size, "no_such_kernel"), -1);
+    cr_expect_eq(mlajit_cubin_register_count(NULL, c.cubin_size, "mlajit_decode_main"), -1);
+    cr_expect_eq(mlajit_cubin_register_count("\x7f" "ELF", 4, "mlajit_decode_main"), -1);
+    /* every prefix: exact-size copies, so a read past the end is a heap overflow */
+    for (size_t n = 0; n < c.cubin_size; n += n < 4096 ? 1 : 61) {
+        unsigned char *cut = malloc(n ? n : 1);
+        cr_assert_not_null(cut);
+        memcpy(cut, c.cubin, n);
+        int got = mlajit_cubin_register_count(cut, n, "mlajit_decode_main");
+        cr_expect(got == -1 || got == regs, "prefix %zu: %d", n, got);
+        free(cut);
+    }
+    /* each header byte flipped in turn */
+    unsigned char *copy = malloc(c.cubin_size);
+    cr_assert_not_null(copy);
+    for (size_t i = 0; i < 64 && i < c.cubin_size; i++) {
+        memcpy(copy, c.cubin, c.cubin_size);
+        copy[i] ^= 0xff;
+        (void)mlajit_cubin_register_count(copy, c.cubin_size, "mlajit_decode_main");
+    }
+    free(copy);
     mlajit_compiled_free(&c);
 }
 

@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "codegen/codegen.h"
+#include "runtime/cubin.h"
 #include "common/error.h"
 
 void mlajit_compiled_free(mlajit_compiled *c)
@@ -149,5 +150,9 @@ int mlajit_nvrtc_compile(const char *source, const char *program_name, const cha
     nvrtcDestroyProgram(&prog);
     out->compile_ms = mlajit_now_ms() - t0;
     mlajit_ptxas_log_parse(out->log ? out->log : "", out);
+    /* the cubin's own record first: the log's line order is ptxas's to change */
+    int registers = mlajit_cubin_register_count(out->cubin, out->cubin_size, MLAJIT_ENTRY_MAIN);
+    if (registers > 0)
+        out->registers = registers;
     return MLAJIT_OK;
 }

@@ -7,7 +7,7 @@ typedef struct mlajit_compiled {
     void *cubin;        /* malloc'd */
     size_t cubin_size;
     double compile_ms;
-    int registers;      /* of the main entry, from the ptxas log; -1 if absent */
+    int registers;      /* of the main entry: the cubin's record, else the ptxas log; -1 if neither */
     int shared_bytes;   /* static shared memory of the main entry */
     int spill_bytes;    /* spill stores + loads, all entries */
     char *log;          /* malloc'd program log (may be empty) */
