@@ -357,6 +357,22 @@ __device__ __forceinline__ void load_round(const DecodeParams& p, int pos, int s
     }
 }
 
+// A round's registers as if redefined here: no computation on them (the scale
+// checks, the dequantization) is scheduled above this point, where the data of a
+// round loaded one round ahead would be waited for early, before the stores of the
+// round in between. asm volatile keeps its place among the barriers and stores.
+__device__ __forceinline__ void hold_until_here(RoundLoads& d)
+{
+#pragma unroll
+    for (int i = 0; i < kNopeLoads; i++)
+        asm volatile("" : "+r"(d.nope[i].x), "+r"(d.nope[i].y), "+r"(d.nope[i].z), "+r"(d.nope[i].w));
+#pragma unroll
+    for (int i = 0; i < kRopeLoads; i++)
+        asm volatile("" : "+r"(d.rope[i].x), "+r"(d.rope[i].y), "+r"(d.rope[i].z), "+r"(d.rope[i].w));
+#pragma unroll
+    for (int i = 0; i < kScaleWords; i++) asm volatile("" : "+r"(d.scales[i]));
+}
+
 // The raw scale of NoPE load i (codes 64 i + 16 quarter .. + 16: one quantization tile).
 __device__ __forceinline__ u32 scale_bits_of(const RoundLoads& d, int i)
 {
@@ -568,8 +584,10 @@ extern "C" __global__ void MLAJIT_CLUSTER_DIMS __launch_bounds__(sm90::kCtaThrea
                 look_ahead();
                 load_round(p, pos_of(t0, 1), checked_slot(p, pos_of(t0, 1), raw0[1]), quarter, odd);
                 claim_buffer(seq, buf);
+                hold_until_here(even);
                 store_round(to, token, quarter, even);
                 if (t1 < range.end) load_round(p, pos_of(t1, 0), checked_slot(p, pos_of(t1, 0), raw1[0]), quarter, even);
+                hold_until_here(odd);
                 store_round(to, kTokensPerRound + token, quarter, odd);
                 fence_smem_for_wgmma();
                 named_barrier_arrive(kBarKFull + buf, kCtaThreads);
@@ -583,6 +601,7 @@ extern "C" __global__ void MLAJIT_CLUSTER_DIMS __launch_bounds__(sm90::kCtaThrea
                 const RoundDest to = dest_of(buf);
                 if (t1 < range.end) load_round(p, pos_of(t1, 0), checked_slot(p, pos_of(t1, 0), raw1[0]), quarter, ahead);
                 claim_buffer(seq, buf);
+                hold_until_here(now);
                 store_round(to, round0 * kTokensPerRound + token, quarter, now);
                 fence_smem_for_wgmma();  // for the local wgmma and for the bulk copy: both the async proxy
                 named_barrier_arrive(kBarKFull + buf, kCtaThreads);
