@@ -1,7 +1,7 @@
 #!/bin/bash
 # Build, test and benchmark on the GPU host in one call (see shared/device/README.md).
 # Usage (from the project root, with .devdeps/.devtools/.golden carried):
-#   tools/device-run.sh [tests|demo|cases|bench|bench-quick|bench-sm90|compile-times|ncu|ncu-sm90|sass|gather|fuzz:S:SEED|all]...
+#   tools/device-run.sh [tests|demo|cases|bench|bench-quick|bench-sm90|compile-times|ncu|ncu-sm90|ncu-source|sass|gather|fuzz:S:SEED|all]...
 # Logs go to $OUT (or ./device-out) so they come back with the call. The device
 # tool returns at most 8 files, so at the end every log is packed into
 # $OUT/logs.tgz and only h200.jsonl and that archive stay beside it.
@@ -54,6 +54,17 @@ for step in "${@:-all}"; do
             ./build-gpu/mlajit bench --heads $h --batch 128 --topk 2048 --variant $variant >"$OUT/ncu-$variant-h$h.txt" 2>&1 || true
         grep -E "Duration|DRAM Through|Registers Per|Issued Instructions  |Issued Ipc|Achieved Occ|stalled.*pct +[0-9]" "$OUT/ncu-$variant-h$h.txt" |
           awk '$NF+0 >= 1 || !/stalled/' | sed "s/^/$variant h$h /"
+      done ;;
+    ncu-source)
+      # where each role's warps wait, per instruction (h_q 64 and 128, b 128, topk 2048):
+      # source-level stall sampling, summarized by bench/tools/stall_profile.py
+      command -v ncu >/dev/null || export PATH="$PATH:/usr/local/cuda/bin"
+      for h in 64 128; do
+        ncu --clock-control none -k mlajit_decode_main -c 1 --section SourceCounters --section WarpStateStats \
+            -o "$OUT/src-h$h" ./build-gpu/mlajit bench --heads $h --batch 128 --topk 2048 >"$OUT/ncu-source-h$h.log" 2>&1 || true
+        ncu -i "$OUT/src-h$h.ncu-rep" --page source --csv --print-source sass >"$OUT/source-h$h.csv" 2>/dev/null
+        rm -f "$OUT/src-h$h.ncu-rep"
+        python3 bench/tools/stall_profile.py "$OUT/source-h$h.csv" 8 >"$OUT/stalls-h$h.txt" 2>&1 && head -40 "$OUT/stalls-h$h.txt"
       done ;;
     sass)
       # SASS of the h_q 16 and 128 kernels (nvcc on the generated source; NVRTC's is alike)
