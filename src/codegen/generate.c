@@ -38,6 +38,7 @@ static void portable_smem_map(const mlajit_model_desc *d, int tile, int heads, s
 {
     int qk_stride = d->d_qk + kRowPad; /* bf16 elements; the pad spreads rows over banks */
     int off = 0;
+    memset(m, 0, sizeof *m);
     m->q = off;           off += align16(heads * qk_stride * 2);
     m->k = off;           off += align16(tile * qk_stride * 2);
     m->scores = off;      off += align16(heads * (tile + 4) * 4);
@@ -80,10 +81,6 @@ static void kernel_smem_map(const mlajit_kernel_spec *r, const mlajit_model_desc
         portable_smem_map(d, r->tile, r->heads_per_cta, m);
 }
 
-/* Two CTAs per SM double the bytes in flight of the memory-bound one-row-tile
- * kernels when their shared memory fits twice. The register cap that implies
- * (128) holds the tile prefetch of one warp's candidates: ptxas (CUDA 13.0,
- * sm_90a) spills nothing for V32, DSV4 and GLM_NSA at 16 heads per CTA. */
 /* sm90 at two head groups: the pair of CTAs that share a (row, split) form a
  * cluster and each gathers and dequantizes half of every tile for both (FlashMLA's
  * h_q 128 design): the producer, which bounds the kernel, does half the work. */
@@ -93,6 +90,10 @@ static int cluster_ctas(const mlajit_kernel_spec *r)
     return is_sm90(r) && head_groups % 2 == 0 ? 2 : 1;
 }
 
+/* Two CTAs per SM double the bytes in flight of the memory-bound one-row-tile
+ * kernels when their shared memory fits twice. The register cap that implies
+ * (128) holds the tile prefetch of one warp's candidates: ptxas (CUDA 13.0,
+ * sm_90a) spills nothing for V32, DSV4 and GLM_NSA at 16 heads per CTA. */
 static int min_blocks_per_sm(const mlajit_kernel_spec *r, const smem_map *m)
 {
     int fits = 2 * m->total <= mlajit_arch_max_smem(r->arch);
