@@ -140,7 +140,7 @@ __device__ __forceinline__ void named_barrier_arrive(int id, int threads)
     asm volatile("bar.arrive %0, %1;\n" :: "r"(id), "r"(threads) : "memory");
 }
 
-// ---- PTX: clusters, mbarriers, remote stores (CTA pair) ----
+// ---- PTX: clusters, mbarriers, bulk copies (CTA pair) ----
 __device__ __forceinline__ u32 cluster_rank()
 {
     u32 r;
@@ -177,7 +177,8 @@ __device__ __forceinline__ void mbarrier_arrive_expect_tx(u32 bar, u32 bytes)
 }
 
 // One arrival on a barrier of another CTA (cluster address). CTA-scope release:
-// it only says that reads have finished (wgmma.wait_group has returned), and the
+// it passes on that this CTA's consumers have finished reading a buffer (their
+// wgmma.wait_group returned before kBarKEmpty), which orders no data; the
 // cluster-scope form compiles to MEMBAR.GPU, which waits for this thread's loads
 // in flight (the producer's next round).
 __device__ __forceinline__ void mbarrier_arrive_cluster(u32 cluster_bar)
