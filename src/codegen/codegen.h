@@ -18,7 +18,7 @@ typedef struct mlajit_kernel_layout {
     int smem_bytes;         /* dynamic shared memory of the main kernel */
     int combine_threads;    /* combine kernel block size (one block per row and head) */
     int blocks_per_sm;      /* CTAs of the main kernel resident per SM (the planner's wave size) */
-    int cluster_ctas;       /* CTAs per cluster along the head groups (1: no cluster); divides their count */
+    int cluster_ctas;       /* CTAs per cluster along the head groups (1: no cluster); divides their count by construction */
 } mlajit_kernel_layout;
 
 int mlajit_codegen_layout(const mlajit_kernel_spec *resolved, mlajit_kernel_layout *layout);

@@ -177,8 +177,9 @@ static void emit_config(mlajit_strbuf *b, const mlajit_kernel_spec *r, const mla
     /* One row tile of heads is bound by memory: two CTAs per SM keep twice the
      * bytes in flight (registers capped at 128). */
     mlajit_strbuf_printf(b, "constexpr int kMinBlocksPerSM = %d;\n", min_blocks_per_sm(r, &m));
+    int cluster = cluster_ctas(r);
     mlajit_strbuf_printf(b, "constexpr int kClusterCtas = %d;    // CTAs along the head groups that share tiles\n",
-                         cluster_ctas(r));
+                         cluster);
     mlajit_strbuf_printf(b, "constexpr int kQKStride = %d;      // smem row stride of Q and K tiles (bf16)\n",
                          d->d_qk + kRowPad);
     mlajit_strbuf_printf(b, "constexpr int kScoreStride = %d;   // fp32\n", r->tile + 4);
@@ -199,8 +200,8 @@ static void emit_config(mlajit_strbuf *b, const mlajit_kernel_spec *r, const mla
               sizeof(mlajit_decode_params));
     mlajit_strbuf_printf(b, "}  // namespace cfg\n");
     /* a kernel attribute: the preprocessor, since attributes take no constexpr if */
-    if (cluster_ctas(r) > 1)
-        mlajit_strbuf_printf(b, "#define MLAJIT_CLUSTER_DIMS __cluster_dims__(1, %d, 1)\n\n", cluster_ctas(r));
+    if (cluster > 1)
+        mlajit_strbuf_printf(b, "#define MLAJIT_CLUSTER_DIMS __cluster_dims__(1, %d, 1)\n\n", cluster);
     else
         mlajit_strbuf_printf(b, "#define MLAJIT_CLUSTER_DIMS\n\n");
 }

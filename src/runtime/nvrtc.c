@@ -8,8 +8,8 @@
 #include <string.h>
 
 #include "codegen/codegen.h"
-#include "runtime/cubin.h"
 #include "common/error.h"
+#include "runtime/cubin.h"
 
 void mlajit_compiled_free(mlajit_compiled *c)
 {

@@ -66,11 +66,6 @@ int mlajit_plan_create(mlajit_context *ctx, const mlajit_kernel_spec *spec, cons
     p->shape = *shape;
     p->model = mlajit_model_describe(spec->model);
     p->head_groups = (spec->h_q + k->layout.heads_per_cta - 1) / k->layout.heads_per_cta;
-    if (k->layout.cluster_ctas > 1 && p->head_groups % k->layout.cluster_ctas != 0) {
-        free(p);
-        return mlajit_fail(MLAJIT_ERR_INTERNAL, "plan: %d head groups do not tile into clusters of %d CTAs (generator)",
-                           (spec->h_q + k->layout.heads_per_cta - 1) / k->layout.heads_per_cta, k->layout.cluster_ctas);
-    }
     p->rows = shape->batch * shape->s_q;
     int total = shape->topk + shape->extra_topk;
     p->num_tiles = (total + k->layout.tile - 1) / k->layout.tile;
