@@ -12,6 +12,7 @@ extern "C" __global__ void __launch_bounds__(cfg::kCombineThreads) mlajit_decode
     const int row = blockIdx.x, h = blockIdx.y;
     const int b = row / p.s_q, s = row % p.s_q;
     const i64 rows = (i64)p.batch * p.s_q;
+    wait_for_prerequisite_grid();  // the partials: launched early, the combine may start before they exist
 
     float max_lse = neg_inf();
     for (int sp = 0; sp < p.num_splits; sp++)

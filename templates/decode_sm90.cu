@@ -473,6 +473,7 @@ __device__ __forceinline__ void prefetch_tile_rows(const DecodeParams& p, int ti
 extern "C" __global__ void MLAJIT_CLUSTER_DIMS __launch_bounds__(sm90::kCtaThreads, 1) mlajit_decode_main(const DecodeParams p)
 {
     using namespace sm90;
+    allow_dependent_grid();  // the combine's CTAs may take idle SMs now; it waits for this grid itself
     extern __shared__ __align__(1024) u8 smem_raw[];
     // wgmma's 128-byte swizzle needs 1024-byte aligned blocks; the generator
     // reserves the slack.

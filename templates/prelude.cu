@@ -125,6 +125,25 @@ __device__ __forceinline__ float warp_sum_xor(float v, int width)
     return v;
 }
 
+// Grid dependency control (sm_90 on). The runtime launches the combine as the
+// main kernel's programmatic dependent, so its launch overlaps the main kernel:
+// the main kernel lets it be scheduled from its start, and the combine waits for
+// the main kernel's grid to complete, its writes visible, before reading them.
+#if __CUDA_ARCH__ >= 900
+__device__ __forceinline__ void allow_dependent_grid()
+{
+    if (cfg::kDependentCombine) asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
+}
+__device__ __forceinline__ void wait_for_prerequisite_grid()
+{
+    if (cfg::kDependentCombine) asm volatile("griddepcontrol.wait;\n" ::: "memory");
+}
+#else
+static_assert(!cfg::kDependentCombine, "grid dependency control needs sm_90 or later");
+__device__ __forceinline__ void allow_dependent_grid() {}
+__device__ __forceinline__ void wait_for_prerequisite_grid() {}
+#endif
+
 // Output scale from the attention sink: 1 / (1 + exp(sink - lse)).
 __device__ __forceinline__ float sink_factor(float sink, float lse)
 {

@@ -184,6 +184,36 @@ Test(generate, cluster_pairs_two_sm90_head_groups)
     }
 }
 
+/* From sm_90 the combine waits for the main kernel itself (griddepcontrol), so the
+ * runtime may launch it early; before sm_90 it must not be launched that way. */
+Test(generate, combine_is_a_dependent_launch_from_sm_90)
+{
+    struct { const char *arch; mlajit_variant variant; int dependent; } rows[] = {
+        {"sm_90a", MLAJIT_VARIANT_SM90, 1}, {"sm_90a", MLAJIT_VARIANT_PORTABLE, 1}, {"sm_90", MLAJIT_VARIANT_PORTABLE, 1},
+        {"sm_100a", MLAJIT_VARIANT_PORTABLE, 1}, {"sm_120", MLAJIT_VARIANT_PORTABLE, 1},
+        {"sm_80", MLAJIT_VARIANT_PORTABLE, 0}, {"sm_89", MLAJIT_VARIANT_PORTABLE, 0},
+    };
+    for (size_t i = 0; i < sizeof rows / sizeof rows[0]; i++) {
+        mlajit_kernel_spec s, r;
+        mlajit_spec_init(&s, MLAJIT_MODEL_V32, 16, 64);
+        strcpy(s.arch, rows[i].arch);
+        s.variant = rows[i].variant;
+        cr_assert_eq(mlajit_spec_resolve(&s, &r), MLAJIT_OK, "%s: %s", rows[i].arch, mlajit_last_error());
+        mlajit_kernel_layout l;
+        cr_assert_eq(mlajit_codegen_layout(&r, &l), MLAJIT_OK);
+        cr_expect_eq(l.dependent_combine, rows[i].dependent, "%s", rows[i].arch);
+        cr_expect_eq(mlajit_arch_has_grid_dependency(rows[i].arch), rows[i].dependent, "%s", rows[i].arch);
+        char *src = NULL;
+        cr_assert_eq(mlajit_generate_source(&s, &src), MLAJIT_OK, "%s", mlajit_last_error());
+        const char *expect = rows[i].dependent ? "constexpr bool kDependentCombine = true;"
+                                               : "constexpr bool kDependentCombine = false;";
+        cr_expect(strstr(src, expect) != NULL, "%s: %s", rows[i].arch, expect);
+        mlajit_free(src);
+    }
+    cr_expect_eq(mlajit_arch_has_grid_dependency("sm_91"), 0, "an unknown arch has none");
+    cr_expect_eq(mlajit_arch_has_grid_dependency(NULL), 0);
+}
+
 Test(generate, source_carries_the_config_block)
 {
     mlajit_kernel_spec s;

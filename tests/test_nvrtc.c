@@ -1,6 +1,7 @@
 /* NVRTC: generated kernels compile for every target family with no spills, and
  * the context's prepare path goes process map -> disk cache -> NVRTC. No GPU. */
 #include <criterion/criterion.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -8,6 +9,7 @@
 #include "cache/store.h"
 #include "mlajit.h"
 #include "runtime/cubin.h"
+#include "runtime/driver.h"
 #include "runtime/nvrtc.h"
 
 /* Generate and compile one kernel; it must be a real cubin with a parsed ptxas
@@ -102,6 +104,20 @@ static void compile_ok(mlajit_model model, int h, int page, int extra_page, unsi
 /* The register count belongs to the main entry even when a callee's properties
  * block sits between the entry's line and its "Used" line, and spills add up over
  * every function. */
+/* cuLaunchKernelEx reads these as CUlaunchConfig / CUlaunchAttribute: the byte
+ * layout of cuda.h (CUDA 12.0 on; checked against CUDA 13.0's header), which the
+ * project does not include. */
+Test(driver, launch_structs_have_the_cuda_h_layout)
+{
+    cr_expect_eq(offsetof(mlajit_cu_launch_attribute, value), 8u);
+    cr_expect_eq(sizeof(mlajit_cu_launch_attribute), 72u);
+    cr_expect_eq(offsetof(mlajit_cu_launch_config, shared_bytes), 24u);
+    cr_expect_eq(offsetof(mlajit_cu_launch_config, stream), 32u);
+    cr_expect_eq(offsetof(mlajit_cu_launch_config, attrs), 40u);
+    cr_expect_eq(offsetof(mlajit_cu_launch_config, num_attrs), 48u);
+    cr_expect_eq(sizeof(mlajit_cu_launch_config), 56u);
+}
+
 Test(nvrtc, ptxas_log_parse)
 {
     const char *log =

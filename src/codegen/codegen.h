@@ -19,6 +19,8 @@ typedef struct mlajit_kernel_layout {
     int combine_threads;    /* combine kernel block size (one block per row and head) */
     int blocks_per_sm;      /* CTAs of the main kernel resident per SM (the planner's wave size) */
     int cluster_ctas;       /* CTAs per cluster along the head groups (1: no cluster); divides their count by construction */
+    int dependent_combine;  /* 1: the combine waits for the main kernel itself (griddepcontrol.wait), so it may be
+                               launched as the main kernel's programmatic dependent; 0: plain stream order only */
 } mlajit_kernel_layout;
 
 int mlajit_codegen_layout(const mlajit_kernel_spec *resolved, mlajit_kernel_layout *layout);
@@ -28,6 +30,11 @@ int mlajit_arch_max_smem(const char *arch);
 
 /* 1 when arch is in the generator's table ("sm_80" ... "sm_120a"). */
 int mlajit_arch_known(const char *arch);
+
+/* 1 when arch has grid dependency control (sm_90 and later): a kernel can wait
+ * for the grid it depends on (griddepcontrol.wait), so it may be launched early,
+ * as a programmatic dependent. 0 for older or unknown archs. */
+int mlajit_arch_has_grid_dependency(const char *arch);
 
 /* The arch list, comma separated, for messages. */
 const char *mlajit_arch_list(void);

@@ -114,6 +114,7 @@ int mlajit_codegen_layout(const mlajit_kernel_spec *r, mlajit_kernel_layout *lay
     layout->combine_threads = kCombineThreads;
     layout->blocks_per_sm = min_blocks_per_sm(r, &m);
     layout->cluster_ctas = cluster_ctas(r);
+    layout->dependent_combine = mlajit_arch_has_grid_dependency(r->arch);
     return MLAJIT_OK;
 }
 
@@ -185,6 +186,10 @@ static void emit_config(mlajit_strbuf *b, const mlajit_kernel_spec *r, const mla
     mlajit_strbuf_printf(b, "constexpr int kScoreStride = %d;   // fp32\n", r->tile + 4);
     mlajit_strbuf_printf(b, "constexpr int kProbStride = %d;    // bf16\n", r->tile + kRowPad);
     mlajit_strbuf_printf(b, "constexpr int kCombineThreads = %d;\n", kCombineThreads);
+    /* The combine may start while the main kernel runs (its launch hidden behind
+     * it) where it can wait for the main kernel's results itself. */
+    mlajit_strbuf_printf(b, "constexpr bool kDependentCombine = %s;\n",
+                         mlajit_arch_has_grid_dependency(r->arch) ? "true" : "false");
     mlajit_strbuf_printf(b, "// shared memory map (bytes)\n");
     mlajit_strbuf_printf(b, "constexpr int kSmemQ = %d, kSmemK = %d, kSmemScores = %d, kSmemProbs = %d;\n",
                          m.q, m.k, m.scores,

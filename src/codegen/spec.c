@@ -9,14 +9,17 @@
 #include "mlajit.h"
 
 /* Targets the generator emits code for, with their opt-in shared memory per
- * block (bytes). The portable family needs sm_80's mma.sync and cvt.bf16x2. */
+ * block (bytes) and whether they have grid dependency control (sm_90 on:
+ * griddepcontrol, programmatic dependent launch). The portable family needs
+ * sm_80's mma.sync and cvt.bf16x2. */
 static const struct arch_row {
     const char *name;
     int max_smem;
+    int grid_dependency;
 } arch_table[] = {
-    {"sm_80", 166912},  {"sm_86", 101376},  {"sm_87", 166912},  {"sm_89", 101376},
-    {"sm_90", 232448},  {"sm_90a", 232448}, {"sm_100", 232448}, {"sm_100a", 232448},
-    {"sm_103", 232448}, {"sm_103a", 232448}, {"sm_120", 101376}, {"sm_120a", 101376},
+    {"sm_80", 166912, 0},   {"sm_86", 101376, 0},   {"sm_87", 166912, 0},   {"sm_89", 101376, 0},
+    {"sm_90", 232448, 1},   {"sm_90a", 232448, 1},  {"sm_100", 232448, 1},  {"sm_100a", 232448, 1},
+    {"sm_103", 232448, 1},  {"sm_103a", 232448, 1}, {"sm_120", 101376, 1},  {"sm_120a", 101376, 1},
 };
 #define ARCH_COUNT (sizeof arch_table / sizeof arch_table[0])
 
@@ -29,6 +32,14 @@ int mlajit_arch_max_smem(const char *arch)
 }
 
 int mlajit_arch_known(const char *arch) { return mlajit_arch_max_smem(arch) > 0; }
+
+int mlajit_arch_has_grid_dependency(const char *arch)
+{
+    for (size_t i = 0; i < ARCH_COUNT; i++)
+        if (arch && strcmp(arch_table[i].name, arch) == 0)
+            return arch_table[i].grid_dependency;
+    return 0;
+}
 
 const char *mlajit_arch_list(void)
 {

@@ -146,6 +146,31 @@ static int fill_params(const mlajit_plan *plan, const mlajit_decode_args *a, mla
     return MLAJIT_OK;
 }
 
+/* The combine after the main kernel. Where the combine waits for the main kernel
+ * itself (layout.dependent_combine), it is launched as a programmatic dependent:
+ * the driver may start it while the main kernel runs, so its launch latency is
+ * hidden. A driver without cuLaunchKernelEx, or one that refuses the attribute,
+ * gets the plain launch (the wait is then a no-op). */
+static CUresult launch_combine(const mlajit_driver *drv, const mlajit_plan *plan, CUstream stream, void **params)
+{
+    const mlajit_kernel *k = plan->kernel;
+    if (k->layout.dependent_combine && drv->cuLaunchKernelEx) {
+        mlajit_cu_launch_attribute attr;
+        memset(&attr, 0, sizeof attr);
+        attr.id = MLAJIT_CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION;
+        attr.value.programmatic_stream_serialization_allowed = 1;
+        mlajit_cu_launch_config cfg = {
+            .grid_x = (unsigned)plan->rows, .grid_y = (unsigned)k->spec.h_q, .grid_z = 1,
+            .block_x = (unsigned)k->layout.combine_threads, .block_y = 1, .block_z = 1,
+            .shared_bytes = 0, .stream = stream, .attrs = &attr, .num_attrs = 1,
+        };
+        if (drv->cuLaunchKernelEx(&cfg, k->combine_fn, params, NULL) == MLAJIT_CU_SUCCESS)
+            return MLAJIT_CU_SUCCESS;
+    }
+    return drv->cuLaunchKernel(k->combine_fn, (unsigned)plan->rows, (unsigned)k->spec.h_q, 1,
+                               (unsigned)k->layout.combine_threads, 1, 1, 0, stream, params, NULL);
+}
+
 int mlajit_decode(const mlajit_plan *plan, const mlajit_decode_args *args, void *stream)
 {
     mlajit_clear_error();
@@ -169,8 +194,7 @@ int mlajit_decode(const mlajit_plan *plan, const mlajit_decode_args *args, void 
                                      (unsigned)plan->num_splits, (unsigned)k->layout.threads, 1, 1,
                                      (unsigned)k->layout.smem_bytes, (CUstream)stream, params, NULL);
     if (r == MLAJIT_CU_SUCCESS && plan->num_splits > 1)
-        r = drv->cuLaunchKernel(k->combine_fn, (unsigned)plan->rows, (unsigned)k->spec.h_q, 1,
-                                (unsigned)k->layout.combine_threads, 1, 1, 0, (CUstream)stream, params, NULL);
+        r = launch_combine(drv, plan, (CUstream)stream, params);
     mlajit_context_leave(ctx, pushed);
     if (r != MLAJIT_CU_SUCCESS)
         return mlajit_cuda_fail(drv, r, "cuLaunchKernel");

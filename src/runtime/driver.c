@@ -49,6 +49,7 @@ static void driver_open(void)
         REQUIRED(cuFuncSetAttribute, "cuFuncSetAttribute"),
         REQUIRED(cuFuncGetAttribute, "cuFuncGetAttribute"),
         REQUIRED(cuLaunchKernel, "cuLaunchKernel"),
+        OPTIONAL(cuLaunchKernelEx, "cuLaunchKernelEx"),
         REQUIRED(cuMemAlloc, "cuMemAlloc_v2"),
         REQUIRED(cuMemFree, "cuMemFree_v2"),
         REQUIRED(cuMemcpyHtoD, "cuMemcpyHtoD_v2"),

@@ -31,6 +31,30 @@ enum {
     MLAJIT_CU_STREAM_NON_BLOCKING = 1,
 };
 
+/* cuLaunchKernelEx's config and attributes, laid out as cuda.h declares them
+ * (CUlaunchConfig, CUlaunchAttribute; tests/test_nvrtc.c pins the offsets, taken
+ * from CUDA 13.0's header). Only the attribute used here is named. */
+enum { MLAJIT_CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION = 6 };
+
+typedef struct mlajit_cu_launch_attribute {
+    int id;
+    char pad[4];
+    union {
+        char bytes[64];
+        unsigned long long align; /* the union holds pointers and size_t in cuda.h */
+        int programmatic_stream_serialization_allowed;
+    } value;
+} mlajit_cu_launch_attribute;
+
+typedef struct mlajit_cu_launch_config {
+    unsigned grid_x, grid_y, grid_z;
+    unsigned block_x, block_y, block_z;
+    unsigned shared_bytes;
+    CUstream stream;
+    mlajit_cu_launch_attribute *attrs;
+    unsigned num_attrs;
+} mlajit_cu_launch_config;
+
 typedef struct mlajit_driver {
     CUresult (*cuInit)(unsigned);
     CUresult (*cuDriverGetVersion)(int *);
@@ -57,6 +81,8 @@ typedef struct mlajit_driver {
     CUresult (*cuFuncGetAttribute)(int *, int, CUfunction);
     CUresult (*cuLaunchKernel)(CUfunction, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned,
                                CUstream, void **, void **);
+    /* optional (CUDA 12.0 on): NULL where the driver lacks it */
+    CUresult (*cuLaunchKernelEx)(const mlajit_cu_launch_config *, CUfunction, void **, void **);
     CUresult (*cuMemAlloc)(CUdeviceptr *, size_t);
     CUresult (*cuMemFree)(CUdeviceptr);
     CUresult (*cuMemcpyHtoD)(CUdeviceptr, const void *, size_t);
