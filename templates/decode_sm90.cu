@@ -14,8 +14,9 @@
 //     rounds per tile. Each round's 16-byte loads are issued while the previous
 //     round is dequantized (gather.cu) into a K tile buffer: bf16, 64-dim blocks of
 //     64 rows x 128 bytes, 128-byte swizzled (what the wgmma descriptors describe).
-//     Indices are loaded three tiles ahead and the rows of the tile after
-//     next are prefetched into L2, so a round's loads hit L2.
+//     Indices are loaded three tiles ahead and the rows of the tile after next
+//     are prefetched into L2 (in a CTA pair by the value group, idle while the
+//     producer works), so a round's loads hit L2.
 // V is K[:, 0 .. kDV): P V reads the same K tile, MN-major.
 //
 // CTA pair (kClusterCtas = 2, two head groups): the CTAs of the two head groups
@@ -92,6 +93,19 @@ constexpr int kProducerLead = kProducerGroup * kWarpGroupThreads;  // the thread
 constexpr u32 kPeerRoundBytes = kTokensPerRound * (cfg::kDQK * 2 + 4);  // bf16 rows + validity flags
 static_assert(kPeerRoundBytes == kKBlocks * kTokensPerRound * 128 + kTokensPerRound * 4, "what copy_round_to_peer sends");
 static_assert(kPairCtas == 1 || (kPairCtas == 2 && kRoundsGathered == 1), "a pair splits a tile's two rounds");
+
+// L2 prefetch of the rows this CTA's producer will gather. One CTA per row: the
+// producer prefetches the tile after the one it fills (kProducerPrefetchTiles
+// ahead). CTA pair: the producer gathers one round per tile and its prefetches
+// delayed its own loads (10% at h_q 128), so the value group, idle while the
+// producer works and about a tile behind it, prefetches kValuePrefetchTiles past
+// the tile it consumes. Measured choices: bench/NOTES.md.
+constexpr int kProducerPrefetchTiles = 2;
+constexpr int kValuePrefetchTiles = 3;
+constexpr bool kValueGroupPrefetches = kPairCtas > 1;
+constexpr int kPrefetchTokens = kRoundsGathered * kTokensPerRound;       // per tile: the rounds this CTA gathers
+constexpr int kPrefetchLanes = kWarpGroupThreads / kPrefetchTokens;     // value-group lanes per row
+static_assert(kWarpGroupThreads % kPrefetchTokens == 0, "the value group covers the gathered rows evenly");
 
 static_assert(cfg::kThreads == kCtaThreads, "the generator's thread count must match the roles");
 static_assert(kHeads == 64 && kTile == 64, "one wgmma M of heads and one N of candidates");
@@ -449,22 +463,18 @@ __device__ __forceinline__ void copy_round_to_peer(const RoundDest& from, int ro
     copy_to_peer(flags + peer_delta, flags, kTokensPerRound * 4, peer_bar);
 }
 
-// Start bringing a tile's rows (and footer scales) into L2. A row's four lanes
-// touch it every 128 bytes and at its last byte, so every line it spans is covered
-// (per-lane prefetches: the bulk form takes uniform operands, a loop over lanes).
-__device__ __forceinline__ void prefetch_tile_rows(const DecodeParams& p, int tile, const int (&raw)[kRoundsGathered],
-                                                   int round0, int token, int quarter)
+// Start bringing one row of a tile (and its footer scales) into L2: lane `part` of
+// its kLanes touches it every 128 bytes and at its last byte, so every line it
+// spans is covered (per-lane prefetches: the bulk form takes uniform operands).
+template <int kLanes>
+__device__ __forceinline__ void prefetch_row(const DecodeParams& p, int pos, int raw, int part)
 {
+    const Candidate c = locate_candidate(p, pos, checked_slot(p, pos, raw));
+    if (c.row) {
 #pragma unroll
-    for (int r = 0; r < kRoundsGathered; r++) {
-        const int pos = tile * kTile + (round0 + r) * kTokensPerRound + token;
-        const Candidate c = locate_candidate(p, pos, checked_slot(p, pos, raw[r]));
-        if (c.row) {
-#pragma unroll
-            for (int k = quarter; k * 128 < cfg::kRowBytes + 128; k += kLanesPerToken)
-                prefetch_l2_line(c.row + min(k * 128, cfg::kRowBytes - 1));
-            if (!cfg::kScalesInline && quarter == 0) prefetch_l2_line(c.scales);
-        }
+        for (int k = part; k * 128 < cfg::kRowBytes + 128; k += kLanes)
+            prefetch_l2_line(c.row + min(k * 128, cfg::kRowBytes - 1));
+        if (!cfg::kScalesInline && part == 0) prefetch_l2_line(c.scales);
     }
 }
 
@@ -556,14 +566,20 @@ extern "C" __global__ void MLAJIT_CLUSTER_DIMS __launch_bounds__(sm90::kCtaThrea
         load_tile_slots(t0, raw0);
         load_tile_slots(t1, raw1);
         load_tile_slots(t2, raw2);
-        prefetch_tile_rows(p, t1, raw1, round0, token, quarter);
+        auto prefetch_rows = [&](int t, const int (&raw)[kRoundsGathered]) {
+            static_assert(kProducerPrefetchTiles == 2, "the producer prefetches t2, whose indices it holds");
+            if (kValueGroupPrefetches) return;  // past the range: raw -1, no row (no early exit: DSV4 spills)
+#pragma unroll
+            for (int r = 0; r < kRoundsGathered; r++) prefetch_row<kLanesPerToken>(p, pos_of(t, r), raw[r], quarter);
+        };
+        prefetch_rows(t1, raw1);
         // The indices of the tile three ahead, and the rows of the tile after next
         // into L2 (at the start of a tile); then move on by one tile (at its end).
         int t3, raw3[kRoundsGathered];
         auto look_ahead = [&]() {
             t3 = live_after(t2);
             load_tile_slots(t3, raw3);
-            prefetch_tile_rows(p, t2, raw2, round0, token, quarter);
+            prefetch_rows(t2, raw2);
         };
         auto advance = [&]() {
             t0 = t1;
@@ -743,11 +759,28 @@ extern "C" __global__ void MLAJIT_CLUSTER_DIMS __launch_bounds__(sm90::kCtaThrea
         named_barrier_arrive(kBarRowStats, kConsumerThreads);
     } else {
         registers_decrease<kValueRegisters>();
+        // CTA pair: prefetcher of this thread's row of each tile the producer
+        // gathers, kValuePrefetchTiles tiles ahead (its index loaded a tile early).
+        const int vt = tid % kWarpGroupThreads;
+        const int pf_token = (int)rank * kPrefetchTokens + vt / kPrefetchLanes, pf_part = vt % kPrefetchLanes;
+        auto pf_raw_of = [&](int t) { return t < range.end ? load_slot(p, b, s, t * kTile + pf_token, range) : -1; };
+        int pf_tile = range.end, pf_raw = -1;
+        if (kValueGroupPrefetches) {
+            pf_tile = live_after(first);
+            for (int i = 1; i < kValuePrefetchTiles && pf_tile < range.end; i++, pf_tile = live_after(pf_tile))
+                prefetch_row<kPrefetchLanes>(p, pf_tile * kTile + pf_token, pf_raw_of(pf_tile), pf_part);
+            pf_raw = pf_raw_of(pf_tile);
+        }
         int seq = 0;
         for (int tile = first; tile < range.end; tile = live_after(tile), seq++) {
             const int buf = seq & 1;
             const int next = live_after(tile);
             const bool refilled = live_after(next) < range.end;
+            if (kValueGroupPrefetches && pf_tile < range.end) {
+                prefetch_row<kPrefetchLanes>(p, pf_tile * kTile + pf_token, pf_raw, pf_part);
+                pf_tile = live_after(pf_tile);
+                pf_raw = pf_raw_of(pf_tile);
+            }
             wait_tile(seq, buf);
             named_barrier_sync(kBarPReady, kConsumerThreads);
             const float alpha0 = load_shared_f32(sAlpha + 4 * hl0), alpha1 = load_shared_f32(sAlpha + 4 * (hl0 + 8));
