@@ -169,7 +169,6 @@ __device__ __forceinline__ void store_tile(const TilePrefetch& f, const u8* cons
 extern "C" __global__ void __launch_bounds__(cfg::kThreads, cfg::kMinBlocksPerSM) mlajit_decode_main(const DecodeParams p)
 {
     using namespace portable;
-    allow_dependent_grid();  // the combine's CTAs may take idle SMs now; it waits for this grid itself
     extern __shared__ __align__(16) u8 smem[];
     u16* sQ = reinterpret_cast<u16*>(smem + cfg::kSmemQ);
     u16* sK = reinterpret_cast<u16*>(smem + cfg::kSmemK);

@@ -483,7 +483,6 @@ __device__ __forceinline__ void prefetch_row(const DecodeParams& p, int pos, int
 extern "C" __global__ void MLAJIT_CLUSTER_DIMS __launch_bounds__(sm90::kCtaThreads, 1) mlajit_decode_main(const DecodeParams p)
 {
     using namespace sm90;
-    allow_dependent_grid();  // the combine's CTAs may take idle SMs now; it waits for this grid itself
     extern __shared__ __align__(1024) u8 smem_raw[];
     // wgmma's 128-byte swizzle needs 1024-byte aligned blocks; the generator
     // reserves the slack.
@@ -568,9 +567,10 @@ extern "C" __global__ void MLAJIT_CLUSTER_DIMS __launch_bounds__(sm90::kCtaThrea
         load_tile_slots(t2, raw2);
         auto prefetch_rows = [&](int t, const int (&raw)[kRoundsGathered]) {
             static_assert(kProducerPrefetchTiles == 2, "the producer prefetches t2, whose indices it holds");
-            if (kValueGroupPrefetches) return;  // past the range: raw -1, no row (no early exit: DSV4 spills)
+            // past the range: raw -1, no row (no early exit on t: DSV4 spills)
+            if (!kValueGroupPrefetches)
 #pragma unroll
-            for (int r = 0; r < kRoundsGathered; r++) prefetch_row<kLanesPerToken>(p, pos_of(t, r), raw[r], quarter);
+                for (int r = 0; r < kRoundsGathered; r++) prefetch_row<kLanesPerToken>(p, pos_of(t, r), raw[r], quarter);
         };
         prefetch_rows(t1, raw1);
         // The indices of the tile three ahead, and the rows of the tile after next

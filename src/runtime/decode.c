@@ -148,9 +148,10 @@ static int fill_params(const mlajit_plan *plan, const mlajit_decode_args *a, mla
 
 /* The combine after the main kernel. Where the combine waits for the main kernel
  * itself (layout.dependent_combine), it is launched as a programmatic dependent:
- * the driver may start it while the main kernel runs, so its launch latency is
- * hidden. A driver without cuLaunchKernelEx, or one that refuses the attribute,
- * gets the plain launch (the wait is then a no-op). */
+ * the driver starts it as the main kernel's CTAs exit, not after the grid's
+ * completion and memory flush, so part of its launch latency is hidden. A driver
+ * without cuLaunchKernelEx, or one that refuses the attribute, gets the plain
+ * launch (the wait is then a no-op). */
 static CUresult launch_combine(const mlajit_driver *drv, const mlajit_plan *plan, CUstream stream, void **params)
 {
     const mlajit_kernel *k = plan->kernel;
