@@ -389,7 +389,10 @@ typedef struct mlajit_decode_args {
 
 /* Validate the arguments, then enqueue the decode on stream (a CUstream; NULL =
  * the legacy default stream). On any validation failure nothing is launched and
- * out is not written. */
+ * out is not written. A split plan enqueues two kernels, the main kernel and the
+ * combine; from sm_90 the combine is launched as the main kernel's programmatic
+ * dependent (it waits for the main kernel on the device), which stream capture
+ * records as a programmatic graph edge. */
 int mlajit_decode(const mlajit_plan *plan, const mlajit_decode_args *args, void *stream);
 
 /* ------------------------------------------------------------------------- */
