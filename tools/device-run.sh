@@ -5,6 +5,7 @@
 # Logs go to $OUT (or ./device-out) so they come back with the call. The device
 # tool returns at most 8 files, so at the end every log is packed into
 # $OUT/logs.tgz and only h200.jsonl and that archive stay beside it.
+# Several variants side by side in one call: tools/device-compare.sh.
 set -u
 OUT=${OUT:-$PWD/device-out}
 mkdir -p "$OUT"
