@@ -95,12 +95,11 @@ static_assert(kPeerRoundBytes == kKBlocks * kTokensPerRound * 128 + kTokensPerRo
 static_assert(kPairCtas == 1 || (kPairCtas == 2 && kRoundsGathered == 1), "a pair splits a tile's two rounds");
 
 // L2 prefetch of the rows this CTA's producer will gather. One CTA per row: the
-// producer prefetches the tile after the one it fills (kProducerPrefetchTiles
-// ahead). CTA pair: the producer gathers one round per tile and its prefetches
+// producer prefetches the tile after the one it fills (t2, whose indices it
+// already holds). CTA pair: the producer gathers one round per tile and its prefetches
 // delayed its own loads (10% at h_q 128), so the value group, idle while the
 // producer works and about a tile behind it, prefetches kValuePrefetchTiles past
 // the tile it consumes. Measured choices: bench/NOTES.md.
-constexpr int kProducerPrefetchTiles = 2;
 constexpr int kValuePrefetchTiles = 3;
 constexpr bool kValueGroupPrefetches = kPairCtas > 1;
 constexpr int kPrefetchTokens = kRoundsGathered * kTokensPerRound;       // per tile: the rounds this CTA gathers
@@ -566,7 +565,6 @@ extern "C" __global__ void MLAJIT_CLUSTER_DIMS __launch_bounds__(sm90::kCtaThrea
         load_tile_slots(t1, raw1);
         load_tile_slots(t2, raw2);
         auto prefetch_rows = [&](int t, const int (&raw)[kRoundsGathered]) {
-            static_assert(kProducerPrefetchTiles == 2, "the producer prefetches t2, whose indices it holds");
             // past the range: raw -1, no row (no early exit on t: DSV4 spills)
             if (!kValueGroupPrefetches)
 #pragma unroll

@@ -101,9 +101,6 @@ static void compile_ok(mlajit_model model, int h, int page, int extra_page, unsi
     compile_variant_ok(model, h, page, extra_page, features, arch, MLAJIT_VARIANT_AUTO);
 }
 
-/* The register count belongs to the main entry even when a callee's properties
- * block sits between the entry's line and its "Used" line, and spills add up over
- * every function. */
 /* cuLaunchKernelEx reads these as CUlaunchConfig / CUlaunchAttribute: the byte
  * layout of cuda.h (CUDA 12.0 on; checked against CUDA 13.0's header), which the
  * project does not include. */
@@ -118,6 +115,9 @@ Test(driver, launch_structs_have_the_cuda_h_layout)
     cr_expect_eq(sizeof(mlajit_cu_launch_config), 56u);
 }
 
+/* The register count belongs to the main entry even when a callee's properties
+ * block sits between the entry's line and its "Used" line, and spills add up over
+ * every function. */
 Test(nvrtc, ptxas_log_parse)
 {
     const char *log =

@@ -23,22 +23,26 @@ static const struct arch_row {
 };
 #define ARCH_COUNT (sizeof arch_table / sizeof arch_table[0])
 
-int mlajit_arch_max_smem(const char *arch)
+static const struct arch_row *arch_row_of(const char *arch)
 {
-    for (size_t i = 0; i < ARCH_COUNT; i++)
-        if (arch && strcmp(arch_table[i].name, arch) == 0)
-            return arch_table[i].max_smem;
-    return 0;
+    for (size_t i = 0; arch && i < ARCH_COUNT; i++)
+        if (strcmp(arch_table[i].name, arch) == 0)
+            return &arch_table[i];
+    return NULL;
 }
 
-int mlajit_arch_known(const char *arch) { return mlajit_arch_max_smem(arch) > 0; }
+int mlajit_arch_max_smem(const char *arch)
+{
+    const struct arch_row *row = arch_row_of(arch);
+    return row ? row->max_smem : 0;
+}
+
+int mlajit_arch_known(const char *arch) { return arch_row_of(arch) != NULL; }
 
 int mlajit_arch_has_grid_dependency(const char *arch)
 {
-    for (size_t i = 0; i < ARCH_COUNT; i++)
-        if (arch && strcmp(arch_table[i].name, arch) == 0)
-            return arch_table[i].grid_dependency;
-    return 0;
+    const struct arch_row *row = arch_row_of(arch);
+    return row ? row->grid_dependency : 0;
 }
 
 const char *mlajit_arch_list(void)
