@@ -63,6 +63,196 @@ __global__ void stream(const uint4* src, long n, unsigned* sink)
     if (acc == 0x12345678u) sink[0] = acc;
 }
 
+
+// The sm90 producer's memory side alone (no dequantization arithmetic): one CTA of
+// 128 gathering threads per SM (the shared memory it asks for keeps it alone), each
+// CTA walking its tiles of 64 rows in rounds of 128 / kLanes rows, kLanes lanes per
+// row: a lane loads its NoPE chunks part + kLanes i (16 kLanes-byte steps), its RoPE
+// chunks and the 16 bytes of scales, then stores them to shared memory (the
+// dequantization's stores). kRing register rounds: round g + kRing is loaded as soon
+// as round g is stored, so kRing - 1 rounds are in flight while one is stored.
+// kPrefetch: at each tile's start, its lanes prefetch into L2 the rows of the tile
+// after next (as the kernel's producer does). Indices come from shared memory, as
+// the kernel's are loaded tiles ahead.
+constexpr int kTileRows = 64, kMaxTilesPerCta = 40;
+template <int kLanes>
+struct ProducerRound {
+    uint4 nope[32 / kLanes], rope[8 / kLanes], scales;
+};
+
+__device__ __forceinline__ uint4 load_nc16(const unsigned char* p)
+{
+    uint4 v;
+    asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];\n"
+                 : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "l"(p));
+    return v;
+}
+
+__device__ __forceinline__ void store_smem16(unsigned addr, uint4 v)
+{
+    asm volatile("st.shared.v4.b32 [%0], {%1, %2, %3, %4};\n" :: "r"(addr), "r"(v.x), "r"(v.y), "r"(v.z), "r"(v.w) : "memory");
+}
+
+template <int kLanes, int kRing, bool kPrefetch>
+__global__ void __launch_bounds__(128, 1) producer_like(const unsigned char* cache, const int* idx, int n_tiles, unsigned* sink)
+{
+    extern __shared__ __align__(16) unsigned char smem[];
+    int* s_idx = reinterpret_cast<int*>(smem);                        // this CTA's tiles' indices
+    const unsigned s_stage = (unsigned)__cvta_generic_to_shared(smem + kMaxTilesPerCta * kTileRows * 4);
+    constexpr int kTokPerWarp = 32 / kLanes, kTok = 128 / kLanes, kRounds = kTileRows / kTok;
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+    const int token = warp * kTokPerWarp + lane % kTokPerWarp, part = lane / kTokPerWarp;
+    const int my_tiles = (n_tiles - (int)blockIdx.x + (int)gridDim.x - 1) / (int)gridDim.x;
+    for (int i = threadIdx.x; i < my_tiles * kTileRows; i += blockDim.x)
+        s_idx[i] = idx[(long)(blockIdx.x + (i / kTileRows) * gridDim.x) * kTileRows + i % kTileRows];
+    __syncthreads();
+    const int rounds = my_tiles * kRounds;
+    auto row_of = [&](int g) { return cache + (long)s_idx[(g / kRounds) * kTileRows + (g % kRounds) * kTok + token] * kRowBytes; };
+    auto load = [&](ProducerRound<kLanes>& d, int g) {
+        const unsigned char* row = row_of(g);
+#pragma unroll
+        for (int i = 0; i < 32 / kLanes; i++) d.nope[i] = load_nc16(row + 16 * kLanes * i + 16 * part);
+#pragma unroll
+        for (int i = 0; i < 8 / kLanes; i++) d.rope[i] = load_nc16(row + 528 + 16 * (part + kLanes * i));
+        d.scales = load_nc16(row + 512);
+    };
+    auto store = [&](const ProducerRound<kLanes>& d, int g) {
+        const unsigned base = s_stage + (unsigned)(((g % kRounds) * kTok + token) * kRowBytes);
+#pragma unroll
+        for (int i = 0; i < 32 / kLanes; i++) store_smem16(base + 16 * (part + kLanes * i), d.nope[i]);
+#pragma unroll
+        for (int i = 0; i < 8 / kLanes; i++) store_smem16(base + 528 + 16 * (part + kLanes * i), d.rope[i]);
+        if (part == 0) store_smem16(base + 512, d.scales);
+    };
+    auto prefetch_tile = [&](int tile) {
+        if (tile >= my_tiles) return;
+#pragma unroll
+        for (int r = 0; r < kRounds; r++) {
+            const unsigned char* row = cache + (long)s_idx[tile * kTileRows + r * kTok + token] * kRowBytes;
+            for (int k = part; k * 128 < kRowBytes + 128; k += kLanes)
+                asm volatile("prefetch.global.L2 [%0];\n" :: "l"(row + min(k * 128, kRowBytes - 1)));
+        }
+    };
+    ProducerRound<kLanes> ring[kRing];
+    if (kPrefetch) prefetch_tile(1);
+#pragma unroll
+    for (int j = 0; j < kRing; j++)
+        if (j < rounds) load(ring[j], j);
+    for (int g0 = 0; g0 < rounds; g0 += kRing) {
+#pragma unroll
+        for (int j = 0; j < kRing; j++) {
+            const int g = g0 + j;
+            if (g < rounds) {
+                if (kPrefetch && g % kRounds == 0) prefetch_tile(g / kRounds + 2);
+                store(ring[j], g);
+                if (g + kRing < rounds) load(ring[j], g + kRing);
+            }
+        }
+    }
+    if (rounds < 0) sink[0] = 1u;
+}
+
+// The same walk with cp.async (16 bytes, L2 only) into a ring of kSlots shared-memory
+// rounds instead of registers: round g + kSlots - 1 is issued, then round g waited
+// for and read back by the lanes that copied it, so kSlots - 1 rounds are in flight
+// while one is read: the depth costs shared memory, not registers.
+template <int kSlots>
+__global__ void __launch_bounds__(128, 1) producer_async(const unsigned char* cache, const int* idx, int n_tiles, unsigned* sink)
+{
+    extern __shared__ __align__(16) unsigned char smem[];
+    int* s_idx = reinterpret_cast<int*>(smem);
+    const unsigned s_ring = (unsigned)__cvta_generic_to_shared(smem + kMaxTilesPerCta * kTileRows * 4);
+    constexpr int kLanes = 4, kTokPerWarp = 8, kTok = 32, kRounds = 2, kChunks = 11;  // per lane and round
+    constexpr unsigned kSlotBytes = kChunks * 128 * 16;
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+    const int token = warp * kTokPerWarp + lane % kTokPerWarp, part = lane / kTokPerWarp;
+    const int my_tiles = (n_tiles - (int)blockIdx.x + (int)gridDim.x - 1) / (int)gridDim.x;
+    for (int i = threadIdx.x; i < my_tiles * kTileRows; i += blockDim.x)
+        s_idx[i] = idx[(long)(blockIdx.x + (i / kTileRows) * gridDim.x) * kTileRows + i % kTileRows];
+    __syncthreads();
+    const int rounds = my_tiles * kRounds;
+    auto issue = [&](int g) {
+        if (g < rounds) {
+            const unsigned char* row = cache + (long)s_idx[(g / kRounds) * kTileRows + (g % kRounds) * kTok + token] * kRowBytes;
+            const unsigned slot = s_ring + (unsigned)(g % kSlots) * kSlotBytes + threadIdx.x * 16;
+#pragma unroll
+            for (int c = 0; c < kChunks; c++) {
+                const unsigned char* src = c < 8 ? row + 64 * c + 16 * part : c < 10 ? row + 528 + 16 * (part + kLanes * (c - 8)) : row + 512;
+                asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" :: "r"(slot + c * 128 * 16), "l"(src) : "memory");
+            }
+        }
+        asm volatile("cp.async.commit_group;\n" ::: "memory");
+    };
+    unsigned acc = 0;
+#pragma unroll
+    for (int j = 0; j < kSlots - 1; j++) issue(j);
+    for (int g = 0; g < rounds; g++) {
+        issue(g + kSlots - 1);
+        asm volatile("cp.async.wait_group %0;\n" :: "n"(kSlots - 1) : "memory");
+        const unsigned slot = s_ring + (unsigned)(g % kSlots) * kSlotBytes + threadIdx.x * 16;
+#pragma unroll
+        for (int c = 0; c < kChunks; c++) {
+            unsigned x, y, z, w;
+            asm volatile("ld.shared.v4.b32 {%0, %1, %2, %3}, [%4];\n" : "=r"(x), "=r"(y), "=r"(z), "=r"(w) : "r"(slot + c * 128 * 16) : "memory");
+            acc ^= x ^ w;
+        }
+    }
+    if (acc == 0x12345678u) sink[0] = acc;
+}
+
+// The same walk with bulk copies (the TMA engine): one whole 656-byte row per
+// cp.async.bulk, issued by the 32 lanes of warp 0 (one row each) into a ring of
+// kSlots shared-memory rounds, completion counted in bytes on each slot's mbarrier;
+// every warp then reads its rows back. The loads leave the LSU: no register and no
+// per-warp issue cost per 16 bytes.
+template <int kSlots, int kRowsPerRound>
+__global__ void __launch_bounds__(128, 1) producer_bulk(const unsigned char* cache, const int* idx, int n_tiles, unsigned* sink)
+{
+    extern __shared__ __align__(16) unsigned char smem[];
+    int* s_idx = reinterpret_cast<int*>(smem);
+    const unsigned s_bar = (unsigned)__cvta_generic_to_shared(smem + kMaxTilesPerCta * kTileRows * 4);  // kSlots mbarriers
+    const unsigned s_ring = s_bar + 128;
+    constexpr unsigned kSlotBytes = kRowsPerRound * kRowBytes;
+    constexpr int kRounds = kTileRows / kRowsPerRound;
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+    const int my_tiles = (n_tiles - (int)blockIdx.x + (int)gridDim.x - 1) / (int)gridDim.x;
+    for (int i = threadIdx.x; i < my_tiles * kTileRows; i += blockDim.x)
+        s_idx[i] = idx[(long)(blockIdx.x + (i / kTileRows) * gridDim.x) * kTileRows + i % kTileRows];
+    if (threadIdx.x < kSlots) asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;\n" :: "r"(s_bar + 8 * threadIdx.x) : "memory");
+    asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+    __syncthreads();
+    const int rounds = my_tiles * kRounds;
+    auto issue = [&](int g) {
+        if (warp != 0 || g >= rounds) return;
+        const unsigned bar = s_bar + 8 * (g % kSlots);
+        if (lane == 0) asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" :: "r"(bar), "r"(kSlotBytes) : "memory");
+        __syncwarp();
+        for (int r = lane; r < kRowsPerRound; r += 32) {
+            const unsigned char* row = cache + (long)s_idx[(g / kRounds) * kTileRows + (g % kRounds) * kRowsPerRound + r] * kRowBytes;
+            const unsigned dst = s_ring + (unsigned)(g % kSlots) * kSlotBytes + r * kRowBytes;
+            asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];\n"
+                         :: "r"(dst), "l"(row), "r"((unsigned)kRowBytes), "r"(bar) : "memory");
+        }
+    };
+    unsigned acc = 0;
+    for (int j = 0; j < kSlots - 1; j++) issue(j);
+    for (int g = 0; g < rounds; g++) {
+        issue(g + kSlots - 1);
+        const unsigned bar = s_bar + 8 * (g % kSlots);
+        const unsigned parity = (unsigned)(g / kSlots) & 1u;
+        asm volatile("{\n.reg .pred done;\nwait_%=:\nmbarrier.try_wait.parity.shared::cta.b64 done, [%0], %1;\n@!done bra wait_%=;\n}\n"
+                     :: "r"(bar), "r"(parity) : "memory");
+        const unsigned slot = s_ring + (unsigned)(g % kSlots) * kSlotBytes;
+        for (unsigned o = threadIdx.x * 16; o < kSlotBytes; o += 128 * 16) {
+            unsigned x, y, z, w;
+            asm volatile("ld.shared.v4.b32 {%0, %1, %2, %3}, [%4];\n" : "=r"(x), "=r"(y), "=r"(z), "=r"(w) : "r"(slot + o) : "memory");
+            acc ^= x ^ w;
+        }
+        __syncthreads();  // slot g % kSlots is read: the next issue may refill it
+    }
+    if (acc == 0x12345678u) sink[0] = acc;
+}
+
 template <typename F>
 static float time_us(F launch)
 {
@@ -109,6 +299,38 @@ int main()
             printf("gather  threads/SM %5d  rows in flight/warp 1: %7.1f us %6.0f GB/s   4: %7.1f us %6.0f GB/s\n",
                    threads * ctas_per_sm, us1, bytes / us1 / 1e3, us4, bytes / us4 / 1e3);
         }
+    }
+    // The sm90 producer's memory side (producer_like above), one CTA per SM.
+    {
+        const int n_tiles = (int)(n_rows / kTileRows);
+        const int smem = kMaxTilesPerCta * kTileRows * 4 + kTileRows * kRowBytes;
+        const int pad = 200 * 1024;  // asks for most of the SM, as the kernel does: one CTA per SM
+        auto run = [&](const char* name, auto kernel) {
+            CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, pad));
+            float us = time_us([&] { kernel<<<sms, 128, pad>>>(cache, idx, n_tiles, sink); });
+            printf("producer-like %-34s %7.1f us %6.0f GB/s\n", name, us, bytes / us / 1e3);
+        };
+        if (smem > pad || kMaxTilesPerCta * kTileRows * 4 + 6 * 11 * 128 * 16 > pad) { printf("producer-like: shared memory too small\n"); return 1; }
+        run("lanes 4 ring 2 (sm90 today)", producer_like<4, 2, true>);
+        run("lanes 4 ring 2, no L2 prefetch", producer_like<4, 2, false>);
+        run("lanes 4 ring 3", producer_like<4, 3, true>);
+        run("lanes 4 ring 4", producer_like<4, 4, true>);
+        run("lanes 4 ring 4, no L2 prefetch", producer_like<4, 4, false>);
+        run("lanes 8 ring 2", producer_like<8, 2, true>);
+        run("lanes 8 ring 4", producer_like<8, 4, true>);
+        run("lanes 8 ring 6", producer_like<8, 6, true>);
+        run("lanes 8 ring 8", producer_like<8, 8, true>);
+        run("lanes 8 ring 8, no L2 prefetch", producer_like<8, 8, false>);
+        run("cp.async ring 2", producer_async<2>);
+        run("cp.async ring 3", producer_async<3>);
+        run("cp.async ring 4", producer_async<4>);
+        run("cp.async ring 6", producer_async<6>);
+        run("bulk rows, 32 per slot, ring 2", producer_bulk<2, 32>);
+        run("bulk rows, 32 per slot, ring 3", producer_bulk<3, 32>);
+        run("bulk rows, 32 per slot, ring 4", producer_bulk<4, 32>);
+        run("bulk rows, 32 per slot, ring 6", producer_bulk<6, 32>);
+        run("bulk rows, 64 per slot, ring 3", producer_bulk<3, 64>);
+        run("bulk rows, 16 per slot, ring 6", producer_bulk<6, 16>);
     }
     long n16 = (long)bytes / 16;
     float us = time_us([&] { stream<<<sms * 8, 256>>>(reinterpret_cast<const uint4*>(cache) + 12345 * 41, n16, sink); });
