@@ -19,11 +19,6 @@
 //     producer works), so a round's loads hit L2.
 // V is K[:, 0 .. kDV): P V reads the same K tile, MN-major.
 //
-// Staged rounds (one CTA per row, h_q <= 32, where Q's padding rows have room):
-// the producer gathers round 0 of each tile only; the value group copies round 1
-// of tiles ahead with cp.async into Q's padding rows and dequantizes it into the K
-// buffer once both consumer groups are done with that buffer.
-//
 // CTA pair (kClusterCtas = 2, two head groups): the CTAs of the two head groups
 // of a (row, split) form a cluster and read the same tiles. The producer of rank r
 // gathers round r of every tile only, and writes it both into its own buffer and,
@@ -31,8 +26,7 @@
 //
 // Named barriers (ids past 0, which __syncthreads uses):
 //   kBarKFull + b   buffer b holds a dequantized tile and its validity table
-//                   (producer arrives; both consumer groups wait; with staged
-//                   rounds the value group arrives for its round 1 instead)
+//                   (producer arrives; both consumer groups wait)
 //   kBarKEmpty + b  both consumer groups have finished reading buffer b
 //                   (consumers arrive; producer waits before refilling it)
 //   kBarPReady      P and the rescale factors of this tile are in shared memory
@@ -42,9 +36,6 @@
 //   kBarRowStats    the final row max and sum are in shared memory (epilogue)
 //   kBarRoundStored the producer group's round is in shared memory and fenced
 //                   (CTA pair: its lead thread then copies it to the peer)
-//   kBarScoreDone   staged rounds: the score group has finished reading the
-//                   buffer of this tile (score group arrives; the value group
-//                   waits before dequantizing the tile after next into it)
 // and, in a CTA pair, mbarriers in shared memory:
 //   peer_round_full[b]   the peer's round of buffer b has landed here (its
 //                        bulk-copied bytes; the local producer sets the count)
@@ -77,8 +68,23 @@ constexpr int kNopeLoads = kNopeChunks / kLanesPerToken;           // per lane a
 constexpr int kRopeChunks = cfg::kDRope * 2 / 16;                  // 8 bf16 each
 constexpr int kRopeLoads = kRopeChunks / kLanesPerToken;
 constexpr int kScaleWords = cfg::kScaleFormat == 3 ? 2 : 4;        // ue8m0 bytes (footer) or fp32 (inline)
-enum NamedBarrier { kBarKFull = 1, kBarKEmpty = 3, kBarPReady = 5, kBarPFree = 6, kBarRowStats = 7, kBarRoundStored = 8,
-                    kBarScoreDone = 9 };
+// setmaxnreg: the score group holds O (128 fp32), S (32) and P (16); the value group
+// O and its descriptors (the consumers' shared epilogue must fit it too); the
+// producer two rounds of loads (2 x 44 registers for V32) and a round's
+// dequantization in flight. Arbitrary fp32 scales (exact dequantization only) need
+// 8 more producer registers. No spills for any model or feature set at these (CUDA
+// 13.0). Every warp starts at the kernel's count, 65536 / 384 rounded down to 8 =
+// 168, and an increase waits until decreases have released enough: the three must
+// not sum past 3 x 168, or the score group waits forever.
+constexpr bool kExactScalesOnly = cfg::kScaleFormat == 2;
+constexpr int kScoreRegisters = kExactScalesOnly ? 200 : 208;
+constexpr int kValueRegisters = 160;
+constexpr int kProducerRegisters = kExactScalesOnly ? 144 : 136;
+constexpr int kLaunchRegisters = (65536 / kCtaThreads) & ~7;
+static_assert(kScoreRegisters + kValueRegisters + kProducerRegisters <= 3 * kLaunchRegisters,
+              "setmaxnreg: the increase must be covered by the decreases");
+
+enum NamedBarrier { kBarKFull = 1, kBarKEmpty = 3, kBarPReady = 5, kBarPFree = 6, kBarRowStats = 7, kBarRoundStored = 8 };
 
 // CTA pair: which rounds of a tile this CTA's producer gathers, and the exchange.
 constexpr int kPairCtas = cfg::kClusterCtas;
@@ -99,44 +105,6 @@ constexpr bool kValueGroupPrefetches = kPairCtas > 1;
 constexpr int kPrefetchTokens = kRoundsGathered * kTokensPerRound;       // per tile: the rounds this CTA gathers
 constexpr int kPrefetchLanes = kWarpGroupThreads / kPrefetchTokens;     // value-group lanes per row
 static_assert(kWarpGroupThreads % kPrefetchTokens == 0, "the value group covers the gathered rows evenly");
-
-// Staged rounds (one CTA per row, h_q <= 32). The producer's instruction stream
-// bounds the kernel (its warps issue or wait on their own dependencies most of the
-// time; the value group waits at barriers 80% of its time). Below 64 heads Q's rows
-// past the head count (rounded up to a warp's 16) are padding, which the wgmma reads
-// and no result uses: there the value group copies round 1 of the tile kStageSlots
-// ahead with cp.async, and dequantizes round 1 of the next tile from there while
-// its P V runs; the producer gathers round 0 only. A staged round is laid out in
-// units of 128 lanes x 16 bytes, lane-major: each lane reads back its own copies.
-constexpr int kQRowsUsed = cfg::kHeads >= kHeads ? kHeads : (cfg::kHeads + 15) / 16 * 16;
-constexpr int kStageUnitsPerBlock = (kHeads - kQRowsUsed) / 16;   // 2 KB units in a block's padding rows
-constexpr int kRoundUnits = kNopeLoads + kRopeLoads + 1;            // a lane's chunks of a round, and its scales
-constexpr int kStageSlotsFit = kKBlocks * kStageUnitsPerBlock / kRoundUnits;
-constexpr int kStageSlots = kPairCtas > 1 ? 0 : (kStageSlotsFit < 2 ? kStageSlotsFit : 2);
-constexpr bool kStaged = kStageSlots > 0;
-constexpr int kStagedRound = 1;  // of each tile
-static_assert(!kStaged || kRoundsPerTile == 2, "the producer gathers round 0, the value group stages round 1");
-
-// setmaxnreg: the score group holds O (128 fp32), S (32) and P (16); the value group
-// O and its descriptors (the consumers' shared epilogue must fit it too); the
-// producer two rounds of loads (2 x 44 registers for V32) and a round's
-// dequantization in flight. Arbitrary fp32 scales (exact dequantization only) need
-// 8 more producer registers. No spills for any model or feature set at these (CUDA
-// 13.0). With staged rounds the producer holds one round and the value group
-// dequantizes the other a chunk at a time beside O: 32 registers move from the
-// producer to the value group. Every warp starts at the kernel's count, 65536 / 384 rounded down to 8 =
-// 168, and an increase waits until decreases have released enough: the three must
-// not sum past 3 x 168, or the score group waits forever.
-constexpr bool kExactScalesOnly = cfg::kScaleFormat == 2;
-constexpr int kScoreRegisters = kExactScalesOnly ? 200 : 208;
-constexpr int kValueRegisters = kStaged ? 192 : 160;
-constexpr int kProducerRegisters = (kExactScalesOnly ? 144 : 136) - (kStaged ? 32 : 0);
-constexpr int kLaunchRegisters = (65536 / kCtaThreads) & ~7;
-static_assert(kScoreRegisters + kValueRegisters + kProducerRegisters <= 3 * kLaunchRegisters,
-              "setmaxnreg: the increase must be covered by the decreases");
-static_assert(kScoreRegisters > kLaunchRegisters && kProducerRegisters < kLaunchRegisters,
-              "the score group's count is an increase, the producer's a decrease (the value group's either)");
-
 
 static_assert(cfg::kThreads == kCtaThreads, "the generator's thread count must match the roles");
 static_assert(kHeads == 64 && kTile == 64, "one wgmma M of heads and one N of candidates");
@@ -251,30 +219,6 @@ __device__ __forceinline__ void copy_to_peer(u32 cluster_dst, u32 src, u32 bytes
 {
     asm volatile("cp.async.bulk.shared::cluster.shared::cta.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];\n"
                  :: "r"(cluster_dst), "r"(src), "r"(bytes), "r"(cluster_bar) : "memory");
-}
-
-// ---- PTX: staged rounds (cp.async into shared memory, counted on an mbarrier) ----
-// 16 bytes, global (L2 only) to shared; 8 bytes (the .cg form takes 16 only).
-__device__ __forceinline__ void copy_async16(u32 dst, const u8* src)
-{
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" :: "r"(dst), "l"(src) : "memory");
-}
-__device__ __forceinline__ void copy_async8(u32 dst, const u8* src)
-{
-    asm volatile("cp.async.ca.shared.global [%0], [%1], 8;\n" :: "r"(dst), "l"(src) : "memory");
-}
-
-// This thread's cp.asyncs since the last commit form one group; wait until at most
-// kPending of its groups are still in flight.
-__device__ __forceinline__ void copy_async_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
-template <int kPending>
-__device__ __forceinline__ void copy_async_wait() { asm volatile("cp.async.wait_group %0;\n" :: "n"(kPending) : "memory"); }
-
-__device__ __forceinline__ U32x4 load_shared16(u32 addr)
-{
-    U32x4 v;
-    asm volatile("ld.shared.v4.b32 {%0, %1, %2, %3}, [%4];\n" : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "r"(addr) : "memory");
-    return v;
 }
 
 template <int kRegisters>
@@ -427,36 +371,6 @@ __device__ __forceinline__ void load_round(const DecodeParams& p, int pos, int s
     }
 }
 
-// Staged rounds: the address of unit `unit` of staging slot `stage` for group lane
-// `gl` (Q's padding rows; the slot choice a select between two constants).
-__device__ __forceinline__ u32 stage_address(u32 sQ, int stage, int unit, int gl)
-{
-    auto at = [&](int u) {
-        return (u32)(u / kStageUnitsPerBlock) * kBlockBytes + kQRowsUsed * 128 + (u32)(u % kStageUnitsPerBlock) * 2048;
-    };
-    return sQ + (stage ? at(kRoundUnits + unit) : at(unit)) + (u32)gl * 16;
-}
-
-// Value group: copy this lane's part of a candidate's row into a staging slot (the
-// chunks load_round would load) as one cp.async group.
-__device__ __forceinline__ void stage_round(const DecodeParams& p, int pos, int slot, int quarter, u32 sQ, int stage, int gl)
-{
-    const Candidate c = locate_candidate(p, pos, slot);
-    if (c.row) {
-#pragma unroll
-        for (int i = 0; i < kNopeLoads; i++) copy_async16(stage_address(sQ, stage, i, gl), c.row + 64 * i + 16 * quarter);
-#pragma unroll
-        for (int i = 0; i < kRopeLoads; i++)
-            copy_async16(stage_address(sQ, stage, kNopeLoads + i, gl),
-                         c.row + cfg::kRopeOffset + 16 * (quarter + kLanesPerToken * i));
-        if (cfg::kScaleFormat == 3)
-            copy_async8(stage_address(sQ, stage, kRoundUnits - 1, gl), c.scales);
-        else
-            copy_async16(stage_address(sQ, stage, kRoundUnits - 1, gl), c.scales);
-    }
-    copy_async_commit();
-}
-
 // A round's registers as if redefined here: no computation on them (the scale
 // checks, the dequantization) is scheduled above this point, where the data of a
 // round loaded one round ahead would be waited for early, before the stores of the
@@ -530,54 +444,6 @@ __device__ __forceinline__ void store_round(const RoundDest& to, int t, int quar
         store16(to, (u32)(dim / 64) * kBlockBytes + swizzled(t, (dim % 64) / 8), d.rope[i]);
     }
     if (quarter == 0) to.valid[t] = d.live;
-}
-
-// Value group: dequantize this lane's part of a staged candidate into row `t` of a K
-// buffer, a chunk at a time (its registers hold O): what load_round and store_round
-// do for the producer's rounds, with the same validity and zero rows.
-__device__ __forceinline__ void store_staged_round(const DecodeParams& p, int pos, int slot, int quarter, u32 sQ,
-                                                   int stage, int gl, const RoundDest& to, int t)
-{
-    const bool live = locate_candidate(p, pos, slot).row != nullptr;
-    auto store_chunk = [&](int i, const u32 (&w)[8]) {
-        const u32 block = (u32)i * kBlockBytes;  // dims 64 i + 16 quarter .. + 16
-        store16(to, block + swizzled(t, 2 * quarter), U32x4{w[0], w[1], w[2], w[3]});
-        store16(to, block + swizzled(t, 2 * quarter + 1), U32x4{w[4], w[5], w[6], w[7]});
-    };
-    if (live) {
-        RoundLoads d;  // its scales only
-        const U32x4 v = load_shared16(stage_address(sQ, stage, kRoundUnits - 1, gl));  // ue8m0: the first 8 bytes
-        d.scales[0] = v.x;
-        d.scales[1] = v.y;
-        if (kScaleWords == 4) {
-            d.scales[kScaleWords - 2] = v.z;
-            d.scales[kScaleWords - 1] = v.w;
-        }
-        bool all_fast = true;
-#pragma unroll
-        for (int i = 0; i < kNopeLoads; i++) all_fast = all_fast && fast_scale_bf16x2(scale_bits_of(d, i)) != 0u;
-#pragma unroll
-        for (int i = 0; i < kNopeLoads; i++) {
-            const U32x4 codes = load_shared16(stage_address(sQ, stage, i, gl));
-            u32 w[8];
-            if (all_fast)
-                dequant16_pow2(codes, fast_scale_bf16x2(scale_bits_of(d, i)), w);
-            else
-                dequant16_exact(codes, scale_value(scale_bits_of(d, i)), w);
-            store_chunk(i, w);
-        }
-    } else {
-        const u32 w[8] = {0u, 0u, 0u, 0u, 0u, 0u, 0u, 0u};
-#pragma unroll
-        for (int i = 0; i < kNopeLoads; i++) store_chunk(i, w);
-    }
-#pragma unroll
-    for (int i = 0; i < kRopeLoads; i++) {
-        const int dim = cfg::kDNope + 8 * (quarter + kLanesPerToken * i);
-        const U32x4 v = live ? load_shared16(stage_address(sQ, stage, kNopeLoads + i, gl)) : U32x4{0u, 0u, 0u, 0u};
-        store16(to, (u32)(dim / 64) * kBlockBytes + swizzled(t, (dim % 64) / 8), v);
-    }
-    if (quarter == 0) to.valid[t] = live;
 }
 
 // CTA pair: a round's rows, stored here, copied to the same place in the peer: in
@@ -702,8 +568,7 @@ extern "C" __global__ void MLAJIT_CLUSTER_DIMS __launch_bounds__(sm90::kCtaThrea
             // past the range: raw -1, no row (no early exit on t: DSV4 spills)
             if (!kValueGroupPrefetches)
 #pragma unroll
-                for (int r = 0; r < kRoundsGathered; r++)
-                    if (!kStaged || r != kStagedRound) prefetch_row<kLanesPerToken>(p, pos_of(t, r), raw[r], quarter);
+                for (int r = 0; r < kRoundsGathered; r++) prefetch_row<kLanesPerToken>(p, pos_of(t, r), raw[r], quarter);
         };
         prefetch_rows(t1, raw1);
         // The indices of the tile three ahead, and the rows of the tile after next
@@ -733,15 +598,13 @@ extern "C" __global__ void MLAJIT_CLUSTER_DIMS __launch_bounds__(sm90::kCtaThrea
                 const int buf = seq & 1;
                 const RoundDest to = dest_of(buf);
                 look_ahead();
-                if (!kStaged) load_round(p, pos_of(t0, 1), checked_slot(p, pos_of(t0, 1), raw0[1]), quarter, odd);
+                load_round(p, pos_of(t0, 1), checked_slot(p, pos_of(t0, 1), raw0[1]), quarter, odd);
                 claim_buffer(seq, buf);
                 hold_until_here(even);
                 store_round(to, token, quarter, even);
                 if (t1 < range.end) load_round(p, pos_of(t1, 0), checked_slot(p, pos_of(t1, 0), raw1[0]), quarter, even);
-                if (!kStaged) {  // staged: round 1 is the value group's
-                    hold_until_here(odd);
-                    store_round(to, kTokensPerRound + token, quarter, odd);
-                }
+                hold_until_here(odd);
+                store_round(to, kTokensPerRound + token, quarter, odd);
                 fence_smem_for_wgmma();
                 named_barrier_arrive(kBarKFull + buf, kCtaThreads);
                 advance();
@@ -880,7 +743,6 @@ extern "C" __global__ void MLAJIT_CLUSTER_DIMS __launch_bounds__(sm90::kCtaThrea
             wgmma_wait_all();
             fence_operands(acc_o);
             fence_operands(pf);
-            if (kStaged && refilled) named_barrier_arrive(kBarScoreDone, kConsumerThreads);  // the value group refills buf
             if (refilled) named_barrier_arrive(kBarKEmpty + buf, kCtaThreads);
         }
         // The final row statistics, for both groups' epilogues.
@@ -894,10 +756,7 @@ extern "C" __global__ void MLAJIT_CLUSTER_DIMS __launch_bounds__(sm90::kCtaThrea
         }
         named_barrier_arrive(kBarRowStats, kConsumerThreads);
     } else {
-        if (kValueRegisters > kLaunchRegisters)  // staged rounds: the producer's release covers it
-            registers_increase<kValueRegisters>();
-        else
-            registers_decrease<kValueRegisters>();
+        registers_decrease<kValueRegisters>();
         // CTA pair: prefetcher of this thread's row of each tile the producer
         // gathers, kValuePrefetchTiles tiles ahead (its index loaded a tile early).
         const int vt = tid % kWarpGroupThreads;
@@ -910,54 +769,6 @@ extern "C" __global__ void MLAJIT_CLUSTER_DIMS __launch_bounds__(sm90::kCtaThrea
                 prefetch_row<kPrefetchLanes>(p, pf_tile * kTile + pf_token, pf_raw_of(pf_tile), pf_part);
             pf_raw = pf_raw_of(pf_tile);
         }
-        // Staged rounds: the value group fills round 1 of every tile. Once both
-        // consumer groups are done with a K buffer (its own P V, and the score group's
-        // kBarScoreDone) it dequantizes round 1 of the tile two ahead into it from the
-        // staging slots and arrives on the buffer's kBarKFull (the score group waits
-        // there; the value group learns a tile is full from kBarPReady), then copies
-        // round 1 of the tile kStageSlots further into the slot just read. Lane vt
-        // takes the candidate part producer lane vt takes in round 0. Indices: loaded
-        // one copy ahead, then held until the dequantization.
-        const int st_token = warp * 8 + lane % 8, st_quarter = lane / 8;
-        auto st_pos_of = [&](int t) { return t * kTile + kStagedRound * kTokensPerRound + st_token; };
-        auto st_raw_of = [&](int t) { return t < range.end ? load_slot(p, b, s, st_pos_of(t), range) : -1; };
-        int st_tile = first, st_raw = kStaged ? st_raw_of(first) : -1;  // the next copy
-        int pend_tile[2] = {range.end, range.end}, pend_raw[2] = {-1, -1};  // copied, not dequantized; oldest first
-        static_assert(kStageSlots <= 2, "pend_tile holds the slots' tiles");
-        int fill_seq = 0;  // the sequence number (buffer, slot) of pend_tile[0]
-        auto copy_next = [&](int slot) {  // round 1 of st_tile into a slot (an empty group past the range)
-#pragma unroll
-            for (int i = 0; i + 1 < kStageSlots; i++) {  // the queue moves up one
-                pend_tile[i] = pend_tile[i + 1];
-                pend_raw[i] = pend_raw[i + 1];
-            }
-            if (st_tile < range.end)
-                stage_round(p, st_pos_of(st_tile), checked_slot(p, st_pos_of(st_tile), st_raw), st_quarter, sQ, slot, vt);
-            else
-                copy_async_commit();  // one group per slot use, always
-            pend_tile[kStageSlots - 1] = st_tile;
-            pend_raw[kStageSlots - 1] = st_raw;
-            st_tile = st_tile < range.end ? live_after(st_tile) : st_tile;
-            st_raw = st_raw_of(st_tile);
-        };
-        auto fill = [&]() {  // round 1 of pend_tile[0] into its buffer; then the next copy into its slot
-            const int slot = fill_seq % kStageSlots, buf = fill_seq & 1;
-            copy_async_wait<kStageSlots - 1>();  // its group: all but the newer ones
-            store_staged_round(p, st_pos_of(pend_tile[0]), checked_slot(p, st_pos_of(pend_tile[0]), pend_raw[0]), st_quarter,
-                               sQ, slot, vt, RoundDest{sK + (u32)buf * kOperandBytes, sTokenValid + buf * kTile},
-                               kStagedRound * kTokensPerRound + st_token);
-            fence_smem_for_wgmma();
-            named_barrier_arrive(kBarKFull + buf, kCtaThreads);
-            copy_next(slot);
-            fill_seq++;
-        };
-        if (kStaged) {
-#pragma unroll
-            for (int i = 0; i < kStageSlots; i++) copy_next(i);  // the first copies, in slot order
-            // both buffers start empty: fill the first two tiles
-            if (pend_tile[0] < range.end) fill();
-            if (pend_tile[0] < range.end) fill();
-        }
         int seq = 0;
         for (int tile = first; tile < range.end; tile = live_after(tile), seq++) {
             const int buf = seq & 1;
@@ -968,7 +779,7 @@ extern "C" __global__ void MLAJIT_CLUSTER_DIMS __launch_bounds__(sm90::kCtaThrea
                 pf_tile = live_after(pf_tile);
                 pf_raw = pf_raw_of(pf_tile);
             }
-            if (!kStaged) wait_tile(seq, buf);  // staged: it arrives there; kBarPReady says the tile is full
+            wait_tile(seq, buf);
             named_barrier_sync(kBarPReady, kConsumerThreads);
             const float alpha0 = load_shared_f32(sAlpha + 4 * hl0), alpha1 = load_shared_f32(sAlpha + 4 * (hl0 + 8));
 #pragma unroll
@@ -984,12 +795,8 @@ extern "C" __global__ void MLAJIT_CLUSTER_DIMS __launch_bounds__(sm90::kCtaThrea
             wgmma_commit();
             wgmma_wait_all();
             fence_operands(acc_o);
-            // Staged: the score group is done with buf too before P is freed (so its
-            // next kBarScoreDone arrival cannot overtake this wait).
-            if (kStaged && refilled) named_barrier_sync(kBarScoreDone, kConsumerThreads);
             if (next < range.end) named_barrier_arrive(kBarPFree, kConsumerThreads);
             if (refilled) named_barrier_arrive(kBarKEmpty + buf, kCtaThreads);
-            if (kStaged && refilled) fill();  // round 1 of the tile after next, into buf
         }
         named_barrier_sync(kBarRowStats, kConsumerThreads);
 #pragma unroll
