@@ -78,7 +78,7 @@ for step in "${@:-all}"; do
       wc -l "$OUT"/sass-h*.txt ;;
     gather)
       # the random-gather ceiling of the memory-bound rows (bench/tools/gather_ceiling.cu)
-      nvcc -O3 -arch=sm_90a -o build-gpu/gather_ceiling bench/tools/gather_ceiling.cu >"$OUT/gather.log" 2>&1 &&
+      nvcc -O3 -gencode arch=compute_90a,code=sm_90a -o build-gpu/gather_ceiling bench/tools/gather_ceiling.cu >"$OUT/gather.log" 2>&1 &&
         ./build-gpu/gather_ceiling 2>&1 | tee -a "$OUT/gather.log" || rc=1 ;;
     bench-quick)
       ./build-gpu/mlajit bench --quick --json "$OUT/h200.jsonl" 2>&1 | tee "$OUT/bench.log" || rc=1 ;;

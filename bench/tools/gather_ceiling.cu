@@ -3,9 +3,12 @@
 // b * topk rows of one token each, scattered over a b * seqlen-token paged cache,
 // which is not the 4.25 TB/s of a streaming copy. Standalone (runtime API), not
 // part of the library; built and run by tools/device-run.sh's `gather` step:
-//   nvcc -O3 -arch=sm_90a -o gather_ceiling bench/tools/gather_ceiling.cu
+//   nvcc -O3 -gencode arch=compute_90a,code=sm_90a -o gather_ceiling bench/tools/gather_ceiling.cu
 // Prints GB/s for the BENCH.md shape (b 128, seqlen 32768, topk 2048, page 64) and a
-// streaming read of the same byte count, for several CTAs-per-SM / bytes-in-flight.
+// streaming read of the same byte count, for several CTAs-per-SM / bytes-in-flight;
+// then ("producer-like") a model of the sm90 kernel's roles walking the same rows:
+// its producer's loads (register rounds, cp.async or bulk copies), with its
+// dequantization, and beside the consumers' tensor work (bench/NOTES.md).
 #include <cstdio>
 #include <cstdlib>
 #include <cuda_runtime.h>
@@ -253,6 +256,188 @@ __global__ void __launch_bounds__(128, 1) producer_bulk(const unsigned char* cac
     if (acc == 0x12345678u) sink[0] = acc;
 }
 
+// The producer's whole loop (no consumers): kThreads gathering threads in one CTA per
+// SM, four lanes per row, rounds of kThreads / 4 rows, kRing register rounds; each
+// round dequantized as the sm90 kernel's fast path does (prmt, shift and mask, one
+// bf16x2 fma per pair of codes) into a swizzled bf16 K tile in shared memory. The
+// scale is made from the loaded scale word so the data stays live. Compares one
+// producer warp group (today's) against two, each holding one round (the registers
+// two producer groups would have beside the consumers: about 72 each).
+__device__ __forceinline__ unsigned dq_pair(unsigned w, unsigned sel, unsigned scale2)
+{
+    unsigned t, r;
+    asm("prmt.b32 %0, %1, 0, %2;" : "=r"(t) : "r"(w), "r"(sel));
+    t = ((t >> 4) & 0x07f007f0u) | (t & 0x80008000u);
+    asm("fma.rn.bf16x2 %0, %1, %2, %3;" : "=r"(r) : "r"(t), "r"(scale2), "r"(0x80008000u));
+    return r;
+}
+
+template <int kThreads, int kRing, bool kStore = true>
+__device__ __forceinline__ void producer_dequant_body(const unsigned char* cache, const int* idx, int n_tiles, unsigned* sink)
+{
+    extern __shared__ __align__(16) unsigned char smem[];
+    int* s_idx = reinterpret_cast<int*>(smem);
+    const unsigned s_k = ((unsigned)__cvta_generic_to_shared(smem + kMaxTilesPerCta * kTileRows * 4) + 1023u) & ~1023u;
+    constexpr int kLanes = 4, kTok = kThreads / kLanes, kRounds = kTileRows / kTok;
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+    const int token = warp * 8 + lane % 8, part = lane / 8;
+    const int my_tiles = (n_tiles - (int)blockIdx.x + (int)gridDim.x - 1) / (int)gridDim.x;
+    for (int i = threadIdx.x; i < my_tiles * kTileRows; i += blockDim.x)
+        s_idx[i] = idx[(long)(blockIdx.x + (i / kTileRows) * gridDim.x) * kTileRows + i % kTileRows];
+    __syncthreads();
+    const int rounds = my_tiles * kRounds;
+    auto load = [&](ProducerRound<kLanes>& d, int g) {
+        const unsigned char* row = cache + (long)s_idx[(g / kRounds) * kTileRows + (g % kRounds) * kTok + token] * kRowBytes;
+#pragma unroll
+        for (int i = 0; i < 8; i++) d.nope[i] = load_nc16(row + 64 * i + 16 * part);
+#pragma unroll
+        for (int i = 0; i < 2; i++) d.rope[i] = load_nc16(row + 528 + 16 * (part + kLanes * i));
+        d.scales = load_nc16(row + 512);
+    };
+    unsigned live = 0;  // !kStore: the loads only, their data kept live
+    auto store = [&](const ProducerRound<kLanes>& d, int g) {
+        if (!kStore) {
+#pragma unroll
+            for (int i = 0; i < 8; i++) live ^= d.nope[i].x ^ d.nope[i].w;
+            live ^= d.rope[0].y ^ d.rope[1].z ^ d.scales.x;
+            return;
+        }
+        const int t = (g % kRounds) * kTok + token;  // row of the K tile
+        auto sw = [&](int c) { return (unsigned)(t * 128 + ((c ^ (t & 7)) << 4)); };
+        const unsigned sc[4] = {d.scales.x, d.scales.y, d.scales.z, d.scales.w};
+#pragma unroll
+        for (int i = 0; i < 8; i++) {
+            const unsigned e = ((sc[i / 2] >> 23) & 0xfu) + 120u, scale2 = (e << 7) | (e << 23);
+            const unsigned w[4] = {d.nope[i].x, d.nope[i].y, d.nope[i].z, d.nope[i].w};
+            uint4 lo, hi;
+            lo.x = dq_pair(w[0], 0x1404u, scale2); lo.y = dq_pair(w[0], 0x3424u, scale2);
+            lo.z = dq_pair(w[1], 0x1404u, scale2); lo.w = dq_pair(w[1], 0x3424u, scale2);
+            hi.x = dq_pair(w[2], 0x1404u, scale2); hi.y = dq_pair(w[2], 0x3424u, scale2);
+            hi.z = dq_pair(w[3], 0x1404u, scale2); hi.w = dq_pair(w[3], 0x3424u, scale2);
+            store_smem16(s_k + i * 8192 + sw(2 * part), lo);
+            store_smem16(s_k + i * 8192 + sw(2 * part + 1), hi);
+        }
+#pragma unroll
+        for (int i = 0; i < 2; i++) {
+            const int dim = 512 + 8 * (part + kLanes * i);
+            store_smem16(s_k + (dim / 64) * 8192 + sw((dim % 64) / 8), d.rope[i]);
+        }
+    };
+    ProducerRound<kLanes> ring[kRing];
+#pragma unroll
+    for (int j = 0; j < kRing; j++)
+        if (j < rounds) load(ring[j], j);
+    for (int g0 = 0; g0 < rounds; g0 += kRing) {
+#pragma unroll
+        for (int j = 0; j < kRing; j++) {
+            const int g = g0 + j;
+            if (g < rounds) {
+                if (g % kRounds == 0) {  // the tile after next into L2, as the kernel's producer does
+                    const int tile = g / kRounds + 2;
+                    if (tile < my_tiles)
+#pragma unroll
+                        for (int r = 0; r < kRounds; r++) {
+                            const unsigned char* row = cache + (long)s_idx[tile * kTileRows + r * kTok + token] * kRowBytes;
+                            for (int k = part; k * 128 < kRowBytes + 128; k += kLanes)
+                                asm volatile("prefetch.global.L2 [%0];\n" :: "l"(row + min(k * 128, kRowBytes - 1)));
+                        }
+                }
+                store(ring[j], g);
+                if (g + kRing < rounds) load(ring[j], g + kRing);
+            }
+        }
+    }
+    if (rounds < 0 || live == 0x12345678u) sink[0] = 1u;
+}
+
+__global__ void __launch_bounds__(128, 1) producer_dequant_1group(const unsigned char* c, const int* i, int n, unsigned* s)
+{
+    producer_dequant_body<128, 2>(c, i, n, s);
+}
+__global__ void __launch_bounds__(256, 1) producer_dequant_2groups(const unsigned char* c, const int* i, int n, unsigned* s)
+{
+    producer_dequant_body<256, 2>(c, i, n, s);
+}
+__global__ void __maxnreg__(72) producer_dequant_2groups_72(const unsigned char* c, const int* i, int n, unsigned* s)
+{
+    producer_dequant_body<256, 1>(c, i, n, s);
+}
+
+// The producer beside consumer-like tensor work: warp groups 1 and 2 run each tile's
+// wgmma (S = Q K^T: 36 m64n64k16 with both operands in shared memory; P V: 8
+// m64n256k16, V read from the K tile) over the same shared memory the producer
+// writes, with no synchronization between the roles. Producer alone, consumers
+// alone and both together tell whether sharing the SM (issue slots, shared memory)
+// or the hand-off between the roles costs the kernel its time.
+__device__ __forceinline__ unsigned long long mk_desc(unsigned addr, unsigned leading, unsigned stride)
+{
+    return (unsigned long long)((addr & 0x3ffffu) >> 4) | ((unsigned long long)(leading >> 4) << 16) |
+           ((unsigned long long)(stride >> 4) << 32) | (1ull << 62);
+}
+
+#define GC_ACC8(d, i) "+f"(d[(i)]), "+f"(d[(i) + 1]), "+f"(d[(i) + 2]), "+f"(d[(i) + 3]), "+f"(d[(i) + 4]), "+f"(d[(i) + 5]), "+f"(d[(i) + 6]), "+f"(d[(i) + 7])
+#define GC_ACC32(d, i) GC_ACC8(d, i), GC_ACC8(d, i + 8), GC_ACC8(d, i + 16), GC_ACC8(d, i + 24)
+#define GC_REGS32 "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}"
+
+__device__ __forceinline__ void gc_wgmma_s(float (&d)[32], unsigned long long a, unsigned long long b)
+{
+    asm volatile("wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 " GC_REGS32 ", %32, %33, 1, 1, 1, 0, 0;\n"
+                 : GC_ACC32(d, 0) : "l"(a), "l"(b));
+}
+
+// P V as four m64n64k16 per 256-dim half (the same bytes as one m64n256k16), V MN-major
+__device__ __forceinline__ void gc_wgmma_pv(float (&d)[32], unsigned long long a, unsigned long long b)
+{
+    asm volatile("wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 " GC_REGS32 ", %32, %33, 1, 1, 1, 0, 1;\n"
+                 : GC_ACC32(d, 0) : "l"(a), "l"(b));
+}
+
+// kConsumers: 1 = S only, 2 = P V only, 3 = both; kStore: the producer dequantizes
+// and stores (else it loads only).
+template <bool kProducer, int kConsumers, bool kStore = true>
+__global__ void __launch_bounds__(384, 1) producer_beside_consumers(const unsigned char* cache, const int* idx, int n_tiles, unsigned* sink)
+{
+    extern __shared__ __align__(16) unsigned char smem[];
+    const int group = threadIdx.x / 128;
+    if (group == 0) {
+        if (kProducer) producer_dequant_body<128, 2, kStore>(cache, idx, n_tiles, sink);
+        return;
+    }
+    if (!(kConsumers & group)) return;
+    // Q (74 KB) after the producer's index table and K tile (the producer's s_k)
+    const unsigned s_k = ((unsigned)__cvta_generic_to_shared(smem + kMaxTilesPerCta * kTileRows * 4) + 1023u) & ~1023u;
+    const unsigned s_q = s_k + 9 * 8192, s_p = s_q + 9 * 8192;
+    const int my_tiles = (n_tiles - (int)blockIdx.x + (int)gridDim.x - 1) / (int)gridDim.x;
+    float acc[32];
+#pragma unroll
+    for (int i = 0; i < 32; i++) acc[i] = 0.0f;
+    if (group == 1) {  // S = Q K^T
+        for (int t = 0; t < my_tiles; t++) {
+            asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
+#pragma unroll
+            for (int kb = 0; kb < 9; kb++)
+#pragma unroll
+                for (int kk = 0; kk < 4; kk++)
+                    gc_wgmma_s(acc, mk_desc(s_q + kb * 8192 + kk * 32, 0, 1024), mk_desc(s_k + kb * 8192 + kk * 32, 0, 1024));
+            asm volatile("wgmma.commit_group.sync.aligned;\nwgmma.wait_group.sync.aligned 0;\n" ::: "memory");
+        }
+    } else {  // P V, both halves of d_v
+        for (int t = 0; t < my_tiles; t++) {
+            asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
+#pragma unroll
+            for (int n = 0; n < 8; n++)
+#pragma unroll
+                for (int kk = 0; kk < 4; kk++)
+                    gc_wgmma_pv(acc, mk_desc(s_p + kk * 32, 0, 1024), mk_desc(s_k + n * 8192 + kk * 16 * 128, 8192, 1024));
+            asm volatile("wgmma.commit_group.sync.aligned;\nwgmma.wait_group.sync.aligned 0;\n" ::: "memory");
+        }
+    }
+    float x = 0.0f;
+#pragma unroll
+    for (int i = 0; i < 32; i++) x += acc[i];
+    if (x == 1234.5f) sink[0] = 1u;
+}
+
 template <typename F>
 static float time_us(F launch)
 {
@@ -305,9 +490,9 @@ int main()
         const int n_tiles = (int)(n_rows / kTileRows);
         const int smem = kMaxTilesPerCta * kTileRows * 4 + kTileRows * kRowBytes;
         const int pad = 200 * 1024;  // asks for most of the SM, as the kernel does: one CTA per SM
-        auto run = [&](const char* name, auto kernel) {
+        auto run = [&](const char* name, auto kernel, int threads = 128) {
             CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, pad));
-            float us = time_us([&] { kernel<<<sms, 128, pad>>>(cache, idx, n_tiles, sink); });
+            float us = time_us([&] { kernel<<<sms, threads, pad>>>(cache, idx, n_tiles, sink); });
             printf("producer-like %-34s %7.1f us %6.0f GB/s\n", name, us, bytes / us / 1e3);
         };
         if (smem > pad || kMaxTilesPerCta * kTileRows * 4 + 6 * 11 * 128 * 16 > pad) { printf("producer-like: shared memory too small\n"); return 1; }
@@ -331,6 +516,18 @@ int main()
         run("bulk rows, 32 per slot, ring 6", producer_bulk<6, 32>);
         run("bulk rows, 64 per slot, ring 3", producer_bulk<3, 64>);
         run("bulk rows, 16 per slot, ring 6", producer_bulk<6, 16>);
+        run("+ dequant: 1 group, ring 2 (sm90 today)", producer_dequant_1group);
+        run("+ dequant: 2 groups, ring 2", producer_dequant_2groups, 256);
+        run("+ dequant: 2 groups, ring 1, 72 regs", producer_dequant_2groups_72, 256);
+        run("beside consumers: producer only", producer_beside_consumers<true, 0>, 384);
+        run("beside consumers: consumers only", producer_beside_consumers<false, 3>, 384);
+        run("beside consumers: both", producer_beside_consumers<true, 3>, 384);
+        run("beside consumers: S only", producer_beside_consumers<false, 1>, 384);
+        run("beside consumers: P V only", producer_beside_consumers<false, 2>, 384);
+        run("beside consumers: producer + S", producer_beside_consumers<true, 1>, 384);
+        run("beside consumers: producer + P V", producer_beside_consumers<true, 2>, 384);
+        run("beside consumers: loads only", producer_beside_consumers<true, 0, false>, 384);
+        run("beside consumers: loads only + both", producer_beside_consumers<true, 3, false>, 384);
     }
     long n16 = (long)bytes / 16;
     float us = time_us([&] { stream<<<sms * 8, 256>>>(reinterpret_cast<const uint4*>(cache) + 12345 * 41, n16, sink); });
