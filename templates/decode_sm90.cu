@@ -83,6 +83,10 @@ constexpr int kProducerRegisters = kExactScalesOnly ? 144 : 136;
 constexpr int kLaunchRegisters = (65536 / kCtaThreads) & ~7;
 static_assert(kScoreRegisters + kValueRegisters + kProducerRegisters <= 3 * kLaunchRegisters,
               "setmaxnreg: the increase must be covered by the decreases");
+static_assert(kScoreRegisters > kLaunchRegisters && kValueRegisters <= kLaunchRegisters &&
+                  kProducerRegisters <= kLaunchRegisters,
+              "setmaxnreg: the score group's call increases, the others decrease (a .dec above the "
+              "launch count is an illegal instruction)");
 
 enum NamedBarrier { kBarKFull = 1, kBarKEmpty = 3, kBarPReady = 5, kBarPFree = 6, kBarRowStats = 7, kBarRoundStored = 8 };
 

@@ -78,6 +78,54 @@ __global__ void stream(const uint4* src, long n, unsigned* sink)
 // after next (as the kernel's producer does). Indices come from shared memory, as
 // the kernel's are loaded tiles ahead.
 constexpr int kTileRows = 64, kMaxTilesPerCta = 40;
+
+// This CTA's tiles (blockIdx.x, + gridDim.x, ...) of 64 indices each into shared
+// memory, by threads 0 .. kThreads - 1 (the caller synchronizes); returns their count.
+template <int kThreads = 128>
+__device__ __forceinline__ int load_cta_indices(int* s_idx, const int* idx, int n_tiles)
+{
+    const int my_tiles = (n_tiles - (int)blockIdx.x + (int)gridDim.x - 1) / (int)gridDim.x;
+    for (int i = threadIdx.x; i < my_tiles * kTileRows; i += kThreads)
+        s_idx[i] = idx[(long)(blockIdx.x + (i / kTileRows) * gridDim.x) * kTileRows + i % kTileRows];
+    return my_tiles;
+}
+// Lane `part` of a row's kLanes lanes brings the lines of this CTA's tile `tile`
+// (rounds of kTok rows, the lane's row `token` of each) into L2, as the kernel's
+// producer does for the tile after next.
+template <int kLanes, int kTok, int kRounds>
+__device__ __forceinline__ void prefetch_tile_rows(const unsigned char* cache, const int* s_idx, int tile, int token, int part)
+{
+#pragma unroll
+    for (int r = 0; r < kRounds; r++) {
+        const unsigned char* row = cache + (long)s_idx[tile * kTileRows + r * kTok + token] * kRowBytes;
+        for (int k = part; k * 128 < kRowBytes + 128; k += kLanes)
+            asm volatile("prefetch.global.L2 [%0];\n" :: "l"(row + min(k * 128, kRowBytes - 1)));
+    }
+}
+
+// A ring of kRing register rounds over `rounds` rounds (kRounds per tile): round g +
+// kRing is loaded as soon as round g is stored; at each tile's start (and before the
+// first) prefetch(tile) is asked for the tile after next.
+template <int kRing, int kRounds, typename Round, typename Load, typename Store, typename Prefetch>
+__device__ __forceinline__ void ring_walk(int rounds, Round (&ring)[kRing], Load load, Store store, Prefetch prefetch)
+{
+    prefetch(1);
+#pragma unroll
+    for (int j = 0; j < kRing; j++)
+        if (j < rounds) load(ring[j], j);
+    for (int g0 = 0; g0 < rounds; g0 += kRing) {
+#pragma unroll
+        for (int j = 0; j < kRing; j++) {
+            const int g = g0 + j;
+            if (g < rounds) {
+                if (g % kRounds == 0) prefetch(g / kRounds + 2);
+                store(ring[j], g);
+                if (g + kRing < rounds) load(ring[j], g + kRing);
+            }
+        }
+    }
+}
+
 template <int kLanes>
 struct ProducerRound {
     uint4 nope[32 / kLanes], rope[8 / kLanes], scales;
@@ -105,9 +153,7 @@ __global__ void __launch_bounds__(128, 1) producer_like(const unsigned char* cac
     constexpr int kTokPerWarp = 32 / kLanes, kTok = 128 / kLanes, kRounds = kTileRows / kTok;
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
     const int token = warp * kTokPerWarp + lane % kTokPerWarp, part = lane / kTokPerWarp;
-    const int my_tiles = (n_tiles - (int)blockIdx.x + (int)gridDim.x - 1) / (int)gridDim.x;
-    for (int i = threadIdx.x; i < my_tiles * kTileRows; i += blockDim.x)
-        s_idx[i] = idx[(long)(blockIdx.x + (i / kTileRows) * gridDim.x) * kTileRows + i % kTileRows];
+    const int my_tiles = load_cta_indices(s_idx, idx, n_tiles);
     __syncthreads();
     const int rounds = my_tiles * kRounds;
     auto row_of = [&](int g) { return cache + (long)s_idx[(g / kRounds) * kTileRows + (g % kRounds) * kTok + token] * kRowBytes; };
@@ -127,31 +173,10 @@ __global__ void __launch_bounds__(128, 1) producer_like(const unsigned char* cac
         for (int i = 0; i < 8 / kLanes; i++) store_smem16(base + 528 + 16 * (part + kLanes * i), d.rope[i]);
         if (part == 0) store_smem16(base + 512, d.scales);
     };
-    auto prefetch_tile = [&](int tile) {
-        if (tile >= my_tiles) return;
-#pragma unroll
-        for (int r = 0; r < kRounds; r++) {
-            const unsigned char* row = cache + (long)s_idx[tile * kTileRows + r * kTok + token] * kRowBytes;
-            for (int k = part; k * 128 < kRowBytes + 128; k += kLanes)
-                asm volatile("prefetch.global.L2 [%0];\n" :: "l"(row + min(k * 128, kRowBytes - 1)));
-        }
-    };
     ProducerRound<kLanes> ring[kRing];
-    if (kPrefetch) prefetch_tile(1);
-#pragma unroll
-    for (int j = 0; j < kRing; j++)
-        if (j < rounds) load(ring[j], j);
-    for (int g0 = 0; g0 < rounds; g0 += kRing) {
-#pragma unroll
-        for (int j = 0; j < kRing; j++) {
-            const int g = g0 + j;
-            if (g < rounds) {
-                if (kPrefetch && g % kRounds == 0) prefetch_tile(g / kRounds + 2);
-                store(ring[j], g);
-                if (g + kRing < rounds) load(ring[j], g + kRing);
-            }
-        }
-    }
+    ring_walk<kRing, kRounds>(rounds, ring, load, store, [&](int tile) {
+        if (kPrefetch && tile < my_tiles) prefetch_tile_rows<kLanes, kTok, kRounds>(cache, s_idx, tile, token, part);
+    });
     if (rounds < 0) sink[0] = 1u;
 }
 
@@ -169,9 +194,7 @@ __global__ void __launch_bounds__(128, 1) producer_async(const unsigned char* ca
     constexpr unsigned kSlotBytes = kChunks * 128 * 16;
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
     const int token = warp * kTokPerWarp + lane % kTokPerWarp, part = lane / kTokPerWarp;
-    const int my_tiles = (n_tiles - (int)blockIdx.x + (int)gridDim.x - 1) / (int)gridDim.x;
-    for (int i = threadIdx.x; i < my_tiles * kTileRows; i += blockDim.x)
-        s_idx[i] = idx[(long)(blockIdx.x + (i / kTileRows) * gridDim.x) * kTileRows + i % kTileRows];
+    const int my_tiles = load_cta_indices(s_idx, idx, n_tiles);
     __syncthreads();
     const int rounds = my_tiles * kRounds;
     auto issue = [&](int g) {
@@ -218,9 +241,7 @@ __global__ void __launch_bounds__(128, 1) producer_bulk(const unsigned char* cac
     constexpr unsigned kSlotBytes = kRowsPerRound * kRowBytes;
     constexpr int kRounds = kTileRows / kRowsPerRound;
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-    const int my_tiles = (n_tiles - (int)blockIdx.x + (int)gridDim.x - 1) / (int)gridDim.x;
-    for (int i = threadIdx.x; i < my_tiles * kTileRows; i += blockDim.x)
-        s_idx[i] = idx[(long)(blockIdx.x + (i / kTileRows) * gridDim.x) * kTileRows + i % kTileRows];
+    const int my_tiles = load_cta_indices(s_idx, idx, n_tiles);
     if (threadIdx.x < kSlots) asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;\n" :: "r"(s_bar + 8 * threadIdx.x) : "memory");
     asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
     __syncthreads();
@@ -281,10 +302,9 @@ __device__ __forceinline__ void producer_dequant_body(const unsigned char* cache
     constexpr int kLanes = 4, kTok = kThreads / kLanes, kRounds = kTileRows / kTok;
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
     const int token = warp * 8 + lane % 8, part = lane / 8;
-    const int my_tiles = (n_tiles - (int)blockIdx.x + (int)gridDim.x - 1) / (int)gridDim.x;
-    for (int i = threadIdx.x; i < my_tiles * kTileRows; i += blockDim.x)
-        s_idx[i] = idx[(long)(blockIdx.x + (i / kTileRows) * gridDim.x) * kTileRows + i % kTileRows];
-    __syncthreads();
+    const int my_tiles = load_cta_indices<kThreads>(s_idx, idx, n_tiles);
+    asm volatile("bar.sync 1, %0;\n" :: "n"(kThreads) : "memory");  // its own threads only: in
+    // producer_beside_consumers the other groups never reach a CTA-wide barrier
     const int rounds = my_tiles * kRounds;
     auto load = [&](ProducerRound<kLanes>& d, int g) {
         const unsigned char* row = cache + (long)s_idx[(g / kRounds) * kTileRows + (g % kRounds) * kTok + token] * kRowBytes;
@@ -324,29 +344,9 @@ __device__ __forceinline__ void producer_dequant_body(const unsigned char* cache
         }
     };
     ProducerRound<kLanes> ring[kRing];
-#pragma unroll
-    for (int j = 0; j < kRing; j++)
-        if (j < rounds) load(ring[j], j);
-    for (int g0 = 0; g0 < rounds; g0 += kRing) {
-#pragma unroll
-        for (int j = 0; j < kRing; j++) {
-            const int g = g0 + j;
-            if (g < rounds) {
-                if (g % kRounds == 0) {  // the tile after next into L2, as the kernel's producer does
-                    const int tile = g / kRounds + 2;
-                    if (tile < my_tiles)
-#pragma unroll
-                        for (int r = 0; r < kRounds; r++) {
-                            const unsigned char* row = cache + (long)s_idx[tile * kTileRows + r * kTok + token] * kRowBytes;
-                            for (int k = part; k * 128 < kRowBytes + 128; k += kLanes)
-                                asm volatile("prefetch.global.L2 [%0];\n" :: "l"(row + min(k * 128, kRowBytes - 1)));
-                        }
-                }
-                store(ring[j], g);
-                if (g + kRing < rounds) load(ring[j], g + kRing);
-            }
-        }
-    }
+    ring_walk<kRing, kRounds>(rounds, ring, load, store, [&](int tile) {
+        if (tile < my_tiles) prefetch_tile_rows<kLanes, kTok, kRounds>(cache, s_idx, tile, token, part);
+    });
     if (rounds < 0 || live == 0x12345678u) sink[0] = 1u;
 }
 
@@ -363,12 +363,14 @@ __global__ void __maxnreg__(72) producer_dequant_2groups_72(const unsigned char*
     producer_dequant_body<256, 1>(c, i, n, s);
 }
 
-// The producer beside consumer-like tensor work: warp groups 1 and 2 run each tile's
-// wgmma (S = Q K^T: 36 m64n64k16 with both operands in shared memory; P V: 8
-// m64n256k16, V read from the K tile) over the same shared memory the producer
-// writes, with no synchronization between the roles. Producer alone, consumers
-// alone and both together tell whether sharing the SM (issue slots, shared memory)
-// or the hand-off between the roles costs the kernel its time.
+// The producer beside consumer-like tensor work: per tile, warp group 1 runs S = Q K^T
+// (36 m64n64k16, both operands in shared memory) and warp group 2 P V for all 512
+// dims (32 m64n64k16 reading V from the K tile: the bytes of 8 m64n256k16), over the
+// same shared memory the producer writes, with no synchronization between the roles.
+// Producer alone, consumers alone and both together tell whether sharing the SM
+// (issue slots, the shared-memory path) or the hand-off between the roles costs the
+// kernel its time. The producer's index load and barrier are its own group's only:
+// a CTA-wide barrier there would wait for the consumer groups to exit.
 __device__ __forceinline__ unsigned long long mk_desc(unsigned addr, unsigned leading, unsigned stride)
 {
     return (unsigned long long)((addr & 0x3ffffu) >> 4) | ((unsigned long long)(leading >> 4) << 16) |
@@ -413,22 +415,26 @@ __global__ void __launch_bounds__(384, 1) producer_beside_consumers(const unsign
     for (int i = 0; i < 32; i++) acc[i] = 0.0f;
     if (group == 1) {  // S = Q K^T
         for (int t = 0; t < my_tiles; t++) {
+            unsigned q = s_q, k = s_k;  // opaque per tile: 72 descriptors hoisted out of the loop would spill
+            asm volatile("" : "+r"(q), "+r"(k));
             asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
 #pragma unroll
             for (int kb = 0; kb < 9; kb++)
 #pragma unroll
                 for (int kk = 0; kk < 4; kk++)
-                    gc_wgmma_s(acc, mk_desc(s_q + kb * 8192 + kk * 32, 0, 1024), mk_desc(s_k + kb * 8192 + kk * 32, 0, 1024));
+                    gc_wgmma_s(acc, mk_desc(q + kb * 8192 + kk * 32, 0, 1024), mk_desc(k + kb * 8192 + kk * 32, 0, 1024));
             asm volatile("wgmma.commit_group.sync.aligned;\nwgmma.wait_group.sync.aligned 0;\n" ::: "memory");
         }
     } else {  // P V, both halves of d_v
         for (int t = 0; t < my_tiles; t++) {
+            unsigned pp = s_p, k = s_k;  // opaque per tile, as above
+            asm volatile("" : "+r"(pp), "+r"(k));
             asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
 #pragma unroll
             for (int n = 0; n < 8; n++)
 #pragma unroll
                 for (int kk = 0; kk < 4; kk++)
-                    gc_wgmma_pv(acc, mk_desc(s_p + kk * 32, 0, 1024), mk_desc(s_k + n * 8192 + kk * 16 * 128, 8192, 1024));
+                    gc_wgmma_pv(acc, mk_desc(pp + kk * 32, 0, 1024), mk_desc(k + n * 8192 + kk * 16 * 128, 8192, 1024));
             asm volatile("wgmma.commit_group.sync.aligned;\nwgmma.wait_group.sync.aligned 0;\n" ::: "memory");
         }
     }
