@@ -81,10 +81,12 @@ constexpr int kTileRows = 64, kMaxTilesPerCta = 40;
 
 // This CTA's tiles (blockIdx.x, + gridDim.x, ...) of 64 indices each into shared
 // memory, by threads 0 .. kThreads - 1 (the caller synchronizes); returns their count.
+__device__ __forceinline__ int cta_tiles(int n_tiles) { return (n_tiles - (int)blockIdx.x + (int)gridDim.x - 1) / (int)gridDim.x; }
+
 template <int kThreads = 128>
 __device__ __forceinline__ int load_cta_indices(int* s_idx, const int* idx, int n_tiles)
 {
-    const int my_tiles = (n_tiles - (int)blockIdx.x + (int)gridDim.x - 1) / (int)gridDim.x;
+    const int my_tiles = cta_tiles(n_tiles);
     for (int i = threadIdx.x; i < my_tiles * kTileRows; i += kThreads)
         s_idx[i] = idx[(long)(blockIdx.x + (i / kTileRows) * gridDim.x) * kTileRows + i % kTileRows];
     return my_tiles;
@@ -409,35 +411,37 @@ __global__ void __launch_bounds__(384, 1) producer_beside_consumers(const unsign
     // Q (74 KB) after the producer's index table and K tile (the producer's s_k)
     const unsigned s_k = ((unsigned)__cvta_generic_to_shared(smem + kMaxTilesPerCta * kTileRows * 4) + 1023u) & ~1023u;
     const unsigned s_q = s_k + 9 * 8192, s_p = s_q + 9 * 8192;
-    const int my_tiles = (n_tiles - (int)blockIdx.x + (int)gridDim.x - 1) / (int)gridDim.x;
+    const int my_tiles = cta_tiles(n_tiles);
     float acc[32];
 #pragma unroll
     for (int i = 0; i < 32; i++) acc[i] = 0.0f;
-    if (group == 1) {  // S = Q K^T
+    // each tile's wgmma from shared-memory bases made opaque per tile (72 descriptors
+    // hoisted out of the loop would spill)
+    auto per_tile = [&](unsigned a_base, auto issue) {
         for (int t = 0; t < my_tiles; t++) {
-            unsigned q = s_q, k = s_k;  // opaque per tile: 72 descriptors hoisted out of the loop would spill
-            asm volatile("" : "+r"(q), "+r"(k));
+            unsigned a = a_base, k = s_k;
+            asm volatile("" : "+r"(a), "+r"(k));
             asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
+            issue(a, k);
+            asm volatile("wgmma.commit_group.sync.aligned;\nwgmma.wait_group.sync.aligned 0;\n" ::: "memory");
+        }
+    };
+    if (group == 1)  // S = Q K^T
+        per_tile(s_q, [&](unsigned q, unsigned k) {
 #pragma unroll
             for (int kb = 0; kb < 9; kb++)
 #pragma unroll
                 for (int kk = 0; kk < 4; kk++)
                     gc_wgmma_s(acc, mk_desc(q + kb * 8192 + kk * 32, 0, 1024), mk_desc(k + kb * 8192 + kk * 32, 0, 1024));
-            asm volatile("wgmma.commit_group.sync.aligned;\nwgmma.wait_group.sync.aligned 0;\n" ::: "memory");
-        }
-    } else {  // P V, both halves of d_v
-        for (int t = 0; t < my_tiles; t++) {
-            unsigned pp = s_p, k = s_k;  // opaque per tile, as above
-            asm volatile("" : "+r"(pp), "+r"(k));
-            asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
+        });
+    else  // P V, both halves of d_v
+        per_tile(s_p, [&](unsigned pp, unsigned k) {
 #pragma unroll
             for (int n = 0; n < 8; n++)
 #pragma unroll
                 for (int kk = 0; kk < 4; kk++)
                     gc_wgmma_pv(acc, mk_desc(pp + kk * 32, 0, 1024), mk_desc(k + n * 8192 + kk * 16 * 128, 8192, 1024));
-            asm volatile("wgmma.commit_group.sync.aligned;\nwgmma.wait_group.sync.aligned 0;\n" ::: "memory");
-        }
-    }
+        });
     float x = 0.0f;
 #pragma unroll
     for (int i = 0; i < 32; i++) x += acc[i];

@@ -155,21 +155,20 @@ static int fill_params(const mlajit_plan *plan, const mlajit_decode_args *a, mla
 static CUresult launch_combine(const mlajit_driver *drv, const mlajit_plan *plan, CUstream stream, void **params)
 {
     const mlajit_kernel *k = plan->kernel;
-    if (k->layout.dependent_combine && drv->cuLaunchKernelEx) {
-        mlajit_cu_launch_attribute attr;
-        memset(&attr, 0, sizeof attr);
-        attr.id = MLAJIT_CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION;
-        attr.value.programmatic_stream_serialization_allowed = 1;
-        mlajit_cu_launch_config cfg = {
-            .grid_x = (unsigned)plan->rows, .grid_y = (unsigned)k->spec.h_q, .grid_z = 1,
-            .block_x = (unsigned)k->layout.combine_threads, .block_y = 1, .block_z = 1,
-            .shared_bytes = 0, .stream = stream, .attrs = &attr, .num_attrs = 1,
-        };
-        if (drv->cuLaunchKernelEx(&cfg, k->combine_fn, params, NULL) == MLAJIT_CU_SUCCESS)
-            return MLAJIT_CU_SUCCESS;
-    }
-    return drv->cuLaunchKernel(k->combine_fn, (unsigned)plan->rows, (unsigned)k->spec.h_q, 1,
-                               (unsigned)k->layout.combine_threads, 1, 1, 0, stream, params, NULL);
+    mlajit_cu_launch_attribute attr;
+    memset(&attr, 0, sizeof attr);
+    attr.id = MLAJIT_CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION;
+    attr.value.programmatic_stream_serialization_allowed = 1;
+    const mlajit_cu_launch_config cfg = {
+        .grid_x = (unsigned)plan->rows, .grid_y = (unsigned)k->spec.h_q, .grid_z = 1,
+        .block_x = (unsigned)k->layout.combine_threads, .block_y = 1, .block_z = 1,
+        .shared_bytes = 0, .stream = stream, .attrs = &attr, .num_attrs = 1,
+    };
+    if (k->layout.dependent_combine && drv->cuLaunchKernelEx &&
+        drv->cuLaunchKernelEx(&cfg, k->combine_fn, params, NULL) == MLAJIT_CU_SUCCESS)
+        return MLAJIT_CU_SUCCESS;
+    return drv->cuLaunchKernel(k->combine_fn, cfg.grid_x, cfg.grid_y, cfg.grid_z, cfg.block_x, cfg.block_y,
+                               cfg.block_z, cfg.shared_bytes, cfg.stream, params, NULL);
 }
 
 int mlajit_decode(const mlajit_plan *plan, const mlajit_decode_args *args, void *stream)
