@@ -128,10 +128,16 @@ int64_t mlajit_min_page_stride(mlajit_model model, int page_size);
 
 typedef enum mlajit_variant {
     MLAJIT_VARIANT_AUTO = 0,     /* the generator picks: sm90 on sm_90a when tile and heads_per_cta
-                                  * are 0 or 64 (faster on every row measured on the H200, padded
-                                  * head counts included), else portable */
+                                  * are 0 or 64, else portable; and a plan of at most 16 heads of
+                                  * V3.2's layout on sm_90a takes sliced instead where each CTA
+                                  * walks >= 16 tiles of 32 candidates and that kernel can be had
+                                  * (the faster on the H200 there; bench/NOTES.md) */
     MLAJIT_VARIANT_PORTABLE = 1, /* mma.sync bf16 family, sm_80 and newer */
-    MLAJIT_VARIANT_SM90 = 2      /* wgmma, warp-specialized; sm_90a only, 64 heads per CTA, tile 64 */
+    MLAJIT_VARIANT_SM90 = 2,     /* wgmma, warp-specialized; sm_90a only, 64 heads per CTA, tile 64 */
+    MLAJIT_VARIANT_SLICED = 3    /* mma.sync, each warp gathers and multiplies one 64-dim slice of
+                                  * every candidate in registers; sm_80 and newer; models whose V is
+                                  * the NoPE part with inline scales (v32, glm_nsa); 16 or 32 heads
+                                  * per CTA, tile 32 */
 } mlajit_variant;
 
 typedef struct mlajit_kernel_spec {

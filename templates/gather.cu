@@ -93,20 +93,24 @@ __device__ __forceinline__ float scale_value(u32 bits)
     return cfg::kScaleFormat == 3 ? ue8m0_to_float(bits) : bits_to_float(bits);
 }
 
-// 16 fp8 codes times a scale -> 16 bf16 (8 words), the exact way: the fp32
-// product rounded once to bf16 (what SPEC.md's dequantizer computes).
+// 4 fp8 codes (one word) times a scale -> 4 bf16 (2 words), the exact way: the
+// fp32 product rounded once to bf16 (what SPEC.md's dequantizer computes).
+__device__ __forceinline__ void dequant4_exact(u32 codes, float scale, u32& lo, u32& hi)
+{
+    float v0 = fp8e4m3_to_float(codes & 0xffu) * scale;
+    float v1 = fp8e4m3_to_float((codes >> 8) & 0xffu) * scale;
+    float v2 = fp8e4m3_to_float((codes >> 16) & 0xffu) * scale;
+    float v3 = fp8e4m3_to_float(codes >> 24) * scale;
+    lo = pack_bf16x2(v0, v1);
+    hi = pack_bf16x2(v2, v3);
+}
+
+// 16 fp8 codes times a scale -> 16 bf16 (8 words), the exact way.
 __device__ __forceinline__ void dequant16_exact(const U32x4& codes, float scale, u32 (&out)[8])
 {
     const u32 w[4] = {codes.x, codes.y, codes.z, codes.w};
 #pragma unroll
-    for (int i = 0; i < 4; i++) {
-        float v0 = fp8e4m3_to_float(w[i] & 0xffu) * scale;
-        float v1 = fp8e4m3_to_float((w[i] >> 8) & 0xffu) * scale;
-        float v2 = fp8e4m3_to_float((w[i] >> 16) & 0xffu) * scale;
-        float v3 = fp8e4m3_to_float(w[i] >> 24) * scale;
-        out[2 * i] = pack_bf16x2(v0, v1);
-        out[2 * i + 1] = pack_bf16x2(v2, v3);
-    }
+    for (int i = 0; i < 4; i++) dequant4_exact(w[i], scale, out[2 * i], out[2 * i + 1]);
 }
 
 // The bf16x2 factor scale * 2^120 for the fast path, or 0 when the scale is not a
@@ -151,17 +155,21 @@ __device__ __forceinline__ u32 byte_perm(u32 a, u32 sel)
     return r;
 }
 
-// 16 fp8 codes times a power-of-two scale -> 16 bf16 (8 words): five integer/bf16x2
+// 4 fp8 codes times a power-of-two scale -> 4 bf16 (2 words): five integer/bf16x2
 // instructions per pair instead of the exact path's fourteen. Exact: the product of
 // a 4-bit-significand code and a power of two rounds exactly as the fp32 product does.
+__device__ __forceinline__ void dequant4_pow2(u32 codes, u32 scale2, u32& lo, u32& hi)
+{
+    lo = bf16x2_mul(e4m3x2_to_bf16x2_down120(byte_perm(codes, 0x1404u)), scale2);
+    hi = bf16x2_mul(e4m3x2_to_bf16x2_down120(byte_perm(codes, 0x3424u)), scale2);
+}
+
+// 16 fp8 codes times a power-of-two scale -> 16 bf16 (8 words).
 __device__ __forceinline__ void dequant16_pow2(const U32x4& codes, u32 scale2, u32 (&out)[8])
 {
     const u32 w[4] = {codes.x, codes.y, codes.z, codes.w};
 #pragma unroll
-    for (int i = 0; i < 4; i++) {
-        out[2 * i] = bf16x2_mul(e4m3x2_to_bf16x2_down120(byte_perm(w[i], 0x1404u)), scale2);
-        out[2 * i + 1] = bf16x2_mul(e4m3x2_to_bf16x2_down120(byte_perm(w[i], 0x3424u)), scale2);
-    }
+    for (int i = 0; i < 4; i++) dequant4_pow2(w[i], scale2, out[2 * i], out[2 * i + 1]);
 }
 
 // 16 fp8 codes times the scale with raw bits `scale_bits` -> 16 bf16 (8 words):

@@ -476,3 +476,62 @@ Test(api, planner_splits_small_batches_and_sizes_the_workspace)
     cr_expect_eq(mlajit_plan_workspace_size(p), 0u);
     mlajit_plan_destroy(p);
 }
+
+/* auto's shape-dependent family: the sliced kernel where each CTA walks at least
+ * MLAJIT_SLICED_MIN_TILES tiles (v32, at most 16 heads, sm_90a), the wgmma kernel
+ * elsewhere; and auto's own kernel when the sliced one cannot be had. */
+static const char *plan_family(mlajit_context *c, mlajit_model model, int h_q, int batch, int topk, int splits,
+                               char *buf, size_t len)
+{
+    mlajit_kernel_spec s;
+    cr_assert_eq(mlajit_spec_init(&s, model, h_q, 64), MLAJIT_OK);
+    mlajit_decode_shape shape = {.batch = batch, .s_q = 1, .topk = topk, .num_splits = splits};
+    mlajit_plan *p = NULL;
+    if (mlajit_plan_create(c, &s, &shape, &p) != MLAJIT_OK) {
+        snprintf(buf, len, "error: %s", mlajit_last_error());
+        return buf;
+    }
+    snprintf(buf, len, "%s", mlajit_plan_report(p)->spec);
+    mlajit_plan_destroy(p);
+    return buf;
+}
+
+Test(api, auto_takes_the_sliced_kernel_for_long_walks)
+{
+    char b[256];
+    cr_expect(strstr(plan_family(ctx, MLAJIT_MODEL_V32, 16, 128, 2048, 0, b, sizeof b), ".sliced.sm_90a"), "%s", b);
+    cr_expect(strstr(plan_family(ctx, MLAJIT_MODEL_V32, 8, 64, 2048, 0, b, sizeof b), ".sliced.sm_90a"), "%s", b);
+    /* short walks: one row (many splits), a short topk, a forced split count */
+    cr_expect(strstr(plan_family(ctx, MLAJIT_MODEL_V32, 16, 1, 2048, 0, b, sizeof b), ".sm90.sm_90a"), "%s", b);
+    cr_expect(strstr(plan_family(ctx, MLAJIT_MODEL_V32, 16, 128, 512, 0, b, sizeof b), ".sm90.sm_90a"), "%s", b);
+    cr_expect(strstr(plan_family(ctx, MLAJIT_MODEL_V32, 16, 128, 2048, 8, b, sizeof b), ".sm90.sm_90a"), "%s", b);
+    /* more heads, or another layout or scale format: auto's kernel */
+    cr_expect(strstr(plan_family(ctx, MLAJIT_MODEL_V32, 32, 128, 2048, 0, b, sizeof b), ".sm90.sm_90a"), "%s", b);
+    cr_expect(strstr(plan_family(ctx, MLAJIT_MODEL_DSV4, 16, 128, 2048, 0, b, sizeof b), ".sm90.sm_90a"), "%s", b);
+    cr_expect(strstr(plan_family(ctx, MLAJIT_MODEL_GLM_NSA, 16, 128, 2048, 0, b, sizeof b), ".sm90.sm_90a"), "%s", b);
+}
+
+Test(api, auto_keeps_its_kernel_when_the_sliced_one_cannot_be_had)
+{
+    char dir[64] = "/tmp/mlajit-walk-XXXXXX", b[256];
+    cr_assert_not_null(mkdtemp(dir));
+    mlajit_context *jit = NULL, *no_jit = NULL;
+    mlajit_context_options o = {.cache_dir = dir, .flags = MLAJIT_CONTEXT_NO_DEVICE};
+    cr_assert_eq(mlajit_context_create(&o, &jit), MLAJIT_OK, "%s", mlajit_last_error());
+    o.flags |= MLAJIT_CONTEXT_NO_JIT;
+    cr_assert_eq(mlajit_context_create(&o, &no_jit), MLAJIT_OK, "%s", mlajit_last_error());
+    /* only the wgmma kernel is in the cache: a long walk without JIT keeps it */
+    cr_expect(strstr(plan_family(jit, MLAJIT_MODEL_V32, 16, 1, 2048, 0, b, sizeof b), ".sm90."), "%s", b);
+    cr_expect(strstr(plan_family(no_jit, MLAJIT_MODEL_V32, 16, 128, 2048, 0, b, sizeof b), ".sm90."), "%s", b);
+    /* once the sliced kernel is cached, the same context takes it */
+    cr_expect(strstr(plan_family(jit, MLAJIT_MODEL_V32, 16, 128, 2048, 0, b, sizeof b), ".sliced."), "%s", b);
+    mlajit_context_destroy(no_jit);
+    o.flags = MLAJIT_CONTEXT_NO_DEVICE | MLAJIT_CONTEXT_NO_JIT;
+    cr_assert_eq(mlajit_context_create(&o, &no_jit), MLAJIT_OK, "%s", mlajit_last_error());
+    cr_expect(strstr(plan_family(no_jit, MLAJIT_MODEL_V32, 16, 128, 2048, 0, b, sizeof b), ".sliced."), "%s", b);
+    mlajit_context_destroy(no_jit);
+    mlajit_context_destroy(jit);
+    char cmd[128];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+    cr_expect_eq(system(cmd), 0);
+}

@@ -270,3 +270,80 @@ Test(generate, needs_an_arch)
     cr_expect_null(src);
     cr_expect(strstr(mlajit_last_error(), "arch") != NULL);
 }
+
+/* The long-walk alternative auto switches to (src/runtime/plan.c): the sliced
+ * family for auto specs of at most 16 heads with V3.2's layout and power-of-two
+ * scales on sm_90a, nothing otherwise. */
+Test(codegen, long_walk_alternative_is_the_sliced_family_where_measured)
+{
+    mlajit_kernel_spec s, alt;
+    cr_assert_eq(mlajit_spec_init(&s, MLAJIT_MODEL_V32, 16, 64), MLAJIT_OK);
+    cr_expect_eq(mlajit_spec_long_walk_alternative(&s, "sm_90a", &alt), 1);
+    cr_expect_eq(alt.variant, MLAJIT_VARIANT_SLICED);
+    cr_expect_str_eq(alt.arch, "sm_90a", "arch \"\" takes the default");
+    mlajit_kernel_spec r;
+    cr_expect_eq(mlajit_spec_resolve(&alt, &r), MLAJIT_OK, "%s", mlajit_last_error());
+    cr_expect_eq(r.tile, 32);
+    cr_expect_eq(r.heads_per_cta, 16);
+    s.h_q = 1;
+    cr_expect_eq(mlajit_spec_long_walk_alternative(&s, "sm_90a", &alt), 1);
+    s.h_q = 17;
+    cr_expect_eq(mlajit_spec_long_walk_alternative(&s, "sm_90a", &alt), 0, "more than 16 heads");
+    s.h_q = 16;
+    cr_expect_eq(mlajit_spec_long_walk_alternative(&s, "sm_80", &alt), 0, "measured on sm_90a only");
+    strcpy(s.arch, "sm_90");
+    cr_expect_eq(mlajit_spec_long_walk_alternative(&s, "sm_90a", &alt), 0, "the spec's own arch counts");
+    s.arch[0] = '\0';
+    s.variant = MLAJIT_VARIANT_SM90;
+    cr_expect_eq(mlajit_spec_long_walk_alternative(&s, "sm_90a", &alt), 0, "only auto switches");
+    s.variant = MLAJIT_VARIANT_AUTO;
+    s.tile = 64;
+    cr_expect_eq(mlajit_spec_long_walk_alternative(&s, "sm_90a", &alt), 0, "a chosen tile stays");
+    s.tile = 0;
+    s.model = MLAJIT_MODEL_DSV4;
+    cr_expect_eq(mlajit_spec_long_walk_alternative(&s, "sm_90a", &alt), 0, "V is not the NoPE part");
+    s.model = MLAJIT_MODEL_GLM_NSA;
+    cr_expect_eq(mlajit_spec_long_walk_alternative(&s, "sm_90a", &alt), 0, "arbitrary scales: unmeasured");
+    cr_expect_eq(mlajit_spec_long_walk_alternative(NULL, "sm_90a", &alt), 0);
+}
+
+/* The sliced family: tile 32, 16 or 32 heads per CTA, eight warps; V3.2's layout only. */
+Test(codegen, sliced_family_resolves_and_refuses_other_layouts)
+{
+    mlajit_kernel_spec s, r;
+    cr_assert_eq(mlajit_spec_init(&s, MLAJIT_MODEL_V32, 24, 64), MLAJIT_OK);
+    s.variant = MLAJIT_VARIANT_SLICED;
+    strcpy(s.arch, "sm_80");
+    cr_assert_eq(mlajit_spec_resolve(&s, &r), MLAJIT_OK, "%s", mlajit_last_error());
+    cr_expect_eq(r.tile, 32);
+    cr_expect_eq(r.heads_per_cta, 32);
+    char name[128];
+    cr_assert_eq(mlajit_spec_string(&s, name, sizeof name), MLAJIT_OK);
+    cr_expect_str_eq(name, "v32.h24.p64.t32.hc32.sliced.sm_80");
+    mlajit_kernel_spec back;
+    cr_assert_eq(mlajit_spec_parse(name, &back), MLAJIT_OK, "%s", mlajit_last_error());
+    cr_expect_eq(back.variant, MLAJIT_VARIANT_SLICED);
+    mlajit_kernel_layout layout;
+    cr_assert_eq(mlajit_codegen_layout(&r, &layout), MLAJIT_OK);
+    cr_expect_eq(layout.threads, 256);
+    s.heads_per_cta = 16;
+    cr_assert_eq(mlajit_spec_resolve(&s, &r), MLAJIT_OK, "%s", mlajit_last_error());
+    cr_assert_eq(mlajit_codegen_layout(&r, &layout), MLAJIT_OK);
+    cr_expect_eq(layout.blocks_per_sm, 1, "sm_80: two CTAs' shared memory does not fit");
+    strcpy(s.arch, "sm_90a");
+    cr_assert_eq(mlajit_spec_resolve(&s, &r), MLAJIT_OK, "%s", mlajit_last_error());
+    cr_assert_eq(mlajit_codegen_layout(&r, &layout), MLAJIT_OK);
+    cr_expect_eq(layout.blocks_per_sm, 2, "16 heads on sm_90a: two CTAs per SM");
+    s.tile = 64;
+    cr_expect_eq(mlajit_spec_resolve(&s, &r), MLAJIT_ERR_UNSUPPORTED);
+    cr_expect(strstr(mlajit_last_error(), "tile 32") != NULL, "%s", mlajit_last_error());
+    s.tile = 0;
+    s.model = MLAJIT_MODEL_DSV4;
+    cr_expect_eq(mlajit_spec_resolve(&s, &r), MLAJIT_ERR_UNSUPPORTED);
+    cr_expect(strstr(mlajit_last_error(), "variant sliced") != NULL, "%s", mlajit_last_error());
+    char *src = NULL;
+    s.model = MLAJIT_MODEL_V32;
+    cr_assert_eq(mlajit_generate_source(&s, &src), MLAJIT_OK, "%s", mlajit_last_error());
+    cr_expect(strstr(src, "movmatrix.sync.aligned") != NULL, "the sliced kernel");
+    mlajit_free(src);
+}

@@ -65,7 +65,9 @@ static const char *golden_dir(void)
     return d && *d ? d : "../shared/golden";
 }
 
-static void for_each_golden(const mlajit_gpu_run_options *opts, const char *variant)
+/* Every golden case of the models in `models` (a bit per mlajit_model; 0: all). */
+static void for_each_golden_of(const mlajit_gpu_run_options *opts, const char *variant, unsigned models,
+                               int expected)
 {
     DIR *dir = opendir(golden_dir());
     cr_assert_not_null(dir, "golden dir %s is missing (set MLAJIT_GOLDEN_DIR)", golden_dir());
@@ -80,6 +82,10 @@ static void for_each_golden(const mlajit_gpu_run_options *opts, const char *vari
         snprintf(path, sizeof path, "%s/%s", golden_dir(), e->d_name);
         mlajit_case c;
         cr_assert_eq(mlajit_case_load(path, &c), MLAJIT_OK, "%s: %s", path, mlajit_last_error());
+        if (models && !(models & (1u << c.model))) {
+            mlajit_case_free(&c);
+            continue;
+        }
         char label[1200];
         snprintf(label, sizeof label, "%s (%s)", e->d_name, variant);
         check_case(&c, opts, label);
@@ -87,7 +93,12 @@ static void for_each_golden(const mlajit_gpu_run_options *opts, const char *vari
         n++;
     }
     closedir(dir);
-    cr_expect_geq(n, 7, "expected the 7 golden cases, found %d", n);
+    cr_expect_geq(n, expected, "expected %d golden cases, found %d", expected, n);
+}
+
+static void for_each_golden(const mlajit_gpu_run_options *opts, const char *variant)
+{
+    for_each_golden_of(opts, variant, 0, 7);
 }
 
 Test(gpu, golden_cases)
@@ -118,7 +129,9 @@ static void synth_check(const mlajit_synth_params *p, const mlajit_gpu_run_optio
     mlajit_case_free(&c);
 }
 
-static void sweep_heads_pages_ragged_topk(const mlajit_gpu_run_options *opts, const char *variant)
+/* `dsv4_as`: the model that takes DSV4's rows (DSV4 itself, or GLM_NSA for a
+ * variant that runs only the V3.2 layout: arbitrary fp32 scales instead). */
+static void sweep_models(const mlajit_gpu_run_options *opts, const char *variant, mlajit_model dsv4_as)
 {
     const int heads[] = {1, 2, 3, 8, 16, 24, 32, 48, 64, 80, 128};
     const int pages[] = {1, 2, 61, 64, 256};
@@ -129,7 +142,7 @@ static void sweep_heads_pages_ragged_topk(const mlajit_gpu_run_options *opts, co
             int topk = topks[k % 7];
             int dual = k % 3 == 2;
             mlajit_synth_params p = {
-                .model = k % 2 ? MLAJIT_MODEL_DSV4 : MLAJIT_MODEL_V32,
+                .model = k % 2 ? dsv4_as : MLAJIT_MODEL_V32,
                 .b = 1 + k % 3, .s_q = 1 + k % 2, .h_q = heads[hi],
                 .topk = topk, .page_size = pages[pi], .seqlen = topk * 2 + 50,
                 .extra_topk = dual ? 1 + (k * 37) % 300 : 0, .extra_page_size = dual ? pages[(pi + 2) % 5] : 0,
@@ -140,10 +153,15 @@ static void sweep_heads_pages_ragged_topk(const mlajit_gpu_run_options *opts, co
             };
             char label[200];
             snprintf(label, sizeof label, "sweep %d (%s): %s h%d p%d topk %d extra %d/%d b%d s_q%d", k, variant,
-                     p.model == MLAJIT_MODEL_V32 ? "v32" : "dsv4", p.h_q, p.page_size, p.topk, p.extra_topk,
+                     mlajit_model_describe(p.model)->name, p.h_q, p.page_size, p.topk, p.extra_topk,
                      p.extra_page_size, p.b, p.s_q);
             synth_check(&p, opts, label);
         }
+}
+
+static void sweep_heads_pages_ragged_topk(const mlajit_gpu_run_options *opts, const char *variant)
+{
+    sweep_models(opts, variant, MLAJIT_MODEL_DSV4);
 }
 
 Test(gpu, sweep_heads_pages_ragged_topk)
@@ -371,4 +389,53 @@ Test(gpu, sm90_dequant_every_code_and_scale, .timeout = 180)
         check_dequant_exhaustive(MLAJIT_MODEL_DSV4, variant * 64, &o);
         check_dequant_exhaustive(MLAJIT_MODEL_GLM_NSA, variant * 64, &o);
     }
+}
+
+/* The dim-sliced family (MLAJIT_VARIANT_SLICED; V3.2's layout: v32 and glm_nsa)
+ * against the same oracles: the V3.2 golden cases at 16 and 32 heads per CTA (so
+ * h_q 64 and 128 run as several head groups), with and without 3 splits; the
+ * shape sweep (GLM_NSA in DSV4's rows); the exhaustive dequantization. */
+Test(gpu, sliced_golden_cases, .timeout = 180)
+{
+    const unsigned v32 = 1u << MLAJIT_MODEL_V32;
+    for (int hc = 16; hc <= 32; hc += 16) {
+        mlajit_gpu_run_options o = {.variant = MLAJIT_VARIANT_SLICED, .heads_per_cta = hc};
+        char label[64];
+        snprintf(label, sizeof label, "sliced, %d heads per CTA", hc);
+        for_each_golden_of(&o, label, v32, 4);
+        mlajit_gpu_run_options split = o;
+        split.num_splits = 3;
+        split.lse_head_major = 1;
+        split.pad_strides = 1;
+        snprintf(label, sizeof label, "sliced, %d heads per CTA, 3 splits, lse [b,h,s], padded strides", hc);
+        for_each_golden_of(&split, label, v32, 4);
+    }
+}
+
+Test(gpu, sliced_sweep_heads_pages_ragged_topk, .timeout = 300)
+{
+    mlajit_gpu_run_options o = {.variant = MLAJIT_VARIANT_SLICED};
+    sweep_models(&o, "sliced", MLAJIT_MODEL_GLM_NSA);
+}
+
+Test(gpu, sliced_dequant_every_code_and_scale, .timeout = 180)
+{
+    mlajit_gpu_run_options o = {.variant = MLAJIT_VARIANT_SLICED};
+    for (int variant = 0; variant < 4; variant++) {
+        check_dequant_exhaustive(MLAJIT_MODEL_V32, variant * 64, &o);
+        check_dequant_exhaustive(MLAJIT_MODEL_GLM_NSA, variant * 64, &o);
+    }
+}
+
+Test(gpu, sliced_refuses_other_layouts)
+{
+    mlajit_synth_params p = {.model = MLAJIT_MODEL_DSV4, .b = 1, .s_q = 1, .h_q = 16, .topk = 64,
+                             .page_size = 64, .seqlen = 128, .seed = 3};
+    mlajit_case c;
+    cr_assert_eq(mlajit_case_synthesize(&p, &c), MLAJIT_OK, "%s", mlajit_last_error());
+    mlajit_gpu_run_options o = {.variant = MLAJIT_VARIANT_SLICED};
+    mlajit_gpu_result res;
+    cr_expect_eq(mlajit_case_run_gpu(ctx, &c, &o, &res), MLAJIT_ERR_UNSUPPORTED);
+    cr_expect(strstr(mlajit_last_error(), "variant sliced") != NULL, "%s", mlajit_last_error());
+    mlajit_case_free(&c);
 }

@@ -15,7 +15,7 @@ static const char usage_text[] =
     "commands:\n"
     "  info                          version, NVRTC, driver and GPU, cache directory and size\n"
     "  compile --model M --heads N --page P [--extra-page P2] [--features LIST]\n"
-    "          [--tile T] [--heads-per-cta H] [--variant auto|portable|sm90] [--arch sm_XX]\n"
+    "          [--tile T] [--heads-per-cta H] [--variant auto|portable|sm90|sliced] [--arch sm_XX]\n"
     "          [--emit-source]\n"
     "                                generate, compile and cache one kernel\n"
     "  run-case [--cpu] DIR          run a golden-format case directory and check it\n"
@@ -66,8 +66,9 @@ int cli_parse_variant(const char *s, mlajit_variant *out)
     if (strcmp(s, "auto") == 0) *out = MLAJIT_VARIANT_AUTO;
     else if (strcmp(s, "portable") == 0) *out = MLAJIT_VARIANT_PORTABLE;
     else if (strcmp(s, "sm90") == 0) *out = MLAJIT_VARIANT_SM90;
+    else if (strcmp(s, "sliced") == 0) *out = MLAJIT_VARIANT_SLICED;
     else {
-        fprintf(stderr, "mlajit: --variant = '%s'; allowed auto, portable, sm90\n", s);
+        fprintf(stderr, "mlajit: --variant = '%s'; allowed auto, portable, sm90, sliced\n", s);
         return 0;
     }
     return 1;

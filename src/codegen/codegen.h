@@ -23,6 +23,17 @@ typedef struct mlajit_kernel_layout {
                                launched as the main kernel's programmatic dependent; 0: plain stream order only */
 } mlajit_kernel_layout;
 
+/* The kernel auto switches to for a long walk per CTA: for an auto spec (tile and
+ * heads_per_cta 0) on sm_90a (arch "" means default_arch) with at most 16 heads,
+ * a model with V3.2's layout and power-of-two scales, the sliced family, which
+ * beat the wgmma one on every such row of bench/NOTES.md where each CTA walks at
+ * least MLAJIT_SLICED_MIN_TILES tiles, and lost wherever it walks fewer (its
+ * start, the copy ring filling, costs a few microseconds per CTA). 1 and *alt
+ * (arch set) when the spec has such an alternative, else 0. */
+#define MLAJIT_SLICED_MIN_TILES 16
+int mlajit_spec_long_walk_alternative(const mlajit_kernel_spec *spec, const char *default_arch,
+                                      mlajit_kernel_spec *alt);
+
 int mlajit_codegen_layout(const mlajit_kernel_spec *resolved, mlajit_kernel_layout *layout);
 
 /* Largest opt-in dynamic shared memory of an arch ("sm_90a"), 0 if unknown. */

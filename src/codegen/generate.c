@@ -16,22 +16,42 @@
 enum { kCombineThreads = 128, kRowPad = 8 };
 
 static int is_sm90(const mlajit_kernel_spec *r) { return r->variant == MLAJIT_VARIANT_SM90; }
+static int is_sliced(const mlajit_kernel_spec *r) { return r->variant == MLAJIT_VARIANT_SLICED; }
 
 /* Portable: eight warps up to 32 heads per CTA; sixteen at 64, so each warp's share
  * of the output accumulator (64 heads x 32 value dims) stays in 64 registers.
- * sm90: three warp groups (two consumers, one producer). */
+ * sm90: three warp groups (two consumers, one producer). sliced: eight warps, one
+ * 64-dim slice of V each. */
 static int threads_for(const mlajit_kernel_spec *r)
 {
     if (is_sm90(r))
         return 384;
+    if (is_sliced(r))
+        return 256;
     return r->heads_per_cta > 32 ? 512 : 256;
+}
+
+/* Row strides (elements) of the score/partial-score and P buffers. The sliced
+ * kernel's partial rows are 8 mod 32 floats apart: its 8-byte fragment stores of
+ * rows g = 0..3 (one half-warp) then fill 32 distinct banks. */
+static int score_stride(const mlajit_kernel_spec *r) { return r->tile + (is_sliced(r) ? 8 : 4); }
+static int prob_stride(const mlajit_kernel_spec *r) { return r->tile + kRowPad; }
+
+/* Row stride (bf16) of Q (and the portable kernel's K) in shared memory. The
+ * sliced kernel keeps only the NoPE dims there, rows 4 mod 16 elements apart: a
+ * half-warp's 8-byte fragment reads (rows g = 0..3, pairs q = 0..3) then hit 32
+ * distinct banks. */
+static int qk_stride(const mlajit_kernel_spec *r, const mlajit_model_desc *d)
+{
+    return is_sliced(r) ? d->d_nope + 4 : d->d_qk + kRowPad;
 }
 
 static int align16(int x) { return (x + 15) & ~15; }
 
 /* Shared-memory map of the portable kernel, in bytes from the dynamic base. */
 typedef struct smem_map {
-    int q, k, scores, probs, row_max, row_sum, row_alpha, token_row, token_scale, token_valid, barriers, total;
+    int q, k, scores, probs, row_max, row_sum, row_alpha, token_row, token_scale, token_valid, barriers;
+    int staging, staging_bytes, total;
 } smem_map;
 
 static void portable_smem_map(const mlajit_model_desc *d, int tile, int heads, smem_map *m)
@@ -73,10 +93,42 @@ static void sm90_smem_map(const mlajit_model_desc *d, int tile, int heads, smem_
     m->total = off + 1024;
 }
 
+/* The sliced kernel's copy ring: three stages (tiles t .. t + 2) of the tile's
+ * rows as they are in the cache, rows 64 mod 128 bytes apart (bank-conflict-free
+ * 16-byte reads of rows g, g + 1). */
+enum { kSlicedStages = 3 };
+static int sliced_stage_row_bytes(const mlajit_model_desc *d) { return (d->row_bytes + 63) / 128 * 128 + 64; }
+static int sliced_stage_bytes(const mlajit_kernel_spec *r, const mlajit_model_desc *d)
+{
+    return r->tile * sliced_stage_row_bytes(d);
+}
+
+/* Shared-memory map of the sliced kernel: no K tile (each warp keeps its slice of
+ * the candidates in registers): Q's NoPE dims, the eight warps' partial scores, P, the row
+ * statistics, three token tables (tiles t, t + 1, t + 2) and the copy ring. */
+static void sliced_smem_map(const mlajit_kernel_spec *r, const mlajit_model_desc *d, smem_map *m)
+{
+    int heads = r->heads_per_cta, tile = r->tile;
+    int off = 0;
+    memset(m, 0, sizeof *m);
+    m->q = off;         off += align16(heads * qk_stride(r, d) * 2);
+    m->scores = off;    off += align16(8 * heads * score_stride(r) * 4);
+    m->probs = off;     off += align16(heads * prob_stride(r) * 2);
+    m->row_max = off;   off += align16(heads * 4);
+    m->row_sum = off;   off += align16(heads * 4);
+    m->row_alpha = off; off += align16(heads * 4);
+    m->token_row = off; off += align16(3 * tile * 8);
+    m->staging = off;   m->staging_bytes = kSlicedStages * sliced_stage_bytes(r, d);
+    off += m->staging_bytes;
+    m->total = off;
+}
+
 static void kernel_smem_map(const mlajit_kernel_spec *r, const mlajit_model_desc *d, smem_map *m)
 {
     if (is_sm90(r))
         sm90_smem_map(d, r->tile, r->heads_per_cta, m);
+    else if (is_sliced(r))
+        sliced_smem_map(r, d, m);
     else
         portable_smem_map(d, r->tile, r->heads_per_cta, m);
 }
@@ -93,10 +145,14 @@ static int cluster_ctas(const mlajit_kernel_spec *r)
 /* Two CTAs per SM double the bytes in flight of the memory-bound one-row-tile
  * kernels when their shared memory fits twice. The register cap that implies
  * (128) holds the tile prefetch of one warp's candidates: ptxas (CUDA 13.0,
- * sm_90a) spills nothing for V32, DSV4 and GLM_NSA at 16 heads per CTA. */
+ * sm_90a) spills nothing for V32, DSV4 and GLM_NSA at 16 heads per CTA (portable)
+ * nor for the power-of-two scales of V32 (sliced: arbitrary fp32 scales take the
+ * exact dequantization at every use, which does not fit). */
 static int min_blocks_per_sm(const mlajit_kernel_spec *r, const smem_map *m)
 {
     int fits = 2 * m->total <= mlajit_arch_max_smem(r->arch);
+    if (is_sliced(r) && mlajit_model_describe(r->model)->scale_format == MLAJIT_SCALE_FP32)
+        return 1;
     return !is_sm90(r) && r->heads_per_cta == 16 && fits ? 2 : 1;
 }
 
@@ -182,9 +238,9 @@ static void emit_config(mlajit_strbuf *b, const mlajit_kernel_spec *r, const mla
     mlajit_strbuf_printf(b, "constexpr int kClusterCtas = %d;    // CTAs along the head groups that share tiles\n",
                          cluster);
     mlajit_strbuf_printf(b, "constexpr int kQKStride = %d;      // smem row stride of Q and K tiles (bf16)\n",
-                         d->d_qk + kRowPad);
-    mlajit_strbuf_printf(b, "constexpr int kScoreStride = %d;   // fp32\n", r->tile + 4);
-    mlajit_strbuf_printf(b, "constexpr int kProbStride = %d;    // bf16\n", r->tile + kRowPad);
+                         qk_stride(r, d));
+    mlajit_strbuf_printf(b, "constexpr int kScoreStride = %d;   // fp32\n", score_stride(r));
+    mlajit_strbuf_printf(b, "constexpr int kProbStride = %d;    // bf16\n", prob_stride(r));
     mlajit_strbuf_printf(b, "constexpr int kCombineThreads = %d;\n", kCombineThreads);
     /* The combine may start while the main kernel runs (its launch hidden behind
      * it) where it can wait for the main kernel's results itself. */
@@ -200,6 +256,10 @@ static void emit_config(mlajit_strbuf *b, const mlajit_kernel_spec *r, const mla
     mlajit_strbuf_printf(b, "constexpr int kSmemTokenRow = %d, kSmemTokenScale = %d, kSmemTokenValid = %d;\n",
                          m.token_row, m.token_scale, m.token_valid);
     mlajit_strbuf_printf(b, "constexpr int kSmemBarriers = %d;\n", m.barriers);
+    mlajit_strbuf_printf(b, "constexpr int kSmemStaging = %d, kSmemStagingBytes = %d, kStagingStages = %d;\n",
+                         m.staging, m.staging_bytes, is_sliced(r) ? kSlicedStages : 0);
+    mlajit_strbuf_printf(b, "constexpr int kStageRowBytes = %d;  // a staged row's stride (sliced)\n",
+                         sliced_stage_row_bytes(d));
     mlajit_strbuf_printf(b, "constexpr int kSmemBytes = %d;\n", m.total);
     mlajit_strbuf_printf(b, "constexpr int kParamsBytes = %zu; // sizeof(mlajit_decode_params) on the host\n",
               sizeof(mlajit_decode_params));
@@ -228,7 +288,7 @@ int mlajit_generate_source(const mlajit_kernel_spec *spec, char **source)
     mlajit_strbuf b = {0};
     emit_config(&b, &r, d, spec_string);
     /* the shared templates around the variant's kernel */
-    const char *kernel = r.variant == MLAJIT_VARIANT_SM90 ? "decode_sm90" : "decode_portable";
+    const char *kernel = is_sm90(&r) ? "decode_sm90" : is_sliced(&r) ? "decode_sliced" : "decode_portable";
     const char *parts[] = {"prelude", "gather", kernel, "combine"};
     for (size_t k = 0; k < sizeof parts / sizeof parts[0]; k++) {
         size_t i = 0;

@@ -96,8 +96,9 @@ int mlajit_spec_validate(const mlajit_kernel_spec *spec)
         return mlajit_fail(MLAJIT_ERR_INVALID_ARGUMENT, "spec.heads_per_cta = %d; allowed 0 (auto), 16, 32, 64",
                            spec->heads_per_cta);
     if (spec->variant != MLAJIT_VARIANT_AUTO && spec->variant != MLAJIT_VARIANT_PORTABLE &&
-        spec->variant != MLAJIT_VARIANT_SM90)
-        return mlajit_fail(MLAJIT_ERR_INVALID_ARGUMENT, "spec.variant = %d; allowed 0 (auto), 1 (portable), 2 (sm90)",
+        spec->variant != MLAJIT_VARIANT_SM90 && spec->variant != MLAJIT_VARIANT_SLICED)
+        return mlajit_fail(MLAJIT_ERR_INVALID_ARGUMENT,
+                           "spec.variant = %d; allowed 0 (auto), 1 (portable), 2 (sm90), 3 (sliced)",
                            (int)spec->variant);
     if (memchr(spec->arch, '\0', sizeof spec->arch) == NULL)
         return mlajit_fail(MLAJIT_ERR_INVALID_ARGUMENT, "spec.arch is not NUL-terminated");
@@ -137,6 +138,20 @@ int mlajit_spec_resolve(const mlajit_kernel_spec *spec, mlajit_kernel_spec *reso
         r.tile = 64;
         r.heads_per_cta = 64;
     }
+    if (r.variant == MLAJIT_VARIANT_SLICED) {
+        /* one 64-dim slice of V per warp (eight warps), the rest of Q K^T in RoPE dims */
+        const mlajit_model_desc *d = mlajit_model_describe(r.model);
+        if (d->d_v != d->d_nope || d->d_v != 8 * 64 || d->d_qk - d->d_v != d->d_rope || d->d_rope != 64 ||
+            d->scale_place != MLAJIT_SCALES_INLINE || d->quant_tile % 64 != 0)
+            return mlajit_fail(MLAJIT_ERR_UNSUPPORTED, "variant sliced needs a model whose V is its 512 NoPE dims with "
+                               "inline scales (v32, glm_nsa); model %s: use the portable or sm90 variant", d->name);
+        if ((r.tile && r.tile != 32) || (r.heads_per_cta && r.heads_per_cta != 16 && r.heads_per_cta != 32))
+            return mlajit_fail(MLAJIT_ERR_UNSUPPORTED, "variant sliced runs tile 32 with 16 or 32 heads per CTA; spec has "
+                               "tile %d, heads_per_cta %d: leave them 0 or pick those", r.tile, r.heads_per_cta);
+        r.tile = 32;
+        if (r.heads_per_cta == 0)
+            r.heads_per_cta = r.h_q <= 16 ? 16 : 32;
+    }
     /* 16 heads fill one mma row tile; past that more row tiles per CTA cut how
      * often each K tile is gathered and dequantized: 64 heads (512 threads) when
      * that pads no more heads than 32 would and a 64-candidate tile fits. */
@@ -171,6 +186,27 @@ int mlajit_spec_resolve(const mlajit_kernel_spec *spec, mlajit_kernel_spec *reso
     return MLAJIT_OK;
 }
 
+int mlajit_spec_long_walk_alternative(const mlajit_kernel_spec *spec, const char *default_arch,
+                                      mlajit_kernel_spec *alt)
+{
+    if (!spec || !alt || mlajit_spec_validate(spec) != MLAJIT_OK)
+        return 0;
+    const char *arch = spec->arch[0] ? spec->arch : default_arch;
+    const mlajit_model_desc *d = mlajit_model_describe(spec->model);
+    if (spec->variant != MLAJIT_VARIANT_AUTO || spec->tile || spec->heads_per_cta || !arch ||
+        strcmp(arch, "sm_90a") != 0 || spec->h_q > 16 || d->scale_format != MLAJIT_SCALE_FP32_POW2)
+        return 0;
+    mlajit_kernel_spec s = *spec, r;
+    s.variant = MLAJIT_VARIANT_SLICED;
+    snprintf(s.arch, sizeof s.arch, "%s", arch);
+    if (mlajit_spec_resolve(&s, &r) != MLAJIT_OK) {
+        mlajit_clear_error();
+        return 0;
+    }
+    *alt = s;
+    return 1;
+}
+
 static void feature_letters(unsigned f, char *buf)
 {
     int n = 0;
@@ -182,7 +218,10 @@ static void feature_letters(unsigned f, char *buf)
 
 static const char *variant_name(mlajit_variant v)
 {
-    return v == MLAJIT_VARIANT_PORTABLE ? "portable" : v == MLAJIT_VARIANT_SM90 ? "sm90" : "auto";
+    return v == MLAJIT_VARIANT_PORTABLE ? "portable"
+           : v == MLAJIT_VARIANT_SM90   ? "sm90"
+           : v == MLAJIT_VARIANT_SLICED ? "sliced"
+                                        : "auto";
 }
 
 int mlajit_spec_string(const mlajit_kernel_spec *spec, char *buf, size_t len)
@@ -267,8 +306,9 @@ int mlajit_spec_parse(const char *str, mlajit_kernel_spec *out)
         return mlajit_fail(MLAJIT_ERR_INVALID_ARGUMENT, "spec string '%s' is malformed; form: %s", str, form);
     if (strcmp(toks[i + 2], "portable") == 0) s.variant = MLAJIT_VARIANT_PORTABLE;
     else if (strcmp(toks[i + 2], "sm90") == 0) s.variant = MLAJIT_VARIANT_SM90;
+    else if (strcmp(toks[i + 2], "sliced") == 0) s.variant = MLAJIT_VARIANT_SLICED;
     else if (strcmp(toks[i + 2], "auto") == 0) s.variant = MLAJIT_VARIANT_AUTO;
-    else return mlajit_fail(MLAJIT_ERR_INVALID_ARGUMENT, "spec string '%s': variant '%s'; allowed portable, sm90, auto", str, toks[i + 2]);
+    else return mlajit_fail(MLAJIT_ERR_INVALID_ARGUMENT, "spec string '%s': variant '%s'; allowed portable, sm90, sliced, auto", str, toks[i + 2]);
     if (strcmp(toks[i + 3], "any") != 0) {
         if (strlen(toks[i + 3]) >= sizeof s.arch)
             return mlajit_fail(MLAJIT_ERR_INVALID_ARGUMENT, "spec string '%s': arch too long", str);

@@ -157,6 +157,10 @@ void mlajit_fuzz_draw(uint64_t run_seed, int64_t call, int allow_heavy, mlajit_f
         out->huge_length_rows = chance(&r, 30) ? 50 : 0;
     }
     out->duplicate_percent = chance(&r, 20) ? 10 : 0;
+    /* The sliced family where its layout and tile fit, a quarter of those draws
+     * (drawn last: the draws before it stay what they were). */
+    const int sliced_fits = model != MLAJIT_MODEL_DSV4 && (tile == 0 || tile == 32) && hc != 64;
+    const int sliced = sliced_fits && chance(&r, 25);
 
     mlajit_kernel_spec *sp = &out->spec;
     sp->model = model;
@@ -166,7 +170,7 @@ void mlajit_fuzz_draw(uint64_t run_seed, int64_t call, int allow_heavy, mlajit_f
     sp->features = features;
     sp->tile = tile;
     sp->heads_per_cta = hc;
-    sp->variant = MLAJIT_VARIANT_AUTO;
+    sp->variant = sliced ? MLAJIT_VARIANT_SLICED : MLAJIT_VARIANT_AUTO;
     out->shape = (mlajit_decode_shape){
         .batch = b, .s_q = s_q, .topk = topk, .extra_topk = extra_topk, .num_splits = num_splits};
     out->synth = (mlajit_synth_params){
@@ -240,6 +244,7 @@ void mlajit_fuzz_run_options(const mlajit_fuzz_call *call, mlajit_gpu_run_option
     memset(opts, 0, sizeof *opts);
     opts->tile = call->spec.tile;
     opts->heads_per_cta = call->spec.heads_per_cta;
+    opts->variant = call->spec.variant;
     opts->num_splits = call->shape.num_splits;
     opts->lse_head_major = call->lse_head_major;
     opts->pad_strides = call->pad_strides;
@@ -255,13 +260,13 @@ void mlajit_fuzz_describe(const mlajit_fuzz_call *call, char *buf, size_t len)
         snprintf(extra, sizeof extra, "; extra: page %d topk %d seqlen %d", s->extra_page_size, sh->extra_topk,
                  p->extra_seqlen);
     snprintf(buf, len,
-             "%s h_q %d b %d s_q %d; main: page %d topk %d seqlen %d%s; features%s%s%s%s; tile %d hc %d splits %d; "
+             "%s h_q %d b %d s_q %d; main: page %d topk %d seqlen %d%s; features%s%s%s%s; tile %d hc %d%s splits %d; "
              "invalid %.0f%% page pad %lld%s%s%s%s%s",
              mlajit_model_describe(s->model)->name, s->h_q, sh->batch, sh->s_q, s->page_size, sh->topk, p->seqlen,
              extra, s->features ? "" : " none", (s->features & MLAJIT_FEATURE_SINK) ? " sink" : "",
              (s->features & MLAJIT_FEATURE_TOPK_LENGTH) ? " topk-length" : "",
              (s->features & MLAJIT_FEATURE_EXTRA_TOPK_LENGTH) ? " extra-topk-length" : "", s->tile, s->heads_per_cta,
-             sh->num_splits, p->invalid_fraction * 100.0, (long long)p->page_stride_pad,
+             s->variant == MLAJIT_VARIANT_SLICED ? " sliced" : "", sh->num_splits, p->invalid_fraction * 100.0, (long long)p->page_stride_pad,
              call->pad_strides ? " padded-strides" : "", call->lse_head_major ? " lse-head-major" : "",
              call->zero_length_rows ? " zero-lengths" : "", call->huge_length_rows ? " huge-lengths" : "",
              call->duplicate_percent ? " duplicates" : "");

@@ -11,8 +11,9 @@ enum { kMaxSplits = MLAJIT_MAX_SPLITS, kWorkspaceAlign = 256 };
 static size_t round_up(size_t x, size_t a) { return (x + a - 1) / a * a; }
 
 /* Split-KV: pick the split count that finishes soonest, counting time in
- * tiles per CTA times waves of CTAs (sm_count * blocks_per_sm resident at once),
- * plus about one tile for the partial writes and the combine kernel when split.
+ * tiles per CTA, plus about one tile per CTA for its start and its output (Q in,
+ * the result or a partial out), times waves of CTAs (sm_count * blocks_per_sm
+ * resident at once), plus about one tile for the combine kernel when split.
  * Small batches thus still reach every SM, and a grid of 1.5 waves is evened out;
  * from two waves on, the block scheduler evens out the tail itself. Ties go to
  * fewer splits (less workspace traffic). */
@@ -28,13 +29,34 @@ static int choose_splits(int ctas, int num_tiles, int sm_count, int blocks_per_s
     for (int s = 1; s <= kMaxSplits && s <= num_tiles; s++) {
         long waves = ((long)ctas * s + slots - 1) / slots;
         long tiles = (num_tiles + s - 1) / s;
-        long cost = waves * tiles + (s > 1 ? 1 : 0);
+        long cost = waves * (tiles + 1) + (s > 1 ? 1 : 0);
         if (s == 1 || cost < best_cost) {
             best = s;
             best_cost = cost;
         }
     }
     return best;
+}
+
+/* Whether a plan of `shape` with kernel `alt` walks at least MLAJIT_SLICED_MIN_TILES
+ * tiles per CTA (the split count it would get, or the one the shape forces). */
+static int walk_is_long(const mlajit_kernel_spec *alt, const mlajit_decode_shape *shape, int sm_count)
+{
+    mlajit_kernel_spec r;
+    mlajit_kernel_layout layout;
+    if (mlajit_spec_resolve(alt, &r) != MLAJIT_OK || mlajit_codegen_layout(&r, &layout) != MLAJIT_OK) {
+        mlajit_clear_error();
+        return 0;
+    }
+    int rows = shape->batch * shape->s_q;
+    int head_groups = (r.h_q + layout.heads_per_cta - 1) / layout.heads_per_cta;
+    int num_tiles = (shape->topk + shape->extra_topk + layout.tile - 1) / layout.tile;
+    int splits = shape->num_splits ? shape->num_splits
+                                   : choose_splits(head_groups * rows, num_tiles, sm_count, layout.blocks_per_sm);
+    if (splits > num_tiles)
+        splits = num_tiles;
+    int tiles_per_split = splits > 0 ? (num_tiles + splits - 1) / splits : 0;
+    return rows > 0 && tiles_per_split >= MLAJIT_SLICED_MIN_TILES;
 }
 
 int mlajit_plan_create(mlajit_context *ctx, const mlajit_kernel_spec *spec, const mlajit_decode_shape *shape,
@@ -51,11 +73,20 @@ int mlajit_plan_create(mlajit_context *ctx, const mlajit_kernel_spec *spec, cons
         return rc;
     if ((rc = mlajit_shape_validate(spec, shape)))
         return rc;
-    const mlajit_kernel *k;
+    const mlajit_kernel *k = NULL;
     mlajit_kernel_report report;
+    int sm_count = ctx->sm_count > 0 ? ctx->sm_count : 132; /* no device: plan for an H100/H200 */
     /* Without a device the plan still compiles (and validates decode args);
-     * mlajit_decode then reports MLAJIT_ERR_NO_DEVICE. */
-    if ((rc = mlajit_kernel_acquire(ctx, spec, ctx->drv != NULL, &k, &report)))
+     * mlajit_decode then reports MLAJIT_ERR_NO_DEVICE. auto takes the long-walk
+     * kernel where it is faster and can be had (JIT, disk cache or pack); where it
+     * cannot (no JIT and not packed, say), auto's own kernel, as without it. */
+    mlajit_kernel_spec alt;
+    if (mlajit_spec_long_walk_alternative(spec, ctx->arch, &alt) && walk_is_long(&alt, shape, sm_count) &&
+        mlajit_kernel_acquire(ctx, &alt, ctx->drv != NULL, &k, &report) != MLAJIT_OK) {
+        mlajit_clear_error();
+        k = NULL;
+    }
+    if (!k && (rc = mlajit_kernel_acquire(ctx, spec, ctx->drv != NULL, &k, &report)))
         return mlajit_fail_prefix(rc, "plan: ");
 
     mlajit_plan *p = calloc(1, sizeof *p);
@@ -69,7 +100,6 @@ int mlajit_plan_create(mlajit_context *ctx, const mlajit_kernel_spec *spec, cons
     p->rows = shape->batch * shape->s_q;
     int total = shape->topk + shape->extra_topk;
     p->num_tiles = (total + k->layout.tile - 1) / k->layout.tile;
-    int sm_count = ctx->sm_count > 0 ? ctx->sm_count : 132; /* no device: plan for an H100/H200 */
     int splits = shape->num_splits ? shape->num_splits : choose_splits(p->head_groups * p->rows, p->num_tiles, sm_count,
                                                                             k->layout.blocks_per_sm);
     if (splits > p->num_tiles)

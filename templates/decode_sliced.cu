@@ -1,0 +1,446 @@
+// ---------------------------------------------------------------------------
+// decode_sliced.cu: the dim-sliced sparse-MLA decode kernel (sm_80 and newer),
+// for 16 or 32 heads per CTA, where reading the FP8 rows bounds the time.
+//
+// One CTA = (batch row x query token, head group of kHeadsPerCta, split), eight
+// warps and no roles: every warp copies rows and does math. Warp w owns the 64-dim
+// slice [64w, 64w + 64) of every candidate: a slice of the NoPE part, which is
+// also V's slice w, plus 8 of the RoPE dims (S only). A lane takes its 16 bytes of
+// the slice per candidate from the staged row into registers and dequantizes them
+// there, and those registers are the B operand of both products:
+//   S = Q K^T   mma m16n8k16 (heads x 8 candidates), the k order within the slice
+//               permuted so that a lane's 16 contiguous dims are its B fragments
+//               (Q's A fragments are read from shared memory in the same order);
+//   O = P V     mma m16n8k16 (heads x 8 value dims), the same registers
+//               transposed with movmatrix.
+// No bf16 K or V tile goes through shared memory (the wgmma kernels move ~5 KB of
+// operands per candidate through it); what does is the raw rows (~0.8 KB per
+// candidate, written and read once), each warp's partial scores over its slice,
+// P and the row statistics.
+// Per tile of kTile candidates, two barriers:
+//   A. partial scores: each warp's S over its slice -> sPart[warp]
+//   B. softmax: thread (head, part) sums the slices; online softmax in the log2
+//      domain; P (bf16) -> sP, the row rescale factors -> sRowAlpha
+//   C. output: O = O * alpha + P V over the warp's own 64 value dims
+// Pipeline: a tile's indices are read three tiles ahead, its rows located (token
+// table) two tiles ahead and copied whole (cp.async) into a three-stage ring right
+// after; no register holds a load in flight. Skipped candidates (index -1, out of
+// range, past a length) are never read: zero operands and a -inf score.
+// ---------------------------------------------------------------------------
+namespace sliced {
+using namespace gather;
+
+constexpr int kSliceDims = 64;                                  // dims per warp
+constexpr int kMTiles = cfg::kHeadsPerCta / 16;                 // mma row tiles of heads
+constexpr int kGroups = cfg::kTile / 8;                         // mma n-tiles of 8 candidates
+constexpr int kKSteps = kSliceDims / 16;                        // m16n8k16 steps over a slice
+constexpr int kRopeDimsPerWarp = cfg::kDRope / cfg::kWarps;     // one m16n8k8 step
+constexpr int kVNTiles = kSliceDims / 8;                        // output n-tiles per warp
+constexpr int kPartStride = cfg::kScoreStride;                  // fp32, per head row of sPart
+constexpr int kProbStride = cfg::kProbStride;                   // bf16, per head row of sP
+constexpr int kQStride = cfg::kQKStride;                        // bf16, per head row of sQ
+constexpr int kSoftmaxThreadsPerRow = cfg::kThreads / cfg::kHeadsPerCta;
+constexpr int kCandsPerSoftmaxThread = cfg::kTile / kSoftmaxThreadsPerRow;
+constexpr int kTableBuffers = 3;                                // tiles t, t + 1, t + 2
+constexpr int kStages = cfg::kStagingStages;                    // tiles in the copy ring: t .. t + kStages - 1
+
+static_assert(cfg::kThreads == 256 && cfg::kWarps == 8, "eight warps, one 64-dim slice each");
+static_assert(cfg::kDV == cfg::kDNope && cfg::kDV == cfg::kWarps * kSliceDims,
+              "V must be the NoPE part, one 64-dim slice per warp");
+static_assert(cfg::kDQK - cfg::kDV == cfg::kDRope && kRopeDimsPerWarp == 8, "8 RoPE dims per warp (m16n8k8)");
+static_assert(cfg::kScalesInline && cfg::kQuantTile % kSliceDims == 0 && cfg::kScaleFormat != 3,
+              "one inline fp32 scale per slice");
+static_assert(kStages == kTableBuffers, "tile t + 2's copies go to the stage of its token table");
+static_assert(cfg::kHeadsPerCta == 16 || cfg::kHeadsPerCta == 32, "one or two mma row tiles");
+static_assert(cfg::kTile % 16 == 0 && cfg::kTile <= 32, "tile: pairs of n-tiles, one token-table warp");
+static_assert(kCandsPerSoftmaxThread % 2 == 0 && kSoftmaxThreadsPerRow <= 32, "softmax: pairs, one warp per row");
+static_assert(kPartStride % 32 == 8 && kProbStride % 8 == 0, "conflict-free partial rows, 16-byte P rows");
+static_assert(kQStride % 16 == 4, "Q rows 2 mod 8 words apart: a half-warp's 8-byte fragment reads hit 32 banks");
+static_assert(cfg::kRopeOffset % 4 == 0 && cfg::kScaleOffset % 4 == 0, "aligned RoPE pairs and scales");
+
+struct __align__(8) F32x2 { float x, y; };
+
+// This lane's bytes of one candidate, read back from the staging ring.
+struct LaneBytes {
+    U32x4 nope;
+    u32 rope;
+    u32 scale_bits;
+};
+
+__device__ __forceinline__ u32 word_of(const U32x4& v, int i) { return i == 0 ? v.x : i == 1 ? v.y : i == 2 ? v.z : v.w; }
+
+// 8x8 b16 transpose across the warp: lane (g, q) holds row g, columns 2q and 2q + 1.
+__device__ __forceinline__ u32 transpose8x8(u32 a)
+{
+    u32 d;
+    asm("movmatrix.sync.aligned.m8n8.trans.b16 %0, %1;\n" : "=r"(d) : "r"(a));
+    return d;
+}
+
+// D = A(16x8, row) * B(8x8, col) + D; bf16 inputs, fp32 accumulate.
+__device__ __forceinline__ void mma_bf16_1688(float (&d)[4], const u32 (&a)[2], u32 b)
+{
+    asm volatile("mma.sync.aligned.m16n8k8.row.col.f32.bf16.bf16.f32 "
+                 "{%0, %1, %2, %3}, {%4, %5}, {%6}, {%0, %1, %2, %3};\n"
+                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+                 : "r"(a[0]), "r"(a[1]), "r"(b));
+}
+
+// Token table: warp 0's lane c locates candidate c from its raw index, loaded a
+// tile earlier and checked only here, so the load's latency is not waited for
+// where it is issued (one warp does the index loads and the address arithmetic:
+// spread over all warps, each would issue the same instructions for a few lanes).
+__device__ __forceinline__ void build_token_table(const DecodeParams& p, int tile, int raw_slot, const u8** table)
+{
+    const int c = threadIdx.x, pos = tile * cfg::kTile + c;
+    if (c < cfg::kTile) table[c] = locate_candidate(p, pos, checked_slot(p, pos, raw_slot)).row;
+}
+
+// How a tile's codes become bf16 operands: the power-of-two fast path when every
+// scale of the warp's tile allows it (one warp-uniform choice per tile, so the
+// dequantization inside the math is straight-line code), else the fp32 product.
+struct FastDequant { static constexpr bool value = true; };
+struct ExactDequant { static constexpr bool value = false; };
+
+// The staging ring: per stage, the tile's candidate rows as they are in the cache,
+// kStageRowBytes apart (16 words mod 32: a quarter-warp's 16-byte reads of rows g,
+// g + 1 at q = 0..3 hit 32 distinct banks). Warp w copies whole rows with cp.async
+// (each instruction 512 contiguous bytes of one row: the fewest memory requests per
+// byte), so a lane reads bytes other lanes copied: they wait for their copies
+// before barrier B of the tile before, which publishes them.
+constexpr int kStageRowBytes = cfg::kStageRowBytes;
+constexpr int kRowsPerWarp = cfg::kTile / cfg::kWarps;
+constexpr int kChunksPerRow = cfg::kRowBytes / 16;
+static_assert(kStageRowBytes >= cfg::kRowBytes && kStageRowBytes % 128 == 64, "staged rows 16 words mod 32 apart");
+static_assert(cfg::kRowBytes % 16 == 0 && cfg::kTile % cfg::kWarps == 0, "whole 16-byte chunks, rows split over warps");
+static_assert(kStageRowBytes * cfg::kTile * kStages == cfg::kSmemStagingBytes, "the generator's staging size");
+
+__device__ __forceinline__ void copy_async16(u32 dst, const void* src)
+{
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" :: "r"(dst), "l"(src) : "memory");
+}
+__device__ __forceinline__ void copy_async_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
+template <int kPending>
+__device__ __forceinline__ void copy_async_wait() { asm volatile("cp.async.wait_group %0;\n" :: "n"(kPending) : "memory"); }
+
+// Start warp w's copies of one tile into a stage: rows kRowsPerWarp * w onwards,
+// lane l taking 16-byte chunks l, l + 32, ... A skipped candidate is never read:
+// its staged row is stored directly as zero codes with scale 1 (a zero row on the
+// fast path; the stage's last copies completed, and were read, tiles ago).
+__device__ __forceinline__ void issue_copies(u8* stage, const u8* const* table, int warp, int lane)
+{
+#pragma unroll
+    for (int i = 0; i < kRowsPerWarp; i++) {
+        const int r = warp * kRowsPerWarp + i;
+        const u8* row = table[r];
+        u8* dst = stage + r * kStageRowBytes;
+#pragma unroll
+        for (int c = lane; c < kChunksPerRow; c += 32) {
+            if (row) {
+                copy_async16(smem_address(dst + c * 16), row + c * 16);
+            } else {
+                const bool scales = c * 16 >= cfg::kScaleOffset && c * 16 < cfg::kScaleOffset + cfg::kNumScales * 4;
+                const u32 v = scales ? 0x3f800000u : 0u;  // inline fp32 scales: 4 per chunk
+                *reinterpret_cast<U32x4*>(dst + c * 16) = U32x4{v, v, v, v};
+            }
+        }
+    }
+}
+
+}  // namespace sliced
+
+extern "C" __global__ void __launch_bounds__(cfg::kThreads, cfg::kMinBlocksPerSM) mlajit_decode_main(const DecodeParams p)
+{
+    using namespace sliced;
+    extern __shared__ __align__(16) u8 smem[];
+    u16* sQ = reinterpret_cast<u16*>(smem + cfg::kSmemQ);                // [head][kQStride]
+    float* sPart = reinterpret_cast<float*>(smem + cfg::kSmemScores);   // [warp][head][candidate]
+    u16* sP = reinterpret_cast<u16*>(smem + cfg::kSmemProbs);            // [head][candidate]
+    float* sRowMax = reinterpret_cast<float*>(smem + cfg::kSmemRowMax);
+    float* sRowSum = reinterpret_cast<float*>(smem + cfg::kSmemRowSum);
+    float* sRowAlpha = reinterpret_cast<float*>(smem + cfg::kSmemRowAlpha);
+    const u8** sTable = reinterpret_cast<const u8**>(smem + cfg::kSmemTokenRow);  // [kTableBuffers][kTile]
+    u8* sStages = smem + cfg::kSmemStaging;  // [kStages][kTile][kStageRowBytes]
+    auto stage = [&](int buffer) { return sStages + buffer * cfg::kTile * kStageRowBytes; };
+
+    const int tid = threadIdx.x;
+    const int warp = tid / 32, lane = tid % 32;
+    const int g = lane / 4, q = lane % 4;  // mma fragment coordinates: row/candidate g, pair q
+    const int row = blockIdx.x;            // b * s_q + s
+    const int head0 = blockIdx.y * cfg::kHeadsPerCta;
+    const int b = row / p.s_q, s = row % p.s_q;
+    const int split = blockIdx.z;
+    const TileRange range = tile_range(p, b, split);
+    const int tile_end = range.end;
+
+    // Q rows into shared memory (heads past h_q are zero), and each lane's RoPE A
+    // fragments, which stay in registers. The NoPE fragments are read per tile
+    // (registers: 16 heads per CTA fit 128 with them in shared memory).
+    for (int i = tid; i < cfg::kHeadsPerCta * (cfg::kDV / 4); i += cfg::kThreads) {
+        const int hl = i / (cfg::kDV / 4), c = i % (cfg::kDV / 4);
+        U32x2 v = {0u, 0u};
+        if (head0 + hl < cfg::kHeads)
+            v = *reinterpret_cast<const U32x2*>(p.q + b * p.q_stride_b + s * p.q_stride_s +
+                                                (head0 + hl) * p.q_stride_h + c * 4);
+        *reinterpret_cast<U32x2*>(sQ + hl * kQStride + c * 4) = v;
+    }
+    u32 qr[kMTiles][2];
+#pragma unroll
+    for (int m = 0; m < kMTiles; m++)
+#pragma unroll
+        for (int half = 0; half < 2; half++) {
+            const int h = head0 + m * 16 + g + half * 8;
+            qr[m][half] = h < cfg::kHeads ? *reinterpret_cast<const u32*>(p.q + b * p.q_stride_b + s * p.q_stride_s +
+                                                                          h * p.q_stride_h + cfg::kDV +
+                                                                          warp * kRopeDimsPerWarp + 2 * q)
+                                          : 0u;
+        }
+    for (int h = tid; h < cfg::kHeadsPerCta; h += cfg::kThreads) {
+        sRowMax[h] = neg_inf();
+        sRowSum[h] = 0.0f;
+    }
+
+    // O: n-tile n holds dims 64w + 16q + 2n, +1 (rows g and g + 8 of each row tile).
+    float acc_o[kMTiles][kVNTiles][4];
+#pragma unroll
+    for (int m = 0; m < kMTiles; m++)
+#pragma unroll
+        for (int n = 0; n < kVNTiles; n++)
+#pragma unroll
+            for (int i = 0; i < 4; i++) acc_o[m][n][i] = 0.0f;
+
+    auto live_after = [&](int t) { return next_live_tile(range, t + 1, p.topk); };
+    auto slot_of = [&](int t) {
+        return t < tile_end && tid < cfg::kTile ? load_slot(p, b, s, t * cfg::kTile + tid, range) : -1;
+    };
+    auto table = [&](int buffer) { return sTable + buffer * cfg::kTile; };
+
+    int tile = next_live_tile(range, range.begin, p.topk);
+    int t1 = live_after(tile), t2 = live_after(t1), t3 = live_after(t2);
+    if (tile < tile_end) build_token_table(p, tile, slot_of(tile), table(0));
+    if (t1 < tile_end) build_token_table(p, t1, slot_of(t1), table(1));
+    int slot_t2 = slot_of(t2);  // raw index, checked when t2's table is built
+    __syncthreads();  // barrier: Q, the row statistics and the first two token tables ready
+    // the copies of the first two tiles (a commit group per tile, empty or not, so
+    // that "all but the newest group" is always the tile about to be used)
+    if (tile < tile_end) issue_copies(stage(0), table(0), warp, lane);
+    copy_async_commit();
+    if (t1 < tile_end) issue_copies(stage(1), table(1), warp, lane);
+    copy_async_commit();
+    copy_async_wait<1>();  // the first tile's copies (t1's may still fly) ...
+    __syncthreads();       // ... published
+
+    const u32 p_addr = smem_address(sP + (lane % 16) * kProbStride + (lane / 16) * 8);
+    int buf = 0;
+    while (tile < tile_end) {
+        const int t4 = live_after(t3);
+        const int next_buf = buf + 1 == kTableBuffers ? 0 : buf + 1;
+        const int last_buf = next_buf + 1 == kTableBuffers ? 0 : next_buf + 1;  // t2's table and stage
+        // 1. the token table of t2 (its buffer's last reader was the previous tile's
+        //    softmax, before its barrier B), and the slots of t3
+        if (t2 < tile_end) build_token_table(p, t2, slot_t2, table(last_buf));
+        slot_t2 = slot_of(t3);
+
+        // 2. this tile's bytes, copied two tiles ago, into registers. Word i of the
+        //    lane's 16 codes is the candidate's slice dims 16q + 4i .. 16q + 4i + 3;
+        //    the scores dequantize it into kv[j][2i] and kv[j][2i + 1], which P V
+        //    then reuses.
+        LaneBytes cur[kGroups];
+#pragma unroll
+        for (int j = 0; j < kGroups; j++)
+        {
+            const u8* staged = stage(buf) + (8 * j + g) * kStageRowBytes;
+            cur[j] = LaneBytes{*reinterpret_cast<const U32x4*>(staged + warp * kSliceDims + q * 16),
+                               *reinterpret_cast<const u32*>(staged + cfg::kRopeOffset +
+                                                             (warp * kRopeDimsPerWarp + 2 * q) * 2),
+                               *reinterpret_cast<const u32*>(staged + cfg::kScaleOffset +
+                                                             4 * (warp * kSliceDims / cfg::kQuantTile))};
+        }
+        u32 scale2[kGroups];  // fast-path factors, 0 where a scale needs the exact product
+        bool lane_fast = true;
+#pragma unroll
+        for (int j = 0; j < kGroups; j++) {
+            scale2[j] = fast_scale_bf16x2(cur[j].scale_bits);
+            lane_fast = lane_fast && scale2[j] != 0u;
+        }
+        const bool fast = cfg::kScaleFormat != 2 && __all_sync(0xffffffffu, lane_fast);
+        // code word t of n-tile j -> bf16 words (lo: dims 4t, 4t + 1 of the lane's 16; hi: 4t + 2, 4t + 3)
+        u32 kv[kGroups][8];
+        auto dequant_word = [&](auto how, int j, int t, u32& lo, u32& hi) {
+            if constexpr (decltype(how)::value)
+                dequant4_pow2(word_of(cur[j].nope, t), scale2[j], lo, hi);
+            else
+                dequant4_exact(word_of(cur[j].nope, t), scale_value(cur[j].scale_bits), lo, hi);
+        };
+
+        // A. this warp's partial scores over its slice. k-step t covers, for lane
+        //    pair q, slice dims 16q + 4t .. 16q + 4t + 3: Q's words there (a0/a2 of
+        //    row g, a1/a3 of row g + 8) and the candidate's code word t (b0, b1).
+        auto partial_scores = [&](auto how) {
+            float acc_s[kGroups][kMTiles][4];
+#pragma unroll
+            for (int j = 0; j < kGroups; j++)
+#pragma unroll
+                for (int m = 0; m < kMTiles; m++) {
+#pragma unroll
+                    for (int i = 0; i < 4; i++) acc_s[j][m][i] = 0.0f;
+                    mma_bf16_1688(acc_s[j][m], qr[m], cur[j].rope);
+                }
+            const u16* q_lane = sQ + g * kQStride + warp * kSliceDims + q * 16;
+#pragma unroll
+            for (int t = 0; t < kKSteps; t++) {
+                u32 a[kMTiles][4];
+#pragma unroll
+                for (int m = 0; m < kMTiles; m++) {
+                    const U32x2 lo = *reinterpret_cast<const U32x2*>(q_lane + m * 16 * kQStride + 4 * t);
+                    const U32x2 hi = *reinterpret_cast<const U32x2*>(q_lane + (m * 16 + 8) * kQStride + 4 * t);
+                    a[m][0] = lo.x; a[m][1] = hi.x; a[m][2] = lo.y; a[m][3] = hi.y;
+                }
+#pragma unroll
+                for (int j = 0; j < kGroups; j++) {
+                    dequant_word(how, j, t, kv[j][2 * t], kv[j][2 * t + 1]);
+#pragma unroll
+                    for (int m = 0; m < kMTiles; m++) mma_bf16_16816(acc_s[j][m], a[m], kv[j][2 * t], kv[j][2 * t + 1]);
+                }
+            }
+#pragma unroll
+            for (int j = 0; j < kGroups; j++)
+#pragma unroll
+                for (int m = 0; m < kMTiles; m++) {
+                    float* dst = sPart + (warp * cfg::kHeadsPerCta + m * 16 + g) * kPartStride + 8 * j + 2 * q;
+                    *reinterpret_cast<F32x2*>(dst) = F32x2{acc_s[j][m][0], acc_s[j][m][1]};
+                    *reinterpret_cast<F32x2*>(dst + 8 * kPartStride) = F32x2{acc_s[j][m][2], acc_s[j][m][3]};
+                }
+        };
+        if (fast)
+            partial_scores(FastDequant{});
+        else
+            partial_scores(ExactDequant{});
+        __syncthreads();  // barrier A: every slice's partial scores and t2's token table ready
+        // 3. the copies of t2, into the stage tile t - 1 used (read into registers by
+        //    every warp before this barrier)
+        if (t2 < tile_end) issue_copies(stage(last_buf), table(last_buf), warp, lane);
+        copy_async_commit();
+
+        // B. online softmax: kSoftmaxThreadsPerRow neighbouring lanes share a head row.
+        {
+            const int h = tid / kSoftmaxThreadsPerRow, c0 = (tid % kSoftmaxThreadsPerRow) * kCandsPerSoftmaxThread;
+            const u8* const* rows = table(buf);
+            float sc[kCandsPerSoftmaxThread];
+#pragma unroll
+            for (int i = 0; i < kCandsPerSoftmaxThread; i++) sc[i] = 0.0f;
+#pragma unroll
+            for (int w = 0; w < cfg::kWarps; w++)
+#pragma unroll
+                for (int i = 0; i < kCandsPerSoftmaxThread; i += 2) {
+                    const F32x2 v = *reinterpret_cast<const F32x2*>(
+                        sPart + (w * cfg::kHeadsPerCta + h) * kPartStride + c0 + i);
+                    sc[i] += v.x;
+                    sc[i + 1] += v.y;
+                }
+            float tile_max = neg_inf();
+#pragma unroll
+            for (int i = 0; i < kCandsPerSoftmaxThread; i++) {
+                sc[i] = rows[c0 + i] ? sc[i] * p.sm_scale_log2 : neg_inf();
+                tile_max = fmaxf(tile_max, sc[i]);
+            }
+            tile_max = warp_max_xor(tile_max, kSoftmaxThreadsPerRow);
+            const float old_max = sRowMax[h];
+            const float new_max = fmaxf(old_max, tile_max);
+            const bool empty = new_max == neg_inf();  // nothing valid yet: keep exp() away from -inf - -inf
+            const float alpha = empty ? 1.0f : fast_exp2(old_max - new_max);
+            float sum = 0.0f;
+            u16* prow = sP + h * kProbStride + c0;
+#pragma unroll
+            for (int i = 0; i < kCandsPerSoftmaxThread; i += 2) {
+                const float p0 = empty ? 0.0f : fast_exp2(sc[i] - new_max);
+                const float p1 = empty ? 0.0f : fast_exp2(sc[i + 1] - new_max);
+                sum += p0 + p1;  // fp32, not the bf16 P V uses: lse must be exact to ~1e-6
+                *reinterpret_cast<u32*>(prow + i) = pack_bf16x2(p0, p1);
+            }
+            sum = warp_sum_xor(sum, kSoftmaxThreadsPerRow);
+            if (tid % kSoftmaxThreadsPerRow == 0) {
+                sRowMax[h] = new_max;
+                sRowSum[h] = sRowSum[h] * alpha + sum;
+                sRowAlpha[h] = alpha;
+            }
+        }
+        copy_async_wait<1>();  // this thread's copies of t1 (t2's may still fly) ...
+        __syncthreads();       // barrier B: P, the row rescale factors and t1's staged rows ready
+
+        // C. O = O * alpha + P V over this warp's slice. Word n of n-tile j is an 8x8
+        //    block (candidate g, slice dims 16q + 2n, +1); its transpose gives lane
+        //    (g, q) candidates 2q, 2q + 1 at dim 16(g/2) + 2n + g%2: the B fragment of
+        //    output n-tile n, whose C fragment is then dims 16q + 2n, +1. The rescale
+        //    is skipped while no row of the warp's heads has a new maximum.
+#pragma unroll
+        for (int m = 0; m < kMTiles; m++) {
+            const float a_lo = sRowAlpha[m * 16 + g], a_hi = sRowAlpha[m * 16 + g + 8];
+            if (__any_sync(0xffffffffu, a_lo != 1.0f || a_hi != 1.0f)) {
+#pragma unroll
+                for (int n = 0; n < kVNTiles; n++) {
+                    acc_o[m][n][0] *= a_lo;
+                    acc_o[m][n][1] *= a_lo;
+                    acc_o[m][n][2] *= a_hi;
+                    acc_o[m][n][3] *= a_hi;
+                }
+            }
+        }
+#pragma unroll
+        for (int kk = 0; kk < kGroups / 2; kk++) {
+            u32 pa[kMTiles][4];
+#pragma unroll
+            for (int m = 0; m < kMTiles; m++) ldmatrix_x4(pa[m], p_addr + (m * 16 * kProbStride + kk * 16) * 2);
+#pragma unroll
+            for (int n = 0; n < kVNTiles; n++) {
+                const u32 b0 = transpose8x8(kv[2 * kk][n]), b1 = transpose8x8(kv[2 * kk + 1][n]);
+#pragma unroll
+                for (int m = 0; m < kMTiles; m++) mma_bf16_16816(acc_o[m][n], pa[m], b0, b1);
+            }
+        }
+        // sP, sPart and this tile's token table are next written after the next
+        // tile's barrier A, which every warp reaches only after this P V.
+        tile = t1;
+        t1 = t2;
+        t2 = t3;
+        t3 = t4;
+        buf = next_buf;
+    }
+
+    // Epilogue: normalize; write the result, or this split's partial. Lane (g, q)
+    // holds dims 64w + 16q .. 64w + 16q + 15 of heads g and g + 8 of each row tile.
+#pragma unroll
+    for (int m = 0; m < kMTiles; m++) {
+#pragma unroll
+        for (int half = 0; half < 2; half++) {
+            const int hl = m * 16 + g + half * 8;
+            const int h = head0 + hl;
+            if (h >= cfg::kHeads) continue;
+            const float row_sum = sRowSum[hl];
+            const bool empty = row_sum == 0.0f;
+            const float inv = empty ? 0.0f : 1.0f / row_sum;
+            const float lse = empty ? neg_inf() : (sRowMax[hl] + fast_log2(row_sum)) * kLn2;
+            const int d0 = warp * kSliceDims + q * 16;
+            if (p.num_splits > 1) {
+                const i64 prow = ((i64)split * p.batch * p.s_q + row) * cfg::kHeads + h;
+                float* dst = p.partial_out + prow * cfg::kDV + d0;
+#pragma unroll
+                for (int n = 0; n < kVNTiles; n += 2)
+                    *reinterpret_cast<F32x4*>(dst + 2 * n) =
+                        F32x4{acc_o[m][n][half * 2] * inv, acc_o[m][n][half * 2 + 1] * inv,
+                              acc_o[m][n + 1][half * 2] * inv, acc_o[m][n + 1][half * 2 + 1] * inv};
+                if (warp == 0 && q == 0) p.partial_lse[prow] = lse;
+            } else {
+                float scale = inv;
+                if (cfg::kHasSink && !empty) scale *= sink_factor(p.attn_sink[h], lse);
+                u16* dst = p.out + b * p.out_stride_b + s * p.out_stride_s + h * p.out_stride_h + d0;
+#pragma unroll
+                for (int n = 0; n < kVNTiles; n++)
+                    *reinterpret_cast<u32*>(dst + 2 * n) =
+                        pack_bf16x2(acc_o[m][n][half * 2] * scale, acc_o[m][n][half * 2 + 1] * scale);
+                if (p.lse && warp == 0 && q == 0)
+                    p.lse[b * p.lse_stride_b + s * p.lse_stride_s + h * p.lse_stride_h] = empty ? pos_inf() : lse;
+            }
+        }
+    }
+}
