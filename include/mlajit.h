@@ -285,8 +285,10 @@ int mlajit_kernel_prepare(mlajit_context *ctx, const mlajit_kernel_spec *spec,
                           mlajit_kernel_report *report);
 
 /* A set of kernels: the product of its lists (models x head counts x page sizes
- * x extra page sizes x feature sets x archs). A NULL list or a count of 0 takes
- * the default named on the field. */
+ * x extra page sizes x feature sets x archs), plus, for each spec whose plans
+ * take the sliced family on long walks (at most 16 heads of V3.2's layout on
+ * sm_90a; see MLAJIT_VARIANT_AUTO), that kernel too. A NULL list or a count of 0
+ * takes the default named on the field. */
 typedef struct mlajit_kernel_grid {
     const mlajit_model *models;     int num_models;           /* required */
     const int *head_counts;         int num_head_counts;      /* required */

@@ -611,6 +611,13 @@ Test(lookup, jit_disabled_without_the_kernel_names_spec_and_pack_build_line)
     msg = mlajit_last_error();
     cr_expect(strstr(msg, "MLAJIT_DISABLE_JIT=1") != NULL, "%s", msg);
     cr_expect(strstr(msg, "mlajit pack build --spec v32.h24.p64.") != NULL, "%s", msg);
+    /* a long-walk kernel comes with its auto spec's grid */
+    mlajit_kernel_spec h16 = spec_of(MLAJIT_MODEL_V32, 16, 64, 0), h16_long;
+    cr_assert(mlajit_spec_long_walk_alternative(&h16, "sm_90a", &h16_long));
+    cr_assert_eq(mlajit_kernel_prepare(ctx, &h16_long, &r), MLAJIT_ERR_NOT_FOUND);
+    msg = mlajit_last_error();
+    cr_expect(strstr(msg, "no kernel for v32.h16.p64.t32.hc16.sliced.sm_90a") != NULL, "%s", msg);
+    cr_expect(strstr(msg, "mlajit pack build --models v32 --heads 16 --pages 64 --archs sm_90a") != NULL, "%s", msg);
     mlajit_context_destroy(ctx);
     setenv("MLAJIT_DISABLE_JIT", "0", 1);
     ctx = context_on(NULL, "", 0);
@@ -1250,12 +1257,16 @@ Test(warmup, counts_what_each_layer_served_and_names_a_missing_kernel)
 {
     mlajit_context *k = keyer();
     const char *dir = path_in_root("cache");
-    /* grid: v32, dsv4 x heads 8, 16 x page 64 */
+    /* grid: v32, dsv4 x heads 8, 16 x page 64, and the v32 specs' long-walk kernels */
     mlajit_kernel_spec v8 = spec_of(MLAJIT_MODEL_V32, 8, 64, 0), v16 = spec_of(MLAJIT_MODEL_V32, 16, 64, 0),
                        d8 = spec_of(MLAJIT_MODEL_DSV4, 8, 64, 0), d16 = spec_of(MLAJIT_MODEL_DSV4, 16, 64, 0);
-    mlajit_kernel_spec in_pack[2] = {v8, d8};
-    write_fake_pack(path_in_root("a.pack"), k, in_pack, 2, NULL);
+    mlajit_kernel_spec v8_long, v16_long;
+    cr_assert(mlajit_spec_long_walk_alternative(&v8, "sm_90a", &v8_long));
+    cr_assert(mlajit_spec_long_walk_alternative(&v16, "sm_90a", &v16_long));
+    mlajit_kernel_spec in_pack[3] = {v8, d8, v8_long};
+    write_fake_pack(path_in_root("a.pack"), k, in_pack, 3, NULL);
     plant_in_cache(dir, k, &v16, 1);
+    plant_in_cache(dir, k, &v16_long, 4);
     mlajit_context *ctx = context_on(dir, path_in_root("a.pack"), MLAJIT_CONTEXT_NO_JIT);
     mlajit_model models[] = {MLAJIT_MODEL_V32, MLAJIT_MODEL_DSV4};
     int heads[] = {8, 16}, pages[] = {64};
@@ -1264,13 +1275,13 @@ Test(warmup, counts_what_each_layer_served_and_names_a_missing_kernel)
     mlajit_warmup_report rep;
     cr_expect_eq(mlajit_warmup(ctx, &grid, 2, &rep), MLAJIT_ERR_NOT_FOUND, "d16 is nowhere and JIT is off");
     cr_expect(strstr(mlajit_last_error(), "dsv4.h16.p64") != NULL, "%s", mlajit_last_error());
-    cr_expect_eq(rep.kernels, 4);
-    cr_expect_eq(rep.from_packs, 2);
-    cr_expect_eq(rep.from_disk, 1);
+    cr_expect_eq(rep.kernels, 6);
+    cr_expect_eq(rep.from_packs, 3);
+    cr_expect_eq(rep.from_disk, 2);
     cr_expect_eq(rep.compiled, 0);
-    plant_in_cache(dir, k, &d16, 2);
+    plant_in_cache(dir, k, &d16, 3);
     cr_expect_eq(mlajit_warmup(ctx, &grid, 0, &rep), MLAJIT_OK, "%s", mlajit_last_error());
-    cr_expect_eq(rep.from_memory, 3);
+    cr_expect_eq(rep.from_memory, 5);
     cr_expect_eq(rep.from_disk, 1);
     cr_expect_eq(rep.loaded, 0, "no device here");
     cr_expect_gt(rep.wall_ms, 0.0);
@@ -1303,10 +1314,12 @@ Test(warmup, compiles_in_parallel_and_logs_one_line_per_compile_and_pack, .timeo
     const char *err = capture_end();
     cr_assert_eq(rc, MLAJIT_OK, "%s", mlajit_last_error());
     cr_expect_eq(rep.from_packs, 1);
-    cr_expect_eq(rep.compiled, 1);
+    cr_expect_eq(rep.compiled, 3, "h3, and the long-walk kernels of h8 and h3");
     cr_expect_gt(rep.compile_ms, 0.0);
     cr_expect_eq(count_of(err, "mlajit: pack "), 1, "%s", err);
-    cr_expect_eq(count_of(err, "mlajit: compiled v32.h3.p64"), 1, "%s", err);
+    cr_expect_eq(count_of(err, "mlajit: compiled v32.h3.p64.t64.hc64.sm90"), 1, "%s", err);
+    cr_expect_eq(count_of(err, "mlajit: compiled v32.h3.p64.t32.hc16.sliced"), 1, "%s", err);
+    cr_expect_eq(count_of(err, "mlajit: compiled v32.h8.p64.t32.hc16.sliced"), 1, "%s", err);
     cr_expect(strstr(err, "for sm_90a in ") != NULL && strstr(err, " ms") != NULL, "%s", err);
     mlajit_context_destroy(ctx);
 }
@@ -1358,9 +1371,11 @@ Test(cli, pack_build_ls_verify_merge_bench_and_jit_disabled, .timeout = 300)
                     "--out prod.pack",
                     cli),
                  0, "%s", out_text());
-    cr_expect(strstr(out_text(), "2 kernels") != NULL, "%s", out_text());
+    cr_expect(strstr(out_text(), "3 kernels") != NULL, "%s", out_text());
     cr_assert_eq(sh("%s pack ls prod.pack", cli), 0, "%s", out_text());
-    cr_expect(strstr(out_text(), "v32.h8.p64") && strstr(out_text(), "dsv4.h8.p64"), "%s", out_text());
+    cr_expect(strstr(out_text(), "v32.h8.p64.t64.hc64.sm90") && strstr(out_text(), "v32.h8.p64.t32.hc16.sliced") &&
+                  strstr(out_text(), "dsv4.h8.p64"),
+              "the grid's kernels and v32's long-walk kernel: %s", out_text());
     cr_expect(strstr(out_text(), "nvrtc") != NULL, "%s", out_text());
     cr_assert_eq(sh("%s pack verify prod.pack", cli), 0, "%s", out_text());
     cr_expect(strstr(out_text(), "usable here") != NULL, "%s", out_text());
@@ -1389,7 +1404,7 @@ Test(cli, pack_build_ls_verify_merge_bench_and_jit_disabled, .timeout = 300)
     write_fake_pack(path_in_root("extra.pack"), k, three_specs() + 2, 1, NULL);
     mlajit_context_destroy(k);
     cr_assert_eq(sh("%s pack merge all.pack prod.pack extra.pack", cli), 0, "%s", out_text());
-    cr_expect(strstr(out_text(), "3 kernels from 2 packs") != NULL, "%s", out_text());
+    cr_expect(strstr(out_text(), "4 kernels from 2 packs") != NULL, "%s", out_text());
     cr_expect_eq(sh("%s pack bench prod.pack --repeat 1000", cli), 0, "%s", out_text()); /* real kernels: a GPU loads them */
     cr_expect(strstr(out_text(), "pack open") && strstr(out_text(), "repeat lookup"), "%s", out_text());
 
