@@ -202,18 +202,10 @@ extern "C" __global__ void __launch_bounds__(cfg::kThreads, cfg::kMinBlocksPerSM
                                                 (head0 + h) * p.q_stride_h + c * 8);
         *reinterpret_cast<U32x4*>(sQ + h * cfg::kQKStride + c * 8) = v;
     }
-    for (int h = tid; h < cfg::kHeadsPerCta; h += cfg::kThreads) {
-        sRowMax[h] = neg_inf();
-        sRowSum[h] = 0.0f;
-    }
+    init_row_statistics(sRowMax, sRowSum);
 
     float acc_o[kMTiles][kVNTiles][4];
-#pragma unroll
-    for (int m = 0; m < kMTiles; m++)
-#pragma unroll
-        for (int n = 0; n < kVNTiles; n++)
-#pragma unroll
-            for (int i = 0; i < 4; i++) acc_o[m][n][i] = 0.0f;
+    zero_fragments(acc_o);
 
 
     // ldmatrix lane roles (see prelude.cu): A operands (Q, P) take rows lane % 16
@@ -260,12 +252,7 @@ extern "C" __global__ void __launch_bounds__(cfg::kThreads, cfg::kMinBlocksPerSM
         for (int unit = warp; unit < kSUnits; unit += cfg::kWarps) {
             const int nt0 = (unit % kSNGroups) * kSNPerUnit, m0 = (unit / kSNGroups) * kSMTilesPerUnit;
             float acc_s[kSMTilesPerUnit][kSNPerUnit][4];  // independent mma chains
-#pragma unroll
-            for (int m = 0; m < kSMTilesPerUnit; m++)
-#pragma unroll
-                for (int n = 0; n < kSNPerUnit; n++)
-#pragma unroll
-                    for (int i = 0; i < 4; i++) acc_s[m][n][i] = 0.0f;
+            zero_fragments(acc_s);
             const u32 k_addr = smem_address(sK + (nt0 * 8 + k_tok) * cfg::kQKStride + k_col);
             const u32 q_addr = smem_address(sQ + (m0 * 16 + a_row) * cfg::kQKStride + a_col);
 #pragma unroll(kSKUnroll)
@@ -307,32 +294,11 @@ extern "C" __global__ void __launch_bounds__(cfg::kThreads, cfg::kMinBlocksPerSM
             int h = tid / kSoftmaxThreadsPerRow, part = tid % kSoftmaxThreadsPerRow;
             const float* srow = sScores + h * cfg::kScoreStride + part * kTokensPerSoftmaxThread;
             float sc[kTokensPerSoftmaxThread];
-            float tile_max = neg_inf();
 #pragma unroll
-            for (int i = 0; i < kTokensPerSoftmaxThread; i++) {
-                sc[i] = srow[i];
-                tile_max = fmaxf(tile_max, sc[i]);
-            }
-            tile_max = warp_max_xor(tile_max, kSoftmaxThreadsPerRow);
-            float old_max = sRowMax[h];
-            float new_max = fmaxf(old_max, tile_max);
-            bool empty = new_max == neg_inf();  // nothing valid yet: keep exp() away from -inf - -inf
-            float alpha = empty ? 1.0f : fast_exp2(old_max - new_max);
-            float sum = 0.0f;
-            u16* prow = sProbs + h * cfg::kProbStride + part * kTokensPerSoftmaxThread;
-#pragma unroll
-            for (int i = 0; i < kTokensPerSoftmaxThread; i += 2) {
-                float p0 = empty ? 0.0f : fast_exp2(sc[i] - new_max);
-                float p1 = empty ? 0.0f : fast_exp2(sc[i + 1] - new_max);
-                sum += p0 + p1;  // fp32, not the bf16 P V uses: lse must be exact to ~1e-6
-                *reinterpret_cast<u32*>(prow + i) = pack_bf16x2(p0, p1);
-            }
-            sum = warp_sum_xor(sum, kSoftmaxThreadsPerRow);
-            if (part == 0) {
-                sRowMax[h] = new_max;
-                sRowSum[h] = sRowSum[h] * alpha + sum;
-                sRowAlpha[h] = alpha;
-            }
+            for (int i = 0; i < kTokensPerSoftmaxThread; i++) sc[i] = srow[i];
+            softmax_row_share<kTokensPerSoftmaxThread, kSoftmaxThreadsPerRow>(
+                sc, part == 0, sProbs + h * cfg::kProbStride + part * kTokensPerSoftmaxThread, sRowMax + h,
+                sRowSum + h, sRowAlpha + h);
         }
         __syncthreads();  // barrier: probabilities and row rescales ready
 
@@ -381,31 +347,22 @@ extern "C" __global__ void __launch_bounds__(cfg::kThreads, cfg::kMinBlocksPerSM
             int hl = m * 16 + group + half * 8;
             int h = head0 + hl;
             if (h >= cfg::kHeads) continue;
-            float row_sum = sRowSum[hl];
-            bool empty = row_sum == 0.0f;
-            float inv = empty ? 0.0f : 1.0f / row_sum;
-            float lse = empty ? neg_inf() : (sRowMax[hl] + fast_log2(row_sum)) * kLn2;
-            if (p.num_splits > 1) {
-                i64 prow = ((i64)split * p.batch * p.s_q + row) * cfg::kHeads + h;
-                float* dst = p.partial_out + prow * cfg::kDV + warp * kVDimsPerWarp + quad * 2;
+            finish_row(
+                p, split, row, b, s, h, warp * kVDimsPerWarp + quad * 2, sRowMax[hl], sRowSum[hl],
+                warp == 0 && quad == 0,
+                [&](float* dst, float inv) {
 #pragma unroll
-                for (int n = 0; n < kVNTiles; n++) {
-                    dst[n * 8] = acc_o[m][n][half * 2] * inv;
-                    dst[n * 8 + 1] = acc_o[m][n][half * 2 + 1] * inv;
-                }
-                if (warp == 0 && quad == 0) p.partial_lse[prow] = lse;
-            } else {
-                float scale = inv;
-                if (cfg::kHasSink && !empty) scale *= sink_factor(p.attn_sink[h], lse);
-                u16* dst = p.out + b * p.out_stride_b + s * p.out_stride_s + h * p.out_stride_h +
-                           warp * kVDimsPerWarp + quad * 2;
+                    for (int n = 0; n < kVNTiles; n++) {
+                        dst[n * 8] = acc_o[m][n][half * 2] * inv;
+                        dst[n * 8 + 1] = acc_o[m][n][half * 2 + 1] * inv;
+                    }
+                },
+                [&](u16* dst, float scale) {
 #pragma unroll
-                for (int n = 0; n < kVNTiles; n++)
-                    *reinterpret_cast<u32*>(dst + n * 8) =
-                        pack_bf16x2(acc_o[m][n][half * 2] * scale, acc_o[m][n][half * 2 + 1] * scale);
-                if (p.lse && warp == 0 && quad == 0)
-                    p.lse[b * p.lse_stride_b + s * p.lse_stride_s + h * p.lse_stride_h] = empty ? pos_inf() : lse;
-            }
+                    for (int n = 0; n < kVNTiles; n++)
+                        *reinterpret_cast<u32*>(dst + n * 8) =
+                            pack_bf16x2(acc_o[m][n][half * 2] * scale, acc_o[m][n][half * 2 + 1] * scale);
+                });
         }
     }
 }

@@ -195,19 +195,11 @@ extern "C" __global__ void __launch_bounds__(cfg::kThreads, cfg::kMinBlocksPerSM
                                                                           warp * kRopeDimsPerWarp + 2 * q)
                                           : 0u;
         }
-    for (int h = tid; h < cfg::kHeadsPerCta; h += cfg::kThreads) {
-        sRowMax[h] = neg_inf();
-        sRowSum[h] = 0.0f;
-    }
+    init_row_statistics(sRowMax, sRowSum);
 
     // O: n-tile n holds dims 64w + 16q + 2n, +1 (rows g and g + 8 of each row tile).
     float acc_o[kMTiles][kVNTiles][4];
-#pragma unroll
-    for (int m = 0; m < kMTiles; m++)
-#pragma unroll
-        for (int n = 0; n < kVNTiles; n++)
-#pragma unroll
-            for (int i = 0; i < 4; i++) acc_o[m][n][i] = 0.0f;
+    zero_fragments(acc_o);
 
     auto live_after = [&](int t) { return next_live_tile(range, t + 1, p.topk); };
     auto slot_of = [&](int t) {
@@ -338,32 +330,11 @@ extern "C" __global__ void __launch_bounds__(cfg::kThreads, cfg::kMinBlocksPerSM
                     sc[i] += v.x;
                     sc[i + 1] += v.y;
                 }
-            float tile_max = neg_inf();
 #pragma unroll
-            for (int i = 0; i < kCandsPerSoftmaxThread; i++) {
-                sc[i] = rows[c0 + i] ? sc[i] * p.sm_scale_log2 : neg_inf();
-                tile_max = fmaxf(tile_max, sc[i]);
-            }
-            tile_max = warp_max_xor(tile_max, kSoftmaxThreadsPerRow);
-            const float old_max = sRowMax[h];
-            const float new_max = fmaxf(old_max, tile_max);
-            const bool empty = new_max == neg_inf();  // nothing valid yet: keep exp() away from -inf - -inf
-            const float alpha = empty ? 1.0f : fast_exp2(old_max - new_max);
-            float sum = 0.0f;
-            u16* prow = sP + h * kProbStride + c0;
-#pragma unroll
-            for (int i = 0; i < kCandsPerSoftmaxThread; i += 2) {
-                const float p0 = empty ? 0.0f : fast_exp2(sc[i] - new_max);
-                const float p1 = empty ? 0.0f : fast_exp2(sc[i + 1] - new_max);
-                sum += p0 + p1;  // fp32, not the bf16 P V uses: lse must be exact to ~1e-6
-                *reinterpret_cast<u32*>(prow + i) = pack_bf16x2(p0, p1);
-            }
-            sum = warp_sum_xor(sum, kSoftmaxThreadsPerRow);
-            if (tid % kSoftmaxThreadsPerRow == 0) {
-                sRowMax[h] = new_max;
-                sRowSum[h] = sRowSum[h] * alpha + sum;
-                sRowAlpha[h] = alpha;
-            }
+            for (int i = 0; i < kCandsPerSoftmaxThread; i++) sc[i] = rows[c0 + i] ? sc[i] * p.sm_scale_log2 : neg_inf();
+            softmax_row_share<kCandsPerSoftmaxThread, kSoftmaxThreadsPerRow>(
+                sc, tid % kSoftmaxThreadsPerRow == 0, sP + h * kProbStride + c0, sRowMax + h, sRowSum + h,
+                sRowAlpha + h);
         }
         copy_async_wait<1>();  // this thread's copies of t1 (t2's may still fly) ...
         __syncthreads();       // barrier B: P, the row rescale factors and t1's staged rows ready
@@ -416,31 +387,21 @@ extern "C" __global__ void __launch_bounds__(cfg::kThreads, cfg::kMinBlocksPerSM
             const int hl = m * 16 + g + half * 8;
             const int h = head0 + hl;
             if (h >= cfg::kHeads) continue;
-            const float row_sum = sRowSum[hl];
-            const bool empty = row_sum == 0.0f;
-            const float inv = empty ? 0.0f : 1.0f / row_sum;
-            const float lse = empty ? neg_inf() : (sRowMax[hl] + fast_log2(row_sum)) * kLn2;
-            const int d0 = warp * kSliceDims + q * 16;
-            if (p.num_splits > 1) {
-                const i64 prow = ((i64)split * p.batch * p.s_q + row) * cfg::kHeads + h;
-                float* dst = p.partial_out + prow * cfg::kDV + d0;
+            finish_row(
+                p, split, row, b, s, h, warp * kSliceDims + q * 16, sRowMax[hl], sRowSum[hl], warp == 0 && q == 0,
+                [&](float* dst, float inv) {
 #pragma unroll
-                for (int n = 0; n < kVNTiles; n += 2)
-                    *reinterpret_cast<F32x4*>(dst + 2 * n) =
-                        F32x4{acc_o[m][n][half * 2] * inv, acc_o[m][n][half * 2 + 1] * inv,
-                              acc_o[m][n + 1][half * 2] * inv, acc_o[m][n + 1][half * 2 + 1] * inv};
-                if (warp == 0 && q == 0) p.partial_lse[prow] = lse;
-            } else {
-                float scale = inv;
-                if (cfg::kHasSink && !empty) scale *= sink_factor(p.attn_sink[h], lse);
-                u16* dst = p.out + b * p.out_stride_b + s * p.out_stride_s + h * p.out_stride_h + d0;
+                    for (int n = 0; n < kVNTiles; n += 2)
+                        *reinterpret_cast<F32x4*>(dst + 2 * n) =
+                            F32x4{acc_o[m][n][half * 2] * inv, acc_o[m][n][half * 2 + 1] * inv,
+                                  acc_o[m][n + 1][half * 2] * inv, acc_o[m][n + 1][half * 2 + 1] * inv};
+                },
+                [&](u16* dst, float scale) {
 #pragma unroll
-                for (int n = 0; n < kVNTiles; n++)
-                    *reinterpret_cast<u32*>(dst + 2 * n) =
-                        pack_bf16x2(acc_o[m][n][half * 2] * scale, acc_o[m][n][half * 2 + 1] * scale);
-                if (p.lse && warp == 0 && q == 0)
-                    p.lse[b * p.lse_stride_b + s * p.lse_stride_s + h * p.lse_stride_h] = empty ? pos_inf() : lse;
-            }
+                    for (int n = 0; n < kVNTiles; n++)
+                        *reinterpret_cast<u32*>(dst + 2 * n) =
+                            pack_bf16x2(acc_o[m][n][half * 2] * scale, acc_o[m][n][half * 2 + 1] * scale);
+                });
         }
     }
 }

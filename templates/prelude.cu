@@ -148,3 +148,85 @@ __device__ __forceinline__ float sink_factor(float sink, float lse)
     if (sink == pos_inf()) return 0.0f;
     return 1.0f / (1.0f + fast_exp2((sink - lse) * kLog2e));
 }
+
+// The mma.sync kernels' shared steps (portable, sliced).
+
+// The CTA's head rows start with nothing attended: max -inf, sum 0.
+__device__ __forceinline__ void init_row_statistics(float* row_max, float* row_sum)
+{
+    for (int h = threadIdx.x; h < cfg::kHeadsPerCta; h += cfg::kThreads) {
+        row_max[h] = neg_inf();
+        row_sum[h] = 0.0f;
+    }
+}
+
+// mma C fragments (row tiles x n-tiles x 4) set to zero.
+template <int kM, int kN>
+__device__ __forceinline__ void zero_fragments(float (&acc)[kM][kN][4])
+{
+#pragma unroll
+    for (int m = 0; m < kM; m++)
+#pragma unroll
+        for (int n = 0; n < kN; n++)
+#pragma unroll
+            for (int i = 0; i < 4; i++) acc[m][n][i] = 0.0f;
+}
+
+// One thread's share of a head row's online softmax over a tile, in the log2
+// domain: kThreadsPerRow neighbouring lanes hold kCands scores each (-inf where
+// skipped). Writes the share's P (bf16) at prow; the row's first lane (`first`)
+// updates the running max and sum and stores the rescale factor of the output.
+template <int kCands, int kThreadsPerRow>
+__device__ __forceinline__ void softmax_row_share(const float (&sc)[kCands], bool first, u16* prow, float* row_max,
+                                                  float* row_sum, float* row_alpha)
+{
+    float tile_max = neg_inf();
+#pragma unroll
+    for (int i = 0; i < kCands; i++) tile_max = fmaxf(tile_max, sc[i]);
+    tile_max = warp_max_xor(tile_max, kThreadsPerRow);
+    const float old_max = *row_max;
+    const float new_max = fmaxf(old_max, tile_max);
+    const bool empty = new_max == neg_inf();  // nothing valid yet: keep exp() away from -inf - -inf
+    const float alpha = empty ? 1.0f : fast_exp2(old_max - new_max);
+    float sum = 0.0f;
+#pragma unroll
+    for (int i = 0; i < kCands; i += 2) {
+        const float p0 = empty ? 0.0f : fast_exp2(sc[i] - new_max);
+        const float p1 = empty ? 0.0f : fast_exp2(sc[i + 1] - new_max);
+        sum += p0 + p1;  // fp32, not the bf16 P V uses: lse must be exact to ~1e-6
+        *reinterpret_cast<u32*>(prow + i) = pack_bf16x2(p0, p1);
+    }
+    sum = warp_sum_xor(sum, kThreadsPerRow);
+    if (first) {
+        *row_max = new_max;
+        *row_sum = *row_sum * alpha + sum;
+        *row_alpha = alpha;
+    }
+}
+
+// The end of head h's walk for this thread's value dims from dim0: normalized,
+// as this split's partial (fp32, with the split's lse) when the call is split,
+// else as the result (bf16, times the sink's share) with its lse where asked
+// (+inf when nothing was attended). store_partial(float* dst, inv) and
+// store_output(u16* dst, scale) write the thread's dims; writes_lse: the one
+// thread of the row that writes its lse.
+template <class StorePartial, class StoreOutput>
+__device__ __forceinline__ void finish_row(const DecodeParams& p, int split, int row, int b, int s, int h, int dim0,
+                                           float row_max, float row_sum, bool writes_lse, StorePartial store_partial,
+                                           StoreOutput store_output)
+{
+    const bool empty = row_sum == 0.0f;
+    const float inv = empty ? 0.0f : 1.0f / row_sum;
+    const float lse = empty ? neg_inf() : (row_max + fast_log2(row_sum)) * kLn2;
+    if (p.num_splits > 1) {
+        const i64 prow = ((i64)split * p.batch * p.s_q + row) * cfg::kHeads + h;
+        store_partial(p.partial_out + prow * cfg::kDV + dim0, inv);
+        if (writes_lse) p.partial_lse[prow] = lse;
+    } else {
+        float scale = inv;
+        if (cfg::kHasSink && !empty) scale *= sink_factor(p.attn_sink[h], lse);
+        store_output(p.out + b * p.out_stride_b + s * p.out_stride_s + h * p.out_stride_h + dim0, scale);
+        if (p.lse && writes_lse)
+            p.lse[b * p.lse_stride_b + s * p.lse_stride_s + h * p.lse_stride_h] = empty ? pos_inf() : lse;
+    }
+}

@@ -157,9 +157,20 @@ void mlajit_fuzz_draw(uint64_t run_seed, int64_t call, int allow_heavy, mlajit_f
         out->huge_length_rows = chance(&r, 30) ? 50 : 0;
     }
     out->duplicate_percent = chance(&r, 20) ? 10 : 0;
-    /* The sliced family where its layout and tile fit, a quarter of those draws
-     * (drawn last: the draws before it stay what they were). */
-    const int sliced_fits = model != MLAJIT_MODEL_DSV4 && (tile == 0 || tile == 32) && hc != 64;
+    /* The sliced family where it runs this draw's model, tile and heads per CTA
+     * (it resolves), a quarter of those draws (drawn last: the draws before it
+     * stay what they were). */
+    mlajit_kernel_spec sliced_spec;
+    int sliced_fits = mlajit_spec_init(&sliced_spec, model, h_q, page) == MLAJIT_OK;
+    if (sliced_fits) {
+        mlajit_kernel_spec resolved;
+        sliced_spec.tile = tile;
+        sliced_spec.heads_per_cta = hc;
+        sliced_spec.variant = MLAJIT_VARIANT_SLICED;
+        snprintf(sliced_spec.arch, sizeof sliced_spec.arch, "sm_90a");
+        sliced_fits = mlajit_spec_resolve(&sliced_spec, &resolved) == MLAJIT_OK;
+        mlajit_clear_error();
+    }
     const int sliced = sliced_fits && chance(&r, 25);
 
     mlajit_kernel_spec *sp = &out->spec;

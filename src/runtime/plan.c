@@ -38,8 +38,30 @@ static int choose_splits(int ctas, int num_tiles, int sm_count, int blocks_per_s
     return best;
 }
 
+/* A plan's grid with a kernel of this layout: head groups x rows CTAs per split,
+ * the split count (the shape's, else the planner's; no split is empty) and the
+ * tiles each split walks. */
+typedef struct plan_grid {
+    int head_groups, rows, num_tiles, num_splits, tiles_per_split;
+} plan_grid;
+
+static plan_grid grid_for(const mlajit_kernel_layout *layout, int h_q, const mlajit_decode_shape *shape, int sm_count)
+{
+    plan_grid g;
+    g.head_groups = (h_q + layout->heads_per_cta - 1) / layout->heads_per_cta;
+    g.rows = shape->batch * shape->s_q;
+    g.num_tiles = (shape->topk + shape->extra_topk + layout->tile - 1) / layout->tile;
+    int splits = shape->num_splits ? shape->num_splits
+                                   : choose_splits(g.head_groups * g.rows, g.num_tiles, sm_count, layout->blocks_per_sm);
+    if (splits > g.num_tiles)
+        splits = g.num_tiles;
+    g.tiles_per_split = (g.num_tiles + splits - 1) / splits;
+    g.num_splits = (g.num_tiles + g.tiles_per_split - 1) / g.tiles_per_split;
+    return g;
+}
+
 /* Whether a plan of `shape` with kernel `alt` walks at least MLAJIT_SLICED_MIN_TILES
- * tiles per CTA (the split count it would get, or the one the shape forces). */
+ * tiles per CTA. */
 static int walk_is_long(const mlajit_kernel_spec *alt, const mlajit_decode_shape *shape, int sm_count)
 {
     mlajit_kernel_spec r;
@@ -48,15 +70,8 @@ static int walk_is_long(const mlajit_kernel_spec *alt, const mlajit_decode_shape
         mlajit_clear_error();
         return 0;
     }
-    int rows = shape->batch * shape->s_q;
-    int head_groups = (r.h_q + layout.heads_per_cta - 1) / layout.heads_per_cta;
-    int num_tiles = (shape->topk + shape->extra_topk + layout.tile - 1) / layout.tile;
-    int splits = shape->num_splits ? shape->num_splits
-                                   : choose_splits(head_groups * rows, num_tiles, sm_count, layout.blocks_per_sm);
-    if (splits > num_tiles)
-        splits = num_tiles;
-    int tiles_per_split = splits > 0 ? (num_tiles + splits - 1) / splits : 0;
-    return rows > 0 && tiles_per_split >= MLAJIT_SLICED_MIN_TILES;
+    plan_grid g = grid_for(&layout, r.h_q, shape, sm_count);
+    return g.rows > 0 && g.tiles_per_split >= MLAJIT_SLICED_MIN_TILES;
 }
 
 int mlajit_plan_create(mlajit_context *ctx, const mlajit_kernel_spec *spec, const mlajit_decode_shape *shape,
@@ -96,16 +111,12 @@ int mlajit_plan_create(mlajit_context *ctx, const mlajit_kernel_spec *spec, cons
     p->kernel = k;
     p->shape = *shape;
     p->model = mlajit_model_describe(spec->model);
-    p->head_groups = (spec->h_q + k->layout.heads_per_cta - 1) / k->layout.heads_per_cta;
-    p->rows = shape->batch * shape->s_q;
-    int total = shape->topk + shape->extra_topk;
-    p->num_tiles = (total + k->layout.tile - 1) / k->layout.tile;
-    int splits = shape->num_splits ? shape->num_splits : choose_splits(p->head_groups * p->rows, p->num_tiles, sm_count,
-                                                                            k->layout.blocks_per_sm);
-    if (splits > p->num_tiles)
-        splits = p->num_tiles;
-    p->tiles_per_split = (p->num_tiles + splits - 1) / splits;
-    p->num_splits = (p->num_tiles + p->tiles_per_split - 1) / p->tiles_per_split; /* no empty splits */
+    plan_grid g = grid_for(&k->layout, spec->h_q, shape, sm_count);
+    p->head_groups = g.head_groups;
+    p->rows = g.rows;
+    p->num_tiles = g.num_tiles;
+    p->num_splits = g.num_splits;
+    p->tiles_per_split = g.tiles_per_split;
     if (p->num_splits > 1 && p->rows > 0) {
         size_t partial_rows = (size_t)p->num_splits * p->rows * spec->h_q;
         p->partial_out_bytes = round_up(partial_rows * p->model->d_v * sizeof(float), kWorkspaceAlign);
