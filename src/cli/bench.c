@@ -102,7 +102,7 @@ typedef struct bench_result {
 
 /* Kernel variant overrides for every row (0 = the generator's choice). */
 typedef struct bench_variant {
-    int tile, heads_per_cta;
+    int tile, heads_per_cta, splits;
     mlajit_variant variant;
 } bench_variant;
 
@@ -126,6 +126,8 @@ static int run_config(mlajit_context *ctx, const bench_config *cfg, const bench_
     spec.heads_per_cta = variant->heads_per_cta;
     spec.variant = variant->variant;
     mlajit_case_shape(&c, &shape);
+    if (variant->splits)
+        shape.num_splits = variant->splits;
     mlajit_plan *plan = NULL;
     mlajit_device_case dc = {0};
     const mlajit_driver *drv = ctx->drv;
@@ -212,19 +214,21 @@ int cli_bench(int argc, char **argv)
 {
     const char *json_path = NULL;
     int quick = 0, only_heads = 0, only_batch = 0, only_topk = 0;
-    bench_variant variant = {0, 0, MLAJIT_VARIANT_AUTO};
+    bench_variant variant = {0, 0, 0, MLAJIT_VARIANT_AUTO};
     static const char usage[] =
         "usage: mlajit bench [--json FILE] [--quick] [--heads N] [--batch N] [--topk N]\n"
-        "                    [--tile T] [--heads-per-cta H] [--variant auto|portable|sm90|sliced]\n"
+        "                    [--tile T] [--heads-per-cta H] [--splits S] [--variant auto|portable|sm90|sliced]\n"
         "  --quick      h_q 16/64/128 and the larger V3.2 rows only\n"
         "  --heads/--batch/--topk N   only the rows with that value (for profilers)\n"
-        "  --tile/--heads-per-cta N   force a kernel variant on every row (compare variants)\n";
+        "  --tile/--heads-per-cta N   force a kernel variant on every row (compare variants)\n"
+        "  --splits S   force S split-KV splits on every row (at most the row's tiles)\n";
     for (int i = 1; i < argc; i++) {
         int *filter = strcmp(argv[i], "--heads") == 0           ? &only_heads
                       : strcmp(argv[i], "--batch") == 0         ? &only_batch
                       : strcmp(argv[i], "--topk") == 0          ? &only_topk
                       : strcmp(argv[i], "--tile") == 0          ? &variant.tile
                       : strcmp(argv[i], "--heads-per-cta") == 0 ? &variant.heads_per_cta
+                      : strcmp(argv[i], "--splits") == 0        ? &variant.splits
                                                                 : NULL;
         if (strcmp(argv[i], "--json") == 0 && i + 1 < argc) json_path = argv[++i];
         else if (strcmp(argv[i], "--variant") == 0 && i + 1 < argc) {
