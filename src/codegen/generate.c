@@ -242,6 +242,8 @@ static void emit_config(mlajit_strbuf *b, const mlajit_kernel_spec *r, const mla
     mlajit_strbuf_printf(b, "constexpr int kScoreStride = %d;   // fp32\n", score_stride(r));
     mlajit_strbuf_printf(b, "constexpr int kProbStride = %d;    // bf16\n", prob_stride(r));
     mlajit_strbuf_printf(b, "constexpr int kCombineThreads = %d;\n", kCombineThreads);
+    mlajit_strbuf_printf(b, "constexpr int kMaxSplits = %d;       // split-KV splits a plan may use\n",
+                         MLAJIT_MAX_SPLITS);
     /* The combine may start while the main kernel runs (its launch hidden behind
      * it) where it can wait for the main kernel's results itself. */
     mlajit_strbuf_printf(b, "constexpr bool kDependentCombine = %s;\n",
