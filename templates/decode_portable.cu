@@ -194,13 +194,12 @@ extern "C" __global__ void __launch_bounds__(cfg::kThreads, cfg::kMinBlocksPerSM
     const int tile_end = range.end;
 
     // Q rows of this head group (heads past h_q are zero).
+    // Copied asynchronously (waited for before the first barrier).
     for (int i = tid; i < cfg::kHeadsPerCta * (cfg::kDQK / 8); i += cfg::kThreads) {
-        int h = i / (cfg::kDQK / 8), c = i % (cfg::kDQK / 8);
-        U32x4 v = {0u, 0u, 0u, 0u};
-        if (head0 + h < cfg::kHeads)
-            v = *reinterpret_cast<const U32x4*>(p.q + b * p.q_stride_b + s * p.q_stride_s +
-                                                (head0 + h) * p.q_stride_h + c * 8);
-        *reinterpret_cast<U32x4*>(sQ + h * cfg::kQKStride + c * 8) = v;
+        const int h = i / (cfg::kDQK / 8), c = i % (cfg::kDQK / 8);
+        const bool live = head0 + h < cfg::kHeads;
+        copy_async<16>(smem_address(sQ + h * cfg::kQKStride + c * 8),
+                       p.q + b * p.q_stride_b + s * p.q_stride_s + (live ? head0 + h : 0) * p.q_stride_h + c * 8, live);
     }
     init_row_statistics(sRowMax, sRowSum);
 
@@ -228,6 +227,7 @@ extern "C" __global__ void __launch_bounds__(cfg::kThreads, cfg::kMinBlocksPerSM
     int buf = 0;
     if (tile < tile_end) build_token_table(p, tile, slot_of(tile), sTokenRow, sTokenScale, sTokenValid);
     int next_slot = slot_of(next);
+    copy_async_wait_all();  // Q's copies
     __syncthreads();  // barrier: Q, row statistics and the first token table ready
     TilePrefetch f;
     if (tile < tile_end) issue_tile_loads(f, sTokenRow, sTokenScale);

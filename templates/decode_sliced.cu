@@ -115,14 +115,6 @@ static_assert(kStageRowBytes >= cfg::kRowBytes && kStageRowBytes % 128 == 64, "s
 static_assert(cfg::kRowBytes % 16 == 0 && cfg::kTile % cfg::kWarps == 0, "whole 16-byte chunks, rows split over warps");
 static_assert(kStageRowBytes * cfg::kTile * kStages == cfg::kSmemStagingBytes, "the generator's staging size");
 
-__device__ __forceinline__ void copy_async16(u32 dst, const void* src)
-{
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" :: "r"(dst), "l"(src) : "memory");
-}
-__device__ __forceinline__ void copy_async_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
-template <int kPending>
-__device__ __forceinline__ void copy_async_wait() { asm volatile("cp.async.wait_group %0;\n" :: "n"(kPending) : "memory"); }
-
 // Start warp w's copies of one tile into a stage: rows kRowsPerWarp * w onwards,
 // lane l taking 16-byte chunks l, l + 32, ... A skipped candidate is never read:
 // its staged row is stored directly as zero codes with scale 1 (a zero row on the
@@ -137,7 +129,7 @@ __device__ __forceinline__ void issue_copies(u8* stage, const u8* const* table, 
 #pragma unroll
         for (int c = lane; c < kChunksPerRow; c += 32) {
             if (row) {
-                copy_async16(smem_address(dst + c * 16), row + c * 16);
+                copy_async<16>(smem_address(dst + c * 16), row + c * 16);
             } else {
                 const bool scales = c * 16 >= cfg::kScaleOffset && c * 16 < cfg::kScaleOffset + cfg::kNumScales * 4;
                 const u32 v = scales ? 0x3f800000u : 0u;  // inline fp32 scales: 4 per chunk
@@ -176,13 +168,12 @@ extern "C" __global__ void __launch_bounds__(cfg::kThreads, cfg::kMinBlocksPerSM
     // Q rows into shared memory (heads past h_q are zero), and each lane's RoPE A
     // fragments, which stay in registers. The NoPE fragments are read per tile
     // (registers: 16 heads per CTA fit 128 with them in shared memory).
+    // The copies join the first tile's commit group (waited for before its barrier).
     for (int i = tid; i < cfg::kHeadsPerCta * (cfg::kDV / 4); i += cfg::kThreads) {
         const int hl = i / (cfg::kDV / 4), c = i % (cfg::kDV / 4);
-        U32x2 v = {0u, 0u};
-        if (head0 + hl < cfg::kHeads)
-            v = *reinterpret_cast<const U32x2*>(p.q + b * p.q_stride_b + s * p.q_stride_s +
-                                                (head0 + hl) * p.q_stride_h + c * 4);
-        *reinterpret_cast<U32x2*>(sQ + hl * kQStride + c * 4) = v;
+        const bool live = head0 + hl < cfg::kHeads;
+        copy_async<8>(smem_address(sQ + hl * kQStride + c * 4),
+                      p.q + b * p.q_stride_b + s * p.q_stride_s + (live ? head0 + hl : 0) * p.q_stride_h + c * 4, live);
     }
     u32 qr[kMTiles][2];
 #pragma unroll
@@ -212,14 +203,14 @@ extern "C" __global__ void __launch_bounds__(cfg::kThreads, cfg::kMinBlocksPerSM
     if (tile < tile_end) build_token_table(p, tile, slot_of(tile), table(0));
     if (t1 < tile_end) build_token_table(p, t1, slot_of(t1), table(1));
     int slot_t2 = slot_of(t2);  // raw index, checked when t2's table is built
-    __syncthreads();  // barrier: Q, the row statistics and the first two token tables ready
+    __syncthreads();  // barrier: the row statistics and the first two token tables ready
     // the copies of the first two tiles (a commit group per tile, empty or not, so
     // that "all but the newest group" is always the tile about to be used)
     if (tile < tile_end) issue_copies(stage(0), table(0), warp, lane);
     copy_async_commit();
     if (t1 < tile_end) issue_copies(stage(1), table(1), warp, lane);
     copy_async_commit();
-    copy_async_wait<1>();  // the first tile's copies (t1's may still fly) ...
+    copy_async_wait<1>();  // Q's and the first tile's copies (t1's may still fly) ...
     __syncthreads();       // ... published
 
     const u32 p_addr = smem_address(sP + (lane % 16) * kProbStride + (lane / 16) * 8);

@@ -510,14 +510,14 @@ extern "C" __global__ void MLAJIT_CLUSTER_DIMS __launch_bounds__(sm90::kCtaThrea
     const TileRange range = tile_range(p, b, split);
 
     // Q rows of this head group into the swizzled layout (heads past h_q are zero).
+    // Copied asynchronously: every chunk in flight at once.
     for (int i = tid; i < kHeads * (cfg::kDQK / 8); i += kCtaThreads) {
         const int h = i / (cfg::kDQK / 8), c8 = i % (cfg::kDQK / 8);
-        U32x4 v = {0u, 0u, 0u, 0u};
-        if (head0 + h < cfg::kHeads)
-            v = *reinterpret_cast<const U32x4*>(p.q + b * p.q_stride_b + s * p.q_stride_s +
-                                                (head0 + h) * p.q_stride_h + c8 * 8);
-        store_shared16(sQ + (u32)(c8 / 8) * kBlockBytes + swizzled(h, c8 % 8), v);
+        const bool live = head0 + h < cfg::kHeads;
+        copy_async<16>(sQ + (u32)(c8 / 8) * kBlockBytes + swizzled(h, c8 % 8),
+                       p.q + b * p.q_stride_b + s * p.q_stride_s + (live ? head0 + h : 0) * p.q_stride_h + c8 * 8, live);
     }
+    copy_async_wait_all();
     fence_smem_for_wgmma();
     // A CTA pair's rank (which round of each tile it gathers) and its peer.
     const u32 rank = kPairCtas > 1 ? cluster_rank() : 0u, peer = rank ^ 1u;

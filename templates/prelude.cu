@@ -87,6 +87,29 @@ __device__ __forceinline__ u32 smem_address(const void* p)
     return a;
 }
 
+// Asynchronous global -> shared copies (cp.async, sm_80 and newer): a thread keeps
+// any number in flight without holding registers, so a block's Q rows arrive in
+// one memory round trip (a load-then-store loop waits a round trip per iteration).
+// kBytes 16 bypasses L1, 8 goes through it (the sizes cp.async allows for each).
+// A copy with valid false reads nothing and fills the destination with zeros.
+template <int kBytes>
+__device__ __forceinline__ void copy_async(u32 dst, const void* src, bool valid = true)
+{
+    static_assert(kBytes == 16 || kBytes == 8, "cp.async copies 16 bytes (cg) or 8 (ca) here");
+    const u32 src_bytes = valid ? kBytes : 0u;
+    if (kBytes == 16)
+        asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" :: "r"(dst), "l"(src), "r"(src_bytes) : "memory");
+    else
+        asm volatile("cp.async.ca.shared.global [%0], [%1], 8, %2;\n" :: "r"(dst), "l"(src), "r"(src_bytes) : "memory");
+}
+// Closes the copies issued since the last commit into a group.
+__device__ __forceinline__ void copy_async_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
+// Waits until at most kPending of this thread's newest groups are still in flight.
+template <int kPending>
+__device__ __forceinline__ void copy_async_wait() { asm volatile("cp.async.wait_group %0;\n" :: "n"(kPending) : "memory"); }
+// Waits for all of this thread's copies (committed or not).
+__device__ __forceinline__ void copy_async_wait_all() { asm volatile("cp.async.wait_all;\n" ::: "memory"); }
+
 // Four 8x8 b16 matrices; lanes 8j..8j+7 give the row addresses of matrix j.
 __device__ __forceinline__ void ldmatrix_x4(u32 (&r)[4], u32 addr)
 {
