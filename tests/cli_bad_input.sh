@@ -69,6 +69,12 @@ fuzz --call -3                                             | --call = '-3'
 fuzz --out=                                                | --out = ''
 fuzz leftover                                              | unexpected argument 'leftover'
 fuzz --bogus                                               | unknown option
+bench --splits 65                                          | --splits = '65'
+bench --heads 0                                            | --heads = '0'
+bench --batch x                                            | --batch = 'x'
+bench --topk                                               | --topk needs a value
+bench --variant fast                                       | --variant = 'fast'
+bench --bogus                                              | bad argument '--bogus'
 envelope garbage                                           | is malformed
 envelope v32.h0.p64.t64.hc16.portable.sm_90a               | spec.h_q = 0
 envelope v32.h129.p64.t64.hc16.portable.sm_90a             | spec.h_q = 129

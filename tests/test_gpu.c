@@ -207,6 +207,38 @@ Test(gpu, large_topk_many_splits)
     synth_check(&p, NULL, "topk 16384");
 }
 
+/* The combine at the split counts it must handle: 64 (the most: one lse per
+ * thread), 13 and 11 (the last group of partial rows not full), 2; the rows'
+ * topk lengths leave one row nothing at all and empty the last splits of others
+ * (lse -inf, their partial rows never written). */
+Test(gpu, combine_split_counts, .timeout = 180)
+{
+    mlajit_synth_params p = {.model = MLAJIT_MODEL_V32, .b = 4, .s_q = 1, .h_q = 16, .topk = 4096,
+                             .page_size = 64, .seqlen = 6000, .with_topk_length = 1, .with_sink = 1, .seed = 21};
+    mlajit_case c;
+    cr_assert_eq(mlajit_case_synthesize(&p, &c), MLAJIT_OK, "%s", mlajit_last_error());
+    cr_assert_not_null(c.topk_length);
+    static const int32_t lengths[] = {0, 100, 4096, 2500};  /* nothing; a few candidates; all; most */
+    memcpy(c.topk_length, lengths, sizeof lengths);
+    cr_assert_eq(mlajit_case_compute_expected(&c), MLAJIT_OK, "%s", mlajit_last_error());
+    const size_t n_lse = (size_t)c.b * c.s_q * c.h_q;
+    static const int splits[] = {64, 13, 11, 2};
+    for (size_t i = 0; i < sizeof splits / sizeof splits[0]; i++) {
+        mlajit_gpu_run_options o = {.num_splits = splits[i]};
+        mlajit_gpu_result res;
+        cr_assert_eq(mlajit_case_run_gpu(ctx, &c, &o, &res), MLAJIT_OK, "%d splits: %s", splits[i],
+                     mlajit_last_error());
+        cr_expect_eq(res.num_splits, splits[i], "the plan ran %d splits, not %d", res.num_splits, splits[i]);
+        mlajit_compare_result r;
+        mlajit_compare(res.out, c.expected_out, n_lse * mlajit_model_describe(c.model)->d_v, res.lse,
+                       c.expected_lse, n_lse, &r);
+        cr_expect(r.pass, "%d splits [%s]: max|err| %.3e out violations %lld lse violations %lld", splits[i],
+                  res.report.spec, r.out_max_abs_err, (long long)r.out_violations, (long long)r.lse_violations);
+        mlajit_gpu_result_free(&res);
+    }
+    mlajit_case_free(&c);
+}
+
 /* Every row of the API's bad-argument table (bad_decode_args.h) with real device
  * buffers: decode refuses with the row's message, and out and lse keep their
  * poison; then a valid call does write them (so the check can fail). */

@@ -223,20 +223,31 @@ int cli_bench(int argc, char **argv)
         "  --tile/--heads-per-cta N   force a kernel variant on every row (compare variants)\n"
         "  --splits S   force S split-KV splits on every row (at most the row's tiles)\n";
     for (int i = 1; i < argc; i++) {
-        int *filter = strcmp(argv[i], "--heads") == 0           ? &only_heads
-                      : strcmp(argv[i], "--batch") == 0         ? &only_batch
-                      : strcmp(argv[i], "--topk") == 0          ? &only_topk
-                      : strcmp(argv[i], "--tile") == 0          ? &variant.tile
-                      : strcmp(argv[i], "--heads-per-cta") == 0 ? &variant.heads_per_cta
-                      : strcmp(argv[i], "--splits") == 0        ? &variant.splits
-                                                                : NULL;
-        if (strcmp(argv[i], "--json") == 0 && i + 1 < argc) json_path = argv[++i];
+        /* the numeric options: each one's value range */
+        static const struct { const char *name; int lo, hi; } ints[] = {
+            {"--heads", 1, MLAJIT_MAX_HEADS}, {"--batch", 1, MLAJIT_MAX_BATCH}, {"--topk", 1, MLAJIT_MAX_TOPK},
+            {"--tile", 0, 64}, {"--heads-per-cta", 0, 64}, {"--splits", 0, MLAJIT_MAX_SPLITS},
+        };
+        int *const targets[] = {&only_heads, &only_batch, &only_topk, &variant.tile, &variant.heads_per_cta,
+                                &variant.splits};
+        int k = 0;
+        while (k < (int)(sizeof ints / sizeof ints[0]) && strcmp(argv[i], ints[k].name) != 0)
+            k++;
+        if (k < (int)(sizeof ints / sizeof ints[0])) {
+            if (i + 1 == argc) {
+                fprintf(stderr, "mlajit: bench: %s needs a value\n%s", argv[i], usage);
+                return CLI_USAGE;
+            }
+            if (!cli_parse_int(argv[i + 1], ints[k].name, ints[k].lo, ints[k].hi, targets[k]))
+                return CLI_USAGE;
+            i++;
+        }
+        else if (strcmp(argv[i], "--json") == 0 && i + 1 < argc) json_path = argv[++i];
         else if (strcmp(argv[i], "--variant") == 0 && i + 1 < argc) {
             if (!cli_parse_variant(argv[++i], &variant.variant))
                 return CLI_USAGE;
         }
         else if (strcmp(argv[i], "--quick") == 0) quick = 1;
-        else if (filter && i + 1 < argc && atoi(argv[i + 1]) > 0) *filter = atoi(argv[++i]);
         else {
             fprintf(stderr, "mlajit: bench: bad argument '%s'\n%s", argv[i], usage);
             return CLI_USAGE;

@@ -16,5 +16,8 @@ int cli_cache(int argc, char **argv);    /* cache_cmd.c */
 int cli_error(int status, const char *what);
 /* --variant auto|portable|sm90; prints the allowed values and returns 0 when bad. */
 int cli_parse_variant(const char *s, mlajit_variant *out);
+/* Parse option `name`'s decimal value s into *out if it lies in lo..hi; else print
+ * "mlajit: NAME = 'S'; allowed LO..HI" and return 0. */
+int cli_parse_int(const char *s, const char *name, int lo, int hi, int *out);
 
 #endif

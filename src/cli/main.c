@@ -49,7 +49,7 @@ static int usage_error(const char *fmt, const char *arg)
     return CLI_USAGE;
 }
 
-static int parse_int(const char *s, const char *name, int lo, int hi, int *out)
+int cli_parse_int(const char *s, const char *name, int lo, int hi, int *out)
 {
     char *end;
     long v = strtol(s, &end, 10);
@@ -143,11 +143,11 @@ static int cmd_compile(int argc, char **argv)
     while ((c = getopt_long(argc, argv, "", longopts, NULL)) != -1) {
         switch (c) {
         case 'm': model_name = optarg; break;
-        case 'h': if (!parse_int(optarg, "--heads", 1, MLAJIT_MAX_HEADS, &heads)) return CLI_USAGE; break;
-        case 'p': if (!parse_int(optarg, "--page", 1, MLAJIT_MAX_PAGE_SIZE, &page)) return CLI_USAGE; break;
-        case 'e': if (!parse_int(optarg, "--extra-page", 1, MLAJIT_MAX_PAGE_SIZE, &extra_page)) return CLI_USAGE; break;
-        case 't': if (!parse_int(optarg, "--tile", 0, 64, &tile)) return CLI_USAGE; break;
-        case 'c': if (!parse_int(optarg, "--heads-per-cta", 0, 64, &heads_per_cta)) return CLI_USAGE; break;
+        case 'h': if (!cli_parse_int(optarg, "--heads", 1, MLAJIT_MAX_HEADS, &heads)) return CLI_USAGE; break;
+        case 'p': if (!cli_parse_int(optarg, "--page", 1, MLAJIT_MAX_PAGE_SIZE, &page)) return CLI_USAGE; break;
+        case 'e': if (!cli_parse_int(optarg, "--extra-page", 1, MLAJIT_MAX_PAGE_SIZE, &extra_page)) return CLI_USAGE; break;
+        case 't': if (!cli_parse_int(optarg, "--tile", 0, 64, &tile)) return CLI_USAGE; break;
+        case 'c': if (!cli_parse_int(optarg, "--heads-per-cta", 0, 64, &heads_per_cta)) return CLI_USAGE; break;
         case 'a': arch = optarg; break;
         case 'v': if (!cli_parse_variant(optarg, &variant)) return CLI_USAGE; break;
         case 's': emit = 1; break;
@@ -237,9 +237,9 @@ static int cmd_run_case(int argc, char **argv)
                  strcmp(argv[i], "--splits") == 0) {
             if (i + 1 == argc)
                 return usage_error("run-case: %s needs a value", argv[i]);
-            int ok = strcmp(argv[i], "--tile") == 0 ? parse_int(argv[i + 1], "--tile", 0, 64, &run.tile)
-                     : strcmp(argv[i], "--splits") == 0 ? parse_int(argv[i + 1], "--splits", 0, 64, &run.num_splits)
-                     : parse_int(argv[i + 1], "--heads-per-cta", 0, 64, &run.heads_per_cta);
+            int ok = strcmp(argv[i], "--tile") == 0 ? cli_parse_int(argv[i + 1], "--tile", 0, 64, &run.tile)
+                     : strcmp(argv[i], "--splits") == 0 ? cli_parse_int(argv[i + 1], "--splits", 0, 64, &run.num_splits)
+                     : cli_parse_int(argv[i + 1], "--heads-per-cta", 0, 64, &run.heads_per_cta);
             if (!ok)
                 return CLI_USAGE;
             i++;
