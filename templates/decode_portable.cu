@@ -193,8 +193,8 @@ extern "C" __global__ void __launch_bounds__(cfg::kThreads, cfg::kMinBlocksPerSM
     const TileRange range = tile_range(p, b, split);
     const int tile_end = range.end;
 
-    // Q rows of this head group (heads past h_q are zero).
-    // Copied asynchronously (waited for before the first barrier).
+    // Q rows of this head group (heads past h_q are zero), copied asynchronously
+    // (waited for before the first barrier).
     for (int i = tid; i < cfg::kHeadsPerCta * (cfg::kDQK / 8); i += cfg::kThreads) {
         const int h = i / (cfg::kDQK / 8), c = i % (cfg::kDQK / 8);
         const bool live = head0 + h < cfg::kHeads;

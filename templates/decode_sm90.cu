@@ -509,8 +509,8 @@ extern "C" __global__ void MLAJIT_CLUSTER_DIMS __launch_bounds__(sm90::kCtaThrea
     const int split = blockIdx.z;
     const TileRange range = tile_range(p, b, split);
 
-    // Q rows of this head group into the swizzled layout (heads past h_q are zero).
-    // Copied asynchronously: every chunk in flight at once.
+    // Q rows of this head group into the swizzled layout (heads past h_q are zero),
+    // copied asynchronously: every chunk in flight at once.
     for (int i = tid; i < kHeads * (cfg::kDQK / 8); i += kCtaThreads) {
         const int h = i / (cfg::kDQK / 8), c8 = i % (cfg::kDQK / 8);
         const bool live = head0 + h < cfg::kHeads;
