@@ -42,7 +42,6 @@ constexpr int kVDimsPerWarp = cfg::kDV / cfg::kWarps;
 constexpr int kVNTiles = kVDimsPerWarp / 8;
 constexpr int kNopeChunks = cfg::kDNope / 16;     // 16 fp8 codes per chunk
 constexpr int kRopeChunks = cfg::kDRope * 2 / 16; // 8 bf16 per chunk
-constexpr int kChunksPerToken = kNopeChunks + kRopeChunks;
 constexpr int kTokensPerSoftmaxThread = cfg::kTile * cfg::kHeadsPerCta / cfg::kThreads;
 constexpr int kSoftmaxThreadsPerRow = cfg::kThreads / cfg::kHeadsPerCta;
 
@@ -185,22 +184,15 @@ extern "C" __global__ void __launch_bounds__(cfg::kThreads, cfg::kMinBlocksPerSM
     const int tid = threadIdx.x;
     const int warp = tid / 32, lane = tid % 32;
     const int group = lane / 4, quad = lane % 4;  // mma fragment coordinates
-    const int row = blockIdx.x;                   // b * s_q + s (x: up to 2^31 - 1 rows)
-    const int head0 = blockIdx.y * cfg::kHeadsPerCta;
-    const int b = row / p.s_q, s = row % p.s_q;
-    const int split = blockIdx.z;
-
-    const TileRange range = tile_range(p, b, split);
+    const CtaWork work = cta_work<cfg::kHeadsPerCta>(p);  // blockIdx.x: up to 2^31 - 1 rows
+    const int row = work.row, head0 = work.head0, b = work.b, s = work.s, split = work.split;
+    const TileRange range = work.range;
     const int tile_end = range.end;
 
-    // Q rows of this head group (heads past h_q are zero), copied asynchronously
-    // (waited for before the first barrier).
-    for (int i = tid; i < cfg::kHeadsPerCta * (cfg::kDQK / 8); i += cfg::kThreads) {
-        const int h = i / (cfg::kDQK / 8), c = i % (cfg::kDQK / 8);
-        const bool live = head0 + h < cfg::kHeads;
-        copy_async<16>(smem_address(sQ + h * cfg::kQKStride + c * 8),
-                       p.q + b * p.q_stride_b + s * p.q_stride_s + (live ? head0 + h : 0) * p.q_stride_h + c * 8, live);
-    }
+    // Q rows of this head group (heads past h_q are zero; waited for before the
+    // first barrier).
+    stage_q_rows<cfg::kHeadsPerCta, cfg::kDQK, 16, cfg::kThreads>(
+        p, work, [sQ](int h, int c) { return smem_address(sQ + h * cfg::kQKStride + c * 8); });
     init_row_statistics(sRowMax, sRowSum);
 
     float acc_o[kMTiles][kVNTiles][4];

@@ -158,23 +158,17 @@ extern "C" __global__ void __launch_bounds__(cfg::kThreads, cfg::kMinBlocksPerSM
     const int tid = threadIdx.x;
     const int warp = tid / 32, lane = tid % 32;
     const int g = lane / 4, q = lane % 4;  // mma fragment coordinates: row/candidate g, pair q
-    const int row = blockIdx.x;            // b * s_q + s
-    const int head0 = blockIdx.y * cfg::kHeadsPerCta;
-    const int b = row / p.s_q, s = row % p.s_q;
-    const int split = blockIdx.z;
-    const TileRange range = tile_range(p, b, split);
+    const CtaWork work = cta_work<cfg::kHeadsPerCta>(p);
+    const int row = work.row, head0 = work.head0, b = work.b, s = work.s, split = work.split;
+    const TileRange range = work.range;
     const int tile_end = range.end;
 
-    // Q rows into shared memory (heads past h_q are zero), and each lane's RoPE A
-    // fragments, which stay in registers. The NoPE fragments are read per tile
-    // (registers: 16 heads per CTA fit 128 with them in shared memory).
-    // The copies join the first tile's commit group (waited for before its barrier).
-    for (int i = tid; i < cfg::kHeadsPerCta * (cfg::kDV / 4); i += cfg::kThreads) {
-        const int hl = i / (cfg::kDV / 4), c = i % (cfg::kDV / 4);
-        const bool live = head0 + hl < cfg::kHeads;
-        copy_async<8>(smem_address(sQ + hl * kQStride + c * 4),
-                      p.q + b * p.q_stride_b + s * p.q_stride_s + (live ? head0 + hl : 0) * p.q_stride_h + c * 4, live);
-    }
+    // Q's NoPE dims into shared memory (heads past h_q are zero; the copies join
+    // the first tile's commit group, waited for before its barrier), and each
+    // lane's RoPE A fragments, which stay in registers. The NoPE fragments are read
+    // per tile (registers: 16 heads per CTA fit 128 with them in shared memory).
+    stage_q_rows<cfg::kHeadsPerCta, cfg::kDV, 8, cfg::kThreads>(
+        p, work, [sQ](int h, int c) { return smem_address(sQ + h * kQStride + c * 4); });
     u32 qr[kMTiles][2];
 #pragma unroll
     for (int m = 0; m < kMTiles; m++)

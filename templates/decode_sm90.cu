@@ -503,20 +503,13 @@ extern "C" __global__ void MLAJIT_CLUSTER_DIMS __launch_bounds__(sm90::kCtaThrea
     const int tid = threadIdx.x;
     const int group = tid / kWarpGroupThreads;
     const int warp = (tid / 32) % 4, lane = tid % 32;  // warp within its group
-    const int row = blockIdx.x;
-    const int head0 = blockIdx.y * kHeads;
-    const int b = row / p.s_q, s = row % p.s_q;
-    const int split = blockIdx.z;
-    const TileRange range = tile_range(p, b, split);
+    const CtaWork work = cta_work<kHeads>(p);
+    const int row = work.row, head0 = work.head0, b = work.b, s = work.s, split = work.split;
+    const TileRange range = work.range;
 
-    // Q rows of this head group into the swizzled layout (heads past h_q are zero),
-    // copied asynchronously: every chunk in flight at once.
-    for (int i = tid; i < kHeads * (cfg::kDQK / 8); i += kCtaThreads) {
-        const int h = i / (cfg::kDQK / 8), c8 = i % (cfg::kDQK / 8);
-        const bool live = head0 + h < cfg::kHeads;
-        copy_async<16>(sQ + (u32)(c8 / 8) * kBlockBytes + swizzled(h, c8 % 8),
-                       p.q + b * p.q_stride_b + s * p.q_stride_s + (live ? head0 + h : 0) * p.q_stride_h + c8 * 8, live);
-    }
+    // Q rows of this head group into the swizzled layout (heads past h_q are zero).
+    stage_q_rows<kHeads, cfg::kDQK, 16, kCtaThreads>(
+        p, work, [sQ](int h, int c8) { return sQ + (u32)(c8 / 8) * kBlockBytes + swizzled(h, c8 % 8); });
     copy_async_wait_all();
     fence_smem_for_wgmma();
     // A CTA pair's rank (which round of each tile it gathers) and its peer.

@@ -33,6 +33,50 @@ __device__ __forceinline__ TileRange tile_range(const DecodeParams& p, int b, in
     return r;
 }
 
+// What one CTA of the main kernel works on: blockIdx = (batch row x query token,
+// head group, split).
+struct CtaWork {
+    int row;         // b * s_q + s
+    int b, s;        // batch row, query token
+    int head0;       // its first query head
+    int split;
+    TileRange range; // the tiles it walks
+};
+
+template <int kHeadsPerCta>
+__device__ __forceinline__ CtaWork cta_work(const DecodeParams& p)
+{
+    CtaWork w;
+    w.row = blockIdx.x;
+    w.head0 = blockIdx.y * kHeadsPerCta;
+    w.b = w.row / p.s_q;
+    w.s = w.row % p.s_q;
+    w.split = blockIdx.z;
+    w.range = tile_range(p, w.b, w.split);
+    return w;
+}
+
+// Copy a CTA's Q rows (query heads head0 .. head0 + kRows - 1, dims [0, kDims))
+// into shared memory with cp.async in kBytes chunks, every chunk in flight at once
+// (one memory round trip); heads past h_q are zero-filled. chunk_address(h, c) is
+// the shared address of head row h's chunk c. The caller waits for the copies
+// before the barrier that publishes them.
+template <int kRows, int kDims, int kBytes, int kThreads, typename ChunkAddress>
+__device__ __forceinline__ void stage_q_rows(const DecodeParams& p, const CtaWork& w, ChunkAddress chunk_address)
+{
+    constexpr int kDimsPerChunk = kBytes / 2;  // bf16
+    constexpr int kChunks = kDims / kDimsPerChunk;
+    static_assert(kDims % kDimsPerChunk == 0, "Q rows copy in whole chunks");
+    for (int i = threadIdx.x; i < kRows * kChunks; i += kThreads) {
+        const int h = i / kChunks, c = i % kChunks;
+        const bool live = w.head0 + h < cfg::kHeads;
+        copy_async<kBytes>(chunk_address(h, c),
+                           p.q + w.b * p.q_stride_b + w.s * p.q_stride_s + (live ? w.head0 + h : 0) * p.q_stride_h +
+                               c * kDimsPerChunk,
+                           live);
+    }
+}
+
 // The raw index at candidate position `pos`, or -1 when the position is past its
 // scope's length (no load then). Checked against the cache by checked_slot at the
 // use, so a prefetched index's latency is not waited for where it is loaded.

@@ -347,3 +347,21 @@ Test(codegen, sliced_family_resolves_and_refuses_other_layouts)
     cr_expect(strstr(src, "movmatrix.sync.aligned") != NULL, "the sliced kernel");
     mlajit_free(src);
 }
+
+Test(spec, variant_names_round_trip_and_unknown_names_are_refused)
+{
+    const mlajit_variant all[] = {MLAJIT_VARIANT_AUTO, MLAJIT_VARIANT_PORTABLE, MLAJIT_VARIANT_SM90,
+                                  MLAJIT_VARIANT_SLICED};
+    for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) {
+        const char *name = mlajit_variant_name(all[i]);
+        cr_expect_not_null(strstr(MLAJIT_VARIANT_NAMES, name), "'%s' missing from MLAJIT_VARIANT_NAMES", name);
+        mlajit_variant back = (mlajit_variant)-1;
+        cr_expect_eq(mlajit_variant_from_name(name, &back), 1, "%s", name);
+        cr_expect_eq(back, all[i], "%s", name);
+    }
+    mlajit_variant v = MLAJIT_VARIANT_SM90;
+    cr_expect_eq(mlajit_variant_from_name("fast", &v), 0);
+    cr_expect_eq(mlajit_variant_from_name("", &v), 0);
+    cr_expect_eq(mlajit_variant_from_name(NULL, &v), 0);
+    cr_expect_eq(v, MLAJIT_VARIANT_SM90, "a refused name leaves *out alone");
+}

@@ -223,22 +223,21 @@ int cli_bench(int argc, char **argv)
         "  --tile/--heads-per-cta N   force a kernel variant on every row (compare variants)\n"
         "  --splits S   force S split-KV splits on every row (at most the row's tiles)\n";
     for (int i = 1; i < argc; i++) {
-        /* the numeric options: each one's value range */
-        static const struct { const char *name; int lo, hi; } ints[] = {
-            {"--heads", 1, MLAJIT_MAX_HEADS}, {"--batch", 1, MLAJIT_MAX_BATCH}, {"--topk", 1, MLAJIT_MAX_TOPK},
-            {"--tile", 0, 64}, {"--heads-per-cta", 0, 64}, {"--splits", 0, MLAJIT_MAX_SPLITS},
+        /* the numeric options: where each goes, its value range */
+        const struct { const char *name; int *target, lo, hi; } ints[] = {
+            {"--heads", &only_heads, 1, MLAJIT_MAX_HEADS},   {"--batch", &only_batch, 1, MLAJIT_MAX_BATCH},
+            {"--topk", &only_topk, 1, MLAJIT_MAX_TOPK},      {"--tile", &variant.tile, 0, 64},
+            {"--heads-per-cta", &variant.heads_per_cta, 0, 64}, {"--splits", &variant.splits, 0, MLAJIT_MAX_SPLITS},
         };
-        int *const targets[] = {&only_heads, &only_batch, &only_topk, &variant.tile, &variant.heads_per_cta,
-                                &variant.splits};
-        int k = 0;
-        while (k < (int)(sizeof ints / sizeof ints[0]) && strcmp(argv[i], ints[k].name) != 0)
+        size_t k = 0;
+        while (k < sizeof ints / sizeof ints[0] && strcmp(argv[i], ints[k].name) != 0)
             k++;
-        if (k < (int)(sizeof ints / sizeof ints[0])) {
+        if (k < sizeof ints / sizeof ints[0]) {
             if (i + 1 == argc) {
                 fprintf(stderr, "mlajit: bench: %s needs a value\n%s", argv[i], usage);
                 return CLI_USAGE;
             }
-            if (!cli_parse_int(argv[i + 1], ints[k].name, ints[k].lo, ints[k].hi, targets[k]))
+            if (!cli_parse_int(argv[i + 1], ints[k].name, ints[k].lo, ints[k].hi, ints[k].target))
                 return CLI_USAGE;
             i++;
         }

@@ -14,7 +14,7 @@ int cli_cache(int argc, char **argv);    /* cache_cmd.c */
 
 /* Print "mlajit: <what>: <last error>" and return the exit code for status. */
 int cli_error(int status, const char *what);
-/* --variant auto|portable|sm90; prints the allowed values and returns 0 when bad. */
+/* --variant (MLAJIT_VARIANT_NAMES); prints the allowed values and returns 0 when bad. */
 int cli_parse_variant(const char *s, mlajit_variant *out);
 /* Parse option `name`'s decimal value s into *out if it lies in lo..hi; else print
  * "mlajit: NAME = 'S'; allowed LO..HI" and return 0. */

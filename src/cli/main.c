@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "cli/cli.h"
+#include "codegen/codegen.h"
 #include "common/error.h"
 #include "harness/harness.h"
 #include "mlajit.h"
@@ -63,15 +64,10 @@ int cli_parse_int(const char *s, const char *name, int lo, int hi, int *out)
 
 int cli_parse_variant(const char *s, mlajit_variant *out)
 {
-    if (strcmp(s, "auto") == 0) *out = MLAJIT_VARIANT_AUTO;
-    else if (strcmp(s, "portable") == 0) *out = MLAJIT_VARIANT_PORTABLE;
-    else if (strcmp(s, "sm90") == 0) *out = MLAJIT_VARIANT_SM90;
-    else if (strcmp(s, "sliced") == 0) *out = MLAJIT_VARIANT_SLICED;
-    else {
-        fprintf(stderr, "mlajit: --variant = '%s'; allowed auto, portable, sm90, sliced\n", s);
-        return 0;
-    }
-    return 1;
+    if (mlajit_variant_from_name(s, out))
+        return 1;
+    fprintf(stderr, "mlajit: --variant = '%s'; allowed " MLAJIT_VARIANT_NAMES "\n", s);
+    return 0;
 }
 
 static int cmd_info(void)
@@ -238,7 +234,7 @@ static int cmd_run_case(int argc, char **argv)
             if (i + 1 == argc)
                 return usage_error("run-case: %s needs a value", argv[i]);
             int ok = strcmp(argv[i], "--tile") == 0 ? cli_parse_int(argv[i + 1], "--tile", 0, 64, &run.tile)
-                     : strcmp(argv[i], "--splits") == 0 ? cli_parse_int(argv[i + 1], "--splits", 0, 64, &run.num_splits)
+                     : strcmp(argv[i], "--splits") == 0 ? cli_parse_int(argv[i + 1], "--splits", 0, MLAJIT_MAX_SPLITS, &run.num_splits)
                      : cli_parse_int(argv[i + 1], "--heads-per-cta", 0, 64, &run.heads_per_cta);
             if (!ok)
                 return CLI_USAGE;

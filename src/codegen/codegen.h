@@ -31,6 +31,13 @@ typedef struct mlajit_kernel_layout {
  * start, the copy ring filling, costs a few microseconds per CTA). 1 and *alt
  * (arch set) when the spec has such an alternative, else 0. */
 #define MLAJIT_SLICED_MIN_TILES 16
+
+/* The variants' names, as spec strings and the CLI spell them. */
+#define MLAJIT_VARIANT_NAMES "auto, portable, sm90, sliced"
+/* The name of variant v ("auto" for an unknown value). */
+const char *mlajit_variant_name(mlajit_variant v);
+/* The variant called `name`: 1 and *out, else 0 (no error is set). */
+int mlajit_variant_from_name(const char *name, mlajit_variant *out);
 int mlajit_spec_long_walk_alternative(const mlajit_kernel_spec *spec, const char *default_arch,
                                       mlajit_kernel_spec *alt);
 

@@ -216,12 +216,33 @@ static void feature_letters(unsigned f, char *buf)
     buf[n] = '\0';
 }
 
-static const char *variant_name(mlajit_variant v)
+/* One table for every variant name (MLAJIT_VARIANT_NAMES lists them in order). */
+static const struct {
+    mlajit_variant variant;
+    const char *name;
+} variant_names[] = {
+    {MLAJIT_VARIANT_AUTO, "auto"},
+    {MLAJIT_VARIANT_PORTABLE, "portable"},
+    {MLAJIT_VARIANT_SM90, "sm90"},
+    {MLAJIT_VARIANT_SLICED, "sliced"},
+};
+
+const char *mlajit_variant_name(mlajit_variant v)
 {
-    return v == MLAJIT_VARIANT_PORTABLE ? "portable"
-           : v == MLAJIT_VARIANT_SM90   ? "sm90"
-           : v == MLAJIT_VARIANT_SLICED ? "sliced"
-                                        : "auto";
+    for (size_t i = 0; i < sizeof variant_names / sizeof variant_names[0]; i++)
+        if (variant_names[i].variant == v)
+            return variant_names[i].name;
+    return "auto";
+}
+
+int mlajit_variant_from_name(const char *name, mlajit_variant *out)
+{
+    for (size_t i = 0; name && i < sizeof variant_names / sizeof variant_names[0]; i++)
+        if (strcmp(variant_names[i].name, name) == 0) {
+            *out = variant_names[i].variant;
+            return 1;
+        }
+    return 0;
 }
 
 int mlajit_spec_string(const mlajit_kernel_spec *spec, char *buf, size_t len)
@@ -246,7 +267,7 @@ int mlajit_spec_string(const mlajit_kernel_spec *spec, char *buf, size_t len)
     if (feats[0])
         snprintf(fpart, sizeof fpart, ".f%s", feats);
     int n = snprintf(buf, len, "%s.h%d.p%d%s%s.t%d.hc%d.%s.%s", mlajit_model_describe(r.model)->name, r.h_q,
-                     r.page_size, extra, fpart, r.tile, r.heads_per_cta, variant_name(r.variant),
+                     r.page_size, extra, fpart, r.tile, r.heads_per_cta, mlajit_variant_name(r.variant),
                      r.arch[0] ? r.arch : "any");
     if (n < 0 || (size_t)n >= len)
         return mlajit_fail(MLAJIT_ERR_INVALID_ARGUMENT, "buf: %zu bytes is too short for the spec string (needs %d)",
@@ -304,11 +325,9 @@ int mlajit_spec_parse(const char *str, mlajit_kernel_spec *out)
     }
     if (nt - i != 4 || !parse_field(toks[i], "t", &s.tile) || !parse_field(toks[i + 1], "hc", &s.heads_per_cta))
         return mlajit_fail(MLAJIT_ERR_INVALID_ARGUMENT, "spec string '%s' is malformed; form: %s", str, form);
-    if (strcmp(toks[i + 2], "portable") == 0) s.variant = MLAJIT_VARIANT_PORTABLE;
-    else if (strcmp(toks[i + 2], "sm90") == 0) s.variant = MLAJIT_VARIANT_SM90;
-    else if (strcmp(toks[i + 2], "sliced") == 0) s.variant = MLAJIT_VARIANT_SLICED;
-    else if (strcmp(toks[i + 2], "auto") == 0) s.variant = MLAJIT_VARIANT_AUTO;
-    else return mlajit_fail(MLAJIT_ERR_INVALID_ARGUMENT, "spec string '%s': variant '%s'; allowed portable, sm90, sliced, auto", str, toks[i + 2]);
+    if (!mlajit_variant_from_name(toks[i + 2], &s.variant))
+        return mlajit_fail(MLAJIT_ERR_INVALID_ARGUMENT, "spec string '%s': variant '%s'; allowed " MLAJIT_VARIANT_NAMES,
+                           str, toks[i + 2]);
     if (strcmp(toks[i + 3], "any") != 0) {
         if (strlen(toks[i + 3]) >= sizeof s.arch)
             return mlajit_fail(MLAJIT_ERR_INVALID_ARGUMENT, "spec string '%s': arch too long", str);
