@@ -168,6 +168,7 @@ __device__ __forceinline__ void store_tile(const TilePrefetch& f, const u8* cons
 extern "C" __global__ void __launch_bounds__(cfg::kThreads, cfg::kMinBlocksPerSM) mlajit_decode_main(const DecodeParams p)
 {
     using namespace portable;
+    release_dependent_grid_early(p);  // where the plan lets the combine start now
     extern __shared__ __align__(16) u8 smem[];
     u16* sQ = reinterpret_cast<u16*>(smem + cfg::kSmemQ);
     u16* sK = reinterpret_cast<u16*>(smem + cfg::kSmemK);
@@ -192,7 +193,7 @@ extern "C" __global__ void __launch_bounds__(cfg::kThreads, cfg::kMinBlocksPerSM
     // Q rows of this head group (heads past h_q are zero; waited for before the
     // first barrier).
     stage_q_rows<cfg::kHeadsPerCta, cfg::kDQK, 16, cfg::kThreads>(
-        p, work, [sQ](int h, int c) { return smem_address(sQ + h * cfg::kQKStride + c * 8); });
+        p, work, tid, [sQ](int h, int c) { return smem_address(sQ + h * cfg::kQKStride + c * 8); });
     init_row_statistics(sRowMax, sRowSum);
 
     float acc_o[kMTiles][kVNTiles][4];

@@ -144,6 +144,7 @@ __device__ __forceinline__ void issue_copies(u8* stage, const u8* const* table, 
 extern "C" __global__ void __launch_bounds__(cfg::kThreads, cfg::kMinBlocksPerSM) mlajit_decode_main(const DecodeParams p)
 {
     using namespace sliced;
+    release_dependent_grid_early(p);  // where the plan lets the combine start now
     extern __shared__ __align__(16) u8 smem[];
     u16* sQ = reinterpret_cast<u16*>(smem + cfg::kSmemQ);                // [head][kQStride]
     float* sPart = reinterpret_cast<float*>(smem + cfg::kSmemScores);   // [warp][head][candidate]
@@ -168,7 +169,7 @@ extern "C" __global__ void __launch_bounds__(cfg::kThreads, cfg::kMinBlocksPerSM
     // lane's RoPE A fragments, which stay in registers. The NoPE fragments are read
     // per tile (registers: 16 heads per CTA fit 128 with them in shared memory).
     stage_q_rows<cfg::kHeadsPerCta, cfg::kDV, 8, cfg::kThreads>(
-        p, work, [sQ](int h, int c) { return smem_address(sQ + h * kQStride + c * 4); });
+        p, work, tid, [sQ](int h, int c) { return smem_address(sQ + h * kQStride + c * 4); });
     u32 qr[kMTiles][2];
 #pragma unroll
     for (int m = 0; m < kMTiles; m++)

@@ -36,6 +36,8 @@
 //   kBarRowStats    the final row max and sum are in shared memory (epilogue)
 //   kBarRoundStored the producer group's round is in shared memory and fenced
 //                   (CTA pair: its lead thread then copies it to the peer)
+//   kBarQReady      Q is in shared memory and fenced (the score group copies it
+//                   and waits; no other role reads Q)
 // and, in a CTA pair, mbarriers in shared memory:
 //   peer_round_full[b]   the peer's round of buffer b has landed here (its
 //                        bulk-copied bytes; the local producer sets the count)
@@ -88,7 +90,9 @@ static_assert(kScoreRegisters > kLaunchRegisters && kValueRegisters <= kLaunchRe
               "setmaxnreg: the score group's call increases, the others decrease (a .dec above the "
               "launch count is an illegal instruction)");
 
-enum NamedBarrier { kBarKFull = 1, kBarKEmpty = 3, kBarPReady = 5, kBarPFree = 6, kBarRowStats = 7, kBarRoundStored = 8 };
+enum NamedBarrier {
+    kBarKFull = 1, kBarKEmpty = 3, kBarPReady = 5, kBarPFree = 6, kBarRowStats = 7, kBarRoundStored = 8, kBarQReady = 9
+};
 
 // CTA pair: which rounds of a tile this CTA's producer gathers, and the exchange.
 constexpr int kPairCtas = cfg::kClusterCtas;
@@ -173,10 +177,14 @@ __device__ __forceinline__ u32 peer_address(u32 local, u32 rank)
     return r;
 }
 
-// Every thread of every CTA of the cluster (also orders shared memory: a CTA barrier too).
+// Every thread of every CTA of the cluster (also orders shared memory: a CTA barrier
+// too). Split in two where a thread has work to do between its arrival and the wait.
+__device__ __forceinline__ void cluster_arrive() { asm volatile("barrier.cluster.arrive.release.aligned;\n" ::: "memory"); }
+__device__ __forceinline__ void cluster_wait() { asm volatile("barrier.cluster.wait.acquire.aligned;\n" ::: "memory"); }
 __device__ __forceinline__ void cluster_sync()
 {
-    asm volatile("barrier.cluster.arrive.release.aligned;\nbarrier.cluster.wait.acquire.aligned;\n" ::: "memory");
+    cluster_arrive();
+    cluster_wait();
 }
 
 __device__ __forceinline__ void mbarrier_init(u32 bar, u32 count)
@@ -486,6 +494,7 @@ __device__ __forceinline__ void prefetch_row(const DecodeParams& p, int pos, int
 extern "C" __global__ void MLAJIT_CLUSTER_DIMS __launch_bounds__(sm90::kCtaThreads, 1) mlajit_decode_main(const DecodeParams p)
 {
     using namespace sm90;
+    release_dependent_grid_early(p);  // where the plan lets the combine start now
     extern __shared__ __align__(1024) u8 smem_raw[];
     // wgmma's 128-byte swizzle needs 1024-byte aligned blocks; the generator
     // reserves the slack.
@@ -507,12 +516,9 @@ extern "C" __global__ void MLAJIT_CLUSTER_DIMS __launch_bounds__(sm90::kCtaThrea
     const int row = work.row, head0 = work.head0, b = work.b, s = work.s, split = work.split;
     const TileRange range = work.range;
 
-    // Q rows of this head group into the swizzled layout (heads past h_q are zero).
-    stage_q_rows<kHeads, cfg::kDQK, 16, kCtaThreads>(
-        p, work, [sQ](int h, int c8) { return sQ + (u32)(c8 / 8) * kBlockBytes + swizzled(h, c8 % 8); });
-    copy_async_wait_all();
-    fence_smem_for_wgmma();
-    // A CTA pair's rank (which round of each tile it gathers) and its peer.
+    // A CTA pair's rank (which round of each tile it gathers) and its peer. The
+    // pair's mbarriers are published by a cluster barrier whose wait each role
+    // puts just before its first use of them, after its own start-up work.
     const u32 rank = kPairCtas > 1 ? cluster_rank() : 0u, peer = rank ^ 1u;
     if (kPairCtas > 1) {
         if (tid == 0) {
@@ -522,9 +528,7 @@ extern "C" __global__ void MLAJIT_CLUSTER_DIMS __launch_bounds__(sm90::kCtaThrea
             }
             fence_mbarrier_init();
         }
-        cluster_sync();  // barrier: Q ready for every role, and the pair's mbarriers for both CTAs
-    } else {
-        __syncthreads();  // barrier: Q ready for every role
+        cluster_arrive();
     }
 
     auto live_after = [&](int t) { return next_live_tile(range, t + 1, p.topk); };
@@ -589,6 +593,7 @@ extern "C" __global__ void MLAJIT_CLUSTER_DIMS __launch_bounds__(sm90::kCtaThrea
         };
         RoundLoads even, odd;  // two register rounds, each loaded one round ahead of its stores
         if (t0 < range.end) load_round(p, pos_of(t0, 0), checked_slot(p, pos_of(t0, 0), raw0[0]), quarter, even);
+        if (kPairCtas > 1) cluster_wait();  // the pair's mbarriers, for claim_buffer and the exchange
         if (kPairCtas == 1) {
             // both rounds of every tile: even = round 0, odd = round 1
             for (int seq = 0; t0 < range.end; seq++) {
@@ -644,7 +649,17 @@ extern "C" __global__ void MLAJIT_CLUSTER_DIMS __launch_bounds__(sm90::kCtaThrea
     };
 
     if (group == kScoreGroup) {
+        // Q rows of this head group into the swizzled layout (heads past h_q are
+        // zero). Only S reads Q, so the score group alone copies it, while the
+        // producer already loads the first tile's indices and rows.
+        stage_q_rows<kHeads, cfg::kDQK, 16, kWarpGroupThreads>(
+            p, work, tid - kScoreGroup * kWarpGroupThreads,
+            [sQ](int h, int c8) { return sQ + (u32)(c8 / 8) * kBlockBytes + swizzled(h, c8 % 8); });
         registers_increase<kScoreRegisters>();
+        copy_async_wait_all();
+        fence_smem_for_wgmma();
+        named_barrier_sync(kBarQReady, kWarpGroupThreads);
+        if (kPairCtas > 1) cluster_wait();  // the pair's mbarriers, for wait_tile
         int seq = 0;
         for (int tile = first; tile < range.end; tile = live_after(tile), seq++) {
             const int buf = seq & 1;
@@ -766,6 +781,7 @@ extern "C" __global__ void MLAJIT_CLUSTER_DIMS __launch_bounds__(sm90::kCtaThrea
                 prefetch_row<kPrefetchLanes>(p, pf_tile * kTile + pf_token, pf_raw_of(pf_tile), pf_part);
             pf_raw = pf_raw_of(pf_tile);
         }
+        if (kPairCtas > 1) cluster_wait();  // the pair's mbarriers, for wait_tile
         int seq = 0;
         for (int tile = first; tile < range.end; tile = live_after(tile), seq++) {
             const int buf = seq & 1;

@@ -58,16 +58,18 @@ __device__ __forceinline__ CtaWork cta_work(const DecodeParams& p)
 
 // Copy a CTA's Q rows (query heads head0 .. head0 + kRows - 1, dims [0, kDims))
 // into shared memory with cp.async in kBytes chunks, every chunk in flight at once
-// (one memory round trip); heads past h_q are zero-filled. chunk_address(h, c) is
-// the shared address of head row h's chunk c. The caller waits for the copies
+// (one memory round trip); heads past h_q are zero-filled. kThreads threads copy,
+// `thread` in [0, kThreads) being this one; chunk_address(h, c) is the shared
+// address of head row h's chunk c. The copying threads wait for their copies
 // before the barrier that publishes them.
 template <int kRows, int kDims, int kBytes, int kThreads, typename ChunkAddress>
-__device__ __forceinline__ void stage_q_rows(const DecodeParams& p, const CtaWork& w, ChunkAddress chunk_address)
+__device__ __forceinline__ void stage_q_rows(const DecodeParams& p, const CtaWork& w, int thread,
+                                             ChunkAddress chunk_address)
 {
     constexpr int kDimsPerChunk = kBytes / 2;  // bf16
     constexpr int kChunks = kDims / kDimsPerChunk;
     static_assert(kDims % kDimsPerChunk == 0, "Q rows copy in whole chunks");
-    for (int i = threadIdx.x; i < kRows * kChunks; i += kThreads) {
+    for (int i = thread; i < kRows * kChunks; i += kThreads) {
         const int h = i / kChunks, c = i % kChunks;
         const bool live = w.head0 + h < cfg::kHeads;
         copy_async<kBytes>(chunk_address(h, c),

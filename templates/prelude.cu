@@ -39,7 +39,7 @@ struct DecodeParams {
     float sm_scale_log2;
     int batch, s_q, topk, extra_topk;
     int num_splits, tiles_per_split;
-    int pad0;
+    int combine_starts_early;
 };
 static_assert(sizeof(DecodeParams) == cfg::kParamsBytes, "DecodeParams drifted from mlajit_decode_params");
 
@@ -149,19 +149,28 @@ __device__ __forceinline__ float warp_sum_xor(float v, int width)
 }
 
 // Grid dependency control (sm_90 on). The runtime launches the combine as the
-// main kernel's programmatic dependent: its launch starts as the main kernel's
-// CTAs exit instead of after the grid's completion, and the combine waits for the
-// main kernel's writes to be visible before reading them. The main kernel does
-// not trigger it earlier: combine CTAs launched while the main grid still ran
-// piled onto the few idle SMs and ran there, +5 us on 128-CTA grids (b 8).
+// main kernel's programmatic dependent, and the combine waits for the main
+// kernel's completion and writes before reading them. By default its launch
+// starts as the main kernel's CTAs exit, instead of after the grid's completion.
+// Where the main grid leaves SMs idle (the plan decides: combine_starts_early),
+// the main kernel releases it at its start, so the combine's CTAs are already
+// resident on the idle SMs when the main kernel ends; where few SMs are idle they
+// would pile onto those few and run there (+5 us on 128-CTA grids at b 8), so
+// the release then waits for the exits.
 #if __CUDA_ARCH__ >= 900
 __device__ __forceinline__ void wait_for_prerequisite_grid()
 {
     if (cfg::kDependentCombine) asm volatile("griddepcontrol.wait;\n" ::: "memory");
 }
+
+__device__ __forceinline__ void release_dependent_grid_early(const DecodeParams& p)
+{
+    if (cfg::kDependentCombine && p.combine_starts_early) asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
+}
 #else
 static_assert(!cfg::kDependentCombine, "grid dependency control needs sm_90 or later");
 __device__ __forceinline__ void wait_for_prerequisite_grid() {}
+__device__ __forceinline__ void release_dependent_grid_early(const DecodeParams&) {}
 #endif
 
 // Output scale from the attention sink: 1 / (1 + exp(sink - lse)).

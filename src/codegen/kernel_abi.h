@@ -31,7 +31,7 @@ typedef struct mlajit_decode_params {
     float sm_scale_log2;      /* sm_scale * log2(e) */
     int32_t batch, s_q, topk, extra_topk;
     int32_t num_splits, tiles_per_split;
-    int32_t pad0;
+    int32_t combine_starts_early; /* 1: the main kernel releases its dependent combine at its start (the plan's choice) */
 } mlajit_decode_params;
 
 #endif

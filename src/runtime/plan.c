@@ -6,7 +6,7 @@
 #include "common/error.h"
 #include "runtime/runtime.h"
 
-enum { kMaxSplits = MLAJIT_MAX_SPLITS, kWorkspaceAlign = 256 };
+enum { kMaxSplits = MLAJIT_MAX_SPLITS, kWorkspaceAlign = 256, kCombineCtasPerIdleSm = 4 };
 
 static size_t round_up(size_t x, size_t a) { return (x + a - 1) / a * a; }
 
@@ -36,6 +36,18 @@ static int choose_splits(int ctas, int num_tiles, int sm_count, int blocks_per_s
         }
     }
     return best;
+}
+
+/* The block scheduler spreads a grid over the SMs before it doubles up, so a
+ * main grid of fewer CTAs than SMs leaves sm_count - main_ctas of them idle. The
+ * combine may wait on those from the start when they can hold it at a few CTAs
+ * each (bench/NOTES.md: with 4 idle SMs for a 64-512 CTA combine it piled onto
+ * them, +5 us at b 8). */
+int mlajit_combine_starts_early(long main_ctas, int sm_count, long combine_ctas)
+{
+    if (main_ctas <= 0 || combine_ctas <= 0 || main_ctas >= sm_count)
+        return 0;
+    return combine_ctas <= (sm_count - main_ctas) * (long)kCombineCtasPerIdleSm;
 }
 
 /* A plan's grid with a kernel of this layout: head groups x rows CTAs per split,
@@ -117,6 +129,9 @@ int mlajit_plan_create(mlajit_context *ctx, const mlajit_kernel_spec *spec, cons
     p->num_tiles = g.num_tiles;
     p->num_splits = g.num_splits;
     p->tiles_per_split = g.tiles_per_split;
+    p->combine_starts_early = p->num_splits > 1 && k->layout.dependent_combine &&
+                              mlajit_combine_starts_early((long)g.head_groups * g.rows * g.num_splits, sm_count,
+                                                          (long)g.rows * spec->h_q);
     if (p->num_splits > 1 && p->rows > 0) {
         size_t partial_rows = (size_t)p->num_splits * p->rows * spec->h_q;
         p->partial_out_bytes = round_up(partial_rows * p->model->d_v * sizeof(float), kWorkspaceAlign);

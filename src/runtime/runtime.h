@@ -64,8 +64,15 @@ struct mlajit_plan {
     mlajit_decode_shape shape;
     const mlajit_model_desc *model;
     int head_groups, rows, num_tiles, num_splits, tiles_per_split;
+    int combine_starts_early;    /* the main kernel releases the dependent combine at its start */
     size_t partial_out_bytes, workspace_bytes;
 };
+
+/* Whether a main grid of main_ctas CTAs leaves enough of sm_count SMs idle for a
+ * combine of combine_ctas CTAs to launch at the main kernel's start and wait there
+ * (at most a few per idle SM); the plan asks it for split plans whose combine is a
+ * programmatic dependent. */
+int mlajit_combine_starts_early(long main_ctas, int sm_count, long combine_ctas);
 
 /* Look up or build the kernel for spec (arch "" = the context's). With load,
  * also load it onto the device (needs a device whose arch matches). */
