@@ -222,26 +222,20 @@ int cli_bench(int argc, char **argv)
         "  --heads/--batch/--topk N   only the rows with that value (for profilers)\n"
         "  --tile/--heads-per-cta N   force a kernel variant on every row (compare variants)\n"
         "  --splits S   force S split-KV splits on every row (at most the row's tiles)\n";
+    /* the numeric options: where each goes, its value range */
+    const cli_int_option ints[] = {
+        {"--heads", &only_heads, 1, MLAJIT_MAX_HEADS},   {"--batch", &only_batch, 1, MLAJIT_MAX_BATCH},
+        {"--topk", &only_topk, 1, MLAJIT_MAX_TOPK},      {"--tile", &variant.tile, 0, 64},
+        {"--heads-per-cta", &variant.heads_per_cta, 0, 64}, {"--splits", &variant.splits, 0, MLAJIT_MAX_SPLITS},
+    };
     for (int i = 1; i < argc; i++) {
-        /* the numeric options: where each goes, its value range */
-        const struct { const char *name; int *target, lo, hi; } ints[] = {
-            {"--heads", &only_heads, 1, MLAJIT_MAX_HEADS},   {"--batch", &only_batch, 1, MLAJIT_MAX_BATCH},
-            {"--topk", &only_topk, 1, MLAJIT_MAX_TOPK},      {"--tile", &variant.tile, 0, 64},
-            {"--heads-per-cta", &variant.heads_per_cta, 0, 64}, {"--splits", &variant.splits, 0, MLAJIT_MAX_SPLITS},
-        };
-        size_t k = 0;
-        while (k < sizeof ints / sizeof ints[0] && strcmp(argv[i], ints[k].name) != 0)
-            k++;
-        if (k < sizeof ints / sizeof ints[0]) {
-            if (i + 1 == argc) {
-                fprintf(stderr, "mlajit: bench: %s needs a value\n%s", argv[i], usage);
-                return CLI_USAGE;
-            }
-            if (!cli_parse_int(argv[i + 1], ints[k].name, ints[k].lo, ints[k].hi, ints[k].target))
-                return CLI_USAGE;
-            i++;
+        const int matched = cli_match_int_option(argc, argv, &i, ints, sizeof ints / sizeof ints[0], "bench");
+        if (matched < 0) {
+            fputs(usage, stderr);
+            return CLI_USAGE;
         }
-        else if (strcmp(argv[i], "--json") == 0 && i + 1 < argc) json_path = argv[++i];
+        if (matched) continue;
+        if (strcmp(argv[i], "--json") == 0 && i + 1 < argc) json_path = argv[++i];
         else if (strcmp(argv[i], "--variant") == 0 && i + 1 < argc) {
             if (!cli_parse_variant(argv[++i], &variant.variant))
                 return CLI_USAGE;

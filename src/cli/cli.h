@@ -20,4 +20,16 @@ int cli_parse_variant(const char *s, mlajit_variant *out);
  * "mlajit: NAME = 'S'; allowed LO..HI" and return 0. */
 int cli_parse_int(const char *s, const char *name, int lo, int hi, int *out);
 
+/* A numeric option of a command: its name, where its value goes, its range. */
+typedef struct cli_int_option {
+    const char *name;
+    int *target;
+    int lo, hi;
+} cli_int_option;
+/* When argv[*i] names one of the n options, parse its value (argv[*i + 1]) into its
+ * target and step *i past it: 1. A missing or bad value prints
+ * "mlajit: CMD: NAME needs a value" or cli_parse_int's message: -1. Another
+ * argument: 0, nothing printed. */
+int cli_match_int_option(int argc, char **argv, int *i, const cli_int_option *opts, size_t n, const char *cmd);
+
 #endif

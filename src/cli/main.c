@@ -62,6 +62,23 @@ int cli_parse_int(const char *s, const char *name, int lo, int hi, int *out)
     return 1;
 }
 
+int cli_match_int_option(int argc, char **argv, int *i, const cli_int_option *opts, size_t n, const char *cmd)
+{
+    for (size_t k = 0; k < n; k++) {
+        if (strcmp(argv[*i], opts[k].name) != 0)
+            continue;
+        if (*i + 1 == argc) {
+            fprintf(stderr, "mlajit: %s: %s needs a value\n", cmd, opts[k].name);
+            return -1;
+        }
+        if (!cli_parse_int(argv[*i + 1], opts[k].name, opts[k].lo, opts[k].hi, opts[k].target))
+            return -1;
+        (*i)++;
+        return 1;
+    }
+    return 0;
+}
+
 int cli_parse_variant(const char *s, mlajit_variant *out)
 {
     if (mlajit_variant_from_name(s, out))
@@ -219,8 +236,16 @@ static int cmd_run_case(int argc, char **argv)
     int cpu = 0;
     const char *dir = NULL;
     mlajit_gpu_run_options run = {0}; /* what `mlajit fuzz` prints for a failing call */
+    const cli_int_option ints[] = {
+        {"--tile", &run.tile, 0, 64},
+        {"--heads-per-cta", &run.heads_per_cta, 0, 64},
+        {"--splits", &run.num_splits, 0, MLAJIT_MAX_SPLITS},
+    };
     for (int i = 1; i < argc; i++) {
-        if (strcmp(argv[i], "--cpu") == 0) cpu = 1;
+        int matched = cli_match_int_option(argc, argv, &i, ints, sizeof ints / sizeof ints[0], "run-case");
+        if (matched < 0) return CLI_USAGE;
+        else if (matched) continue;
+        else if (strcmp(argv[i], "--cpu") == 0) cpu = 1;
         else if (strcmp(argv[i], "--lse-head-major") == 0) run.lse_head_major = 1;
         else if (strcmp(argv[i], "--pad-strides") == 0) run.pad_strides = 1;
         else if (strcmp(argv[i], "--variant") == 0) {
@@ -228,17 +253,6 @@ static int cmd_run_case(int argc, char **argv)
                 return usage_error("run-case: %s needs a value", argv[i]);
             if (!cli_parse_variant(argv[++i], &run.variant))
                 return CLI_USAGE;
-        }
-        else if (strcmp(argv[i], "--tile") == 0 || strcmp(argv[i], "--heads-per-cta") == 0 ||
-                 strcmp(argv[i], "--splits") == 0) {
-            if (i + 1 == argc)
-                return usage_error("run-case: %s needs a value", argv[i]);
-            int ok = strcmp(argv[i], "--tile") == 0 ? cli_parse_int(argv[i + 1], "--tile", 0, 64, &run.tile)
-                     : strcmp(argv[i], "--splits") == 0 ? cli_parse_int(argv[i + 1], "--splits", 0, MLAJIT_MAX_SPLITS, &run.num_splits)
-                     : cli_parse_int(argv[i + 1], "--heads-per-cta", 0, 64, &run.heads_per_cta);
-            if (!ok)
-                return CLI_USAGE;
-            i++;
         }
         else if (argv[i][0] == '-') return usage_error("run-case: unknown option '%s'", argv[i]);
         else if (!dir) dir = argv[i];
