@@ -6,15 +6,20 @@
 // nothing at all gives out 0 and lse +inf.
 // At small batches the combine is pure latency (a few CTAs, each reading up to
 // kMaxSplits partials from L2), so no load waits on another: thread s reads split
-// s's lse, the block reduces them once, and the partial rows are read
-// kSplitsInFlight at a time.
+// s's lse, the block reduces them once, and the partial rows are copied into shared
+// memory (cp.async), kCombineStagedSplits splits per round, every copy in flight at
+// once. The first round is issued before the lse pass, so the two overlap. (Loaded
+// into registers instead, ptxas kept one or two rows in flight whatever the source
+// asked for: one L2 round trip per split, a third of a b 1 call; bench/NOTES.md.)
+// Dynamic shared memory: min(splits, kCombineStagedSplits) x kDV fp32 (the plan's).
 // ---------------------------------------------------------------------------
 namespace combine {
 constexpr int kWarps = cfg::kCombineThreads / 32;
 constexpr int kDimsPerThread = cfg::kDV / cfg::kCombineThreads;
-constexpr int kSplitsInFlight = 8;  // partial rows each thread has loads in flight for
+constexpr int kStagedBytesPerSplit = cfg::kCombineThreads * 16;  // one split's row: each thread's 16 bytes
 static_assert(kDimsPerThread == 4, "combine: each thread reads one 16-byte group of dims per split");
 static_assert(cfg::kMaxSplits <= cfg::kCombineThreads, "combine: one thread per split's lse");
+static_assert(kStagedBytesPerSplit == cfg::kDV * 4, "combine: a staged split is one fp32 row");
 }  // namespace combine
 
 // The block's reduction of one value per thread (op: max or sum); every thread gets it.
@@ -34,16 +39,28 @@ __device__ __forceinline__ float combine_block_reduce(float v, float* warp_slots
 
 extern "C" __global__ void __launch_bounds__(cfg::kCombineThreads) mlajit_decode_combine(const DecodeParams p)
 {
+    extern __shared__ __align__(16) u8 combine_staged[];  // [round's split][thread] 16 bytes
     __shared__ float split_weight[cfg::kMaxSplits];
     __shared__ float warp_slots[combine::kWarps];
     const int row = blockIdx.x, h = blockIdx.y;
     const int b = row / p.s_q, s = row % p.s_q;
     const i64 rows = (i64)p.batch * p.s_q;
     const int num_splits = p.num_splits;
+    const int t = threadIdx.x;
+    const int per_round = min(num_splits, cfg::kCombineStagedSplits);
+    const F32x4* column = reinterpret_cast<const F32x4*>(p.partial_out + ((i64)row * cfg::kHeads + h) * cfg::kDV) + t;
+    const i64 split_stride4 = rows * cfg::kHeads * cfg::kDV / 4;  // one split's partials, in F32x4
+    const u32 my_slots = smem_address(combine_staged) + 16u * t;      // this thread's 16 bytes of each staged split
+    // Splits sp0 .. sp0 + per_round - 1 (those that exist) into the staging slots.
+    // Each thread reads back only what it copied itself: no block barrier needed.
+    auto stage_round = [&](int sp0) {
+        for (int j = 0; j < per_round && sp0 + j < num_splits; j++)
+            copy_async<16>(my_slots + (u32)(j * combine::kStagedBytesPerSplit), column + (sp0 + j) * split_stride4);
+    };
     wait_for_prerequisite_grid();  // the partials: launched early, the combine may start before they exist
+    stage_round(0);
 
     // Every split's lse at once: thread t holds split t's.
-    const int t = threadIdx.x;
     const float lse_t = t < num_splits ? p.partial_lse[(t * rows + row) * cfg::kHeads + h] : neg_inf();
     const float max_lse = combine_block_reduce<true>(lse_t, warp_slots);
     const bool empty = max_lse == neg_inf();
@@ -54,24 +71,19 @@ extern "C" __global__ void __launch_bounds__(cfg::kCombineThreads) mlajit_decode
     __syncthreads();
 
     float acc[combine::kDimsPerThread] = {0.0f, 0.0f, 0.0f, 0.0f};
-    const F32x4* column = reinterpret_cast<const F32x4*>(p.partial_out + ((i64)row * cfg::kHeads + h) * cfg::kDV) + t;
-    const i64 split_stride4 = rows * cfg::kHeads * cfg::kDV / 4;  // one split's partials, in F32x4
-    for (int sp0 = 0; sp0 < num_splits; sp0 += combine::kSplitsInFlight) {
-        F32x4 v[combine::kSplitsInFlight];
-        float w[combine::kSplitsInFlight];
-#pragma unroll
-        for (int j = 0; j < combine::kSplitsInFlight; j++) {
-            const int sp = sp0 + j;
-            w[j] = sp < num_splits ? split_weight[sp] : 0.0f;
-            // A split that weighs nothing may not have written its row: not read.
-            v[j] = w[j] != 0.0f ? column[sp * split_stride4] : F32x4{0.0f, 0.0f, 0.0f, 0.0f};
-        }
-#pragma unroll
-        for (int j = 0; j < combine::kSplitsInFlight; j++) {
-            acc[0] += w[j] * v[j].x;
-            acc[1] += w[j] * v[j].y;
-            acc[2] += w[j] * v[j].z;
-            acc[3] += w[j] * v[j].w;
+    for (int sp0 = 0; sp0 < num_splits; sp0 += per_round) {
+        if (sp0 > 0) stage_round(sp0);
+        copy_async_wait_all();
+        for (int j = 0; j < per_round && sp0 + j < num_splits; j++) {
+            const float w = split_weight[sp0 + j];
+            // A split that weighs nothing may not have written its row: its values
+            // are dropped, not multiplied by 0 (they may be NaN).
+            if (w == 0.0f) continue;
+            const F32x4 v = *reinterpret_cast<const F32x4*>(combine_staged + j * combine::kStagedBytesPerSplit + 16 * t);
+            acc[0] += w * v.x;
+            acc[1] += w * v.y;
+            acc[2] += w * v.z;
+            acc[3] += w * v.w;
         }
     }
     float scale = 1.0f;

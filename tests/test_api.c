@@ -505,6 +505,32 @@ Test(api, planner_starts_the_combine_early_only_beside_idle_sms)
     mlajit_plan_destroy(p);
 }
 
+/* The combine stages its split rows in dynamic shared memory, a round of at most
+ * layout.combine_staged_splits rows of d_v fp32 at a time: the plan asks for one
+ * round's worth, and nothing without a combine. */
+static int combine_smem_for(int topk, int splits)
+{
+    mlajit_kernel_spec s;
+    cr_assert_eq(mlajit_spec_init(&s, MLAJIT_MODEL_V32, 8, 64), MLAJIT_OK);
+    mlajit_decode_shape shape = {.batch = 1, .s_q = 1, .topk = topk, .num_splits = splits};
+    mlajit_plan *p = NULL;
+    cr_assert_eq(mlajit_plan_create(ctx, &s, &shape, &p), MLAJIT_OK, "%s", mlajit_last_error());
+    cr_assert_eq(mlajit_plan_num_splits(p), splits);
+    cr_assert_eq(p->kernel->layout.combine_bytes_per_split, 512 * 4, "a V3.2 split row: 512 fp32");
+    cr_assert_eq(p->kernel->layout.combine_staged_splits, 32);
+    int bytes = p->combine_smem_bytes;
+    mlajit_plan_destroy(p);
+    return bytes;
+}
+
+Test(api, planner_sizes_the_combine_staging_to_one_round)
+{
+    cr_expect_eq(combine_smem_for(4096, 64), 32 * 2048, "64 splits: two rounds of 32");
+    cr_expect_eq(combine_smem_for(2048, 32), 32 * 2048);
+    cr_expect_eq(combine_smem_for(2048, 7), 7 * 2048, "fewer splits than a round: all of them");
+    cr_expect_eq(combine_smem_for(2048, 1), 0, "no split, no combine");
+}
+
 /* auto's shape-dependent family: the sliced kernel where each CTA walks at least
  * MLAJIT_SLICED_MIN_TILES tiles (v32, at most 16 heads, sm_90a), the wgmma kernel
  * elsewhere; and auto's own kernel when the sliced one cannot be had. */

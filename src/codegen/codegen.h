@@ -17,6 +17,8 @@ typedef struct mlajit_kernel_layout {
     int heads_per_cta;      /* query heads per CTA */
     int smem_bytes;         /* dynamic shared memory of the main kernel */
     int combine_threads;    /* combine kernel block size (one block per row and head) */
+    int combine_staged_splits;   /* split rows the combine stages in shared memory per round */
+    int combine_bytes_per_split; /* its dynamic shared memory per staged split (a d_v fp32 row) */
     int blocks_per_sm;      /* CTAs of the main kernel resident per SM (the planner's wave size) */
     int cluster_ctas;       /* CTAs per cluster along the head groups (1: no cluster); divides their count by construction */
     int dependent_combine;  /* 1: the combine waits for the main kernel itself (griddepcontrol.wait), so it may be

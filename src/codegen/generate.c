@@ -13,7 +13,9 @@
 #include "common/error.h"
 #include "common/strbuf.h"
 
-enum { kCombineThreads = 128, kRowPad = 8 };
+/* kCombineStagedSplits: the split rows the combine copies into shared memory per
+ * round (d_v fp32 each: 64 KB for 32 splits of 512 dims). */
+enum { kCombineThreads = 128, kCombineStagedSplits = 32, kRowPad = 8 };
 
 static int is_sm90(const mlajit_kernel_spec *r) { return r->variant == MLAJIT_VARIANT_SM90; }
 static int is_sliced(const mlajit_kernel_spec *r) { return r->variant == MLAJIT_VARIANT_SLICED; }
@@ -168,6 +170,8 @@ int mlajit_codegen_layout(const mlajit_kernel_spec *r, mlajit_kernel_layout *lay
     layout->heads_per_cta = r->heads_per_cta;
     layout->smem_bytes = m.total;
     layout->combine_threads = kCombineThreads;
+    layout->combine_staged_splits = kCombineStagedSplits;
+    layout->combine_bytes_per_split = d->d_v * (int)sizeof(float);
     layout->blocks_per_sm = min_blocks_per_sm(r, &m);
     layout->cluster_ctas = cluster_ctas(r);
     layout->dependent_combine = mlajit_arch_has_grid_dependency(r->arch);
@@ -242,6 +246,8 @@ static void emit_config(mlajit_strbuf *b, const mlajit_kernel_spec *r, const mla
     mlajit_strbuf_printf(b, "constexpr int kScoreStride = %d;   // fp32\n", score_stride(r));
     mlajit_strbuf_printf(b, "constexpr int kProbStride = %d;    // bf16\n", prob_stride(r));
     mlajit_strbuf_printf(b, "constexpr int kCombineThreads = %d;\n", kCombineThreads);
+    mlajit_strbuf_printf(b, "constexpr int kCombineStagedSplits = %d;  // split rows the combine stages per round\n",
+                         kCombineStagedSplits);
     mlajit_strbuf_printf(b, "constexpr int kMaxSplits = %d;       // split-KV splits a plan may use\n",
                          MLAJIT_MAX_SPLITS);
     /* The combine may start while the main kernel runs (its launch hidden behind

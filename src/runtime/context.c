@@ -491,10 +491,14 @@ static int kernel_load(mlajit_context *ctx, mlajit_kernel *k)
                      MLAJIT_CU_SUCCESS)
             rc = mlajit_cuda_fail(drv, r, "cuModuleGetFunction");
     }
-    /* Set once per function: the dynamic shared memory the launch will ask for. */
+    /* Set once per function: the most dynamic shared memory a launch will ask for
+     * (the combine's: its staged split rows, at most a full round of them). */
     if (rc == MLAJIT_OK &&
-        (r = drv->cuFuncSetAttribute(k->main_fn, MLAJIT_CU_FUNC_ATTR_MAX_DYNAMIC_SMEM, k->layout.smem_bytes)) !=
-            MLAJIT_CU_SUCCESS)
+        ((r = drv->cuFuncSetAttribute(k->main_fn, MLAJIT_CU_FUNC_ATTR_MAX_DYNAMIC_SMEM, k->layout.smem_bytes)) !=
+             MLAJIT_CU_SUCCESS ||
+         (r = drv->cuFuncSetAttribute(k->combine_fn, MLAJIT_CU_FUNC_ATTR_MAX_DYNAMIC_SMEM,
+                                      k->layout.combine_staged_splits * k->layout.combine_bytes_per_split)) !=
+             MLAJIT_CU_SUCCESS))
         rc = mlajit_cuda_fail(drv, r, "cuFuncSetAttribute(MAX_DYNAMIC_SHARED_SIZE_BYTES)");
     if (rc == MLAJIT_OK) {
         int regs = 0;

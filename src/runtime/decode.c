@@ -163,7 +163,7 @@ static CUresult launch_combine(const mlajit_driver *drv, const mlajit_plan *plan
     const mlajit_cu_launch_config cfg = {
         .grid_x = (unsigned)plan->rows, .grid_y = (unsigned)k->spec.h_q, .grid_z = 1,
         .block_x = (unsigned)k->layout.combine_threads, .block_y = 1, .block_z = 1,
-        .shared_bytes = 0, .stream = stream, .attrs = &attr, .num_attrs = 1,
+        .shared_bytes = (unsigned)plan->combine_smem_bytes, .stream = stream, .attrs = &attr, .num_attrs = 1,
     };
     if (k->layout.dependent_combine && drv->cuLaunchKernelEx &&
         drv->cuLaunchKernelEx(&cfg, k->combine_fn, params, NULL) == MLAJIT_CU_SUCCESS)

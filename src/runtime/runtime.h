@@ -65,6 +65,7 @@ struct mlajit_plan {
     const mlajit_model_desc *model;
     int head_groups, rows, num_tiles, num_splits, tiles_per_split;
     int combine_starts_early;    /* the main kernel releases the dependent combine at its start */
+    int combine_smem_bytes;      /* the combine's dynamic shared memory: its staged split rows */
     size_t partial_out_bytes, workspace_bytes;
 };
 
