@@ -822,33 +822,23 @@ extern "C" __global__ void MLAJIT_CLUSTER_DIMS __launch_bounds__(sm90::kCtaThrea
     // Epilogue: normalize; write the result, or this split's partial.
 #pragma unroll
     for (int half = 0; half < 2; half++) {
-        const float sum = row_sum[half];
-        const int hl = hl0 + 8 * half;
-        const int h = head0 + hl;
+        const int h = head0 + hl0 + 8 * half;
         if (h >= cfg::kHeads) continue;
-        const bool empty = sum == 0.0f;
-        const float inv = empty ? 0.0f : 1.0f / sum;
-        const float lse = empty ? neg_inf() : (row_max[half] + fast_log2(sum)) * kLn2;
-        const int dv0 = group * kVDimsPerGroup + 2 * q;
-        if (p.num_splits > 1) {
-            const i64 prow = ((i64)split * p.batch * p.s_q + row) * cfg::kHeads + h;
-            float* dst = p.partial_out + prow * cfg::kDV + dv0;
+        finish_row(
+            p, split, row, b, s, h, group * kVDimsPerGroup + 2 * q, row_max[half], row_sum[half],
+            group == kScoreGroup && q == 0,
+            [&](float* dst, float inv) {
 #pragma unroll
-            for (int j = 0; j < kVDimsPerGroup / 8; j++)
-                *reinterpret_cast<U32x2*>(dst + 8 * j) = U32x2{float_to_bits(acc_o[4 * j + 2 * half] * inv),
-                                                               float_to_bits(acc_o[4 * j + 2 * half + 1] * inv)};
-            if (group == kScoreGroup && q == 0) p.partial_lse[prow] = lse;
-        } else {
-            float scale = inv;
-            if (cfg::kHasSink && !empty) scale *= sink_factor(p.attn_sink[h], lse);
-            u16* dst = p.out + b * p.out_stride_b + s * p.out_stride_s + h * p.out_stride_h + dv0;
+                for (int j = 0; j < kVDimsPerGroup / 8; j++)
+                    *reinterpret_cast<U32x2*>(dst + 8 * j) = U32x2{float_to_bits(acc_o[4 * j + 2 * half] * inv),
+                                                                   float_to_bits(acc_o[4 * j + 2 * half + 1] * inv)};
+            },
+            [&](u16* dst, float scale) {
 #pragma unroll
-            for (int j = 0; j < kVDimsPerGroup / 8; j++)
-                *reinterpret_cast<u32*>(dst + 8 * j) =
-                    pack_bf16x2(acc_o[4 * j + 2 * half] * scale, acc_o[4 * j + 2 * half + 1] * scale);
-            if (p.lse && group == kScoreGroup && q == 0)
-                p.lse[b * p.lse_stride_b + s * p.lse_stride_s + h * p.lse_stride_h] = empty ? pos_inf() : lse;
-        }
+                for (int j = 0; j < kVDimsPerGroup / 8; j++)
+                    *reinterpret_cast<u32*>(dst + 8 * j) =
+                        pack_bf16x2(acc_o[4 * j + 2 * half] * scale, acc_o[4 * j + 2 * half + 1] * scale);
+            });
     }
     if (kPairCtas > 1) cluster_sync();  // the peer may still write here until it is done
 }
