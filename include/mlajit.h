@@ -131,13 +131,18 @@ typedef enum mlajit_variant {
                                   * are 0 or 64, else portable; and a plan of at most 16 heads of
                                   * V3.2's layout on sm_90a takes sliced instead where each CTA
                                   * walks >= 16 tiles of 32 candidates and that kernel can be had
-                                  * (the faster on the H200 there; bench/NOTES.md) */
+                                  * (the faster on the H200 there; bench/NOTES.md); and sm90-staged
+                                  * where it would run sm90 on a short walk (below) */
     MLAJIT_VARIANT_PORTABLE = 1, /* mma.sync bf16 family, sm_80 and newer */
     MLAJIT_VARIANT_SM90 = 2,     /* wgmma, warp-specialized; sm_90a only, 64 heads per CTA, tile 64 */
-    MLAJIT_VARIANT_SLICED = 3    /* mma.sync, each warp gathers and multiplies one 64-dim slice of
+    MLAJIT_VARIANT_SLICED = 3,   /* mma.sync, each warp gathers and multiplies one 64-dim slice of
                                   * every candidate in registers; sm_80 and newer; models whose V is
                                   * the NoPE part with inline scales (v32, glm_nsa); 16 or 32 heads
                                   * per CTA, tile 32 */
+    MLAJIT_VARIANT_SM90_STAGED = 4 /* sm90 whose bf16 output rows go through shared memory, written
+                                  * back 512 contiguous bytes per warp instruction; auto takes it on
+                                  * sm_90a for a plan that does not split and walks fewer than 16
+                                  * tiles of 64 per CTA (bench/NOTES.md) */
 } mlajit_variant;
 
 typedef struct mlajit_kernel_spec {

@@ -306,6 +306,13 @@ __device__ __forceinline__ void store_shared32(u32 addr, u32 v)
     asm volatile("st.shared.b32 [%0], %1;\n" :: "r"(addr), "r"(v) : "memory");
 }
 
+__device__ __forceinline__ U32x4 load_shared16(u32 addr)
+{
+    U32x4 v;
+    asm volatile("ld.shared.v4.b32 {%0, %1, %2, %3}, [%4];\n" : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "r"(addr) : "memory");
+    return v;
+}
+
 __device__ __forceinline__ void st_shared_f32(u32 addr, float v)
 {
     asm volatile("st.shared.f32 [%0], %1;\n" :: "r"(addr), "f"(v) : "memory");
@@ -641,6 +648,7 @@ extern "C" __global__ void MLAJIT_CLUSTER_DIMS __launch_bounds__(sm90::kCtaThrea
 #pragma unroll
     for (int i = 0; i < kVDimsPerGroup / 2; i++) acc_o[i] = 0.0f;
     float row_max[2] = {neg_inf(), neg_inf()}, row_sum[2] = {0.0f, 0.0f};  // score group: rows hl0, hl0 + 8
+    int staging_buf = 0;  // kStagedOutput: the K buffer no role reads any more, for this group's output rows
     // Buffer buf of tile seq holds both halves: this CTA's producer's (named
     // barrier) and, in a pair, the peer's bytes (mbarrier phase seq / 2).
     auto wait_tile = [&](int seq, int buf) {
@@ -767,6 +775,9 @@ extern "C" __global__ void MLAJIT_CLUSTER_DIMS __launch_bounds__(sm90::kCtaThrea
             }
         }
         named_barrier_arrive(kBarRowStats, kConsumerThreads);
+        // The buffer of the tile before last: S and P V on it are done (the value
+        // group freed P after its P V), and no tile remains for the producer.
+        staging_buf = seq & 1;
     } else {
         registers_decrease<kValueRegisters>();
         // CTA pair: prefetcher of this thread's row of each tile the producer
@@ -817,9 +828,21 @@ extern "C" __global__ void MLAJIT_CLUSTER_DIMS __launch_bounds__(sm90::kCtaThrea
             row_max[half] = load_shared_f32(sRowMax + 4 * (hl0 + 8 * half));
             row_sum[half] = load_shared_f32(sRowSum + 4 * (hl0 + 8 * half));
         }
+        // The last tile's buffer: this group's P V on it is done, and the score
+        // group's too (it arrived at kBarRowStats after its loop).
+        staging_buf = (seq - 1) & 1;
     }
 
     // Epilogue: normalize; write the result, or this split's partial.
+    // kStagedOutput (a plan that does not split, short walks): stored straight from
+    // the fragments, each warp instruction would touch 8 head rows' lines; the rows
+    // go through a spent K buffer instead, 16-byte chunks XOR-swizzled by the row
+    // (conflict-free both ways), and each warp writes its own 16 rows back, every
+    // instruction 512 contiguous bytes of one row. A separate kernel: the staged
+    // code's mere presence slowed the long walks of the CTA pair (bench/NOTES.md).
+    constexpr int kRowBytes = kVDimsPerGroup * 2;  // a group's half of a bf16 output row
+    static_assert(!cfg::kStagedOutput || kHeads * kRowBytes <= kOperandBytes, "a group's output rows fit in a K buffer");
+    const u32 staging = sK + (u32)staging_buf * kOperandBytes;
 #pragma unroll
     for (int half = 0; half < 2; half++) {
         const int h = head0 + hl0 + 8 * half;
@@ -828,17 +851,40 @@ extern "C" __global__ void MLAJIT_CLUSTER_DIMS __launch_bounds__(sm90::kCtaThrea
             p, split, row, b, s, h, group * kVDimsPerGroup + 2 * q, row_max[half], row_sum[half],
             group == kScoreGroup && q == 0,
             [&](float* dst, float inv) {
+                if (cfg::kStagedOutput) return;  // never called: the plan does not split this kernel (its spills)
 #pragma unroll
                 for (int j = 0; j < kVDimsPerGroup / 8; j++)
                     *reinterpret_cast<U32x2*>(dst + 8 * j) = U32x2{float_to_bits(acc_o[4 * j + 2 * half] * inv),
                                                                    float_to_bits(acc_o[4 * j + 2 * half + 1] * inv)};
             },
             [&](u16* dst, float scale) {
+                if (cfg::kStagedOutput) {
+                    // dims 8 j + 2 q, + 1 of local row hl0 + 8 half: chunk j ^ g, bytes 4 q
+                    const u32 base = staging + (u32)((hl0 + 8 * half) * kRowBytes + (g << 4) + 4 * q);
 #pragma unroll
-                for (int j = 0; j < kVDimsPerGroup / 8; j++)
-                    *reinterpret_cast<u32*>(dst + 8 * j) =
-                        pack_bf16x2(acc_o[4 * j + 2 * half] * scale, acc_o[4 * j + 2 * half + 1] * scale);
+                    for (int j = 0; j < kVDimsPerGroup / 8; j++)
+                        store_shared32(base ^ (u32)(j << 4),
+                                       pack_bf16x2(acc_o[4 * j + 2 * half] * scale, acc_o[4 * j + 2 * half + 1] * scale));
+                } else {
+#pragma unroll
+                    for (int j = 0; j < kVDimsPerGroup / 8; j++)
+                        *reinterpret_cast<u32*>(dst + 8 * j) =
+                            pack_bf16x2(acc_o[4 * j + 2 * half] * scale, acc_o[4 * j + 2 * half + 1] * scale);
+                }
             });
+    }
+    if (cfg::kStagedOutput && p.num_splits == 1) {
+        __syncwarp();  // each warp reads back only the rows it staged
+        const int h_first = head0 + 16 * warp;
+        const int rows_here = min(16, cfg::kHeads - h_first);
+        u8* dst = reinterpret_cast<u8*>(p.out + b * p.out_stride_b + s * p.out_stride_s + h_first * p.out_stride_h +
+                                        group * kVDimsPerGroup);
+        u32 staged_row = staging + (u32)(16 * warp * kRowBytes);
+#pragma unroll 1
+        for (int r = 0; r < rows_here; r++, dst += p.out_stride_h * 2, staged_row += kRowBytes)
+#pragma unroll
+            for (int c = lane; c < kRowBytes / 16; c += 32)
+                *reinterpret_cast<U32x4*>(dst + c * 16) = load_shared16(staged_row + (u32)((c ^ (r & 7)) << 4));
     }
     if (kPairCtas > 1) cluster_sync();  // the peer may still write here until it is done
 }

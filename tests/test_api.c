@@ -557,12 +557,45 @@ Test(api, auto_takes_the_sliced_kernel_for_long_walks)
     cr_expect(strstr(plan_family(ctx, MLAJIT_MODEL_V32, 8, 64, 2048, 0, b, sizeof b), ".sliced.sm_90a"), "%s", b);
     /* short walks: one row (many splits), a short topk, a forced split count */
     cr_expect(strstr(plan_family(ctx, MLAJIT_MODEL_V32, 16, 1, 2048, 0, b, sizeof b), ".sm90.sm_90a"), "%s", b);
-    cr_expect(strstr(plan_family(ctx, MLAJIT_MODEL_V32, 16, 128, 512, 0, b, sizeof b), ".sm90.sm_90a"), "%s", b);
+    cr_expect(strstr(plan_family(ctx, MLAJIT_MODEL_V32, 16, 128, 512, 0, b, sizeof b), ".sm90-staged.sm_90a"), "%s", b);
     cr_expect(strstr(plan_family(ctx, MLAJIT_MODEL_V32, 16, 128, 2048, 8, b, sizeof b), ".sm90.sm_90a"), "%s", b);
     /* more heads, or another layout or scale format: auto's kernel */
     cr_expect(strstr(plan_family(ctx, MLAJIT_MODEL_V32, 32, 128, 2048, 0, b, sizeof b), ".sm90.sm_90a"), "%s", b);
     cr_expect(strstr(plan_family(ctx, MLAJIT_MODEL_DSV4, 16, 128, 2048, 0, b, sizeof b), ".sm90.sm_90a"), "%s", b);
     cr_expect(strstr(plan_family(ctx, MLAJIT_MODEL_GLM_NSA, 16, 128, 2048, 0, b, sizeof b), ".sm90.sm_90a"), "%s", b);
+}
+
+/* auto's short-walk kernel: sm90-staged where sm90's plan would not split and
+ * would walk fewer than MLAJIT_STAGED_BELOW_TILES tiles of 64 per CTA. */
+Test(api, auto_takes_the_staged_kernel_for_short_walks)
+{
+    char b[256];
+    cr_expect(strstr(plan_family(ctx, MLAJIT_MODEL_V32, 64, 128, 128, 0, b, sizeof b), ".sm90-staged.sm_90a"), "%s", b);
+    cr_expect(strstr(plan_family(ctx, MLAJIT_MODEL_V32, 128, 64, 128, 0, b, sizeof b), ".sm90-staged.sm_90a"), "%s", b);
+    cr_expect(strstr(plan_family(ctx, MLAJIT_MODEL_V32, 128, 128, 960, 0, b, sizeof b), ".sm90-staged.sm_90a"),
+              "15 tiles: %s", b);
+    cr_expect(strstr(plan_family(ctx, MLAJIT_MODEL_DSV4, 32, 128, 128, 0, b, sizeof b), ".sm90-staged.sm_90a"), "%s", b);
+    cr_expect(strstr(plan_family(ctx, MLAJIT_MODEL_GLM_NSA, 32, 128, 128, 0, b, sizeof b), ".sm90.sm_90a"),
+              "arbitrary scales: %s", b);
+    cr_expect(strstr(plan_family(ctx, MLAJIT_MODEL_V32, 128, 128, 1024, 0, b, sizeof b), ".sm90.sm_90a"), "16 tiles: %s", b);
+    /* a plan that splits (one row), a forced split count: sm90 */
+    cr_expect(strstr(plan_family(ctx, MLAJIT_MODEL_V32, 64, 1, 2048, 0, b, sizeof b), ".sm90.sm_90a"), "%s", b);
+    cr_expect(strstr(plan_family(ctx, MLAJIT_MODEL_V32, 64, 128, 128, 2, b, sizeof b), ".sm90.sm_90a"), "%s", b);
+    /* forced by the spec, it never splits, and refuses a split count */
+    mlajit_kernel_spec s;
+    cr_assert_eq(mlajit_spec_init(&s, MLAJIT_MODEL_V32, 64, 64), MLAJIT_OK);
+    s.variant = MLAJIT_VARIANT_SM90_STAGED;
+    mlajit_decode_shape shape = {.batch = 1, .s_q = 1, .topk = 2048};
+    mlajit_plan *p = NULL;
+    cr_assert_eq(mlajit_plan_create(ctx, &s, &shape, &p), MLAJIT_OK, "%s", mlajit_last_error());
+    cr_expect_eq(mlajit_plan_num_splits(p), 1, "one row, yet no split");
+    cr_expect_eq(mlajit_plan_workspace_size(p), 0);
+    mlajit_plan_destroy(p);
+    shape.num_splits = 4;
+    cr_expect_eq(mlajit_plan_create(ctx, &s, &shape, &p), MLAJIT_ERR_UNSUPPORTED);
+    cr_expect(strstr(mlajit_last_error(), "shape.num_splits = 4") && strstr(mlajit_last_error(), "sm90-staged"), "%s",
+              mlajit_last_error());
+    cr_expect_null(p);
 }
 
 Test(api, auto_keeps_its_kernel_when_the_sliced_one_cannot_be_had)

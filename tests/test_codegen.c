@@ -274,6 +274,46 @@ Test(generate, needs_an_arch)
 /* The long-walk alternative auto switches to (src/runtime/plan.c): the sliced
  * family for auto specs of at most 16 heads with V3.2's layout and power-of-two
  * scales on sm_90a, nothing otherwise. */
+Test(codegen, short_walk_alternative_is_sm90_staged_on_sm90a_auto_specs)
+{
+    mlajit_kernel_spec s, alt, r;
+    cr_assert_eq(mlajit_spec_init(&s, MLAJIT_MODEL_DSV4, 128, 256), MLAJIT_OK);
+    cr_expect_eq(mlajit_spec_short_walk_alternative(&s, "sm_90a", &alt), 1);
+    cr_expect_eq(alt.variant, MLAJIT_VARIANT_SM90_STAGED);
+    cr_expect_str_eq(alt.arch, "sm_90a");
+    cr_assert_eq(mlajit_spec_resolve(&alt, &r), MLAJIT_OK);
+    cr_expect_eq(r.tile, 64);
+    cr_expect_eq(r.heads_per_cta, 64);
+    mlajit_kernel_layout layout;
+    cr_assert_eq(mlajit_codegen_layout(&r, &layout), MLAJIT_OK);
+    cr_expect_eq(layout.single_split, 1);
+    cr_expect_eq(mlajit_spec_short_walk_alternative(&s, "sm_80", &alt), 0, "wgmma: sm_90a only");
+    s.variant = MLAJIT_VARIANT_SM90;
+    cr_expect_eq(mlajit_spec_short_walk_alternative(&s, "sm_90a", &alt), 0, "only auto switches");
+    s.variant = MLAJIT_VARIANT_AUTO;
+    s.tile = 64;
+    cr_expect_eq(mlajit_spec_short_walk_alternative(&s, "sm_90a", &alt), 0, "a chosen tile stays");
+    cr_expect_eq(mlajit_spec_short_walk_alternative(NULL, "sm_90a", &alt), 0);
+    mlajit_kernel_spec glm;
+    cr_assert_eq(mlajit_spec_init(&glm, MLAJIT_MODEL_GLM_NSA, 64, 64), MLAJIT_OK);
+    cr_expect_eq(mlajit_spec_short_walk_alternative(&glm, "sm_90a", &alt), 0, "arbitrary scales: refused (spills)");
+    /* its name round-trips, and it is sm90's generated kernel with the staged epilogue */
+    char name[128];
+    cr_assert_eq(mlajit_spec_string(&r, name, sizeof name), MLAJIT_OK);
+    cr_expect_str_eq(name, "dsv4.h128.p256.t64.hc64.sm90-staged.sm_90a");
+    mlajit_kernel_spec back;
+    cr_assert_eq(mlajit_spec_parse(name, &back), MLAJIT_OK);
+    cr_expect_eq(back.variant, MLAJIT_VARIANT_SM90_STAGED);
+    char *src = NULL;
+    cr_assert_eq(mlajit_generate_source(&r, &src), MLAJIT_OK, "%s", mlajit_last_error());
+    cr_expect(strstr(src, "constexpr bool kStagedOutput = true;") != NULL);
+    mlajit_free(src);
+    r.variant = MLAJIT_VARIANT_SM90;
+    cr_assert_eq(mlajit_generate_source(&r, &src), MLAJIT_OK, "%s", mlajit_last_error());
+    cr_expect(strstr(src, "constexpr bool kStagedOutput = false;") != NULL);
+    mlajit_free(src);
+}
+
 Test(codegen, long_walk_alternative_is_the_sliced_family_where_measured)
 {
     mlajit_kernel_spec s, alt;

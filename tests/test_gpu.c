@@ -426,6 +426,50 @@ Test(gpu, sm90_dequant_every_code_and_scale, .timeout = 180)
     }
 }
 
+/* sm90-staged (the sm90 kernel with its output rows staged through shared memory;
+ * it never splits) against the same oracles: every golden case, with padded
+ * strides too (the rows are written back 16 bytes per lane at out_stride_h), the
+ * shape sweep and the exhaustive dequantization; and a forced split is refused. */
+Test(gpu, sm90_staged_golden_cases, .timeout = 180)
+{
+    require_sm90a();
+    mlajit_gpu_run_options o = {.variant = MLAJIT_VARIANT_SM90_STAGED};
+    for_each_golden(&o, "sm90-staged");
+    mlajit_gpu_run_options padded = {.variant = MLAJIT_VARIANT_SM90_STAGED, .lse_head_major = 1, .pad_strides = 1};
+    for_each_golden(&padded, "sm90-staged, lse [b,h,s], padded strides");
+}
+
+Test(gpu, sm90_staged_sweep_heads_pages_ragged_topk, .timeout = 300)
+{
+    require_sm90a();
+    mlajit_gpu_run_options o = {.variant = MLAJIT_VARIANT_SM90_STAGED};
+    sweep_heads_pages_ragged_topk(&o, "sm90-staged");
+}
+
+Test(gpu, sm90_staged_dequant_every_code_and_scale, .timeout = 180)
+{
+    require_sm90a();
+    mlajit_gpu_run_options o = {.variant = MLAJIT_VARIANT_SM90_STAGED};
+    for (int variant = 0; variant < 4; variant++) {
+        check_dequant_exhaustive(MLAJIT_MODEL_V32, variant * 64, &o);
+        check_dequant_exhaustive(MLAJIT_MODEL_DSV4, variant * 64, &o);
+    }
+}
+
+Test(gpu, sm90_staged_refuses_a_split)
+{
+    require_sm90a();
+    mlajit_synth_params p = {.model = MLAJIT_MODEL_V32, .b = 1, .s_q = 1, .h_q = 64, .topk = 256,
+                             .page_size = 64, .seqlen = 512, .seed = 5};
+    mlajit_case c;
+    cr_assert_eq(mlajit_case_synthesize(&p, &c), MLAJIT_OK, "%s", mlajit_last_error());
+    mlajit_gpu_run_options o = {.variant = MLAJIT_VARIANT_SM90_STAGED, .num_splits = 2};
+    mlajit_gpu_result res;
+    cr_expect_eq(mlajit_case_run_gpu(ctx, &c, &o, &res), MLAJIT_ERR_UNSUPPORTED);
+    cr_expect(strstr(mlajit_last_error(), "num_splits = 2") != NULL, "%s", mlajit_last_error());
+    mlajit_case_free(&c);
+}
+
 /* The dim-sliced family (MLAJIT_VARIANT_SLICED; V3.2's layout: v32 and glm_nsa)
  * against the same oracles: the V3.2 golden cases at 16 and 32 heads per CTA (so
  * h_q 64 and 128 run as several head groups), with and without 3 splits; the

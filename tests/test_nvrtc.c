@@ -38,6 +38,8 @@ static void compile_variant_ok(mlajit_model model, int h, int page, int extra_pa
     }
     if (variant == MLAJIT_VARIANT_SLICED)
         cr_expect(strstr(src, "movmatrix.sync") != NULL, "%s: the sliced kernel", name);
+    if (variant == MLAJIT_VARIANT_SM90_STAGED)
+        cr_expect(strstr(src, "wgmma.mma_async") && strstr(src, "kStagedOutput = true"), "%s: sm90, staged", name);
     mlajit_compiled c;
     int rc = mlajit_nvrtc_compile(src, name, arch, &c);
     mlajit_free(src);
@@ -195,6 +197,30 @@ Test(nvrtc, sliced_family, .timeout = 600)
     compile_variant_ok(MLAJIT_MODEL_V32, 32, 64, 0, MLAJIT_FEATURE_SINK, "sm_90a", sliced);
     compile_variant_ok(MLAJIT_MODEL_GLM_NSA, 16, 1024, 7, MLAJIT_FEATURE_ALL, "sm_90a", sliced);
     compile_variant_ok(MLAJIT_MODEL_V32, 3, 1, 0, MLAJIT_FEATURE_TOPK_LENGTH, "sm_80", sliced);
+}
+
+/* sm90-staged compiles with no spills for the models it takes (power-of-two
+ * scales) with every feature, one head group and a CTA pair (its split-partial
+ * path is left out for this); arbitrary scales are refused (they spilled). */
+Test(nvrtc, sm90_staged_family, .timeout = 600)
+{
+    const mlajit_variant staged = MLAJIT_VARIANT_SM90_STAGED;
+    compile_variant_ok(MLAJIT_MODEL_V32, 64, 64, 0, MLAJIT_FEATURE_SINK | MLAJIT_FEATURE_TOPK_LENGTH, "sm_90a", staged);
+    compile_variant_ok(MLAJIT_MODEL_V32, 128, 61, 0, 0, "sm_90a", staged);
+    compile_variant_ok(MLAJIT_MODEL_DSV4, 64, 256, 64, MLAJIT_FEATURE_ALL, "sm_90a", staged);
+    compile_variant_ok(MLAJIT_MODEL_DSV4, 128, 256, 64, MLAJIT_FEATURE_ALL, "sm_90a", staged);
+    compile_variant_ok(MLAJIT_MODEL_DSV4, 128, 1, 1024, MLAJIT_FEATURE_SINK, "sm_90a", staged);
+}
+
+Test(nvrtc, sm90_staged_refuses_arbitrary_scales)
+{
+    mlajit_kernel_spec s, r;
+    cr_assert_eq(mlajit_spec_init(&s, MLAJIT_MODEL_GLM_NSA, 64, 64), MLAJIT_OK);
+    s.variant = MLAJIT_VARIANT_SM90_STAGED;
+    strcpy(s.arch, "sm_90a");
+    cr_expect_eq(mlajit_spec_resolve(&s, &r), MLAJIT_ERR_UNSUPPORTED);
+    cr_expect(strstr(mlajit_last_error(), "sm90-staged") && strstr(mlajit_last_error(), "glm_nsa"), "%s",
+              mlajit_last_error());
 }
 
 Test(nvrtc, rejects_an_arch_it_cannot_target)

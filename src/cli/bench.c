@@ -217,7 +217,7 @@ int cli_bench(int argc, char **argv)
     bench_variant variant = {0, 0, 0, MLAJIT_VARIANT_AUTO};
     static const char usage[] =
         "usage: mlajit bench [--json FILE] [--quick] [--heads N] [--batch N] [--topk N]\n"
-        "                    [--tile T] [--heads-per-cta H] [--splits S] [--variant auto|portable|sm90|sliced]\n"
+        "                    [--tile T] [--heads-per-cta H] [--splits S] [--variant auto|portable|sm90|sliced|sm90-staged]\n"
         "  --quick      h_q 16/64/128 and the larger V3.2 rows only\n"
         "  --heads/--batch/--topk N   only the rows with that value (for profilers)\n"
         "  --tile/--heads-per-cta N   force a kernel variant on every row (compare variants)\n"

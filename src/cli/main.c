@@ -16,7 +16,7 @@ static const char usage_text[] =
     "commands:\n"
     "  info                          version, NVRTC, driver and GPU, cache directory and size\n"
     "  compile --model M --heads N --page P [--extra-page P2] [--features LIST]\n"
-    "          [--tile T] [--heads-per-cta H] [--variant auto|portable|sm90|sliced] [--arch sm_XX]\n"
+    "          [--tile T] [--heads-per-cta H] [--variant auto|portable|sm90|sliced|sm90-staged] [--arch sm_XX]\n"
     "          [--emit-source]\n"
     "                                generate, compile and cache one kernel\n"
     "  run-case [--cpu] DIR          run a golden-format case directory and check it\n"

@@ -23,6 +23,7 @@ typedef struct mlajit_kernel_layout {
     int cluster_ctas;       /* CTAs per cluster along the head groups (1: no cluster); divides their count by construction */
     int dependent_combine;  /* 1: the combine waits for the main kernel itself (griddepcontrol.wait), so it may be
                                launched as the main kernel's programmatic dependent; 0: plain stream order only */
+    int single_split;       /* 1: the kernel writes no split partials, so its plans never split (sm90-staged) */
 } mlajit_kernel_layout;
 
 /* The kernel auto switches to for a long walk per CTA: for an auto spec (tile and
@@ -35,13 +36,24 @@ typedef struct mlajit_kernel_layout {
 #define MLAJIT_SLICED_MIN_TILES 16
 
 /* The variants' names, as spec strings and the CLI spell them. */
-#define MLAJIT_VARIANT_NAMES "auto, portable, sm90, sliced"
+#define MLAJIT_VARIANT_NAMES "auto, portable, sm90, sliced, sm90-staged"
 /* The name of variant v ("auto" for an unknown value). */
 const char *mlajit_variant_name(mlajit_variant v);
 /* The variant called `name`: 1 and *out, else 0 (no error is set). */
 int mlajit_variant_from_name(const char *name, mlajit_variant *out);
 int mlajit_spec_long_walk_alternative(const mlajit_kernel_spec *spec, const char *default_arch,
                                       mlajit_kernel_spec *alt);
+
+/* The kernel auto switches to for a short walk per CTA: for an auto spec on sm_90a
+ * (arch "" means default_arch), the sm90-staged variant, which beat sm90 on the
+ * rows of bench/NOTES.md where a plan does not split and each CTA walks fewer than
+ * MLAJIT_STAGED_BELOW_TILES tiles of 64 (there the output is a large share of a
+ * CTA's time). It never splits: its staged epilogue writes only the bf16 result
+ * (with a split-partial path too, ptxas spilled). 1 and *alt (arch set) when the
+ * spec has such an alternative, else 0. */
+#define MLAJIT_STAGED_BELOW_TILES 16
+int mlajit_spec_short_walk_alternative(const mlajit_kernel_spec *spec, const char *default_arch,
+                                       mlajit_kernel_spec *alt);
 
 int mlajit_codegen_layout(const mlajit_kernel_spec *resolved, mlajit_kernel_layout *layout);
 

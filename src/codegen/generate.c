@@ -17,7 +17,11 @@
  * round (d_v fp32 each: 64 KB for 32 splits of 512 dims). */
 enum { kCombineThreads = 128, kCombineStagedSplits = 32, kRowPad = 8 };
 
-static int is_sm90(const mlajit_kernel_spec *r) { return r->variant == MLAJIT_VARIANT_SM90; }
+/* sm90-staged is the sm90 kernel with its output staged (kStagedOutput) */
+static int is_sm90(const mlajit_kernel_spec *r)
+{
+    return r->variant == MLAJIT_VARIANT_SM90 || r->variant == MLAJIT_VARIANT_SM90_STAGED;
+}
 static int is_sliced(const mlajit_kernel_spec *r) { return r->variant == MLAJIT_VARIANT_SLICED; }
 
 /* Portable: eight warps up to 32 heads per CTA; sixteen at 64, so each warp's share
@@ -175,6 +179,7 @@ int mlajit_codegen_layout(const mlajit_kernel_spec *r, mlajit_kernel_layout *lay
     layout->blocks_per_sm = min_blocks_per_sm(r, &m);
     layout->cluster_ctas = cluster_ctas(r);
     layout->dependent_combine = mlajit_arch_has_grid_dependency(r->arch);
+    layout->single_split = r->variant == MLAJIT_VARIANT_SM90_STAGED;
     return MLAJIT_OK;
 }
 
@@ -226,6 +231,8 @@ static void emit_config(mlajit_strbuf *b, const mlajit_kernel_spec *r, const mla
     mlajit_strbuf_printf(b, "constexpr int kExtraPageSize = %d;\n", r->extra_page_size ? r->extra_page_size : 1);
     mlajit_strbuf_printf(b, "constexpr bool kHasExtra = %s;\n", r->extra_page_size ? "true" : "false");
     mlajit_strbuf_printf(b, "constexpr bool kHasSink = %s;\n", (r->features & MLAJIT_FEATURE_SINK) ? "true" : "false");
+    mlajit_strbuf_printf(b, "constexpr bool kStagedOutput = %s;  // sm90: output rows through shared memory\n",
+                         r->variant == MLAJIT_VARIANT_SM90_STAGED ? "true" : "false");
     mlajit_strbuf_printf(b, "constexpr bool kHasTopkLength = %s;\n",
                          (r->features & MLAJIT_FEATURE_TOPK_LENGTH) ? "true" : "false");
     mlajit_strbuf_printf(b, "constexpr bool kHasExtraTopkLength = %s;\n",

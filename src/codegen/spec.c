@@ -96,9 +96,10 @@ int mlajit_spec_validate(const mlajit_kernel_spec *spec)
         return mlajit_fail(MLAJIT_ERR_INVALID_ARGUMENT, "spec.heads_per_cta = %d; allowed 0 (auto), 16, 32, 64",
                            spec->heads_per_cta);
     if (spec->variant != MLAJIT_VARIANT_AUTO && spec->variant != MLAJIT_VARIANT_PORTABLE &&
-        spec->variant != MLAJIT_VARIANT_SM90 && spec->variant != MLAJIT_VARIANT_SLICED)
+        spec->variant != MLAJIT_VARIANT_SM90 && spec->variant != MLAJIT_VARIANT_SLICED &&
+        spec->variant != MLAJIT_VARIANT_SM90_STAGED)
         return mlajit_fail(MLAJIT_ERR_INVALID_ARGUMENT,
-                           "spec.variant = %d; allowed 0 (auto), 1 (portable), 2 (sm90), 3 (sliced)",
+                           "spec.variant = %d; allowed 0 (auto), 1 (portable), 2 (sm90), 3 (sliced), 4 (sm90-staged)",
                            (int)spec->variant);
     if (memchr(spec->arch, '\0', sizeof spec->arch) == NULL)
         return mlajit_fail(MLAJIT_ERR_INVALID_ARGUMENT, "spec.arch is not NUL-terminated");
@@ -127,16 +128,24 @@ int mlajit_spec_resolve(const mlajit_kernel_spec *spec, mlajit_kernel_spec *reso
                             (r.heads_per_cta == 0 || r.heads_per_cta == 64)
                         ? MLAJIT_VARIANT_SM90
                         : MLAJIT_VARIANT_PORTABLE;
-    if (r.variant == MLAJIT_VARIANT_SM90) {
+    if (r.variant == MLAJIT_VARIANT_SM90 || r.variant == MLAJIT_VARIANT_SM90_STAGED) {
         /* wgmma and setmaxnreg exist only in the arch-specific sm_90a target */
+        const char *name = mlajit_variant_name(r.variant);
         if (strcmp(r.arch, "sm_90a") != 0)
-            return mlajit_fail(MLAJIT_ERR_UNSUPPORTED, "variant sm90 needs spec.arch = sm_90a (wgmma); spec.arch = '%s': "
-                               "use the portable variant", r.arch);
+            return mlajit_fail(MLAJIT_ERR_UNSUPPORTED, "variant %s needs spec.arch = sm_90a (wgmma); spec.arch = '%s': "
+                               "use the portable variant", name, r.arch);
         if ((r.tile && r.tile != 64) || (r.heads_per_cta && r.heads_per_cta != 64))
-            return mlajit_fail(MLAJIT_ERR_UNSUPPORTED, "variant sm90 runs tile 64 with 64 heads per CTA; spec has tile %d, "
-                               "heads_per_cta %d: leave them 0", r.tile, r.heads_per_cta);
+            return mlajit_fail(MLAJIT_ERR_UNSUPPORTED, "variant %s runs tile 64 with 64 heads per CTA; spec has tile %d, "
+                               "heads_per_cta %d: leave them 0", name, r.tile, r.heads_per_cta);
         r.tile = 64;
         r.heads_per_cta = 64;
+        /* the exact-product dequantization of arbitrary scales, with the staged
+         * epilogue, spilled (GLM_NSA with an extra cache and every feature) */
+        if (r.variant == MLAJIT_VARIANT_SM90_STAGED &&
+            mlajit_model_describe(r.model)->scale_format == MLAJIT_SCALE_FP32)
+            return mlajit_fail(MLAJIT_ERR_UNSUPPORTED, "variant sm90-staged needs power-of-two scales (v32, dsv4); "
+                               "model %s has arbitrary fp32 scales: use the sm90 variant",
+                               mlajit_model_describe(r.model)->name);
     }
     if (r.variant == MLAJIT_VARIANT_SLICED) {
         /* one 64-dim slice of V per warp (eight warps), the rest of Q K^T in RoPE dims */
@@ -207,6 +216,26 @@ int mlajit_spec_long_walk_alternative(const mlajit_kernel_spec *spec, const char
     return 1;
 }
 
+int mlajit_spec_short_walk_alternative(const mlajit_kernel_spec *spec, const char *default_arch,
+                                       mlajit_kernel_spec *alt)
+{
+    if (!spec || !alt || mlajit_spec_validate(spec) != MLAJIT_OK)
+        return 0;
+    const char *arch = spec->arch[0] ? spec->arch : default_arch;
+    if (spec->variant != MLAJIT_VARIANT_AUTO || spec->tile || spec->heads_per_cta || !arch ||
+        strcmp(arch, "sm_90a") != 0)
+        return 0;
+    mlajit_kernel_spec s = *spec, r;
+    s.variant = MLAJIT_VARIANT_SM90_STAGED;
+    snprintf(s.arch, sizeof s.arch, "%s", arch);
+    if (mlajit_spec_resolve(&s, &r) != MLAJIT_OK) {
+        mlajit_clear_error();
+        return 0;
+    }
+    *alt = s;
+    return 1;
+}
+
 static void feature_letters(unsigned f, char *buf)
 {
     int n = 0;
@@ -225,6 +254,7 @@ static const struct {
     {MLAJIT_VARIANT_PORTABLE, "portable"},
     {MLAJIT_VARIANT_SM90, "sm90"},
     {MLAJIT_VARIANT_SLICED, "sliced"},
+    {MLAJIT_VARIANT_SM90_STAGED, "sm90-staged"},
 };
 
 const char *mlajit_variant_name(mlajit_variant v)

@@ -530,8 +530,8 @@ static void feature_set_name(unsigned features, char *buf, size_t len)
 }
 
 /* The `mlajit pack build` line that covers a resolved spec: the grid form when
- * the spec is what the generator picks for its shape, or the long-walk kernel a
- * grid brings along with it, else --spec. */
+ * the spec is what the generator picks for its shape, or the long- or short-walk
+ * kernel a grid brings along with it, else --spec. */
 static void pack_build_line(const mlajit_kernel_spec *r, const char *spec_string, char *buf, size_t len)
 {
     mlajit_kernel_spec auto_spec = *r, auto_resolved, alt;
@@ -543,6 +543,9 @@ static void pack_build_line(const mlajit_kernel_spec *r, const char *spec_string
                   mlajit_spec_string(&auto_resolved, auto_string, sizeof auto_string) == MLAJIT_OK &&
                   strcmp(auto_string, spec_string) == 0;
     if (!by_grid && mlajit_spec_long_walk_alternative(&auto_spec, r->arch, &alt))
+        by_grid = mlajit_spec_string(&alt, alt_string, sizeof alt_string) == MLAJIT_OK &&
+                  strcmp(alt_string, spec_string) == 0;
+    if (!by_grid && mlajit_spec_short_walk_alternative(&auto_spec, r->arch, &alt))
         by_grid = mlajit_spec_string(&alt, alt_string, sizeof alt_string) == MLAJIT_OK &&
                   strcmp(alt_string, spec_string) == 0;
     mlajit_clear_error();

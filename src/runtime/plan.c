@@ -51,8 +51,8 @@ int mlajit_combine_starts_early(long main_ctas, int sm_count, long combine_ctas)
 }
 
 /* A plan's grid with a kernel of this layout: head groups x rows CTAs per split,
- * the split count (the shape's, else the planner's; no split is empty) and the
- * tiles each split walks. */
+ * the split count (1 for a single-split kernel, else the shape's, else the
+ * planner's; no split is empty) and the tiles each split walks. */
 typedef struct plan_grid {
     int head_groups, rows, num_tiles, num_splits, tiles_per_split;
 } plan_grid;
@@ -63,8 +63,9 @@ static plan_grid grid_for(const mlajit_kernel_layout *layout, int h_q, const mla
     g.head_groups = (h_q + layout->heads_per_cta - 1) / layout->heads_per_cta;
     g.rows = shape->batch * shape->s_q;
     g.num_tiles = (shape->topk + shape->extra_topk + layout->tile - 1) / layout->tile;
-    int splits = shape->num_splits ? shape->num_splits
-                                   : choose_splits(g.head_groups * g.rows, g.num_tiles, sm_count, layout->blocks_per_sm);
+    int splits = layout->single_split ? 1
+                 : shape->num_splits  ? shape->num_splits
+                                      : choose_splits(g.head_groups * g.rows, g.num_tiles, sm_count, layout->blocks_per_sm);
     if (splits > g.num_tiles)
         splits = g.num_tiles;
     g.tiles_per_split = (g.num_tiles + splits - 1) / splits;
@@ -84,6 +85,22 @@ static int walk_is_long(const mlajit_kernel_spec *alt, const mlajit_decode_shape
     }
     plan_grid g = grid_for(&layout, r.h_q, shape, sm_count);
     return g.rows > 0 && g.tiles_per_split >= MLAJIT_SLICED_MIN_TILES;
+}
+
+/* Whether the plan of `shape` with the sm90 kernel that `alt` (its sm90-staged
+ * twin, same tiles and head groups) stands in for would not split and would walk
+ * fewer than MLAJIT_STAGED_BELOW_TILES tiles per CTA. */
+static int walk_is_short(const mlajit_kernel_spec *alt, const mlajit_decode_shape *shape, int sm_count)
+{
+    mlajit_kernel_spec r;
+    mlajit_kernel_layout layout;
+    if (mlajit_spec_resolve(alt, &r) != MLAJIT_OK || mlajit_codegen_layout(&r, &layout) != MLAJIT_OK) {
+        mlajit_clear_error();
+        return 0;
+    }
+    layout.single_split = 0; /* the grid sm90 itself would run */
+    plan_grid g = grid_for(&layout, r.h_q, shape, sm_count);
+    return shape->num_splits <= 1 && g.rows > 0 && g.num_splits == 1 && g.tiles_per_split < MLAJIT_STAGED_BELOW_TILES;
 }
 
 int mlajit_plan_create(mlajit_context *ctx, const mlajit_kernel_spec *spec, const mlajit_decode_shape *shape,
@@ -108,13 +125,19 @@ int mlajit_plan_create(mlajit_context *ctx, const mlajit_kernel_spec *spec, cons
      * kernel where it is faster and can be had (JIT, disk cache or pack); where it
      * cannot (no JIT and not packed, say), auto's own kernel, as without it. */
     mlajit_kernel_spec alt;
-    if (mlajit_spec_long_walk_alternative(spec, ctx->arch, &alt) && walk_is_long(&alt, shape, sm_count) &&
-        mlajit_kernel_acquire(ctx, &alt, ctx->drv != NULL, &k, &report) != MLAJIT_OK) {
+    int has_alt = (mlajit_spec_long_walk_alternative(spec, ctx->arch, &alt) && walk_is_long(&alt, shape, sm_count)) ||
+                  (mlajit_spec_short_walk_alternative(spec, ctx->arch, &alt) && walk_is_short(&alt, shape, sm_count));
+    if (has_alt && mlajit_kernel_acquire(ctx, &alt, ctx->drv != NULL, &k, &report) != MLAJIT_OK) {
         mlajit_clear_error();
         k = NULL;
     }
     if (!k && (rc = mlajit_kernel_acquire(ctx, spec, ctx->drv != NULL, &k, &report)))
         return mlajit_fail_prefix(rc, "plan: ");
+    if (k->layout.single_split && shape->num_splits > 1)
+        return mlajit_fail(MLAJIT_ERR_UNSUPPORTED,
+                           "shape.num_splits = %d but variant %s does not split (it writes no split partials); "
+                           "allowed 0 or 1, or use variant sm90",
+                           shape->num_splits, mlajit_variant_name(k->spec.variant));
 
     mlajit_plan *p = calloc(1, sizeof *p);
     if (!p)

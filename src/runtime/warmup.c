@@ -37,8 +37,8 @@ int mlajit_grid_expand(const mlajit_kernel_grid *grid, const char *default_arch,
                       n_features * n_archs;
     if (total > 1000000)
         return mlajit_fail(MLAJIT_ERR_INVALID_ARGUMENT, "grid: %lld kernels; at most 1000000", total);
-    /* room for each spec's long-walk kernel too (see below) */
-    mlajit_kernel_spec *out = calloc((size_t)total * 2, sizeof *out);
+    /* room for each spec's long- and short-walk kernels too (see below) */
+    mlajit_kernel_spec *out = calloc((size_t)total * 3, sizeof *out);
     if (!out)
         return mlajit_fail(MLAJIT_ERR_OUT_OF_MEMORY, "grid of %lld kernels", total);
     int n = 0;
@@ -69,9 +69,12 @@ int mlajit_grid_expand(const mlajit_kernel_grid *grid, const char *default_arch,
                                                           m, h, p, e, f, a);
                             }
                             n++;
-                            /* the kernel auto's plans take instead for long walks, so a
-                             * warmed-up context or a pack covers every plan of the spec */
+                            /* the kernels auto's plans take instead for long and short
+                             * walks, so a warmed-up context or a pack covers every plan
+                             * of the spec */
                             if (mlajit_spec_long_walk_alternative(s, s->arch, &out[n]))
+                                n++;
+                            if (mlajit_spec_short_walk_alternative(s, s->arch, &out[n]))
                                 n++;
                         }
     *specs = out;
