@@ -140,8 +140,9 @@ typedef enum mlajit_variant {
                                   * the NoPE part with inline scales (v32, glm_nsa); 16 or 32 heads
                                   * per CTA, tile 32 */
     MLAJIT_VARIANT_SM90_STAGED = 4 /* sm90 whose bf16 output rows go through shared memory, written
-                                  * back 512 contiguous bytes per warp instruction; auto takes it on
-                                  * sm_90a for a plan that does not split and walks fewer than 16
+                                  * back 512 contiguous bytes per warp instruction; never splits;
+                                  * power-of-two scales (v32, dsv4); auto takes it on sm_90a for more
+                                  * than 32 heads where a plan does not split and walks fewer than 16
                                   * tiles of 64 per CTA (bench/NOTES.md) */
 } mlajit_variant;
 

@@ -557,7 +557,7 @@ Test(api, auto_takes_the_sliced_kernel_for_long_walks)
     cr_expect(strstr(plan_family(ctx, MLAJIT_MODEL_V32, 8, 64, 2048, 0, b, sizeof b), ".sliced.sm_90a"), "%s", b);
     /* short walks: one row (many splits), a short topk, a forced split count */
     cr_expect(strstr(plan_family(ctx, MLAJIT_MODEL_V32, 16, 1, 2048, 0, b, sizeof b), ".sm90.sm_90a"), "%s", b);
-    cr_expect(strstr(plan_family(ctx, MLAJIT_MODEL_V32, 16, 128, 512, 0, b, sizeof b), ".sm90-staged.sm_90a"), "%s", b);
+    cr_expect(strstr(plan_family(ctx, MLAJIT_MODEL_V32, 16, 128, 512, 0, b, sizeof b), ".sm90.sm_90a"), "%s", b);
     cr_expect(strstr(plan_family(ctx, MLAJIT_MODEL_V32, 16, 128, 2048, 8, b, sizeof b), ".sm90.sm_90a"), "%s", b);
     /* more heads, or another layout or scale format: auto's kernel */
     cr_expect(strstr(plan_family(ctx, MLAJIT_MODEL_V32, 32, 128, 2048, 0, b, sizeof b), ".sm90.sm_90a"), "%s", b);
@@ -565,8 +565,9 @@ Test(api, auto_takes_the_sliced_kernel_for_long_walks)
     cr_expect(strstr(plan_family(ctx, MLAJIT_MODEL_GLM_NSA, 16, 128, 2048, 0, b, sizeof b), ".sm90.sm_90a"), "%s", b);
 }
 
-/* auto's short-walk kernel: sm90-staged where sm90's plan would not split and
- * would walk fewer than MLAJIT_STAGED_BELOW_TILES tiles of 64 per CTA. */
+/* auto's short-walk kernel: sm90-staged for more than 32 heads where sm90's plan
+ * would not split and would walk fewer than MLAJIT_STAGED_BELOW_TILES tiles of 64
+ * per CTA. */
 Test(api, auto_takes_the_staged_kernel_for_short_walks)
 {
     char b[256];
@@ -574,8 +575,11 @@ Test(api, auto_takes_the_staged_kernel_for_short_walks)
     cr_expect(strstr(plan_family(ctx, MLAJIT_MODEL_V32, 128, 64, 128, 0, b, sizeof b), ".sm90-staged.sm_90a"), "%s", b);
     cr_expect(strstr(plan_family(ctx, MLAJIT_MODEL_V32, 128, 128, 960, 0, b, sizeof b), ".sm90-staged.sm_90a"),
               "15 tiles: %s", b);
-    cr_expect(strstr(plan_family(ctx, MLAJIT_MODEL_DSV4, 32, 128, 128, 0, b, sizeof b), ".sm90-staged.sm_90a"), "%s", b);
-    cr_expect(strstr(plan_family(ctx, MLAJIT_MODEL_GLM_NSA, 32, 128, 128, 0, b, sizeof b), ".sm90.sm_90a"),
+    cr_expect(strstr(plan_family(ctx, MLAJIT_MODEL_DSV4, 33, 128, 128, 0, b, sizeof b), ".sm90-staged.sm_90a"), "%s", b);
+    cr_expect(strstr(plan_family(ctx, MLAJIT_MODEL_DSV4, 32, 128, 128, 0, b, sizeof b), ".sm90.sm_90a"),
+              "32 heads and fewer: %s", b);
+    cr_expect(strstr(plan_family(ctx, MLAJIT_MODEL_V32, 8, 128, 128, 0, b, sizeof b), ".sm90.sm_90a"), "%s", b);
+    cr_expect(strstr(plan_family(ctx, MLAJIT_MODEL_GLM_NSA, 64, 128, 128, 0, b, sizeof b), ".sm90.sm_90a"),
               "arbitrary scales: %s", b);
     cr_expect(strstr(plan_family(ctx, MLAJIT_MODEL_V32, 128, 128, 1024, 0, b, sizeof b), ".sm90.sm_90a"), "16 tiles: %s", b);
     /* a plan that splits (one row), a forced split count: sm90 */

@@ -294,6 +294,11 @@ Test(codegen, short_walk_alternative_is_sm90_staged_on_sm90a_auto_specs)
     s.tile = 64;
     cr_expect_eq(mlajit_spec_short_walk_alternative(&s, "sm_90a", &alt), 0, "a chosen tile stays");
     cr_expect_eq(mlajit_spec_short_walk_alternative(NULL, "sm_90a", &alt), 0);
+    mlajit_kernel_spec h32;
+    cr_assert_eq(mlajit_spec_init(&h32, MLAJIT_MODEL_V32, 32, 64), MLAJIT_OK);
+    cr_expect_eq(mlajit_spec_short_walk_alternative(&h32, "sm_90a", &alt), 0, "32 heads: tied or lost");
+    h32.h_q = 33;
+    cr_expect_eq(mlajit_spec_short_walk_alternative(&h32, "sm_90a", &alt), 1);
     mlajit_kernel_spec glm;
     cr_assert_eq(mlajit_spec_init(&glm, MLAJIT_MODEL_GLM_NSA, 64, 64), MLAJIT_OK);
     cr_expect_eq(mlajit_spec_short_walk_alternative(&glm, "sm_90a", &alt), 0, "arbitrary scales: refused (spills)");

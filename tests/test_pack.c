@@ -1257,22 +1257,16 @@ Test(warmup, counts_what_each_layer_served_and_names_a_missing_kernel)
 {
     mlajit_context *k = keyer();
     const char *dir = path_in_root("cache");
-    /* grid: v32, dsv4 x heads 8, 16 x page 64, the v32 specs' long-walk kernels and
-     * every spec's short-walk kernel: 10 */
+    /* grid: v32, dsv4 x heads 8, 16 x page 64, and the v32 specs' long-walk kernels */
     mlajit_kernel_spec v8 = spec_of(MLAJIT_MODEL_V32, 8, 64, 0), v16 = spec_of(MLAJIT_MODEL_V32, 16, 64, 0),
                        d8 = spec_of(MLAJIT_MODEL_DSV4, 8, 64, 0), d16 = spec_of(MLAJIT_MODEL_DSV4, 16, 64, 0);
-    mlajit_kernel_spec v8_long, v16_long, v8_short, v16_short, d8_short, d16_short;
+    mlajit_kernel_spec v8_long, v16_long;
     cr_assert(mlajit_spec_long_walk_alternative(&v8, "sm_90a", &v8_long));
     cr_assert(mlajit_spec_long_walk_alternative(&v16, "sm_90a", &v16_long));
-    cr_assert(mlajit_spec_short_walk_alternative(&v8, "sm_90a", &v8_short));
-    cr_assert(mlajit_spec_short_walk_alternative(&v16, "sm_90a", &v16_short));
-    cr_assert(mlajit_spec_short_walk_alternative(&d8, "sm_90a", &d8_short));
-    cr_assert(mlajit_spec_short_walk_alternative(&d16, "sm_90a", &d16_short));
-    mlajit_kernel_spec in_pack[5] = {v8, d8, v8_long, v8_short, d8_short};
-    write_fake_pack(path_in_root("a.pack"), k, in_pack, 5, NULL);
+    mlajit_kernel_spec in_pack[3] = {v8, d8, v8_long};
+    write_fake_pack(path_in_root("a.pack"), k, in_pack, 3, NULL);
     plant_in_cache(dir, k, &v16, 1);
     plant_in_cache(dir, k, &v16_long, 4);
-    plant_in_cache(dir, k, &v16_short, 5);
     mlajit_context *ctx = context_on(dir, path_in_root("a.pack"), MLAJIT_CONTEXT_NO_JIT);
     mlajit_model models[] = {MLAJIT_MODEL_V32, MLAJIT_MODEL_DSV4};
     int heads[] = {8, 16}, pages[] = {64};
@@ -1281,15 +1275,14 @@ Test(warmup, counts_what_each_layer_served_and_names_a_missing_kernel)
     mlajit_warmup_report rep;
     cr_expect_eq(mlajit_warmup(ctx, &grid, 2, &rep), MLAJIT_ERR_NOT_FOUND, "d16 is nowhere and JIT is off");
     cr_expect(strstr(mlajit_last_error(), "dsv4.h16.p64") != NULL, "%s", mlajit_last_error());
-    cr_expect_eq(rep.kernels, 10);
-    cr_expect_eq(rep.from_packs, 5);
-    cr_expect_eq(rep.from_disk, 3);
+    cr_expect_eq(rep.kernels, 6);
+    cr_expect_eq(rep.from_packs, 3);
+    cr_expect_eq(rep.from_disk, 2);
     cr_expect_eq(rep.compiled, 0);
     plant_in_cache(dir, k, &d16, 3);
-    plant_in_cache(dir, k, &d16_short, 6);
     cr_expect_eq(mlajit_warmup(ctx, &grid, 0, &rep), MLAJIT_OK, "%s", mlajit_last_error());
-    cr_expect_eq(rep.from_memory, 8);
-    cr_expect_eq(rep.from_disk, 2);
+    cr_expect_eq(rep.from_memory, 5);
+    cr_expect_eq(rep.from_disk, 1);
     cr_expect_eq(rep.loaded, 0, "no device here");
     cr_expect_gt(rep.wall_ms, 0.0);
 
@@ -1302,6 +1295,35 @@ Test(warmup, counts_what_each_layer_served_and_names_a_missing_kernel)
     cr_expect_eq(mlajit_warmup(ctx, &grid, 0, &rep), MLAJIT_ERR_INVALID_ARGUMENT);
     mlajit_context_destroy(ctx);
     mlajit_context_destroy(k);
+}
+
+/* A grid brings along the kernels auto's plans switch to: the long-walk kernel
+ * (sliced) of V3.2 at 16 heads and fewer, the short-walk kernel (sm90-staged)
+ * above 32 heads with power-of-two scales; so a pack covers every plan. */
+Test(warmup, grid_brings_the_long_and_short_walk_kernels_along)
+{
+    mlajit_model models[] = {MLAJIT_MODEL_V32, MLAJIT_MODEL_DSV4, MLAJIT_MODEL_GLM_NSA};
+    int heads[] = {8, 32, 64}, pages[] = {64};
+    mlajit_kernel_grid grid = {.models = models, .num_models = 3, .head_counts = heads, .num_head_counts = 3,
+                               .page_sizes = pages, .num_page_sizes = 1};
+    mlajit_kernel_spec *specs = NULL;
+    int n = 0;
+    cr_assert_eq(mlajit_grid_expand(&grid, "sm_90a", &specs, &n), MLAJIT_OK, "%s", mlajit_last_error());
+    const char *expected[] = {
+        "v32.h8.p64.t64.hc64.sm90.sm_90a",       "v32.h8.p64.t32.hc16.sliced.sm_90a",
+        "v32.h32.p64.t64.hc64.sm90.sm_90a",      "v32.h64.p64.t64.hc64.sm90.sm_90a",
+        "v32.h64.p64.t64.hc64.sm90-staged.sm_90a", "dsv4.h8.p64.t64.hc64.sm90.sm_90a",
+        "dsv4.h32.p64.t64.hc64.sm90.sm_90a",     "dsv4.h64.p64.t64.hc64.sm90.sm_90a",
+        "dsv4.h64.p64.t64.hc64.sm90-staged.sm_90a", "glm_nsa.h8.p64.t64.hc64.sm90.sm_90a",
+        "glm_nsa.h32.p64.t64.hc64.sm90.sm_90a",  "glm_nsa.h64.p64.t64.hc64.sm90.sm_90a",
+    };
+    cr_assert_eq(n, (int)(sizeof expected / sizeof expected[0]));
+    for (int i = 0; i < n; i++) {
+        char name[128];
+        cr_assert_eq(mlajit_spec_string(&specs[i], name, sizeof name), MLAJIT_OK, "%s", mlajit_last_error());
+        cr_expect_str_eq(name, expected[i], "grid kernel %d", i);
+    }
+    free(specs);
 }
 
 Test(warmup, compiles_in_parallel_and_logs_one_line_per_compile_and_pack, .timeout = 300)
@@ -1321,14 +1343,12 @@ Test(warmup, compiles_in_parallel_and_logs_one_line_per_compile_and_pack, .timeo
     const char *err = capture_end();
     cr_assert_eq(rc, MLAJIT_OK, "%s", mlajit_last_error());
     cr_expect_eq(rep.from_packs, 1);
-    cr_expect_eq(rep.compiled, 5, "h3, and the long- and short-walk kernels of h8 and h3");
+    cr_expect_eq(rep.compiled, 3, "h3, and the long-walk kernels of h8 and h3");
     cr_expect_gt(rep.compile_ms, 0.0);
     cr_expect_eq(count_of(err, "mlajit: pack "), 1, "%s", err);
-    cr_expect_eq(count_of(err, "mlajit: compiled v32.h3.p64.t64.hc64.sm90.sm_90a"), 1, "%s", err);
+    cr_expect_eq(count_of(err, "mlajit: compiled v32.h3.p64.t64.hc64.sm90"), 1, "%s", err);
     cr_expect_eq(count_of(err, "mlajit: compiled v32.h3.p64.t32.hc16.sliced"), 1, "%s", err);
     cr_expect_eq(count_of(err, "mlajit: compiled v32.h8.p64.t32.hc16.sliced"), 1, "%s", err);
-    cr_expect_eq(count_of(err, "mlajit: compiled v32.h3.p64.t64.hc64.sm90-staged"), 1, "%s", err);
-    cr_expect_eq(count_of(err, "mlajit: compiled v32.h8.p64.t64.hc64.sm90-staged"), 1, "%s", err);
     cr_expect(strstr(err, "for sm_90a in ") != NULL && strstr(err, " ms") != NULL, "%s", err);
     mlajit_context_destroy(ctx);
 }
@@ -1380,12 +1400,12 @@ Test(cli, pack_build_ls_verify_merge_bench_and_jit_disabled, .timeout = 300)
                     "--out prod.pack",
                     cli),
                  0, "%s", out_text());
-    cr_expect(strstr(out_text(), "5 kernels") != NULL, "%s", out_text());
+    cr_expect(strstr(out_text(), "3 kernels") != NULL, "%s", out_text());
+    cr_expect(strstr(out_text(), "sm90-staged") == NULL, "no short-walk kernel at 8 heads: %s", out_text());
     cr_assert_eq(sh("%s pack ls prod.pack", cli), 0, "%s", out_text());
-    cr_expect(strstr(out_text(), "v32.h8.p64.t64.hc64.sm90.") && strstr(out_text(), "v32.h8.p64.t32.hc16.sliced") &&
-                  strstr(out_text(), "v32.h8.p64.t64.hc64.sm90-staged.") && strstr(out_text(), "dsv4.h8.p64.t64.hc64.sm90.") &&
-                  strstr(out_text(), "dsv4.h8.p64.t64.hc64.sm90-staged."),
-              "the grid's kernels, v32's long-walk kernel and their short-walk kernels: %s", out_text());
+    cr_expect(strstr(out_text(), "v32.h8.p64.t64.hc64.sm90") && strstr(out_text(), "v32.h8.p64.t32.hc16.sliced") &&
+                  strstr(out_text(), "dsv4.h8.p64"),
+              "the grid's kernels and v32's long-walk kernel: %s", out_text());
     cr_expect(strstr(out_text(), "nvrtc") != NULL, "%s", out_text());
     cr_assert_eq(sh("%s pack verify prod.pack", cli), 0, "%s", out_text());
     cr_expect(strstr(out_text(), "usable here") != NULL, "%s", out_text());
@@ -1414,7 +1434,7 @@ Test(cli, pack_build_ls_verify_merge_bench_and_jit_disabled, .timeout = 300)
     write_fake_pack(path_in_root("extra.pack"), k, three_specs() + 2, 1, NULL);
     mlajit_context_destroy(k);
     cr_assert_eq(sh("%s pack merge all.pack prod.pack extra.pack", cli), 0, "%s", out_text());
-    cr_expect(strstr(out_text(), "6 kernels from 2 packs") != NULL, "%s", out_text());
+    cr_expect(strstr(out_text(), "4 kernels from 2 packs") != NULL, "%s", out_text());
     cr_expect_eq(sh("%s pack bench prod.pack --repeat 1000", cli), 0, "%s", out_text()); /* real kernels: a GPU loads them */
     cr_expect(strstr(out_text(), "pack open") && strstr(out_text(), "repeat lookup"), "%s", out_text());
 

@@ -223,7 +223,7 @@ int mlajit_spec_short_walk_alternative(const mlajit_kernel_spec *spec, const cha
         return 0;
     const char *arch = spec->arch[0] ? spec->arch : default_arch;
     if (spec->variant != MLAJIT_VARIANT_AUTO || spec->tile || spec->heads_per_cta || !arch ||
-        strcmp(arch, "sm_90a") != 0)
+        strcmp(arch, "sm_90a") != 0 || spec->h_q <= 32)
         return 0;
     mlajit_kernel_spec s = *spec, r;
     s.variant = MLAJIT_VARIANT_SM90_STAGED;
