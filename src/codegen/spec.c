@@ -195,18 +195,21 @@ int mlajit_spec_resolve(const mlajit_kernel_spec *spec, mlajit_kernel_spec *reso
     return MLAJIT_OK;
 }
 
-int mlajit_spec_long_walk_alternative(const mlajit_kernel_spec *spec, const char *default_arch,
-                                      mlajit_kernel_spec *alt)
+/* The alternatives auto's plans may switch to: only for an auto spec (variant,
+ * tile and head group left to the generator) on sm_90a, the arch they were
+ * measured on. 1 and *alt (arch set) when the spec with `variant` resolves there,
+ * else 0, leaving no error set. */
+static int auto_alternative(const mlajit_kernel_spec *spec, const char *default_arch, mlajit_variant variant,
+                            mlajit_kernel_spec *alt)
 {
     if (!spec || !alt || mlajit_spec_validate(spec) != MLAJIT_OK)
         return 0;
     const char *arch = spec->arch[0] ? spec->arch : default_arch;
-    const mlajit_model_desc *d = mlajit_model_describe(spec->model);
     if (spec->variant != MLAJIT_VARIANT_AUTO || spec->tile || spec->heads_per_cta || !arch ||
-        strcmp(arch, "sm_90a") != 0 || spec->h_q > 16 || d->scale_format != MLAJIT_SCALE_FP32_POW2)
+        strcmp(arch, "sm_90a") != 0)
         return 0;
     mlajit_kernel_spec s = *spec, r;
-    s.variant = MLAJIT_VARIANT_SLICED;
+    s.variant = variant;
     snprintf(s.arch, sizeof s.arch, "%s", arch);
     if (mlajit_spec_resolve(&s, &r) != MLAJIT_OK) {
         mlajit_clear_error();
@@ -216,24 +219,21 @@ int mlajit_spec_long_walk_alternative(const mlajit_kernel_spec *spec, const char
     return 1;
 }
 
+int mlajit_spec_long_walk_alternative(const mlajit_kernel_spec *spec, const char *default_arch,
+                                      mlajit_kernel_spec *alt)
+{
+    if (!spec || spec->h_q > 16 || !mlajit_model_describe(spec->model) ||
+        mlajit_model_describe(spec->model)->scale_format != MLAJIT_SCALE_FP32_POW2)
+        return 0;
+    return auto_alternative(spec, default_arch, MLAJIT_VARIANT_SLICED, alt);
+}
+
 int mlajit_spec_short_walk_alternative(const mlajit_kernel_spec *spec, const char *default_arch,
                                        mlajit_kernel_spec *alt)
 {
-    if (!spec || !alt || mlajit_spec_validate(spec) != MLAJIT_OK)
+    if (!spec || spec->h_q <= 32)
         return 0;
-    const char *arch = spec->arch[0] ? spec->arch : default_arch;
-    if (spec->variant != MLAJIT_VARIANT_AUTO || spec->tile || spec->heads_per_cta || !arch ||
-        strcmp(arch, "sm_90a") != 0 || spec->h_q <= 32)
-        return 0;
-    mlajit_kernel_spec s = *spec, r;
-    s.variant = MLAJIT_VARIANT_SM90_STAGED;
-    snprintf(s.arch, sizeof s.arch, "%s", arch);
-    if (mlajit_spec_resolve(&s, &r) != MLAJIT_OK) {
-        mlajit_clear_error();
-        return 0;
-    }
-    *alt = s;
-    return 1;
+    return auto_alternative(spec, default_arch, MLAJIT_VARIANT_SM90_STAGED, alt);
 }
 
 static void feature_letters(unsigned f, char *buf)

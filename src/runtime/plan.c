@@ -73,34 +73,41 @@ static plan_grid grid_for(const mlajit_kernel_layout *layout, int h_q, const mla
     return g;
 }
 
+/* The grid of a plan of `shape` with kernel `spec`, as grid_for; with
+ * `as_splitting` a single-split kernel's grid is taken as its splitting twin's
+ * (sm90-staged as sm90: same tiles and head groups). 0 when the spec does not
+ * resolve (no error left set). */
+static int grid_of(const mlajit_kernel_spec *spec, const mlajit_decode_shape *shape, int sm_count, int as_splitting,
+                   plan_grid *g)
+{
+    mlajit_kernel_spec r;
+    mlajit_kernel_layout layout;
+    if (mlajit_spec_resolve(spec, &r) != MLAJIT_OK || mlajit_codegen_layout(&r, &layout) != MLAJIT_OK) {
+        mlajit_clear_error();
+        return 0;
+    }
+    if (as_splitting)
+        layout.single_split = 0;
+    *g = grid_for(&layout, r.h_q, shape, sm_count);
+    return 1;
+}
+
 /* Whether a plan of `shape` with kernel `alt` walks at least MLAJIT_SLICED_MIN_TILES
  * tiles per CTA. */
 static int walk_is_long(const mlajit_kernel_spec *alt, const mlajit_decode_shape *shape, int sm_count)
 {
-    mlajit_kernel_spec r;
-    mlajit_kernel_layout layout;
-    if (mlajit_spec_resolve(alt, &r) != MLAJIT_OK || mlajit_codegen_layout(&r, &layout) != MLAJIT_OK) {
-        mlajit_clear_error();
-        return 0;
-    }
-    plan_grid g = grid_for(&layout, r.h_q, shape, sm_count);
-    return g.rows > 0 && g.tiles_per_split >= MLAJIT_SLICED_MIN_TILES;
+    plan_grid g;
+    return grid_of(alt, shape, sm_count, 0, &g) && g.rows > 0 && g.tiles_per_split >= MLAJIT_SLICED_MIN_TILES;
 }
 
 /* Whether the plan of `shape` with the sm90 kernel that `alt` (its sm90-staged
- * twin, same tiles and head groups) stands in for would not split and would walk
- * fewer than MLAJIT_STAGED_BELOW_TILES tiles per CTA. */
+ * twin) stands in for would not split and would walk fewer than
+ * MLAJIT_STAGED_BELOW_TILES tiles per CTA. */
 static int walk_is_short(const mlajit_kernel_spec *alt, const mlajit_decode_shape *shape, int sm_count)
 {
-    mlajit_kernel_spec r;
-    mlajit_kernel_layout layout;
-    if (mlajit_spec_resolve(alt, &r) != MLAJIT_OK || mlajit_codegen_layout(&r, &layout) != MLAJIT_OK) {
-        mlajit_clear_error();
-        return 0;
-    }
-    layout.single_split = 0; /* the grid sm90 itself would run */
-    plan_grid g = grid_for(&layout, r.h_q, shape, sm_count);
-    return shape->num_splits <= 1 && g.rows > 0 && g.num_splits == 1 && g.tiles_per_split < MLAJIT_STAGED_BELOW_TILES;
+    plan_grid g;
+    return shape->num_splits <= 1 && grid_of(alt, shape, sm_count, 1, &g) && g.rows > 0 && g.num_splits == 1 &&
+           g.tiles_per_split < MLAJIT_STAGED_BELOW_TILES;
 }
 
 int mlajit_plan_create(mlajit_context *ctx, const mlajit_kernel_spec *spec, const mlajit_decode_shape *shape,
