@@ -9,6 +9,7 @@
 #include <time.h>
 
 #include "cli/cli.h"
+#include "codegen/codegen.h"
 #include "common/error.h"
 #include "harness/harness.h"
 #include "runtime/runtime.h"
@@ -217,7 +218,8 @@ int cli_bench(int argc, char **argv)
     bench_variant variant = {0, 0, 0, MLAJIT_VARIANT_AUTO};
     static const char usage[] =
         "usage: mlajit bench [--json FILE] [--quick] [--heads N] [--batch N] [--topk N]\n"
-        "                    [--tile T] [--heads-per-cta H] [--splits S] [--variant auto|portable|sm90|sliced|sm90-staged]\n"
+        "                    [--tile T] [--heads-per-cta H] [--splits S] [--variant V]\n"
+        "  --variant V  " MLAJIT_VARIANT_NAMES "\n"
         "  --quick      h_q 16/64/128 and the larger V3.2 rows only\n"
         "  --heads/--batch/--topk N   only the rows with that value (for profilers)\n"
         "  --tile/--heads-per-cta N   force a kernel variant on every row (compare variants)\n"

@@ -16,7 +16,7 @@ static const char usage_text[] =
     "commands:\n"
     "  info                          version, NVRTC, driver and GPU, cache directory and size\n"
     "  compile --model M --heads N --page P [--extra-page P2] [--features LIST]\n"
-    "          [--tile T] [--heads-per-cta H] [--variant auto|portable|sm90|sliced|sm90-staged] [--arch sm_XX]\n"
+    "          [--tile T] [--heads-per-cta H] [--variant V] [--arch sm_XX]\n"
     "          [--emit-source]\n"
     "                                generate, compile and cache one kernel\n"
     "  run-case [--cpu] DIR          run a golden-format case directory and check it\n"
@@ -34,6 +34,7 @@ static const char usage_text[] =
     "                                the supported envelope as tables, or one spec checked against it\n"
     "\n"
     "models: v32, dsv4, glm_nsa; features: sink, topk-length, extra-topk-length\n"
+    "variants (V): " MLAJIT_VARIANT_NAMES "\n"
     "exit status: 0 ok, 1 failure, 2 usage or invalid arguments\n";
 
 int cli_error(int status, const char *what)

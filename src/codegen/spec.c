@@ -63,6 +63,26 @@ int mlajit_spec_init(mlajit_kernel_spec *spec, mlajit_model model, int h_q, int 
 
 static int page_size_ok(int p) { return p >= 1 && p <= MLAJIT_MAX_PAGE_SIZE; }
 
+/* One table for every variant name (MLAJIT_VARIANT_NAMES lists them in order). */
+static const struct {
+    mlajit_variant variant;
+    const char *name;
+} variant_names[] = {
+    {MLAJIT_VARIANT_AUTO, "auto"},
+    {MLAJIT_VARIANT_PORTABLE, "portable"},
+    {MLAJIT_VARIANT_SM90, "sm90"},
+    {MLAJIT_VARIANT_SLICED, "sliced"},
+    {MLAJIT_VARIANT_SM90_STAGED, "sm90-staged"},
+};
+
+static int variant_known(mlajit_variant v)
+{
+    for (size_t i = 0; i < sizeof variant_names / sizeof variant_names[0]; i++)
+        if (variant_names[i].variant == v)
+            return 1;
+    return 0;
+}
+
 int mlajit_spec_validate(const mlajit_kernel_spec *spec)
 {
     if (!spec)
@@ -95,9 +115,7 @@ int mlajit_spec_validate(const mlajit_kernel_spec *spec)
         spec->heads_per_cta != 64)
         return mlajit_fail(MLAJIT_ERR_INVALID_ARGUMENT, "spec.heads_per_cta = %d; allowed 0 (auto), 16, 32, 64",
                            spec->heads_per_cta);
-    if (spec->variant != MLAJIT_VARIANT_AUTO && spec->variant != MLAJIT_VARIANT_PORTABLE &&
-        spec->variant != MLAJIT_VARIANT_SM90 && spec->variant != MLAJIT_VARIANT_SLICED &&
-        spec->variant != MLAJIT_VARIANT_SM90_STAGED)
+    if (!variant_known(spec->variant))
         return mlajit_fail(MLAJIT_ERR_INVALID_ARGUMENT,
                            "spec.variant = %d; allowed 0 (auto), 1 (portable), 2 (sm90), 3 (sliced), 4 (sm90-staged)",
                            (int)spec->variant);
@@ -244,18 +262,6 @@ static void feature_letters(unsigned f, char *buf)
     if (f & MLAJIT_FEATURE_EXTRA_TOPK_LENGTH) buf[n++] = 'x';
     buf[n] = '\0';
 }
-
-/* One table for every variant name (MLAJIT_VARIANT_NAMES lists them in order). */
-static const struct {
-    mlajit_variant variant;
-    const char *name;
-} variant_names[] = {
-    {MLAJIT_VARIANT_AUTO, "auto"},
-    {MLAJIT_VARIANT_PORTABLE, "portable"},
-    {MLAJIT_VARIANT_SM90, "sm90"},
-    {MLAJIT_VARIANT_SLICED, "sliced"},
-    {MLAJIT_VARIANT_SM90_STAGED, "sm90-staged"},
-};
 
 const char *mlajit_variant_name(mlajit_variant v)
 {

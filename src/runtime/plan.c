@@ -140,11 +140,6 @@ int mlajit_plan_create(mlajit_context *ctx, const mlajit_kernel_spec *spec, cons
     }
     if (!k && (rc = mlajit_kernel_acquire(ctx, spec, ctx->drv != NULL, &k, &report)))
         return mlajit_fail_prefix(rc, "plan: ");
-    if (k->layout.single_split && shape->num_splits > 1)
-        return mlajit_fail(MLAJIT_ERR_UNSUPPORTED,
-                           "shape.num_splits = %d but variant %s does not split (it writes no split partials); "
-                           "allowed 0 or 1, or use variant sm90",
-                           shape->num_splits, mlajit_variant_name(k->spec.variant));
 
     mlajit_plan *p = calloc(1, sizeof *p);
     if (!p)
