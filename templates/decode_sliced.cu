@@ -115,28 +115,35 @@ static_assert(kStageRowBytes >= cfg::kRowBytes && kStageRowBytes % 128 == 64, "s
 static_assert(cfg::kRowBytes % 16 == 0 && cfg::kTile % cfg::kWarps == 0, "whole 16-byte chunks, rows split over warps");
 static_assert(kStageRowBytes * cfg::kTile * kStages == cfg::kSmemStagingBytes, "the generator's staging size");
 
-// Start warp w's copies of one tile into a stage: rows kRowsPerWarp * w onwards,
-// lane l taking 16-byte chunks l, l + 32, ... A skipped candidate is never read:
-// its staged row is stored directly as zero codes with scale 1 (a zero row on the
-// fast path; the stage's last copies completed, and were read, tiles ago).
-__device__ __forceinline__ void issue_copies(u8* stage, const u8* const* table, int warp, int lane)
+// Start warp w's copies of one tile into a stage (its shared address): rows
+// kRowsPerWarp * w onwards, lane l taking 16-byte chunks l, l + 32, ... A skipped
+// candidate is never read: the copy zero-fills its row (source size 0; `any_row`,
+// a valid address, stands in for its own), whose zero scale then gives zero
+// operands (see scale_factor). Shared addresses stay 32-bit and the global one is
+// formed once per row: with generic pointers and a branch per chunk, the copies
+// were a quarter of the loop's instructions (bench/NOTES.md).
+__device__ __forceinline__ void issue_copies(u32 stage, const u8* const* table, const u8* any_row, int warp, int lane)
 {
 #pragma unroll
     for (int i = 0; i < kRowsPerWarp; i++) {
         const int r = warp * kRowsPerWarp + i;
         const u8* row = table[r];
-        u8* dst = stage + r * kStageRowBytes;
+        const bool live = row != nullptr;
+        const u8* src = (live ? row : any_row) + lane * 16;
+        const u32 dst = stage + (u32)(r * kStageRowBytes + lane * 16);
 #pragma unroll
-        for (int c = lane; c < kChunksPerRow; c += 32) {
-            if (row) {
-                copy_async<16>(smem_address(dst + c * 16), row + c * 16);
-            } else {
-                const bool scales = c * 16 >= cfg::kScaleOffset && c * 16 < cfg::kScaleOffset + cfg::kNumScales * 4;
-                const u32 v = scales ? 0x3f800000u : 0u;  // inline fp32 scales: 4 per chunk
-                *reinterpret_cast<U32x4*>(dst + c * 16) = U32x4{v, v, v, v};
-            }
-        }
+        for (int k = 0; k * 32 < kChunksPerRow; k++)
+            if (lane + 32 * k < kChunksPerRow) copy_async<16>(dst + (u32)(512 * k), src + 512 * k, live);
     }
+}
+
+// The fast path's bf16x2 factor of a slice's scale, 0 where it needs the exact
+// product. A zero scale (a skipped candidate's zero-filled row; a row of zeros)
+// takes the fast path too, with factor -0: every operand is then a zero, as the
+// exact product gives (NaN codes stay NaN either way).
+__device__ __forceinline__ u32 scale_factor(u32 scale_bits)
+{
+    return scale_bits == 0u ? 0x80008000u : fast_scale_bf16x2(scale_bits);
 }
 
 }  // namespace sliced
@@ -155,6 +162,9 @@ extern "C" __global__ void __launch_bounds__(cfg::kThreads, cfg::kMinBlocksPerSM
     const u8** sTable = reinterpret_cast<const u8**>(smem + cfg::kSmemTokenRow);  // [kTableBuffers][kTile]
     u8* sStages = smem + cfg::kSmemStaging;  // [kStages][kTile][kStageRowBytes]
     auto stage = [&](int buffer) { return sStages + buffer * cfg::kTile * kStageRowBytes; };
+    const u32 stages_addr = smem_address(sStages);
+    auto stage_addr = [&](int buffer) { return stages_addr + (u32)(buffer * cfg::kTile * kStageRowBytes); };
+    const u8* any_row = p.kv;  // the zero-filled copies' stand-in source
 
     const int tid = threadIdx.x;
     const int warp = tid / 32, lane = tid % 32;
@@ -201,9 +211,9 @@ extern "C" __global__ void __launch_bounds__(cfg::kThreads, cfg::kMinBlocksPerSM
     __syncthreads();  // barrier: the row statistics and the first two token tables ready
     // the copies of the first two tiles (a commit group per tile, empty or not, so
     // that "all but the newest group" is always the tile about to be used)
-    if (tile < tile_end) issue_copies(stage(0), table(0), warp, lane);
+    if (tile < tile_end) issue_copies(stage_addr(0), table(0), any_row, warp, lane);
     copy_async_commit();
-    if (t1 < tile_end) issue_copies(stage(1), table(1), warp, lane);
+    if (t1 < tile_end) issue_copies(stage_addr(1), table(1), any_row, warp, lane);
     copy_async_commit();
     copy_async_wait<1>();  // Q's and the first tile's copies (t1's may still fly) ...
     __syncthreads();       // ... published
@@ -238,7 +248,7 @@ extern "C" __global__ void __launch_bounds__(cfg::kThreads, cfg::kMinBlocksPerSM
         bool lane_fast = true;
 #pragma unroll
         for (int j = 0; j < kGroups; j++) {
-            scale2[j] = fast_scale_bf16x2(cur[j].scale_bits);
+            scale2[j] = scale_factor(cur[j].scale_bits);
             lane_fast = lane_fast && scale2[j] != 0u;
         }
         const bool fast = cfg::kScaleFormat != 2 && __all_sync(0xffffffffu, lane_fast);
@@ -297,7 +307,7 @@ extern "C" __global__ void __launch_bounds__(cfg::kThreads, cfg::kMinBlocksPerSM
         __syncthreads();  // barrier A: every slice's partial scores and t2's token table ready
         // 3. the copies of t2, into the stage tile t - 1 used (read into registers by
         //    every warp before this barrier)
-        if (t2 < tile_end) issue_copies(stage(last_buf), table(last_buf), warp, lane);
+        if (t2 < tile_end) issue_copies(stage_addr(last_buf), table(last_buf), any_row, warp, lane);
         copy_async_commit();
 
         // B. online softmax: kSoftmaxThreadsPerRow neighbouring lanes share a head row.
