@@ -274,6 +274,25 @@ Test(generate, needs_an_arch)
 /* The long-walk alternative auto switches to (src/runtime/plan.c): the sliced
  * family for auto specs of at most 16 heads with V3.2's layout and power-of-two
  * scales on sm_90a, nothing otherwise. */
+/* Every alternative of a spec, as grids and pack hints take them: long- then
+ * short-walk, each only where the spec has it. */
+Test(codegen, walk_alternatives_list_each_one_the_spec_has)
+{
+    mlajit_kernel_spec s, alts[MLAJIT_WALK_ALTERNATIVES];
+    cr_assert_eq(mlajit_spec_init(&s, MLAJIT_MODEL_V32, 16, 64), MLAJIT_OK);
+    cr_expect_eq(mlajit_spec_walk_alternatives(&s, "sm_90a", alts), 1, "16 heads: sliced only");
+    cr_expect_eq(alts[0].variant, MLAJIT_VARIANT_SLICED);
+    s.h_q = 64;
+    cr_expect_eq(mlajit_spec_walk_alternatives(&s, "sm_90a", alts), 1, "64 heads: sm90-staged only");
+    cr_expect_eq(alts[0].variant, MLAJIT_VARIANT_SM90_STAGED);
+    cr_expect_str_eq(alts[0].arch, "sm_90a");
+    s.h_q = 32;
+    cr_expect_eq(mlajit_spec_walk_alternatives(&s, "sm_90a", alts), 0, "32 heads: neither");
+    s.h_q = 64;
+    cr_expect_eq(mlajit_spec_walk_alternatives(&s, "sm_80", alts), 0, "not sm_90a: neither");
+    cr_expect_eq(mlajit_spec_walk_alternatives(NULL, "sm_90a", alts), 0);
+}
+
 Test(codegen, short_walk_alternative_is_sm90_staged_on_sm90a_auto_specs)
 {
     mlajit_kernel_spec s, alt, r;

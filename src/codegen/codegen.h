@@ -56,6 +56,14 @@ int mlajit_spec_long_walk_alternative(const mlajit_kernel_spec *spec, const char
 int mlajit_spec_short_walk_alternative(const mlajit_kernel_spec *spec, const char *default_arch,
                                        mlajit_kernel_spec *alt);
 
+/* Every kernel an auto plan of spec may switch to, whatever its shape: the long-
+ * then the short-walk alternative, where it has them, into alts (arch set).
+ * Returns how many (0..MLAJIT_WALK_ALTERNATIVES). What grids bring along and pack
+ * hints cover; a plan checks each against its own shape. */
+#define MLAJIT_WALK_ALTERNATIVES 2
+int mlajit_spec_walk_alternatives(const mlajit_kernel_spec *spec, const char *default_arch,
+                                  mlajit_kernel_spec alts[MLAJIT_WALK_ALTERNATIVES]);
+
 int mlajit_codegen_layout(const mlajit_kernel_spec *resolved, mlajit_kernel_layout *layout);
 
 /* Largest opt-in dynamic shared memory of an arch ("sm_90a"), 0 if unknown. */

@@ -254,6 +254,15 @@ int mlajit_spec_short_walk_alternative(const mlajit_kernel_spec *spec, const cha
     return auto_alternative(spec, default_arch, MLAJIT_VARIANT_SM90_STAGED, alt);
 }
 
+int mlajit_spec_walk_alternatives(const mlajit_kernel_spec *spec, const char *default_arch,
+                                  mlajit_kernel_spec alts[MLAJIT_WALK_ALTERNATIVES])
+{
+    int n = 0;
+    n += mlajit_spec_long_walk_alternative(spec, default_arch, &alts[n]);
+    n += mlajit_spec_short_walk_alternative(spec, default_arch, &alts[n]);
+    return n;
+}
+
 static void feature_letters(unsigned f, char *buf)
 {
     int n = 0;

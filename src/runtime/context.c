@@ -534,7 +534,7 @@ static void feature_set_name(unsigned features, char *buf, size_t len)
  * kernel a grid brings along with it, else --spec. */
 static void pack_build_line(const mlajit_kernel_spec *r, const char *spec_string, char *buf, size_t len)
 {
-    mlajit_kernel_spec auto_spec = *r, auto_resolved, alt;
+    mlajit_kernel_spec auto_spec = *r, auto_resolved, alts[MLAJIT_WALK_ALTERNATIVES];
     auto_spec.tile = 0;
     auto_spec.heads_per_cta = 0;
     auto_spec.variant = MLAJIT_VARIANT_AUTO;
@@ -542,11 +542,9 @@ static void pack_build_line(const mlajit_kernel_spec *r, const char *spec_string
     int by_grid = mlajit_spec_resolve(&auto_spec, &auto_resolved) == MLAJIT_OK &&
                   mlajit_spec_string(&auto_resolved, auto_string, sizeof auto_string) == MLAJIT_OK &&
                   strcmp(auto_string, spec_string) == 0;
-    if (!by_grid && mlajit_spec_long_walk_alternative(&auto_spec, r->arch, &alt))
-        by_grid = mlajit_spec_string(&alt, alt_string, sizeof alt_string) == MLAJIT_OK &&
-                  strcmp(alt_string, spec_string) == 0;
-    if (!by_grid && mlajit_spec_short_walk_alternative(&auto_spec, r->arch, &alt))
-        by_grid = mlajit_spec_string(&alt, alt_string, sizeof alt_string) == MLAJIT_OK &&
+    const int n_alts = by_grid ? 0 : mlajit_spec_walk_alternatives(&auto_spec, r->arch, alts);
+    for (int i = 0; i < n_alts && !by_grid; i++)
+        by_grid = mlajit_spec_string(&alts[i], alt_string, sizeof alt_string) == MLAJIT_OK &&
                   strcmp(alt_string, spec_string) == 0;
     mlajit_clear_error();
     if (!by_grid) {

@@ -38,7 +38,7 @@ int mlajit_grid_expand(const mlajit_kernel_grid *grid, const char *default_arch,
     if (total > 1000000)
         return mlajit_fail(MLAJIT_ERR_INVALID_ARGUMENT, "grid: %lld kernels; at most 1000000", total);
     /* room for each spec's long- and short-walk kernels too (see below) */
-    mlajit_kernel_spec *out = calloc((size_t)total * 3, sizeof *out);
+    mlajit_kernel_spec *out = calloc((size_t)total * (1 + MLAJIT_WALK_ALTERNATIVES), sizeof *out);
     if (!out)
         return mlajit_fail(MLAJIT_ERR_OUT_OF_MEMORY, "grid of %lld kernels", total);
     int n = 0;
@@ -72,10 +72,7 @@ int mlajit_grid_expand(const mlajit_kernel_grid *grid, const char *default_arch,
                             /* the kernels auto's plans take instead for long and short
                              * walks, so a warmed-up context or a pack covers every plan
                              * of the spec */
-                            if (mlajit_spec_long_walk_alternative(s, s->arch, &out[n]))
-                                n++;
-                            if (mlajit_spec_short_walk_alternative(s, s->arch, &out[n]))
-                                n++;
+                            n += mlajit_spec_walk_alternatives(s, s->arch, &out[n]);
                         }
     *specs = out;
     *count = n;
