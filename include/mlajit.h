@@ -132,18 +132,24 @@ typedef enum mlajit_variant {
                                   * V3.2's layout on sm_90a takes sliced instead where each CTA
                                   * walks >= 16 tiles of 32 candidates and that kernel can be had
                                   * (the faster on the H200 there; bench/NOTES.md); and sm90-staged
-                                  * where it would run sm90 on a short walk (below) */
+                                  * where it would run sm90 on a short walk, sm90-unpaired where it
+                                  * would walk one tile per CTA at 65-128 heads (below) */
     MLAJIT_VARIANT_PORTABLE = 1, /* mma.sync bf16 family, sm_80 and newer */
     MLAJIT_VARIANT_SM90 = 2,     /* wgmma, warp-specialized; sm_90a only, 64 heads per CTA, tile 64 */
     MLAJIT_VARIANT_SLICED = 3,   /* mma.sync, each warp gathers and multiplies one 64-dim slice of
                                   * every candidate in registers; sm_80 and newer; models whose V is
                                   * the NoPE part with inline scales (v32, glm_nsa); 16 or 32 heads
                                   * per CTA, tile 32 */
-    MLAJIT_VARIANT_SM90_STAGED = 4 /* sm90 whose bf16 output rows go through shared memory, written
+    MLAJIT_VARIANT_SM90_STAGED = 4, /* sm90 whose bf16 output rows go through shared memory, written
                                   * back 512 contiguous bytes per warp instruction; never splits;
                                   * power-of-two scales (v32, dsv4); auto takes it on sm_90a for more
                                   * than 32 heads where a plan does not split and walks fewer than 16
                                   * tiles of 64 per CTA (bench/NOTES.md) */
+    MLAJIT_VARIANT_SM90_UNPAIRED = 5 /* sm90 without the CTA pair: at 65-128 heads each of the two
+                                  * head groups' CTAs gathers every tile itself (at 64 heads and
+                                  * fewer sm90 has no pair, and this resolves to sm90); auto takes it
+                                  * on sm_90a where sm90's plan splits down to one tile per CTA, so
+                                  * the pair's start-up is not paid for one tile (bench/NOTES.md) */
 } mlajit_variant;
 
 typedef struct mlajit_kernel_spec {

@@ -184,7 +184,7 @@ BAD(spec_validate_extra_length_without_extra, INVALID, "extra_page_size is 0",
 BAD(spec_validate_tile_48, INVALID, "spec.tile = 48", mlajit_spec_validate(SPEC(.tile = 48)))
 BAD(spec_validate_tile_negative, INVALID, "spec.tile = -32", mlajit_spec_validate(SPEC(.tile = -32)))
 BAD(spec_validate_heads_per_cta_8, INVALID, "spec.heads_per_cta = 8", mlajit_spec_validate(SPEC(.heads_per_cta = 8)))
-BAD(spec_validate_variant, INVALID, "spec.variant = 5", mlajit_spec_validate(SPEC(.variant = (mlajit_variant)5)))
+BAD(spec_validate_variant, INVALID, "spec.variant = 6", mlajit_spec_validate(SPEC(.variant = (mlajit_variant)6)))
 BAD(spec_validate_arch_sm_70, INVALID, "spec.arch = 'sm_70'", mlajit_spec_validate(SPEC(.arch = "sm_70")))
 BAD(spec_validate_arch_unknown, INVALID, "spec.arch = 'gfx90a'", mlajit_spec_validate(SPEC(.arch = "gfx90a")))
 BAD(spec_validate_arch_unterminated, INVALID, "spec.arch is not NUL-terminated",
@@ -600,6 +600,29 @@ Test(api, auto_takes_the_staged_kernel_for_short_walks)
     cr_expect(strstr(mlajit_last_error(), "shape.num_splits = 4") && strstr(mlajit_last_error(), "sm90-staged"), "%s",
               mlajit_last_error());
     cr_expect_null(p);
+}
+
+/* auto's one-tile kernel: sm90-unpaired at 65-128 heads where sm90's plan walks
+ * one tile per CTA (the planner's splits or forced ones); a short walk that does
+ * not split stays sm90-staged. */
+Test(api, auto_takes_the_unpaired_kernel_for_one_tile_walks)
+{
+    char b[256];
+    cr_expect(strstr(plan_family(ctx, MLAJIT_MODEL_V32, 128, 1, 2048, 0, b, sizeof b), ".sm90-unpaired.sm_90a"),
+              "b 1, 32 splits of one tile: %s", b);
+    cr_expect(strstr(plan_family(ctx, MLAJIT_MODEL_V32, 96, 2, 2048, 0, b, sizeof b), ".sm90-unpaired.sm_90a"), "%s", b);
+    cr_expect(strstr(plan_family(ctx, MLAJIT_MODEL_GLM_NSA, 128, 1, 2048, 0, b, sizeof b), ".sm90-unpaired.sm_90a"),
+              "%s", b);
+    cr_expect(strstr(plan_family(ctx, MLAJIT_MODEL_V32, 128, 8, 2048, 32, b, sizeof b), ".sm90-unpaired.sm_90a"),
+              "forced: 32 splits of one tile: %s", b);
+    cr_expect(strstr(plan_family(ctx, MLAJIT_MODEL_V32, 128, 8, 2048, 0, b, sizeof b), ".sm90.sm_90a"),
+              "b 8: 8 splits of 4 tiles keep the pair: %s", b);
+    cr_expect(strstr(plan_family(ctx, MLAJIT_MODEL_V32, 128, 1, 2048, 8, b, sizeof b), ".sm90.sm_90a"),
+              "forced: 8 splits of 4 tiles: %s", b);
+    cr_expect(strstr(plan_family(ctx, MLAJIT_MODEL_V32, 64, 1, 2048, 0, b, sizeof b), ".sm90.sm_90a"),
+              "64 heads: no pair to leave out: %s", b);
+    cr_expect(strstr(plan_family(ctx, MLAJIT_MODEL_V32, 128, 128, 64, 0, b, sizeof b), ".sm90-staged.sm_90a"),
+              "one tile, no split: the short walk's kernel: %s", b);
 }
 
 Test(api, auto_keeps_its_kernel_when_the_sliced_one_cannot_be_had)

@@ -271,11 +271,8 @@ Test(generate, needs_an_arch)
     cr_expect(strstr(mlajit_last_error(), "arch") != NULL);
 }
 
-/* The long-walk alternative auto switches to (src/runtime/plan.c): the sliced
- * family for auto specs of at most 16 heads with V3.2's layout and power-of-two
- * scales on sm_90a, nothing otherwise. */
-/* Every alternative of a spec, as grids and pack hints take them: long- then
- * short-walk, each only where the spec has it. */
+/* Every alternative of a spec, as grids and pack hints take them: long walk,
+ * short walk, one tile, each only where the spec has it. */
 Test(codegen, walk_alternatives_list_each_one_the_spec_has)
 {
     mlajit_kernel_spec s, alts[MLAJIT_WALK_ALTERNATIVES];
@@ -286,11 +283,76 @@ Test(codegen, walk_alternatives_list_each_one_the_spec_has)
     cr_expect_eq(mlajit_spec_walk_alternatives(&s, "sm_90a", alts), 1, "64 heads: sm90-staged only");
     cr_expect_eq(alts[0].variant, MLAJIT_VARIANT_SM90_STAGED);
     cr_expect_str_eq(alts[0].arch, "sm_90a");
+    s.h_q = 128;
+    cr_expect_eq(mlajit_spec_walk_alternatives(&s, "sm_90a", alts), 2, "128 heads: sm90-staged, sm90-unpaired");
+    cr_expect_eq(alts[0].variant, MLAJIT_VARIANT_SM90_STAGED);
+    cr_expect_eq(alts[1].variant, MLAJIT_VARIANT_SM90_UNPAIRED);
+    s.model = MLAJIT_MODEL_GLM_NSA;
+    cr_expect_eq(mlajit_spec_walk_alternatives(&s, "sm_90a", alts), 1, "arbitrary scales at 128 heads: unpaired only");
+    cr_expect_eq(alts[0].variant, MLAJIT_VARIANT_SM90_UNPAIRED);
+    s.model = MLAJIT_MODEL_V32;
     s.h_q = 32;
-    cr_expect_eq(mlajit_spec_walk_alternatives(&s, "sm_90a", alts), 0, "32 heads: neither");
-    s.h_q = 64;
-    cr_expect_eq(mlajit_spec_walk_alternatives(&s, "sm_80", alts), 0, "not sm_90a: neither");
+    cr_expect_eq(mlajit_spec_walk_alternatives(&s, "sm_90a", alts), 0, "32 heads: none");
+    s.h_q = 128;
+    cr_expect_eq(mlajit_spec_walk_alternatives(&s, "sm_80", alts), 0, "not sm_90a: none");
     cr_expect_eq(mlajit_spec_walk_alternatives(NULL, "sm_90a", alts), 0);
+}
+
+/* The one-tile alternative: sm90 without the CTA pair, for auto specs on sm_90a
+ * whose sm90 kernel pairs CTAs (65-128 heads); a spec that names it where sm90 has
+ * no pair resolves to sm90, so one kernel keeps one name. */
+Test(codegen, one_tile_alternative_is_sm90_without_the_pair)
+{
+    mlajit_kernel_spec s, alt, r;
+    cr_assert_eq(mlajit_spec_init(&s, MLAJIT_MODEL_V32, 128, 64), MLAJIT_OK);
+    cr_expect_eq(mlajit_spec_one_tile_alternative(&s, "sm_90a", &alt), 1);
+    cr_expect_eq(alt.variant, MLAJIT_VARIANT_SM90_UNPAIRED);
+    cr_expect_str_eq(alt.arch, "sm_90a");
+    cr_assert_eq(mlajit_spec_resolve(&alt, &r), MLAJIT_OK);
+    mlajit_kernel_layout unpaired, paired;
+    cr_assert_eq(mlajit_codegen_layout(&r, &unpaired), MLAJIT_OK);
+    cr_expect_eq(unpaired.cluster_ctas, 1);
+    cr_expect_eq(unpaired.single_split, 0, "it splits");
+    char name[128];
+    cr_assert_eq(mlajit_spec_string(&r, name, sizeof name), MLAJIT_OK);
+    cr_expect_str_eq(name, "v32.h128.p64.t64.hc64.sm90-unpaired.sm_90a");
+    mlajit_kernel_spec back;
+    cr_assert_eq(mlajit_spec_parse(name, &back), MLAJIT_OK);
+    cr_expect_eq(back.variant, MLAJIT_VARIANT_SM90_UNPAIRED);
+    char *src = NULL;
+    cr_assert_eq(mlajit_generate_source(&r, &src), MLAJIT_OK, "%s", mlajit_last_error());
+    cr_expect(strstr(src, "constexpr int kClusterCtas = 1;") && strstr(src, "#define MLAJIT_CLUSTER_DIMS\n"), "no cluster");
+    cr_expect(strstr(src, "constexpr bool kStagedOutput = false;") != NULL);
+    mlajit_free(src);
+    r.variant = MLAJIT_VARIANT_SM90;
+    cr_assert_eq(mlajit_codegen_layout(&r, &paired), MLAJIT_OK);
+    cr_expect_eq(paired.cluster_ctas, 2, "sm90 pairs the two head groups");
+    cr_expect_eq(paired.smem_bytes, unpaired.smem_bytes);
+    /* 65 heads pair too; 64 and fewer have nothing to leave out */
+    s.h_q = 65;
+    cr_expect_eq(mlajit_spec_one_tile_alternative(&s, "sm_90a", &alt), 1);
+    s.h_q = 64;
+    cr_expect_eq(mlajit_spec_one_tile_alternative(&s, "sm_90a", &alt), 0);
+    s.variant = MLAJIT_VARIANT_SM90_UNPAIRED;
+    strcpy(s.arch, "sm_90a");
+    cr_assert_eq(mlajit_spec_string(&s, name, sizeof name), MLAJIT_OK);
+    cr_expect_str_eq(name, "v32.h64.p64.t64.hc64.sm90.sm_90a", "named at 64 heads, it is sm90");
+    /* only auto switches, only on sm_90a; arbitrary scales too (it is sm90's kernel) */
+    s.h_q = 128;
+    cr_expect_eq(mlajit_spec_one_tile_alternative(&s, "sm_90a", &alt), 0, "a named variant stays");
+    s.variant = MLAJIT_VARIANT_AUTO;
+    s.arch[0] = '\0';
+    cr_expect_eq(mlajit_spec_one_tile_alternative(&s, "sm_80", &alt), 0, "wgmma: sm_90a only");
+    cr_expect_eq(mlajit_spec_one_tile_alternative(NULL, "sm_90a", &alt), 0);
+    mlajit_kernel_spec glm;
+    cr_assert_eq(mlajit_spec_init(&glm, MLAJIT_MODEL_GLM_NSA, 128, 64), MLAJIT_OK);
+    cr_expect_eq(mlajit_spec_one_tile_alternative(&glm, "sm_90a", &alt), 1);
+    /* the portable variant cannot be named unpaired: sm_80 refuses it as it refuses sm90 */
+    cr_assert_eq(mlajit_spec_init(&s, MLAJIT_MODEL_V32, 128, 64), MLAJIT_OK);
+    s.variant = MLAJIT_VARIANT_SM90_UNPAIRED;
+    strcpy(s.arch, "sm_80");
+    cr_expect_eq(mlajit_spec_resolve(&s, &r), MLAJIT_ERR_UNSUPPORTED);
+    cr_expect(strstr(mlajit_last_error(), "sm90-unpaired") != NULL, "%s", mlajit_last_error());
 }
 
 Test(codegen, short_walk_alternative_is_sm90_staged_on_sm90a_auto_specs)

@@ -8,6 +8,7 @@
 #include <sys/stat.h>
 
 #include "bad_decode_args.h"
+#include "codegen/codegen.h"
 #include "harness/harness.h"
 #include "mlajit.h"
 
@@ -396,16 +397,25 @@ static void require_sm90a(void)
     }
 }
 
+/* Every golden case with `variant` as the planner runs it, then with [b,h,s] lse and
+ * padded strides, and `splits` splits (0 for a variant that never splits). */
+static void golden_plain_and_padded(mlajit_variant variant, int splits)
+{
+    const char *name = mlajit_variant_name(variant);
+    mlajit_gpu_run_options o = {.variant = variant};
+    for_each_golden(&o, name);
+    mlajit_gpu_run_options padded = {.variant = variant, .num_splits = splits, .lse_head_major = 1, .pad_strides = 1};
+    char label[128];
+    snprintf(label, sizeof label, "%s, %d splits, lse [b,h,s], padded strides", name, splits);
+    for_each_golden(&padded, label);
+}
+
 /* Short timeouts: a synchronization bug in a new kernel shows up as a hang; fail in
  * minutes instead of spending the suite's 20. */
 Test(gpu, sm90_golden_cases, .timeout = 180)
 {
     require_sm90a();
-    mlajit_gpu_run_options o = {.variant = MLAJIT_VARIANT_SM90};
-    for_each_golden(&o, "sm90");
-    mlajit_gpu_run_options split = {.variant = MLAJIT_VARIANT_SM90, .num_splits = 3, .lse_head_major = 1,
-                                    .pad_strides = 1};
-    for_each_golden(&split, "sm90, 3 splits, lse [b,h,s], padded strides");
+    golden_plain_and_padded(MLAJIT_VARIANT_SM90, 3);
 }
 
 Test(gpu, sm90_sweep_heads_pages_ragged_topk, .timeout = 300)
@@ -433,10 +443,7 @@ Test(gpu, sm90_dequant_every_code_and_scale, .timeout = 180)
 Test(gpu, sm90_staged_golden_cases, .timeout = 180)
 {
     require_sm90a();
-    mlajit_gpu_run_options o = {.variant = MLAJIT_VARIANT_SM90_STAGED};
-    for_each_golden(&o, "sm90-staged");
-    mlajit_gpu_run_options padded = {.variant = MLAJIT_VARIANT_SM90_STAGED, .lse_head_major = 1, .pad_strides = 1};
-    for_each_golden(&padded, "sm90-staged, lse [b,h,s], padded strides");
+    golden_plain_and_padded(MLAJIT_VARIANT_SM90_STAGED, 0);
 }
 
 Test(gpu, sm90_staged_sweep_heads_pages_ragged_topk, .timeout = 300)
@@ -468,6 +475,25 @@ Test(gpu, sm90_staged_refuses_a_split)
     cr_expect_eq(mlajit_case_run_gpu(ctx, &c, &o, &res), MLAJIT_ERR_UNSUPPORTED);
     cr_expect(strstr(mlajit_last_error(), "num_splits = 2") != NULL, "%s", mlajit_last_error());
     mlajit_case_free(&c);
+}
+
+/* sm90-unpaired (sm90 without the CTA pair; at 64 heads and fewer it is sm90) against
+ * the same oracles: every golden case, with 3 splits and padded strides, and with 32
+ * (one tile per split, the walk auto takes it for); the shape sweep (80 and 128
+ * heads are the unpaired kernels there). */
+Test(gpu, sm90_unpaired_golden_cases, .timeout = 180)
+{
+    require_sm90a();
+    golden_plain_and_padded(MLAJIT_VARIANT_SM90_UNPAIRED, 3);
+    mlajit_gpu_run_options one_tile = {.variant = MLAJIT_VARIANT_SM90_UNPAIRED, .num_splits = 32};
+    for_each_golden(&one_tile, "sm90-unpaired, 32 splits");
+}
+
+Test(gpu, sm90_unpaired_sweep_heads_pages_ragged_topk, .timeout = 300)
+{
+    require_sm90a();
+    mlajit_gpu_run_options o = {.variant = MLAJIT_VARIANT_SM90_UNPAIRED};
+    sweep_heads_pages_ragged_topk(&o, "sm90-unpaired");
 }
 
 /* The dim-sliced family (MLAJIT_VARIANT_SLICED; V3.2's layout: v32 and glm_nsa)

@@ -36,7 +36,7 @@ typedef struct mlajit_kernel_layout {
 #define MLAJIT_SLICED_MIN_TILES 16
 
 /* The variants' names, as spec strings and the CLI spell them. */
-#define MLAJIT_VARIANT_NAMES "auto, portable, sm90, sliced, sm90-staged"
+#define MLAJIT_VARIANT_NAMES "auto, portable, sm90, sliced, sm90-staged, sm90-unpaired"
 /* The name of variant v ("auto" for an unknown value). */
 const char *mlajit_variant_name(mlajit_variant v);
 /* The variant called `name`: 1 and *out, else 0 (no error is set). */
@@ -56,15 +56,29 @@ int mlajit_spec_long_walk_alternative(const mlajit_kernel_spec *spec, const char
 int mlajit_spec_short_walk_alternative(const mlajit_kernel_spec *spec, const char *default_arch,
                                        mlajit_kernel_spec *alt);
 
+/* The kernel auto switches to where each CTA walks one tile: for an auto spec on
+ * sm_90a (arch "" means default_arch) whose sm90 kernel pairs CTAs (65-128 heads),
+ * sm90-unpaired, which beat the pair on the H200 where sm90's plan splits down to
+ * one tile per CTA (bench/NOTES.md: V3.2 h128 b 1 topk 2048, 14.5 -> 13.7 us) and
+ * lost wherever a CTA walks two or more (the pair halves each CTA's gathers).
+ * 1 and *alt (arch set) when the spec has such an alternative, else 0. */
+int mlajit_spec_one_tile_alternative(const mlajit_kernel_spec *spec, const char *default_arch,
+                                     mlajit_kernel_spec *alt);
+
 /* Every kernel an auto plan of spec may switch to, whatever its shape: the long-
- * then the short-walk alternative, where it has them, into alts (arch set).
- * Returns how many (0..MLAJIT_WALK_ALTERNATIVES). What grids bring along and pack
- * hints cover; a plan checks each against its own shape. */
-#define MLAJIT_WALK_ALTERNATIVES 2
+ * walk, the short-walk and the one-tile alternative, where it has them, into alts
+ * (arch set). Returns how many (0..MLAJIT_WALK_ALTERNATIVES). What grids bring
+ * along and pack hints cover; a plan checks each against its own shape. */
+#define MLAJIT_WALK_ALTERNATIVES 3
 int mlajit_spec_walk_alternatives(const mlajit_kernel_spec *spec, const char *default_arch,
                                   mlajit_kernel_spec alts[MLAJIT_WALK_ALTERNATIVES]);
 
 int mlajit_codegen_layout(const mlajit_kernel_spec *resolved, mlajit_kernel_layout *layout);
+
+/* Whether the sm90 family pairs the CTAs of a (row, split) in a cluster at h_q
+ * heads, heads_per_cta per CTA: where the head groups come in pairs (65-128 heads
+ * at 64 per CTA). sm90-unpaired differs from sm90 only there. */
+int mlajit_head_groups_pair(int h_q, int heads_per_cta);
 
 /* Largest opt-in dynamic shared memory of an arch ("sm_90a"), 0 if unknown. */
 int mlajit_arch_max_smem(const char *arch);

@@ -17,10 +17,12 @@
  * round (d_v fp32 each: 64 KB for 32 splits of 512 dims). */
 enum { kCombineThreads = 128, kCombineStagedSplits = 32, kRowPad = 8 };
 
-/* sm90-staged is the sm90 kernel with its output staged (kStagedOutput) */
+/* sm90-staged is the sm90 kernel with its output staged (kStagedOutput);
+ * sm90-unpaired, the sm90 kernel without the CTA pair */
 static int is_sm90(const mlajit_kernel_spec *r)
 {
-    return r->variant == MLAJIT_VARIANT_SM90 || r->variant == MLAJIT_VARIANT_SM90_STAGED;
+    return r->variant == MLAJIT_VARIANT_SM90 || r->variant == MLAJIT_VARIANT_SM90_STAGED ||
+           r->variant == MLAJIT_VARIANT_SM90_UNPAIRED;
 }
 static int is_sliced(const mlajit_kernel_spec *r) { return r->variant == MLAJIT_VARIANT_SLICED; }
 
@@ -139,13 +141,22 @@ static void kernel_smem_map(const mlajit_kernel_spec *r, const mlajit_model_desc
         portable_smem_map(d, r->tile, r->heads_per_cta, m);
 }
 
+int mlajit_head_groups_pair(int h_q, int heads_per_cta)
+{
+    return heads_per_cta > 0 && (h_q + heads_per_cta - 1) / heads_per_cta % 2 == 0;
+}
+
 /* sm90 at two head groups: the pair of CTAs that share a (row, split) form a
  * cluster and each gathers and dequantizes half of every tile for both (FlashMLA's
- * h_q 128 design): the producer, which bounds the kernel, does half the work. */
+ * h_q 128 design): the producer, which bounds the kernel, does half the work.
+ * sm90-unpaired leaves the pair out (its start-up costs more than half a tile's
+ * gather saves where a CTA walks one tile). */
 static int cluster_ctas(const mlajit_kernel_spec *r)
 {
-    int head_groups = (r->h_q + r->heads_per_cta - 1) / r->heads_per_cta;
-    return is_sm90(r) && head_groups % 2 == 0 ? 2 : 1;
+    return is_sm90(r) && r->variant != MLAJIT_VARIANT_SM90_UNPAIRED &&
+                   mlajit_head_groups_pair(r->h_q, r->heads_per_cta)
+               ? 2
+               : 1;
 }
 
 /* Two CTAs per SM double the bytes in flight of the memory-bound one-row-tile

@@ -73,6 +73,7 @@ static const struct {
     {MLAJIT_VARIANT_SM90, "sm90"},
     {MLAJIT_VARIANT_SLICED, "sliced"},
     {MLAJIT_VARIANT_SM90_STAGED, "sm90-staged"},
+    {MLAJIT_VARIANT_SM90_UNPAIRED, "sm90-unpaired"},
 };
 
 static int variant_known(mlajit_variant v)
@@ -117,7 +118,8 @@ int mlajit_spec_validate(const mlajit_kernel_spec *spec)
                            spec->heads_per_cta);
     if (!variant_known(spec->variant))
         return mlajit_fail(MLAJIT_ERR_INVALID_ARGUMENT,
-                           "spec.variant = %d; allowed 0 (auto), 1 (portable), 2 (sm90), 3 (sliced), 4 (sm90-staged)",
+                           "spec.variant = %d; allowed 0 (auto), 1 (portable), 2 (sm90), 3 (sliced), 4 (sm90-staged), "
+                           "5 (sm90-unpaired)",
                            (int)spec->variant);
     if (memchr(spec->arch, '\0', sizeof spec->arch) == NULL)
         return mlajit_fail(MLAJIT_ERR_INVALID_ARGUMENT, "spec.arch is not NUL-terminated");
@@ -146,7 +148,8 @@ int mlajit_spec_resolve(const mlajit_kernel_spec *spec, mlajit_kernel_spec *reso
                             (r.heads_per_cta == 0 || r.heads_per_cta == 64)
                         ? MLAJIT_VARIANT_SM90
                         : MLAJIT_VARIANT_PORTABLE;
-    if (r.variant == MLAJIT_VARIANT_SM90 || r.variant == MLAJIT_VARIANT_SM90_STAGED) {
+    if (r.variant == MLAJIT_VARIANT_SM90 || r.variant == MLAJIT_VARIANT_SM90_STAGED ||
+        r.variant == MLAJIT_VARIANT_SM90_UNPAIRED) {
         /* wgmma and setmaxnreg exist only in the arch-specific sm_90a target */
         const char *name = mlajit_variant_name(r.variant);
         if (strcmp(r.arch, "sm_90a") != 0)
@@ -157,6 +160,9 @@ int mlajit_spec_resolve(const mlajit_kernel_spec *spec, mlajit_kernel_spec *reso
                                "heads_per_cta %d: leave them 0", name, r.tile, r.heads_per_cta);
         r.tile = 64;
         r.heads_per_cta = 64;
+        /* where sm90 has no pair to leave out, sm90-unpaired is sm90: one name per kernel */
+        if (r.variant == MLAJIT_VARIANT_SM90_UNPAIRED && !mlajit_head_groups_pair(r.h_q, r.heads_per_cta))
+            r.variant = MLAJIT_VARIANT_SM90;
         /* the exact-product dequantization of arbitrary scales, with the staged
          * epilogue, spilled (GLM_NSA with an extra cache and every feature) */
         if (r.variant == MLAJIT_VARIANT_SM90_STAGED &&
@@ -254,12 +260,25 @@ int mlajit_spec_short_walk_alternative(const mlajit_kernel_spec *spec, const cha
     return auto_alternative(spec, default_arch, MLAJIT_VARIANT_SM90_STAGED, alt);
 }
 
+int mlajit_spec_one_tile_alternative(const mlajit_kernel_spec *spec, const char *default_arch,
+                                     mlajit_kernel_spec *alt)
+{
+    /* only where it resolves as itself: elsewhere sm90 has no pair to leave out */
+    mlajit_kernel_spec s, r;
+    if (!auto_alternative(spec, default_arch, MLAJIT_VARIANT_SM90_UNPAIRED, &s) || mlajit_spec_resolve(&s, &r) ||
+        r.variant != MLAJIT_VARIANT_SM90_UNPAIRED)
+        return 0;
+    *alt = s;
+    return 1;
+}
+
 int mlajit_spec_walk_alternatives(const mlajit_kernel_spec *spec, const char *default_arch,
                                   mlajit_kernel_spec alts[MLAJIT_WALK_ALTERNATIVES])
 {
     int n = 0;
     n += mlajit_spec_long_walk_alternative(spec, default_arch, &alts[n]);
     n += mlajit_spec_short_walk_alternative(spec, default_arch, &alts[n]);
+    n += mlajit_spec_one_tile_alternative(spec, default_arch, &alts[n]);
     return n;
 }
 

@@ -530,8 +530,8 @@ static void feature_set_name(unsigned features, char *buf, size_t len)
 }
 
 /* The `mlajit pack build` line that covers a resolved spec: the grid form when
- * the spec is what the generator picks for its shape, or the long- or short-walk
- * kernel a grid brings along with it, else --spec. */
+ * the spec is what the generator picks for its shape, or one of the walk
+ * alternatives a grid brings along with it, else --spec. */
 static void pack_build_line(const mlajit_kernel_spec *r, const char *spec_string, char *buf, size_t len)
 {
     mlajit_kernel_spec auto_spec = *r, auto_resolved, alts[MLAJIT_WALK_ALTERNATIVES];

@@ -110,6 +110,14 @@ static int walk_is_short(const mlajit_kernel_spec *alt, const mlajit_decode_shap
            g.tiles_per_split < MLAJIT_STAGED_BELOW_TILES;
 }
 
+/* Whether a plan of `shape` with kernel `alt` (sm90-unpaired, whose grid is its
+ * paired twin's) walks one tile per CTA. */
+static int walk_is_one_tile(const mlajit_kernel_spec *alt, const mlajit_decode_shape *shape, int sm_count)
+{
+    plan_grid g;
+    return grid_of(alt, shape, sm_count, 0, &g) && g.rows > 0 && g.tiles_per_split == 1;
+}
+
 int mlajit_plan_create(mlajit_context *ctx, const mlajit_kernel_spec *spec, const mlajit_decode_shape *shape,
                        mlajit_plan **out)
 {
@@ -128,12 +136,14 @@ int mlajit_plan_create(mlajit_context *ctx, const mlajit_kernel_spec *spec, cons
     mlajit_kernel_report report;
     int sm_count = ctx->sm_count > 0 ? ctx->sm_count : 132; /* no device: plan for an H100/H200 */
     /* Without a device the plan still compiles (and validates decode args);
-     * mlajit_decode then reports MLAJIT_ERR_NO_DEVICE. auto takes the long-walk
-     * kernel where it is faster and can be had (JIT, disk cache or pack); where it
-     * cannot (no JIT and not packed, say), auto's own kernel, as without it. */
+     * mlajit_decode then reports MLAJIT_ERR_NO_DEVICE. auto takes a walk
+     * alternative (long walk, short walk, one tile per CTA) where it is faster and
+     * can be had (JIT, disk cache or pack); where it cannot (no JIT and not packed,
+     * say), auto's own kernel, as without it. */
     mlajit_kernel_spec alt;
     int has_alt = (mlajit_spec_long_walk_alternative(spec, ctx->arch, &alt) && walk_is_long(&alt, shape, sm_count)) ||
-                  (mlajit_spec_short_walk_alternative(spec, ctx->arch, &alt) && walk_is_short(&alt, shape, sm_count));
+                  (mlajit_spec_short_walk_alternative(spec, ctx->arch, &alt) && walk_is_short(&alt, shape, sm_count)) ||
+                  (mlajit_spec_one_tile_alternative(spec, ctx->arch, &alt) && walk_is_one_tile(&alt, shape, sm_count));
     if (has_alt && mlajit_kernel_acquire(ctx, &alt, ctx->drv != NULL, &k, &report) != MLAJIT_OK) {
         mlajit_clear_error();
         k = NULL;
