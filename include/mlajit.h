@@ -143,8 +143,8 @@ typedef enum mlajit_variant {
     MLAJIT_VARIANT_SM90_STAGED = 4, /* sm90 whose bf16 output rows go through shared memory, written
                                   * back 512 contiguous bytes per warp instruction; never splits;
                                   * power-of-two scales (v32, dsv4); auto takes it on sm_90a for more
-                                  * than 32 heads where a plan does not split and walks fewer than 16
-                                  * tiles of 64 per CTA (bench/NOTES.md) */
+                                  * than 32 heads where a plan does not split and, at 65-128 heads (a
+                                  * CTA pair), walks fewer than 20 tiles of 64 per CTA (bench/NOTES.md) */
     MLAJIT_VARIANT_SM90_UNPAIRED = 5 /* sm90 without the CTA pair: at 65-128 heads each of the two
                                   * head groups' CTAs gathers every tile itself (at 64 heads and
                                   * fewer sm90 has no pair, and this resolves to sm90); auto takes it

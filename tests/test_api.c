@@ -566,8 +566,8 @@ Test(api, auto_takes_the_sliced_kernel_for_long_walks)
 }
 
 /* auto's short-walk kernel: sm90-staged for more than 32 heads where sm90's plan
- * would not split and would walk fewer than MLAJIT_STAGED_BELOW_TILES tiles of 64
- * per CTA. */
+ * would not split and, in a CTA pair, would walk fewer than
+ * MLAJIT_STAGED_PAIR_BELOW_TILES tiles of 64 per CTA. */
 Test(api, auto_takes_the_staged_kernel_for_short_walks)
 {
     char b[256];
@@ -575,13 +575,20 @@ Test(api, auto_takes_the_staged_kernel_for_short_walks)
     cr_expect(strstr(plan_family(ctx, MLAJIT_MODEL_V32, 128, 64, 128, 0, b, sizeof b), ".sm90-staged.sm_90a"), "%s", b);
     cr_expect(strstr(plan_family(ctx, MLAJIT_MODEL_V32, 128, 128, 960, 0, b, sizeof b), ".sm90-staged.sm_90a"),
               "15 tiles: %s", b);
+    cr_expect(strstr(plan_family(ctx, MLAJIT_MODEL_V32, 128, 128, 1216, 0, b, sizeof b), ".sm90-staged.sm_90a"),
+              "19 tiles: %s", b);
+    cr_expect(strstr(plan_family(ctx, MLAJIT_MODEL_V32, 64, 128, 2048, 0, b, sizeof b), ".sm90-staged.sm_90a"),
+              "one head group, 32 tiles: %s", b);
     cr_expect(strstr(plan_family(ctx, MLAJIT_MODEL_DSV4, 33, 128, 128, 0, b, sizeof b), ".sm90-staged.sm_90a"), "%s", b);
     cr_expect(strstr(plan_family(ctx, MLAJIT_MODEL_DSV4, 32, 128, 128, 0, b, sizeof b), ".sm90.sm_90a"),
               "32 heads and fewer: %s", b);
     cr_expect(strstr(plan_family(ctx, MLAJIT_MODEL_V32, 8, 128, 128, 0, b, sizeof b), ".sm90.sm_90a"), "%s", b);
     cr_expect(strstr(plan_family(ctx, MLAJIT_MODEL_GLM_NSA, 64, 128, 128, 0, b, sizeof b), ".sm90.sm_90a"),
               "arbitrary scales: %s", b);
-    cr_expect(strstr(plan_family(ctx, MLAJIT_MODEL_V32, 128, 128, 1024, 0, b, sizeof b), ".sm90.sm_90a"), "16 tiles: %s", b);
+    cr_expect(strstr(plan_family(ctx, MLAJIT_MODEL_V32, 128, 128, 1280, 0, b, sizeof b), ".sm90.sm_90a"),
+              "a pair, 20 tiles: %s", b);
+    cr_expect(strstr(plan_family(ctx, MLAJIT_MODEL_V32, 64, 64, 2048, 0, b, sizeof b), ".sm90.sm_90a"),
+              "b 64 splits in two: %s", b);
     /* a plan that splits (one row), a forced split count: sm90 */
     cr_expect(strstr(plan_family(ctx, MLAJIT_MODEL_V32, 64, 1, 2048, 0, b, sizeof b), ".sm90.sm_90a"), "%s", b);
     cr_expect(strstr(plan_family(ctx, MLAJIT_MODEL_V32, 64, 128, 128, 2, b, sizeof b), ".sm90.sm_90a"), "%s", b);

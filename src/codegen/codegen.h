@@ -47,12 +47,15 @@ int mlajit_spec_long_walk_alternative(const mlajit_kernel_spec *spec, const char
 /* The kernel auto switches to for a short walk per CTA: for an auto spec on sm_90a
  * (arch "" means default_arch) with more than 32 heads and power-of-two scales,
  * the sm90-staged variant, which beat sm90 on the rows of bench/NOTES.md where a
- * plan does not split and each CTA walks fewer than MLAJIT_STAGED_BELOW_TILES
- * tiles of 64 (there the output, 32-64 KB per CTA, is a large share of its time;
- * at 32 heads and fewer it tied or lost 0.3-0.4 us). It never splits: its staged
- * epilogue writes only the bf16 result (with a split-partial path too, ptxas
- * spilled). 1 and *alt (arch set) when the spec has such an alternative, else 0. */
-#define MLAJIT_STAGED_BELOW_TILES 16
+ * plan does not split and, in a CTA pair (65-128 heads), each CTA walks fewer than
+ * MLAJIT_STAGED_PAIR_BELOW_TILES tiles of 64: its output, 32-64 KB per CTA, costs
+ * less, while in a pair its loop ran slower (at 32 tiles, 11% overall; at 18, 4%
+ * faster overall); with one head group it won at every walk measured (2 to 32
+ * tiles). At 32 heads and fewer it tied or lost 0.3-0.4 us. It never splits: its
+ * staged epilogue writes only the bf16 result (with a split-partial path too,
+ * ptxas spilled). 1 and *alt (arch set) when the spec has such an alternative,
+ * else 0. */
+#define MLAJIT_STAGED_PAIR_BELOW_TILES 20
 int mlajit_spec_short_walk_alternative(const mlajit_kernel_spec *spec, const char *default_arch,
                                        mlajit_kernel_spec *alt);
 

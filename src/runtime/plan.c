@@ -52,15 +52,17 @@ int mlajit_combine_starts_early(long main_ctas, int sm_count, long combine_ctas)
 
 /* A plan's grid with a kernel of this layout: head groups x rows CTAs per split,
  * the split count (1 for a single-split kernel, else the shape's, else the
- * planner's; no split is empty) and the tiles each split walks. */
+ * planner's; no split is empty) and the tiles each split walks; and whether
+ * the kernel pairs the CTAs of two head groups. */
 typedef struct plan_grid {
-    int head_groups, rows, num_tiles, num_splits, tiles_per_split;
+    int head_groups, rows, num_tiles, num_splits, tiles_per_split, paired;
 } plan_grid;
 
 static plan_grid grid_for(const mlajit_kernel_layout *layout, int h_q, const mlajit_decode_shape *shape, int sm_count)
 {
     plan_grid g;
     g.head_groups = (h_q + layout->heads_per_cta - 1) / layout->heads_per_cta;
+    g.paired = layout->cluster_ctas > 1;
     g.rows = shape->batch * shape->s_q;
     g.num_tiles = (shape->topk + shape->extra_topk + layout->tile - 1) / layout->tile;
     int splits = layout->single_split ? 1
@@ -101,13 +103,13 @@ static int walk_is_long(const mlajit_kernel_spec *alt, const mlajit_decode_shape
 }
 
 /* Whether the plan of `shape` with the sm90 kernel that `alt` (its sm90-staged
- * twin) stands in for would not split and would walk fewer than
- * MLAJIT_STAGED_BELOW_TILES tiles per CTA. */
+ * twin) stands in for would not split, and, in a CTA pair, would walk fewer than
+ * MLAJIT_STAGED_PAIR_BELOW_TILES tiles per CTA. */
 static int walk_is_short(const mlajit_kernel_spec *alt, const mlajit_decode_shape *shape, int sm_count)
 {
     plan_grid g;
     return shape->num_splits <= 1 && grid_of(alt, shape, sm_count, 1, &g) && g.rows > 0 && g.num_splits == 1 &&
-           g.tiles_per_split < MLAJIT_STAGED_BELOW_TILES;
+           (!g.paired || g.tiles_per_split < MLAJIT_STAGED_PAIR_BELOW_TILES);
 }
 
 /* Whether a plan of `shape` with kernel `alt` (sm90-unpaired, whose grid is its
