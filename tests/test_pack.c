@@ -618,6 +618,13 @@ Test(lookup, jit_disabled_without_the_kernel_names_spec_and_pack_build_line)
     msg = mlajit_last_error();
     cr_expect(strstr(msg, "no kernel for v32.h16.p64.t32.hc16.sliced.sm_90a") != NULL, "%s", msg);
     cr_expect(strstr(msg, "mlajit pack build --models v32 --heads 16 --pages 64 --archs sm_90a") != NULL, "%s", msg);
+    /* so does the one-tile kernel (sm90 without the CTA pair) */
+    mlajit_kernel_spec h128 = spec_of(MLAJIT_MODEL_V32, 128, 64, 0), h128_one_tile;
+    cr_assert(mlajit_spec_one_tile_alternative(&h128, "sm_90a", &h128_one_tile));
+    cr_assert_eq(mlajit_kernel_prepare(ctx, &h128_one_tile, &r), MLAJIT_ERR_NOT_FOUND);
+    msg = mlajit_last_error();
+    cr_expect(strstr(msg, "no kernel for v32.h128.p64.t64.hc64.sm90-unpaired.sm_90a") != NULL, "%s", msg);
+    cr_expect(strstr(msg, "mlajit pack build --models v32 --heads 128 --pages 64 --archs sm_90a") != NULL, "%s", msg);
     mlajit_context_destroy(ctx);
     setenv("MLAJIT_DISABLE_JIT", "0", 1);
     ctx = context_on(NULL, "", 0);
@@ -1299,12 +1306,13 @@ Test(warmup, counts_what_each_layer_served_and_names_a_missing_kernel)
 
 /* A grid brings along the kernels auto's plans switch to: the long-walk kernel
  * (sliced) of V3.2 at 16 heads and fewer, the short-walk kernel (sm90-staged)
- * above 32 heads with power-of-two scales; so a pack covers every plan. */
-Test(warmup, grid_brings_the_long_and_short_walk_kernels_along)
+ * above 32 heads with power-of-two scales, the one-tile kernel (sm90-unpaired) at
+ * 65-128 heads; so a pack covers every plan. */
+Test(warmup, grid_brings_every_walk_alternative_along)
 {
     mlajit_model models[] = {MLAJIT_MODEL_V32, MLAJIT_MODEL_DSV4, MLAJIT_MODEL_GLM_NSA};
-    int heads[] = {8, 32, 64}, pages[] = {64};
-    mlajit_kernel_grid grid = {.models = models, .num_models = 3, .head_counts = heads, .num_head_counts = 3,
+    int heads[] = {8, 32, 64, 128}, pages[] = {64};
+    mlajit_kernel_grid grid = {.models = models, .num_models = 3, .head_counts = heads, .num_head_counts = 4,
                                .page_sizes = pages, .num_page_sizes = 1};
     mlajit_kernel_spec *specs = NULL;
     int n = 0;
@@ -1312,10 +1320,14 @@ Test(warmup, grid_brings_the_long_and_short_walk_kernels_along)
     const char *expected[] = {
         "v32.h8.p64.t64.hc64.sm90.sm_90a",       "v32.h8.p64.t32.hc16.sliced.sm_90a",
         "v32.h32.p64.t64.hc64.sm90.sm_90a",      "v32.h64.p64.t64.hc64.sm90.sm_90a",
-        "v32.h64.p64.t64.hc64.sm90-staged.sm_90a", "dsv4.h8.p64.t64.hc64.sm90.sm_90a",
-        "dsv4.h32.p64.t64.hc64.sm90.sm_90a",     "dsv4.h64.p64.t64.hc64.sm90.sm_90a",
-        "dsv4.h64.p64.t64.hc64.sm90-staged.sm_90a", "glm_nsa.h8.p64.t64.hc64.sm90.sm_90a",
+        "v32.h64.p64.t64.hc64.sm90-staged.sm_90a", "v32.h128.p64.t64.hc64.sm90.sm_90a",
+        "v32.h128.p64.t64.hc64.sm90-staged.sm_90a", "v32.h128.p64.t64.hc64.sm90-unpaired.sm_90a",
+        "dsv4.h8.p64.t64.hc64.sm90.sm_90a",      "dsv4.h32.p64.t64.hc64.sm90.sm_90a",
+        "dsv4.h64.p64.t64.hc64.sm90.sm_90a",     "dsv4.h64.p64.t64.hc64.sm90-staged.sm_90a",
+        "dsv4.h128.p64.t64.hc64.sm90.sm_90a",    "dsv4.h128.p64.t64.hc64.sm90-staged.sm_90a",
+        "dsv4.h128.p64.t64.hc64.sm90-unpaired.sm_90a", "glm_nsa.h8.p64.t64.hc64.sm90.sm_90a",
         "glm_nsa.h32.p64.t64.hc64.sm90.sm_90a",  "glm_nsa.h64.p64.t64.hc64.sm90.sm_90a",
+        "glm_nsa.h128.p64.t64.hc64.sm90.sm_90a", "glm_nsa.h128.p64.t64.hc64.sm90-unpaired.sm_90a",
     };
     cr_assert_eq(n, (int)(sizeof expected / sizeof expected[0]));
     for (int i = 0; i < n; i++) {
