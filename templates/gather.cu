@@ -159,6 +159,11 @@ __device__ __forceinline__ void dequant16_exact(const U32x4& codes, float scale,
     for (int i = 0; i < 4; i++) dequant4_exact(w[i], scale, out[2 * i], out[2 * i + 1]);
 }
 
+// The fast path's range: its bf16x2 factor is scale * 2^120, so the scale's biased
+// exponent plus kFastFactorBias must stay a finite bf16 exponent (at most 254).
+constexpr u32 kFastFactorBias = 120u;
+constexpr u32 kFastMaxExponent = 254u - kFastFactorBias;  // 134: 2^7
+
 // The bf16x2 factor scale * 2^120 for the fast path, or 0 when the scale is not a
 // power of two in [2^-127, 2^7] (then the product is computed the exact way).
 __device__ __forceinline__ u32 fast_scale_bf16x2(u32 bits)
@@ -172,8 +177,8 @@ __device__ __forceinline__ u32 fast_scale_bf16x2(u32 bits)
         exp_field = bits >> 23;
         if (exp_field == 0u) return 0u;             // zero
     }
-    if (exp_field > 134u) return 0u;                // 2^7 * 2^120 would overflow bf16
-    u32 bf = (exp_field + 120u) << 7;               // ue8m0 e = 0 (2^-127) included
+    if (exp_field > kFastMaxExponent) return 0u;    // 2^7 * 2^120 would overflow bf16
+    u32 bf = (exp_field + kFastFactorBias) << 7;    // ue8m0 e = 0 (2^-127) included
     return bf | (bf << 16);
 }
 
