@@ -70,8 +70,8 @@ int mlajit_spec_one_tile_alternative(const mlajit_kernel_spec *spec, const char 
 
 /* Every kernel an auto plan of spec may switch to, whatever its shape: the long-
  * walk, the short-walk and the one-tile alternative, where it has them, into alts
- * (arch set). Returns how many (0..MLAJIT_WALK_ALTERNATIVES). What grids bring
- * along and pack hints cover; a plan checks each against its own shape. */
+ * (arch set). Returns how many (0..MLAJIT_WALK_ALTERNATIVES). The one list that
+ * plans (which take the first that suits their walk), grids and pack hints use. */
 #define MLAJIT_WALK_ALTERNATIVES 3
 int mlajit_spec_walk_alternatives(const mlajit_kernel_spec *spec, const char *default_arch,
                                   mlajit_kernel_spec alts[MLAJIT_WALK_ALTERNATIVES]);

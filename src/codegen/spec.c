@@ -84,6 +84,16 @@ static int variant_known(mlajit_variant v)
     return 0;
 }
 
+/* "0 (auto), 1 (portable), ...": the allowed values, for messages. */
+static void variant_values(char *buf, size_t len)
+{
+    size_t used = 0;
+    buf[0] = '\0';
+    for (size_t i = 0; i < sizeof variant_names / sizeof variant_names[0] && used < len; i++)
+        used += (size_t)snprintf(buf + used, len - used, "%s%d (%s)", i ? ", " : "", (int)variant_names[i].variant,
+                                 variant_names[i].name);
+}
+
 int mlajit_spec_validate(const mlajit_kernel_spec *spec)
 {
     if (!spec)
@@ -116,11 +126,11 @@ int mlajit_spec_validate(const mlajit_kernel_spec *spec)
         spec->heads_per_cta != 64)
         return mlajit_fail(MLAJIT_ERR_INVALID_ARGUMENT, "spec.heads_per_cta = %d; allowed 0 (auto), 16, 32, 64",
                            spec->heads_per_cta);
-    if (!variant_known(spec->variant))
-        return mlajit_fail(MLAJIT_ERR_INVALID_ARGUMENT,
-                           "spec.variant = %d; allowed 0 (auto), 1 (portable), 2 (sm90), 3 (sliced), 4 (sm90-staged), "
-                           "5 (sm90-unpaired)",
-                           (int)spec->variant);
+    if (!variant_known(spec->variant)) {
+        char allowed[256];
+        variant_values(allowed, sizeof allowed);
+        return mlajit_fail(MLAJIT_ERR_INVALID_ARGUMENT, "spec.variant = %d; allowed %s", (int)spec->variant, allowed);
+    }
     if (memchr(spec->arch, '\0', sizeof spec->arch) == NULL)
         return mlajit_fail(MLAJIT_ERR_INVALID_ARGUMENT, "spec.arch is not NUL-terminated");
     if (spec->arch[0] && !mlajit_arch_known(spec->arch))
@@ -222,9 +232,9 @@ int mlajit_spec_resolve(const mlajit_kernel_spec *spec, mlajit_kernel_spec *reso
 /* The alternatives auto's plans may switch to: only for an auto spec (variant,
  * tile and head group left to the generator) on sm_90a, the arch they were
  * measured on. 1 and *alt (arch set) when the spec with `variant` resolves there,
- * else 0, leaving no error set. */
+ * with what it resolves to in *resolved, else 0, leaving no error set. */
 static int auto_alternative(const mlajit_kernel_spec *spec, const char *default_arch, mlajit_variant variant,
-                            mlajit_kernel_spec *alt)
+                            mlajit_kernel_spec *alt, mlajit_kernel_spec *resolved)
 {
     if (!spec || !alt || mlajit_spec_validate(spec) != MLAJIT_OK)
         return 0;
@@ -232,10 +242,10 @@ static int auto_alternative(const mlajit_kernel_spec *spec, const char *default_
     if (spec->variant != MLAJIT_VARIANT_AUTO || spec->tile || spec->heads_per_cta || !arch ||
         strcmp(arch, "sm_90a") != 0)
         return 0;
-    mlajit_kernel_spec s = *spec, r;
+    mlajit_kernel_spec s = *spec;
     s.variant = variant;
     snprintf(s.arch, sizeof s.arch, "%s", arch);
-    if (mlajit_spec_resolve(&s, &r) != MLAJIT_OK) {
+    if (mlajit_spec_resolve(&s, resolved) != MLAJIT_OK) {
         mlajit_clear_error();
         return 0;
     }
@@ -249,7 +259,8 @@ int mlajit_spec_long_walk_alternative(const mlajit_kernel_spec *spec, const char
     if (!spec || spec->h_q > 16 || !mlajit_model_describe(spec->model) ||
         mlajit_model_describe(spec->model)->scale_format != MLAJIT_SCALE_FP32_POW2)
         return 0;
-    return auto_alternative(spec, default_arch, MLAJIT_VARIANT_SLICED, alt);
+    mlajit_kernel_spec r;
+    return auto_alternative(spec, default_arch, MLAJIT_VARIANT_SLICED, alt, &r);
 }
 
 int mlajit_spec_short_walk_alternative(const mlajit_kernel_spec *spec, const char *default_arch,
@@ -257,7 +268,8 @@ int mlajit_spec_short_walk_alternative(const mlajit_kernel_spec *spec, const cha
 {
     if (!spec || spec->h_q <= 32)
         return 0;
-    return auto_alternative(spec, default_arch, MLAJIT_VARIANT_SM90_STAGED, alt);
+    mlajit_kernel_spec r;
+    return auto_alternative(spec, default_arch, MLAJIT_VARIANT_SM90_STAGED, alt, &r);
 }
 
 int mlajit_spec_one_tile_alternative(const mlajit_kernel_spec *spec, const char *default_arch,
@@ -265,7 +277,7 @@ int mlajit_spec_one_tile_alternative(const mlajit_kernel_spec *spec, const char 
 {
     /* only where it resolves as itself: elsewhere sm90 has no pair to leave out */
     mlajit_kernel_spec s, r;
-    if (!auto_alternative(spec, default_arch, MLAJIT_VARIANT_SM90_UNPAIRED, &s) || mlajit_spec_resolve(&s, &r) ||
+    if (!auto_alternative(spec, default_arch, MLAJIT_VARIANT_SM90_UNPAIRED, &s, &r) ||
         r.variant != MLAJIT_VARIANT_SM90_UNPAIRED)
         return 0;
     *alt = s;

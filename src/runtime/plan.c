@@ -120,6 +120,18 @@ static int walk_is_one_tile(const mlajit_kernel_spec *alt, const mlajit_decode_s
     return grid_of(alt, shape, sm_count, 0, &g) && g.rows > 0 && g.tiles_per_split == 1;
 }
 
+/* Whether a plan of `shape` takes walk alternative `alt` (one of
+ * mlajit_spec_walk_alternatives, told apart by its variant). */
+static int walk_suits(const mlajit_kernel_spec *alt, const mlajit_decode_shape *shape, int sm_count)
+{
+    switch (alt->variant) {
+    case MLAJIT_VARIANT_SLICED: return walk_is_long(alt, shape, sm_count);
+    case MLAJIT_VARIANT_SM90_STAGED: return walk_is_short(alt, shape, sm_count);
+    case MLAJIT_VARIANT_SM90_UNPAIRED: return walk_is_one_tile(alt, shape, sm_count);
+    default: return 0;
+    }
+}
+
 int mlajit_plan_create(mlajit_context *ctx, const mlajit_kernel_spec *spec, const mlajit_decode_shape *shape,
                        mlajit_plan **out)
 {
@@ -142,13 +154,16 @@ int mlajit_plan_create(mlajit_context *ctx, const mlajit_kernel_spec *spec, cons
      * alternative (long walk, short walk, one tile per CTA) where it is faster and
      * can be had (JIT, disk cache or pack); where it cannot (no JIT and not packed,
      * say), auto's own kernel, as without it. */
-    mlajit_kernel_spec alt;
-    int has_alt = (mlajit_spec_long_walk_alternative(spec, ctx->arch, &alt) && walk_is_long(&alt, shape, sm_count)) ||
-                  (mlajit_spec_short_walk_alternative(spec, ctx->arch, &alt) && walk_is_short(&alt, shape, sm_count)) ||
-                  (mlajit_spec_one_tile_alternative(spec, ctx->arch, &alt) && walk_is_one_tile(&alt, shape, sm_count));
-    if (has_alt && mlajit_kernel_acquire(ctx, &alt, ctx->drv != NULL, &k, &report) != MLAJIT_OK) {
-        mlajit_clear_error();
-        k = NULL;
+    mlajit_kernel_spec alts[MLAJIT_WALK_ALTERNATIVES];
+    const int n_alts = mlajit_spec_walk_alternatives(spec, ctx->arch, alts);
+    for (int i = 0; i < n_alts; i++) {
+        if (!walk_suits(&alts[i], shape, sm_count))
+            continue;
+        if (mlajit_kernel_acquire(ctx, &alts[i], ctx->drv != NULL, &k, &report) != MLAJIT_OK) {
+            mlajit_clear_error();
+            k = NULL;
+        }
+        break;
     }
     if (!k && (rc = mlajit_kernel_acquire(ctx, spec, ctx->drv != NULL, &k, &report)))
         return mlajit_fail_prefix(rc, "plan: ");

@@ -37,7 +37,7 @@ int mlajit_grid_expand(const mlajit_kernel_grid *grid, const char *default_arch,
                       n_features * n_archs;
     if (total > 1000000)
         return mlajit_fail(MLAJIT_ERR_INVALID_ARGUMENT, "grid: %lld kernels; at most 1000000", total);
-    /* room for each spec's long- and short-walk kernels too (see below) */
+    /* room for each spec's walk alternatives too (see below) */
     mlajit_kernel_spec *out = calloc((size_t)total * (1 + MLAJIT_WALK_ALTERNATIVES), sizeof *out);
     if (!out)
         return mlajit_fail(MLAJIT_ERR_OUT_OF_MEMORY, "grid of %lld kernels", total);
@@ -69,9 +69,8 @@ int mlajit_grid_expand(const mlajit_kernel_grid *grid, const char *default_arch,
                                                           m, h, p, e, f, a);
                             }
                             n++;
-                            /* the kernels auto's plans take instead for long and short
-                             * walks, so a warmed-up context or a pack covers every plan
-                             * of the spec */
+                            /* the kernels auto's plans may take instead, so a warmed-up
+                             * context or a pack covers every plan of the spec */
                             n += mlajit_spec_walk_alternatives(s, s->arch, &out[n]);
                         }
     *specs = out;
