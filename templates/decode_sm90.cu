@@ -342,9 +342,12 @@ __device__ __forceinline__ U32x2 load_row8(const u8* src)
     return v;
 }
 
+// A row's line into L2, two or three tiles before its loads: marked evict-last so
+// that the rest of the GPU's traffic (the other SMs' prefetches and loads) does not
+// push it out in between; 1-2% on the long walks (bench/NOTES.md).
 __device__ __forceinline__ void prefetch_l2_line(const u8* src)
 {
-    asm volatile("prefetch.global.L2 [%0];\n" :: "l"(src));
+    asm volatile("prefetch.global.L2::evict_last [%0];\n" :: "l"(src));
 }
 
 // ---- producer: rounds of 32 candidates, four lanes each ----
