@@ -344,7 +344,8 @@ __device__ __forceinline__ U32x2 load_row8(const u8* src)
 
 // A row's line into L2, two or three tiles before its loads: marked evict-last so
 // that the rest of the GPU's traffic (the other SMs' prefetches and loads) does not
-// push it out in between; 1-2% on the long walks (bench/NOTES.md).
+// push it out in between. Measured: 1-2% faster on walks of 18-32 tiles, 1.5-3.4%
+// slower on walks of 8-10 (bench/NOTES.md); not yet chosen per plan.
 __device__ __forceinline__ void prefetch_l2_line(const u8* src)
 {
     asm volatile("prefetch.global.L2::evict_last [%0];\n" :: "l"(src));
