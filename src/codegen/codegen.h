@@ -41,6 +41,9 @@ typedef struct mlajit_kernel_layout {
 const char *mlajit_variant_name(mlajit_variant v);
 /* The variant called `name`: 1 and *out, else 0 (no error is set). */
 int mlajit_variant_from_name(const char *name, mlajit_variant *out);
+/* Whether v is one of the sm90 family (sm90, sm90-staged, sm90-unpaired): the
+ * decode_sm90 template, sm_90a only, tile 64 with 64 heads per CTA. */
+int mlajit_variant_is_sm90(mlajit_variant v);
 int mlajit_spec_long_walk_alternative(const mlajit_kernel_spec *spec, const char *default_arch,
                                       mlajit_kernel_spec *alt);
 
@@ -77,6 +80,10 @@ int mlajit_spec_walk_alternatives(const mlajit_kernel_spec *spec, const char *de
                                   mlajit_kernel_spec alts[MLAJIT_WALK_ALTERNATIVES]);
 
 int mlajit_codegen_layout(const mlajit_kernel_spec *resolved, mlajit_kernel_layout *layout);
+
+/* The combine's dynamic shared memory at num_splits splits: the split rows it
+ * stages per round, at most layout->combine_staged_splits of them. */
+int mlajit_combine_smem_bytes(const mlajit_kernel_layout *layout, int num_splits);
 
 /* Whether the sm90 family pairs the CTAs of a (row, split) in a cluster at h_q
  * heads, heads_per_cta per CTA: where the head groups come in pairs (65-128 heads

@@ -19,11 +19,7 @@ enum { kCombineThreads = 128, kCombineStagedSplits = 32, kRowPad = 8 };
 
 /* sm90-staged is the sm90 kernel with its output staged (kStagedOutput);
  * sm90-unpaired, the sm90 kernel without the CTA pair */
-static int is_sm90(const mlajit_kernel_spec *r)
-{
-    return r->variant == MLAJIT_VARIANT_SM90 || r->variant == MLAJIT_VARIANT_SM90_STAGED ||
-           r->variant == MLAJIT_VARIANT_SM90_UNPAIRED;
-}
+static int is_sm90(const mlajit_kernel_spec *r) { return mlajit_variant_is_sm90(r->variant); }
 static int is_sliced(const mlajit_kernel_spec *r) { return r->variant == MLAJIT_VARIANT_SLICED; }
 
 /* Portable: eight warps up to 32 heads per CTA; sixteen at 64, so each warp's share
@@ -192,6 +188,12 @@ int mlajit_codegen_layout(const mlajit_kernel_spec *r, mlajit_kernel_layout *lay
     layout->dependent_combine = mlajit_arch_has_grid_dependency(r->arch);
     layout->single_split = r->variant == MLAJIT_VARIANT_SM90_STAGED;
     return MLAJIT_OK;
+}
+
+int mlajit_combine_smem_bytes(const mlajit_kernel_layout *layout, int num_splits)
+{
+    int staged = num_splits < layout->combine_staged_splits ? num_splits : layout->combine_staged_splits;
+    return staged * layout->combine_bytes_per_split;
 }
 
 uint64_t mlajit_templates_hash(void)

@@ -158,8 +158,7 @@ int mlajit_spec_resolve(const mlajit_kernel_spec *spec, mlajit_kernel_spec *reso
                             (r.heads_per_cta == 0 || r.heads_per_cta == 64)
                         ? MLAJIT_VARIANT_SM90
                         : MLAJIT_VARIANT_PORTABLE;
-    if (r.variant == MLAJIT_VARIANT_SM90 || r.variant == MLAJIT_VARIANT_SM90_STAGED ||
-        r.variant == MLAJIT_VARIANT_SM90_UNPAIRED) {
+    if (mlajit_variant_is_sm90(r.variant)) {
         /* wgmma and setmaxnreg exist only in the arch-specific sm_90a target */
         const char *name = mlajit_variant_name(r.variant);
         if (strcmp(r.arch, "sm_90a") != 0)
@@ -301,6 +300,11 @@ static void feature_letters(unsigned f, char *buf)
     if (f & MLAJIT_FEATURE_TOPK_LENGTH) buf[n++] = 'l';
     if (f & MLAJIT_FEATURE_EXTRA_TOPK_LENGTH) buf[n++] = 'x';
     buf[n] = '\0';
+}
+
+int mlajit_variant_is_sm90(mlajit_variant v)
+{
+    return v == MLAJIT_VARIANT_SM90 || v == MLAJIT_VARIANT_SM90_STAGED || v == MLAJIT_VARIANT_SM90_UNPAIRED;
 }
 
 const char *mlajit_variant_name(mlajit_variant v)

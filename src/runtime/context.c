@@ -497,7 +497,7 @@ static int kernel_load(mlajit_context *ctx, mlajit_kernel *k)
         ((r = drv->cuFuncSetAttribute(k->main_fn, MLAJIT_CU_FUNC_ATTR_MAX_DYNAMIC_SMEM, k->layout.smem_bytes)) !=
              MLAJIT_CU_SUCCESS ||
          (r = drv->cuFuncSetAttribute(k->combine_fn, MLAJIT_CU_FUNC_ATTR_MAX_DYNAMIC_SMEM,
-                                      k->layout.combine_staged_splits * k->layout.combine_bytes_per_split)) !=
+                                      mlajit_combine_smem_bytes(&k->layout, MLAJIT_MAX_SPLITS))) !=
              MLAJIT_CU_SUCCESS))
         rc = mlajit_cuda_fail(drv, r, "cuFuncSetAttribute(MAX_DYNAMIC_SHARED_SIZE_BYTES)");
     if (rc == MLAJIT_OK) {

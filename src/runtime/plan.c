@@ -184,10 +184,8 @@ int mlajit_plan_create(mlajit_context *ctx, const mlajit_kernel_spec *spec, cons
     p->combine_starts_early = p->num_splits > 1 && k->layout.dependent_combine &&
                               mlajit_combine_starts_early((long)g.head_groups * g.rows * g.num_splits, sm_count,
                                                           (long)g.rows * spec->h_q);
-    if (p->num_splits > 1) {
-        int staged = p->num_splits < k->layout.combine_staged_splits ? p->num_splits : k->layout.combine_staged_splits;
-        p->combine_smem_bytes = staged * k->layout.combine_bytes_per_split;
-    }
+    if (p->num_splits > 1)
+        p->combine_smem_bytes = mlajit_combine_smem_bytes(&k->layout, p->num_splits);
     if (p->num_splits > 1 && p->rows > 0) {
         size_t partial_rows = (size_t)p->num_splits * p->rows * spec->h_q;
         p->partial_out_bytes = round_up(partial_rows * p->model->d_v * sizeof(float), kWorkspaceAlign);
