@@ -550,19 +550,40 @@ static const char *plan_family(mlajit_context *c, mlajit_model model, int h_q, i
     return buf;
 }
 
-Test(api, auto_takes_the_sliced_kernel_for_long_walks)
+/* What auto's plan of one shape should run: its kernel family (a fragment of the
+ * spec string) and why. */
+typedef struct plan_case {
+    mlajit_model model;
+    int h_q, batch, topk, splits;
+    const char *family, *why;
+} plan_case;
+
+static void expect_plan_families(const plan_case *cases, size_t n)
 {
     char b[256];
-    cr_expect(strstr(plan_family(ctx, MLAJIT_MODEL_V32, 16, 128, 2048, 0, b, sizeof b), ".sliced.sm_90a"), "%s", b);
-    cr_expect(strstr(plan_family(ctx, MLAJIT_MODEL_V32, 8, 64, 2048, 0, b, sizeof b), ".sliced.sm_90a"), "%s", b);
-    /* short walks: one row (many splits), a short topk, a forced split count */
-    cr_expect(strstr(plan_family(ctx, MLAJIT_MODEL_V32, 16, 1, 2048, 0, b, sizeof b), ".sm90.sm_90a"), "%s", b);
-    cr_expect(strstr(plan_family(ctx, MLAJIT_MODEL_V32, 16, 128, 512, 0, b, sizeof b), ".sm90.sm_90a"), "%s", b);
-    cr_expect(strstr(plan_family(ctx, MLAJIT_MODEL_V32, 16, 128, 2048, 8, b, sizeof b), ".sm90.sm_90a"), "%s", b);
-    /* more heads, or another layout or scale format: auto's kernel */
-    cr_expect(strstr(plan_family(ctx, MLAJIT_MODEL_V32, 32, 128, 2048, 0, b, sizeof b), ".sm90.sm_90a"), "%s", b);
-    cr_expect(strstr(plan_family(ctx, MLAJIT_MODEL_DSV4, 16, 128, 2048, 0, b, sizeof b), ".sm90.sm_90a"), "%s", b);
-    cr_expect(strstr(plan_family(ctx, MLAJIT_MODEL_GLM_NSA, 16, 128, 2048, 0, b, sizeof b), ".sm90.sm_90a"), "%s", b);
+    for (size_t i = 0; i < n; i++) {
+        const plan_case *c = &cases[i];
+        cr_expect(strstr(plan_family(ctx, c->model, c->h_q, c->batch, c->topk, c->splits, b, sizeof b), c->family),
+                  "h_q %d, b %d, topk %d, splits %d (%s): want %s, got %s", c->h_q, c->batch, c->topk, c->splits,
+                  c->why, c->family, b);
+    }
+}
+
+Test(api, auto_takes_the_sliced_kernel_for_long_walks)
+{
+    static const plan_case cases[] = {
+        {MLAJIT_MODEL_V32, 16, 128, 2048, 0, ".sliced.sm_90a", "a long walk"},
+        {MLAJIT_MODEL_V32, 8, 64, 2048, 0, ".sliced.sm_90a", "a long walk"},
+        /* short walks: one row (many splits), a short topk, a forced split count */
+        {MLAJIT_MODEL_V32, 16, 1, 2048, 0, ".sm90.sm_90a", "one row"},
+        {MLAJIT_MODEL_V32, 16, 128, 512, 0, ".sm90.sm_90a", "a short topk"},
+        {MLAJIT_MODEL_V32, 16, 128, 2048, 8, ".sm90.sm_90a", "forced splits"},
+        /* more heads, or another layout or scale format: auto's kernel */
+        {MLAJIT_MODEL_V32, 32, 128, 2048, 0, ".sm90.sm_90a", "32 heads"},
+        {MLAJIT_MODEL_DSV4, 16, 128, 2048, 0, ".sm90.sm_90a", "DSV4's layout"},
+        {MLAJIT_MODEL_GLM_NSA, 16, 128, 2048, 0, ".sm90.sm_90a", "arbitrary scales"},
+    };
+    expect_plan_families(cases, sizeof cases / sizeof cases[0]);
 }
 
 /* auto's short-walk kernel: sm90-staged for more than 32 heads where sm90's plan
@@ -570,28 +591,23 @@ Test(api, auto_takes_the_sliced_kernel_for_long_walks)
  * MLAJIT_STAGED_PAIR_BELOW_TILES tiles of 64 per CTA. */
 Test(api, auto_takes_the_staged_kernel_for_short_walks)
 {
-    char b[256];
-    cr_expect(strstr(plan_family(ctx, MLAJIT_MODEL_V32, 64, 128, 128, 0, b, sizeof b), ".sm90-staged.sm_90a"), "%s", b);
-    cr_expect(strstr(plan_family(ctx, MLAJIT_MODEL_V32, 128, 64, 128, 0, b, sizeof b), ".sm90-staged.sm_90a"), "%s", b);
-    cr_expect(strstr(plan_family(ctx, MLAJIT_MODEL_V32, 128, 128, 960, 0, b, sizeof b), ".sm90-staged.sm_90a"),
-              "15 tiles: %s", b);
-    cr_expect(strstr(plan_family(ctx, MLAJIT_MODEL_V32, 128, 128, 1216, 0, b, sizeof b), ".sm90-staged.sm_90a"),
-              "19 tiles: %s", b);
-    cr_expect(strstr(plan_family(ctx, MLAJIT_MODEL_V32, 64, 128, 2048, 0, b, sizeof b), ".sm90-staged.sm_90a"),
-              "one head group, 32 tiles: %s", b);
-    cr_expect(strstr(plan_family(ctx, MLAJIT_MODEL_DSV4, 33, 128, 128, 0, b, sizeof b), ".sm90-staged.sm_90a"), "%s", b);
-    cr_expect(strstr(plan_family(ctx, MLAJIT_MODEL_DSV4, 32, 128, 128, 0, b, sizeof b), ".sm90.sm_90a"),
-              "32 heads and fewer: %s", b);
-    cr_expect(strstr(plan_family(ctx, MLAJIT_MODEL_V32, 8, 128, 128, 0, b, sizeof b), ".sm90.sm_90a"), "%s", b);
-    cr_expect(strstr(plan_family(ctx, MLAJIT_MODEL_GLM_NSA, 64, 128, 128, 0, b, sizeof b), ".sm90.sm_90a"),
-              "arbitrary scales: %s", b);
-    cr_expect(strstr(plan_family(ctx, MLAJIT_MODEL_V32, 128, 128, 1280, 0, b, sizeof b), ".sm90.sm_90a"),
-              "a pair, 20 tiles: %s", b);
-    cr_expect(strstr(plan_family(ctx, MLAJIT_MODEL_V32, 64, 64, 2048, 0, b, sizeof b), ".sm90.sm_90a"),
-              "b 64 splits in two: %s", b);
-    /* a plan that splits (one row), a forced split count: sm90 */
-    cr_expect(strstr(plan_family(ctx, MLAJIT_MODEL_V32, 64, 1, 2048, 0, b, sizeof b), ".sm90.sm_90a"), "%s", b);
-    cr_expect(strstr(plan_family(ctx, MLAJIT_MODEL_V32, 64, 128, 128, 2, b, sizeof b), ".sm90.sm_90a"), "%s", b);
+    static const plan_case cases[] = {
+        {MLAJIT_MODEL_V32, 64, 128, 128, 0, ".sm90-staged.sm_90a", "2 tiles"},
+        {MLAJIT_MODEL_V32, 128, 64, 128, 0, ".sm90-staged.sm_90a", "a pair, 2 tiles"},
+        {MLAJIT_MODEL_V32, 128, 128, 960, 0, ".sm90-staged.sm_90a", "15 tiles"},
+        {MLAJIT_MODEL_V32, 128, 128, 1216, 0, ".sm90-staged.sm_90a", "19 tiles"},
+        {MLAJIT_MODEL_V32, 64, 128, 2048, 0, ".sm90-staged.sm_90a", "one head group, 32 tiles"},
+        {MLAJIT_MODEL_DSV4, 33, 128, 128, 0, ".sm90-staged.sm_90a", "33 heads"},
+        {MLAJIT_MODEL_DSV4, 32, 128, 128, 0, ".sm90.sm_90a", "32 heads and fewer"},
+        {MLAJIT_MODEL_V32, 8, 128, 128, 0, ".sm90.sm_90a", "8 heads"},
+        {MLAJIT_MODEL_GLM_NSA, 64, 128, 128, 0, ".sm90.sm_90a", "arbitrary scales"},
+        {MLAJIT_MODEL_V32, 128, 128, 1280, 0, ".sm90.sm_90a", "a pair, 20 tiles"},
+        {MLAJIT_MODEL_V32, 64, 64, 2048, 0, ".sm90.sm_90a", "b 64 splits in two"},
+        /* a plan that splits (one row), a forced split count: sm90 */
+        {MLAJIT_MODEL_V32, 64, 1, 2048, 0, ".sm90.sm_90a", "one row splits"},
+        {MLAJIT_MODEL_V32, 64, 128, 128, 2, ".sm90.sm_90a", "forced splits"},
+    };
+    expect_plan_families(cases, sizeof cases / sizeof cases[0]);
     /* forced by the spec, it never splits, and refuses a split count */
     mlajit_kernel_spec s;
     cr_assert_eq(mlajit_spec_init(&s, MLAJIT_MODEL_V32, 64, 64), MLAJIT_OK);
@@ -614,22 +630,17 @@ Test(api, auto_takes_the_staged_kernel_for_short_walks)
  * not split stays sm90-staged. */
 Test(api, auto_takes_the_unpaired_kernel_for_one_tile_walks)
 {
-    char b[256];
-    cr_expect(strstr(plan_family(ctx, MLAJIT_MODEL_V32, 128, 1, 2048, 0, b, sizeof b), ".sm90-unpaired.sm_90a"),
-              "b 1, 32 splits of one tile: %s", b);
-    cr_expect(strstr(plan_family(ctx, MLAJIT_MODEL_V32, 96, 2, 2048, 0, b, sizeof b), ".sm90-unpaired.sm_90a"), "%s", b);
-    cr_expect(strstr(plan_family(ctx, MLAJIT_MODEL_GLM_NSA, 128, 1, 2048, 0, b, sizeof b), ".sm90-unpaired.sm_90a"),
-              "%s", b);
-    cr_expect(strstr(plan_family(ctx, MLAJIT_MODEL_V32, 128, 8, 2048, 32, b, sizeof b), ".sm90-unpaired.sm_90a"),
-              "forced: 32 splits of one tile: %s", b);
-    cr_expect(strstr(plan_family(ctx, MLAJIT_MODEL_V32, 128, 8, 2048, 0, b, sizeof b), ".sm90.sm_90a"),
-              "b 8: 8 splits of 4 tiles keep the pair: %s", b);
-    cr_expect(strstr(plan_family(ctx, MLAJIT_MODEL_V32, 128, 1, 2048, 8, b, sizeof b), ".sm90.sm_90a"),
-              "forced: 8 splits of 4 tiles: %s", b);
-    cr_expect(strstr(plan_family(ctx, MLAJIT_MODEL_V32, 64, 1, 2048, 0, b, sizeof b), ".sm90.sm_90a"),
-              "64 heads: no pair to leave out: %s", b);
-    cr_expect(strstr(plan_family(ctx, MLAJIT_MODEL_V32, 128, 128, 64, 0, b, sizeof b), ".sm90-staged.sm_90a"),
-              "one tile, no split: the short walk's kernel: %s", b);
+    static const plan_case cases[] = {
+        {MLAJIT_MODEL_V32, 128, 1, 2048, 0, ".sm90-unpaired.sm_90a", "b 1, 32 splits of one tile"},
+        {MLAJIT_MODEL_V32, 96, 2, 2048, 0, ".sm90-unpaired.sm_90a", "96 heads pair too"},
+        {MLAJIT_MODEL_GLM_NSA, 128, 1, 2048, 0, ".sm90-unpaired.sm_90a", "arbitrary scales: sm90's kernel"},
+        {MLAJIT_MODEL_V32, 128, 8, 2048, 32, ".sm90-unpaired.sm_90a", "forced: 32 splits of one tile"},
+        {MLAJIT_MODEL_V32, 128, 8, 2048, 0, ".sm90.sm_90a", "b 8: 8 splits of 4 tiles keep the pair"},
+        {MLAJIT_MODEL_V32, 128, 1, 2048, 8, ".sm90.sm_90a", "forced: 8 splits of 4 tiles"},
+        {MLAJIT_MODEL_V32, 64, 1, 2048, 0, ".sm90.sm_90a", "64 heads: no pair to leave out"},
+        {MLAJIT_MODEL_V32, 128, 128, 64, 0, ".sm90-staged.sm_90a", "one tile, no split: the short walk's kernel"},
+    };
+    expect_plan_families(cases, sizeof cases / sizeof cases[0]);
 }
 
 Test(api, auto_keeps_its_kernel_when_the_sliced_one_cannot_be_had)
