@@ -410,9 +410,12 @@ typedef struct mlajit_decode_args {
 /* Validate the arguments, then enqueue the decode on stream (a CUstream; NULL =
  * the legacy default stream). On any validation failure nothing is launched and
  * out is not written. A split plan enqueues two kernels, the main kernel and the
- * combine; from sm_90 the combine is launched as the main kernel's programmatic
- * dependent (it waits for the main kernel on the device), which stream capture
- * records as a programmatic graph edge. */
+ * combine. From sm_90 each is launched as a programmatic dependent of the kernel
+ * before it on the stream (the main kernel of whatever the caller enqueued last,
+ * the combine of the main kernel): its launch overlaps that kernel's end, and it
+ * waits on the device for that kernel's completion and writes before it reads
+ * any argument, so inputs written by the previous kernel are safe. Stream capture
+ * records programmatic graph edges. */
 int mlajit_decode(const mlajit_plan *plan, const mlajit_decode_args *args, void *stream);
 
 /* ------------------------------------------------------------------------- */

@@ -168,6 +168,7 @@ __device__ __forceinline__ void store_tile(const TilePrefetch& f, const u8* cons
 extern "C" __global__ void __launch_bounds__(cfg::kThreads, cfg::kMinBlocksPerSM) mlajit_decode_main(const DecodeParams p)
 {
     using namespace portable;
+    wait_for_prerequisite_grid();     // nothing before it reads an argument
     release_dependent_grid_early(p);  // where the plan lets the combine start now
     extern __shared__ __align__(16) u8 smem[];
     u16* sQ = reinterpret_cast<u16*>(smem + cfg::kSmemQ);

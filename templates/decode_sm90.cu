@@ -505,6 +505,7 @@ __device__ __forceinline__ void prefetch_row(const DecodeParams& p, int pos, int
 extern "C" __global__ void MLAJIT_CLUSTER_DIMS __launch_bounds__(sm90::kCtaThreads, 1) mlajit_decode_main(const DecodeParams p)
 {
     using namespace sm90;
+    wait_for_prerequisite_grid();     // nothing before it reads an argument
     release_dependent_grid_early(p);  // where the plan lets the combine start now
     extern __shared__ __align__(1024) u8 smem_raw[];
     // wgmma's 128-byte swizzle needs 1024-byte aligned blocks; the generator

@@ -148,27 +148,30 @@ __device__ __forceinline__ float warp_sum_xor(float v, int width)
     return v;
 }
 
-// Grid dependency control (sm_90 on). The runtime launches the combine as the
-// main kernel's programmatic dependent, and the combine waits for the main
-// kernel's completion and writes before reading them. By default its launch
-// starts as the main kernel's CTAs exit, instead of after the grid's completion.
-// Where the main grid leaves SMs idle (the plan decides: combine_starts_early),
-// the main kernel releases it at its start, so the combine's CTAs are already
-// resident on the idle SMs when the main kernel ends; where few SMs are idle they
-// would pile onto those few and run there (+5 us on 128-CTA grids at b 8), so
-// the release then waits for the exits.
+// Grid dependency control (sm_90 on). The runtime launches both kernels as
+// programmatic dependents: the main kernel of whatever kernel precedes it on the
+// stream (the last call's combine, or an engine's kernel that writes q or the
+// indices), the combine of the main kernel. So each one's launch overlaps the end
+// of the grid before it, and each waits for that grid's completion and writes
+// (griddepcontrol.wait) before it reads an argument or writes an output. By
+// default a dependent's launch starts as the CTAs before it exit. Where the main
+// grid leaves SMs idle (the plan decides: combine_starts_early), the main kernel
+// releases the combine at its start, so the combine's CTAs are already resident on
+// the idle SMs when the main kernel ends; where few SMs are idle they would pile
+// onto those few and run there (+5 us on 128-CTA grids at b 8), so the release
+// then waits for the exits.
 #if __CUDA_ARCH__ >= 900
 __device__ __forceinline__ void wait_for_prerequisite_grid()
 {
-    if (cfg::kDependentCombine) asm volatile("griddepcontrol.wait;\n" ::: "memory");
+    if (cfg::kDependentLaunch) asm volatile("griddepcontrol.wait;\n" ::: "memory");
 }
 
 __device__ __forceinline__ void release_dependent_grid_early(const DecodeParams& p)
 {
-    if (cfg::kDependentCombine && p.combine_starts_early) asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
+    if (cfg::kDependentLaunch && p.combine_starts_early) asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
 }
 #else
-static_assert(!cfg::kDependentCombine, "grid dependency control needs sm_90 or later");
+static_assert(!cfg::kDependentLaunch, "grid dependency control needs sm_90 or later");
 __device__ __forceinline__ void wait_for_prerequisite_grid() {}
 __device__ __forceinline__ void release_dependent_grid_early(const DecodeParams&) {}
 #endif

@@ -494,7 +494,7 @@ Test(api, planner_starts_the_combine_early_only_beside_idle_sms)
 
     mlajit_plan *p = make_plan(1, 0); /* 2 rows x 6 splits of DSV4 h 64 beside 128 combine CTAs */
     cr_assert_gt(mlajit_plan_num_splits(p), 1);
-    cr_assert(p->kernel->layout.dependent_combine, "a context without a device plans for sm_90a");
+    cr_assert(p->kernel->layout.dependent_launch, "a context without a device plans for sm_90a");
     cr_expect_eq(p->combine_starts_early, 1);
     mlajit_plan_destroy(p);
     p = make_plan(50, 2); /* 200 CTAs: no SM idle */

@@ -184,9 +184,10 @@ Test(generate, cluster_pairs_two_sm90_head_groups)
     }
 }
 
-/* From sm_90 the combine waits for the main kernel itself (griddepcontrol), so the
- * runtime may launch it early; before sm_90 it must not be launched that way. */
-Test(generate, combine_is_a_dependent_launch_from_sm_90)
+/* From sm_90 both kernels wait on the device for the grid before them
+ * (griddepcontrol), so the runtime may launch them early; before sm_90 they must
+ * not be launched that way. */
+Test(generate, kernels_are_dependent_launches_from_sm_90)
 {
     struct { const char *arch; mlajit_variant variant; int dependent; } rows[] = {
         {"sm_90a", MLAJIT_VARIANT_SM90, 1}, {"sm_90a", MLAJIT_VARIANT_PORTABLE, 1}, {"sm_90", MLAJIT_VARIANT_PORTABLE, 1},
@@ -201,17 +202,50 @@ Test(generate, combine_is_a_dependent_launch_from_sm_90)
         cr_assert_eq(mlajit_spec_resolve(&s, &r), MLAJIT_OK, "%s: %s", rows[i].arch, mlajit_last_error());
         mlajit_kernel_layout l;
         cr_assert_eq(mlajit_codegen_layout(&r, &l), MLAJIT_OK);
-        cr_expect_eq(l.dependent_combine, rows[i].dependent, "%s", rows[i].arch);
+        cr_expect_eq(l.dependent_launch, rows[i].dependent, "%s", rows[i].arch);
         cr_expect_eq(mlajit_arch_has_grid_dependency(rows[i].arch), rows[i].dependent, "%s", rows[i].arch);
         char *src = NULL;
         cr_assert_eq(mlajit_generate_source(&s, &src), MLAJIT_OK, "%s", mlajit_last_error());
-        const char *expect = rows[i].dependent ? "constexpr bool kDependentCombine = true;"
-                                               : "constexpr bool kDependentCombine = false;";
+        const char *expect = rows[i].dependent ? "constexpr bool kDependentLaunch = true;"
+                                               : "constexpr bool kDependentLaunch = false;";
         cr_expect(strstr(src, expect) != NULL, "%s: %s", rows[i].arch, expect);
         mlajit_free(src);
     }
     cr_expect_eq(mlajit_arch_has_grid_dependency("sm_91"), 0, "an unknown arch has none");
     cr_expect_eq(mlajit_arch_has_grid_dependency(NULL), 0);
+}
+
+/* A main kernel launched early may run before the kernel that writes its inputs
+ * (q, indices, lengths) has finished: in every family the wait for that grid is
+ * the first statement of mlajit_decode_main, ahead of anything that reads an
+ * argument. */
+Test(generate, main_kernel_waits_for_the_previous_grid_first)
+{
+    struct { mlajit_variant variant; int h_q; } rows[] = {
+        {MLAJIT_VARIANT_PORTABLE, 64}, {MLAJIT_VARIANT_SM90, 128}, {MLAJIT_VARIANT_SM90_STAGED, 64},
+        {MLAJIT_VARIANT_SM90_UNPAIRED, 128}, {MLAJIT_VARIANT_SLICED, 16},
+    };
+    for (size_t i = 0; i < sizeof rows / sizeof rows[0]; i++) {
+        mlajit_kernel_spec s;
+        mlajit_spec_init(&s, MLAJIT_MODEL_V32, rows[i].h_q, 64);
+        strcpy(s.arch, "sm_90a");
+        s.variant = rows[i].variant;
+        char *src = NULL;
+        cr_assert_eq(mlajit_generate_source(&s, &src), MLAJIT_OK, "%s", mlajit_last_error());
+        const char *entry = strstr(src, "mlajit_decode_main(");
+        cr_assert(entry != NULL, "variant %d: no main entry", (int)rows[i].variant);
+        const char *body = strchr(entry, '{');
+        cr_assert(body != NULL);
+        body++;
+        while (*body == ' ' || *body == '\n') body++;
+        if (strncmp(body, "using namespace", 15) == 0) {
+            body = strchr(body, ';') + 1;
+            while (*body == ' ' || *body == '\n') body++;
+        }
+        cr_expect(strncmp(body, "wait_for_prerequisite_grid();", 29) == 0,
+                  "variant %d: the main kernel's first statement is not the wait: %.60s", (int)rows[i].variant, body);
+        mlajit_free(src);
+    }
 }
 
 Test(generate, source_carries_the_config_block)

@@ -21,8 +21,10 @@ typedef struct mlajit_kernel_layout {
     int combine_bytes_per_split; /* its dynamic shared memory per staged split (a d_v fp32 row) */
     int blocks_per_sm;      /* CTAs of the main kernel resident per SM (the planner's wave size) */
     int cluster_ctas;       /* CTAs per cluster along the head groups (1: no cluster); divides their count by construction */
-    int dependent_combine;  /* 1: the combine waits for the main kernel itself (griddepcontrol.wait), so it may be
-                               launched as the main kernel's programmatic dependent; 0: plain stream order only */
+    int dependent_launch;   /* 1: each kernel waits on the device for the grid before it (griddepcontrol.wait) before
+                               it reads an argument: the main kernel for the stream's previous kernel, the combine
+                               for the main kernel; so both may be launched as programmatic dependents. 0: plain
+                               stream order only */
     int single_split;       /* 1: the kernel writes no split partials, so its plans never split (sm90-staged) */
 } mlajit_kernel_layout;
 

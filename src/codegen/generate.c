@@ -185,7 +185,7 @@ int mlajit_codegen_layout(const mlajit_kernel_spec *r, mlajit_kernel_layout *lay
     layout->combine_bytes_per_split = d->d_v * (int)sizeof(float);
     layout->blocks_per_sm = min_blocks_per_sm(r, &m);
     layout->cluster_ctas = cluster_ctas(r);
-    layout->dependent_combine = mlajit_arch_has_grid_dependency(r->arch);
+    layout->dependent_launch = mlajit_arch_has_grid_dependency(r->arch);
     layout->single_split = r->variant == MLAJIT_VARIANT_SM90_STAGED;
     return MLAJIT_OK;
 }
@@ -270,9 +270,9 @@ static void emit_config(mlajit_strbuf *b, const mlajit_kernel_spec *r, const mla
                          kCombineStagedSplits);
     mlajit_strbuf_printf(b, "constexpr int kMaxSplits = %d;       // split-KV splits a plan may use\n",
                          MLAJIT_MAX_SPLITS);
-    /* The combine may start while the main kernel runs (its launch hidden behind
-     * it) where it can wait for the main kernel's results itself. */
-    mlajit_strbuf_printf(b, "constexpr bool kDependentCombine = %s;\n",
+    /* Each kernel may be launched before the grid ahead of it ends (its launch
+     * hidden behind that grid) where it can wait for that grid's results itself. */
+    mlajit_strbuf_printf(b, "constexpr bool kDependentLaunch = %s;\n",
                          mlajit_arch_has_grid_dependency(r->arch) ? "true" : "false");
     mlajit_strbuf_printf(b, "// shared memory map (bytes)\n");
     mlajit_strbuf_printf(b, "constexpr int kSmemQ = %d, kSmemK = %d, kSmemScores = %d, kSmemProbs = %d;\n",

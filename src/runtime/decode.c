@@ -147,29 +147,30 @@ static int fill_params(const mlajit_plan *plan, const mlajit_decode_args *a, mla
     return MLAJIT_OK;
 }
 
-/* The combine after the main kernel. Where the combine waits for the main kernel
- * itself (layout.dependent_combine), it is launched as a programmatic dependent:
- * the driver starts it as the main kernel's CTAs exit, not after the grid's
- * completion and memory flush, so part of its launch latency is hidden. A driver
- * without cuLaunchKernelEx, or one that refuses the attribute, gets the plain
- * launch (the wait is then a no-op). */
-static CUresult launch_combine(const mlajit_driver *drv, const mlajit_plan *plan, CUstream stream, void **params)
+/* Launch one of the plan's two kernels. Where the kernels wait on the device for
+ * the grid before them (layout.dependent_launch, sm_90 on), each is launched as a
+ * programmatic dependent: the driver starts it as the CTAs of the kernel before it
+ * on the stream exit (or release it), not after that grid's completion and memory
+ * flush, so part of its launch latency is hidden. The main kernel's wait is its
+ * first act, the combine's comes before it reads the partials. A driver without
+ * cuLaunchKernelEx, or one that refuses the attribute, gets the plain launch (the
+ * waits are then no-ops). */
+static CUresult launch_kernel(const mlajit_driver *drv, const mlajit_kernel *k, CUfunction fn, unsigned grid_x,
+                              unsigned grid_y, unsigned grid_z, unsigned threads, unsigned smem_bytes, CUstream stream,
+                              void **params)
 {
-    const mlajit_kernel *k = plan->kernel;
     mlajit_cu_launch_attribute attr;
     memset(&attr, 0, sizeof attr);
     attr.id = MLAJIT_CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION;
     attr.value.programmatic_stream_serialization_allowed = 1;
     const mlajit_cu_launch_config cfg = {
-        .grid_x = (unsigned)plan->rows, .grid_y = (unsigned)k->spec.h_q, .grid_z = 1,
-        .block_x = (unsigned)k->layout.combine_threads, .block_y = 1, .block_z = 1,
-        .shared_bytes = (unsigned)plan->combine_smem_bytes, .stream = stream, .attrs = &attr, .num_attrs = 1,
+        .grid_x = grid_x, .grid_y = grid_y, .grid_z = grid_z, .block_x = threads, .block_y = 1, .block_z = 1,
+        .shared_bytes = smem_bytes, .stream = stream, .attrs = &attr, .num_attrs = 1,
     };
-    if (k->layout.dependent_combine && drv->cuLaunchKernelEx &&
-        drv->cuLaunchKernelEx(&cfg, k->combine_fn, params, NULL) == MLAJIT_CU_SUCCESS)
+    if (k->layout.dependent_launch && drv->cuLaunchKernelEx &&
+        drv->cuLaunchKernelEx(&cfg, fn, params, NULL) == MLAJIT_CU_SUCCESS)
         return MLAJIT_CU_SUCCESS;
-    return drv->cuLaunchKernel(k->combine_fn, cfg.grid_x, cfg.grid_y, cfg.grid_z, cfg.block_x, cfg.block_y,
-                               cfg.block_z, cfg.shared_bytes, cfg.stream, params, NULL);
+    return drv->cuLaunchKernel(fn, grid_x, grid_y, grid_z, threads, 1, 1, smem_bytes, stream, params, NULL);
 }
 
 int mlajit_decode(const mlajit_plan *plan, const mlajit_decode_args *args, void *stream)
@@ -191,11 +192,13 @@ int mlajit_decode(const mlajit_plan *plan, const mlajit_decode_args *args, void 
                            k->report.spec);
     void *params[] = {&p};
     int pushed = mlajit_context_enter(ctx);
-    CUresult r = drv->cuLaunchKernel(k->main_fn, (unsigned)plan->rows, (unsigned)plan->head_groups,
-                                     (unsigned)plan->num_splits, (unsigned)k->layout.threads, 1, 1,
-                                     (unsigned)k->layout.smem_bytes, (CUstream)stream, params, NULL);
+    CUresult r = launch_kernel(drv, k, k->main_fn, (unsigned)plan->rows, (unsigned)plan->head_groups,
+                               (unsigned)plan->num_splits, (unsigned)k->layout.threads, (unsigned)k->layout.smem_bytes,
+                               (CUstream)stream, params);
     if (r == MLAJIT_CU_SUCCESS && plan->num_splits > 1)
-        r = launch_combine(drv, plan, (CUstream)stream, params);
+        r = launch_kernel(drv, k, k->combine_fn, (unsigned)plan->rows, (unsigned)k->spec.h_q, 1,
+                          (unsigned)k->layout.combine_threads, (unsigned)plan->combine_smem_bytes, (CUstream)stream,
+                          params);
     mlajit_context_leave(ctx, pushed);
     if (r != MLAJIT_CU_SUCCESS)
         return mlajit_cuda_fail(drv, r, "cuLaunchKernel");

@@ -181,7 +181,7 @@ int mlajit_plan_create(mlajit_context *ctx, const mlajit_kernel_spec *spec, cons
     p->num_tiles = g.num_tiles;
     p->num_splits = g.num_splits;
     p->tiles_per_split = g.tiles_per_split;
-    p->combine_starts_early = p->num_splits > 1 && k->layout.dependent_combine &&
+    p->combine_starts_early = p->num_splits > 1 && k->layout.dependent_launch &&
                               mlajit_combine_starts_early((long)g.head_groups * g.rows * g.num_splits, sm_count,
                                                           (long)g.rows * spec->h_q);
     if (p->num_splits > 1)
