@@ -15,7 +15,7 @@
 //     round is dequantized (gather.cu) into a K tile buffer: bf16, 64-dim blocks of
 //     64 rows x 128 bytes, 128-byte swizzled (what the wgmma descriptors describe).
 //     Indices are loaded three tiles ahead and the rows of the tile after next
-//     are prefetched into L2, evict-last (in a CTA pair by the value group, idle
+//     are prefetched into L2, evict-last on long walks (in a CTA pair by the value group, idle
 //     while the producer works), so a round's loads hit L2.
 // V is K[:, 0 .. kDV): P V reads the same K tile, MN-major.
 //
@@ -342,13 +342,19 @@ __device__ __forceinline__ U32x2 load_row8(const u8* src)
     return v;
 }
 
-// A row's line into L2, two or three tiles before its loads: marked evict-last so
-// that the rest of the GPU's traffic (the other SMs' prefetches and loads) does not
-// push it out in between. Measured: 1-2% faster on walks of 18-32 tiles, 1.5-3.4%
-// slower on walks of 8-10 (bench/NOTES.md); not yet chosen per plan.
-__device__ __forceinline__ void prefetch_l2_line(const u8* src)
+// A row's line into L2, two or three tiles before its loads. On a long walk it is
+// marked evict-last, so that the rest of the GPU's traffic (the other SMs'
+// prefetches and loads) does not push it out in between: 1-2% faster on walks of
+// 18-32 tiles, 1.5-3.4% slower on walks of 8-10 (bench/NOTES.md); the plan chooses
+// (p.prefetch_evict_last), so one predicate picks one of the two forms.
+__device__ __forceinline__ void prefetch_l2_line(const u8* src, int evict_last)
 {
-    asm volatile("prefetch.global.L2::evict_last [%0];\n" :: "l"(src));
+    asm volatile("{\n"
+                 "  .reg .pred evict_last;\n"
+                 "  setp.ne.s32 evict_last, %1, 0;\n"
+                 "  @evict_last prefetch.global.L2::evict_last [%0];\n"
+                 "  @!evict_last prefetch.global.L2 [%0];\n"
+                 "}\n" :: "l"(src), "r"(evict_last));
 }
 
 // ---- producer: rounds of 32 candidates, four lanes each ----
@@ -495,8 +501,8 @@ __device__ __forceinline__ void prefetch_row(const DecodeParams& p, int pos, int
     if (c.row) {
 #pragma unroll
         for (int k = part; k * 128 < cfg::kRowBytes + 128; k += kLanes)
-            prefetch_l2_line(c.row + min(k * 128, cfg::kRowBytes - 1));
-        if (!cfg::kScalesInline && part == 0) prefetch_l2_line(c.scales);
+            prefetch_l2_line(c.row + min(k * 128, cfg::kRowBytes - 1), p.prefetch_evict_last);
+        if (!cfg::kScalesInline && part == 0) prefetch_l2_line(c.scales, p.prefetch_evict_last);
     }
 }
 

@@ -40,6 +40,7 @@ struct DecodeParams {
     int batch, s_q, topk, extra_topk;
     int num_splits, tiles_per_split;
     int combine_starts_early;
+    int prefetch_evict_last;
 };
 static_assert(sizeof(DecodeParams) == cfg::kParamsBytes, "DecodeParams drifted from mlajit_decode_params");
 

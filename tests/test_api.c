@@ -505,6 +505,33 @@ Test(api, planner_starts_the_combine_early_only_beside_idle_sms)
     mlajit_plan_destroy(p);
 }
 
+/* The L2 prefetches are evict-last only where each CTA walks at least
+ * MLAJIT_EVICT_LAST_MIN_TILES tiles (measured: faster on 18-32, slower on 8-10). */
+Test(api, planner_marks_prefetches_evict_last_on_long_walks_only)
+{
+    cr_expect_eq(mlajit_prefetch_evict_last(32), 1);
+    cr_expect_eq(mlajit_prefetch_evict_last(MLAJIT_EVICT_LAST_MIN_TILES), 1);
+    cr_expect_eq(mlajit_prefetch_evict_last(MLAJIT_EVICT_LAST_MIN_TILES - 1), 0);
+    cr_expect_eq(mlajit_prefetch_evict_last(8), 0);
+    cr_expect_eq(mlajit_prefetch_evict_last(1), 0);
+    static const struct { int h_q, batch, topk, tiles, evict_last; const char *why; } rows[] = {
+        {128, 128, 2048, 32, 1, "V3.2 h128 b128: 32 tiles per CTA"},
+        {64, 128, 2048, 32, 1, "one head group, 32 tiles"},
+        {64, 128, 512, 8, 0, "8 tiles (measured 39.2 -> 38.3 us without)"},
+        {128, 1, 2048, 1, 0, "b 1 splits to one tile per CTA"},
+    };
+    for (size_t i = 0; i < sizeof rows / sizeof rows[0]; i++) {
+        mlajit_kernel_spec s;
+        cr_assert_eq(mlajit_spec_init(&s, MLAJIT_MODEL_V32, rows[i].h_q, 64), MLAJIT_OK);
+        mlajit_decode_shape shape = {.batch = rows[i].batch, .s_q = 1, .topk = rows[i].topk};
+        mlajit_plan *p = NULL;
+        cr_assert_eq(mlajit_plan_create(ctx, &s, &shape, &p), MLAJIT_OK, "%s", mlajit_last_error());
+        cr_expect_eq(p->tiles_per_split, rows[i].tiles, "%s", rows[i].why);
+        cr_expect_eq(p->prefetch_evict_last, rows[i].evict_last, "%s", rows[i].why);
+        mlajit_plan_destroy(p);
+    }
+}
+
 /* The combine stages its split rows in dynamic shared memory, a round of at most
  * layout.combine_staged_splits rows of d_v fp32 at a time: the plan asks for one
  * round's worth, and nothing without a combine. */

@@ -50,6 +50,8 @@ int mlajit_combine_starts_early(long main_ctas, int sm_count, long combine_ctas)
     return combine_ctas <= (sm_count - main_ctas) * (long)kCombineCtasPerIdleSm;
 }
 
+int mlajit_prefetch_evict_last(int tiles_per_cta) { return tiles_per_cta >= MLAJIT_EVICT_LAST_MIN_TILES; }
+
 /* A plan's grid with a kernel of this layout: head groups x rows CTAs per split,
  * the split count (1 for a single-split kernel, else the shape's, else the
  * planner's; no split is empty) and the tiles each split walks; and whether
@@ -184,6 +186,7 @@ int mlajit_plan_create(mlajit_context *ctx, const mlajit_kernel_spec *spec, cons
     p->combine_starts_early = p->num_splits > 1 && k->layout.dependent_launch &&
                               mlajit_combine_starts_early((long)g.head_groups * g.rows * g.num_splits, sm_count,
                                                           (long)g.rows * spec->h_q);
+    p->prefetch_evict_last = mlajit_prefetch_evict_last(g.tiles_per_split);
     if (p->num_splits > 1)
         p->combine_smem_bytes = mlajit_combine_smem_bytes(&k->layout, p->num_splits);
     if (p->num_splits > 1 && p->rows > 0) {

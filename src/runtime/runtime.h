@@ -65,6 +65,7 @@ struct mlajit_plan {
     const mlajit_model_desc *model;
     int head_groups, rows, num_tiles, num_splits, tiles_per_split;
     int combine_starts_early;    /* the main kernel releases the dependent combine at its start */
+    int prefetch_evict_last;     /* the sm90 family's L2 prefetches are evict-last (mlajit_prefetch_evict_last) */
     int combine_smem_bytes;      /* the combine's dynamic shared memory: its staged split rows */
     size_t partial_out_bytes, workspace_bytes;
 };
@@ -74,6 +75,13 @@ struct mlajit_plan {
  * (at most a few per idle SM); the plan asks it for split plans whose combine is a
  * programmatic dependent. */
 int mlajit_combine_starts_early(long main_ctas, int sm_count, long combine_ctas);
+
+/* Whether a CTA that walks tiles_per_cta tiles should mark the rows it prefetches
+ * into L2 evict-last (sm90 family): where it walks at least
+ * MLAJIT_EVICT_LAST_MIN_TILES. bench/NOTES.md: evict-last was 1-2% faster on walks
+ * of 18-32 tiles and 1.5-3.4% slower on walks of 8-10; the plain prefetch there. */
+#define MLAJIT_EVICT_LAST_MIN_TILES 16
+int mlajit_prefetch_evict_last(int tiles_per_cta);
 
 /* Look up or build the kernel for spec (arch "" = the context's). With load,
  * also load it onto the device (needs a device whose arch matches). */
