@@ -313,7 +313,7 @@ Test(gpu, bad_arguments_leave_out_untouched)
  * out is its V row, exact. Covers the power-of-two fast path (scales up to 2^7),
  * the exact path it falls back to (larger, zero, subnormal and non-power-of-two
  * scales) and subnormal codes and products. */
-static void check_dequant_exhaustive(mlajit_model model, int variant, const mlajit_gpu_run_options *opts)
+static void check_dequant_exhaustive(mlajit_model model, int code_offset, const mlajit_gpu_run_options *opts)
 {
     const mlajit_model_desc *d = mlajit_model_describe(model);
     /* scales, as fp32 bits or ue8m0 bytes; 448 * scale must stay below 2^128 */
@@ -337,7 +337,7 @@ static void check_dequant_exhaustive(mlajit_model model, int variant, const mlaj
         uint8_t *page = c.kv.bytes + (int64_t)r * c.kv.page_stride;
         uint8_t *row = page; /* token 0 of page r */
         for (int k = 0; k < d->d_nope; k++) {
-            uint8_t code = (uint8_t)(k + r * 7 + variant);
+            uint8_t code = (uint8_t)(k + r * 7 + code_offset);
             row[k] = (code & 0x7f) == 0x7f ? 0 : code; /* no NaN codes */
         }
         memset(row + rope_off, 0, (size_t)d->d_rope * 2);
@@ -372,16 +372,24 @@ static void check_dequant_exhaustive(mlajit_model model, int variant, const mlaj
     mlajit_case_free(&c);
 }
 
+/* Every code and scale through `variant`'s dequantization, for each model in the
+ * bit set `models`: code offsets 0, 64, 128, 192, so every code meets every scale,
+ * DSV4's 64-dim quantization blocks included. */
+static void dequant_every_code_and_scale_of(mlajit_variant variant, unsigned models)
+{
+    mlajit_gpu_run_options o = {.variant = variant};
+    static const mlajit_model all[] = {MLAJIT_MODEL_V32, MLAJIT_MODEL_DSV4, MLAJIT_MODEL_GLM_NSA};
+    for (int offset = 0; offset < 4; offset++)
+        for (size_t m = 0; m < sizeof all / sizeof all[0]; m++)
+            if (models & (1u << all[m])) check_dequant_exhaustive(all[m], offset * 64, &o);
+}
+
+#define ALL_MODELS ((1u << MLAJIT_MODEL_V32) | (1u << MLAJIT_MODEL_DSV4) | (1u << MLAJIT_MODEL_GLM_NSA))
+
+/* The portable family; each other family has its own test. */
 Test(gpu, dequant_every_code_and_scale)
 {
-    /* code offsets 0, 64, 128, 192: every code meets every scale, DSV4's 64-dim
-     * quantization blocks included. The portable family; sm90 has its own test. */
-    mlajit_gpu_run_options o = {.variant = MLAJIT_VARIANT_PORTABLE};
-    for (int variant = 0; variant < 4; variant++) {
-        check_dequant_exhaustive(MLAJIT_MODEL_V32, variant * 64, &o);
-        check_dequant_exhaustive(MLAJIT_MODEL_DSV4, variant * 64, &o);
-        check_dequant_exhaustive(MLAJIT_MODEL_GLM_NSA, variant * 64, &o);
-    }
+    dequant_every_code_and_scale_of(MLAJIT_VARIANT_PORTABLE, ALL_MODELS);
 }
 
 /* The wgmma family (MLAJIT_VARIANT_SM90, auto's choice on sm_90a) against the same oracles: every
@@ -410,6 +418,14 @@ static void golden_plain_and_padded(mlajit_variant variant, int splits)
     for_each_golden(&padded, label);
 }
 
+/* The shape sweep with one sm90-family variant (sm_90a devices only). */
+static void sweep_sm90_variant(mlajit_variant variant)
+{
+    require_sm90a();
+    mlajit_gpu_run_options o = {.variant = variant};
+    sweep_heads_pages_ragged_topk(&o, mlajit_variant_name(variant));
+}
+
 /* Short timeouts: a synchronization bug in a new kernel shows up as a hang; fail in
  * minutes instead of spending the suite's 20. */
 Test(gpu, sm90_golden_cases, .timeout = 180)
@@ -420,20 +436,13 @@ Test(gpu, sm90_golden_cases, .timeout = 180)
 
 Test(gpu, sm90_sweep_heads_pages_ragged_topk, .timeout = 300)
 {
-    require_sm90a();
-    mlajit_gpu_run_options o = {.variant = MLAJIT_VARIANT_SM90};
-    sweep_heads_pages_ragged_topk(&o, "sm90");
+    sweep_sm90_variant(MLAJIT_VARIANT_SM90);
 }
 
 Test(gpu, sm90_dequant_every_code_and_scale, .timeout = 180)
 {
     require_sm90a();
-    mlajit_gpu_run_options o = {.variant = MLAJIT_VARIANT_SM90};
-    for (int variant = 0; variant < 4; variant++) {
-        check_dequant_exhaustive(MLAJIT_MODEL_V32, variant * 64, &o);
-        check_dequant_exhaustive(MLAJIT_MODEL_DSV4, variant * 64, &o);
-        check_dequant_exhaustive(MLAJIT_MODEL_GLM_NSA, variant * 64, &o);
-    }
+    dequant_every_code_and_scale_of(MLAJIT_VARIANT_SM90, ALL_MODELS);
 }
 
 /* sm90-staged (the sm90 kernel with its output rows staged through shared memory;
@@ -448,19 +457,14 @@ Test(gpu, sm90_staged_golden_cases, .timeout = 180)
 
 Test(gpu, sm90_staged_sweep_heads_pages_ragged_topk, .timeout = 300)
 {
-    require_sm90a();
-    mlajit_gpu_run_options o = {.variant = MLAJIT_VARIANT_SM90_STAGED};
-    sweep_heads_pages_ragged_topk(&o, "sm90-staged");
+    sweep_sm90_variant(MLAJIT_VARIANT_SM90_STAGED);
 }
 
+/* Power-of-two scale formats only: the staged kernel refuses arbitrary scales. */
 Test(gpu, sm90_staged_dequant_every_code_and_scale, .timeout = 180)
 {
     require_sm90a();
-    mlajit_gpu_run_options o = {.variant = MLAJIT_VARIANT_SM90_STAGED};
-    for (int variant = 0; variant < 4; variant++) {
-        check_dequant_exhaustive(MLAJIT_MODEL_V32, variant * 64, &o);
-        check_dequant_exhaustive(MLAJIT_MODEL_DSV4, variant * 64, &o);
-    }
+    dequant_every_code_and_scale_of(MLAJIT_VARIANT_SM90_STAGED, (1u << MLAJIT_MODEL_V32) | (1u << MLAJIT_MODEL_DSV4));
 }
 
 Test(gpu, sm90_staged_refuses_a_split)
@@ -491,9 +495,7 @@ Test(gpu, sm90_unpaired_golden_cases, .timeout = 180)
 
 Test(gpu, sm90_unpaired_sweep_heads_pages_ragged_topk, .timeout = 300)
 {
-    require_sm90a();
-    mlajit_gpu_run_options o = {.variant = MLAJIT_VARIANT_SM90_UNPAIRED};
-    sweep_heads_pages_ragged_topk(&o, "sm90-unpaired");
+    sweep_sm90_variant(MLAJIT_VARIANT_SM90_UNPAIRED);
 }
 
 /* The dim-sliced family (MLAJIT_VARIANT_SLICED; V3.2's layout: v32 and glm_nsa)
@@ -525,11 +527,7 @@ Test(gpu, sliced_sweep_heads_pages_ragged_topk, .timeout = 300)
 
 Test(gpu, sliced_dequant_every_code_and_scale, .timeout = 180)
 {
-    mlajit_gpu_run_options o = {.variant = MLAJIT_VARIANT_SLICED};
-    for (int variant = 0; variant < 4; variant++) {
-        check_dequant_exhaustive(MLAJIT_MODEL_V32, variant * 64, &o);
-        check_dequant_exhaustive(MLAJIT_MODEL_GLM_NSA, variant * 64, &o);
-    }
+    dequant_every_code_and_scale_of(MLAJIT_VARIANT_SLICED, (1u << MLAJIT_MODEL_V32) | (1u << MLAJIT_MODEL_GLM_NSA));
 }
 
 Test(gpu, sliced_refuses_other_layouts)
