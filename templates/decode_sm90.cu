@@ -15,7 +15,7 @@
 //     round is dequantized (gather.cu) into a K tile buffer: bf16, 64-dim blocks of
 //     64 rows x 128 bytes, 128-byte swizzled (what the wgmma descriptors describe).
 //     Indices are loaded three tiles ahead and the rows of the tile after next
-//     are prefetched into L2, evict-last on long walks (in a CTA pair by the value group, idle
+//     are prefetched into L2, evict-last where the rows outgrow it (in a CTA pair by the value group, idle
 //     while the producer works), so a round's loads hit L2.
 // V is K[:, 0 .. kDV): P V reads the same K tile, MN-major.
 //
@@ -342,11 +342,12 @@ __device__ __forceinline__ U32x2 load_row8(const u8* src)
     return v;
 }
 
-// A row's line into L2, two or three tiles before its loads. On a long walk it is
-// marked evict-last, so that the rest of the GPU's traffic (the other SMs'
-// prefetches and loads) does not push it out in between: 1-2% faster on walks of
-// 18-32 tiles, 1.5-3.4% slower on walks of 8-10 (bench/NOTES.md); the plan chooses
-// (p.prefetch_evict_last), so one predicate picks one of the two forms.
+// A row's line into L2, two or three tiles before its loads. Where the call's rows
+// outgrow the L2 it is marked evict-last, so that the rest of the GPU's traffic
+// (the other SMs' prefetches and loads) does not push it out in between: 1-2.4%
+// faster on calls of 86 MB and more, 1.5-3.4% slower on calls of 43-48 MB
+// (bench/NOTES.md); the plan chooses (p.prefetch_evict_last), so one predicate
+// picks one of the two forms.
 __device__ __forceinline__ void prefetch_l2_line(const u8* src, int evict_last)
 {
     asm volatile("{\n"

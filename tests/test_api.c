@@ -505,28 +505,36 @@ Test(api, planner_starts_the_combine_early_only_beside_idle_sms)
     mlajit_plan_destroy(p);
 }
 
-/* The L2 prefetches are evict-last only where each CTA walks at least
- * MLAJIT_EVICT_LAST_MIN_TILES tiles (measured: faster on 18-32, slower on 8-10). */
-Test(api, planner_marks_prefetches_evict_last_on_long_walks_only)
+/* The L2 prefetches are evict-last only where the call's rows come to at least 1.5
+ * times the L2 (measured on the H200's 50 MB: faster from 86 MB, slower at 43-48 MB,
+ * whatever the walk per CTA). */
+Test(api, planner_marks_prefetches_evict_last_when_the_rows_outgrow_l2)
 {
-    cr_expect_eq(mlajit_prefetch_evict_last(32), 1);
-    cr_expect_eq(mlajit_prefetch_evict_last(MLAJIT_EVICT_LAST_MIN_TILES), 1);
-    cr_expect_eq(mlajit_prefetch_evict_last(MLAJIT_EVICT_LAST_MIN_TILES - 1), 0);
-    cr_expect_eq(mlajit_prefetch_evict_last(8), 0);
-    cr_expect_eq(mlajit_prefetch_evict_last(1), 0);
-    static const struct { int h_q, batch, topk, tiles, evict_last; const char *why; } rows[] = {
-        {128, 128, 2048, 32, 1, "V3.2 h128 b128: 32 tiles per CTA"},
-        {64, 128, 2048, 32, 1, "one head group, 32 tiles"},
-        {64, 128, 512, 8, 0, "8 tiles (measured 39.2 -> 38.3 us without)"},
-        {128, 1, 2048, 1, 0, "b 1 splits to one tile per CTA"},
+    const int64_t l2 = 50LL << 20;
+    cr_expect_eq(mlajit_prefetch_evict_last(l2 + l2 / 2, l2), 1);
+    cr_expect_eq(mlajit_prefetch_evict_last(l2 + l2 / 2 - 1, l2), 0);
+    cr_expect_eq(mlajit_prefetch_evict_last(l2, l2), 0);
+    cr_expect_eq(mlajit_prefetch_evict_last(INT64_C(1) << 40, 0), 0, "no L2 known: the plain prefetch");
+    static const struct {
+        mlajit_model model;
+        int h_q, batch, s_q, topk, extra_topk, evict_last;
+        const char *why;
+    } rows[] = {
+        {MLAJIT_MODEL_V32, 128, 128, 1, 2048, 0, 1, "172 MB, 32 tiles per CTA"},
+        {MLAJIT_MODEL_V32, 64, 128, 1, 512, 0, 0, "43 MB (measured 39.2 -> 38.3 us without)"},
+        {MLAJIT_MODEL_DSV4, 64, 64, 2, 128, 512, 0, "48 MB, 10 tiles (45.5 -> 44.3 us without)"},
+        {MLAJIT_MODEL_DSV4, 64, 128, 2, 128, 512, 1, "96 MB, the same 10 tiles (91.6 -> 89.5 us with)"},
+        {MLAJIT_MODEL_V32, 128, 1, 1, 2048, 0, 0, "1.3 MB"},
     };
     for (size_t i = 0; i < sizeof rows / sizeof rows[0]; i++) {
         mlajit_kernel_spec s;
-        cr_assert_eq(mlajit_spec_init(&s, MLAJIT_MODEL_V32, rows[i].h_q, 64), MLAJIT_OK);
-        mlajit_decode_shape shape = {.batch = rows[i].batch, .s_q = 1, .topk = rows[i].topk};
+        cr_assert_eq(mlajit_spec_init(&s, rows[i].model, rows[i].h_q, rows[i].model == MLAJIT_MODEL_DSV4 ? 256 : 64),
+                     MLAJIT_OK);
+        if (rows[i].extra_topk) s.extra_page_size = 64;
+        mlajit_decode_shape shape = {.batch = rows[i].batch, .s_q = rows[i].s_q, .topk = rows[i].topk,
+                                     .extra_topk = rows[i].extra_topk};
         mlajit_plan *p = NULL;
         cr_assert_eq(mlajit_plan_create(ctx, &s, &shape, &p), MLAJIT_OK, "%s", mlajit_last_error());
-        cr_expect_eq(p->tiles_per_split, rows[i].tiles, "%s", rows[i].why);
         cr_expect_eq(p->prefetch_evict_last, rows[i].evict_last, "%s", rows[i].why);
         mlajit_plan_destroy(p);
     }

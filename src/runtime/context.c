@@ -40,6 +40,7 @@ static int open_device(mlajit_context *ctx)
     drv->cuDeviceGetAttribute(&major, MLAJIT_CU_ATTR_CC_MAJOR, ctx->device);
     drv->cuDeviceGetAttribute(&minor, MLAJIT_CU_ATTR_CC_MINOR, ctx->device);
     drv->cuDeviceGetAttribute(&ctx->sm_count, MLAJIT_CU_ATTR_MULTIPROCESSOR_COUNT, ctx->device);
+    drv->cuDeviceGetAttribute(&ctx->l2_bytes, MLAJIT_CU_ATTR_L2_CACHE_SIZE, ctx->device);
     drv->cuDeviceGetAttribute(&ctx->max_smem_optin, MLAJIT_CU_ATTR_MAX_SMEM_OPTIN, ctx->device);
     drv->cuDeviceGetName(ctx->device_name, sizeof ctx->device_name, ctx->device);
     drv->cuDriverGetVersion(&ctx->driver_version);

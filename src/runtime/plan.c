@@ -50,7 +50,10 @@ int mlajit_combine_starts_early(long main_ctas, int sm_count, long combine_ctas)
     return combine_ctas <= (sm_count - main_ctas) * (long)kCombineCtasPerIdleSm;
 }
 
-int mlajit_prefetch_evict_last(int tiles_per_cta) { return tiles_per_cta >= MLAJIT_EVICT_LAST_MIN_TILES; }
+int mlajit_prefetch_evict_last(int64_t gathered_bytes, int64_t l2_bytes)
+{
+    return l2_bytes > 0 && gathered_bytes >= l2_bytes + l2_bytes / 2;
+}
 
 /* A plan's grid with a kernel of this layout: head groups x rows CTAs per split,
  * the split count (1 for a single-split kernel, else the shape's, else the
@@ -151,6 +154,7 @@ int mlajit_plan_create(mlajit_context *ctx, const mlajit_kernel_spec *spec, cons
     const mlajit_kernel *k = NULL;
     mlajit_kernel_report report;
     int sm_count = ctx->sm_count > 0 ? ctx->sm_count : 132; /* no device: plan for an H100/H200 */
+    int64_t l2_bytes = ctx->l2_bytes > 0 ? ctx->l2_bytes : 50LL << 20;
     /* Without a device the plan still compiles (and validates decode args);
      * mlajit_decode then reports MLAJIT_ERR_NO_DEVICE. auto takes a walk
      * alternative (long walk, short walk, one tile per CTA) where it is faster and
@@ -186,7 +190,9 @@ int mlajit_plan_create(mlajit_context *ctx, const mlajit_kernel_spec *spec, cons
     p->combine_starts_early = p->num_splits > 1 && k->layout.dependent_launch &&
                               mlajit_combine_starts_early((long)g.head_groups * g.rows * g.num_splits, sm_count,
                                                           (long)g.rows * spec->h_q);
-    p->prefetch_evict_last = mlajit_prefetch_evict_last(g.tiles_per_split);
+    const int64_t gathered_bytes = (int64_t)shape->batch * shape->s_q * (shape->topk + shape->extra_topk) *
+                                   p->model->bytes_per_token;
+    p->prefetch_evict_last = mlajit_prefetch_evict_last(gathered_bytes, l2_bytes);
     if (p->num_splits > 1)
         p->combine_smem_bytes = mlajit_combine_smem_bytes(&k->layout, p->num_splits);
     if (p->num_splits > 1 && p->rows > 0) {

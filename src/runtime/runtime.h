@@ -33,6 +33,7 @@ struct mlajit_context {
     char arch[MLAJIT_ARCH_LEN];  /* default target: the device's, else sm_90a */
     char device_name[128];
     int sm_count;
+    int l2_bytes;                /* the device's L2 in bytes (the plans' prefetch hint) */
     int max_smem_optin;
     int driver_version;
     int nvrtc_major, nvrtc_minor;
@@ -76,12 +77,14 @@ struct mlajit_plan {
  * programmatic dependent. */
 int mlajit_combine_starts_early(long main_ctas, int sm_count, long combine_ctas);
 
-/* Whether a CTA that walks tiles_per_cta tiles should mark the rows it prefetches
- * into L2 evict-last (sm90 family): where it walks at least
- * MLAJIT_EVICT_LAST_MIN_TILES. bench/NOTES.md: evict-last was 1-2% faster on walks
- * of 18-32 tiles and 1.5-3.4% slower on walks of 8-10; the plain prefetch there. */
-#define MLAJIT_EVICT_LAST_MIN_TILES 16
-int mlajit_prefetch_evict_last(int tiles_per_cta);
+/* Whether a decode that gathers gathered_bytes of cache rows should mark the rows
+ * it prefetches into L2 evict-last (sm90 family), on a GPU with l2_bytes of L2:
+ * where the rows come to at least 1.5 times the L2, so that a prefetched line
+ * would otherwise be pushed out before its load. bench/NOTES.md: evict-last was
+ * 1-2.4% faster on the calls of 86 MB and more (10 to 32 tiles per CTA) and
+ * 1.5-3.4% slower on the calls of 43-48 MB (8 to 10 tiles), whose rows partly
+ * stay in the 50 MB L2 from one call to the next; the plain prefetch there. */
+int mlajit_prefetch_evict_last(int64_t gathered_bytes, int64_t l2_bytes);
 
 /* Look up or build the kernel for spec (arch "" = the context's). With load,
  * also load it onto the device (needs a device whose arch matches). */
