@@ -15,8 +15,9 @@
 //     round is dequantized (gather.cu) into a K tile buffer: bf16, 64-dim blocks of
 //     64 rows x 128 bytes, 128-byte swizzled (what the wgmma descriptors describe).
 //     Indices are loaded three tiles ahead and the rows of the tile after next
-//     are prefetched into L2, evict-last where the rows outgrow it (in a CTA pair by the value group, idle
-//     while the producer works), so a round's loads hit L2.
+//     are prefetched into L2 (in a CTA pair by the value group, idle while the
+//     producer works; evict-last where the call's rows outgrow the L2), so a
+//     round's loads hit L2.
 // V is K[:, 0 .. kDV): P V reads the same K tile, MN-major.
 //
 // CTA pair (kClusterCtas = 2, two head groups): the CTAs of the two head groups
