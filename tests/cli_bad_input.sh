@@ -75,6 +75,9 @@ bench --batch x                                            | --batch = 'x'
 bench --topk                                               | --topk needs a value
 bench --variant fast                                       | --variant = 'fast'
 bench --bogus                                              | bad argument '--bogus'
+bench --model glm_nsa                                      | --model = 'glm_nsa'; allowed: v32, dsv4
+bench --model nope                                         | --model = 'nope'; allowed: v32, dsv4
+bench --model                                              | bad argument '--model'
 envelope garbage                                           | is malformed
 envelope v32.h0.p64.t64.hc16.portable.sm_90a               | spec.h_q = 0
 envelope v32.h129.p64.t64.hc16.portable.sm_90a             | spec.h_q = 129

@@ -215,12 +215,14 @@ int cli_bench(int argc, char **argv)
 {
     const char *json_path = NULL;
     int quick = 0, only_heads = 0, only_batch = 0, only_topk = 0;
+    int only_model = -1; /* -1: every model's rows */
     bench_variant variant = {0, 0, 0, MLAJIT_VARIANT_AUTO};
     static const char usage[] =
-        "usage: mlajit bench [--json FILE] [--quick] [--heads N] [--batch N] [--topk N]\n"
+        "usage: mlajit bench [--json FILE] [--quick] [--model M] [--heads N] [--batch N] [--topk N]\n"
         "                    [--tile T] [--heads-per-cta H] [--splits S] [--variant V]\n"
         "  --variant V  " MLAJIT_VARIANT_NAMES "\n"
         "  --quick      h_q 16/64/128 and the larger V3.2 rows only\n"
+        "  --model M    only model M's rows: v32 or dsv4 (for profilers)\n"
         "  --heads/--batch/--topk N   only the rows with that value (for profilers)\n"
         "  --tile/--heads-per-cta N   force a kernel variant on every row (compare variants)\n"
         "  --splits S   force S split-KV splits on every row (at most the row's tiles)\n";
@@ -241,6 +243,15 @@ int cli_bench(int argc, char **argv)
         else if (strcmp(argv[i], "--variant") == 0 && i + 1 < argc) {
             if (!cli_parse_variant(argv[++i], &variant.variant))
                 return CLI_USAGE;
+        }
+        else if (strcmp(argv[i], "--model") == 0 && i + 1 < argc) {
+            mlajit_model m;
+            if (mlajit_model_from_name(argv[++i], &m) != MLAJIT_OK || (m != MLAJIT_MODEL_V32 && m != MLAJIT_MODEL_DSV4)) {
+                fprintf(stderr, "mlajit: bench: --model = '%s'; allowed: v32, dsv4 (the models BENCH.md has rows for)\n",
+                        argv[i]);
+                return CLI_USAGE;
+            }
+            only_model = (int)m;
         }
         else if (strcmp(argv[i], "--quick") == 0) quick = 1;
         else {
@@ -270,8 +281,8 @@ int cli_bench(int argc, char **argv)
     bench_config cfgs[96];
     int all = build_configs(cfgs, 96, quick), n = 0;
     for (int i = 0; i < all; i++)
-        if ((!only_heads || cfgs[i].h_q == only_heads) && (!only_batch || cfgs[i].b == only_batch) &&
-            (!only_topk || cfgs[i].topk == only_topk))
+        if ((only_model < 0 || (int)cfgs[i].model == only_model) && (!only_heads || cfgs[i].h_q == only_heads) &&
+            (!only_batch || cfgs[i].b == only_batch) && (!only_topk || cfgs[i].topk == only_topk))
             cfgs[n++] = cfgs[i];
     printf("%-5s %4s %4s %3s %6s %5s %6s %9s %9s %8s %8s %6s %9s %6s %s\n", "model", "h_q", "b", "s_q", "seqlen",
            "topk", "extra", "gpu_us", "eager_us", "TFLOP/s", "GB/s", "splits", "flashmla", "ratio", "check");
