@@ -254,6 +254,8 @@ typedef struct mlajit_context_info {
     int64_t corrupt;         /* stored entries or packs rejected by their checks */
     int64_t jit_refusals;    /* misses refused because JIT is disabled */
     double compile_ms;       /* NVRTC time of those compiles */
+    int64_t l2_bytes;        /* the device's L2 in bytes, 0 without a device (plans weigh the rows a
+                                decode gathers against it: 1.5x or more, the L2 prefetches are evict-last) */
 } mlajit_context_info;
 
 /* Describe a context: the GPU, the compiler, the cache, the packs, and the hit

@@ -505,6 +505,18 @@ Test(api, planner_starts_the_combine_early_only_beside_idle_sms)
     mlajit_plan_destroy(p);
 }
 
+/* The context reports the L2 its plans weigh the prefetch hint against: the
+ * device's (a few MB at least on any GPU mlajit targets), 0 without one. */
+Test(api, context_info_reports_the_l2_plans_use)
+{
+    mlajit_context_info info;
+    cr_assert_eq(mlajit_context_get_info(ctx, &info), MLAJIT_OK);
+    if (info.has_device)
+        cr_expect_geq(info.l2_bytes, 1 << 20, "%s: %lld bytes of L2", info.device_name, (long long)info.l2_bytes);
+    else
+        cr_expect_eq(info.l2_bytes, 0, "no device, no L2");
+}
+
 /* The L2 prefetches are evict-last only where the call's rows come to at least 1.5
  * times the L2 (measured on the H200's 50 MB: faster from 86 MB, slower at 43-48 MB,
  * whatever the walk per CTA). */

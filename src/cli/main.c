@@ -100,7 +100,8 @@ static int cmd_info(void)
     printf("nvrtc         %d.%d\n", info.nvrtc_major, info.nvrtc_minor);
     if (info.has_device) {
         printf("driver        %d.%d\n", info.driver_version / 1000, (info.driver_version % 1000) / 10);
-        printf("gpu           %s (%s, %d SMs)\n", info.device_name, info.device_arch, info.sm_count);
+        printf("gpu           %s (%s, %d SMs, %.0f MB L2)\n", info.device_name, info.device_arch, info.sm_count,
+               (double)info.l2_bytes / (1 << 20));
     } else {
         printf("driver        none found (generate, compile and cache still work; target %s)\n", info.device_arch);
         printf("gpu           none\n");
