@@ -13,7 +13,7 @@
 #include "runtime/nvrtc.h"
 
 /* Generate and compile one kernel; it must be a real cubin with a parsed ptxas
- * report and no spills. 64 heads per CTA in the portable family run 512 threads at
+ * report, no spills and no wgmma that ptxas had to serialize. 64 heads per CTA in the portable family run 512 threads at
  * the 128-register cap with a 64-register output accumulator: with every feature
  * on, ptxas may put a few words on the (L1-resident) stack. Anything more, or any
  * spill elsewhere (the sm90 family included), is a failure. */
@@ -47,6 +47,7 @@ static void compile_variant_ok(mlajit_model model, int h, int page, int extra_pa
     cr_expect_gt(c.cubin_size, 1000u, "%s: a real cubin", name);
     int allowed = r.variant == MLAJIT_VARIANT_PORTABLE && r.heads_per_cta == 64 ? 64 : 0;
     cr_expect_leq(c.spill_bytes, allowed, "%s spills %d bytes (allowed %d)", name, c.spill_bytes, allowed);
+    cr_expect_eq(c.wgmma_serialized, 0, "%s: ptxas serialized wgmma; log:\n%s", name, c.log ? c.log : "(none)");
     cr_expect_gt(c.registers, 0, "%s: the register count was found; log:\n%s", name, c.log ? c.log : "(none)");
     cr_expect_leq(c.registers, 255);
     /* the cubin's record and the log's line agree wherever the log has one */
@@ -120,8 +121,8 @@ Test(driver, launch_structs_have_the_cuda_h_layout)
 }
 
 /* The register count belongs to the main entry even when a callee's properties
- * block sits between the entry's line and its "Used" line, and spills add up over
- * every function. */
+ * block sits between the entry's line and its "Used" line, spills add up over
+ * every function, and ptxas's wgmma serialization notes are counted. */
 Test(nvrtc, ptxas_log_parse)
 {
     const char *log =
@@ -144,6 +145,19 @@ Test(nvrtc, ptxas_log_parse)
     cr_expect_eq(c.registers, 168);
     cr_expect_eq(c.shared_bytes, 1024);
     cr_expect_eq(c.spill_bytes, 8);
+    cr_expect_eq(c.wgmma_serialized, 0);
+    /* ptxas's notes when it serializes wgmma (as NVRTC 13.0 logs them for a kernel
+     * that writes an accumulator between two wgmma of one stage) */
+    mlajit_ptxas_log_parse(
+        "ptxas info    : (C7519) warpgroup.arrive is injected in around line 82 by compiler to allow use of "
+        "registers in GMMA in function 'mlajit_decode_main'\n"
+        "ptxas info    : (C7511) Potential Performance Loss: wgmma.mma_async instructions are serialized due to "
+        "insufficient register resources for the wgmma pipeline in the function 'mlajit_decode_main'\n"
+        "ptxas info    : Compiling entry function 'mlajit_decode_main' for 'sm_90a'\n"
+        "ptxas info    : Used 90 registers, used 0 barriers\n",
+        &c);
+    cr_expect_eq(c.wgmma_serialized, 1);
+    cr_expect_eq(c.registers, 90);
     mlajit_ptxas_log_parse("ptxas info    : Used 40 registers\n", &c);
     cr_expect_eq(c.registers, -1, "no entry line: not the main entry's count");
     mlajit_ptxas_log_parse("", &c);

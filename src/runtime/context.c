@@ -720,6 +720,9 @@ static int kernel_build(mlajit_context *ctx, const mlajit_kernel_spec *r, const 
     k->report.shared_bytes = c.shared_bytes + k->layout.smem_bytes;
     k->report.spill_bytes = c.spill_bytes;
     k->report.cubin_bytes = c.cubin_size;
+    if (c.wgmma_serialized)
+        mlajit_warn("%s for %s: ptxas serialized its wgmma instructions (%d notes in its log): the kernel runs, "
+                    "slower than it should; please report the spec", spec_string, r->arch, c.wgmma_serialized);
     mlajit_compiled_free(&c);
     atomic_fetch_add(&ctx->compiles, 1);
     atomic_fetch_add(&ctx->compile_us, (uint64_t)(k->report.compile_ms * 1000.0));

@@ -60,6 +60,7 @@ void mlajit_ptxas_log_parse(const char *log, mlajit_compiled *out)
     out->registers = -1;
     out->shared_bytes = 0;
     out->spill_bytes = 0;
+    out->wgmma_serialized = 0;
     int in_main = 0;
     for (const char *line = log; line && *line;) {
         const char *eol = strchr(line, '\n');
@@ -86,6 +87,8 @@ void mlajit_ptxas_log_parse(const char *log, mlajit_compiled *out)
                 out->shared_bytes = atoi(p);
             }
         }
+        if (strstr(buf, "Potential Performance Loss"))
+            out->wgmma_serialized++;
         int st = 0, ld = 0;
         const char *spill = strstr(buf, "bytes spill stores");
         if (spill) {

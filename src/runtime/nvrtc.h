@@ -10,14 +10,17 @@ typedef struct mlajit_compiled {
     int registers;      /* of the main entry: the cubin's record, else the ptxas log; -1 if neither */
     int shared_bytes;   /* static shared memory of the main entry */
     int spill_bytes;    /* spill stores + loads, all entries */
+    int wgmma_serialized; /* ptxas's "Potential Performance Loss" notes (C751x: it serialized wgmma), all entries */
     char *log;          /* malloc'd program log (may be empty) */
 } mlajit_compiled;
 
 void mlajit_compiled_free(mlajit_compiled *c);
 
-/* Fill out's registers, shared_bytes and spill_bytes from a ptxas -v log: the main
- * entry's "Used N registers, ... M bytes smem" line (the entry being the last
- * "Compiling entry function" line before it) and every function's spill lines. */
+/* Fill out's registers, shared_bytes, spill_bytes and wgmma_serialized from a
+ * ptxas -v log: the main entry's "Used N registers, ... M bytes smem" line (the
+ * entry being the last "Compiling entry function" line before it), every
+ * function's spill lines, and every "Potential Performance Loss" note (ptxas
+ * serialized a function's wgmma: on sm90 kernels a silent slowdown). */
 void mlajit_ptxas_log_parse(const char *log, mlajit_compiled *out);
 
 void mlajit_nvrtc_version(int *major, int *minor);
