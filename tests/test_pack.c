@@ -586,6 +586,18 @@ Test(lookup, packs_come_before_the_cache_and_hits_are_counted)
     mlajit_context_destroy(k);
 }
 
+/* A walk alternative missing with JIT off: the message names it and the grid
+ * (its auto spec's) whose pack build brings it along. */
+static void expect_missing_alternative_names_its_grid(mlajit_context *ctx, const mlajit_kernel_spec *alt,
+                                                      const char *name, const char *grid_line)
+{
+    mlajit_kernel_report r;
+    cr_assert_eq(mlajit_kernel_prepare(ctx, alt, &r), MLAJIT_ERR_NOT_FOUND);
+    const char *msg = mlajit_last_error();
+    cr_expect(strstr(msg, name) != NULL, "%s", msg);
+    cr_expect(strstr(msg, grid_line) != NULL, "%s", msg);
+}
+
 Test(lookup, jit_disabled_without_the_kernel_names_spec_and_pack_build_line)
 {
     mlajit_kernel_spec s = spec_of(MLAJIT_MODEL_V32, 24, 64, MLAJIT_FEATURE_SINK | MLAJIT_FEATURE_TOPK_LENGTH);
@@ -614,17 +626,14 @@ Test(lookup, jit_disabled_without_the_kernel_names_spec_and_pack_build_line)
     /* a long-walk kernel comes with its auto spec's grid */
     mlajit_kernel_spec h16 = spec_of(MLAJIT_MODEL_V32, 16, 64, 0), h16_long;
     cr_assert(mlajit_spec_long_walk_alternative(&h16, "sm_90a", &h16_long));
-    cr_assert_eq(mlajit_kernel_prepare(ctx, &h16_long, &r), MLAJIT_ERR_NOT_FOUND);
-    msg = mlajit_last_error();
-    cr_expect(strstr(msg, "no kernel for v32.h16.p64.t32.hc16.sliced.sm_90a") != NULL, "%s", msg);
-    cr_expect(strstr(msg, "mlajit pack build --models v32 --heads 16 --pages 64 --archs sm_90a") != NULL, "%s", msg);
+    expect_missing_alternative_names_its_grid(ctx, &h16_long, "no kernel for v32.h16.p64.t32.hc16.sliced.sm_90a",
+                                              "mlajit pack build --models v32 --heads 16 --pages 64 --archs sm_90a");
     /* so does the one-tile kernel (sm90 without the CTA pair) */
     mlajit_kernel_spec h128 = spec_of(MLAJIT_MODEL_V32, 128, 64, 0), h128_one_tile;
     cr_assert(mlajit_spec_one_tile_alternative(&h128, "sm_90a", &h128_one_tile));
-    cr_assert_eq(mlajit_kernel_prepare(ctx, &h128_one_tile, &r), MLAJIT_ERR_NOT_FOUND);
-    msg = mlajit_last_error();
-    cr_expect(strstr(msg, "no kernel for v32.h128.p64.t64.hc64.sm90-unpaired.sm_90a") != NULL, "%s", msg);
-    cr_expect(strstr(msg, "mlajit pack build --models v32 --heads 128 --pages 64 --archs sm_90a") != NULL, "%s", msg);
+    expect_missing_alternative_names_its_grid(ctx, &h128_one_tile,
+                                              "no kernel for v32.h128.p64.t64.hc64.sm90-unpaired.sm_90a",
+                                              "mlajit pack build --models v32 --heads 128 --pages 64 --archs sm_90a");
     mlajit_context_destroy(ctx);
     setenv("MLAJIT_DISABLE_JIT", "0", 1);
     ctx = context_on(NULL, "", 0);

@@ -255,8 +255,8 @@ static int auto_alternative(const mlajit_kernel_spec *spec, const char *default_
 int mlajit_spec_long_walk_alternative(const mlajit_kernel_spec *spec, const char *default_arch,
                                       mlajit_kernel_spec *alt)
 {
-    if (!spec || spec->h_q > 16 || !mlajit_model_describe(spec->model) ||
-        mlajit_model_describe(spec->model)->scale_format != MLAJIT_SCALE_FP32_POW2)
+    const mlajit_model_desc *d = spec ? mlajit_model_describe(spec->model) : NULL;
+    if (!d || spec->h_q > 16 || d->scale_format != MLAJIT_SCALE_FP32_POW2)
         return 0;
     mlajit_kernel_spec r;
     return auto_alternative(spec, default_arch, MLAJIT_VARIANT_SLICED, alt, &r);

@@ -292,7 +292,7 @@ int mlajit_context_get_info(mlajit_context *ctx, mlajit_context_info *info)
     snprintf(info->device_name, sizeof info->device_name, "%s", ctx->drv ? ctx->device_name : "");
     snprintf(info->device_arch, sizeof info->device_arch, "%s", ctx->arch);
     info->sm_count = ctx->sm_count;
-    info->l2_bytes = ctx->drv ? ctx->l2_bytes : 0;
+    info->l2_bytes = ctx->l2_bytes;
     info->driver_version = ctx->driver_version;
     info->nvrtc_major = ctx->nvrtc_major;
     info->nvrtc_minor = ctx->nvrtc_minor;

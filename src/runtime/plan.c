@@ -153,7 +153,8 @@ int mlajit_plan_create(mlajit_context *ctx, const mlajit_kernel_spec *spec, cons
         return rc;
     const mlajit_kernel *k = NULL;
     mlajit_kernel_report report;
-    int sm_count = ctx->sm_count > 0 ? ctx->sm_count : 132; /* no device: plan for an H100/H200 */
+    /* no device: plan for an H100/H200 (132 SMs, 50 MB of L2) */
+    int sm_count = ctx->sm_count > 0 ? ctx->sm_count : 132;
     int64_t l2_bytes = ctx->l2_bytes > 0 ? ctx->l2_bytes : 50LL << 20;
     /* Without a device the plan still compiles (and validates decode args);
      * mlajit_decode then reports MLAJIT_ERR_NO_DEVICE. auto takes a walk
