@@ -402,10 +402,11 @@ __device__ __forceinline__ void load_round(const DecodeParams& p, int pos, int s
     }
 }
 
-// A round's registers as if redefined here: no computation on them (the scale
-// checks, the dequantization) is scheduled above this point, where the data of a
+// A round's registers as if redefined here: NVVM schedules no computation on them
+// (the scale checks, the dequantization) above this point, where the data of a
 // round loaded one round ahead would be waited for early, before the stores of the
 // round in between. asm volatile keeps its place among the barriers and stores.
+// ptxas sees no instruction here and may still move work across it.
 __device__ __forceinline__ void hold_until_here(RoundLoads& d)
 {
 #pragma unroll
@@ -454,6 +455,9 @@ __device__ __forceinline__ void store_round(const RoundDest& to, int t, int quar
         fast[i] = fast_scale_bf16x2(scale_bits_of(d, i));
         all_fast = all_fast && fast[i] != 0u;
     }
+    // The branch also pins the next round's loads: with the fast path alone (one
+    // basic block), ptxas sank them below the buffer claim's barrier and the long
+    // walks ran 6-11% slower (bench/NOTES.md, "Code size, the exact path").
     if (all_fast) {
 #pragma unroll
         for (int i = 0; i < kNopeLoads; i++) {
