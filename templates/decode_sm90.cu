@@ -75,13 +75,13 @@ constexpr int kScaleWords = cfg::kScaleFormat == 3 ? 2 : 4;        // ue8m0 byte
 // O and its descriptors (the consumers' shared epilogue must fit it too); the
 // producer two rounds of loads (2 x 44 registers for V32) and a round's
 // dequantization in flight. Arbitrary fp32 scales (exact dequantization only) need
-// 8 more producer registers. In a CTA pair the producer holds one round in flight
-// and one ahead, and the score group takes 8 of its registers: ptxas's schedule of
-// the score loop then cut the pair's 8-18-tile walks 3-8% (8 fewer than 208 made its
-// long walk 18% slower; bench/NOTES.md, "The pair's register split"). No spills for any model or feature set at
-// these (CUDA 13.0). Every warp starts at the kernel's count, 65536 / 384 rounded down to 8 =
-// 168, and an increase waits until decreases have released enough: the three must
-// not sum past 3 x 168, or the score group waits forever.
+// 8 more producer registers. A CTA pair's producer fits in 128 (one CTA per row's
+// spills there), and the score group takes the 8: ptxas's schedule of the score loop
+// then cut the pair's 8-18-tile walks 3-8% (8 fewer than 208 made its long walk 18%
+// slower; bench/NOTES.md, "The pair's register split"). No spills for any model or
+// feature set at these (CUDA 13.0). Every warp starts at the kernel's count, 65536 /
+// 384 rounded down to 8 = 168, and an increase waits until decreases have released
+// enough: the three must not sum past 3 x 168, or the score group waits forever.
 constexpr bool kExactScalesOnly = cfg::kScaleFormat == 2;
 constexpr int kScoreRegisters = kExactScalesOnly ? 200 : cfg::kClusterCtas > 1 ? 216 : 208;
 constexpr int kValueRegisters = 160;
