@@ -71,6 +71,7 @@ constexpr int kNopeLoads = kNopeChunks / kLanesPerToken;           // per lane a
 constexpr int kRopeChunks = cfg::kDRope * 2 / 16;                  // 8 bf16 each
 constexpr int kRopeLoads = kRopeChunks / kLanesPerToken;
 constexpr int kScaleWords = cfg::kScaleFormat == 3 ? 2 : 4;        // ue8m0 bytes (footer) or fp32 (inline)
+constexpr int kPairCtas = cfg::kClusterCtas;  // 2: the CTA pair (two head groups share each tile)
 // setmaxnreg: the score group holds O (128 fp32), S (32) and P (16); the value group
 // O and its descriptors (the consumers' shared epilogue must fit it too); the
 // producer two rounds of loads (2 x 44 registers for V32) and a round's
@@ -83,9 +84,9 @@ constexpr int kScaleWords = cfg::kScaleFormat == 3 ? 2 : 4;        // ue8m0 byte
 // 384 rounded down to 8 = 168, and an increase waits until decreases have released
 // enough: the three must not sum past 3 x 168, or the score group waits forever.
 constexpr bool kExactScalesOnly = cfg::kScaleFormat == 2;
-constexpr int kScoreRegisters = kExactScalesOnly ? 200 : cfg::kClusterCtas > 1 ? 216 : 208;
+constexpr int kScoreRegisters = kExactScalesOnly ? 200 : kPairCtas > 1 ? 216 : 208;
 constexpr int kValueRegisters = 160;
-constexpr int kProducerRegisters = kExactScalesOnly ? 144 : cfg::kClusterCtas > 1 ? 128 : 136;
+constexpr int kProducerRegisters = kExactScalesOnly ? 144 : kPairCtas > 1 ? 128 : 136;
 constexpr int kLaunchRegisters = (65536 / kCtaThreads) & ~7;
 static_assert(kScoreRegisters + kValueRegisters + kProducerRegisters <= 3 * kLaunchRegisters,
               "setmaxnreg: the increase must be covered by the decreases");
@@ -99,7 +100,6 @@ enum NamedBarrier {
 };
 
 // CTA pair: which rounds of a tile this CTA's producer gathers, and the exchange.
-constexpr int kPairCtas = cfg::kClusterCtas;
 constexpr int kRoundsGathered = kRoundsPerTile / kPairCtas;       // per producer and tile
 constexpr int kProducerLead = kProducerGroup * kWarpGroupThreads;  // the thread that signals for its group
 constexpr u32 kPeerRoundBytes = kTokensPerRound * (cfg::kDQK * 2 + 4);  // bf16 rows + validity flags

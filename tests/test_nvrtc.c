@@ -13,10 +13,11 @@
 #include "runtime/nvrtc.h"
 
 /* Generate and compile one kernel; it must be a real cubin with a parsed ptxas
- * report, no spills and no wgmma that ptxas had to serialize. 64 heads per CTA in the portable family run 512 threads at
- * the 128-register cap with a 64-register output accumulator: with every feature
- * on, ptxas may put a few words on the (L1-resident) stack. Anything more, or any
- * spill elsewhere (the sm90 family included), is a failure. */
+ * report, no spills and no wgmma that ptxas had to serialize. 64 heads per CTA in
+ * the portable family run 512 threads at the 128-register cap with a 64-register
+ * output accumulator: with every feature on, ptxas may put a few words on the
+ * (L1-resident) stack. Anything more, or any spill elsewhere (the sm90 family
+ * included), is a failure. */
 static void compile_variant_ok(mlajit_model model, int h, int page, int extra_page, unsigned features,
                                const char *arch, mlajit_variant variant)
 {

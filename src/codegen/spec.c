@@ -231,7 +231,7 @@ int mlajit_spec_resolve(const mlajit_kernel_spec *spec, mlajit_kernel_spec *reso
 /* The alternatives auto's plans may switch to: only for an auto spec (variant,
  * tile and head group left to the generator) on sm_90a, the arch they were
  * measured on. 1 and *alt (arch set) when the spec with `variant` resolves there,
- * with what it resolves to in *resolved, else 0, leaving no error set. */
+ * with what it resolves to in *resolved (may be NULL), else 0, leaving no error set. */
 static int auto_alternative(const mlajit_kernel_spec *spec, const char *default_arch, mlajit_variant variant,
                             mlajit_kernel_spec *alt, mlajit_kernel_spec *resolved)
 {
@@ -241,10 +241,10 @@ static int auto_alternative(const mlajit_kernel_spec *spec, const char *default_
     if (spec->variant != MLAJIT_VARIANT_AUTO || spec->tile || spec->heads_per_cta || !arch ||
         strcmp(arch, "sm_90a") != 0)
         return 0;
-    mlajit_kernel_spec s = *spec;
+    mlajit_kernel_spec s = *spec, r;
     s.variant = variant;
     snprintf(s.arch, sizeof s.arch, "%s", arch);
-    if (mlajit_spec_resolve(&s, resolved) != MLAJIT_OK) {
+    if (mlajit_spec_resolve(&s, resolved ? resolved : &r) != MLAJIT_OK) {
         mlajit_clear_error();
         return 0;
     }
@@ -258,8 +258,7 @@ int mlajit_spec_long_walk_alternative(const mlajit_kernel_spec *spec, const char
     const mlajit_model_desc *d = spec ? mlajit_model_describe(spec->model) : NULL;
     if (!d || spec->h_q > 16 || d->scale_format != MLAJIT_SCALE_FP32_POW2)
         return 0;
-    mlajit_kernel_spec r;
-    return auto_alternative(spec, default_arch, MLAJIT_VARIANT_SLICED, alt, &r);
+    return auto_alternative(spec, default_arch, MLAJIT_VARIANT_SLICED, alt, NULL);
 }
 
 int mlajit_spec_short_walk_alternative(const mlajit_kernel_spec *spec, const char *default_arch,
@@ -267,8 +266,7 @@ int mlajit_spec_short_walk_alternative(const mlajit_kernel_spec *spec, const cha
 {
     if (!spec || spec->h_q <= 32)
         return 0;
-    mlajit_kernel_spec r;
-    return auto_alternative(spec, default_arch, MLAJIT_VARIANT_SM90_STAGED, alt, &r);
+    return auto_alternative(spec, default_arch, MLAJIT_VARIANT_SM90_STAGED, alt, NULL);
 }
 
 int mlajit_spec_one_tile_alternative(const mlajit_kernel_spec *spec, const char *default_arch,
