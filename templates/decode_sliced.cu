@@ -90,10 +90,18 @@ __device__ __forceinline__ void mma_bf16_1688(float (&d)[4], const u32 (&a)[2], 
 // tile earlier and checked only here, so the load's latency is not waited for
 // where it is issued (one warp does the index loads and the address arithmetic:
 // spread over all warps, each would issue the same instructions for a few lanes).
-__device__ __forceinline__ void build_token_table(const DecodeParams& p, int tile, int raw_slot, const u8** table)
+// Its mask (bit c: candidate c has a row) lets the softmax tell skipped candidates
+// with one shared word instead of a pointer per candidate.
+__device__ __forceinline__ void build_token_table(const DecodeParams& p, int tile, int raw_slot, const u8** table,
+                                                  u32* live_mask)
 {
     const int c = threadIdx.x, pos = tile * cfg::kTile + c;
-    if (c < cfg::kTile) table[c] = locate_candidate(p, pos, checked_slot(p, pos, raw_slot)).row;
+    if (c < 32) {
+        const u8* row = c < cfg::kTile ? locate_candidate(p, pos, checked_slot(p, pos, raw_slot)).row : nullptr;
+        if (c < cfg::kTile) table[c] = row;
+        const u32 live = __ballot_sync(0xffffffffu, row != nullptr);
+        if (c == 0) *live_mask = live;
+    }
 }
 
 // How a tile's codes become bf16 operands: the power-of-two fast path when every
@@ -167,6 +175,7 @@ extern "C" __global__ void __launch_bounds__(cfg::kThreads, cfg::kMinBlocksPerSM
     float* sRowSum = reinterpret_cast<float*>(smem + cfg::kSmemRowSum);
     float* sRowAlpha = reinterpret_cast<float*>(smem + cfg::kSmemRowAlpha);
     const u8** sTable = reinterpret_cast<const u8**>(smem + cfg::kSmemTokenRow);  // [kTableBuffers][kTile]
+    u32* sLiveMask = reinterpret_cast<u32*>(smem + cfg::kSmemTokenValid);          // [kTableBuffers]
     u8* sStages = smem + cfg::kSmemStaging;  // [kStages][kTile][kStageRowBytes]
     auto stage = [&](int buffer) { return sStages + buffer * cfg::kTile * kStageRowBytes; };
     const u32 stages_addr = smem_address(sStages);
@@ -212,8 +221,8 @@ extern "C" __global__ void __launch_bounds__(cfg::kThreads, cfg::kMinBlocksPerSM
 
     int tile = next_live_tile(range, range.begin, p.topk);
     int t1 = live_after(tile), t2 = live_after(t1), t3 = live_after(t2);
-    if (tile < tile_end) build_token_table(p, tile, slot_of(tile), table(0));
-    if (t1 < tile_end) build_token_table(p, t1, slot_of(t1), table(1));
+    if (tile < tile_end) build_token_table(p, tile, slot_of(tile), table(0), sLiveMask);
+    if (t1 < tile_end) build_token_table(p, t1, slot_of(t1), table(1), sLiveMask + 1);
     int slot_t2 = slot_of(t2);  // raw index, checked when t2's table is built
     __syncthreads();  // barrier: the row statistics and the first two token tables ready
     // the copies of the first two tiles (a commit group per tile, empty or not, so
@@ -233,7 +242,7 @@ extern "C" __global__ void __launch_bounds__(cfg::kThreads, cfg::kMinBlocksPerSM
         const int last_buf = next_buf + 1 == kTableBuffers ? 0 : next_buf + 1;  // t2's table and stage
         // 1. the token table of t2 (its buffer's last reader was the previous tile's
         //    softmax, before its barrier B), and the slots of t3
-        if (t2 < tile_end) build_token_table(p, t2, slot_t2, table(last_buf));
+        if (t2 < tile_end) build_token_table(p, t2, slot_t2, table(last_buf), sLiveMask + last_buf);
         slot_t2 = slot_of(t3);
 
         // 2. this tile's bytes, copied two tiles ago, into registers. Word i of the
@@ -320,7 +329,7 @@ extern "C" __global__ void __launch_bounds__(cfg::kThreads, cfg::kMinBlocksPerSM
         // B. online softmax: kSoftmaxThreadsPerRow neighbouring lanes share a head row.
         {
             const int h = tid / kSoftmaxThreadsPerRow, c0 = (tid % kSoftmaxThreadsPerRow) * kCandsPerSoftmaxThread;
-            const u8* const* rows = table(buf);
+            const u32 live = sLiveMask[buf];
             float sc[kCandsPerSoftmaxThread];
 #pragma unroll
             for (int i = 0; i < kCandsPerSoftmaxThread; i++) sc[i] = 0.0f;
@@ -334,7 +343,7 @@ extern "C" __global__ void __launch_bounds__(cfg::kThreads, cfg::kMinBlocksPerSM
                     sc[i + 1] += v.y;
                 }
 #pragma unroll
-            for (int i = 0; i < kCandsPerSoftmaxThread; i++) sc[i] = rows[c0 + i] ? sc[i] * p.sm_scale_log2 : neg_inf();
+            for (int i = 0; i < kCandsPerSoftmaxThread; i++) sc[i] = (live >> (c0 + i)) & 1u ? sc[i] * p.sm_scale_log2 : neg_inf();
             softmax_row_share<kCandsPerSoftmaxThread, kSoftmaxThreadsPerRow>(
                 sc, tid % kSoftmaxThreadsPerRow == 0, sP + h * kProbStride + c0, sRowMax + h, sRowSum + h,
                 sRowAlpha + h);

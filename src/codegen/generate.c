@@ -109,7 +109,8 @@ static int sliced_stage_bytes(const mlajit_kernel_spec *r, const mlajit_model_de
 
 /* Shared-memory map of the sliced kernel: no K tile (each warp keeps its slice of
  * the candidates in registers): Q's NoPE dims, the eight warps' partial scores, P, the row
- * statistics, three token tables (tiles t, t + 1, t + 2) and the copy ring. */
+ * statistics, three token tables (tiles t, t + 1, t + 2) with their live-candidate
+ * masks, and the copy ring. */
 static void sliced_smem_map(const mlajit_kernel_spec *r, const mlajit_model_desc *d, smem_map *m)
 {
     int heads = r->heads_per_cta, tile = r->tile;
@@ -122,6 +123,7 @@ static void sliced_smem_map(const mlajit_kernel_spec *r, const mlajit_model_desc
     m->row_sum = off;   off += align16(heads * 4);
     m->row_alpha = off; off += align16(heads * 4);
     m->token_row = off; off += align16(3 * tile * 8);
+    m->token_valid = off; off += align16(3 * 4); /* per table: bit c = candidate c has a row */
     m->staging = off;   m->staging_bytes = kSlicedStages * sliced_stage_bytes(r, d);
     off += m->staging_bytes;
     m->total = off;
