@@ -20,7 +20,8 @@
 // Per tile of kTile candidates, two barriers:
 //   A. partial scores: each warp's S over its slice -> sPart[warp]
 //   B. softmax: thread (head, part) sums the slices; online softmax in the log2
-//      domain; P (bf16) -> sP, the row rescale factors -> sRowAlpha
+//      domain, the row statistics in registers (RowState); P (bf16) -> sP, the
+//      row rescale factors -> sRowAlpha
 //   C. output: O = O * alpha + P V over the warp's own 64 value dims
 // Pipeline: a tile's indices are read three tiles ahead, its rows located (token
 // table) two tiles ahead and copied whole (cp.async) into a three-stage ring right
@@ -207,7 +208,7 @@ extern "C" __global__ void __launch_bounds__(cfg::kThreads, cfg::kMinBlocksPerSM
                                                                           warp * kRopeDimsPerWarp + 2 * q)
                                           : 0u;
         }
-    init_row_statistics(sRowMax, sRowSum);
+    RowState row_state;  // the softmax thread's head row: running max, its share of the sum
 
     // O: n-tile n holds dims 64w + 16q + 2n, +1 (rows g and g + 8 of each row tile).
     float acc_o[kMTiles][kVNTiles][4];
@@ -344,9 +345,8 @@ extern "C" __global__ void __launch_bounds__(cfg::kThreads, cfg::kMinBlocksPerSM
                 }
 #pragma unroll
             for (int i = 0; i < kCandsPerSoftmaxThread; i++) sc[i] = (live >> (c0 + i)) & 1u ? sc[i] * p.sm_scale_log2 : neg_inf();
-            softmax_row_share<kCandsPerSoftmaxThread, kSoftmaxThreadsPerRow>(
-                sc, tid % kSoftmaxThreadsPerRow == 0, sP + h * kProbStride + c0, sRowMax + h, sRowSum + h,
-                sRowAlpha + h);
+            softmax_row_step<kCandsPerSoftmaxThread, kSoftmaxThreadsPerRow>(
+                sc, tid % kSoftmaxThreadsPerRow == 0, sP + h * kProbStride + c0, row_state, sRowAlpha + h);
         }
         copy_async_wait<1>();  // this thread's copies of t1 (t2's may still fly) ...
         __syncthreads();       // barrier B: P, the row rescale factors and t1's staged rows ready
@@ -389,6 +389,10 @@ extern "C" __global__ void __launch_bounds__(cfg::kThreads, cfg::kMinBlocksPerSM
         t3 = t4;
         buf = next_buf;
     }
+    finish_row_statistics<kSoftmaxThreadsPerRow>(row_state, tid % kSoftmaxThreadsPerRow == 0,
+                                                 sRowMax + tid / kSoftmaxThreadsPerRow,
+                                                 sRowSum + tid / kSoftmaxThreadsPerRow);
+    __syncthreads();  // the row statistics ready for every warp's epilogue
 
     // Epilogue: normalize; write the result, or this split's partial. Lane (g, q)
     // holds dims 64w + 16q .. 64w + 16q + 15 of heads g and g + 8 of each row tile.

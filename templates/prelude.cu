@@ -240,6 +240,56 @@ __device__ __forceinline__ void softmax_row_share(const float (&sc)[kCands], boo
     }
 }
 
+// A head row's online-softmax statistics held in registers by each of the
+// kThreadsPerRow threads that share the row: the running max (the same in all of
+// them: it is reduced across them every tile, exp needs it) and the thread's own
+// share of the running sum, reduced once when the walk ends. Nothing on a tile's
+// path then waits for a shared-memory read of the statistics or for the sum's
+// shuffles (the sliced kernel, bench/NOTES.md).
+struct RowState {
+    float max = neg_inf();
+    float sum = 0.0f;
+};
+
+// One tile of the online softmax for the thread's kCands scores (log2 domain) of
+// its row: P (bf16) into prow; `first` (one thread of the row) writes the row's
+// rescale factor for this tile's P V.
+template <int kCands, int kThreadsPerRow>
+__device__ __forceinline__ void softmax_row_step(const float (&sc)[kCands], bool first, u16* prow, RowState& st,
+                                                 float* row_alpha)
+{
+    float tile_max = neg_inf();
+#pragma unroll
+    for (int i = 0; i < kCands; i++) tile_max = fmaxf(tile_max, sc[i]);
+    tile_max = warp_max_xor(tile_max, kThreadsPerRow);
+    const float new_max = fmaxf(st.max, tile_max);
+    const bool empty = new_max == neg_inf();  // nothing valid yet: keep exp() away from -inf - -inf
+    const float alpha = empty ? 1.0f : fast_exp2(st.max - new_max);
+    float sum = 0.0f;
+#pragma unroll
+    for (int i = 0; i < kCands; i += 2) {
+        const float p0 = empty ? 0.0f : fast_exp2(sc[i] - new_max);
+        const float p1 = empty ? 0.0f : fast_exp2(sc[i + 1] - new_max);
+        sum += p0 + p1;  // fp32, not the bf16 P V uses: lse must be exact to ~1e-6
+        *reinterpret_cast<u32*>(prow + i) = pack_bf16x2(p0, p1);
+    }
+    st.sum = st.sum * alpha + sum;
+    st.max = new_max;
+    if (first) *row_alpha = alpha;
+}
+
+// The walk's end: the row's sum reduced over its threads; `first` writes the row's
+// statistics for the epilogue (finish_row).
+template <int kThreadsPerRow>
+__device__ __forceinline__ void finish_row_statistics(const RowState& st, bool first, float* row_max, float* row_sum)
+{
+    const float sum = warp_sum_xor(st.sum, kThreadsPerRow);
+    if (first) {
+        *row_max = st.max;
+        *row_sum = sum;
+    }
+}
+
 // The end of head h's walk for this thread's value dims from dim0: normalized,
 // as this split's partial (fp32, with the split's lse) when the call is split,
 // else as the result (bf16, times the sink's share) with its lse where asked
