@@ -322,11 +322,6 @@ extern "C" __global__ void __launch_bounds__(cfg::kThreads, cfg::kMinBlocksPerSM
         else
             partial_scores(ExactDequant{});
         __syncthreads();  // barrier A: every slice's partial scores and t2's token table ready
-        // 3. the copies of t2, into the stage tile t - 1 used (read into registers by
-        //    every warp before this barrier)
-        if (t2 < tile_end) issue_copies(stage_addr(last_buf), table(last_buf), any_row, warp, lane);
-        copy_async_commit();
-
         // B. online softmax: kSoftmaxThreadsPerRow neighbouring lanes share a head row.
         {
             const int h = tid / kSoftmaxThreadsPerRow, c0 = (tid % kSoftmaxThreadsPerRow) * kCandsPerSoftmaxThread;
@@ -344,10 +339,16 @@ extern "C" __global__ void __launch_bounds__(cfg::kThreads, cfg::kMinBlocksPerSM
                     sc[i + 1] += v.y;
                 }
 #pragma unroll
-            for (int i = 0; i < kCandsPerSoftmaxThread; i++) sc[i] = (live >> (c0 + i)) & 1u ? sc[i] * p.sm_scale_log2 : neg_inf();
+            for (int i = 0; i < kCandsPerSoftmaxThread; i++)
+                sc[i] = (live >> (c0 + i)) & 1u ? sc[i] * p.sm_scale_log2 : neg_inf();
             softmax_row_step<kCandsPerSoftmaxThread, kSoftmaxThreadsPerRow>(
                 sc, tid % kSoftmaxThreadsPerRow == 0, sP + h * kProbStride + c0, row_state, sRowAlpha + h);
         }
+        // 3. the copies of t2 (its table published by barrier A), into the stage tile
+        //    t - 1 used (read into registers by every warp before that barrier); after
+        //    the softmax, whose chain then starts at the barrier
+        if (t2 < tile_end) issue_copies(stage_addr(last_buf), table(last_buf), any_row, warp, lane);
+        copy_async_commit();
         copy_async_wait<1>();  // this thread's copies of t1 (t2's may still fly) ...
         __syncthreads();       // barrier B: P, the row rescale factors and t1's staged rows ready
 
