@@ -225,7 +225,7 @@ extern "C" __global__ void __launch_bounds__(cfg::kThreads, cfg::kMinBlocksPerSM
     if (tile < tile_end) build_token_table(p, tile, slot_of(tile), table(0), sLiveMask);
     if (t1 < tile_end) build_token_table(p, t1, slot_of(t1), table(1), sLiveMask + 1);
     int slot_t2 = slot_of(t2);  // raw index, checked when t2's table is built
-    __syncthreads();  // barrier: the row statistics and the first two token tables ready
+    __syncthreads();  // barrier: the first two token tables and their masks ready
     // the copies of the first two tiles (a commit group per tile, empty or not, so
     // that "all but the newest group" is always the tile about to be used)
     if (tile < tile_end) issue_copies(stage_addr(0), table(0), any_row, warp, lane);

@@ -208,30 +208,44 @@ __device__ __forceinline__ void zero_fragments(float (&acc)[kM][kN][4])
             for (int i = 0; i < 4; i++) acc[m][n][i] = 0.0f;
 }
 
-// One thread's share of a head row's online softmax over a tile, in the log2
-// domain: kThreadsPerRow neighbouring lanes hold kCands scores each (-inf where
-// skipped). Writes the share's P (bf16) at prow; the row's first lane (`first`)
-// updates the running max and sum and stores the rescale factor of the output.
-template <int kCands, int kThreadsPerRow>
-__device__ __forceinline__ void softmax_row_share(const float (&sc)[kCands], bool first, u16* prow, float* row_max,
-                                                  float* row_sum, float* row_alpha)
+// The part of a tile's online softmax that the two forms below share: kThreadsPerRow
+// neighbouring lanes hold kCands scores each of one head row (log2 domain, -inf
+// where skipped). The row's max is reduced over those lanes, then old_max_of()
+// gives the running max; writes the thread's P (bf16) at prow and returns its sum of
+// them (fp32, not the bf16 P V uses: lse must be exact to ~1e-6), with the row's new
+// max and the output's rescale factor.
+template <int kCands, int kThreadsPerRow, class OldMax>
+__device__ __forceinline__ float softmax_tile(const float (&sc)[kCands], u16* prow, OldMax old_max_of, float& new_max,
+                                              float& alpha)
 {
     float tile_max = neg_inf();
 #pragma unroll
     for (int i = 0; i < kCands; i++) tile_max = fmaxf(tile_max, sc[i]);
     tile_max = warp_max_xor(tile_max, kThreadsPerRow);
-    const float old_max = *row_max;
-    const float new_max = fmaxf(old_max, tile_max);
+    const float old_max = old_max_of();
+    new_max = fmaxf(old_max, tile_max);
     const bool empty = new_max == neg_inf();  // nothing valid yet: keep exp() away from -inf - -inf
-    const float alpha = empty ? 1.0f : fast_exp2(old_max - new_max);
+    alpha = empty ? 1.0f : fast_exp2(old_max - new_max);
     float sum = 0.0f;
 #pragma unroll
     for (int i = 0; i < kCands; i += 2) {
         const float p0 = empty ? 0.0f : fast_exp2(sc[i] - new_max);
         const float p1 = empty ? 0.0f : fast_exp2(sc[i + 1] - new_max);
-        sum += p0 + p1;  // fp32, not the bf16 P V uses: lse must be exact to ~1e-6
+        sum += p0 + p1;
         *reinterpret_cast<u32*>(prow + i) = pack_bf16x2(p0, p1);
     }
+    return sum;
+}
+
+// One thread's share of a head row's online softmax over a tile, the row's running
+// max and sum in shared memory: the row's first lane (`first`) updates them and
+// stores the rescale factor of the output.
+template <int kCands, int kThreadsPerRow>
+__device__ __forceinline__ void softmax_row_share(const float (&sc)[kCands], bool first, u16* prow, float* row_max,
+                                                  float* row_sum, float* row_alpha)
+{
+    float new_max, alpha;
+    float sum = softmax_tile<kCands, kThreadsPerRow>(sc, prow, [row_max] { return *row_max; }, new_max, alpha);
     sum = warp_sum_xor(sum, kThreadsPerRow);
     if (first) {
         *row_max = new_max;
@@ -251,28 +265,14 @@ struct RowState {
     float sum = 0.0f;
 };
 
-// One tile of the online softmax for the thread's kCands scores (log2 domain) of
-// its row: P (bf16) into prow; `first` (one thread of the row) writes the row's
-// rescale factor for this tile's P V.
+// One tile of the online softmax, the row's statistics in registers (RowState);
+// `first` (one thread of the row) writes the rescale factor for this tile's P V.
 template <int kCands, int kThreadsPerRow>
 __device__ __forceinline__ void softmax_row_step(const float (&sc)[kCands], bool first, u16* prow, RowState& st,
                                                  float* row_alpha)
 {
-    float tile_max = neg_inf();
-#pragma unroll
-    for (int i = 0; i < kCands; i++) tile_max = fmaxf(tile_max, sc[i]);
-    tile_max = warp_max_xor(tile_max, kThreadsPerRow);
-    const float new_max = fmaxf(st.max, tile_max);
-    const bool empty = new_max == neg_inf();  // nothing valid yet: keep exp() away from -inf - -inf
-    const float alpha = empty ? 1.0f : fast_exp2(st.max - new_max);
-    float sum = 0.0f;
-#pragma unroll
-    for (int i = 0; i < kCands; i += 2) {
-        const float p0 = empty ? 0.0f : fast_exp2(sc[i] - new_max);
-        const float p1 = empty ? 0.0f : fast_exp2(sc[i + 1] - new_max);
-        sum += p0 + p1;  // fp32, not the bf16 P V uses: lse must be exact to ~1e-6
-        *reinterpret_cast<u32*>(prow + i) = pack_bf16x2(p0, p1);
-    }
+    float new_max, alpha;
+    const float sum = softmax_tile<kCands, kThreadsPerRow>(sc, prow, [&st] { return st.max; }, new_max, alpha);
     st.sum = st.sum * alpha + sum;
     st.max = new_max;
     if (first) *row_alpha = alpha;
