@@ -8,9 +8,10 @@
 // kMaxSplits partials from L2), so no load waits on another: thread s reads split
 // s's lse, the block reduces them once, and the partial rows are copied into shared
 // memory (cp.async), kCombineStagedSplits splits per round, every copy in flight at
-// once. The first round is issued before the lse pass, so the two overlap. (Loaded
-// into registers instead, ptxas kept one or two rows in flight whatever the source
-// asked for: one L2 round trip per split, a third of a b 1 call; bench/NOTES.md.)
+// once. The first round is issued right after the lse load, so the two overlap, and
+// the weighted sum reads several splits at a time. (Loaded into registers instead,
+// ptxas kept one or two rows in flight whatever the source asked for: one L2 round
+// trip per split, a third of a b 1 call; bench/NOTES.md.)
 // Dynamic shared memory: min(splits, kCombineStagedSplits) x kDV fp32 (the plan's).
 // ---------------------------------------------------------------------------
 namespace combine {
@@ -58,10 +59,12 @@ extern "C" __global__ void __launch_bounds__(cfg::kCombineThreads) mlajit_decode
             copy_async<16>(my_slots + (u32)(j * combine::kStagedBytesPerSplit), column + (sp0 + j) * split_stride4);
     };
     wait_for_prerequisite_grid();  // the partials: launched early, the combine may start before they exist
-    stage_round(0);
 
-    // Every split's lse at once: thread t holds split t's.
+    // Every split's lse at once: thread t holds split t's. Issued before the first
+    // round's copies: behind them (up to 64 KB per CTA) it came back 0.7-1.5 us after
+    // the wait, and the weights wait for it (bench/NOTES.md).
     const float lse_t = t < num_splits ? p.partial_lse[(t * rows + row) * cfg::kHeads + h] : neg_inf();
+    stage_round(0);
     const float max_lse = combine_block_reduce<true>(lse_t, warp_slots);
     const bool empty = max_lse == neg_inf();
     const float term = empty || t >= num_splits ? 0.0f : fast_exp2((lse_t - max_lse) * kLog2e);
@@ -74,16 +77,21 @@ extern "C" __global__ void __launch_bounds__(cfg::kCombineThreads) mlajit_decode
     for (int sp0 = 0; sp0 < num_splits; sp0 += per_round) {
         if (sp0 > 0) stage_round(sp0);
         copy_async_wait_all();
-        for (int j = 0; j < per_round && sp0 + j < num_splits; j++) {
+        const int in_round = min(per_round, num_splits - sp0);
+        // Branch-free and unrolled, so the shared-memory reads of several splits are in
+        // flight at once: a branch on each split's weight made every split wait for its
+        // own reads, ~20 ns per split (bench/NOTES.md).
+#pragma unroll 8
+        for (int j = 0; j < in_round; j++) {
             const float w = split_weight[sp0 + j];
+            const F32x4 v = *reinterpret_cast<const F32x4*>(combine_staged + j * combine::kStagedBytesPerSplit + 16 * t);
             // A split that weighs nothing may not have written its row: its values
             // are dropped, not multiplied by 0 (they may be NaN).
-            if (w == 0.0f) continue;
-            const F32x4 v = *reinterpret_cast<const F32x4*>(combine_staged + j * combine::kStagedBytesPerSplit + 16 * t);
-            acc[0] += w * v.x;
-            acc[1] += w * v.y;
-            acc[2] += w * v.z;
-            acc[3] += w * v.w;
+            const bool weighs = w != 0.0f;
+            acc[0] = weighs ? fmaf(w, v.x, acc[0]) : acc[0];
+            acc[1] = weighs ? fmaf(w, v.y, acc[1]) : acc[1];
+            acc[2] = weighs ? fmaf(w, v.z, acc[2]) : acc[2];
+            acc[3] = weighs ? fmaf(w, v.w, acc[3]) : acc[3];
         }
     }
     float scale = 1.0f;
