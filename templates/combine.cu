@@ -61,7 +61,7 @@ extern "C" __global__ void __launch_bounds__(cfg::kCombineThreads) mlajit_decode
     wait_for_prerequisite_grid();  // the partials: launched early, the combine may start before they exist
 
     // Every split's lse at once: thread t holds split t's. Issued before the first
-    // round's copies: behind them (up to 64 KB per CTA) it came back 0.7-1.5 us after
+    // round's copies: behind them (up to 64 KB per CTA) it came back 0.7-1.6 us after
     // the wait, and the weights wait for it (bench/NOTES.md).
     const float lse_t = t < num_splits ? p.partial_lse[(t * rows + row) * cfg::kHeads + h] : neg_inf();
     stage_round(0);
