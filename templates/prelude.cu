@@ -239,7 +239,9 @@ __device__ __forceinline__ float softmax_tile(const float (&sc)[kCands], u16* pr
 
 // One thread's share of a head row's online softmax over a tile, the row's running
 // max and sum in shared memory: the row's first lane (`first`) updates them and
-// stores the rescale factor of the output.
+// stores the rescale factor of the output. The portable kernel's form: with the
+// statistics in registers (RowState, below) it spills at its 128-register cap
+// (V3.2 sm_100a: 112 bytes at 64 heads per CTA, 24 at 16 heads and two CTAs per SM).
 template <int kCands, int kThreadsPerRow>
 __device__ __forceinline__ void softmax_row_share(const float (&sc)[kCands], bool first, u16* prow, float* row_max,
                                                   float* row_sum, float* row_alpha)
