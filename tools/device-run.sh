@@ -4,7 +4,8 @@
 #   tools/device-run.sh [tests|demo|cases|bench|bench-quick|bench-sm90|compile-times|ncu|ncu-sm90|ncu-source|sass|gather|fuzz:S:SEED|all]...
 # Logs go to $OUT (or ./device-out) so they come back with the call. The device
 # tool returns at most 8 files, so at the end every log is packed into
-# $OUT/logs.tgz and only h200.jsonl and that archive stay beside it.
+# $OUT/logs-N.tgz (N: the first free number, so a second run into the same $OUT
+# keeps the first run's archive) and only h200*.jsonl and the archives stay beside it.
 # Several variants side by side in one call: tools/device-compare.sh.
 set -u
 OUT=${OUT:-$PWD/device-out}
@@ -87,5 +88,7 @@ for step in "${@:-all}"; do
       ./build-gpu/mlajit bench --quick --variant sm90 --json "$OUT/h200-sm90.jsonl" 2>&1 | tee "$OUT/bench-sm90.log" || rc=1 ;;
   esac
 done
-(cd "$OUT" && tar czf logs.tgz --exclude=logs.tgz --exclude='h200*.jsonl' --remove-files ./* 2>/dev/null)
+n=1
+while [ -e "$OUT/logs-$n.tgz" ]; do n=$((n + 1)); done
+(cd "$OUT" && tar czf "logs-$n.tgz" --exclude='logs-*.tgz' --exclude='h200*.jsonl' --remove-files ./* 2>/dev/null)
 exit $rc
