@@ -380,8 +380,12 @@ typedef struct mlajit_cache_view {
     int64_t num_pages;    /* indices at or past num_pages * page_size are skipped */
 } mlajit_cache_view;
 
-/* Strides are in elements. A stride of 0 means "contiguous" (the packed layout
- * of the shape given in the plan). */
+/* Strides are in elements. A stride of 0 means dense over the dimensions inside
+ * it: stride_h 0 is one row (d_qk or d_v; 1 for lse), stride_s 0 is h_q x
+ * stride_h, stride_b 0 is s_q x stride_s (so all zeros is the packed layout).
+ * Any order of the dimensions is allowed, but the rows of out and of lse must
+ * not overlap: taken by increasing stride, each dimension of more than one
+ * entry steps past the rows inside it. */
 typedef struct mlajit_decode_args {
     const void *q;               /* bf16 [b, s_q, h_q, d_qk], last dim contiguous, 16-byte aligned */
     int64_t q_stride_b, q_stride_s, q_stride_h;

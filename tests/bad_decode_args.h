@@ -82,7 +82,17 @@ static inline void bad_null_out(mlajit_decode_args *a) { a->out = NULL; }
 static inline void bad_misaligned_out(mlajit_decode_args *a) { a->out = SHIFT(a->out, 2); }
 static inline void bad_out_stride_small(mlajit_decode_args *a) { a->out_stride_h = BAD_ARGS_DV - 1; }
 static inline void bad_out_stride_negative(mlajit_decode_args *a) { a->out_stride_b = -BAD_ARGS_DV; }
+static inline void bad_out_rows_overlap(mlajit_decode_args *a) /* each query token's heads on the next's */
+{
+    a->out_stride_h = BAD_ARGS_DV;
+    a->out_stride_s = BAD_ARGS_DV;
+}
 static inline void bad_misaligned_lse(mlajit_decode_args *a) { a->lse = SHIFT(a->lse, 1); }
+static inline void bad_lse_rows_overlap(mlajit_decode_args *a) /* head-major, with s stepping like h */
+{
+    a->lse_stride_s = 1;
+    a->lse_stride_h = 1;
+}
 static inline void bad_lse_stride_negative(mlajit_decode_args *a) { a->lse_stride_b = -1; }
 static inline void bad_null_workspace(mlajit_decode_args *a) { a->workspace = NULL; }
 static inline void bad_workspace_small(mlajit_decode_args *a) { a->workspace_size -= 1; }
@@ -127,7 +137,9 @@ static const bad_decode_arg bad_decode_args[] = {
     BAD_ROW(misaligned_out, "args.out = "),
     BAD_ROW(out_stride_small, "args.out_stride_h = 511"),
     BAD_ROW(out_stride_negative, "args.out strides must be >= 0"),
+    BAD_ROW(out_rows_overlap, "args.out strides (b 1024, s 512, h 512) overlap rows"),
     BAD_ROW(misaligned_lse, "args.lse is not 4-byte aligned"),
+    BAD_ROW(lse_rows_overlap, "args.lse strides (b 2, s 1, h 1) overlap rows"),
     BAD_ROW(lse_stride_negative, "args.lse strides must be >= 0"),
     BAD_ROW(null_workspace, "args.workspace"),
     BAD_ROW(workspace_small, "args.workspace"),

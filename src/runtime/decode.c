@@ -12,13 +12,40 @@
 
 static int misaligned(const void *p, uintptr_t a) { return ((uintptr_t)p & (a - 1)) != 0; }
 
-/* Fill 0 strides with the packed layout of [d0, d1, d2, row]; check the others. */
-static int check_strides3(const char *name, int64_t *sb, int64_t *ss, int64_t *sh, int s_q, int h_q, int row,
-                          int multiple)
+/* 1 when no two [b][s][h] rows of `row` elements at these strides overlap:
+ * taken by stride, each dimension of more than one entry steps past the span of
+ * the ones inside it. Any order of the dimensions passes (FlashMLA's head-major
+ * lse is [b][h][s]). */
+static int rows_apart(const int64_t size[3], const int64_t stride[3], int64_t row)
+{
+    int order[3] = {0, 1, 2};
+    for (int i = 1; i < 3; i++)
+        for (int j = i; j > 0 && stride[order[j]] < stride[order[j - 1]]; j--) {
+            int t = order[j];
+            order[j] = order[j - 1];
+            order[j - 1] = t;
+        }
+    int64_t span = row;
+    for (int i = 0; i < 3; i++) {
+        const int d = order[i];
+        if (size[d] <= 1)
+            continue;
+        if (stride[d] < span)
+            return 0;
+        span += stride[d] * (size[d] - 1);
+    }
+    return 1;
+}
+
+/* Fill 0 strides, each as the dense step over the dimensions inside it (so a
+ * padded stride_h with stride_s 0 gives stride_s = h_q * stride_h); check the
+ * others. `written`: rows of an output must not overlap. */
+static int check_strides3(const char *name, int64_t *sb, int64_t *ss, int64_t *sh, int batch, int s_q, int h_q,
+                          int row, int multiple, int written)
 {
     if (*sh == 0) *sh = row;
-    if (*ss == 0) *ss = (int64_t)h_q * row;
-    if (*sb == 0) *sb = (int64_t)s_q * h_q * row;
+    if (*ss == 0) *ss = (int64_t)h_q * *sh;
+    if (*sb == 0) *sb = (int64_t)s_q * *ss;
     if (*sh < row)
         return INVALID("args.%s_stride_h = %lld is smaller than a row (%d elements); allowed >= %d", name,
                        (long long)*sh, row, row);
@@ -27,6 +54,12 @@ static int check_strides3(const char *name, int64_t *sb, int64_t *ss, int64_t *s
     if (multiple > 1 && (*sh % multiple || *ss % multiple || *sb % multiple))
         return INVALID("args.%s strides (b %lld, s %lld, h %lld) must be multiples of %d elements (16 bytes)", name,
                        (long long)*sb, (long long)*ss, (long long)*sh, multiple);
+    const int64_t size[3] = {batch, s_q, h_q}, stride[3] = {*sb, *ss, *sh};
+    if (written && !rows_apart(size, stride, row))
+        return INVALID("args.%s strides (b %lld, s %lld, h %lld) overlap rows of [%d, %d, %d, %d]: two rows would be "
+                       "written to the same memory; allowed: strides that, taken in increasing order, each step past "
+                       "the rows inside them (0 = dense)",
+                       name, (long long)*sb, (long long)*ss, (long long)*sh, batch, s_q, h_q, row);
     return MLAJIT_OK;
 }
 
@@ -73,7 +106,8 @@ static int fill_params(const mlajit_plan *plan, const mlajit_decode_args *a, mla
     if (misaligned(a->q, 16)) return INVALID("args.q = %p is not 16-byte aligned", a->q);
     p->q = a->q;
     p->q_stride_b = a->q_stride_b; p->q_stride_s = a->q_stride_s; p->q_stride_h = a->q_stride_h;
-    if ((rc = check_strides3("q", &p->q_stride_b, &p->q_stride_s, &p->q_stride_h, sh->s_q, spec->h_q, m->d_qk, 8)))
+    if ((rc = check_strides3("q", &p->q_stride_b, &p->q_stride_s, &p->q_stride_h, sh->batch, sh->s_q, spec->h_q,
+                             m->d_qk, 8, 0)))
         return rc;
 
     if ((rc = check_cache("kv", &a->kv, spec->model, spec->page_size))) return rc;
@@ -120,13 +154,15 @@ static int fill_params(const mlajit_plan *plan, const mlajit_decode_args *a, mla
     if (misaligned(a->out, 16)) return INVALID("args.out = %p is not 16-byte aligned", a->out);
     p->out = a->out;
     p->out_stride_b = a->out_stride_b; p->out_stride_s = a->out_stride_s; p->out_stride_h = a->out_stride_h;
-    if ((rc = check_strides3("out", &p->out_stride_b, &p->out_stride_s, &p->out_stride_h, sh->s_q, spec->h_q, m->d_v, 8)))
+    if ((rc = check_strides3("out", &p->out_stride_b, &p->out_stride_s, &p->out_stride_h, sh->batch, sh->s_q,
+                             spec->h_q, m->d_v, 8, 1)))
         return rc;
     if (a->lse) {
         if (misaligned(a->lse, 4)) return INVALID("args.lse is not 4-byte aligned");
         p->lse = a->lse;
         p->lse_stride_b = a->lse_stride_b; p->lse_stride_s = a->lse_stride_s; p->lse_stride_h = a->lse_stride_h;
-        if ((rc = check_strides3("lse", &p->lse_stride_b, &p->lse_stride_s, &p->lse_stride_h, sh->s_q, spec->h_q, 1, 1)))
+        if ((rc = check_strides3("lse", &p->lse_stride_b, &p->lse_stride_s, &p->lse_stride_h, sh->batch, sh->s_q,
+                                 spec->h_q, 1, 1, 1)))
             return rc;
     }
     if (plan->workspace_bytes) {
