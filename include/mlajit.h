@@ -218,7 +218,11 @@ typedef struct mlajit_context_options {
 
 /* Create a context. opts may be NULL (defaults). Without a driver or GPU the
  * context still works for generating, compiling and caching (for sm_90a unless a
- * spec names another arch); mlajit_decode then fails with MLAJIT_ERR_NO_DEVICE.
+ * spec names another arch); mlajit_decode then fails with MLAJIT_ERR_NO_DEVICE,
+ * and its message says why there is no GPU. On a machine with GPUs, an
+ * options.device past them is MLAJIT_ERR_INVALID_ARGUMENT. A GPU older than every
+ * target the generator has (sm_80) gets a context too, for compiling named archs;
+ * a spec that leaves the arch to it is MLAJIT_ERR_UNSUPPORTED.
  *
  * Kernels are looked up in this order: the context's own map, the packs (each
  * checked when opened: a damaged pack, or one made for another arch or by a

@@ -264,7 +264,7 @@ int cli_bench(int argc, char **argv)
     if (rc)
         return cli_error(rc, "bench");
     if (!ctx->drv) {
-        fprintf(stderr, "mlajit: bench needs a GPU: %s\n", "no CUDA driver or device found");
+        fprintf(stderr, "mlajit: bench needs a GPU: %s\n", ctx->no_device_reason);
         mlajit_context_destroy(ctx);
         return CLI_FAIL;
     }

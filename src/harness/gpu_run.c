@@ -77,9 +77,7 @@ int mlajit_device_case_upload(mlajit_context *ctx, const mlajit_case *c, const m
     memset(dc, 0, sizeof *dc);
     dc->ctx = ctx;
     if (!ctx->drv)
-        return mlajit_fail(MLAJIT_ERR_NO_DEVICE, "no GPU: %s",
-                           (ctx->flags & MLAJIT_CONTEXT_NO_DEVICE) ? "context made without a device"
-                                                                   : "no CUDA driver or device found");
+        return mlajit_fail(MLAJIT_ERR_NO_DEVICE, "no GPU: %s", ctx->no_device_reason);
     const mlajit_model_desc *m = mlajit_model_describe(c->model);
     size_t rows = (size_t)c->b * c->s_q;
     int pad = opts->pad_strides ? 8 : 0;
@@ -222,7 +220,7 @@ int mlajit_case_run_gpu(mlajit_context *ctx, const mlajit_case *c, const mlajit_
     spec.variant = opts->variant;
     shape.num_splits = opts->num_splits;
     if (!ctx->drv)
-        return mlajit_fail(MLAJIT_ERR_NO_DEVICE, "no GPU: no CUDA driver or device found");
+        return mlajit_fail(MLAJIT_ERR_NO_DEVICE, "no GPU: %s", ctx->no_device_reason);
 
     mlajit_plan *plan = NULL;
     int rc = mlajit_plan_create(ctx, &spec, &shape, &plan);

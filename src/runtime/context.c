@@ -31,9 +31,13 @@ static int open_device(mlajit_context *ctx)
     CUresult r = drv->cuDeviceGetCount(&count);
     if (r != MLAJIT_CU_SUCCESS)
         return mlajit_cuda_fail(drv, r, "cuDeviceGetCount");
-    if (ctx->device_ordinal < 0 || ctx->device_ordinal >= count)
-        return mlajit_fail(MLAJIT_ERR_NO_DEVICE, "options.device = %d; this machine has %d CUDA device(s)",
-                           ctx->device_ordinal, count);
+    if (count == 0)
+        return mlajit_fail(MLAJIT_ERR_NO_DEVICE, "the CUDA driver reports no device");
+    /* A machine with GPUs and an ordinal past them is the caller's mistake, not a
+     * machine without a GPU: an error, not a context that cannot launch. */
+    if (ctx->device_ordinal >= count)
+        return mlajit_fail(MLAJIT_ERR_INVALID_ARGUMENT, "options.device = %d; this machine has %d CUDA device%s: "
+                           "allowed 0..%d", ctx->device_ordinal, count, count == 1 ? "" : "s", count - 1);
     if ((r = drv->cuDeviceGet(&ctx->device, ctx->device_ordinal)) != MLAJIT_CU_SUCCESS)
         return mlajit_cuda_fail(drv, r, "cuDeviceGet");
     int major = 0, minor = 0;
@@ -205,6 +209,10 @@ int mlajit_context_create(const mlajit_context_options *opts, mlajit_context **o
             mlajit_context_destroy(ctx);
             return rc;
         }
+        if (rc == MLAJIT_ERR_NO_DEVICE) /* kept for the errors of later calls that need the GPU */
+            snprintf(ctx->no_device_reason, sizeof ctx->no_device_reason, "%s", mlajit_last_error());
+    } else {
+        snprintf(ctx->no_device_reason, sizeof ctx->no_device_reason, "the context was made with MLAJIT_CONTEXT_NO_DEVICE");
     }
     open_packs(ctx, opts->packs);
     if (!(opts->flags & MLAJIT_CONTEXT_NO_DISK_CACHE))
@@ -469,40 +477,78 @@ int mlajit_kernel_key(const mlajit_context *ctx, const mlajit_kernel_spec *r, ml
     return MLAJIT_OK;
 }
 
+static const char *source_name(int source)
+{
+    switch (source) {
+    case MLAJIT_SOURCE_PACK: return "a pack";
+    case MLAJIT_SOURCE_DISK: return "the disk cache";
+    default: return "NVRTC";
+    }
+}
+
+/* A failed load step as MLAJIT_ERR_CUDA, naming the kernel, where its cubin came
+ * from and the two versions that must agree on it. */
+static int load_fail(const mlajit_context *ctx, const mlajit_kernel *k, CUresult r, const char *what)
+{
+    const char *text = NULL;
+    ctx->drv->cuGetErrorString(r, &text);
+    return mlajit_fail(MLAJIT_ERR_CUDA,
+                       "%s failed: CUDA error %d (%s), loading %s for %s (cubin from %s, NVRTC %d.%d, driver %d); a "
+                       "driver older than the NVRTC that built a cubin may refuse it",
+                       what, r, text ? text : "unknown", k->report.spec, k->spec.arch, source_name(k->report.source),
+                       ctx->nvrtc_major, ctx->nvrtc_minor, ctx->driver_version);
+}
+
+/* Load the cubin and take both entries. Any step that fails unloads what the
+ * steps before it made, so a later call can try again from the start. */
 static int kernel_load(mlajit_context *ctx, mlajit_kernel *k)
 {
     const mlajit_driver *drv = ctx->drv;
-    CUresult r;
+    CUresult r = MLAJIT_CU_SUCCESS;
+    const char *what = NULL;
     int pushed = mlajit_context_enter(ctx);
-    int rc = MLAJIT_OK;
     if (drv->cuLibraryLoadData) {
         CUkernel km, kc;
-        if ((r = drv->cuLibraryLoadData(&k->library, k->cubin, NULL, NULL, 0, NULL, NULL, 0)) != MLAJIT_CU_SUCCESS)
-            rc = mlajit_cuda_fail(drv, r, "cuLibraryLoadData");
-        else if ((r = drv->cuLibraryGetKernel(&km, k->library, MLAJIT_ENTRY_MAIN)) != MLAJIT_CU_SUCCESS ||
-                 (r = drv->cuLibraryGetKernel(&kc, k->library, MLAJIT_ENTRY_COMBINE)) != MLAJIT_CU_SUCCESS)
-            rc = mlajit_cuda_fail(drv, r, "cuLibraryGetKernel");
-        else if ((r = drv->cuKernelGetFunction(&k->main_fn, km)) != MLAJIT_CU_SUCCESS ||
-                 (r = drv->cuKernelGetFunction(&k->combine_fn, kc)) != MLAJIT_CU_SUCCESS)
-            rc = mlajit_cuda_fail(drv, r, "cuKernelGetFunction");
+        if ((r = drv->cuLibraryLoadData(&k->library, k->cubin, NULL, NULL, 0, NULL, NULL, 0)) != MLAJIT_CU_SUCCESS) {
+            k->library = NULL;
+            what = "cuLibraryLoadData";
+        } else if ((r = drv->cuLibraryGetKernel(&km, k->library, MLAJIT_ENTRY_MAIN)) != MLAJIT_CU_SUCCESS ||
+                   (r = drv->cuLibraryGetKernel(&kc, k->library, MLAJIT_ENTRY_COMBINE)) != MLAJIT_CU_SUCCESS) {
+            what = "cuLibraryGetKernel";
+        } else if ((r = drv->cuKernelGetFunction(&k->main_fn, km)) != MLAJIT_CU_SUCCESS ||
+                   (r = drv->cuKernelGetFunction(&k->combine_fn, kc)) != MLAJIT_CU_SUCCESS) {
+            what = "cuKernelGetFunction";
+        }
     } else {
-        if ((r = drv->cuModuleLoadData(&k->module, k->cubin)) != MLAJIT_CU_SUCCESS)
-            rc = mlajit_cuda_fail(drv, r, "cuModuleLoadData");
-        else if ((r = drv->cuModuleGetFunction(&k->main_fn, k->module, MLAJIT_ENTRY_MAIN)) != MLAJIT_CU_SUCCESS ||
-                 (r = drv->cuModuleGetFunction(&k->combine_fn, k->module, MLAJIT_ENTRY_COMBINE)) !=
-                     MLAJIT_CU_SUCCESS)
-            rc = mlajit_cuda_fail(drv, r, "cuModuleGetFunction");
+        if ((r = drv->cuModuleLoadData(&k->module, k->cubin)) != MLAJIT_CU_SUCCESS) {
+            k->module = NULL;
+            what = "cuModuleLoadData";
+        } else if ((r = drv->cuModuleGetFunction(&k->main_fn, k->module, MLAJIT_ENTRY_MAIN)) != MLAJIT_CU_SUCCESS ||
+                   (r = drv->cuModuleGetFunction(&k->combine_fn, k->module, MLAJIT_ENTRY_COMBINE)) !=
+                       MLAJIT_CU_SUCCESS) {
+            what = "cuModuleGetFunction";
+        }
     }
     /* Set once per function: the most dynamic shared memory a launch will ask for
      * (the combine's: its staged split rows, at most a full round of them). */
-    if (rc == MLAJIT_OK &&
+    if (!what &&
         ((r = drv->cuFuncSetAttribute(k->main_fn, MLAJIT_CU_FUNC_ATTR_MAX_DYNAMIC_SMEM, k->layout.smem_bytes)) !=
              MLAJIT_CU_SUCCESS ||
          (r = drv->cuFuncSetAttribute(k->combine_fn, MLAJIT_CU_FUNC_ATTR_MAX_DYNAMIC_SMEM,
                                       mlajit_combine_smem_bytes(&k->layout, MLAJIT_MAX_SPLITS))) !=
              MLAJIT_CU_SUCCESS))
-        rc = mlajit_cuda_fail(drv, r, "cuFuncSetAttribute(MAX_DYNAMIC_SHARED_SIZE_BYTES)");
-    if (rc == MLAJIT_OK) {
+        what = "cuFuncSetAttribute(MAX_DYNAMIC_SHARED_SIZE_BYTES)";
+    int rc = MLAJIT_OK;
+    if (what) {
+        rc = load_fail(ctx, k, r, what);
+        if (k->library)
+            drv->cuLibraryUnload(k->library);
+        if (k->module)
+            drv->cuModuleUnload(k->module);
+        k->library = NULL;
+        k->module = NULL;
+        k->main_fn = k->combine_fn = NULL;
+    } else {
         int regs = 0;
         if (drv->cuFuncGetAttribute(&regs, MLAJIT_CU_FUNC_ATTR_NUM_REGS, k->main_fn) == MLAJIT_CU_SUCCESS &&
             k->report.registers < 0)
@@ -733,6 +779,15 @@ static int kernel_build(mlajit_context *ctx, const mlajit_kernel_spec *r, const 
     return MLAJIT_OK;
 }
 
+int mlajit_device_arch_check(const mlajit_context *ctx)
+{
+    if (mlajit_arch_known(ctx->arch))
+        return MLAJIT_OK;
+    return mlajit_fail(MLAJIT_ERR_UNSUPPORTED, "the device (%s) is %s; mlajit generates kernels for %s only. "
+                       "Name one of them in spec.arch to compile without loading",
+                       ctx->device_name, ctx->arch, mlajit_arch_list());
+}
+
 int mlajit_kernel_acquire(mlajit_context *ctx, const mlajit_kernel_spec *spec, int load, const mlajit_kernel **out,
                           mlajit_kernel_report *report)
 {
@@ -763,13 +818,14 @@ int mlajit_kernel_acquire(mlajit_context *ctx, const mlajit_kernel_spec *spec, i
         return MLAJIT_OK;
     }
 
-    int rc = mlajit_spec_resolve(&with_arch, &r);
+    int rc;
+    if (!spec->arch[0] && (rc = mlajit_device_arch_check(ctx)))
+        return rc;
+    rc = mlajit_spec_resolve(&with_arch, &r);
     if (rc)
         return rc;
     if (load && !ctx->drv)
-        return mlajit_fail(MLAJIT_ERR_NO_DEVICE, "no GPU to load %s on: %s", r.arch,
-                           (ctx->flags & MLAJIT_CONTEXT_NO_DEVICE) ? "the context was made with MLAJIT_CONTEXT_NO_DEVICE"
-                                                                   : "no CUDA driver or device was found");
+        return mlajit_fail(MLAJIT_ERR_NO_DEVICE, "no GPU to load %s on: %s", r.arch, ctx->no_device_reason);
     if (load && !mlajit_arch_runs_on(r.arch, ctx->arch))
         return mlajit_fail(MLAJIT_ERR_INVALID_ARGUMENT, "spec.arch = %s cannot run on this %s device; use \"\" or %s",
                            r.arch, ctx->arch, ctx->arch);
@@ -839,6 +895,8 @@ int mlajit_kernel_prepare(mlajit_context *ctx, const mlajit_kernel_spec *spec, m
         return rc;
     const mlajit_kernel *k;
     mlajit_kernel_spec s = *spec;
+    if (!s.arch[0] && (rc = mlajit_device_arch_check(ctx)))
+        return rc;
     if (!s.arch[0])
         snprintf(s.arch, sizeof s.arch, "%s", ctx->arch);
     int load = ctx->drv && mlajit_arch_runs_on(s.arch, ctx->arch);

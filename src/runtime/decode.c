@@ -1,6 +1,7 @@
 /* mlajit_decode: validate every argument against the plan, fill the kernels'
  * parameter block and enqueue them. No compile, no allocation, no sync. */
 #include <math.h>
+#include <stdatomic.h>
 #include <stdint.h>
 #include <string.h>
 
@@ -190,12 +191,17 @@ static int fill_params(const mlajit_plan *plan, const mlajit_decode_args *a, mla
  * on the stream exit (or release it), not after that grid's completion and memory
  * flush, so part of its launch latency is hidden. The main kernel's wait is its
  * first act, the combine's comes before it reads the partials. A driver without
- * cuLaunchKernelEx, or one that refuses the attribute, gets the plain launch (the
- * waits are then no-ops). */
-static CUresult launch_kernel(const mlajit_driver *drv, const mlajit_kernel *k, CUfunction fn, unsigned grid_x,
+ * cuLaunchKernelEx gets the plain launch (the waits are then no-ops); so does one
+ * that refuses the attribute, and the context remembers the refusal, so later
+ * launches do not ask again. */
+static CUresult launch_kernel(mlajit_context *ctx, const mlajit_kernel *k, CUfunction fn, unsigned grid_x,
                               unsigned grid_y, unsigned grid_z, unsigned threads, unsigned smem_bytes, CUstream stream,
                               void **params)
 {
+    const mlajit_driver *drv = ctx->drv;
+    if (!k->layout.dependent_launch || !drv->cuLaunchKernelEx ||
+        atomic_load_explicit(&ctx->programmatic_refused, memory_order_relaxed))
+        return drv->cuLaunchKernel(fn, grid_x, grid_y, grid_z, threads, 1, 1, smem_bytes, stream, params, NULL);
     mlajit_cu_launch_attribute attr;
     memset(&attr, 0, sizeof attr);
     attr.id = MLAJIT_CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION;
@@ -204,10 +210,15 @@ static CUresult launch_kernel(const mlajit_driver *drv, const mlajit_kernel *k, 
         .grid_x = grid_x, .grid_y = grid_y, .grid_z = grid_z, .block_x = threads, .block_y = 1, .block_z = 1,
         .shared_bytes = smem_bytes, .stream = stream, .attrs = &attr, .num_attrs = 1,
     };
-    if (k->layout.dependent_launch && drv->cuLaunchKernelEx &&
-        drv->cuLaunchKernelEx(&cfg, fn, params, NULL) == MLAJIT_CU_SUCCESS)
-        return MLAJIT_CU_SUCCESS;
-    return drv->cuLaunchKernel(fn, grid_x, grid_y, grid_z, threads, 1, 1, smem_bytes, stream, params, NULL);
+    CUresult refused = drv->cuLaunchKernelEx(&cfg, fn, params, NULL);
+    if (refused == MLAJIT_CU_SUCCESS)
+        return refused;
+    CUresult r = drv->cuLaunchKernel(fn, grid_x, grid_y, grid_z, threads, 1, 1, smem_bytes, stream, params, NULL);
+    /* Only a refusal that the plain launch then gets past is about the attribute. */
+    if (r == MLAJIT_CU_SUCCESS && !atomic_exchange(&ctx->programmatic_refused, 1))
+        mlajit_info("the driver refused programmatic dependent launches (CUDA error %d); launching plainly from now on",
+                    refused);
+    return r;
 }
 
 int mlajit_decode(const mlajit_plan *plan, const mlajit_decode_args *args, void *stream)
@@ -225,15 +236,15 @@ int mlajit_decode(const mlajit_plan *plan, const mlajit_decode_args *args, void 
     const mlajit_driver *drv = ctx->drv;
     const mlajit_kernel *k = plan->kernel;
     if (!k->loaded)
-        return mlajit_fail(MLAJIT_ERR_NO_DEVICE, "plan's kernel %s is not loaded: the context has no GPU",
-                           k->report.spec);
+        return mlajit_fail(MLAJIT_ERR_NO_DEVICE, "plan's kernel %s is not loaded: the context has no GPU (%s)",
+                           k->report.spec, ctx->no_device_reason);
     void *params[] = {&p};
     int pushed = mlajit_context_enter(ctx);
-    CUresult r = launch_kernel(drv, k, k->main_fn, (unsigned)plan->rows, (unsigned)plan->head_groups,
+    CUresult r = launch_kernel(ctx, k, k->main_fn, (unsigned)plan->rows, (unsigned)plan->head_groups,
                                (unsigned)plan->num_splits, (unsigned)k->layout.threads, (unsigned)k->layout.smem_bytes,
                                (CUstream)stream, params);
     if (r == MLAJIT_CU_SUCCESS && plan->num_splits > 1)
-        r = launch_kernel(drv, k, k->combine_fn, (unsigned)plan->rows, (unsigned)k->spec.h_q, 1,
+        r = launch_kernel(ctx, k, k->combine_fn, (unsigned)plan->rows, (unsigned)k->spec.h_q, 1,
                           (unsigned)k->layout.combine_threads, (unsigned)plan->combine_smem_bytes, (CUstream)stream,
                           params);
     mlajit_context_leave(ctx, pushed);

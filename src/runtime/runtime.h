@@ -32,6 +32,7 @@ struct mlajit_context {
     CUcontext primary;
     char arch[MLAJIT_ARCH_LEN];  /* default target: the device's, else sm_90a */
     char device_name[128];
+    char no_device_reason[512]; /* why drv is NULL, for the errors of calls that need the GPU */
     int sm_count;
     int l2_bytes;                /* the device's L2 in bytes (the plans' prefetch hint) */
     int max_smem_optin;
@@ -57,6 +58,7 @@ struct mlajit_context {
     /* Lookups per layer (atomics: bumped outside the locks). */
     atomic_uint_fast64_t memory_hits, pack_hits, disk_hits, compiles, compile_us, corrupt, jit_refusals;
     atomic_int warned_store_write; /* one warning when the cache cannot be written */
+    atomic_int programmatic_refused; /* the driver refused a programmatic dependent launch: launch plainly */
 };
 
 struct mlajit_plan {
@@ -101,6 +103,12 @@ int mlajit_kernel_key(const mlajit_context *ctx, const mlajit_kernel_spec *resol
  * with a warning and its status returned). Not thread-safe: call it before the
  * context is shared (the CLI's pack bench times it). */
 int mlajit_context_attach_pack(mlajit_context *ctx, const char *path);
+
+/* MLAJIT_OK when the generator has a target for the context's device (its arch,
+ * or sm_90a without a device); else MLAJIT_ERR_UNSUPPORTED, naming the device
+ * and the targets. A spec or grid that leaves the arch to the device asks it
+ * first: the context of an older GPU still compiles for named archs. */
+int mlajit_device_arch_check(const mlajit_context *ctx);
 
 /* 1 when a cubin for arch runs on a device of device_arch. */
 int mlajit_arch_runs_on(const char *arch, const char *device_arch);

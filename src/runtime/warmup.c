@@ -197,9 +197,15 @@ int mlajit_warmup(mlajit_context *ctx, const mlajit_kernel_grid *grid, int threa
         return mlajit_fail(MLAJIT_ERR_INVALID_ARGUMENT, "ctx or grid: NULL");
     if (threads < 0)
         return mlajit_fail(MLAJIT_ERR_INVALID_ARGUMENT, "threads = %d; allowed 0 (one per CPU) or more", threads);
+    int takes_device_arch = !grid->archs || grid->num_archs <= 0;
+    for (int i = 0; i < grid->num_archs && grid->archs; i++)
+        takes_device_arch |= !grid->archs[i] || !grid->archs[i][0];
+    int rc = takes_device_arch ? mlajit_device_arch_check(ctx) : MLAJIT_OK;
+    if (rc)
+        return mlajit_fail_prefix(rc, "warmup: ");
     mlajit_kernel_spec *specs;
     int count;
-    int rc = mlajit_grid_expand(grid, ctx->arch, &specs, &count);
+    rc = mlajit_grid_expand(grid, ctx->arch, &specs, &count);
     if (rc)
         return mlajit_fail_prefix(rc, "warmup: ");
     rc = mlajit_acquire_batch(ctx, specs, count, threads, NULL, NULL, NULL, report);
