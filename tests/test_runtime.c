@@ -68,6 +68,9 @@ static void expect_all_released(void)
 {
     fake_cuda_counts c = fake_cuda_counts_get();
     cr_expect_eq(c.streams_live, 0, "%d streams left", c.streams_live);
+    cr_expect(c.graphs_live == 0 && c.execs_live == 0 && c.events_live == 0 && c.allocations_live == 0,
+              "graphs %d, execs %d, events %d, allocations %d left", c.graphs_live, c.execs_live, c.events_live,
+              c.allocations_live);
     cr_expect_eq(c.images_live, 0, "%d images still loaded", c.images_live);
     cr_expect_eq(c.primary_retained, 0, "primary context retained %d more times than released", c.primary_retained);
     cr_expect_eq(c.context_depth, 0, "%d contexts left pushed on this thread", c.context_depth);
@@ -313,6 +316,28 @@ Test(load, the_loader_matches_the_driver)
     expect_all_released();
 }
 
+/* Warmup's workers compile in parallel and load under the context's lock: each
+ * kernel of the grid is loaded once, and a second warmup loads nothing. */
+Test(load, warmup_on_threads_loads_each_kernel_once)
+{
+    mlajit_context *ctx = open_context(0);
+    const mlajit_model models[] = {MLAJIT_MODEL_V32};
+    const int heads[] = {16, 32, 64, 128}, pages[] = {64};
+    mlajit_kernel_grid grid = {models, 1, heads, 4, pages, 1, NULL, 0, NULL, 0, NULL, 0};
+    mlajit_warmup_report rep;
+    cr_assert_eq(mlajit_warmup(ctx, &grid, 4, &rep), MLAJIT_OK, "%s", mlajit_last_error());
+    cr_expect_geq(rep.kernels, 4);
+    cr_expect_eq(rep.loaded, rep.kernels);
+    cr_expect_eq(fake_cuda_counts_get().images_loaded, rep.kernels);
+    cr_expect_eq(fake_cuda_counts_get().images_live, rep.kernels);
+    cr_assert_eq(mlajit_warmup(ctx, &grid, 4, &rep), MLAJIT_OK, "%s", mlajit_last_error());
+    cr_expect_eq(rep.from_memory, rep.kernels);
+    cr_expect_eq(rep.loaded, 0);
+    cr_expect_eq(fake_cuda_counts_get().images_loaded, rep.kernels);
+    mlajit_context_destroy(ctx);
+    expect_all_released();
+}
+
 /* ---- launches ---------------------------------------------------------------- */
 
 static void launch_setup(void) { fake_cuda_set_param_bytes(sizeof(mlajit_decode_params)); }
@@ -390,6 +415,36 @@ Test(launch, a_split_plan_launches_the_main_kernel_then_the_combine)
     cr_expect_eq(p->combine_starts_early, plan->combine_starts_early);
     cr_expect_eq(fake_cuda_counts_get().context_depth, 0);
     ctx->drv->cuStreamDestroy(stream);
+    mlajit_plan_destroy(plan);
+    mlajit_context_destroy(ctx);
+    expect_all_released();
+}
+
+/* A decode can be captured in a graph: it launches into the capture and calls
+ * nothing that would synchronize or allocate (the fake fails those while a stream
+ * captures, as the sync below shows). */
+Test(launch, a_decode_is_captured_into_a_graph)
+{
+    mlajit_context *ctx = open_context(0);
+    mlajit_plan *plan = v32_plan(ctx, 64, 1, 2048);
+    mlajit_decode_args a = v32_args(plan);
+    const mlajit_driver *drv = ctx->drv;
+    CUstream stream = NULL;
+    CUgraph graph = NULL;
+    CUgraphExec exec = NULL;
+    cr_assert_eq(drv->cuStreamCreate(&stream, MLAJIT_CU_STREAM_NON_BLOCKING), 0);
+    cr_assert_eq(drv->cuStreamBeginCapture(stream, MLAJIT_CU_STREAM_CAPTURE_MODE_THREAD_LOCAL), 0);
+    for (int i = 0; i < 3; i++)
+        cr_expect_eq(mlajit_decode(plan, &a, stream), MLAJIT_OK, "%s", mlajit_last_error());
+    cr_expect_eq(drv->cuStreamSynchronize(stream), FAKE_CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED);
+    cr_assert_eq(drv->cuStreamEndCapture(stream, &graph), 0);
+    cr_assert_eq(fake_cuda_counts_get().launches, 6);
+    for (int i = 0; i < 6; i++)
+        cr_expect(fake_cuda_launch_at(i)->captured, "launch %d", i);
+    cr_expect_eq(drv->cuGraphInstantiateWithFlags(&exec, graph, 0), 0);
+    drv->cuGraphExecDestroy(exec);
+    drv->cuGraphDestroy(graph);
+    drv->cuStreamDestroy(stream);
     mlajit_plan_destroy(plan);
     mlajit_context_destroy(ctx);
     expect_all_released();
@@ -482,6 +537,29 @@ Test(launch, the_parameter_block_carries_every_argument)
     mlajit_plan_destroy(plan);
     mlajit_context_destroy(ctx);
     expect_all_released();
+}
+
+/* No rows (s_q 0 or b 0): nothing to write, so no stride can overlap (the fuzzer's
+ * seed 20261130 calls 44 and 60 were refused that way), and nothing launches. */
+Test(launch, an_empty_shape_launches_nothing)
+{
+    mlajit_context *ctx = open_context(0);
+    static const struct { int batch, s_q; } shapes[] = {{29, 0}, {0, 3}};
+    for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++) {
+        mlajit_kernel_spec s = v32_spec(64);
+        mlajit_decode_shape shape = {.batch = shapes[i].batch, .s_q = shapes[i].s_q, .topk = 64};
+        mlajit_plan *plan = NULL;
+        cr_assert_eq(mlajit_plan_create(ctx, &s, &shape, &plan), MLAJIT_OK, "%s", mlajit_last_error());
+        mlajit_decode_args a = v32_args(plan);
+        a.out_stride_h = 520; /* padded rows; stride_s and stride_b 0 */
+        a.lse_stride_s = 1;
+        a.lse_stride_h = shapes[i].s_q;
+        cr_expect_eq(mlajit_decode(plan, &a, NULL), MLAJIT_OK, "b %d s_q %d: %s", shapes[i].batch, shapes[i].s_q,
+                     mlajit_last_error());
+        mlajit_plan_destroy(plan);
+    }
+    cr_expect_eq(fake_cuda_counts_get().launches, 0);
+    mlajit_context_destroy(ctx);
 }
 
 /* A bad argument launches nothing. */

@@ -791,6 +791,14 @@ int mlajit_device_arch_check(const mlajit_context *ctx)
 int mlajit_kernel_acquire(mlajit_context *ctx, const mlajit_kernel_spec *spec, int load, const mlajit_kernel **out,
                           mlajit_kernel_report *report)
 {
+    return mlajit_kernel_acquire_ex(ctx, spec, load, out, report, NULL);
+}
+
+int mlajit_kernel_acquire_ex(mlajit_context *ctx, const mlajit_kernel_spec *spec, int load,
+                             const mlajit_kernel **out, mlajit_kernel_report *report, int *loaded_here)
+{
+    if (loaded_here)
+        *loaded_here = 0;
     double t0 = report ? mlajit_now_ms() : 0;
     mlajit_kernel_spec with_arch = *spec, r;
     if (!with_arch.arch[0])
@@ -865,8 +873,8 @@ int mlajit_kernel_acquire(mlajit_context *ctx, const mlajit_kernel_spec *spec, i
     }
     if (load && !__atomic_load_n(&k->loaded, __ATOMIC_ACQUIRE)) {
         pthread_mutex_lock(&ctx->lock); /* loads are rare: serialize them */
-        if (!k->loaded)
-            rc = kernel_load(ctx, k);
+        if (!k->loaded && (rc = kernel_load(ctx, k)) == MLAJIT_OK && loaded_here)
+            *loaded_here = 1;
         pthread_mutex_unlock(&ctx->lock);
         if (rc)
             return rc;

@@ -19,6 +19,8 @@ static int misaligned(const void *p, uintptr_t a) { return ((uintptr_t)p & (a - 
  * lse is [b][h][s]). */
 static int rows_apart(const int64_t size[3], const int64_t stride[3], int64_t row)
 {
+    if (size[0] <= 0 || size[1] <= 0 || size[2] <= 0)
+        return 1; /* no rows */
     int order[3] = {0, 1, 2};
     for (int i = 1; i < 3; i++)
         for (int j = i; j > 0 && stride[order[j]] < stride[order[j - 1]]; j--) {

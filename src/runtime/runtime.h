@@ -93,6 +93,11 @@ int mlajit_prefetch_evict_last(int64_t gathered_bytes, int64_t l2_bytes);
 int mlajit_kernel_acquire(mlajit_context *ctx, const mlajit_kernel_spec *spec, int load,
                           const mlajit_kernel **out, mlajit_kernel_report *report);
 
+/* The same, and *loaded_here (may be NULL) = 1 when this call loaded the kernel
+ * (report->loaded says whether it is loaded, by this call or an earlier one). */
+int mlajit_kernel_acquire_ex(mlajit_context *ctx, const mlajit_kernel_spec *spec, int load,
+                             const mlajit_kernel **out, mlajit_kernel_report *report, int *loaded_here);
+
 /* The content key of a resolved spec (arch set) in this context, and its
  * canonical string (spec_string[128]). */
 int mlajit_kernel_key(const mlajit_context *ctx, const mlajit_kernel_spec *resolved, mlajit_cache_key *key,

@@ -107,7 +107,8 @@ static void *batch_worker(void *arg)
         const mlajit_kernel *k = NULL;
         mlajit_kernel_report rep;
         mlajit_clear_error();
-        int rc = mlajit_kernel_acquire(b->ctx, spec, load, &k, &rep);
+        int loaded_here = 0;
+        int rc = mlajit_kernel_acquire_ex(b->ctx, spec, load, &k, &rep, &loaded_here);
         if (b->kernels)
             b->kernels[i] = rc == MLAJIT_OK ? k : NULL;
 
@@ -123,7 +124,7 @@ static void *batch_worker(void *arg)
                 b->report.compile_ms += rep.compile_ms;
                 break;
             }
-            b->report.loaded += rep.loaded;
+            b->report.loaded += loaded_here;
         } else if (b->status == MLAJIT_OK) {
             char name[128] = "";
             if (mlajit_spec_string(spec, name, sizeof name) != MLAJIT_OK)

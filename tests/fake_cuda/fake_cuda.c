@@ -75,6 +75,7 @@ static fake_cuda_counts counts;
 static fake_image *images;
 static allocation *allocations;
 static fake_stream *streams;
+static int captures_open; /* streams capturing now: the calls that would sync fail, as in global capture mode */
 static int primary_contexts[MAX_DEVICES]; /* the CUcontext handles point at these */
 
 static __thread CUcontext context_stack[MAX_CONTEXT_DEPTH];
@@ -230,6 +231,7 @@ CUresult cuGetErrorString(CUresult error, const char **str)
         {CUDA_ERROR_NOT_FOUND, "named symbol not found"},
         {CUDA_ERROR_ILLEGAL_ADDRESS, "an illegal memory access was encountered"},
         {CUDA_ERROR_NOT_SUPPORTED, "operation not supported"},
+        {CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED, "operation not permitted when stream is capturing"},
     };
     for (size_t i = 0; i < sizeof texts / sizeof texts[0]; i++)
         if (texts[i].code == error) {
@@ -356,6 +358,8 @@ CUresult cuCtxPopCurrent(CUcontext *ctx)
 CUresult cuCtxSynchronize(void)
 {
     ENTER("cuCtxSynchronize");
+    if (captures_open)
+        LEAVE(CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED);
     LEAVE(context_depth ? CUDA_SUCCESS : CUDA_ERROR_INVALID_CONTEXT);
 }
 
@@ -623,6 +627,8 @@ CUresult cuLaunchKernelEx(const CUlaunchConfig *config, CUfunction fn, void **pa
 CUresult cuMemAlloc(CUdeviceptr *ptr, size_t bytes)
 {
     ENTER("cuMemAlloc_v2");
+    if (captures_open)
+        LEAVE(CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED);
     if (!context_depth)
         LEAVE(CUDA_ERROR_INVALID_CONTEXT);
     if (!bytes)
@@ -645,6 +651,8 @@ CUresult cuMemAlloc(CUdeviceptr *ptr, size_t bytes)
 CUresult cuMemFree(CUdeviceptr ptr)
 {
     ENTER("cuMemFree_v2");
+    if (captures_open)
+        LEAVE(CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED);
     for (allocation **p = &allocations; *p; p = &(*p)->next)
         if ((uintptr_t)(*p)->host == ptr) {
             allocation *a = *p;
@@ -660,6 +668,8 @@ CUresult cuMemFree(CUdeviceptr ptr)
 CUresult cuMemcpyHtoD(CUdeviceptr dst, const void *src, size_t bytes)
 {
     ENTER("cuMemcpyHtoD_v2");
+    if (captures_open)
+        LEAVE(CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED);
     memcpy((void *)(uintptr_t)dst, src, bytes);
     LEAVE(CUDA_SUCCESS);
 }
@@ -667,6 +677,8 @@ CUresult cuMemcpyHtoD(CUdeviceptr dst, const void *src, size_t bytes)
 CUresult cuMemcpyDtoH(void *dst, CUdeviceptr src, size_t bytes)
 {
     ENTER("cuMemcpyDtoH_v2");
+    if (captures_open)
+        LEAVE(CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED);
     memcpy(dst, (const void *)(uintptr_t)src, bytes);
     LEAVE(CUDA_SUCCESS);
 }
@@ -713,7 +725,7 @@ CUresult cuStreamDestroy(CUstream stream)
 CUresult cuStreamSynchronize(CUstream stream)
 {
     ENTER("cuStreamSynchronize");
-    LEAVE(CUDA_SUCCESS);
+    LEAVE(captures_open ? CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED : CUDA_SUCCESS);
 }
 
 CUresult cuStreamBeginCapture(CUstream stream, CUstreamCaptureMode mode)
@@ -725,6 +737,7 @@ CUresult cuStreamBeginCapture(CUstream stream, CUstreamCaptureMode mode)
     if (!(s->capture = calloc(1, sizeof *s->capture)))
         LEAVE(CUDA_ERROR_OUT_OF_MEMORY);
     s->capturing = 1;
+    captures_open++;
     LEAVE(CUDA_SUCCESS);
 }
 
@@ -735,6 +748,7 @@ CUresult cuStreamEndCapture(CUstream stream, CUgraph *graph)
     if (!s || !stream_live(s) || !s->capturing)
         LEAVE(CUDA_ERROR_INVALID_VALUE);
     s->capturing = 0;
+    captures_open--;
     *graph = (CUgraph)(void *)s->capture;
     s->capture = NULL;
     counts.graphs_live++;
@@ -806,7 +820,7 @@ CUresult cuEventRecord(CUevent event, CUstream stream)
 CUresult cuEventSynchronize(CUevent event)
 {
     ENTER("cuEventSynchronize");
-    LEAVE(CUDA_SUCCESS);
+    LEAVE(captures_open ? CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED : CUDA_SUCCESS);
 }
 
 /* CUDA 13's cuda.h maps the name to _v2; the driver exports both, and mlajit

@@ -6,8 +6,10 @@
  * It launches nothing: a launch is recorded (grid, block, shared memory, the
  * programmatic-dependent attribute, the parameter block's bytes) and checked the
  * way the real driver checks it (a current context, a loaded function, dynamic
- * shared memory within the function's attribute, grid limits). Device memory is
- * host memory. Images must be ELF files for the CUDA machine; a function exists
+ * shared memory within the function's attribute, grid limits, a live stream).
+ * While a stream captures, the calls that would synchronize or allocate fail with
+ * CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED, as in global capture mode. Device memory
+ * is host memory. Images must be ELF files for the CUDA machine; a function exists
  * when its name is in the image.
  *
  * The test links this library (its soname is libcuda.so.1), so mlajit's
@@ -31,6 +33,7 @@ enum {
     FAKE_CUDA_ERROR_NOT_FOUND = 500,
     FAKE_CUDA_ERROR_ILLEGAL_ADDRESS = 700,
     FAKE_CUDA_ERROR_NOT_SUPPORTED = 801,
+    FAKE_CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED = 900,
 };
 
 /* The device every ordinal reports. */
