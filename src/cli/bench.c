@@ -1,7 +1,8 @@
 /* mlajit bench: shared/BENCH.md's protocol. Per configuration: synthesize the
  * cache (b sequences of seqlen tokens on randomly assigned pages), check the
  * first rows against the fp64 reference, time 100 eager calls (CUDA events
- * around each host call) and 20 replays of a CUDA graph of 10 calls. */
+ * around each host call; the host call alone on the host's clock) and 20
+ * replays of a CUDA graph of 10 calls. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -96,6 +97,7 @@ static int check_rows(mlajit_device_case *dc, mlajit_case *c, int *pass, double 
 
 typedef struct bench_result {
     double gpu_us, eager_us, tflops, gbps;
+    double host_us; /* the mlajit_decode call itself on the host, the driver's launches included */
     int splits, pass;
     double max_err;
     mlajit_kernel_report kernel; /* the plan's kernel: spec, cold compile time, hit */
@@ -159,15 +161,19 @@ static int run_config(mlajit_context *ctx, const bench_config *cfg, const bench_
     for (int i = 0; i < 20; i++)
         if ((rc = mlajit_decode(plan, &dc.args, stream)))
             goto done;
+    float host_samples[100];
     for (int i = 0; i < 100; i++) {
         drv->cuEventRecord(ev0, stream);
+        double t0 = mlajit_now_ms();
         if ((rc = mlajit_decode(plan, &dc.args, stream)))
             goto done;
+        host_samples[i] = (float)(mlajit_now_ms() - t0);
         drv->cuEventRecord(ev1, stream);
         drv->cuEventSynchronize(ev1);
         drv->cuEventElapsedTime(&samples[i], ev0, ev1);
     }
     out->eager_us = median(samples, 100) * 1e3;
+    out->host_us = median(host_samples, 100) * 1e3;
     /* graph: 10 calls captured, 20 replays timed */
     if ((r = drv->cuStreamBeginCapture(stream, MLAJIT_CU_STREAM_CAPTURE_MODE_THREAD_LOCAL))) {
         rc = mlajit_cuda_fail(drv, r, "cuStreamBeginCapture");
@@ -284,8 +290,8 @@ int cli_bench(int argc, char **argv)
         if ((only_model < 0 || (int)cfgs[i].model == only_model) && (!only_heads || cfgs[i].h_q == only_heads) &&
             (!only_batch || cfgs[i].b == only_batch) && (!only_topk || cfgs[i].topk == only_topk))
             cfgs[n++] = cfgs[i];
-    printf("%-5s %4s %4s %3s %6s %5s %6s %9s %9s %8s %8s %6s %9s %6s %s\n", "model", "h_q", "b", "s_q", "seqlen",
-           "topk", "extra", "gpu_us", "eager_us", "TFLOP/s", "GB/s", "splits", "flashmla", "ratio", "check");
+    printf("%-5s %4s %4s %3s %6s %5s %6s %9s %9s %8s %8s %8s %6s %9s %6s %s\n", "model", "h_q", "b", "s_q", "seqlen",
+           "topk", "extra", "gpu_us", "eager_us", "host_us", "TFLOP/s", "GB/s", "splits", "flashmla", "ratio", "check");
     int failures = 0;
     char compiled[96][128]; /* kernels compiled cold during this run, for the summary */
     double compile_ms[96];
@@ -309,19 +315,21 @@ int cli_bench(int argc, char **argv)
             snprintf(compiled[n_compiled], sizeof compiled[0], "%s", r.kernel.spec);
             compile_ms[n_compiled++] = r.kernel.compile_ms;
         }
-        printf("%-5s %4d %4d %3d %6d %5d %6d %9.1f %9.1f %8.1f %8.0f %6d %9.1f %6.2f %s (%.1e)\n", name, cf->h_q, cf->b,
-               cf->s_q, cf->seqlen, cf->topk, cf->extra_topk, r.gpu_us, r.eager_us, r.tflops, r.gbps, r.splits,
+        printf("%-5s %4d %4d %3d %6d %5d %6d %9.1f %9.1f %8.2f %8.1f %8.0f %6d %9.1f %6.2f %s (%.1e)\n", name, cf->h_q,
+               cf->b, cf->s_q, cf->seqlen, cf->topk, cf->extra_topk, r.gpu_us, r.eager_us, r.host_us, r.tflops, r.gbps,
+               r.splits,
                cf->flashmla_us, cf->flashmla_us > 0 ? r.gpu_us / cf->flashmla_us : 0.0, r.pass ? "ok" : "FAIL",
                r.max_err);
         fflush(stdout);
         if (json)
             fprintf(json,
                     "{\"model\": \"%s\", \"h_q\": %d, \"b\": %d, \"s_q\": %d, \"seqlen\": %d, \"topk\": %d, "
-                    "\"extra_topk\": %d, \"gpu_us\": %.2f, \"eager_us\": %.2f, \"tflops\": %.2f, \"gbps\": %.1f, "
+                    "\"extra_topk\": %d, \"gpu_us\": %.2f, \"eager_us\": %.2f, \"host_us\": %.2f, \"tflops\": %.2f, "
+                    "\"gbps\": %.1f, "
                     "\"splits\": %d, \"flashmla_us\": %.1f, \"ratio\": %.3f, \"check\": \"%s\", \"commit\": \"%s\", "
                     "\"date\": \"%s\"}\n",
                     name, cf->h_q, cf->b, cf->s_q, cf->seqlen, cf->topk, cf->extra_topk, r.gpu_us, r.eager_us,
-                    r.tflops, r.gbps, r.splits, cf->flashmla_us,
+                    r.host_us, r.tflops, r.gbps, r.splits, cf->flashmla_us,
                     cf->flashmla_us > 0 ? r.gpu_us / cf->flashmla_us : 0.0, r.pass ? "pass" : "fail", commit, date);
     }
     if (json)
