@@ -460,6 +460,85 @@ Test(api, workspace_too_small)
     mlajit_plan_destroy(p);
 }
 
+/* Whether any two of the [b][s][h] rows of `row` elements overlap, by listing
+ * every row's start and comparing neighbours. */
+static int compare_i64(const void *a, const void *b)
+{
+    int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
+    return (x > y) - (x < y);
+}
+
+static int rows_overlap_by_listing(int b, int s_q, int h_q, const int64_t stride[3], int64_t row)
+{
+    int64_t *starts = malloc(sizeof *starts * (size_t)b * s_q * h_q);
+    cr_assert_not_null(starts);
+    size_t n = 0;
+    for (int i = 0; i < b; i++)
+        for (int j = 0; j < s_q; j++)
+            for (int k = 0; k < h_q; k++)
+                starts[n++] = i * stride[0] + j * stride[1] + k * stride[2];
+    qsort(starts, n, sizeof *starts, compare_i64);
+    int overlap = 0;
+    for (size_t i = 1; i < n && !overlap; i++)
+        overlap = starts[i] - starts[i - 1] < row;
+    free(starts);
+    return overlap;
+}
+
+/* The out strides decode accepts never put two rows on the same memory: random
+ * stride triples (multiples of 8 elements, in any order of the dimensions) are
+ * checked against the listing of every row. Dense permutations, which are the
+ * layouts engines pass, must all be accepted. */
+Test(api, accepted_out_strides_never_overlap_rows)
+{
+    mlajit_plan *p = make_plan(BAD_ARGS_BATCH, BAD_ARGS_SPLITS);
+    const int b = BAD_ARGS_BATCH, s_q = BAD_ARGS_SQ, h_q = BAD_ARGS_HEADS;
+    const int64_t row = BAD_ARGS_DV;
+    uint64_t seed = 12345;
+    int accepted = 0, refused = 0;
+    for (int trial = 0; trial < 3000; trial++) {
+        int64_t stride[3];
+        for (int d = 0; d < 3; d++) {
+            seed = seed * 6364136223846793005ull + 1442695040888963407ull;
+            stride[d] = (int64_t)((seed >> 33) % (2 * (uint64_t)h_q * s_q * row / 8) + 1) * 8;
+        }
+        mlajit_decode_args a;
+        valid_args(p, &a);
+        a.out_stride_b = stride[0];
+        a.out_stride_s = stride[1];
+        a.out_stride_h = stride[2];
+        int rc = mlajit_decode(p, &a, NULL);
+        const int overlap = rows_overlap_by_listing(b, s_q, h_q, stride, row);
+        if (rc == MLAJIT_ERR_NO_DEVICE) {
+            accepted++;
+            cr_assert(!overlap, "strides (%lld, %lld, %lld) accepted, but rows overlap", (long long)stride[0],
+                      (long long)stride[1], (long long)stride[2]);
+        } else {
+            refused++;
+            cr_assert_eq(rc, MLAJIT_ERR_INVALID_ARGUMENT);
+        }
+    }
+    cr_expect(accepted > 100 && refused > 100, "the draw covers both sides: %d accepted, %d refused", accepted,
+              refused);
+    /* Every order of dense dimensions. */
+    static const int orders[6][3] = {{0, 1, 2}, {0, 2, 1}, {1, 0, 2}, {1, 2, 0}, {2, 0, 1}, {2, 1, 0}};
+    const int size[3] = {b, s_q, h_q};
+    for (int o = 0; o < 6; o++) {
+        int64_t stride[3], step = row;
+        for (int i = 2; i >= 0; i--) { /* orders[o][2] is innermost */
+            stride[orders[o][i]] = step;
+            step *= size[orders[o][i]];
+        }
+        mlajit_decode_args a;
+        valid_args(p, &a);
+        a.out_stride_b = stride[0];
+        a.out_stride_s = stride[1];
+        a.out_stride_h = stride[2];
+        cr_expect_eq(mlajit_decode(p, &a, NULL), MLAJIT_ERR_NO_DEVICE, "dense order %d: %s", o, mlajit_last_error());
+    }
+    mlajit_plan_destroy(p);
+}
+
 Test(api, planner_splits_small_batches_and_sizes_the_workspace)
 {
     mlajit_plan *p = make_plan(1, 0);
