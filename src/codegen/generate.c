@@ -317,10 +317,13 @@ int mlajit_generate_source(const mlajit_kernel_spec *spec, char **source)
     const mlajit_model_desc *d = mlajit_model_describe(r.model);
     mlajit_strbuf b = {0};
     emit_config(&b, &r, d, spec_string);
-    /* the shared templates around the variant's kernel */
+    /* the shared templates around the variant's kernel (the sm90 family's own
+     * shared part first) */
     const char *kernel = is_sm90(&r) ? "decode_sm90" : is_sliced(&r) ? "decode_sliced" : "decode_portable";
-    const char *parts[] = {"prelude", "gather", kernel, "combine"};
+    const char *parts[] = {"prelude", "gather", is_sm90(&r) ? "sm90_common" : "", kernel, "combine"};
     for (size_t k = 0; k < sizeof parts / sizeof parts[0]; k++) {
+        if (!parts[k][0])
+            continue;
         size_t i = 0;
         while (i < mlajit_template_count && strcmp(mlajit_templates[i].name, parts[k]) != 0)
             i++;

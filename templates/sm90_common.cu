@@ -1,0 +1,426 @@
+// ---------------------------------------------------------------------------
+// sm90_common.cu: what the Hopper (sm_90a) wgmma kernels share: the operand
+// blocks' layout (bf16, 64-dim blocks of 64 rows x 128 bytes, 128-byte
+// swizzled), the PTX of wgmma, named barriers, mbarriers and bulk copies, and the
+// producer's rounds (four lanes per candidate, 32 candidates per round: loads,
+// dequantization into a K tile buffer, L2 prefetch). Each kernel file adds its
+// own roles, registers and barriers to namespace sm90.
+// ---------------------------------------------------------------------------
+namespace sm90 {
+using namespace gather;
+
+// ---- what both sm90 kernels share: operand blocks and the producer's rounds ----
+constexpr int kTile = cfg::kTile;                 // 64 candidates: one wgmma N of S
+constexpr int kKBlocks = cfg::kDQK / 64;          // 64-dim (128-byte) swizzle blocks per row
+constexpr int kBlockBytes = 64 * 128;             // one block of 64 rows
+constexpr int kOperandBytes = kKBlocks * kBlockBytes;  // Q, or one K tile
+constexpr int kKSteps = 64 / 16;                  // wgmma k-steps per block (or per tile in P V)
+constexpr int kWarpGroupThreads = 128;
+// producer
+constexpr int kLanesPerToken = 4;                                  // a candidate's 16-byte loads are 64 bytes apart
+constexpr int kTokensPerRound = kWarpGroupThreads / kLanesPerToken;  // 32
+constexpr int kRoundsPerTile = kTile / kTokensPerRound;            // 2
+constexpr int kNopeChunks = cfg::kDNope / 16;                      // 16 fp8 codes each
+constexpr int kNopeLoads = kNopeChunks / kLanesPerToken;           // per lane and candidate
+constexpr int kRopeChunks = cfg::kDRope * 2 / 16;                  // 8 bf16 each
+constexpr int kRopeLoads = kRopeChunks / kLanesPerToken;
+constexpr int kScaleWords = cfg::kScaleFormat == 3 ? 2 : 4;        // ue8m0 bytes (footer) or fp32 (inline)
+constexpr bool kExactScalesOnly = cfg::kScaleFormat == 2;  // arbitrary fp32 scales: exact dequantization only
+
+static_assert(kTile == 64, "one wgmma N (or M) of candidates");
+static_assert(cfg::kDQK % 64 == 0 && cfg::kDV == 512 && cfg::kDNope % 64 == 0, "dims must fill swizzle blocks");
+static_assert(kTile % kTokensPerRound == 0, "rounds must tile a tile");
+static_assert(kNopeChunks % kLanesPerToken == 0 && kRopeChunks % kLanesPerToken == 0, "lanes split a row evenly");
+static_assert(cfg::kQuantTile % 64 == 0, "a lane's 16 codes at 64-byte steps keep one scale per load");
+static_assert(cfg::kScaleFormat == 3 ? (!cfg::kScalesInline && cfg::kFooterBytes == 8 && cfg::kNumScales <= 8)
+                                     : (cfg::kScalesInline && cfg::kNumScales == 4 && cfg::kScaleOffset % 16 == 0),
+              "scales: one 8-byte footer load (ue8m0) or one 16-byte inline load (fp32)");
+static_assert(cfg::kRowBytes % 16 == 0 && cfg::kRopeOffset % 16 == 0, "16-byte loads");
+
+// ---- PTX: wgmma, descriptors, named barriers, register reallocation ----
+__device__ __forceinline__ void wgmma_fence() { asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory"); }
+__device__ __forceinline__ void wgmma_commit() { asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory"); }
+__device__ __forceinline__ void wgmma_wait_all() { asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory"); }
+
+// Registers an in-flight wgmma reads or writes: the compiler sees a use and a new
+// definition here, so it neither reads an accumulator before wgmma_wait_all nor
+// reuses an A-fragment register while the instruction may still read it.
+template <int N>
+__device__ __forceinline__ void fence_operands(float (&r)[N])
+{
+#pragma unroll
+    for (int i = 0; i < N; i++) asm volatile("" : "+f"(r[i])::"memory");
+}
+template <int M, int N>
+__device__ __forceinline__ void fence_operands(u32 (&r)[M][N])
+{
+#pragma unroll
+    for (int i = 0; i < M; i++)
+#pragma unroll
+        for (int j = 0; j < N; j++) asm volatile("" : "+r"(r[i][j])::"memory");
+}
+
+// Generic-proxy shared-memory writes made visible to wgmma (the async proxy).
+__device__ __forceinline__ void fence_smem_for_wgmma() { asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory"); }
+
+__device__ __forceinline__ void named_barrier_sync(int id, int threads)
+{
+    asm volatile("bar.sync %0, %1;\n" :: "r"(id), "r"(threads) : "memory");
+}
+
+__device__ __forceinline__ void named_barrier_arrive(int id, int threads)
+{
+    asm volatile("bar.arrive %0, %1;\n" :: "r"(id), "r"(threads) : "memory");
+}
+
+// ---- PTX: clusters, mbarriers, bulk copies (CTA pair) ----
+__device__ __forceinline__ u32 cluster_rank()
+{
+    u32 r;
+    asm volatile("mov.u32 %0, %%cluster_ctarank;\n" : "=r"(r));
+    return r;
+}
+
+// The address of the same shared-memory byte in CTA `rank` of the cluster.
+__device__ __forceinline__ u32 peer_address(u32 local, u32 rank)
+{
+    u32 r;
+    asm volatile("mapa.shared::cluster.u32 %0, %1, %2;\n" : "=r"(r) : "r"(local), "r"(rank));
+    return r;
+}
+
+// Every thread of every CTA of the cluster (also orders shared memory: a CTA barrier
+// too). Split in two where a thread has work to do between its arrival and the wait.
+__device__ __forceinline__ void cluster_arrive() { asm volatile("barrier.cluster.arrive.release.aligned;\n" ::: "memory"); }
+__device__ __forceinline__ void cluster_wait() { asm volatile("barrier.cluster.wait.acquire.aligned;\n" ::: "memory"); }
+__device__ __forceinline__ void cluster_sync()
+{
+    cluster_arrive();
+    cluster_wait();
+}
+
+__device__ __forceinline__ void mbarrier_init(u32 bar, u32 count)
+{
+    asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" :: "r"(bar), "r"(count) : "memory");
+}
+
+// mbarrier inits visible to the cluster (before the cluster barrier that publishes them).
+__device__ __forceinline__ void fence_mbarrier_init() { asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory"); }
+
+// One arrival that also expects `bytes` of bulk-copy transactions in this phase.
+__device__ __forceinline__ void mbarrier_arrive_expect_tx(u32 bar, u32 bytes)
+{
+    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" :: "r"(bar), "r"(bytes) : "memory");
+}
+
+// One arrival on a barrier of another CTA (cluster address). CTA-scope release:
+// it passes on that this CTA's consumers have finished reading a buffer (their
+// wgmma.wait_group returned before kBarKEmpty), which orders no data; the
+// cluster-scope form compiles to MEMBAR.GPU, which waits for this thread's loads
+// in flight (the producer's next round).
+__device__ __forceinline__ void mbarrier_arrive_cluster(u32 cluster_bar)
+{
+    asm volatile("mbarrier.arrive.shared::cluster.b64 _, [%0];\n" :: "r"(cluster_bar) : "memory");
+}
+
+// Wait until the phase of the given parity has completed. CTA-scope acquire: the
+// peer's bytes arrive by bulk copy, whose completion the mbarrier itself tracks;
+// a cluster-scope acquire compiles to an L1 invalidation (CCTL.IVALL) that waits
+// for the loads in flight.
+__device__ __forceinline__ void mbarrier_wait(u32 bar, u32 parity)
+{
+    asm volatile(
+        "{\n.reg .pred done;\n"
+        "wait_%=:\n"
+        "mbarrier.try_wait.parity.shared::cta.b64 done, [%0], %1;\n"
+        "@!done bra wait_%=;\n}\n" :: "r"(bar), "r"(parity) : "memory");
+}
+
+// A bulk copy (the TMA engine) of `bytes` from this CTA's shared memory to another
+// CTA's (cluster address); they count towards the transaction count of the
+// mbarrier at `cluster_bar` in that CTA. It reads through the async proxy.
+__device__ __forceinline__ void copy_to_peer(u32 cluster_dst, u32 src, u32 bytes, u32 cluster_bar)
+{
+    asm volatile("cp.async.bulk.shared::cluster.shared::cta.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];\n"
+                 :: "r"(cluster_dst), "r"(src), "r"(bytes), "r"(cluster_bar) : "memory");
+}
+
+template <int kRegisters>
+__device__ __forceinline__ void registers_increase() { asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" :: "n"(kRegisters)); }
+template <int kRegisters>
+__device__ __forceinline__ void registers_decrease() { asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" :: "n"(kRegisters)); }
+
+// Shared-memory matrix descriptor, 128-byte swizzle. K-major operands: rows of 128
+// bytes, 8-row groups 1024 bytes apart (stride), leading offset unused. MN-major
+// (V): 64-element blocks `leading` bytes apart along N, 8-row groups along K 1024.
+__device__ __forceinline__ u64 smem_descriptor(u32 addr, u32 leading, u32 stride)
+{
+    return (u64)((addr & 0x3ffffu) >> 4) | ((u64)(leading >> 4) << 16) | ((u64)(stride >> 4) << 32) | (1ull << 62);
+}
+
+// Byte offset of 16-byte chunk c of row r in a 128-byte-swizzled block (block
+// bases are 1024-aligned, as the hardware's address swizzle assumes).
+__device__ __forceinline__ u32 swizzled(int r, int c) { return (u32)(r * 128 + ((c ^ (r & 7)) << 4)); }
+
+__device__ __forceinline__ void store_shared16(u32 addr, const U32x4& v)
+{
+    asm volatile("st.shared.v4.b32 [%0], {%1, %2, %3, %4};\n" :: "r"(addr), "r"(v.x), "r"(v.y), "r"(v.z), "r"(v.w)
+                 : "memory");
+}
+
+// wgmma accumulator operand lists (inline PTX has no loops): n fp32 registers as
+// "+f" operands d[0 .. n), and the matching register list of the instruction text.
+#define MLAJIT_ACC8(d, i) "+f"(d[(i)]), "+f"(d[(i) + 1]), "+f"(d[(i) + 2]), "+f"(d[(i) + 3]), "+f"(d[(i) + 4]), "+f"(d[(i) + 5]), "+f"(d[(i) + 6]), "+f"(d[(i) + 7])
+#define MLAJIT_ACC32(d, i) MLAJIT_ACC8(d, i), MLAJIT_ACC8(d, i + 8), MLAJIT_ACC8(d, i + 16), MLAJIT_ACC8(d, i + 24)
+#define MLAJIT_ACC128(d) MLAJIT_ACC32(d, 0), MLAJIT_ACC32(d, 32), MLAJIT_ACC32(d, 64), MLAJIT_ACC32(d, 96)
+#define MLAJIT_REGS32 "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}"
+#define MLAJIT_REGS128 "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63, %64, %65, %66, %67, %68, %69, %70, %71, %72, %73, %74, %75, %76, %77, %78, %79, %80, %81, %82, %83, %84, %85, %86, %87, %88, %89, %90, %91, %92, %93, %94, %95, %96, %97, %98, %99, %100, %101, %102, %103, %104, %105, %106, %107, %108, %109, %110, %111, %112, %113, %114, %115, %116, %117, %118, %119, %120, %121, %122, %123, %124, %125, %126, %127}"
+
+// ---- wgmma wrappers ----
+// D(64 x 64) (+)= A(64 x 16, shared memory) * B(16 x 64, shared memory); bf16 in, fp32
+// accumulate; scale_d = 0 overwrites D. Both operands K-major (tnspA = tnspB = 0).
+__device__ __forceinline__ void wgmma_m64n64k16_ss(float (&d)[32], u64 desc_a, u64 desc_b, int scale_d)
+{
+    asm volatile(
+        "{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 "
+        MLAJIT_REGS32 ", %32, %33, p, 1, 1, 0, 0;\n}\n"
+        : MLAJIT_ACC32(d, 0)
+        : "l"(desc_a), "l"(desc_b), "r"(scale_d));
+}
+
+// D(64 x 256) += A(64 x 16, registers: the mma.sync A-fragment layout per warp) *
+// B(16 x 256, shared memory, MN-major: tnspB = 1); bf16 in, fp32 accumulate.
+__device__ __forceinline__ void wgmma_m64n256k16_rs_tnsp_b(float (&d)[128], const u32 (&a)[4], u64 desc_b)
+{
+    asm volatile(
+        "{\n.reg .pred p;\nsetp.ne.b32 p, 1, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n256k16.f32.bf16.bf16 "
+        MLAJIT_REGS128 ", {%128, %129, %130, %131}, %132, p, 1, 1, 1;\n}\n"
+        : MLAJIT_ACC128(d)
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b));
+}
+
+// D(64 x 256) += A(64 x 16, shared memory, K-major) * B(16 x 256, shared memory,
+// MN-major: tnspB = 1); bf16 in, fp32 accumulate.
+__device__ __forceinline__ void wgmma_m64n256k16_ss_tnsp_b(float (&d)[128], u64 desc_a, u64 desc_b)
+{
+    asm volatile(
+        "{\n.reg .pred p;\nsetp.ne.b32 p, 1, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n256k16.f32.bf16.bf16 "
+        MLAJIT_REGS128 ", %128, %129, p, 1, 1, 0, 1;\n}\n"
+        : MLAJIT_ACC128(d)
+        : "l"(desc_a), "l"(desc_b));
+}
+
+__device__ __forceinline__ void store_shared32(u32 addr, u32 v)
+{
+    asm volatile("st.shared.b32 [%0], %1;\n" :: "r"(addr), "r"(v) : "memory");
+}
+
+__device__ __forceinline__ U32x4 load_shared16(u32 addr)
+{
+    U32x4 v;
+    asm volatile("ld.shared.v4.b32 {%0, %1, %2, %3}, [%4];\n" : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "r"(addr) : "memory");
+    return v;
+}
+
+__device__ __forceinline__ void st_shared_f32(u32 addr, float v)
+{
+    asm volatile("st.shared.f32 [%0], %1;\n" :: "r"(addr), "f"(v) : "memory");
+}
+
+__device__ __forceinline__ float load_shared_f32(u32 addr)
+{
+    float v;
+    asm volatile("ld.shared.f32 %0, [%1];\n" : "=f"(v) : "r"(addr) : "memory");
+    return v;
+}
+
+// A 16-byte read of cache rows: read-only for the kernel's life, used once per
+// CTA (no L1 allocation).
+__device__ __forceinline__ U32x4 load_row16(const u8* src)
+{
+    U32x4 v;
+    asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];\n"
+                 : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "l"(src));
+    return v;
+}
+
+__device__ __forceinline__ U32x2 load_row8(const u8* src)
+{
+    U32x2 v;
+    asm volatile("ld.global.nc.L1::no_allocate.v2.u32 {%0, %1}, [%2];\n" : "=r"(v.x), "=r"(v.y) : "l"(src));
+    return v;
+}
+
+// A row's line into L2, two or three tiles before its loads. Where the call's rows
+// outgrow the L2 it is marked evict-last, so that the rest of the GPU's traffic
+// (the other SMs' prefetches and loads) does not push it out in between: 1-2.4%
+// faster on calls of 86 MB and more, 1.5-3.4% slower on calls of 43-48 MB
+// (bench/NOTES.md); the plan chooses (p.prefetch_evict_last), so one predicate
+// picks one of the two forms.
+__device__ __forceinline__ void prefetch_l2_line(const u8* src, int evict_last)
+{
+    asm volatile("{\n"
+                 "  .reg .pred evict_last;\n"
+                 "  setp.ne.s32 evict_last, %1, 0;\n"
+                 "  @evict_last prefetch.global.L2::evict_last [%0];\n"
+                 "  @!evict_last prefetch.global.L2 [%0];\n"
+                 "}\n" :: "l"(src), "r"(evict_last));
+}
+
+// ---- producer: rounds of 32 candidates, four lanes each ----
+// Lane l of warp w owns candidate 8 w + l % 8 of a round and, within its row, the
+// 16-byte NoPE chunks l / 8 + 4 i (bytes 64 i + 16 (l / 8): one scale each) and
+// the RoPE chunks l / 8 + 4 i.
+struct RoundLoads {
+    U32x4 nope[kNopeLoads];
+    U32x4 rope[kRopeLoads];
+    u32 scales[kScaleWords];  // the candidate's scales, raw
+    bool live;
+};
+
+__device__ __forceinline__ void load_round(const DecodeParams& p, int pos, int slot, int quarter, RoundLoads& d)
+{
+    const Candidate c = locate_candidate(p, pos, slot);
+    d.live = c.row != nullptr;
+    if (d.live) {
+#pragma unroll
+        for (int i = 0; i < kNopeLoads; i++) d.nope[i] = load_row16(c.row + 64 * i + 16 * quarter);
+#pragma unroll
+        for (int i = 0; i < kRopeLoads; i++)
+            d.rope[i] = load_row16(c.row + cfg::kRopeOffset + 16 * (quarter + kLanesPerToken * i));
+        if (cfg::kScaleFormat == 3) {
+            const U32x2 v = load_row8(c.scales);
+            d.scales[0] = v.x;
+            d.scales[1] = v.y;
+        } else {
+            const U32x4 v = load_row16(c.scales);
+            d.scales[0] = v.x;
+            d.scales[1] = v.y;
+            d.scales[2] = v.z;
+            d.scales[3] = v.w;
+        }
+    } else {  // skipped: zero codes and scales dequantize to zero rows (P is 0 there; V must be finite)
+#pragma unroll
+        for (int i = 0; i < kNopeLoads; i++) d.nope[i] = U32x4{0u, 0u, 0u, 0u};
+#pragma unroll
+        for (int i = 0; i < kRopeLoads; i++) d.rope[i] = U32x4{0u, 0u, 0u, 0u};
+        // unit scales (fp32 1.0, ue8m0 127): zero codes take the branch-free fast path
+#pragma unroll
+        for (int i = 0; i < kScaleWords; i++) d.scales[i] = cfg::kScaleFormat == 3 ? 0x7f7f7f7fu : 0x3f800000u;
+    }
+}
+
+// A round's registers as if redefined here: NVVM schedules no computation on them
+// (the scale checks, the dequantization) above this point, where the data of a
+// round loaded one round ahead would be waited for early, before the stores of the
+// round in between. asm volatile keeps its place among the barriers and stores.
+// ptxas sees no instruction here and may still move work across it.
+__device__ __forceinline__ void hold_until_here(RoundLoads& d)
+{
+#pragma unroll
+    for (int i = 0; i < kNopeLoads; i++)
+        asm volatile("" : "+r"(d.nope[i].x), "+r"(d.nope[i].y), "+r"(d.nope[i].z), "+r"(d.nope[i].w));
+#pragma unroll
+    for (int i = 0; i < kRopeLoads; i++)
+        asm volatile("" : "+r"(d.rope[i].x), "+r"(d.rope[i].y), "+r"(d.rope[i].z), "+r"(d.rope[i].w));
+#pragma unroll
+    for (int i = 0; i < kScaleWords; i++) asm volatile("" : "+r"(d.scales[i]));
+}
+
+// The raw scale of NoPE load i (codes 64 i + 16 quarter .. + 16: one quantization tile).
+__device__ __forceinline__ u32 scale_bits_of(const RoundLoads& d, int i)
+{
+    const int k = 64 * i / cfg::kQuantTile;
+    return cfg::kScaleFormat == 3 ? (d.scales[k / 4] >> (8 * (k % 4))) & 0xffu : d.scales[k];
+}
+
+// Dequantize a round into row `t` of the K tile at `k_base`; mark its validity. The
+// power-of-two or exact choice is made once for the candidate, so the loads'
+// dequantization is straight-line code the scheduler can interleave (one producer
+// warp per scheduler: no other warp hides a dependency chain).
+// Where a round goes: this CTA's K buffer and validity table.
+struct RoundDest {
+    u32 k_base;
+    int* valid;  // a plain store: ptxas schedules it more freely than inline PTX (DSV4 spills otherwise)
+};
+
+__device__ __forceinline__ void store16(const RoundDest& to, u32 offset, const U32x4& v)
+{
+    store_shared16(to.k_base + offset, v);
+}
+
+__device__ __forceinline__ void store_round(const RoundDest& to, int t, int quarter, const RoundLoads& d)
+{
+    auto store_chunk = [&](int i, const u32 (&w)[8]) {
+        const u32 block = (u32)i * kBlockBytes;  // dims 64 i + 16 quarter .. + 16
+        store16(to, block + swizzled(t, 2 * quarter), U32x4{w[0], w[1], w[2], w[3]});
+        store16(to, block + swizzled(t, 2 * quarter + 1), U32x4{w[4], w[5], w[6], w[7]});
+    };
+    u32 fast[kNopeLoads];
+    bool all_fast = true;
+#pragma unroll
+    for (int i = 0; i < kNopeLoads; i++) {
+        fast[i] = fast_scale_bf16x2(scale_bits_of(d, i));
+        all_fast = all_fast && fast[i] != 0u;
+    }
+    // The branch also pins the next round's loads: with the fast path alone (one
+    // basic block), ptxas sank them below the buffer claim's barrier and the long
+    // walks ran 6-11% slower (bench/NOTES.md, "Code size, the exact path").
+    if (all_fast) {
+#pragma unroll
+        for (int i = 0; i < kNopeLoads; i++) {
+            u32 w[8];
+            dequant16_pow2(d.nope[i], fast[i], w);
+            store_chunk(i, w);
+        }
+    } else {
+#pragma unroll
+        for (int i = 0; i < kNopeLoads; i++) {
+            u32 w[8];
+            dequant16_exact(d.nope[i], scale_value(scale_bits_of(d, i)), w);
+            store_chunk(i, w);
+        }
+    }
+#pragma unroll
+    for (int i = 0; i < kRopeLoads; i++) {
+        const int dim = cfg::kDNope + 8 * (quarter + kLanesPerToken * i);
+        store16(to, (u32)(dim / 64) * kBlockBytes + swizzled(t, (dim % 64) / 8), d.rope[i]);
+    }
+    if (quarter == 0) to.valid[t] = d.live;
+}
+
+// CTA pair: a round's rows, stored here, copied to the same place in the peer: in
+// each 64-dim block the round is 32 consecutive 128-byte rows, so one bulk copy per
+// block, and one of its validity flags. A CTA's shared memory is one contiguous
+// range of the cluster window: a local address plus `peer_delta` is the peer's.
+__device__ __forceinline__ void copy_round_to_peer(const RoundDest& from, int round, u32 peer_delta, u32 peer_bar)
+{
+    constexpr u32 kRowsBytes = kTokensPerRound * 128;
+#pragma unroll
+    for (int i = 0; i < kKBlocks; i++) {
+        const u32 src = from.k_base + (u32)i * kBlockBytes + (u32)round * kRowsBytes;
+        copy_to_peer(src + peer_delta, src, kRowsBytes, peer_bar);
+    }
+    const u32 flags = smem_address(from.valid + round * kTokensPerRound);
+    copy_to_peer(flags + peer_delta, flags, kTokensPerRound * 4, peer_bar);
+}
+
+// Start bringing one row of a tile (and its footer scales) into L2: lane `part` of
+// its kLanes touches it every 128 bytes and at its last byte, so every line it
+// spans is covered (per-lane prefetches: the bulk form takes uniform operands).
+template <int kLanes>
+__device__ __forceinline__ void prefetch_row(const DecodeParams& p, int pos, int raw, int part)
+{
+    const Candidate c = locate_candidate(p, pos, checked_slot(p, pos, raw));
+    if (c.row) {
+#pragma unroll
+        for (int k = part; k * 128 < cfg::kRowBytes + 128; k += kLanes)
+            prefetch_l2_line(c.row + min(k * 128, cfg::kRowBytes - 1), p.prefetch_evict_last);
+        if (!cfg::kScalesInline && part == 0) prefetch_l2_line(c.scales, p.prefetch_evict_last);
+    }
+}
+
+}  // namespace sm90
