@@ -32,6 +32,7 @@
 #include <unistd.h>
 
 #include "cli/cli.h"
+#include "codegen/codegen.h"
 #include "common/error.h"
 #include "harness/fuzz.h"
 #include "harness/harness.h"
@@ -451,6 +452,7 @@ static void print_failure(const fuzz_options *opts, const mlajit_fuzz_call *draw
             printf("  case:   not written: %s\n", mlajit_last_error());
         } else {
             printf("  replay: mlajit run-case");
+            if (call->spec.variant != MLAJIT_VARIANT_AUTO) printf(" --variant %s", mlajit_variant_name(call->spec.variant));
             if (call->spec.tile) printf(" --tile %d", call->spec.tile);
             if (call->spec.heads_per_cta) printf(" --heads-per-cta %d", call->spec.heads_per_cta);
             if (call->shape.num_splits) printf(" --splits %d", call->shape.num_splits);
@@ -471,6 +473,7 @@ static void print_failure(const fuzz_options *opts, const mlajit_fuzz_call *draw
             if (s->features & MLAJIT_FEATURE_TOPK_LENGTH) { printf("%stopk-length", sep); sep = ","; }
             if (s->features & MLAJIT_FEATURE_EXTRA_TOPK_LENGTH) printf("%sextra-topk-length", sep);
         }
+        if (s->variant != MLAJIT_VARIANT_AUTO) printf(" --variant %s", mlajit_variant_name(s->variant));
         if (s->tile) printf(" --tile %d", s->tile);
         if (s->heads_per_cta) printf(" --heads-per-cta %d", s->heads_per_cta);
         printf(" --arch %s\n", o->arch);
