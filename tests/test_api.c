@@ -25,34 +25,15 @@
 #pragma GCC diagnostic ignored "-Woverride-init"
 #endif
 
-/* One disk cache for the whole run: every test runs in its own process, and
- * the table's plan would otherwise be compiled again for each row. The runner
- * makes it before the first test and removes it after the last. */
-#define SHARED_CACHE_VAR "MLAJIT_TEST_API_CACHE"
-static char shared_cache[256];
-
-ReportHook(PRE_ALL)(struct criterion_test_set *tests)
-{
-    snprintf(shared_cache, sizeof shared_cache, "/tmp/mlajit-api-XXXXXX");
-    if (mkdtemp(shared_cache))
-        setenv(SHARED_CACHE_VAR, shared_cache, 1);
-}
-
-ReportHook(POST_ALL)(struct criterion_global_stats *stats)
-{
-    if (!shared_cache[0])
-        return;
-    char cmd[300];
-    snprintf(cmd, sizeof cmd, "rm -rf '%s'", shared_cache);
-    if (system(cmd) != 0)
-        fprintf(stderr, "test_api: could not remove %s\n", shared_cache);
-}
+/* One disk cache for the run: the table's plan would otherwise be compiled again
+ * for each row. */
+#include "shared_cache.h"
 
 static mlajit_context *ctx;
 
 static void setup(void)
 {
-    const char *dir = getenv(SHARED_CACHE_VAR);
+    const char *dir = shared_cache_dir();
     mlajit_context_options o = {.cache_dir = dir, .flags = MLAJIT_CONTEXT_NO_DEVICE};
     if (!dir)
         o.flags |= MLAJIT_CONTEXT_NO_DISK_CACHE;

@@ -30,31 +30,11 @@
 #define HAS_CUDA12_ENTRIES 1
 #endif
 
-/* One disk cache for the run, so each kernel is compiled once, not once per
- * test process. The runner makes it before the first test, removes it after. */
-#define SHARED_CACHE_VAR "MLAJIT_TEST_RUNTIME_CACHE"
-static char shared_cache[256];
-
-ReportHook(PRE_ALL)(struct criterion_test_set *tests)
-{
-    snprintf(shared_cache, sizeof shared_cache, "/tmp/mlajit-runtime-XXXXXX");
-    if (mkdtemp(shared_cache))
-        setenv(SHARED_CACHE_VAR, shared_cache, 1);
-}
-
-ReportHook(POST_ALL)(struct criterion_global_stats *stats)
-{
-    if (!shared_cache[0])
-        return;
-    char cmd[300];
-    snprintf(cmd, sizeof cmd, "rm -rf '%s'", shared_cache);
-    if (system(cmd) != 0)
-        fprintf(stderr, "test_runtime: could not remove %s\n", shared_cache);
-}
+#include "shared_cache.h" /* one disk cache for the run: each kernel compiles once */
 
 static mlajit_context *open_context(int device)
 {
-    const char *dir = getenv(SHARED_CACHE_VAR);
+    const char *dir = shared_cache_dir();
     mlajit_context_options o = {.device = device, .cache_dir = dir, .packs = ""};
     if (!dir)
         o.flags |= MLAJIT_CONTEXT_NO_DISK_CACHE;
