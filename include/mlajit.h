@@ -260,6 +260,8 @@ typedef struct mlajit_context_info {
     double compile_ms;       /* NVRTC time of those compiles */
     int64_t l2_bytes;        /* the device's L2 in bytes, 0 without a device (plans weigh the rows a
                                 decode gathers against it: 1.5x or more, the L2 prefetches are evict-last) */
+    char no_device_reason[256]; /* without a device, why: no driver, cuInit's error, no device, or
+                                   MLAJIT_CONTEXT_NO_DEVICE; "" with one */
 } mlajit_context_info;
 
 /* Describe a context: the GPU, the compiler, the cache, the packs, and the hit

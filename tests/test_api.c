@@ -577,6 +577,15 @@ Test(api, context_info_reports_the_l2_plans_use)
         cr_expect_eq(info.l2_bytes, 0, "no device, no L2");
 }
 
+/* A context without a device says why (this suite's are made without one). */
+Test(api, context_info_says_why_there_is_no_gpu)
+{
+    mlajit_context_info info;
+    cr_assert_eq(mlajit_context_get_info(ctx, &info), MLAJIT_OK);
+    cr_expect_eq(info.has_device, 0);
+    cr_expect(strstr(info.no_device_reason, "MLAJIT_CONTEXT_NO_DEVICE") != NULL, "'%s'", info.no_device_reason);
+}
+
 /* The L2 prefetches are evict-last only where the call's rows come to at least 1.5
  * times the L2 (measured on the H200's 50 MB: faster from 86 MB, slower at 43-48 MB,
  * whatever the walk per CTA). */

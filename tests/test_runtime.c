@@ -80,6 +80,7 @@ Test(device, the_context_reads_the_device)
     cr_expect_eq(info.sm_count, 132);
     cr_expect_eq(info.l2_bytes, 50 * 1024 * 1024);
     cr_expect_eq(info.driver_version, 13000);
+    cr_expect_str_eq(info.no_device_reason, "");
     cr_expect_eq(fake_cuda_counts_get().primary_retained, 1);
     mlajit_context_destroy(ctx);
     expect_all_released();
@@ -150,6 +151,7 @@ static void expect_no_device_says(const char *why)
     mlajit_context_info info;
     mlajit_context_get_info(ctx, &info);
     cr_expect_eq(info.has_device, 0);
+    cr_expect(strstr(info.no_device_reason, why), "info says '%s'", info.no_device_reason);
     mlajit_kernel_spec s = v32_spec(64);
     mlajit_decode_shape shape = {.batch = 1, .s_q = 1, .topk = 64};
     mlajit_plan *plan = NULL;

@@ -103,8 +103,8 @@ static int cmd_info(void)
         printf("gpu           %s (%s, %d SMs, %.0f MB L2)\n", info.device_name, info.device_arch, info.sm_count,
                (double)info.l2_bytes / (1 << 20));
     } else {
-        printf("driver        none found (generate, compile and cache still work; target %s)\n", info.device_arch);
-        printf("gpu           none\n");
+        printf("driver        none usable (generate, compile and cache still work; target %s)\n", info.device_arch);
+        printf("gpu           none: %s\n", info.no_device_reason);
     }
     if (info.cache_dir[0])
         printf("cache         %s (%lld entries, %lld bytes)\n", info.cache_dir, (long long)info.cache_entries,

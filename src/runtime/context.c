@@ -301,6 +301,7 @@ int mlajit_context_get_info(mlajit_context *ctx, mlajit_context_info *info)
     snprintf(info->device_arch, sizeof info->device_arch, "%s", ctx->arch);
     info->sm_count = ctx->sm_count;
     info->l2_bytes = ctx->l2_bytes;
+    snprintf(info->no_device_reason, sizeof info->no_device_reason, "%s", ctx->drv ? "" : ctx->no_device_reason);
     info->driver_version = ctx->driver_version;
     info->nvrtc_major = ctx->nvrtc_major;
     info->nvrtc_minor = ctx->nvrtc_minor;

@@ -32,7 +32,7 @@ struct mlajit_context {
     CUcontext primary;
     char arch[MLAJIT_ARCH_LEN];  /* default target: the device's, else sm_90a */
     char device_name[128];
-    char no_device_reason[512]; /* why drv is NULL, for the errors of calls that need the GPU */
+    char no_device_reason[256]; /* why drv is NULL, for the errors of calls that need the GPU */
     int sm_count;
     int l2_bytes;                /* the device's L2 in bytes (the plans' prefetch hint) */
     int max_smem_optin;
