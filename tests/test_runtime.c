@@ -345,6 +345,30 @@ static mlajit_decode_args v32_args(const mlajit_plan *plan)
     return a;
 }
 
+/* The call most launch tests make: V3.2, 64 heads, b 1, topk 2048, a split plan
+ * (main kernel and combine) with valid arguments. */
+typedef struct split_call {
+    mlajit_context *ctx;
+    mlajit_plan *plan;
+    mlajit_decode_args args;
+} split_call;
+
+static split_call split_call_open(void)
+{
+    split_call c;
+    c.ctx = open_context(0);
+    c.plan = v32_plan(c.ctx, 64, 1, 2048);
+    c.args = v32_args(c.plan);
+    return c;
+}
+
+static void split_call_close(split_call *c)
+{
+    mlajit_plan_destroy(c->plan);
+    mlajit_context_destroy(c->ctx);
+    expect_all_released();
+}
+
 static const mlajit_decode_params *params_of(const fake_cuda_launch *l)
 {
     return (const mlajit_decode_params *)(const void *)l->params;
@@ -369,37 +393,34 @@ static void expect_main_launch(const fake_cuda_launch *l, const mlajit_plan *pla
 
 Test(launch, a_split_plan_launches_the_main_kernel_then_the_combine)
 {
-    mlajit_context *ctx = open_context(0);
-    mlajit_plan *plan = v32_plan(ctx, 64, 1, 2048);
-    cr_assert_gt(plan->num_splits, 1, "b 1, topk 2048 splits on 132 SMs");
-    cr_assert_eq(plan->kernel->layout.dependent_launch, 1, "sm_90a kernels wait for the grid before them");
-    mlajit_decode_args a = v32_args(plan);
+    split_call c = split_call_open();
+    cr_assert_gt(c.plan->num_splits, 1, "b 1, topk 2048 splits on 132 SMs");
+    cr_assert_eq(c.plan->kernel->layout.dependent_launch, 1, "sm_90a kernels wait for the grid before them");
     CUstream stream = NULL;
-    cr_assert_eq(ctx->drv->cuStreamCreate(&stream, 0), 0);
-    cr_assert_eq(mlajit_decode(plan, &a, stream), MLAJIT_OK, "%s", mlajit_last_error());
-    fake_cuda_counts c = fake_cuda_counts_get();
-    cr_assert_eq(c.launches, 2);
-    expect_main_launch(fake_cuda_launch_at(0), plan, stream);
+    cr_assert_eq(c.ctx->drv->cuStreamCreate(&stream, 0), 0);
+    cr_assert_eq(mlajit_decode(c.plan, &c.args, stream), MLAJIT_OK, "%s", mlajit_last_error());
+    fake_cuda_counts n = fake_cuda_counts_get();
+    cr_assert_eq(n.launches, 2);
+    expect_main_launch(fake_cuda_launch_at(0), c.plan, stream);
     const fake_cuda_launch *comb = fake_cuda_launch_at(1);
     cr_expect_str_eq(comb->function, MLAJIT_ENTRY_COMBINE);
-    cr_expect(comb->grid[0] == (unsigned)plan->rows && comb->grid[1] == 64 && comb->grid[2] == 1);
-    cr_expect_eq(comb->block[0], (unsigned)plan->kernel->layout.combine_threads);
-    cr_expect_eq(comb->shared_bytes, (unsigned)plan->combine_smem_bytes);
+    cr_expect(comb->grid[0] == (unsigned)c.plan->rows && comb->grid[1] == 64 && comb->grid[2] == 1);
+    cr_expect_eq(comb->block[0], (unsigned)c.plan->kernel->layout.combine_threads);
+    cr_expect_eq(comb->shared_bytes, (unsigned)c.plan->combine_smem_bytes);
     cr_expect_eq(comb->programmatic, HAS_CUDA12_ENTRIES);
     cr_expect_eq(comb->stream, stream);
     /* Both kernels get the same block; it points the partials into the workspace. */
     cr_expect_eq(memcmp(comb->params, fake_cuda_launch_at(0)->params, sizeof(mlajit_decode_params)), 0);
     const mlajit_decode_params *p = params_of(comb);
-    cr_expect_eq((const void *)p->partial_out, a.workspace);
-    cr_expect_eq((const void *)p->partial_lse, (const void *)((const char *)a.workspace + plan->partial_out_bytes));
-    cr_expect_eq(p->num_splits, plan->num_splits);
-    cr_expect_eq(p->tiles_per_split, plan->tiles_per_split);
-    cr_expect_eq(p->combine_starts_early, plan->combine_starts_early);
+    cr_expect_eq((const void *)p->partial_out, c.args.workspace);
+    cr_expect_eq((const void *)p->partial_lse,
+                 (const void *)((const char *)c.args.workspace + c.plan->partial_out_bytes));
+    cr_expect_eq(p->num_splits, c.plan->num_splits);
+    cr_expect_eq(p->tiles_per_split, c.plan->tiles_per_split);
+    cr_expect_eq(p->combine_starts_early, c.plan->combine_starts_early);
     cr_expect_eq(fake_cuda_counts_get().context_depth, 0);
-    ctx->drv->cuStreamDestroy(stream);
-    mlajit_plan_destroy(plan);
-    mlajit_context_destroy(ctx);
-    expect_all_released();
+    c.ctx->drv->cuStreamDestroy(stream);
+    split_call_close(&c);
 }
 
 /* A decode can be captured in a graph: it launches into the capture and calls
@@ -407,17 +428,15 @@ Test(launch, a_split_plan_launches_the_main_kernel_then_the_combine)
  * captures, as the sync below shows). */
 Test(launch, a_decode_is_captured_into_a_graph)
 {
-    mlajit_context *ctx = open_context(0);
-    mlajit_plan *plan = v32_plan(ctx, 64, 1, 2048);
-    mlajit_decode_args a = v32_args(plan);
-    const mlajit_driver *drv = ctx->drv;
+    split_call c = split_call_open();
+    const mlajit_driver *drv = c.ctx->drv;
     CUstream stream = NULL;
     CUgraph graph = NULL;
     CUgraphExec exec = NULL;
     cr_assert_eq(drv->cuStreamCreate(&stream, MLAJIT_CU_STREAM_NON_BLOCKING), 0);
     cr_assert_eq(drv->cuStreamBeginCapture(stream, MLAJIT_CU_STREAM_CAPTURE_MODE_THREAD_LOCAL), 0);
     for (int i = 0; i < 3; i++)
-        cr_expect_eq(mlajit_decode(plan, &a, stream), MLAJIT_OK, "%s", mlajit_last_error());
+        cr_expect_eq(mlajit_decode(c.plan, &c.args, stream), MLAJIT_OK, "%s", mlajit_last_error());
     cr_expect_eq(drv->cuStreamSynchronize(stream), FAKE_CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED);
     cr_assert_eq(drv->cuStreamEndCapture(stream, &graph), 0);
     cr_assert_eq(fake_cuda_counts_get().launches, 6);
@@ -427,26 +446,20 @@ Test(launch, a_decode_is_captured_into_a_graph)
     drv->cuGraphExecDestroy(exec);
     drv->cuGraphDestroy(graph);
     drv->cuStreamDestroy(stream);
-    mlajit_plan_destroy(plan);
-    mlajit_context_destroy(ctx);
-    expect_all_released();
+    split_call_close(&c);
 }
 
 /* The driver's refusal of a launch comes back as MLAJIT_ERR_CUDA with its text. */
 Test(launch, a_stream_that_is_not_one_is_the_drivers_error)
 {
-    mlajit_context *ctx = open_context(0);
-    mlajit_plan *plan = v32_plan(ctx, 64, 1, 2048);
-    mlajit_decode_args a = v32_args(plan);
+    split_call c = split_call_open();
     static int not_a_stream;
-    cr_expect_eq(mlajit_decode(plan, &a, &not_a_stream), MLAJIT_ERR_CUDA);
+    cr_expect_eq(mlajit_decode(c.plan, &c.args, &not_a_stream), MLAJIT_ERR_CUDA);
     cr_expect(strstr(mlajit_last_error(), "cuLaunchKernel") && strstr(mlajit_last_error(), "invalid resource handle"),
               "%s", mlajit_last_error());
     cr_expect_eq(fake_cuda_counts_get().launches, 0);
     cr_expect_eq(fake_cuda_counts_get().context_depth, 0);
-    mlajit_plan_destroy(plan);
-    mlajit_context_destroy(ctx);
-    expect_all_released();
+    split_call_close(&c);
 }
 
 Test(launch, an_unsplit_plan_launches_one_kernel)
@@ -547,68 +560,56 @@ Test(launch, an_empty_shape_launches_nothing)
 /* A bad argument launches nothing. */
 Test(launch, a_refused_argument_launches_nothing)
 {
-    mlajit_context *ctx = open_context(0);
-    mlajit_plan *plan = v32_plan(ctx, 64, 1, 2048);
-    mlajit_decode_args a = v32_args(plan);
-    a.workspace_size -= 16;
-    cr_expect_eq(mlajit_decode(plan, &a, NULL), MLAJIT_ERR_INVALID_ARGUMENT);
+    split_call c = split_call_open();
+    c.args.workspace_size -= 16;
+    cr_expect_eq(mlajit_decode(c.plan, &c.args, NULL), MLAJIT_ERR_INVALID_ARGUMENT);
     cr_expect_eq(fake_cuda_counts_get().launches, 0);
-    mlajit_plan_destroy(plan);
-    mlajit_context_destroy(ctx);
+    split_call_close(&c);
 }
 
 #ifndef FAKE_CUDA_11
 Test(launch, a_refused_programmatic_launch_falls_back_once_and_is_remembered)
 {
-    mlajit_context *ctx = open_context(0);
-    mlajit_plan *plan = v32_plan(ctx, 64, 1, 2048);
-    mlajit_decode_args a = v32_args(plan);
+    split_call c = split_call_open();
     fake_cuda_refuse_programmatic(1);
-    cr_assert_eq(mlajit_decode(plan, &a, NULL), MLAJIT_OK, "%s", mlajit_last_error());
-    fake_cuda_counts c = fake_cuda_counts_get();
-    cr_expect_eq(c.launches, 2);
-    cr_expect_eq(c.launch_ex_calls, 1, "after the first refusal the combine launches plainly");
+    cr_assert_eq(mlajit_decode(c.plan, &c.args, NULL), MLAJIT_OK, "%s", mlajit_last_error());
+    fake_cuda_counts n = fake_cuda_counts_get();
+    cr_expect_eq(n.launches, 2);
+    cr_expect_eq(n.launch_ex_calls, 1, "after the first refusal the combine launches plainly");
     cr_expect(!fake_cuda_launch_at(0)->extended && !fake_cuda_launch_at(1)->extended);
     for (int i = 0; i < 3; i++)
-        cr_assert_eq(mlajit_decode(plan, &a, NULL), MLAJIT_OK, "%s", mlajit_last_error());
+        cr_assert_eq(mlajit_decode(c.plan, &c.args, NULL), MLAJIT_OK, "%s", mlajit_last_error());
     cr_expect_eq(fake_cuda_counts_get().launch_ex_calls, 1, "later calls do not ask again");
     cr_expect_eq(fake_cuda_counts_get().launches, 8);
-    mlajit_plan_destroy(plan);
-    mlajit_context_destroy(ctx);
+    split_call_close(&c);
 }
 
 Test(launch, a_failure_the_plain_launch_shares_is_not_taken_for_a_refusal)
 {
-    mlajit_context *ctx = open_context(0);
-    mlajit_plan *plan = v32_plan(ctx, 64, 1, 2048);
-    mlajit_decode_args a = v32_args(plan);
+    split_call c = split_call_open();
     fake_cuda_fail("cuLaunchKernelEx", FAKE_CUDA_ERROR_ILLEGAL_ADDRESS, 0);
     fake_cuda_fail("cuLaunchKernel", FAKE_CUDA_ERROR_ILLEGAL_ADDRESS, 0);
-    cr_expect_eq(mlajit_decode(plan, &a, NULL), MLAJIT_ERR_CUDA);
+    cr_expect_eq(mlajit_decode(c.plan, &c.args, NULL), MLAJIT_ERR_CUDA);
     cr_expect(strstr(mlajit_last_error(), "cuLaunchKernel") && strstr(mlajit_last_error(), "illegal memory access"),
               "%s", mlajit_last_error());
     cr_expect_eq(fake_cuda_counts_get().context_depth, 0);
     fake_cuda_fail("cuLaunchKernelEx", 0, 0);
     fake_cuda_fail("cuLaunchKernel", 0, 0);
-    cr_assert_eq(mlajit_decode(plan, &a, NULL), MLAJIT_OK, "%s", mlajit_last_error());
+    cr_assert_eq(mlajit_decode(c.plan, &c.args, NULL), MLAJIT_OK, "%s", mlajit_last_error());
     cr_expect(fake_cuda_launch_at(0)->programmatic, "the context still launches programmatic dependents");
-    mlajit_plan_destroy(plan);
-    mlajit_context_destroy(ctx);
+    split_call_close(&c);
 }
 #endif
 
 Test(launch, a_failed_combine_launch_is_reported)
 {
-    mlajit_context *ctx = open_context(0);
-    mlajit_plan *plan = v32_plan(ctx, 64, 1, 2048);
-    mlajit_decode_args a = v32_args(plan);
+    split_call c = split_call_open();
     fake_cuda_fail(HAS_CUDA12_ENTRIES ? "cuLaunchKernelEx" : "cuLaunchKernel", FAKE_CUDA_ERROR_ILLEGAL_ADDRESS, 1);
     fake_cuda_fail("cuLaunchKernel", FAKE_CUDA_ERROR_ILLEGAL_ADDRESS, HAS_CUDA12_ENTRIES ? 0 : 1);
-    cr_expect_eq(mlajit_decode(plan, &a, NULL), MLAJIT_ERR_CUDA);
+    cr_expect_eq(mlajit_decode(c.plan, &c.args, NULL), MLAJIT_ERR_CUDA);
     cr_expect_eq(fake_cuda_counts_get().launches, 1, "the main kernel was launched, the combine was not");
     cr_expect(strstr(mlajit_last_error(), "700"), "%s", mlajit_last_error());
-    mlajit_plan_destroy(plan);
-    mlajit_context_destroy(ctx);
+    split_call_close(&c);
 }
 
 /* The caller's current context is kept: pushed over and popped back when it is

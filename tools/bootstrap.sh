@@ -16,8 +16,8 @@ pkg-config --exists criterion 2>/dev/null || need+=(libcriterion-dev)
 apt_install bootstrap "${need[@]}"
 
 cuda=${CUDA_HOME:-/usr/local/cuda}
-if [ ! -f "$cuda/include/nvrtc.h" ]; then
-  echo "bootstrap: no CUDA toolkit at $cuda (need NVRTC: nvrtc.h and libnvrtc); set CUDA_HOME" >&2
+if [ ! -f "$cuda/include/nvrtc.h" ] || [ ! -f "$cuda/include/cuda.h" ]; then
+  echo "bootstrap: no CUDA toolkit at $cuda (need NVRTC: nvrtc.h and libnvrtc; and cuda.h, which the tests' fake driver is checked against); set CUDA_HOME" >&2
   exit 1
 fi
 if [ ! -f build/build.ninja ]; then

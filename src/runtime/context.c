@@ -903,11 +903,7 @@ int mlajit_kernel_prepare(mlajit_context *ctx, const mlajit_kernel_spec *spec, m
     if (rc)
         return rc;
     const mlajit_kernel *k;
-    mlajit_kernel_spec s = *spec;
-    if (!s.arch[0] && (rc = mlajit_device_arch_check(ctx)))
-        return rc;
-    if (!s.arch[0])
-        snprintf(s.arch, sizeof s.arch, "%s", ctx->arch);
-    int load = ctx->drv && mlajit_arch_runs_on(s.arch, ctx->arch);
-    return mlajit_kernel_acquire(ctx, &s, load, &k, report);
+    /* arch "" stays for acquire, which fills in the device's (and checks it) */
+    int load = ctx->drv && mlajit_arch_runs_on(spec->arch[0] ? spec->arch : ctx->arch, ctx->arch);
+    return mlajit_kernel_acquire(ctx, spec, load, &k, report);
 }

@@ -42,12 +42,15 @@ typedef struct fake_stream {
     struct fake_stream *next; /* the live streams, to refuse a handle that is not one */
 } fake_stream;
 
+/* Graphs and their instances hold nothing the tests read (a captured launch is
+ * recorded with `captured` set); the tag tells a handle from any other pointer. */
+enum { kGraphTag = 0x47524150, kExecTag = 0x45584543 };
 typedef struct fake_graph {
-    int launches; /* captured launches */
+    unsigned tag;
 } fake_graph;
 
 typedef struct fake_exec {
-    int launches;
+    unsigned tag;
 } fake_exec;
 
 typedef struct fake_event {
@@ -206,7 +209,6 @@ static CUresult injected(const char *entry)
 CUresult cuInit(unsigned int flags)
 {
     ENTER("cuInit");
-    counts.inits++;
     LEAVE(flags ? CUDA_ERROR_INVALID_VALUE : CUDA_SUCCESS);
 }
 
@@ -585,8 +587,6 @@ static CUresult launch(const fake_function *f, const unsigned grid[3], const uns
             memcpy(l->params, params[0], param_bytes);
     }
     counts.launches++;
-    if (s && s->capturing)
-        s->capture->launches++;
     return CUDA_SUCCESS;
 }
 
@@ -736,6 +736,7 @@ CUresult cuStreamBeginCapture(CUstream stream, CUstreamCaptureMode mode)
         LEAVE(CUDA_ERROR_INVALID_VALUE);
     if (!(s->capture = calloc(1, sizeof *s->capture)))
         LEAVE(CUDA_ERROR_OUT_OF_MEMORY);
+    s->capture->tag = kGraphTag;
     s->capturing = 1;
     captures_open++;
     LEAVE(CUDA_SUCCESS);
@@ -758,10 +759,12 @@ CUresult cuStreamEndCapture(CUstream stream, CUgraph *graph)
 CUresult cuGraphInstantiateWithFlags(CUgraphExec *exec, CUgraph graph, unsigned long long flags)
 {
     ENTER("cuGraphInstantiateWithFlags");
+    if (!graph || ((fake_graph *)(void *)graph)->tag != kGraphTag)
+        LEAVE(CUDA_ERROR_INVALID_HANDLE);
     fake_exec *e = calloc(1, sizeof *e);
     if (!e)
         LEAVE(CUDA_ERROR_OUT_OF_MEMORY);
-    e->launches = ((fake_graph *)(void *)graph)->launches;
+    e->tag = kExecTag;
     counts.execs_live++;
     *exec = (CUgraphExec)(void *)e;
     LEAVE(CUDA_SUCCESS);
@@ -770,12 +773,14 @@ CUresult cuGraphInstantiateWithFlags(CUgraphExec *exec, CUgraph graph, unsigned 
 CUresult cuGraphLaunch(CUgraphExec exec, CUstream stream)
 {
     ENTER("cuGraphLaunch");
-    LEAVE(exec ? CUDA_SUCCESS : CUDA_ERROR_INVALID_HANDLE);
+    LEAVE(exec && ((fake_exec *)(void *)exec)->tag == kExecTag ? CUDA_SUCCESS : CUDA_ERROR_INVALID_HANDLE);
 }
 
 CUresult cuGraphExecDestroy(CUgraphExec exec)
 {
     ENTER("cuGraphExecDestroy");
+    if (!exec || ((fake_exec *)(void *)exec)->tag != kExecTag)
+        LEAVE(CUDA_ERROR_INVALID_HANDLE);
     free(exec);
     counts.execs_live--;
     LEAVE(CUDA_SUCCESS);
@@ -784,6 +789,8 @@ CUresult cuGraphExecDestroy(CUgraphExec exec)
 CUresult cuGraphDestroy(CUgraph graph)
 {
     ENTER("cuGraphDestroy");
+    if (!graph || ((fake_graph *)(void *)graph)->tag != kGraphTag)
+        LEAVE(CUDA_ERROR_INVALID_HANDLE);
     free(graph);
     counts.graphs_live--;
     LEAVE(CUDA_SUCCESS);

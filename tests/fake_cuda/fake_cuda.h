@@ -26,10 +26,8 @@ enum {
     FAKE_CUDA_ERROR_INVALID_VALUE = 1,
     FAKE_CUDA_ERROR_OUT_OF_MEMORY = 2,
     FAKE_CUDA_ERROR_NO_DEVICE = 100,
-    FAKE_CUDA_ERROR_INVALID_IMAGE = 200,
     FAKE_CUDA_ERROR_INVALID_CONTEXT = 201,
     FAKE_CUDA_ERROR_NO_BINARY_FOR_GPU = 209,
-    FAKE_CUDA_ERROR_INVALID_HANDLE = 400,
     FAKE_CUDA_ERROR_NOT_FOUND = 500,
     FAKE_CUDA_ERROR_ILLEGAL_ADDRESS = 700,
     FAKE_CUDA_ERROR_NOT_SUPPORTED = 801,
@@ -59,7 +57,6 @@ typedef struct fake_cuda_launch {
 
 /* Live-object counts, to check that everything made is released. */
 typedef struct fake_cuda_counts {
-    int inits;
     int images_loaded, images_live;     /* cuLibraryLoadData + cuModuleLoadData */
     int primary_retained;               /* retains minus releases */
     int context_depth;                  /* this thread's context stack */
