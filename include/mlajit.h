@@ -145,11 +145,16 @@ typedef enum mlajit_variant {
                                   * power-of-two scales (v32, dsv4); auto takes it on sm_90a for more
                                   * than 32 heads where a plan does not split and, at 65-128 heads (a
                                   * CTA pair), walks fewer than 20 tiles of 64 per CTA (bench/NOTES.md) */
-    MLAJIT_VARIANT_SM90_UNPAIRED = 5 /* sm90 without the CTA pair: at 65-128 heads each of the two
+    MLAJIT_VARIANT_SM90_UNPAIRED = 5, /* sm90 without the CTA pair: at 65-128 heads each of the two
                                   * head groups' CTAs gathers every tile itself (at 64 heads and
                                   * fewer sm90 has no pair, and this resolves to sm90); auto takes it
                                   * on sm_90a where sm90's plan splits down to one tile per CTA, so
                                   * the pair's start-up is not paid for one tile (bench/NOTES.md) */
+    MLAJIT_VARIANT_SM90_NARROW = 6 /* wgmma with the products transposed (candidates are wgmma's M,
+                                  * heads its N): at most 32 heads, h_q rounded up to 8 per CTA, no
+                                  * math padded to 64 heads, two warp groups gathering; sm_90a,
+                                  * power-of-two scales (v32, dsv4), tile 64. Not chosen by auto
+                                  * (not yet measured on the H200) */
 } mlajit_variant;
 
 typedef struct mlajit_kernel_spec {

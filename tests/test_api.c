@@ -165,7 +165,7 @@ BAD(spec_validate_extra_length_without_extra, INVALID, "extra_page_size is 0",
 BAD(spec_validate_tile_48, INVALID, "spec.tile = 48", mlajit_spec_validate(SPEC(.tile = 48)))
 BAD(spec_validate_tile_negative, INVALID, "spec.tile = -32", mlajit_spec_validate(SPEC(.tile = -32)))
 BAD(spec_validate_heads_per_cta_8, INVALID, "spec.heads_per_cta = 8", mlajit_spec_validate(SPEC(.heads_per_cta = 8)))
-BAD(spec_validate_variant, INVALID, "spec.variant = 6", mlajit_spec_validate(SPEC(.variant = (mlajit_variant)6)))
+BAD(spec_validate_variant, INVALID, "spec.variant = 7", mlajit_spec_validate(SPEC(.variant = (mlajit_variant)7)))
 BAD(spec_validate_arch_sm_70, INVALID, "spec.arch = 'sm_70'", mlajit_spec_validate(SPEC(.arch = "sm_70")))
 BAD(spec_validate_arch_unknown, INVALID, "spec.arch = 'gfx90a'", mlajit_spec_validate(SPEC(.arch = "gfx90a")))
 BAD(spec_validate_arch_unterminated, INVALID, "spec.arch is not NUL-terminated",

@@ -223,7 +223,7 @@ Test(generate, main_kernel_waits_for_the_previous_grid_first)
 {
     struct { mlajit_variant variant; int h_q; } rows[] = {
         {MLAJIT_VARIANT_PORTABLE, 64}, {MLAJIT_VARIANT_SM90, 128}, {MLAJIT_VARIANT_SM90_STAGED, 64},
-        {MLAJIT_VARIANT_SM90_UNPAIRED, 128}, {MLAJIT_VARIANT_SLICED, 16},
+        {MLAJIT_VARIANT_SM90_UNPAIRED, 128}, {MLAJIT_VARIANT_SLICED, 16}, {MLAJIT_VARIANT_SM90_NARROW, 32},
     };
     for (size_t i = 0; i < sizeof rows / sizeof rows[0]; i++) {
         mlajit_kernel_spec s;

@@ -66,9 +66,10 @@ static const char *golden_dir(void)
     return d && *d ? d : "../shared/golden";
 }
 
-/* Every golden case of the models in `models` (a bit per mlajit_model; 0: all). */
-static void for_each_golden_of(const mlajit_gpu_run_options *opts, const char *variant, unsigned models,
-                               int expected)
+/* Every golden case of the models in `models` (a bit per mlajit_model; 0: all)
+ * with at most max_heads heads (0: any). */
+static void for_each_golden_where(const mlajit_gpu_run_options *opts, const char *variant, unsigned models,
+                                  int max_heads, int expected)
 {
     DIR *dir = opendir(golden_dir());
     cr_assert_not_null(dir, "golden dir %s is missing (set MLAJIT_GOLDEN_DIR)", golden_dir());
@@ -83,7 +84,7 @@ static void for_each_golden_of(const mlajit_gpu_run_options *opts, const char *v
         snprintf(path, sizeof path, "%s/%s", golden_dir(), e->d_name);
         mlajit_case c;
         cr_assert_eq(mlajit_case_load(path, &c), MLAJIT_OK, "%s: %s", path, mlajit_last_error());
-        if (models && !(models & (1u << c.model))) {
+        if ((models && !(models & (1u << c.model))) || (max_heads && c.h_q > max_heads)) {
             mlajit_case_free(&c);
             continue;
         }
@@ -95,6 +96,12 @@ static void for_each_golden_of(const mlajit_gpu_run_options *opts, const char *v
     }
     closedir(dir);
     cr_expect_geq(n, expected, "expected %d golden cases, found %d", expected, n);
+}
+
+static void for_each_golden_of(const mlajit_gpu_run_options *opts, const char *variant, unsigned models,
+                               int expected)
+{
+    for_each_golden_where(opts, variant, models, 0, expected);
 }
 
 static void for_each_golden(const mlajit_gpu_run_options *opts, const char *variant)
@@ -132,13 +139,14 @@ static void synth_check(const mlajit_synth_params *p, const mlajit_gpu_run_optio
 
 /* `dsv4_as`: the model that takes DSV4's rows (DSV4 itself, or GLM_NSA for a
  * variant that runs only the V3.2 layout: arbitrary fp32 scales instead). */
-static void sweep_models(const mlajit_gpu_run_options *opts, const char *variant, mlajit_model dsv4_as)
+static void sweep_models_upto(const mlajit_gpu_run_options *opts, const char *variant, mlajit_model dsv4_as,
+                              int max_heads)
 {
     const int heads[] = {1, 2, 3, 8, 16, 24, 32, 48, 64, 80, 128};
     const int pages[] = {1, 2, 61, 64, 256};
     const int topks[] = {1, 37, 64, 133, 200, 511, 1152};
     int k = 0;
-    for (size_t hi = 0; hi < sizeof heads / sizeof heads[0]; hi++)
+    for (size_t hi = 0; hi < sizeof heads / sizeof heads[0] && heads[hi] <= max_heads; hi++)
         for (size_t pi = 0; pi < sizeof pages / sizeof pages[0]; pi++, k++) {
             int topk = topks[k % 7];
             int dual = k % 3 == 2;
@@ -158,6 +166,11 @@ static void sweep_models(const mlajit_gpu_run_options *opts, const char *variant
                      p.extra_page_size, p.b, p.s_q);
             synth_check(&p, opts, label);
         }
+}
+
+static void sweep_models(const mlajit_gpu_run_options *opts, const char *variant, mlajit_model dsv4_as)
+{
+    sweep_models_upto(opts, variant, dsv4_as, 128);
 }
 
 static void sweep_heads_pages_ragged_topk(const mlajit_gpu_run_options *opts, const char *variant)
@@ -541,4 +554,31 @@ Test(gpu, sliced_refuses_other_layouts)
     cr_expect_eq(mlajit_case_run_gpu(ctx, &c, &o, &res), MLAJIT_ERR_UNSUPPORTED);
     cr_expect(strstr(mlajit_last_error(), "variant sliced") != NULL, "%s", mlajit_last_error());
     mlajit_case_free(&c);
+}
+
+/* sm90-narrow (the transposed wgmma kernel, at most 32 heads) against the same
+ * oracles: the golden cases of at most 32 heads, with 3 splits and padded strides
+ * too; the shape sweep up to 32 heads (DSV4 in its rows); the exhaustive
+ * dequantization of the power-of-two formats; and what it refuses. */
+Test(gpu, sm90_narrow_golden_cases, .timeout = 180)
+{
+    require_sm90a();
+    mlajit_gpu_run_options o = {.variant = MLAJIT_VARIANT_SM90_NARROW};
+    for_each_golden_where(&o, "sm90-narrow", 0, 32, 2);
+    mlajit_gpu_run_options padded = {.variant = MLAJIT_VARIANT_SM90_NARROW, .num_splits = 3, .lse_head_major = 1,
+                                      .pad_strides = 1};
+    for_each_golden_where(&padded, "sm90-narrow, 3 splits, lse [b,h,s], padded strides", 0, 32, 2);
+}
+
+Test(gpu, sm90_narrow_sweep_heads_pages_ragged_topk, .timeout = 300)
+{
+    require_sm90a();
+    mlajit_gpu_run_options o = {.variant = MLAJIT_VARIANT_SM90_NARROW};
+    sweep_models_upto(&o, "sm90-narrow", MLAJIT_MODEL_DSV4, 32);
+}
+
+Test(gpu, sm90_narrow_dequant_every_code_and_scale, .timeout = 180)
+{
+    require_sm90a();
+    dequant_every_code_and_scale_of(MLAJIT_VARIANT_SM90_NARROW, (1u << MLAJIT_MODEL_V32) | (1u << MLAJIT_MODEL_DSV4));
 }

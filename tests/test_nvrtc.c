@@ -41,6 +41,9 @@ static void compile_variant_ok(mlajit_model model, int h, int page, int extra_pa
         cr_expect(strstr(src, "movmatrix.sync") != NULL, "%s: the sliced kernel", name);
     if (variant == MLAJIT_VARIANT_SM90_STAGED)
         cr_expect(strstr(src, "wgmma.mma_async") && strstr(src, "kStagedOutput = true"), "%s: sm90, staged", name);
+    if (variant == MLAJIT_VARIANT_SM90_NARROW)
+        cr_expect(strstr(src, "decode_sm90_narrow.cu") && strstr(name, ".sm90-narrow.sm_90a"), "%s: the narrow kernel",
+                  name);
     mlajit_compiled c;
     int rc = mlajit_nvrtc_compile(src, name, arch, &c);
     mlajit_free(src);
@@ -236,6 +239,49 @@ Test(nvrtc, sm90_staged_refuses_arbitrary_scales)
     cr_expect_eq(mlajit_spec_resolve(&s, &r), MLAJIT_ERR_UNSUPPORTED);
     cr_expect(strstr(mlajit_last_error(), "sm90-staged") && strstr(mlajit_last_error(), "glm_nsa"), "%s",
               mlajit_last_error());
+}
+
+/* sm90-narrow compiles with no spills (and no serialized wgmma) at each wgmma N it
+ * takes (8, 16, 24, 32 heads), for both power-of-two formats, with every feature;
+ * and it refuses what it cannot run, saying what to use instead. */
+Test(nvrtc, sm90_narrow_family, .timeout = 600)
+{
+    const mlajit_variant narrow = MLAJIT_VARIANT_SM90_NARROW;
+    compile_variant_ok(MLAJIT_MODEL_V32, 32, 64, 0, 0, "sm_90a", narrow);
+    compile_variant_ok(MLAJIT_MODEL_V32, 32, 1, 0, MLAJIT_FEATURE_SINK | MLAJIT_FEATURE_TOPK_LENGTH, "sm_90a", narrow);
+    compile_variant_ok(MLAJIT_MODEL_V32, 8, 61, 64, MLAJIT_FEATURE_ALL, "sm_90a", narrow);
+    compile_variant_ok(MLAJIT_MODEL_V32, 1, 64, 0, 0, "sm_90a", narrow);
+    compile_variant_ok(MLAJIT_MODEL_DSV4, 20, 256, 64, MLAJIT_FEATURE_ALL, "sm_90a", narrow);
+    compile_variant_ok(MLAJIT_MODEL_DSV4, 16, 7, 2, MLAJIT_FEATURE_ALL, "sm_90a", narrow);
+    compile_variant_ok(MLAJIT_MODEL_DSV4, 32, 64, 0, 0, "sm_90a", narrow);
+}
+
+Test(nvrtc, sm90_narrow_refuses_what_it_cannot_run)
+{
+    static const struct { mlajit_model model; int h_q; const char *arch; int heads_per_cta; const char *words; } rows[] = {
+        {MLAJIT_MODEL_GLM_NSA, 16, "sm_90a", 0, "glm_nsa has arbitrary fp32 scales"},
+        {MLAJIT_MODEL_V32, 33, "sm_90a", 0, "at most 32 heads; h_q = 33"},
+        {MLAJIT_MODEL_V32, 16, "sm_80", 0, "needs spec.arch = sm_90a"},
+        {MLAJIT_MODEL_V32, 16, "sm_90a", 32, "h_q rounded up to 8 heads per CTA (16)"},
+    };
+    for (size_t i = 0; i < sizeof rows / sizeof rows[0]; i++) {
+        mlajit_kernel_spec s, r;
+        cr_assert_eq(mlajit_spec_init(&s, rows[i].model, rows[i].h_q, 64), MLAJIT_OK);
+        s.variant = MLAJIT_VARIANT_SM90_NARROW;
+        s.heads_per_cta = rows[i].heads_per_cta;
+        strcpy(s.arch, rows[i].arch);
+        cr_expect_eq(mlajit_spec_resolve(&s, &r), MLAJIT_ERR_UNSUPPORTED, "row %zu", i);
+        cr_expect(strstr(mlajit_last_error(), "sm90-narrow") && strstr(mlajit_last_error(), rows[i].words),
+                  "row %zu: %s", i, mlajit_last_error());
+    }
+    /* 8 and 24 heads per CTA are sm90-narrow's only */
+    mlajit_kernel_spec s;
+    cr_assert_eq(mlajit_spec_init(&s, MLAJIT_MODEL_V32, 8, 64), MLAJIT_OK);
+    s.heads_per_cta = 8;
+    cr_expect_eq(mlajit_spec_validate(&s), MLAJIT_ERR_INVALID_ARGUMENT);
+    cr_expect(strstr(mlajit_last_error(), "8, 24 with variant sm90-narrow") != NULL, "%s", mlajit_last_error());
+    s.variant = MLAJIT_VARIANT_SM90_NARROW;
+    cr_expect_eq(mlajit_spec_validate(&s), MLAJIT_OK, "%s", mlajit_last_error());
 }
 
 Test(nvrtc, rejects_an_arch_it_cannot_target)

@@ -38,7 +38,7 @@ typedef struct mlajit_kernel_layout {
 #define MLAJIT_SLICED_MIN_TILES 16
 
 /* The variants' names, as spec strings and the CLI spell them. */
-#define MLAJIT_VARIANT_NAMES "auto, portable, sm90, sliced, sm90-staged, sm90-unpaired"
+#define MLAJIT_VARIANT_NAMES "auto, portable, sm90, sliced, sm90-staged, sm90-unpaired, sm90-narrow"
 /* The name of variant v ("auto" for an unknown value). */
 const char *mlajit_variant_name(mlajit_variant v);
 /* The variant called `name`: 1 and *out, else 0 (no error is set). */

@@ -21,14 +21,15 @@ enum { kCombineThreads = 128, kCombineStagedSplits = 32, kRowPad = 8 };
  * sm90-unpaired, the sm90 kernel without the CTA pair */
 static int is_sm90(const mlajit_kernel_spec *r) { return mlajit_variant_is_sm90(r->variant); }
 static int is_sliced(const mlajit_kernel_spec *r) { return r->variant == MLAJIT_VARIANT_SLICED; }
+static int is_narrow(const mlajit_kernel_spec *r) { return r->variant == MLAJIT_VARIANT_SM90_NARROW; }
 
 /* Portable: eight warps up to 32 heads per CTA; sixteen at 64, so each warp's share
  * of the output accumulator (64 heads x 32 value dims) stays in 64 registers.
- * sm90: three warp groups (two consumers, one producer). sliced: eight warps, one
- * 64-dim slice of V each. */
+ * sm90: three warp groups (two consumers, one producer); sm90-narrow three (one
+ * consumer, two producers). sliced: eight warps, one 64-dim slice of V each. */
 static int threads_for(const mlajit_kernel_spec *r)
 {
-    if (is_sm90(r))
+    if (is_sm90(r) || is_narrow(r))
         return 384;
     if (is_sliced(r))
         return 256;
@@ -97,6 +98,26 @@ static void sm90_smem_map(const mlajit_model_desc *d, int tile, int heads, smem_
     m->total = off + 1024;
 }
 
+/* Shared-memory map of the sm90-narrow kernel, from the 1024-aligned base: Q
+ * (d_qk / 64 swizzled blocks of `heads` rows x 128 bytes) and two K tile buffers
+ * as sm90's; P (`heads` rows x one 64-candidate block); the consumer's four warps'
+ * column maxima of a tile (at the end, their column sums); the heads' final
+ * statistics; the buffers' validity tables. */
+static void sm90_narrow_smem_map(const mlajit_model_desc *d, int tile, int heads, smem_map *m)
+{
+    int operand = d->d_qk / 64 * 64 * 128;
+    int off = 0;
+    memset(m, 0, sizeof *m);
+    m->q = off;           off += d->d_qk / 64 * heads * 128;
+    m->k = off;           off += 2 * operand;
+    m->probs = off;       off += heads * tile * 2;
+    m->scores = off;      off += align16(4 * heads * 4);
+    m->row_max = off;     off += align16(heads * 4);
+    m->row_sum = off;     off += align16(heads * 4);
+    m->token_valid = off; off += align16(2 * tile * 4);
+    m->total = off + 1024;
+}
+
 /* The sliced kernel's copy ring: three stages (tiles t .. t + 2) of the tile's
  * rows as they are in the cache, rows 64 mod 128 bytes apart (bank-conflict-free
  * 16-byte reads of rows g, g + 1). */
@@ -133,6 +154,8 @@ static void kernel_smem_map(const mlajit_kernel_spec *r, const mlajit_model_desc
 {
     if (is_sm90(r))
         sm90_smem_map(d, r->tile, r->heads_per_cta, m);
+    else if (is_narrow(r))
+        sm90_narrow_smem_map(d, r->tile, r->heads_per_cta, m);
     else if (is_sliced(r))
         sliced_smem_map(r, d, m);
     else
@@ -168,7 +191,7 @@ static int min_blocks_per_sm(const mlajit_kernel_spec *r, const smem_map *m)
     int fits = 2 * m->total <= mlajit_arch_max_smem(r->arch);
     if (is_sliced(r) && mlajit_model_describe(r->model)->scale_format == MLAJIT_SCALE_FP32)
         return 1;
-    return !is_sm90(r) && r->heads_per_cta == 16 && fits ? 2 : 1;
+    return !is_sm90(r) && !is_narrow(r) && r->heads_per_cta == 16 && fits ? 2 : 1;
 }
 
 int mlajit_codegen_layout(const mlajit_kernel_spec *r, mlajit_kernel_layout *layout)
@@ -317,10 +340,13 @@ int mlajit_generate_source(const mlajit_kernel_spec *spec, char **source)
     const mlajit_model_desc *d = mlajit_model_describe(r.model);
     mlajit_strbuf b = {0};
     emit_config(&b, &r, d, spec_string);
-    /* the shared templates around the variant's kernel (the sm90 family's own
-     * shared part first) */
-    const char *kernel = is_sm90(&r) ? "decode_sm90" : is_sliced(&r) ? "decode_sliced" : "decode_portable";
-    const char *parts[] = {"prelude", "gather", is_sm90(&r) ? "sm90_common" : "", kernel, "combine"};
+    /* the shared templates around the variant's kernel (the sm90 family's kernels
+     * share sm90_common) */
+    const char *kernel = is_sm90(&r)     ? "decode_sm90"
+                         : is_narrow(&r) ? "decode_sm90_narrow"
+                         : is_sliced(&r) ? "decode_sliced"
+                                         : "decode_portable";
+    const char *parts[] = {"prelude", "gather", is_sm90(&r) || is_narrow(&r) ? "sm90_common" : "", kernel, "combine"};
     for (size_t k = 0; k < sizeof parts / sizeof parts[0]; k++) {
         if (!parts[k][0])
             continue;

@@ -74,6 +74,7 @@ static const struct {
     {MLAJIT_VARIANT_SLICED, "sliced"},
     {MLAJIT_VARIANT_SM90_STAGED, "sm90-staged"},
     {MLAJIT_VARIANT_SM90_UNPAIRED, "sm90-unpaired"},
+    {MLAJIT_VARIANT_SM90_NARROW, "sm90-narrow"},
 };
 
 static int variant_known(mlajit_variant v)
@@ -122,9 +123,13 @@ int mlajit_spec_validate(const mlajit_kernel_spec *spec)
                            "set extra_page_size to the extra cache's page size");
     if (spec->tile != 0 && spec->tile != 32 && spec->tile != 64)
         return mlajit_fail(MLAJIT_ERR_INVALID_ARGUMENT, "spec.tile = %d; allowed 0 (auto), 32, 64", spec->tile);
-    if (spec->heads_per_cta != 0 && spec->heads_per_cta != 16 && spec->heads_per_cta != 32 &&
-        spec->heads_per_cta != 64)
-        return mlajit_fail(MLAJIT_ERR_INVALID_ARGUMENT, "spec.heads_per_cta = %d; allowed 0 (auto), 16, 32, 64",
+    /* 8 and 24 are h_q rounded up to 8, which only sm90-narrow's wgmma N takes */
+    const int narrow_only = spec->heads_per_cta == 8 || spec->heads_per_cta == 24;
+    if ((spec->heads_per_cta != 0 && spec->heads_per_cta != 16 && spec->heads_per_cta != 32 &&
+         spec->heads_per_cta != 64 && !narrow_only) ||
+        (narrow_only && spec->variant != MLAJIT_VARIANT_SM90_NARROW))
+        return mlajit_fail(MLAJIT_ERR_INVALID_ARGUMENT,
+                           "spec.heads_per_cta = %d; allowed 0 (auto), 16, 32, 64 (and 8, 24 with variant sm90-narrow)",
                            spec->heads_per_cta);
     if (!variant_known(spec->variant)) {
         char allowed[256];
@@ -179,6 +184,28 @@ int mlajit_spec_resolve(const mlajit_kernel_spec *spec, mlajit_kernel_spec *reso
             return mlajit_fail(MLAJIT_ERR_UNSUPPORTED, "variant sm90-staged needs power-of-two scales (v32, dsv4); "
                                "model %s has arbitrary fp32 scales: use the sm90 variant",
                                mlajit_model_describe(r.model)->name);
+    }
+    if (r.variant == MLAJIT_VARIANT_SM90_NARROW) {
+        /* S^T and O^T: wgmma N is the heads (a multiple of 8, at most 32 beside two
+         * gathering warp groups); the producers' 128 registers hold the power-of-two
+         * dequantization only */
+        const mlajit_model_desc *d = mlajit_model_describe(r.model);
+        const int heads_n = (r.h_q + 7) / 8 * 8;
+        if (strcmp(r.arch, "sm_90a") != 0)
+            return mlajit_fail(MLAJIT_ERR_UNSUPPORTED, "variant sm90-narrow needs spec.arch = sm_90a (wgmma); "
+                               "spec.arch = '%s': use the portable variant", r.arch);
+        if (r.h_q > 32)
+            return mlajit_fail(MLAJIT_ERR_UNSUPPORTED, "variant sm90-narrow holds at most 32 heads; h_q = %d: use the "
+                               "sm90 variant", r.h_q);
+        if (d->scale_format == MLAJIT_SCALE_FP32)
+            return mlajit_fail(MLAJIT_ERR_UNSUPPORTED, "variant sm90-narrow needs power-of-two scales (v32, dsv4); "
+                               "model %s has arbitrary fp32 scales: use the sm90 variant", d->name);
+        if ((r.tile && r.tile != 64) || (r.heads_per_cta && r.heads_per_cta != heads_n))
+            return mlajit_fail(MLAJIT_ERR_UNSUPPORTED, "variant sm90-narrow runs tile 64 with h_q rounded up to 8 heads "
+                               "per CTA (%d); spec has tile %d, heads_per_cta %d: leave them 0", heads_n, r.tile,
+                               r.heads_per_cta);
+        r.tile = 64;
+        r.heads_per_cta = heads_n;
     }
     if (r.variant == MLAJIT_VARIANT_SLICED) {
         /* one 64-dim slice of V per warp (eight warps), the rest of Q K^T in RoPE dims */

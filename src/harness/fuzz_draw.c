@@ -172,6 +172,18 @@ void mlajit_fuzz_draw(uint64_t run_seed, int64_t call, int allow_heavy, mlajit_f
         mlajit_clear_error();
     }
     const int sliced = sliced_fits && chance(&r, 25);
+    /* sm90-narrow where it resolves on sm_90a (at most 32 heads, power-of-two
+     * scales), a quarter of the draws that did not take sliced (drawn after it). */
+    mlajit_kernel_spec narrow_spec;
+    int narrow_fits = !sliced && mlajit_spec_init(&narrow_spec, model, h_q, page) == MLAJIT_OK;
+    if (narrow_fits) {
+        mlajit_kernel_spec resolved;
+        narrow_spec.variant = MLAJIT_VARIANT_SM90_NARROW;
+        snprintf(narrow_spec.arch, sizeof narrow_spec.arch, "sm_90a");
+        narrow_fits = mlajit_spec_resolve(&narrow_spec, &resolved) == MLAJIT_OK;
+        mlajit_clear_error();
+    }
+    const int narrow = narrow_fits && chance(&r, 25);
 
     mlajit_kernel_spec *sp = &out->spec;
     sp->model = model;
@@ -179,9 +191,9 @@ void mlajit_fuzz_draw(uint64_t run_seed, int64_t call, int allow_heavy, mlajit_f
     sp->page_size = page;
     sp->extra_page_size = extra_page;
     sp->features = features;
-    sp->tile = tile;
-    sp->heads_per_cta = hc;
-    sp->variant = sliced ? MLAJIT_VARIANT_SLICED : MLAJIT_VARIANT_AUTO;
+    sp->tile = narrow ? 0 : tile;
+    sp->heads_per_cta = narrow ? 0 : hc;
+    sp->variant = sliced ? MLAJIT_VARIANT_SLICED : narrow ? MLAJIT_VARIANT_SM90_NARROW : MLAJIT_VARIANT_AUTO;
     out->shape = (mlajit_decode_shape){
         .batch = b, .s_q = s_q, .topk = topk, .extra_topk = extra_topk, .num_splits = num_splits};
     out->synth = (mlajit_synth_params){
@@ -277,7 +289,10 @@ void mlajit_fuzz_describe(const mlajit_fuzz_call *call, char *buf, size_t len)
              extra, s->features ? "" : " none", (s->features & MLAJIT_FEATURE_SINK) ? " sink" : "",
              (s->features & MLAJIT_FEATURE_TOPK_LENGTH) ? " topk-length" : "",
              (s->features & MLAJIT_FEATURE_EXTRA_TOPK_LENGTH) ? " extra-topk-length" : "", s->tile, s->heads_per_cta,
-             s->variant == MLAJIT_VARIANT_SLICED ? " sliced" : "", sh->num_splits, p->invalid_fraction * 100.0, (long long)p->page_stride_pad,
+             s->variant == MLAJIT_VARIANT_SLICED       ? " sliced"
+             : s->variant == MLAJIT_VARIANT_SM90_NARROW ? " sm90-narrow"
+                                                         : "",
+             sh->num_splits, p->invalid_fraction * 100.0, (long long)p->page_stride_pad,
              call->pad_strides ? " padded-strides" : "", call->lse_head_major ? " lse-head-major" : "",
              call->zero_length_rows ? " zero-lengths" : "", call->huge_length_rows ? " huge-lengths" : "",
              call->duplicate_percent ? " duplicates" : "");

@@ -1,0 +1,372 @@
+// ---------------------------------------------------------------------------
+// decode_sm90_narrow.cu: the Hopper kernel for at most 32 heads (sm_90a). The
+// products are transposed, so the 64 candidates of a tile, not the heads, fill
+// wgmma's M of 64, and the heads are its N: kHeadsN = h_q rounded up to 8, no math
+// padded to 64 heads. The output accumulators shrink with it (d_v x kHeadsN), so
+// two warp groups gather instead of one.
+//
+// One CTA = one (batch row x query token, split), every head: 384 threads in
+// three warp groups with fixed roles.
+//   consumer (warp group 0): S^T = K Q^T with wgmma m64nNk16 (A: the K tile, B: Q,
+//     both K-major in shared memory); the online softmax per head, i.e. per column
+//     of S^T (its 64 rows span the group's four warps: the tile's column maxima
+//     meet in shared memory); P (bf16, [head][candidate], swizzled) to shared
+//     memory; then O^T += V^T P^T with wgmma m64nNk16 per 64 value dims (A: V^T, the
+//     K tile's first kDV dims, MN-major; B: P, K-major): eight accumulators of
+//     kHeadsN / 2 fp32. At 32 heads a tile's math is 68 m64n32k16 steps, far
+//     below the time its 42 KB take to gather, so one group does it all.
+//   producers (warp groups 1 and 2): producer r gathers round r (32 candidates,
+//     four lanes each) of every tile into the shared K buffer, its next tile's
+//     round loaded one tile ahead, and prefetches its rows of the tile after next
+//     into L2 (sm90_common.cu's rounds, as a CTA pair's producer runs them).
+// Epilogue: the consumer stages O^T as fp32 head rows over the spent K buffers, then
+// four threads per head normalize and write 128 dims each (the result, or the
+// split's partial for the combine).
+//
+// Named barriers (ids past 0, which __syncthreads uses):
+//   kBarKFull + b   buffer b holds both rounds of a tile and its validity table
+//                   (both producers arrive; the consumer waits)
+//   kBarKEmpty + b  the consumer has finished reading buffer b
+//                   (the consumer arrives; the producers wait before refilling it)
+//   kBarColumns     the consumer's four warps' column maxima of this tile (at the
+//                   end, their column sums) are in shared memory
+//   kBarPReady      P is in shared memory and fenced for wgmma
+//   kBarStaged      O^T is staged as head rows
+//   kBarQReady      Q is in shared memory and fenced
+// ---------------------------------------------------------------------------
+namespace sm90 {
+
+// ---- tile configuration (every constant this kernel's shape depends on; the
+// operand blocks and the producer's rounds are in sm90_common.cu) ----
+constexpr int kHeadsN = cfg::kHeadsPerCta;            // h_q rounded up to 8: wgmma N of S^T and of O^T
+constexpr int kQBlockBytes = kHeadsN * 128;           // Q: a 64-dim block of kHeadsN rows
+constexpr int kVBlocks = cfg::kDV / 64;               // wgmma M blocks of O^T
+constexpr int kAccS = kHeadsN / 2;                    // S^T (64 x kHeadsN) fp32 per thread
+constexpr int kColsPerThread = kHeadsN / 4;           // heads (columns) a thread's fragments hold
+constexpr int kCtaThreads = 3 * kWarpGroupThreads;
+enum Role { kConsumerGroup = 0, kFirstProducerGroup = 1 };
+constexpr int kStageStride = cfg::kDV + 4;            // fp32; 4 mod 32 banks apart: conflict-free column stores
+constexpr int kThreadsPerHead = 4;                    // epilogue
+constexpr int kEpilogueDims = cfg::kDV / kThreadsPerHead;
+// setmaxnreg: every warp starts at 65536 / 384 rounded down to 8 = 168. The
+// consumer holds O^T (8 x kHeadsN / 2), S^T (kHeadsN / 2), the columns' running
+// max and sum and the tile's factors; each producer one round loaded ahead and one
+// being stored (a CTA pair's producer's load, which fits in 128).
+constexpr int kConsumerRegisters = 216;
+constexpr int kProducerRegisters = 144;
+constexpr int kLaunchRegisters = (65536 / kCtaThreads) & ~7;
+static_assert(kConsumerRegisters + 2 * kProducerRegisters <= 3 * kLaunchRegisters,
+              "setmaxnreg: the increase must be covered by the decreases");
+static_assert(kConsumerRegisters > kLaunchRegisters && kProducerRegisters <= kLaunchRegisters,
+              "setmaxnreg: the consumer's call increases, the producers' decrease");
+
+enum NamedBarrier { kBarKFull = 1, kBarKEmpty = 3, kBarColumns = 5, kBarPReady = 6, kBarStaged = 7, kBarQReady = 8 };
+
+static_assert(cfg::kThreads == kCtaThreads, "the generator's thread count must match the roles");
+static_assert(kHeadsN % 8 == 0 && kHeadsN >= 8 && kHeadsN <= 32 && cfg::kHeads <= kHeadsN,
+              "wgmma N: the heads rounded up to 8, at most 32");
+static_assert(kRoundsPerTile == 2, "one producer group per round of a tile");
+static_assert(!kExactScalesOnly, "arbitrary fp32 scales: the exact dequantization only (sm90 takes them)");
+static_assert(cfg::kClusterCtas == 1, "no CTA pair: one CTA holds every head");
+static_assert(cfg::kHeads <= kHeadsN, "one head group");
+static_assert(kHeadsN * kStageStride * 4 <= 2 * kOperandBytes, "the staged output fits in the K buffers");
+static_assert(kThreadsPerHead * kHeadsN <= kWarpGroupThreads, "the epilogue's threads");
+
+// ---- wgmma with N = kHeadsN ----
+// Accumulator operand lists of kHeadsN / 2 registers (inline PTX has no loops).
+#define MLAJIT_ACC4(d) "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+#define MLAJIT_ACC12(d) MLAJIT_ACC8(d, 0), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11])
+#define MLAJIT_ACC16(d) MLAJIT_ACC8(d, 0), MLAJIT_ACC8(d, 8)
+
+// D(64 x kHeadsN) (+)= A(64 x 16) * B(16 x kHeadsN), bf16 in, fp32 accumulate, both
+// from shared memory; kTransA: A MN-major (V^T), else K-major. scale_d = 0 overwrites D.
+template <int kTransA>
+__device__ __forceinline__ void wgmma_narrow(float (&d)[kAccS], u64 desc_a, u64 desc_b, int scale_d)
+{
+    if constexpr (kHeadsN == 8) {
+        asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %6, 0;\n"
+                     "wgmma.mma_async.sync.aligned.m64n8k16.f32.bf16.bf16 {%0, %1, %2, %3}, %4, %5, p, 1, 1, %7, 0;\n}\n"
+                     : MLAJIT_ACC4(d) : "l"(desc_a), "l"(desc_b), "r"(scale_d), "n"(kTransA));
+    } else if constexpr (kHeadsN == 16) {
+        asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %10, 0;\n"
+                     "wgmma.mma_async.sync.aligned.m64n16k16.f32.bf16.bf16 "
+                     "{%0, %1, %2, %3, %4, %5, %6, %7}, %8, %9, p, 1, 1, %11, 0;\n}\n"
+                     : MLAJIT_ACC8(d, 0) : "l"(desc_a), "l"(desc_b), "r"(scale_d), "n"(kTransA));
+    } else if constexpr (kHeadsN == 24) {
+        asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %14, 0;\n"
+                     "wgmma.mma_async.sync.aligned.m64n24k16.f32.bf16.bf16 "
+                     "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11}, %12, %13, p, 1, 1, %15, 0;\n}\n"
+                     : MLAJIT_ACC12(d) : "l"(desc_a), "l"(desc_b), "r"(scale_d), "n"(kTransA));
+    } else {
+        asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %18, 0;\n"
+                     "wgmma.mma_async.sync.aligned.m64n32k16.f32.bf16.bf16 "
+                     "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15}, %16, %17, p, 1, 1, %19, 0;\n}\n"
+                     : MLAJIT_ACC16(d) : "l"(desc_a), "l"(desc_b), "r"(scale_d), "n"(kTransA));
+    }
+}
+
+// The maximum over the eight row groups g of a warp (lanes 4 apart): one column's.
+__device__ __forceinline__ float column_max_of_warp(float v)
+{
+#pragma unroll
+    for (int o = 4; o < 32; o *= 2) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
+    return v;
+}
+
+__device__ __forceinline__ float column_sum_of_warp(float v)
+{
+#pragma unroll
+    for (int o = 4; o < 32; o *= 2) v += __shfl_xor_sync(0xffffffffu, v, o);
+    return v;
+}
+
+// A descriptor `bytes` further on (its address field counts 16-byte units; the
+// operands stay below 256 KB, so no carry leaves the field). asm volatile keeps
+// each add beside its wgmma, in order: ptxas otherwise computed the descriptors of
+// a tile's 68 wgmmas ahead of them and held them live (the consumer spilled at 32
+// heads).
+__device__ __forceinline__ u64 descriptor_plus(u64 desc, u32 bytes)
+{
+    u64 r;
+    asm volatile("add.s64 %0, %1, %2;\n" : "=l"(r) : "l"(desc), "l"((u64)(bytes >> 4)));
+    return r;
+}
+
+__device__ __forceinline__ void store_shared_u16(u32 addr, u32 v)
+{
+    asm volatile("st.shared.u16 [%0], %1;\n" :: "r"(addr), "h"((unsigned short)v) : "memory");
+}
+
+}  // namespace sm90
+
+extern "C" __global__ void __launch_bounds__(sm90::kCtaThreads, 1) mlajit_decode_main(const DecodeParams p)
+{
+    using namespace sm90;
+    wait_for_prerequisite_grid();     // nothing before it reads an argument
+    release_dependent_grid_early(p);  // where the plan lets the combine start now
+    extern __shared__ __align__(1024) u8 smem_raw[];
+    u8* smem = reinterpret_cast<u8*>((reinterpret_cast<u64>(smem_raw) + 1023) & ~(u64)1023);
+    const u32 sQ = smem_address(smem + cfg::kSmemQ);             // kKBlocks blocks of kHeadsN rows x 128 bytes
+    const u32 sK = smem_address(smem + cfg::kSmemK);             // buffer b at sK + b * kOperandBytes
+    const u32 sP = smem_address(smem + cfg::kSmemProbs);         // P, bf16 kHeadsN x 64, swizzled like Q
+    const u32 sRowMax = smem_address(smem + cfg::kSmemRowMax);   // [kHeadsN] final, log2 domain
+    const u32 sRowSum = smem_address(smem + cfg::kSmemRowSum);   // [kHeadsN] final
+    const u32 sColumns = smem_address(smem + cfg::kSmemScores);  // [4 warps][kHeadsN] column maxima, then sums
+    int* sTokenValid = reinterpret_cast<int*>(smem + cfg::kSmemTokenValid);  // [2][kTile]
+
+    const int tid = threadIdx.x;
+    const int group = tid / kWarpGroupThreads;
+    const int warp = (tid / 32) % 4, lane = tid % 32;  // warp within its group
+    const CtaWork work = cta_work<kHeadsN>(p);
+    const int row = work.row, b = work.b, s = work.s, split = work.split;
+    const TileRange range = work.range;
+    auto live_after = [&](int t) { return next_live_tile(range, t + 1, p.topk); };
+    const int first = next_live_tile(range, range.begin, p.topk);
+
+    if (group >= kFirstProducerGroup) {
+        registers_decrease<kProducerRegisters>();
+        // Producer r: round r of every tile. Its loads run one tile ahead (now and
+        // ahead alternate by tile); the indices three tiles ahead; its rows of the
+        // tile after next into L2.
+        const int round = group - kFirstProducerGroup;
+        const int token = warp * 8 + lane % 8, quarter = lane / 8;
+        auto pos_of = [&](int t) { return t * kTile + round * kTokensPerRound + token; };
+        auto slot_of = [&](int t) { return t < range.end ? load_slot(p, b, s, pos_of(t), range) : -1; };
+        int t0 = first, t1 = live_after(t0), t2 = live_after(t1);
+        const int raw0 = slot_of(t0);
+        int raw1 = slot_of(t1), raw2 = slot_of(t2);
+        prefetch_row<kLanesPerToken>(p, pos_of(t1), raw1, quarter);
+        RoundLoads even, odd;
+        if (t0 < range.end) load_round(p, pos_of(t0), checked_slot(p, pos_of(t0), raw0), quarter, even);
+        auto one_tile = [&](int seq, RoundLoads& now, RoundLoads& ahead) {
+            const int buf = seq & 1;
+            const int t3 = live_after(t2), raw3 = slot_of(t3);
+            prefetch_row<kLanesPerToken>(p, pos_of(t2), raw2, quarter);
+            if (t1 < range.end) load_round(p, pos_of(t1), checked_slot(p, pos_of(t1), raw1), quarter, ahead);
+            if (seq >= 2) named_barrier_sync(kBarKEmpty + buf, kCtaThreads);
+            hold_until_here(now);
+            store_round(RoundDest{sK + (u32)buf * kOperandBytes, sTokenValid + buf * kTile},
+                        round * kTokensPerRound + token, quarter, now);
+            fence_smem_for_wgmma();
+            named_barrier_arrive(kBarKFull + buf, kCtaThreads);
+            t0 = t1;
+            t1 = t2;
+            t2 = t3;
+            raw1 = raw2;
+            raw2 = raw3;
+            return t0 < range.end;
+        };
+        for (int seq = 0; t0 < range.end; seq += 2)
+            if (one_tile(seq, even, odd)) one_tile(seq + 1, odd, even);
+        return;
+    }
+
+    // The consumer. Fragment coordinates: rows g and g + 8 of the warp's 16,
+    // columns 8 j + 2 q (+ 1); the thread's column c (j = c / 2, e = c % 2) is head 8 j + 2 q + e.
+    const int g = lane / 4, q = lane % 4;
+    auto head_of = [&](int c) { return 8 * (c / 2) + 2 * q + (c % 2); };
+    stage_q_rows<kHeadsN, cfg::kDQK, 16, kWarpGroupThreads>(
+        p, work, tid, [sQ](int h, int c8) { return sQ + (u32)(c8 / 8) * kQBlockBytes + swizzled(h, c8 % 8); });
+    registers_increase<kConsumerRegisters>();
+    float acc_o[kVBlocks][kAccS];  // O^T: per 64 value dims, 64 dims x kHeadsN heads
+#pragma unroll
+    for (int m = 0; m < kVBlocks; m++)
+#pragma unroll
+        for (int i = 0; i < kAccS; i++) acc_o[m][i] = 0.0f;
+    float col_max[kColsPerThread], col_sum[kColsPerThread];  // running, per column (sum: this thread's rows)
+#pragma unroll
+    for (int c = 0; c < kColsPerThread; c++) {
+        col_max[c] = neg_inf();
+        col_sum[c] = 0.0f;
+    }
+    copy_async_wait_all();
+    fence_smem_for_wgmma();
+    named_barrier_sync(kBarQReady, kWarpGroupThreads);
+    int tiles = 0;
+    for (int tile = first; tile < range.end; tile = live_after(tile), tiles++) {
+        const int buf = tiles & 1;
+        const bool refilled = live_after(live_after(tile)) < range.end;  // the producers refill buf
+        named_barrier_sync(kBarKFull + buf, kCtaThreads);
+        const u32 k_tile = sK + (u32)buf * kOperandBytes;
+
+        // S^T = K Q^T: rows are the tile's candidates, columns the heads.
+        float acc_s[kAccS];
+#pragma unroll
+        for (int i = 0; i < kAccS; i++) acc_s[i] = 0.0f;
+        fence_operands(acc_s);
+        wgmma_fence();
+        const u64 k_desc = smem_descriptor(k_tile, 0, 1024), q_desc = smem_descriptor(sQ, 0, 1024);
+#pragma unroll
+        for (int kb = 0; kb < kKBlocks; kb++)
+#pragma unroll
+            for (int kk = 0; kk < kKSteps; kk++)
+                wgmma_narrow<0>(acc_s, descriptor_plus(k_desc, kb * kBlockBytes + kk * 32),
+                                descriptor_plus(q_desc, kb * kQBlockBytes + kk * 32), kb | kk);
+        wgmma_commit();
+        wgmma_wait_all();
+        fence_operands(acc_s);
+
+        // log2 domain, -inf where the candidate is skipped; each column's maximum
+        // over the thread's two rows, the warp's eight row groups, then the warps.
+        const int* valid = sTokenValid + buf * kTile;
+        const int c0 = 16 * warp + g;  // the thread's rows: candidates c0 and c0 + 8
+        const bool v0 = valid[c0] != 0, v1 = valid[c0 + 8] != 0;
+#pragma unroll
+        for (int c = 0; c < kColsPerThread; c++) {
+            float& x0 = acc_s[4 * (c / 2) + c % 2];
+            float& x1 = acc_s[4 * (c / 2) + 2 + c % 2];
+            x0 = v0 ? x0 * p.sm_scale_log2 : neg_inf();
+            x1 = v1 ? x1 * p.sm_scale_log2 : neg_inf();
+            const float m = column_max_of_warp(fmaxf(x0, x1));
+            if (g == 0) st_shared_f32(sColumns + 4 * (warp * kHeadsN + head_of(c)), m);
+        }
+        // P's previous readers (the last tile's P V) are done: this thread waited for them.
+        named_barrier_sync(kBarColumns, kWarpGroupThreads);
+        float alpha[kColsPerThread];
+#pragma unroll
+        for (int c = 0; c < kColsPerThread; c++) {
+            float m = load_shared_f32(sColumns + 4 * head_of(c));
+#pragma unroll
+            for (int w = 1; w < 4; w++) m = fmaxf(m, load_shared_f32(sColumns + 4 * (w * kHeadsN + head_of(c))));
+            const float new_max = fmaxf(col_max[c], m);
+            const bool empty = new_max == neg_inf();  // nothing valid yet: no -inf - -inf
+            alpha[c] = empty ? 1.0f : fast_exp2(col_max[c] - new_max);
+            col_max[c] = new_max;
+            float& x0 = acc_s[4 * (c / 2) + c % 2];
+            float& x1 = acc_s[4 * (c / 2) + 2 + c % 2];
+            x0 = empty ? 0.0f : fast_exp2(x0 - new_max);
+            x1 = empty ? 0.0f : fast_exp2(x1 - new_max);
+            col_sum[c] = col_sum[c] * alpha[c] + (x0 + x1);
+        }
+        // P[head][candidate] (bf16), the B operand of P V.
+#pragma unroll
+        for (int c = 0; c < kColsPerThread; c++)
+#pragma unroll
+            for (int half = 0; half < 2; half++) {
+                const int cand = c0 + 8 * half;
+                const u32 bits = pack_bf16x2(acc_s[4 * (c / 2) + 2 * half + c % 2], 0.0f) & 0xffffu;
+                store_shared_u16(sP + swizzled(head_of(c), cand / 8) + 2 * (cand % 8), bits);
+            }
+        fence_smem_for_wgmma();
+        // Also orders this tile's reads of the column maxima before the next tile's writes.
+        named_barrier_sync(kBarPReady, kWarpGroupThreads);
+
+        // O^T = O^T * alpha + V^T P^T, per 64 value dims.
+#pragma unroll
+        for (int m = 0; m < kVBlocks; m++)
+#pragma unroll
+            for (int i = 0; i < kAccS; i++) acc_o[m][i] *= alpha[2 * (i / 4) + i % 2];
+#pragma unroll
+        for (int m = 0; m < kVBlocks; m++) fence_operands(acc_o[m]);
+        wgmma_fence();
+        const u64 v_desc = smem_descriptor(k_tile, kBlockBytes, 1024), p_desc = smem_descriptor(sP, 0, 1024);
+#pragma unroll
+        for (int m = 0; m < kVBlocks; m++)
+#pragma unroll
+            for (int kk = 0; kk < kKSteps; kk++)
+                wgmma_narrow<1>(acc_o[m], descriptor_plus(v_desc, m * kBlockBytes + kk * 16 * 128),
+                                descriptor_plus(p_desc, kk * 32), 1);
+        wgmma_commit();
+        wgmma_wait_all();
+#pragma unroll
+        for (int m = 0; m < kVBlocks; m++) fence_operands(acc_o[m]);
+        if (refilled) named_barrier_arrive(kBarKEmpty + buf, kCtaThreads);
+    }
+
+    // The heads' final statistics: the column sums over the warp's rows, then the warps.
+#pragma unroll
+    for (int c = 0; c < kColsPerThread; c++) {
+        const float sum = column_sum_of_warp(col_sum[c]);
+        if (g == 0) st_shared_f32(sColumns + 4 * (warp * kHeadsN + head_of(c)), sum);
+    }
+    named_barrier_sync(kBarColumns, kWarpGroupThreads);
+    if (warp == 0 && g == 0)
+#pragma unroll
+        for (int c = 0; c < kColsPerThread; c++) {
+            const int h = head_of(c);
+            float sum = 0.0f;
+#pragma unroll
+            for (int w = 0; w < 4; w++) sum += load_shared_f32(sColumns + 4 * (w * kHeadsN + h));
+            st_shared_f32(sRowMax + 4 * h, col_max[c]);
+            st_shared_f32(sRowSum + 4 * h, sum);
+        }
+
+    // Epilogue: O^T staged as fp32 head rows over the K buffers (the producers are
+    // done, and every consumer warp passed its last wgmma wait before kBarColumns);
+    // then four threads per head finish 128 dims each.
+    const u32 staging = sK;
+#pragma unroll
+    for (int m = 0; m < kVBlocks; m++)
+#pragma unroll
+        for (int i = 0; i < kAccS; i++) {
+            const int h = 8 * (i / 4) + 2 * q + (i % 2);
+            const int dim = m * 64 + 16 * warp + g + 8 * ((i / 2) % 2);
+            st_shared_f32(staging + 4 * (u32)(h * kStageStride + dim), acc_o[m][i]);
+        }
+    named_barrier_sync(kBarStaged, kWarpGroupThreads);  // also publishes the statistics
+    const int h = tid / kThreadsPerHead, dim0 = (tid % kThreadsPerHead) * kEpilogueDims;
+    if (tid >= kThreadsPerHead * kHeadsN || h >= cfg::kHeads) return;
+    const u32 src = staging + 4 * (u32)(h * kStageStride + dim0);
+    finish_row(
+        p, split, row, b, s, h, dim0, load_shared_f32(sRowMax + 4 * h), load_shared_f32(sRowSum + 4 * h),
+        dim0 == 0,
+        [&](float* dst, float inv) {
+#pragma unroll 4
+            for (int d = 0; d < kEpilogueDims; d += 4) {
+                const U32x4 v = load_shared16(src + 4 * d);
+                *reinterpret_cast<F32x4*>(dst + d) = F32x4{bits_to_float(v.x) * inv, bits_to_float(v.y) * inv,
+                                                           bits_to_float(v.z) * inv, bits_to_float(v.w) * inv};
+            }
+        },
+        [&](u16* dst, float scale) {
+#pragma unroll 4
+            for (int d = 0; d < kEpilogueDims; d += 8) {
+                const U32x4 a = load_shared16(src + 4 * d), c = load_shared16(src + 4 * d + 16);
+                *reinterpret_cast<U32x4*>(dst + d) = U32x4{
+                    pack_bf16x2(bits_to_float(a.x) * scale, bits_to_float(a.y) * scale),
+                    pack_bf16x2(bits_to_float(a.z) * scale, bits_to_float(a.w) * scale),
+                    pack_bf16x2(bits_to_float(c.x) * scale, bits_to_float(c.y) * scale),
+                    pack_bf16x2(bits_to_float(c.z) * scale, bits_to_float(c.w) * scale)};
+            }
+        });
+}
