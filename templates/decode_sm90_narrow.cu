@@ -68,7 +68,6 @@ static_assert(kHeadsN % 8 == 0 && kHeadsN >= 8 && kHeadsN <= 32 && cfg::kHeads <
 static_assert(kRoundsPerTile == 2, "one producer group per round of a tile");
 static_assert(!kExactScalesOnly, "arbitrary fp32 scales: the exact dequantization only (sm90 takes them)");
 static_assert(cfg::kClusterCtas == 1, "no CTA pair: one CTA holds every head");
-static_assert(cfg::kHeads <= kHeadsN, "one head group");
 static_assert(kHeadsN * kStageStride * 4 <= 2 * kOperandBytes, "the staged output fits in the K buffers");
 static_assert(kThreadsPerHead * kHeadsN <= kWarpGroupThreads, "the epilogue's threads");
 
