@@ -20,8 +20,8 @@
 //     round loaded one tile ahead, and prefetches its rows of the tile after next
 //     into L2 (sm90_common.cu's rounds, as a CTA pair's producer runs them).
 // Epilogue: the consumer stages O^T as fp32 head rows over the spent K buffers, then
-// four threads per head normalize and write 128 dims each (the result, or the
-// split's partial for the combine).
+// each warp normalizes and writes whole head rows, a contiguous run per store (the
+// result, or the split's partial for the combine).
 //
 // Named barriers (ids past 0, which __syncthreads uses):
 //   kBarKFull + b   buffer b holds both rounds of a tile and its validity table
@@ -46,8 +46,7 @@ constexpr int kColsPerThread = kHeadsN / 4;           // heads (columns) a threa
 constexpr int kCtaThreads = 3 * kWarpGroupThreads;
 enum Role { kConsumerGroup = 0, kFirstProducerGroup = 1 };
 constexpr int kStageStride = cfg::kDV + 4;            // fp32; 4 mod 32 banks apart: conflict-free column stores
-constexpr int kThreadsPerHead = 4;                    // epilogue
-constexpr int kEpilogueDims = cfg::kDV / kThreadsPerHead;
+constexpr int kEpilogueChunks = cfg::kDV / 128;       // a warp's 32 lanes x 4 dims per store
 // setmaxnreg: every warp starts at 65536 / 384 rounded down to 8 = 168. The
 // consumer holds O^T (8 x kHeadsN / 2), S^T (kHeadsN / 2), the columns' running
 // max and sum and the tile's factors; each producer one round loaded ahead and one
@@ -69,7 +68,7 @@ static_assert(kRoundsPerTile == 2, "one producer group per round of a tile");
 static_assert(!kExactScalesOnly, "arbitrary fp32 scales: the exact dequantization only (sm90 takes them)");
 static_assert(cfg::kClusterCtas == 1, "no CTA pair: one CTA holds every head");
 static_assert(kHeadsN * kStageStride * 4 <= 2 * kOperandBytes, "the staged output fits in the K buffers");
-static_assert(kThreadsPerHead * kHeadsN <= kWarpGroupThreads, "the epilogue's threads");
+static_assert(cfg::kDV % 128 == 0, "the epilogue's chunks of 128 dims");
 
 // ---- wgmma with N = kHeadsN ----
 // Accumulator operand lists of kHeadsN / 2 registers (inline PTX has no loops).
@@ -331,8 +330,7 @@ extern "C" __global__ void __launch_bounds__(sm90::kCtaThreads, 1) mlajit_decode
         }
 
     // Epilogue: O^T staged as fp32 head rows over the K buffers (the producers are
-    // done, and every consumer warp passed its last wgmma wait before kBarColumns);
-    // then four threads per head finish 128 dims each.
+    // done, and every consumer warp passed its last wgmma wait before kBarColumns).
     const u32 staging = sK;
 #pragma unroll
     for (int m = 0; m < kVBlocks; m++)
@@ -343,29 +341,33 @@ extern "C" __global__ void __launch_bounds__(sm90::kCtaThreads, 1) mlajit_decode
             st_shared_f32(staging + 4 * (u32)(h * kStageStride + dim), acc_o[m][i]);
         }
     named_barrier_sync(kBarStaged, kWarpGroupThreads);  // also publishes the statistics
-    const int h = tid / kThreadsPerHead, dim0 = (tid % kThreadsPerHead) * kEpilogueDims;
-    if (tid >= kThreadsPerHead * kHeadsN || h >= cfg::kHeads) return;
-    const u32 src = staging + 4 * (u32)(h * kStageStride + dim0);
-    finish_row(
-        p, split, row, b, s, h, dim0, load_shared_f32(sRowMax + 4 * h), load_shared_f32(sRowSum + 4 * h),
-        dim0 == 0,
-        [&](float* dst, float inv) {
-#pragma unroll 4
-            for (int d = 0; d < kEpilogueDims; d += 4) {
-                const U32x4 v = load_shared16(src + 4 * d);
-                *reinterpret_cast<F32x4*>(dst + d) = F32x4{bits_to_float(v.x) * inv, bits_to_float(v.y) * inv,
-                                                           bits_to_float(v.z) * inv, bits_to_float(v.w) * inv};
-            }
-        },
-        [&](u16* dst, float scale) {
-#pragma unroll 4
-            for (int d = 0; d < kEpilogueDims; d += 8) {
-                const U32x4 a = load_shared16(src + 4 * d), c = load_shared16(src + 4 * d + 16);
-                *reinterpret_cast<U32x4*>(dst + d) = U32x4{
-                    pack_bf16x2(bits_to_float(a.x) * scale, bits_to_float(a.y) * scale),
-                    pack_bf16x2(bits_to_float(a.z) * scale, bits_to_float(a.w) * scale),
-                    pack_bf16x2(bits_to_float(c.x) * scale, bits_to_float(c.y) * scale),
-                    pack_bf16x2(bits_to_float(c.z) * scale, bits_to_float(c.w) * scale)};
-            }
-        });
+    // Warp w finishes heads w, w + 4, ...: lane l holds dims 4 l + 128 k (k < 4), so
+    // each store instruction writes one row's contiguous 512 (fp32) or 256 (bf16)
+    // bytes and each staged read is 16 contiguous bytes per lane (no bank conflict).
+#pragma unroll 1
+    for (int h = warp; h < cfg::kHeads; h += 4) {
+        const int dim0 = 4 * lane;
+        const u32 src = staging + 4 * (u32)(h * kStageStride + dim0);
+        finish_row(
+            p, split, row, b, s, h, dim0, load_shared_f32(sRowMax + 4 * h), load_shared_f32(sRowSum + 4 * h),
+            lane == 0,
+            [&](float* dst, float inv) {
+#pragma unroll
+                for (int k = 0; k < kEpilogueChunks; k++) {
+                    const U32x4 v = load_shared16(src + 4 * 128 * k);
+                    *reinterpret_cast<F32x4*>(dst + 128 * k) = F32x4{
+                        bits_to_float(v.x) * inv, bits_to_float(v.y) * inv, bits_to_float(v.z) * inv,
+                        bits_to_float(v.w) * inv};
+                }
+            },
+            [&](u16* dst, float scale) {
+#pragma unroll
+                for (int k = 0; k < kEpilogueChunks; k++) {
+                    const U32x4 v = load_shared16(src + 4 * 128 * k);
+                    *reinterpret_cast<U32x2*>(dst + 128 * k) =
+                        U32x2{pack_bf16x2(bits_to_float(v.x) * scale, bits_to_float(v.y) * scale),
+                              pack_bf16x2(bits_to_float(v.z) * scale, bits_to_float(v.w) * scale)};
+                }
+            });
+    }
 }
