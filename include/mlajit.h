@@ -127,13 +127,16 @@ int64_t mlajit_min_page_stride(mlajit_model model, int page_size);
 #define MLAJIT_ARCH_LEN 16
 
 typedef enum mlajit_variant {
-    MLAJIT_VARIANT_AUTO = 0,     /* the generator picks: sm90 on sm_90a when tile and heads_per_cta
-                                  * are 0 or 64, else portable; and a plan of at most 16 heads of
-                                  * V3.2's layout on sm_90a takes sliced instead where each CTA
-                                  * walks >= 16 tiles of 32 candidates and that kernel can be had
-                                  * (the faster on the H200 there; bench/NOTES.md); and sm90-staged
-                                  * where it would run sm90 on a short walk, sm90-unpaired where it
-                                  * would walk one tile per CTA at 65-128 heads (below) */
+    MLAJIT_VARIANT_AUTO = 0,     /* the generator picks, on sm_90a: sm90-narrow at most 32 heads with
+                                  * power-of-two scales when tile is 0 or 64 and heads_per_cta 0;
+                                  * else sm90 when tile and heads_per_cta are 0 or 64; elsewhere
+                                  * portable. A plan of at most 16 heads of V3.2's layout on sm_90a
+                                  * takes sliced instead where each CTA walks >= 16 tiles of 32
+                                  * candidates without splitting (at 8 heads or fewer, split or not)
+                                  * and that kernel can be had (the faster on the H200 there;
+                                  * bench/NOTES.md); and sm90-staged where it would run sm90 on a
+                                  * short walk, sm90-unpaired where it would walk one tile per CTA
+                                  * at 65-128 heads (below) */
     MLAJIT_VARIANT_PORTABLE = 1, /* mma.sync bf16 family, sm_80 and newer */
     MLAJIT_VARIANT_SM90 = 2,     /* wgmma, warp-specialized; sm_90a only, 64 heads per CTA, tile 64 */
     MLAJIT_VARIANT_SLICED = 3,   /* mma.sync, each warp gathers and multiplies one 64-dim slice of
@@ -153,8 +156,8 @@ typedef enum mlajit_variant {
     MLAJIT_VARIANT_SM90_NARROW = 6 /* wgmma with the products transposed (candidates are wgmma's M,
                                   * heads its N): at most 32 heads, h_q rounded up to 8 per CTA, no
                                   * math padded to 64 heads, two warp groups gathering; sm_90a,
-                                  * power-of-two scales (v32, dsv4), tile 64. Not chosen by auto
-                                  * (not yet measured on the H200) */
+                                  * power-of-two scales (v32, dsv4), tile 64. auto's kernel there
+                                  * (faster than sm90 on every such row measured; bench/NOTES.md) */
 } mlajit_variant;
 
 typedef struct mlajit_kernel_spec {

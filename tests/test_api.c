@@ -647,9 +647,11 @@ Test(api, planner_sizes_the_combine_staging_to_one_round)
     cr_expect_eq(combine_smem_for(2048, 1), 0, "no split, no combine");
 }
 
-/* auto's shape-dependent family: the sliced kernel where each CTA walks at least
- * MLAJIT_SLICED_MIN_TILES tiles (v32, at most 16 heads, sm_90a), the wgmma kernel
- * elsewhere; and auto's own kernel when the sliced one cannot be had. */
+/* auto's shape-dependent family: at most 32 heads with power-of-two scales
+ * sm90-narrow, except the sliced kernel where each CTA walks at least
+ * MLAJIT_SLICED_MIN_TILES tiles (v32, at most 16 heads, sm_90a) and, above 8 heads,
+ * does not split; the wgmma kernel elsewhere; and auto's own kernel when the
+ * sliced one cannot be had. */
 static const char *plan_family(mlajit_context *c, mlajit_model model, int h_q, int batch, int topk, int splits,
                                char *buf, size_t len)
 {
@@ -685,68 +687,26 @@ static void expect_plan_families(const plan_case *cases, size_t n)
     }
 }
 
-Test(api, auto_takes_the_sliced_kernel_for_long_walks)
+Test(api, auto_takes_narrow_sliced_or_sm90_by_heads_and_walk)
 {
     static const plan_case cases[] = {
-        {MLAJIT_MODEL_V32, 16, 128, 2048, 0, ".sliced.sm_90a", "a long walk"},
-        {MLAJIT_MODEL_V32, 8, 64, 2048, 0, ".sliced.sm_90a", "a long walk"},
+        {MLAJIT_MODEL_V32, 16, 256, 2048, 0, ".sliced.sm_90a", "a long walk, unsplit"},
+        {MLAJIT_MODEL_V32, 8, 64, 2048, 0, ".sliced.sm_90a", "a long walk at 8 heads, split"},
+        {MLAJIT_MODEL_V32, 4, 128, 2048, 0, ".sliced.sm_90a", "a long walk at 4 heads"},
+        /* 16 heads where the sliced plan splits: sm90-narrow */
+        {MLAJIT_MODEL_V32, 16, 128, 2048, 0, ".hc16.sm90-narrow.sm_90a", "16 heads, the sliced plan splits"},
+        {MLAJIT_MODEL_V32, 16, 256, 2048, 2, ".hc16.sm90-narrow.sm_90a", "16 heads, forced splits"},
         /* short walks: one row (many splits), a short topk, a forced split count */
-        {MLAJIT_MODEL_V32, 16, 1, 2048, 0, ".sm90.sm_90a", "one row"},
-        {MLAJIT_MODEL_V32, 16, 128, 512, 0, ".sm90.sm_90a", "a short topk"},
-        {MLAJIT_MODEL_V32, 16, 128, 2048, 8, ".sm90.sm_90a", "forced splits"},
-        /* more heads, or another layout or scale format: auto's kernel */
-        {MLAJIT_MODEL_V32, 32, 128, 2048, 0, ".sm90.sm_90a", "32 heads"},
-        {MLAJIT_MODEL_DSV4, 16, 128, 2048, 0, ".sm90.sm_90a", "DSV4's layout"},
-        {MLAJIT_MODEL_GLM_NSA, 16, 128, 2048, 0, ".sm90.sm_90a", "arbitrary scales"},
-    };
-    expect_plan_families(cases, sizeof cases / sizeof cases[0]);
-}
-
-/* auto's short-walk kernel: sm90-staged for more than 32 heads where sm90's plan
- * would not split and, in a CTA pair, would walk fewer than
- * MLAJIT_STAGED_PAIR_BELOW_TILES tiles of 64 per CTA. */
-Test(api, auto_takes_the_staged_kernel_for_short_walks)
-{
-    static const plan_case cases[] = {
-        {MLAJIT_MODEL_V32, 64, 128, 128, 0, ".sm90-staged.sm_90a", "2 tiles"},
-        {MLAJIT_MODEL_V32, 128, 64, 128, 0, ".sm90-staged.sm_90a", "a pair, 2 tiles"},
-        {MLAJIT_MODEL_V32, 128, 128, 960, 0, ".sm90-staged.sm_90a", "15 tiles"},
-        {MLAJIT_MODEL_V32, 128, 128, 1216, 0, ".sm90-staged.sm_90a", "19 tiles"},
-        {MLAJIT_MODEL_V32, 64, 128, 2048, 0, ".sm90-staged.sm_90a", "one head group, 32 tiles"},
-        {MLAJIT_MODEL_DSV4, 33, 128, 128, 0, ".sm90-staged.sm_90a", "33 heads"},
-        {MLAJIT_MODEL_DSV4, 32, 128, 128, 0, ".sm90.sm_90a", "32 heads and fewer"},
-        {MLAJIT_MODEL_V32, 8, 128, 128, 0, ".sm90.sm_90a", "8 heads"},
-        {MLAJIT_MODEL_GLM_NSA, 64, 128, 128, 0, ".sm90.sm_90a", "arbitrary scales"},
-        {MLAJIT_MODEL_V32, 128, 128, 1280, 0, ".sm90.sm_90a", "a pair, 20 tiles"},
-        {MLAJIT_MODEL_V32, 64, 64, 2048, 0, ".sm90.sm_90a", "b 64 splits in two"},
-        /* a plan that splits (one row), a forced split count: sm90 */
-        {MLAJIT_MODEL_V32, 64, 1, 2048, 0, ".sm90.sm_90a", "one row splits"},
-        {MLAJIT_MODEL_V32, 64, 128, 128, 2, ".sm90.sm_90a", "forced splits"},
-    };
-    expect_plan_families(cases, sizeof cases / sizeof cases[0]);
-    /* forced by the spec, it never splits, and refuses a split count */
-    mlajit_kernel_spec s;
-    cr_assert_eq(mlajit_spec_init(&s, MLAJIT_MODEL_V32, 64, 64), MLAJIT_OK);
-    s.variant = MLAJIT_VARIANT_SM90_STAGED;
-    mlajit_decode_shape shape = {.batch = 1, .s_q = 1, .topk = 2048};
-    mlajit_plan *p = NULL;
-    cr_assert_eq(mlajit_plan_create(ctx, &s, &shape, &p), MLAJIT_OK, "%s", mlajit_last_error());
-    cr_expect_eq(mlajit_plan_num_splits(p), 1, "one row, yet no split");
-    cr_expect_eq(mlajit_plan_workspace_size(p), 0);
-    mlajit_plan_destroy(p);
-    shape.num_splits = 4;
-    cr_expect_eq(mlajit_plan_create(ctx, &s, &shape, &p), MLAJIT_ERR_UNSUPPORTED);
-    cr_expect(strstr(mlajit_last_error(), "shape.num_splits = 4") && strstr(mlajit_last_error(), "sm90-staged"), "%s",
-              mlajit_last_error());
-    cr_expect_null(p);
-}
-
-/* auto's one-tile kernel: sm90-unpaired at 65-128 heads where sm90's plan walks
- * one tile per CTA (the planner's splits or forced ones); a short walk that does
- * not split stays sm90-staged. */
-Test(api, auto_takes_the_unpaired_kernel_for_one_tile_walks)
-{
-    static const plan_case cases[] = {
+        {MLAJIT_MODEL_V32, 16, 1, 2048, 0, ".hc16.sm90-narrow.sm_90a", "one row"},
+        {MLAJIT_MODEL_V32, 8, 128, 512, 0, ".hc8.sm90-narrow.sm_90a", "a short topk"},
+        {MLAJIT_MODEL_V32, 8, 128, 2048, 64, ".hc8.sm90-narrow.sm_90a", "forced splits of one tile"},
+        /* 17-32 heads, DSV4's layout: sm90-narrow, h_q rounded up to 8 */
+        {MLAJIT_MODEL_V32, 32, 128, 2048, 0, ".hc32.sm90-narrow.sm_90a", "32 heads"},
+        {MLAJIT_MODEL_V32, 20, 128, 2048, 0, ".hc24.sm90-narrow.sm_90a", "20 heads"},
+        {MLAJIT_MODEL_DSV4, 16, 128, 2048, 0, ".hc16.sm90-narrow.sm_90a", "DSV4's layout"},
+        /* more heads, or arbitrary scales: auto's wgmma kernel */
+        {MLAJIT_MODEL_GLM_NSA, 16, 128, 2048, 0, ".hc64.sm90.sm_90a", "arbitrary scales"},
+        {MLAJIT_MODEL_V32, 33, 128, 2048, 4, ".hc64.sm90.sm_90a", "33 heads, split"},
         {MLAJIT_MODEL_V32, 128, 1, 2048, 0, ".sm90-unpaired.sm_90a", "b 1, 32 splits of one tile"},
         {MLAJIT_MODEL_V32, 96, 2, 2048, 0, ".sm90-unpaired.sm_90a", "96 heads pair too"},
         {MLAJIT_MODEL_GLM_NSA, 128, 1, 2048, 0, ".sm90-unpaired.sm_90a", "arbitrary scales: sm90's kernel"},
@@ -768,15 +728,15 @@ Test(api, auto_keeps_its_kernel_when_the_sliced_one_cannot_be_had)
     cr_assert_eq(mlajit_context_create(&o, &jit), MLAJIT_OK, "%s", mlajit_last_error());
     o.flags |= MLAJIT_CONTEXT_NO_JIT;
     cr_assert_eq(mlajit_context_create(&o, &no_jit), MLAJIT_OK, "%s", mlajit_last_error());
-    /* only the wgmma kernel is in the cache: a long walk without JIT keeps it */
-    cr_expect(strstr(plan_family(jit, MLAJIT_MODEL_V32, 16, 1, 2048, 0, b, sizeof b), ".sm90."), "%s", b);
-    cr_expect(strstr(plan_family(no_jit, MLAJIT_MODEL_V32, 16, 128, 2048, 0, b, sizeof b), ".sm90."), "%s", b);
+    /* only auto's own kernel (sm90-narrow) is in the cache: a long walk without JIT keeps it */
+    cr_expect(strstr(plan_family(jit, MLAJIT_MODEL_V32, 16, 1, 2048, 0, b, sizeof b), ".sm90-narrow."), "%s", b);
+    cr_expect(strstr(plan_family(no_jit, MLAJIT_MODEL_V32, 16, 256, 2048, 0, b, sizeof b), ".sm90-narrow."), "%s", b);
     /* once the sliced kernel is cached, the same context takes it */
-    cr_expect(strstr(plan_family(jit, MLAJIT_MODEL_V32, 16, 128, 2048, 0, b, sizeof b), ".sliced."), "%s", b);
+    cr_expect(strstr(plan_family(jit, MLAJIT_MODEL_V32, 16, 256, 2048, 0, b, sizeof b), ".sliced."), "%s", b);
     mlajit_context_destroy(no_jit);
     o.flags = MLAJIT_CONTEXT_NO_DEVICE | MLAJIT_CONTEXT_NO_JIT;
     cr_assert_eq(mlajit_context_create(&o, &no_jit), MLAJIT_OK, "%s", mlajit_last_error());
-    cr_expect(strstr(plan_family(no_jit, MLAJIT_MODEL_V32, 16, 128, 2048, 0, b, sizeof b), ".sliced."), "%s", b);
+    cr_expect(strstr(plan_family(no_jit, MLAJIT_MODEL_V32, 16, 256, 2048, 0, b, sizeof b), ".sliced."), "%s", b);
     mlajit_context_destroy(no_jit);
     mlajit_context_destroy(jit);
     char cmd[128];

@@ -1313,7 +1313,8 @@ Test(warmup, counts_what_each_layer_served_and_names_a_missing_kernel)
     mlajit_context_destroy(k);
 }
 
-/* A grid brings along the kernels auto's plans switch to: the long-walk kernel
+/* A grid brings along the kernels auto's plans switch to (auto's own at 32 heads
+ * and fewer with power-of-two scales being sm90-narrow): the long-walk kernel
  * (sliced) of V3.2 at 16 heads and fewer, the short-walk kernel (sm90-staged)
  * above 32 heads with power-of-two scales, the one-tile kernel (sm90-unpaired) at
  * 65-128 heads; so a pack covers every plan. */
@@ -1327,11 +1328,11 @@ Test(warmup, grid_brings_every_walk_alternative_along)
     int n = 0;
     cr_assert_eq(mlajit_grid_expand(&grid, "sm_90a", &specs, &n), MLAJIT_OK, "%s", mlajit_last_error());
     const char *expected[] = {
-        "v32.h8.p64.t64.hc64.sm90.sm_90a",       "v32.h8.p64.t32.hc16.sliced.sm_90a",
-        "v32.h32.p64.t64.hc64.sm90.sm_90a",      "v32.h64.p64.t64.hc64.sm90.sm_90a",
+        "v32.h8.p64.t64.hc8.sm90-narrow.sm_90a", "v32.h8.p64.t32.hc16.sliced.sm_90a",
+        "v32.h32.p64.t64.hc32.sm90-narrow.sm_90a", "v32.h64.p64.t64.hc64.sm90.sm_90a",
         "v32.h64.p64.t64.hc64.sm90-staged.sm_90a", "v32.h128.p64.t64.hc64.sm90.sm_90a",
         "v32.h128.p64.t64.hc64.sm90-staged.sm_90a", "v32.h128.p64.t64.hc64.sm90-unpaired.sm_90a",
-        "dsv4.h8.p64.t64.hc64.sm90.sm_90a",      "dsv4.h32.p64.t64.hc64.sm90.sm_90a",
+        "dsv4.h8.p64.t64.hc8.sm90-narrow.sm_90a", "dsv4.h32.p64.t64.hc32.sm90-narrow.sm_90a",
         "dsv4.h64.p64.t64.hc64.sm90.sm_90a",     "dsv4.h64.p64.t64.hc64.sm90-staged.sm_90a",
         "dsv4.h128.p64.t64.hc64.sm90.sm_90a",    "dsv4.h128.p64.t64.hc64.sm90-staged.sm_90a",
         "dsv4.h128.p64.t64.hc64.sm90-unpaired.sm_90a", "glm_nsa.h8.p64.t64.hc64.sm90.sm_90a",
@@ -1367,7 +1368,7 @@ Test(warmup, compiles_in_parallel_and_logs_one_line_per_compile_and_pack, .timeo
     cr_expect_eq(rep.compiled, 3, "h3, and the long-walk kernels of h8 and h3");
     cr_expect_gt(rep.compile_ms, 0.0);
     cr_expect_eq(count_of(err, "mlajit: pack "), 1, "%s", err);
-    cr_expect_eq(count_of(err, "mlajit: compiled v32.h3.p64.t64.hc64.sm90"), 1, "%s", err);
+    cr_expect_eq(count_of(err, "mlajit: compiled v32.h3.p64.t64.hc8.sm90-narrow"), 1, "%s", err);
     cr_expect_eq(count_of(err, "mlajit: compiled v32.h3.p64.t32.hc16.sliced"), 1, "%s", err);
     cr_expect_eq(count_of(err, "mlajit: compiled v32.h8.p64.t32.hc16.sliced"), 1, "%s", err);
     cr_expect(strstr(err, "for sm_90a in ") != NULL && strstr(err, " ms") != NULL, "%s", err);
@@ -1424,7 +1425,7 @@ Test(cli, pack_build_ls_verify_merge_bench_and_jit_disabled, .timeout = 300)
     cr_expect(strstr(out_text(), "3 kernels") != NULL, "%s", out_text());
     cr_expect(strstr(out_text(), "sm90-staged") == NULL, "no short-walk kernel at 8 heads: %s", out_text());
     cr_assert_eq(sh("%s pack ls prod.pack", cli), 0, "%s", out_text());
-    cr_expect(strstr(out_text(), "v32.h8.p64.t64.hc64.sm90") && strstr(out_text(), "v32.h8.p64.t32.hc16.sliced") &&
+    cr_expect(strstr(out_text(), "v32.h8.p64.t64.hc8.sm90-narrow") && strstr(out_text(), "v32.h8.p64.t32.hc16.sliced") &&
                   strstr(out_text(), "dsv4.h8.p64"),
               "the grid's kernels and v32's long-walk kernel: %s", out_text());
     cr_expect(strstr(out_text(), "nvrtc") != NULL, "%s", out_text());
@@ -1432,8 +1433,8 @@ Test(cli, pack_build_ls_verify_merge_bench_and_jit_disabled, .timeout = 300)
     cr_expect(strstr(out_text(), "usable here") != NULL, "%s", out_text());
 
     /* a spec list file; the kernel comes from the cache the first build filled */
-    write_file(path_in_root("specs.txt"), (const uint8_t *)"# one kernel\nv32.h8.p64.t64.hc64.sm90.sm_90a\n\n",
-               strlen("# one kernel\nv32.h8.p64.t64.hc64.sm90.sm_90a\n\n"));
+    write_file(path_in_root("specs.txt"), (const uint8_t *)"# one kernel\nv32.h8.p64.t64.hc8.sm90-narrow.sm_90a\n\n",
+               strlen("# one kernel\nv32.h8.p64.t64.hc8.sm90-narrow.sm_90a\n\n"));
     cr_assert_eq(sh("MLAJIT_CACHE_DIR=cache %s pack build --specs specs.txt --out one.pack", cli), 0, "%s",
                  out_text());
     cr_expect(strstr(out_text(), "1 kernels") && strstr(out_text(), "0 compiled") &&

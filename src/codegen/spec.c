@@ -158,11 +158,18 @@ int mlajit_spec_resolve(const mlajit_kernel_spec *spec, mlajit_kernel_spec *reso
     /* auto: the wgmma family on sm_90a whenever the spec leaves it the tile and
      * head group it runs (64, 64): it was faster than the portable family on every
      * row measured on the H200, padded head counts included (bench/NOTES.md). */
-    if (r.variant == MLAJIT_VARIANT_AUTO)
-        r.variant = strcmp(r.arch, "sm_90a") == 0 && (r.tile == 0 || r.tile == 64) &&
-                            (r.heads_per_cta == 0 || r.heads_per_cta == 64)
-                        ? MLAJIT_VARIANT_SM90
-                        : MLAJIT_VARIANT_PORTABLE;
+    /* At most 32 heads with power-of-two scales and the head group left to it,
+     * sm90-narrow: no math padded to 64 heads; it beat sm90 on every V3.2 and DSV4
+     * row at 8, 16 and 32 heads measured on the H200 (bench/NOTES.md). */
+    if (r.variant == MLAJIT_VARIANT_AUTO) {
+        const int hopper = strcmp(r.arch, "sm_90a") == 0 && (r.tile == 0 || r.tile == 64);
+        if (hopper && r.heads_per_cta == 0 && r.h_q <= 32 &&
+            mlajit_model_describe(r.model)->scale_format != MLAJIT_SCALE_FP32)
+            r.variant = MLAJIT_VARIANT_SM90_NARROW;
+        else
+            r.variant = hopper && (r.heads_per_cta == 0 || r.heads_per_cta == 64) ? MLAJIT_VARIANT_SM90
+                                                                                 : MLAJIT_VARIANT_PORTABLE;
+    }
     if (mlajit_variant_is_sm90(r.variant)) {
         /* wgmma and setmaxnreg exist only in the arch-specific sm_90a target */
         const char *name = mlajit_variant_name(r.variant);
