@@ -137,7 +137,7 @@ static const bad_decode_arg bad_decode_args[] = {
     BAD_ROW(misaligned_out, "args.out = "),
     BAD_ROW(out_stride_small, "args.out_stride_h = 511"),
     BAD_ROW(out_stride_negative, "args.out strides must be >= 0"),
-    BAD_ROW(out_rows_overlap, "args.out strides (b 1024, s 512, h 512) overlap rows"),
+    BAD_ROW(out_rows_overlap, "s 512, h 512) overlap rows"), /* b: the dense step of the shape */
     BAD_ROW(misaligned_lse, "args.lse is not 4-byte aligned"),
     BAD_ROW(lse_rows_overlap, "args.lse strides (b 2, s 1, h 1) overlap rows"),
     BAD_ROW(lse_stride_negative, "args.lse strides must be >= 0"),
