@@ -167,7 +167,7 @@ typedef struct mlajit_kernel_spec {
     int extra_page_size; /* tokens per page of the extra cache; 0 = no extra cache */
     unsigned features;   /* MLAJIT_FEATURE_* */
     int tile;            /* candidates per tile: 0 = generator's choice, else 32 or 64 */
-    int heads_per_cta;   /* 0 = generator's choice, else 16, 32 or 64 */
+    int heads_per_cta;   /* 0 = generator's choice, else 16, 32 or 64 (8 and 24 too with sm90-narrow) */
     mlajit_variant variant;
     char arch[MLAJIT_ARCH_LEN]; /* "sm_80", "sm_90a", ...; "" = the context's device (sm_90a without one) */
 } mlajit_kernel_spec;

@@ -155,12 +155,12 @@ int mlajit_spec_resolve(const mlajit_kernel_spec *spec, mlajit_kernel_spec *reso
         return mlajit_fail(MLAJIT_ERR_INVALID_ARGUMENT, "spec.arch is empty; resolve needs a target arch (%s)",
                            mlajit_arch_list());
     mlajit_kernel_spec r = *spec;
-    /* auto: the wgmma family on sm_90a whenever the spec leaves it the tile and
-     * head group it runs (64, 64): it was faster than the portable family on every
-     * row measured on the H200, padded head counts included (bench/NOTES.md). */
-    /* At most 32 heads with power-of-two scales and the head group left to it,
-     * sm90-narrow: no math padded to 64 heads; it beat sm90 on every V3.2 and DSV4
-     * row at 8, 16 and 32 heads measured on the H200 (bench/NOTES.md). */
+    /* auto on sm_90a with tile 0 or 64: at most 32 heads with power-of-two scales
+     * and the head group left to it, sm90-narrow (no math padded to 64 heads; it
+     * beat sm90 on every V3.2 and DSV4 row at 8, 16 and 32 heads measured on the
+     * H200); else the sm90 family where the head group is 0 or 64 (faster than the
+     * portable family on every row measured, padded head counts included); else
+     * portable (bench/NOTES.md). */
     if (r.variant == MLAJIT_VARIANT_AUTO) {
         const int hopper = strcmp(r.arch, "sm_90a") == 0 && (r.tile == 0 || r.tile == 64);
         if (hopper && r.heads_per_cta == 0 && r.h_q <= 32 &&
