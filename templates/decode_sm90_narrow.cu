@@ -103,21 +103,6 @@ __device__ __forceinline__ void wgmma_narrow(float (&d)[kAccS], u64 desc_a, u64 
     }
 }
 
-// The maximum over the eight row groups g of a warp (lanes 4 apart): one column's.
-__device__ __forceinline__ float column_max_of_warp(float v)
-{
-#pragma unroll
-    for (int o = 4; o < 32; o *= 2) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
-    return v;
-}
-
-__device__ __forceinline__ float column_sum_of_warp(float v)
-{
-#pragma unroll
-    for (int o = 4; o < 32; o *= 2) v += __shfl_xor_sync(0xffffffffu, v, o);
-    return v;
-}
-
 // A descriptor `bytes` further on (its address field counts 16-byte units; the
 // operands stay below 256 KB, so no carry leaves the field). asm volatile keeps
 // each add beside its wgmma, in order: ptxas otherwise computed the descriptors of
@@ -255,7 +240,7 @@ extern "C" __global__ void __launch_bounds__(sm90::kCtaThreads, 1) mlajit_decode
             float& x1 = acc_s[4 * (c / 2) + 2 + c % 2];
             x0 = v0 ? x0 * p.sm_scale_log2 : neg_inf();
             x1 = v1 ? x1 * p.sm_scale_log2 : neg_inf();
-            const float m = column_max_of_warp(fmaxf(x0, x1));
+            const float m = warp_max_xor(fmaxf(x0, x1), 32, 4);  // the column over the warp's 16 rows
             if (g == 0) st_shared_f32(sColumns + 4 * (warp * kHeadsN + head_of(c)), m);
         }
         // P's previous readers (the last tile's P V) are done: this thread waited for them.
@@ -314,7 +299,7 @@ extern "C" __global__ void __launch_bounds__(sm90::kCtaThreads, 1) mlajit_decode
     // The heads' final statistics: the column sums over the warp's rows, then the warps.
 #pragma unroll
     for (int c = 0; c < kColsPerThread; c++) {
-        const float sum = column_sum_of_warp(col_sum[c]);
+        const float sum = warp_sum_xor(col_sum[c], 32, 4);
         if (g == 0) st_shared_f32(sColumns + 4 * (warp * kHeadsN + head_of(c)), sum);
     }
     named_barrier_sync(kBarColumns, kWarpGroupThreads);

@@ -135,16 +135,19 @@ __device__ __forceinline__ void mma_bf16_16816(float (&d)[4], const u32 (&a)[4],
         : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
 }
 
-__device__ __forceinline__ float warp_max_xor(float v, int width)
+// The max (sum) over the lanes whose ids differ only in bits [from, width) (powers
+// of two): from 1, each group of `width` neighbouring lanes; from 4 and width 32, the
+// lanes 4 apart (a wgmma fragment's column over a warp's rows).
+__device__ __forceinline__ float warp_max_xor(float v, int width, int from = 1)
 {
-    for (int o = width / 2; o > 0; o /= 2)
+    for (int o = width / 2; o >= from; o /= 2)
         v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
     return v;
 }
 
-__device__ __forceinline__ float warp_sum_xor(float v, int width)
+__device__ __forceinline__ float warp_sum_xor(float v, int width, int from = 1)
 {
-    for (int o = width / 2; o > 0; o /= 2)
+    for (int o = width / 2; o >= from; o /= 2)
         v += __shfl_xor_sync(0xffffffffu, v, o);
     return v;
 }
