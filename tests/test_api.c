@@ -14,6 +14,7 @@
 #include <string.h>
 
 #include "bad_decode_args.h"
+#include "row_params.h"
 #include "harness/harness.h"
 #include "mlajit.h"
 #include "runtime/runtime.h" /* the planner's rules, tested apart below */
@@ -95,9 +96,7 @@ Test(api, valid_arguments_pass_validation_and_then_need_a_device)
 ParameterizedTestParameters(bad_input, decode_argument)
 {
     static size_t rows[BAD_DECODE_ARG_COUNT];
-    for (size_t i = 0; i < BAD_DECODE_ARG_COUNT; i++)
-        rows[i] = i;
-    return cr_make_param_array(size_t, rows, BAD_DECODE_ARG_COUNT);
+    return row_indices(rows, BAD_DECODE_ARG_COUNT);
 }
 
 ParameterizedTest(size_t *row, bad_input, decode_argument)

@@ -22,6 +22,7 @@
 #include "codegen/kernel_abi.h"
 #include "fake_cuda/fake_cuda.h"
 #include "mlajit.h"
+#include "row_params.h"
 #include "runtime/runtime.h" /* the plan's grid, to check the launches against */
 
 #ifdef FAKE_CUDA_11
@@ -247,13 +248,10 @@ static const load_failure load_failures[] = {
 };
 #define LOAD_FAILURE_COUNT (sizeof load_failures / sizeof load_failures[0])
 
-/* Rows by index: a test process may not share the runner's addresses. */
 ParameterizedTestParameters(load, a_failed_step_unloads_what_it_made_and_a_retry_loads)
 {
     static size_t rows[LOAD_FAILURE_COUNT];
-    for (size_t i = 0; i < LOAD_FAILURE_COUNT; i++)
-        rows[i] = i;
-    return cr_make_param_array(size_t, rows, LOAD_FAILURE_COUNT);
+    return row_indices(rows, LOAD_FAILURE_COUNT);
 }
 
 ParameterizedTest(size_t *row, load, a_failed_step_unloads_what_it_made_and_a_retry_loads)
