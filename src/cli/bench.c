@@ -54,13 +54,15 @@ static int build_configs(bench_config *out, int max, int quick)
     for (size_t r = 0; r < sizeof dsv4_rows / sizeof dsv4_rows[0]; r++) {
         const int bs[] = {2, 64, 128};
         const double us[] = {dsv4_rows[r].b2, dsv4_rows[r].b64, dsv4_rows[r].b128};
-        const int narrow_shards = dsv4_rows[r].h_q == 64 && !quick;
+        int row_heads[4], nh = 0;
+        if (dsv4_rows[r].h_q == 64 && !quick)
+            for (int k = 0; k < 3; k++)
+                row_heads[nh++] = heads_all[k]; /* 8, 16, 32 */
+        row_heads[nh++] = dsv4_rows[r].h_q;
         for (int i = 0; i < 3; i++)
-            for (int k = narrow_shards ? 0 : 3; k < 4 && n < max; k++) {
-                const int h = k < 3 ? heads_all[k] : dsv4_rows[r].h_q;
-                out[n++] = (bench_config){MLAJIT_MODEL_DSV4, h, bs[i], 2, 16384, 128,
+            for (int k = 0; k < nh && n < max; k++)
+                out[n++] = (bench_config){MLAJIT_MODEL_DSV4, row_heads[k], bs[i], 2, 16384, 128,
                                           dsv4_rows[r].extra_topk, 16384, 256, 64, 1, us[i]};
-            }
     }
     return n;
 }
