@@ -26,6 +26,18 @@
 #define BAD_ARGS_DQK 512 /* DSV4's d_qk and d_v */
 #define BAD_ARGS_DV 512
 
+/* The spec and shape of the table's plan, at `batch` rows and `splits` splits;
+ * mlajit_spec_init's status. */
+static inline int bad_args_plan_inputs(int batch, int splits, mlajit_kernel_spec *s, mlajit_decode_shape *shape)
+{
+    int rc = mlajit_spec_init(s, BAD_ARGS_MODEL, BAD_ARGS_HEADS, BAD_ARGS_PAGE);
+    s->extra_page_size = BAD_ARGS_EXTRA_PAGE;
+    s->features = MLAJIT_FEATURE_ALL;
+    *shape = (mlajit_decode_shape){.batch = batch, .s_q = BAD_ARGS_SQ, .topk = BAD_ARGS_TOPK,
+                                   .extra_topk = BAD_ARGS_EXTRA_TOPK, .num_splits = splits};
+    return rc;
+}
+
 typedef struct bad_decode_arg {
     const char *name; /* the row, for messages */
     const char *word; /* what the message must name */

@@ -51,11 +51,8 @@ TestSuite(bad_input, .init = setup, .fini = teardown, .timeout = 300);
 static mlajit_plan *make_plan(int batch, int splits)
 {
     mlajit_kernel_spec s;
-    cr_assert_eq(mlajit_spec_init(&s, BAD_ARGS_MODEL, BAD_ARGS_HEADS, BAD_ARGS_PAGE), MLAJIT_OK);
-    s.extra_page_size = BAD_ARGS_EXTRA_PAGE;
-    s.features = MLAJIT_FEATURE_ALL;
-    mlajit_decode_shape shape = {.batch = batch, .s_q = BAD_ARGS_SQ, .topk = BAD_ARGS_TOPK,
-                                 .extra_topk = BAD_ARGS_EXTRA_TOPK, .num_splits = splits};
+    mlajit_decode_shape shape;
+    cr_assert_eq(bad_args_plan_inputs(batch, splits, &s, &shape), MLAJIT_OK);
     mlajit_plan *p = NULL;
     cr_assert_eq(mlajit_plan_create(ctx, &s, &shape, &p), MLAJIT_OK, "%s", mlajit_last_error());
     return p;

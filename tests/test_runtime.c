@@ -483,11 +483,8 @@ Test(launch, the_parameter_block_carries_every_argument)
 {
     mlajit_context *ctx = open_context(0);
     mlajit_kernel_spec s;
-    cr_assert_eq(mlajit_spec_init(&s, BAD_ARGS_MODEL, BAD_ARGS_HEADS, BAD_ARGS_PAGE), MLAJIT_OK);
-    s.extra_page_size = BAD_ARGS_EXTRA_PAGE;
-    s.features = MLAJIT_FEATURE_ALL;
-    mlajit_decode_shape shape = {.batch = BAD_ARGS_BATCH, .s_q = BAD_ARGS_SQ, .topk = BAD_ARGS_TOPK,
-                                 .extra_topk = BAD_ARGS_EXTRA_TOPK, .num_splits = BAD_ARGS_SPLITS};
+    mlajit_decode_shape shape;
+    cr_assert_eq(bad_args_plan_inputs(BAD_ARGS_BATCH, BAD_ARGS_SPLITS, &s, &shape), MLAJIT_OK);
     mlajit_plan *plan = NULL;
     cr_assert_eq(mlajit_plan_create(ctx, &s, &shape, &plan), MLAJIT_OK, "%s", mlajit_last_error());
     const int64_t kv_stride = mlajit_min_page_stride(BAD_ARGS_MODEL, BAD_ARGS_PAGE) + 64;
