@@ -16,9 +16,10 @@
 //     kHeadsN / 2 fp32. At 32 heads a tile's math is 68 m64n32k16 steps, far
 //     below the time its 42 KB take to gather, so one group does it all.
 //   producers (warp groups 1 and 2): producer r gathers round r (32 candidates,
-//     four lanes each) of every tile into the shared K buffer, its next tile's
-//     round loaded one tile ahead, and prefetches its rows of the tile after next
-//     into L2 (sm90_common.cu's rounds, as a CTA pair's producer runs them).
+//     four lanes each) of every tile into the shared K buffer, its loads running
+//     kLoadsAhead tiles ahead (two at 8 heads, and at 16 where a round allows),
+//     with one ahead its rows of the tile after next prefetched into L2
+//     (sm90_common.cu's rounds, as a CTA pair's producer runs them).
 // Epilogue: the consumer stages O^T as fp32 head rows over the spent K buffers, then
 // each warp normalizes and writes whole head rows, a contiguous run per store (the
 // result, or the split's partial for the combine).
@@ -47,17 +48,27 @@ constexpr int kCtaThreads = 3 * kWarpGroupThreads;
 enum Role { kConsumerGroup = 0, kFirstProducerGroup = 1 };
 constexpr int kStageStride = cfg::kDV + 4;            // fp32; 4 mod 32 banks apart: conflict-free column stores
 constexpr int kEpilogueChunks = cfg::kDV / 128;       // a warp's 32 lanes x 4 dims per store
+// How many tiles ahead a producer's loads run. The producers bound this kernel:
+// alone (no consumer math) they took 92% of its time at 16 heads, gathering ~2 TB/s
+// with one round per warp in flight (bench/NOTES.md, "sm90-narrow's producers").
+// A second round in flight takes three rounds of registers, which only a consumer
+// of at most 16 heads can give up: measured, it gained 12-20% on long walks at 8
+// heads and at DSV4's 16, and lost 2-5% at V3.2's 16, whose 45-register rounds
+// leave the producer 41 of its 176 (DSV4's 39-register rounds leave 59; the
+// producers at 8 heads have 184). With two rounds ahead the rows are not also
+// prefetched into L2 (worth 10% with one round ahead, it cost 3-8% with two).
+constexpr int kRoundRegisters = 4 * (kNopeLoads + kRopeLoads) + kScaleWords + 1;  // RoundLoads
+constexpr int kLoadsAhead = kHeadsN <= 8 || (kHeadsN <= 16 && kRoundRegisters <= 40) ? 2 : 1;
+constexpr bool kPrefetchRows = kLoadsAhead == 1;
 // setmaxnreg: every warp starts at 65536 / 384 rounded down to 8 = 168. The
 // consumer holds O^T (8 x kHeadsN / 2), S^T (kHeadsN / 2), the columns' running
-// max and sum and the tile's factors; each producer one round loaded ahead and one
-// being stored (a CTA pair's producer's load, which fits in 128).
-constexpr int kConsumerRegisters = 216;
-constexpr int kProducerRegisters = 144;
+// max and sum and the tile's factors; each producer kLoadsAhead rounds in flight
+// and one being stored.
+constexpr int kConsumerRegisters = kLoadsAhead == 1 ? 216 : kHeadsN <= 8 ? 136 : 152;
+constexpr int kProducerRegisters = kLoadsAhead == 1 ? 144 : kHeadsN <= 8 ? 184 : 176;
 constexpr int kLaunchRegisters = (65536 / kCtaThreads) & ~7;
 static_assert(kConsumerRegisters + 2 * kProducerRegisters <= 3 * kLaunchRegisters,
               "setmaxnreg: the increase must be covered by the decreases");
-static_assert(kConsumerRegisters > kLaunchRegisters && kProducerRegisters <= kLaunchRegisters,
-              "setmaxnreg: the consumer's call increases, the producers' decrease");
 
 enum NamedBarrier { kBarKFull = 1, kBarKEmpty = 3, kBarColumns = 5, kBarPReady = 6, kBarStaged = 7, kBarQReady = 8 };
 
@@ -147,40 +158,57 @@ extern "C" __global__ void __launch_bounds__(sm90::kCtaThreads, 1) mlajit_decode
     const int first = next_live_tile(range, range.begin, p.topk);
 
     if (group >= kFirstProducerGroup) {
-        registers_decrease<kProducerRegisters>();
-        // Producer r: round r of every tile. Its loads run one tile ahead (now and
-        // ahead alternate by tile); the indices three tiles ahead; its rows of the
-        // tile after next into L2.
+        registers_set<kProducerRegisters, kLaunchRegisters>();
+        // Producer r: round r of every tile. t[0]'s round is stored now, those of
+        // t[1..kAhead] are in flight, t[kAhead + 1]'s rows are prefetched into L2
+        // (kPrefetchRows) and t[kAhead + 2]'s slots are read.
+        constexpr int kAhead = kLoadsAhead;
         const int round = group - kFirstProducerGroup;
         const int token = warp * 8 + lane % 8, quarter = lane / 8;
         auto pos_of = [&](int t) { return t * kTile + round * kTokensPerRound + token; };
         auto slot_of = [&](int t) { return t < range.end ? load_slot(p, b, s, pos_of(t), range) : -1; };
-        int t0 = first, t1 = live_after(t0), t2 = live_after(t1);
-        const int raw0 = slot_of(t0);
-        int raw1 = slot_of(t1), raw2 = slot_of(t2);
-        prefetch_row<kLanesPerToken>(p, pos_of(t1), raw1, quarter);
-        RoundLoads even, odd;
-        if (t0 < range.end) load_round(p, pos_of(t0), checked_slot(p, pos_of(t0), raw0), quarter, even);
-        auto one_tile = [&](int seq, RoundLoads& now, RoundLoads& ahead) {
+        int t[kAhead + 3], raw[kAhead + 3];
+        t[0] = first;
+#pragma unroll
+        for (int i = 1; i < kAhead + 3; i++) t[i] = live_after(t[i - 1]);
+#pragma unroll
+        for (int i = 0; i < kAhead + 2; i++) raw[i] = slot_of(t[i]);
+        if (kPrefetchRows) prefetch_row<kLanesPerToken>(p, pos_of(t[kAhead]), raw[kAhead], quarter);
+        RoundLoads rounds[kAhead + 1];
+#pragma unroll
+        for (int i = 0; i < kAhead; i++)
+            if (t[i] < range.end) load_round(p, pos_of(t[i]), checked_slot(p, pos_of(t[i]), raw[i]), quarter, rounds[i]);
+        // One tile: `now` holds t[0]'s round, `next` takes t[kAhead]'s.
+        auto one_tile = [&](int seq, RoundLoads& now, RoundLoads& next) {
             const int buf = seq & 1;
-            const int t3 = live_after(t2), raw3 = slot_of(t3);
-            prefetch_row<kLanesPerToken>(p, pos_of(t2), raw2, quarter);
-            if (t1 < range.end) load_round(p, pos_of(t1), checked_slot(p, pos_of(t1), raw1), quarter, ahead);
+            raw[kAhead + 2] = slot_of(t[kAhead + 2]);
+            if (kPrefetchRows) prefetch_row<kLanesPerToken>(p, pos_of(t[kAhead + 1]), raw[kAhead + 1], quarter);
+            if (t[kAhead] < range.end)
+                load_round(p, pos_of(t[kAhead]), checked_slot(p, pos_of(t[kAhead]), raw[kAhead]), quarter, next);
             if (seq >= 2) named_barrier_sync(kBarKEmpty + buf, kCtaThreads);
             hold_until_here(now);
             store_round(RoundDest{sK + (u32)buf * kOperandBytes, sTokenValid + buf * kTile},
                         round * kTokensPerRound + token, quarter, now);
             fence_smem_for_wgmma();
             named_barrier_arrive(kBarKFull + buf, kCtaThreads);
-            t0 = t1;
-            t1 = t2;
-            t2 = t3;
-            raw1 = raw2;
-            raw2 = raw3;
-            return t0 < range.end;
+#pragma unroll
+            for (int i = 0; i < kAhead + 2; i++) {
+                t[i] = t[i + 1];
+                raw[i] = raw[i + 1];
+            }
+            t[kAhead + 2] = live_after(t[kAhead + 1]);
+            return t[0] < range.end;
         };
-        for (int seq = 0; t0 < range.end; seq += 2)
-            if (one_tile(seq, even, odd)) one_tile(seq + 1, odd, even);
+        // The round registers rotate: a tile's `next` is the set whose round was
+        // just stored, so each stays in registers (no copies between the sets).
+        if constexpr (kAhead == 1) {
+            for (int seq = 0; t[0] < range.end; seq += 2)
+                if (one_tile(seq, rounds[0], rounds[1])) one_tile(seq + 1, rounds[1], rounds[0]);
+        } else {
+            for (int seq = 0; t[0] < range.end; seq += 3)
+                if (one_tile(seq, rounds[0], rounds[2]) && one_tile(seq + 1, rounds[1], rounds[0]))
+                    one_tile(seq + 2, rounds[2], rounds[1]);
+        }
         return;
     }
 
@@ -188,9 +216,12 @@ extern "C" __global__ void __launch_bounds__(sm90::kCtaThreads, 1) mlajit_decode
     // columns 8 j + 2 q (+ 1); the thread's column c (j = c / 2, e = c % 2) is head 8 j + 2 q + e.
     const int g = lane / 4, q = lane % 4;
     auto head_of = [&](int c) { return 8 * (c / 2) + 2 * q + (c % 2); };
+    // A decrease first: the producers' increase waits for it. An increase waits
+    // for the producers' decreases, so Q's copies are issued before it.
+    if constexpr (kConsumerRegisters < kLaunchRegisters) registers_set<kConsumerRegisters, kLaunchRegisters>();
     stage_q_rows<kHeadsN, cfg::kDQK, 16, kWarpGroupThreads>(
         p, work, tid, [sQ](int h, int c8) { return sQ + (u32)(c8 / 8) * kQBlockBytes + swizzled(h, c8 % 8); });
-    registers_increase<kConsumerRegisters>();
+    if constexpr (kConsumerRegisters > kLaunchRegisters) registers_set<kConsumerRegisters, kLaunchRegisters>();
     float acc_o[kVBlocks][kAccS];  // O^T: per 64 value dims, 64 dims x kHeadsN heads
 #pragma unroll
     for (int m = 0; m < kVBlocks; m++)

@@ -149,6 +149,14 @@ template <int kRegisters>
 __device__ __forceinline__ void registers_increase() { asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" :: "n"(kRegisters)); }
 template <int kRegisters>
 __device__ __forceinline__ void registers_decrease() { asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" :: "n"(kRegisters)); }
+// A role's count where the roles' split is a choice: up from the launch's count
+// (the call waits for other groups to give registers back) or down from it.
+template <int kRegisters, int kLaunchRegisters>
+__device__ __forceinline__ void registers_set()
+{
+    if constexpr (kRegisters > kLaunchRegisters) registers_increase<kRegisters>();
+    else if constexpr (kRegisters < kLaunchRegisters) registers_decrease<kRegisters>();
+}
 
 // Shared-memory matrix descriptor, 128-byte swizzle. K-major operands: rows of 128
 // bytes, 8-row groups 1024 bytes apart (stride), leading offset unused. MN-major

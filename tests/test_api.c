@@ -645,9 +645,8 @@ Test(api, planner_sizes_the_combine_staging_to_one_round)
 
 /* auto's shape-dependent family: at most 32 heads with power-of-two scales
  * sm90-narrow, except the sliced kernel where each CTA walks at least
- * MLAJIT_SLICED_MIN_TILES tiles (v32, at most 16 heads, sm_90a) and, above 8 heads,
- * does not split; the wgmma kernel elsewhere; and auto's own kernel when the
- * sliced one cannot be had. */
+ * MLAJIT_SLICED_MIN_TILES tiles and does not split (v32, 9-16 heads, sm_90a); the
+ * wgmma kernel elsewhere; and auto's own kernel when the sliced one cannot be had. */
 static const char *plan_family(mlajit_context *c, mlajit_model model, int h_q, int batch, int topk, int splits,
                                char *buf, size_t len)
 {
@@ -687,8 +686,11 @@ Test(api, auto_takes_narrow_sliced_or_sm90_by_heads_and_walk)
 {
     static const plan_case cases[] = {
         {MLAJIT_MODEL_V32, 16, 256, 2048, 0, ".sliced.sm_90a", "a long walk, unsplit"},
-        {MLAJIT_MODEL_V32, 8, 64, 2048, 0, ".sliced.sm_90a", "a long walk at 8 heads, split"},
-        {MLAJIT_MODEL_V32, 4, 128, 2048, 0, ".sliced.sm_90a", "a long walk at 4 heads"},
+        {MLAJIT_MODEL_V32, 9, 256, 2048, 0, ".sliced.sm_90a", "a long walk at 9 heads, unsplit"},
+        /* 8 heads and fewer: sm90-narrow on every walk */
+        {MLAJIT_MODEL_V32, 8, 256, 2048, 0, ".hc8.sm90-narrow.sm_90a", "a long walk at 8 heads, unsplit"},
+        {MLAJIT_MODEL_V32, 8, 64, 2048, 0, ".hc8.sm90-narrow.sm_90a", "a long walk at 8 heads, split"},
+        {MLAJIT_MODEL_V32, 4, 128, 2048, 0, ".hc8.sm90-narrow.sm_90a", "a long walk at 4 heads"},
         /* 16 heads where the sliced plan splits: sm90-narrow */
         {MLAJIT_MODEL_V32, 16, 128, 2048, 0, ".hc16.sm90-narrow.sm_90a", "16 heads, the sliced plan splits"},
         {MLAJIT_MODEL_V32, 16, 256, 2048, 2, ".hc16.sm90-narrow.sm_90a", "16 heads, forced splits"},

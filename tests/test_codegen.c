@@ -450,8 +450,12 @@ Test(codegen, long_walk_alternative_is_the_sliced_family_where_measured)
     cr_expect_eq(mlajit_spec_resolve(&alt, &r), MLAJIT_OK, "%s", mlajit_last_error());
     cr_expect_eq(r.tile, 32);
     cr_expect_eq(r.heads_per_cta, 16);
+    s.h_q = 9;
+    cr_expect_eq(mlajit_spec_long_walk_alternative(&s, "sm_90a", &alt), 1, "9 heads");
+    s.h_q = 8;
+    cr_expect_eq(mlajit_spec_long_walk_alternative(&s, "sm_90a", &alt), 0, "8 heads: narrow won every walk");
     s.h_q = 1;
-    cr_expect_eq(mlajit_spec_long_walk_alternative(&s, "sm_90a", &alt), 1);
+    cr_expect_eq(mlajit_spec_long_walk_alternative(&s, "sm_90a", &alt), 0, "1 head");
     s.h_q = 17;
     cr_expect_eq(mlajit_spec_long_walk_alternative(&s, "sm_90a", &alt), 0, "more than 16 heads");
     s.h_q = 16;

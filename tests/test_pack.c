@@ -1273,19 +1273,19 @@ Test(warmup, counts_what_each_layer_served_and_names_a_missing_kernel)
 {
     mlajit_context *k = keyer();
     const char *dir = path_in_root("cache");
-    /* grid: v32, dsv4 x heads 8, 16 x page 64, and the v32 specs' long-walk kernels */
-    mlajit_kernel_spec v8 = spec_of(MLAJIT_MODEL_V32, 8, 64, 0), v16 = spec_of(MLAJIT_MODEL_V32, 16, 64, 0),
-                       d8 = spec_of(MLAJIT_MODEL_DSV4, 8, 64, 0), d16 = spec_of(MLAJIT_MODEL_DSV4, 16, 64, 0);
-    mlajit_kernel_spec v8_long, v16_long;
-    cr_assert(mlajit_spec_long_walk_alternative(&v8, "sm_90a", &v8_long));
+    /* grid: v32, dsv4 x heads 12, 16 x page 64, and the v32 specs' long-walk kernels */
+    mlajit_kernel_spec v12 = spec_of(MLAJIT_MODEL_V32, 12, 64, 0), v16 = spec_of(MLAJIT_MODEL_V32, 16, 64, 0),
+                       d12 = spec_of(MLAJIT_MODEL_DSV4, 12, 64, 0), d16 = spec_of(MLAJIT_MODEL_DSV4, 16, 64, 0);
+    mlajit_kernel_spec v12_long, v16_long;
+    cr_assert(mlajit_spec_long_walk_alternative(&v12, "sm_90a", &v12_long));
     cr_assert(mlajit_spec_long_walk_alternative(&v16, "sm_90a", &v16_long));
-    mlajit_kernel_spec in_pack[3] = {v8, d8, v8_long};
+    mlajit_kernel_spec in_pack[3] = {v12, d12, v12_long};
     write_fake_pack(path_in_root("a.pack"), k, in_pack, 3, NULL);
     plant_in_cache(dir, k, &v16, 1);
     plant_in_cache(dir, k, &v16_long, 4);
     mlajit_context *ctx = context_on(dir, path_in_root("a.pack"), MLAJIT_CONTEXT_NO_JIT);
     mlajit_model models[] = {MLAJIT_MODEL_V32, MLAJIT_MODEL_DSV4};
-    int heads[] = {8, 16}, pages[] = {64};
+    int heads[] = {12, 16}, pages[] = {64};
     mlajit_kernel_grid grid = {.models = models, .num_models = 2, .head_counts = heads, .num_head_counts = 2,
                                .page_sizes = pages, .num_page_sizes = 1};
     mlajit_warmup_report rep;
@@ -1302,7 +1302,7 @@ Test(warmup, counts_what_each_layer_served_and_names_a_missing_kernel)
     cr_expect_eq(rep.loaded, 0, "no device here");
     cr_expect_gt(rep.wall_ms, 0.0);
 
-    int bad_heads[] = {8, 129};
+    int bad_heads[] = {12, 129};
     grid.head_counts = bad_heads;
     cr_expect_eq(mlajit_warmup(ctx, &grid, 0, &rep), MLAJIT_ERR_INVALID_ARGUMENT);
     cr_expect(strstr(mlajit_last_error(), "h_q = 129") != NULL, "%s", mlajit_last_error());
@@ -1315,27 +1315,29 @@ Test(warmup, counts_what_each_layer_served_and_names_a_missing_kernel)
 
 /* A grid brings along the kernels auto's plans switch to (auto's own at 32 heads
  * and fewer with power-of-two scales being sm90-narrow): the long-walk kernel
- * (sliced) of V3.2 at 16 heads and fewer, the short-walk kernel (sm90-staged)
+ * (sliced) of V3.2 at 9-16 heads, the short-walk kernel (sm90-staged)
  * above 32 heads with power-of-two scales, the one-tile kernel (sm90-unpaired) at
  * 65-128 heads; so a pack covers every plan. */
 Test(warmup, grid_brings_every_walk_alternative_along)
 {
     mlajit_model models[] = {MLAJIT_MODEL_V32, MLAJIT_MODEL_DSV4, MLAJIT_MODEL_GLM_NSA};
-    int heads[] = {8, 32, 64, 128}, pages[] = {64};
-    mlajit_kernel_grid grid = {.models = models, .num_models = 3, .head_counts = heads, .num_head_counts = 4,
+    int heads[] = {8, 16, 32, 64, 128}, pages[] = {64};
+    mlajit_kernel_grid grid = {.models = models, .num_models = 3, .head_counts = heads, .num_head_counts = 5,
                                .page_sizes = pages, .num_page_sizes = 1};
     mlajit_kernel_spec *specs = NULL;
     int n = 0;
     cr_assert_eq(mlajit_grid_expand(&grid, "sm_90a", &specs, &n), MLAJIT_OK, "%s", mlajit_last_error());
     const char *expected[] = {
-        "v32.h8.p64.t64.hc8.sm90-narrow.sm_90a", "v32.h8.p64.t32.hc16.sliced.sm_90a",
+        "v32.h8.p64.t64.hc8.sm90-narrow.sm_90a", /* no long-walk kernel at 8 heads */
+        "v32.h16.p64.t64.hc16.sm90-narrow.sm_90a", "v32.h16.p64.t32.hc16.sliced.sm_90a",
         "v32.h32.p64.t64.hc32.sm90-narrow.sm_90a", "v32.h64.p64.t64.hc64.sm90.sm_90a",
         "v32.h64.p64.t64.hc64.sm90-staged.sm_90a", "v32.h128.p64.t64.hc64.sm90.sm_90a",
         "v32.h128.p64.t64.hc64.sm90-staged.sm_90a", "v32.h128.p64.t64.hc64.sm90-unpaired.sm_90a",
-        "dsv4.h8.p64.t64.hc8.sm90-narrow.sm_90a", "dsv4.h32.p64.t64.hc32.sm90-narrow.sm_90a",
-        "dsv4.h64.p64.t64.hc64.sm90.sm_90a",     "dsv4.h64.p64.t64.hc64.sm90-staged.sm_90a",
-        "dsv4.h128.p64.t64.hc64.sm90.sm_90a",    "dsv4.h128.p64.t64.hc64.sm90-staged.sm_90a",
-        "dsv4.h128.p64.t64.hc64.sm90-unpaired.sm_90a", "glm_nsa.h8.p64.t64.hc64.sm90.sm_90a",
+        "dsv4.h8.p64.t64.hc8.sm90-narrow.sm_90a", "dsv4.h16.p64.t64.hc16.sm90-narrow.sm_90a",
+        "dsv4.h32.p64.t64.hc32.sm90-narrow.sm_90a", "dsv4.h64.p64.t64.hc64.sm90.sm_90a",
+        "dsv4.h64.p64.t64.hc64.sm90-staged.sm_90a", "dsv4.h128.p64.t64.hc64.sm90.sm_90a",
+        "dsv4.h128.p64.t64.hc64.sm90-staged.sm_90a", "dsv4.h128.p64.t64.hc64.sm90-unpaired.sm_90a",
+        "glm_nsa.h8.p64.t64.hc64.sm90.sm_90a",   "glm_nsa.h16.p64.t64.hc64.sm90.sm_90a",
         "glm_nsa.h32.p64.t64.hc64.sm90.sm_90a",  "glm_nsa.h64.p64.t64.hc64.sm90.sm_90a",
         "glm_nsa.h128.p64.t64.hc64.sm90.sm_90a", "glm_nsa.h128.p64.t64.hc64.sm90-unpaired.sm_90a",
     };
@@ -1357,20 +1359,21 @@ Test(warmup, compiles_in_parallel_and_logs_one_line_per_compile_and_pack, .timeo
     capture_begin();
     mlajit_context *ctx = context_on(path_in_root("cache"), path_in_root("a.pack"), 0);
     mlajit_model models[] = {MLAJIT_MODEL_V32};
-    int heads[] = {8, 3}, pages[] = {64};
-    mlajit_kernel_grid grid = {.models = models, .num_models = 1, .head_counts = heads, .num_head_counts = 2,
+    int heads[] = {8, 3, 12}, pages[] = {64};
+    mlajit_kernel_grid grid = {.models = models, .num_models = 1, .head_counts = heads, .num_head_counts = 3,
                                .page_sizes = pages, .num_page_sizes = 1};
     mlajit_warmup_report rep;
     int rc = mlajit_warmup(ctx, &grid, 2, &rep);
     const char *err = capture_end();
     cr_assert_eq(rc, MLAJIT_OK, "%s", mlajit_last_error());
     cr_expect_eq(rep.from_packs, 1);
-    cr_expect_eq(rep.compiled, 3, "h3, and the long-walk kernels of h8 and h3");
+    cr_expect_eq(rep.compiled, 3, "h3, h12 and h12's long-walk kernel (none at 8 heads and fewer)");
     cr_expect_gt(rep.compile_ms, 0.0);
     cr_expect_eq(count_of(err, "mlajit: pack "), 1, "%s", err);
     cr_expect_eq(count_of(err, "mlajit: compiled v32.h3.p64.t64.hc8.sm90-narrow"), 1, "%s", err);
-    cr_expect_eq(count_of(err, "mlajit: compiled v32.h3.p64.t32.hc16.sliced"), 1, "%s", err);
-    cr_expect_eq(count_of(err, "mlajit: compiled v32.h8.p64.t32.hc16.sliced"), 1, "%s", err);
+    cr_expect_eq(count_of(err, "mlajit: compiled v32.h12.p64.t64.hc16.sm90-narrow"), 1, "%s", err);
+    cr_expect_eq(count_of(err, "mlajit: compiled v32.h12.p64.t32.hc16.sliced"), 1, "%s", err);
+    cr_expect_eq(count_of(err, ".sliced"), 1, "%s", err);
     cr_expect(strstr(err, "for sm_90a in ") != NULL && strstr(err, " ms") != NULL, "%s", err);
     mlajit_context_destroy(ctx);
 }
@@ -1418,23 +1421,23 @@ Test(cli, pack_build_ls_verify_merge_bench_and_jit_disabled, .timeout = 300)
 {
     const char *cli = cli_path();
     setenv("MLAJIT_LOG", "quiet", 1);
-    cr_assert_eq(sh("MLAJIT_CACHE_DIR=cache %s pack build --models v32,dsv4 --heads 8 --pages 64 --archs sm_90a "
+    cr_assert_eq(sh("MLAJIT_CACHE_DIR=cache %s pack build --models v32,dsv4 --heads 16 --pages 64 --archs sm_90a "
                     "--out prod.pack",
                     cli),
                  0, "%s", out_text());
     cr_expect(strstr(out_text(), "3 kernels") != NULL, "%s", out_text());
-    cr_expect(strstr(out_text(), "sm90-staged") == NULL, "no short-walk kernel at 8 heads: %s", out_text());
+    cr_expect(strstr(out_text(), "sm90-staged") == NULL, "no short-walk kernel at 16 heads: %s", out_text());
     cr_assert_eq(sh("%s pack ls prod.pack", cli), 0, "%s", out_text());
-    cr_expect(strstr(out_text(), "v32.h8.p64.t64.hc8.sm90-narrow") && strstr(out_text(), "v32.h8.p64.t32.hc16.sliced") &&
-                  strstr(out_text(), "dsv4.h8.p64"),
+    cr_expect(strstr(out_text(), "v32.h16.p64.t64.hc16.sm90-narrow") && strstr(out_text(), "v32.h16.p64.t32.hc16.sliced") &&
+                  strstr(out_text(), "dsv4.h16.p64"),
               "the grid's kernels and v32's long-walk kernel: %s", out_text());
     cr_expect(strstr(out_text(), "nvrtc") != NULL, "%s", out_text());
     cr_assert_eq(sh("%s pack verify prod.pack", cli), 0, "%s", out_text());
     cr_expect(strstr(out_text(), "usable here") != NULL, "%s", out_text());
 
     /* a spec list file; the kernel comes from the cache the first build filled */
-    write_file(path_in_root("specs.txt"), (const uint8_t *)"# one kernel\nv32.h8.p64.t64.hc8.sm90-narrow.sm_90a\n\n",
-               strlen("# one kernel\nv32.h8.p64.t64.hc8.sm90-narrow.sm_90a\n\n"));
+    write_file(path_in_root("specs.txt"), (const uint8_t *)"# one kernel\nv32.h16.p64.t64.hc16.sm90-narrow.sm_90a\n\n",
+               strlen("# one kernel\nv32.h16.p64.t64.hc16.sm90-narrow.sm_90a\n\n"));
     cr_assert_eq(sh("MLAJIT_CACHE_DIR=cache %s pack build --specs specs.txt --out one.pack", cli), 0, "%s",
                  out_text());
     cr_expect(strstr(out_text(), "1 kernels") && strstr(out_text(), "0 compiled") &&
@@ -1443,12 +1446,12 @@ Test(cli, pack_build_ls_verify_merge_bench_and_jit_disabled, .timeout = 300)
 
     /* JIT disabled: with the pack it serves, without it names the build line */
     cr_expect_eq(sh("MLAJIT_DISABLE_JIT=1 MLAJIT_CACHE_DIR=empty MLAJIT_PACKS=prod.pack %s compile --model dsv4 "
-                    "--heads 8 --page 64",
+                    "--heads 16 --page 64",
                     cli),
                  0, "%s", out_text());
-    cr_expect_eq(sh("MLAJIT_DISABLE_JIT=1 MLAJIT_CACHE_DIR=empty %s compile --model dsv4 --heads 8 --page 64", cli),
+    cr_expect_eq(sh("MLAJIT_DISABLE_JIT=1 MLAJIT_CACHE_DIR=empty %s compile --model dsv4 --heads 16 --page 64", cli),
                  1, "%s", out_text());
-    cr_expect(strstr(out_text(), "mlajit pack build --models dsv4 --heads 8 --pages 64 --archs sm_90a") != NULL,
+    cr_expect(strstr(out_text(), "mlajit pack build --models dsv4 --heads 16 --pages 64 --archs sm_90a") != NULL,
               "%s", out_text());
 
     /* merge with a pack of made-up kernels (same recipe) */
@@ -1470,11 +1473,11 @@ Test(cli, pack_build_ls_verify_merge_bench_and_jit_disabled, .timeout = 300)
     cr_expect_eq(sh("%s pack verify bad.pack", cli), 1, "%s", out_text());
     cr_expect(strstr(out_text(), "checksum mismatch") != NULL, "%s", out_text());
     cr_expect_eq(sh("MLAJIT_LOG=warn MLAJIT_DISABLE_JIT=1 MLAJIT_CACHE_DIR=empty MLAJIT_PACKS=bad.pack:prod.pack "
-                    "%s compile --model v32 --heads 8 --page 64",
+                    "%s compile --model v32 --heads 16 --page 64",
                     cli),
                  0, "%s", out_text());
     cr_expect(strstr(out_text(), "warning: pack skipped") != NULL, "%s", out_text());
-    cr_expect_eq(sh("%s pack build --models v32 --heads 8", cli), 2, "a grid needs pages: %s", out_text());
+    cr_expect_eq(sh("%s pack build --models v32 --heads 16", cli), 2, "a grid needs pages: %s", out_text());
 }
 
 Test(cli, cache_ls_stats_gc_verify)

@@ -29,18 +29,18 @@ typedef struct mlajit_kernel_layout {
 } mlajit_kernel_layout;
 
 /* The kernel auto switches to for a long walk per CTA: for an auto spec (tile and
- * heads_per_cta 0) on sm_90a (arch "" means default_arch) with at most 16 heads,
- * a model with V3.2's layout and power-of-two scales, the sliced family. Against
- * sm90-narrow, auto's own kernel there (bench/NOTES.md), it won only where each CTA
- * walks at least MLAJIT_SLICED_MIN_TILES tiles of 32 and, above
- * MLAJIT_SLICED_SPLIT_MAX_HEADS heads, its plan does not split: at 8 heads on every
- * long walk (b 64-256, topk 2048), at 16 only at b 256 (unsplit); it lost at 16
- * heads where it splits (b 64 and 128: its 16 warps per SM against narrow's
- * unpadded math) and wherever it walks fewer tiles (its start, the copy ring
- * filling, costs a few microseconds per CTA). 1 and *alt (arch set) when the spec
- * has such an alternative, else 0. */
+ * heads_per_cta 0) on sm_90a (arch "" means default_arch) with
+ * MLAJIT_SLICED_MIN_HEADS to 16 heads, a model with V3.2's layout and power-of-two
+ * scales, the sliced family. Against sm90-narrow, auto's own kernel there
+ * (bench/NOTES.md), it won only where each CTA walks at least
+ * MLAJIT_SLICED_MIN_TILES tiles of 32 and its plan does not split: at 16 heads at
+ * b 256, topk 2048. It lost at 16 heads where it splits (b 64 and 128: its 16 warps
+ * per SM against narrow's unpadded math), wherever it walks fewer tiles (its start,
+ * the copy ring filling, costs a few microseconds per CTA), and at 8 heads and
+ * fewer on every walk since narrow's loads run two tiles ahead there. 1 and *alt
+ * (arch set) when the spec has such an alternative, else 0. */
 #define MLAJIT_SLICED_MIN_TILES 16
-#define MLAJIT_SLICED_SPLIT_MAX_HEADS 8
+#define MLAJIT_SLICED_MIN_HEADS 9
 
 /* The variants' names, as spec strings and the CLI spell them. */
 #define MLAJIT_VARIANT_NAMES "auto, portable, sm90, sliced, sm90-staged, sm90-unpaired, sm90-narrow"

@@ -290,7 +290,7 @@ int mlajit_spec_long_walk_alternative(const mlajit_kernel_spec *spec, const char
                                       mlajit_kernel_spec *alt)
 {
     const mlajit_model_desc *d = spec ? mlajit_model_describe(spec->model) : NULL;
-    if (!d || spec->h_q > 16 || d->scale_format != MLAJIT_SCALE_FP32_POW2)
+    if (!d || spec->h_q < MLAJIT_SLICED_MIN_HEADS || spec->h_q > 16 || d->scale_format != MLAJIT_SCALE_FP32_POW2)
         return 0;
     return auto_alternative(spec, default_arch, MLAJIT_VARIANT_SLICED, alt, NULL);
 }

@@ -100,13 +100,12 @@ static int grid_of(const mlajit_kernel_spec *spec, const mlajit_decode_shape *sh
 }
 
 /* Whether a plan of `shape` with kernel `alt` walks at least MLAJIT_SLICED_MIN_TILES
- * tiles per CTA, and at more than MLAJIT_SLICED_SPLIT_MAX_HEADS heads does not
- * split. */
+ * tiles per CTA and does not split. */
 static int walk_is_long(const mlajit_kernel_spec *alt, const mlajit_decode_shape *shape, int sm_count)
 {
     plan_grid g;
     return grid_of(alt, shape, sm_count, 0, &g) && g.rows > 0 && g.tiles_per_split >= MLAJIT_SLICED_MIN_TILES &&
-           (alt->h_q <= MLAJIT_SLICED_SPLIT_MAX_HEADS || g.num_splits == 1);
+           g.num_splits == 1;
 }
 
 /* Whether the plan of `shape` with the sm90 kernel that `alt` (its sm90-staged
