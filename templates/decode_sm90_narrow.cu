@@ -53,10 +53,11 @@ constexpr int kEpilogueChunks = cfg::kDV / 128;       // a warp's 32 lanes x 4 d
 // with one round per warp in flight (bench/NOTES.md, "sm90-narrow's producers").
 // A second round in flight takes three rounds of registers, which only a consumer
 // of at most 16 heads can give up: measured, it gained 12-20% on long walks at 8
-// heads and at DSV4's 16, and lost 2-5% at V3.2's 16, whose 45-register rounds
-// leave the producer 41 of its 176 (DSV4's 39-register rounds leave 59; the
-// producers at 8 heads have 184). With two rounds ahead the rows are not also
-// prefetched into L2 (worth 10% with one round ahead, it cost 3-8% with two).
+// heads and at DSV4's 16, and lost 2-5% at V3.2's 16 with either split of the
+// registers (136/184 or 152/176; the cause is not found). Only those two layouts
+// were measured at 16 heads; the rule tells them apart by a round's registers (V3.2
+// 45, DSV4 39), not by a measured threshold. With two rounds ahead the rows are not
+// also prefetched into L2 (worth 10% with one round ahead, it cost 3-8% with two).
 constexpr int kRoundRegisters = 4 * (kNopeLoads + kRopeLoads) + kScaleWords + 1;  // RoundLoads
 constexpr int kLoadsAhead = kHeadsN <= 8 || (kHeadsN <= 16 && kRoundRegisters <= 40) ? 2 : 1;
 constexpr bool kPrefetchRows = kLoadsAhead == 1;
