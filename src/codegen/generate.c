@@ -22,6 +22,8 @@ enum { kCombineThreads = 128, kCombineStagedSplits = 32, kRowPad = 8 };
 static int is_sm90(const mlajit_kernel_spec *r) { return mlajit_variant_is_sm90(r->variant); }
 static int is_sliced(const mlajit_kernel_spec *r) { return r->variant == MLAJIT_VARIANT_SLICED; }
 static int is_narrow(const mlajit_kernel_spec *r) { return r->variant == MLAJIT_VARIANT_SM90_NARROW; }
+/* the wgmma kernels: three warp groups, sm90_common.cu's parts */
+static int is_wgmma(const mlajit_kernel_spec *r) { return is_sm90(r) || is_narrow(r); }
 
 /* Portable: eight warps up to 32 heads per CTA; sixteen at 64, so each warp's share
  * of the output accumulator (64 heads x 32 value dims) stays in 64 registers.
@@ -29,7 +31,7 @@ static int is_narrow(const mlajit_kernel_spec *r) { return r->variant == MLAJIT_
  * consumer, two producers). sliced: eight warps, one 64-dim slice of V each. */
 static int threads_for(const mlajit_kernel_spec *r)
 {
-    if (is_sm90(r) || is_narrow(r))
+    if (is_wgmma(r))
         return 384;
     if (is_sliced(r))
         return 256;
@@ -191,7 +193,7 @@ static int min_blocks_per_sm(const mlajit_kernel_spec *r, const smem_map *m)
     int fits = 2 * m->total <= mlajit_arch_max_smem(r->arch);
     if (is_sliced(r) && mlajit_model_describe(r->model)->scale_format == MLAJIT_SCALE_FP32)
         return 1;
-    return !is_sm90(r) && !is_narrow(r) && r->heads_per_cta == 16 && fits ? 2 : 1;
+    return !is_wgmma(r) && r->heads_per_cta == 16 && fits ? 2 : 1;
 }
 
 int mlajit_codegen_layout(const mlajit_kernel_spec *r, mlajit_kernel_layout *layout)
@@ -346,7 +348,7 @@ int mlajit_generate_source(const mlajit_kernel_spec *spec, char **source)
                          : is_narrow(&r) ? "decode_sm90_narrow"
                          : is_sliced(&r) ? "decode_sliced"
                                          : "decode_portable";
-    const char *parts[] = {"prelude", "gather", is_sm90(&r) || is_narrow(&r) ? "sm90_common" : "", kernel, "combine"};
+    const char *parts[] = {"prelude", "gather", is_wgmma(&r) ? "sm90_common" : "", kernel, "combine"};
     for (size_t k = 0; k < sizeof parts / sizeof parts[0]; k++) {
         if (!parts[k][0])
             continue;

@@ -170,12 +170,12 @@ int mlajit_spec_resolve(const mlajit_kernel_spec *spec, mlajit_kernel_spec *reso
             r.variant = hopper && (r.heads_per_cta == 0 || r.heads_per_cta == 64) ? MLAJIT_VARIANT_SM90
                                                                                  : MLAJIT_VARIANT_PORTABLE;
     }
+    /* wgmma and setmaxnreg exist only in the arch-specific sm_90a target */
+    if ((mlajit_variant_is_sm90(r.variant) || r.variant == MLAJIT_VARIANT_SM90_NARROW) && strcmp(r.arch, "sm_90a") != 0)
+        return mlajit_fail(MLAJIT_ERR_UNSUPPORTED, "variant %s needs spec.arch = sm_90a (wgmma); spec.arch = '%s': "
+                           "use the portable variant", mlajit_variant_name(r.variant), r.arch);
     if (mlajit_variant_is_sm90(r.variant)) {
-        /* wgmma and setmaxnreg exist only in the arch-specific sm_90a target */
         const char *name = mlajit_variant_name(r.variant);
-        if (strcmp(r.arch, "sm_90a") != 0)
-            return mlajit_fail(MLAJIT_ERR_UNSUPPORTED, "variant %s needs spec.arch = sm_90a (wgmma); spec.arch = '%s': "
-                               "use the portable variant", name, r.arch);
         if ((r.tile && r.tile != 64) || (r.heads_per_cta && r.heads_per_cta != 64))
             return mlajit_fail(MLAJIT_ERR_UNSUPPORTED, "variant %s runs tile 64 with 64 heads per CTA; spec has tile %d, "
                                "heads_per_cta %d: leave them 0", name, r.tile, r.heads_per_cta);
@@ -198,9 +198,6 @@ int mlajit_spec_resolve(const mlajit_kernel_spec *spec, mlajit_kernel_spec *reso
          * dequantization only */
         const mlajit_model_desc *d = mlajit_model_describe(r.model);
         const int heads_n = (r.h_q + 7) / 8 * 8;
-        if (strcmp(r.arch, "sm_90a") != 0)
-            return mlajit_fail(MLAJIT_ERR_UNSUPPORTED, "variant sm90-narrow needs spec.arch = sm_90a (wgmma); "
-                               "spec.arch = '%s': use the portable variant", r.arch);
         if (r.h_q > 32)
             return mlajit_fail(MLAJIT_ERR_UNSUPPORTED, "variant sm90-narrow holds at most 32 heads; h_q = %d: use the "
                                "sm90 variant", r.h_q);

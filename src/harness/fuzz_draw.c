@@ -83,6 +83,25 @@ static int pages_per_seq_max(int b, int page)
     return (int)per_seq;
 }
 
+/* 1 when `variant` runs this model, head count, page, tile and head group on
+ * sm_90a (its spec resolves there); no error is left set. */
+static int resolves_on_sm90a(mlajit_model model, int h_q, int page, int tile, int heads_per_cta,
+                             mlajit_variant variant)
+{
+    mlajit_kernel_spec spec, resolved;
+    if (mlajit_spec_init(&spec, model, h_q, page) != MLAJIT_OK) {
+        mlajit_clear_error();
+        return 0;
+    }
+    spec.tile = tile;
+    spec.heads_per_cta = heads_per_cta;
+    spec.variant = variant;
+    snprintf(spec.arch, sizeof spec.arch, "sm_90a");
+    const int ok = mlajit_spec_resolve(&spec, &resolved) == MLAJIT_OK;
+    mlajit_clear_error();
+    return ok;
+}
+
 uint64_t mlajit_fuzz_call_seed(uint64_t run_seed, int64_t call)
 {
     uint64_t a = run_seed, b = (uint64_t)call ^ 0xA5A5A5A5DEADBEEFull;
@@ -159,31 +178,12 @@ void mlajit_fuzz_draw(uint64_t run_seed, int64_t call, int allow_heavy, mlajit_f
     out->duplicate_percent = chance(&r, 20) ? 10 : 0;
     /* The sliced family where it runs this draw's model, tile and heads per CTA
      * (it resolves), a quarter of those draws (drawn last: the draws before it
-     * stay what they were). */
-    mlajit_kernel_spec sliced_spec;
-    int sliced_fits = mlajit_spec_init(&sliced_spec, model, h_q, page) == MLAJIT_OK;
-    if (sliced_fits) {
-        mlajit_kernel_spec resolved;
-        sliced_spec.tile = tile;
-        sliced_spec.heads_per_cta = hc;
-        sliced_spec.variant = MLAJIT_VARIANT_SLICED;
-        snprintf(sliced_spec.arch, sizeof sliced_spec.arch, "sm_90a");
-        sliced_fits = mlajit_spec_resolve(&sliced_spec, &resolved) == MLAJIT_OK;
-        mlajit_clear_error();
-    }
-    const int sliced = sliced_fits && chance(&r, 25);
-    /* sm90-narrow where it resolves on sm_90a (at most 32 heads, power-of-two
-     * scales), a quarter of the draws that did not take sliced (drawn after it). */
-    mlajit_kernel_spec narrow_spec;
-    int narrow_fits = !sliced && mlajit_spec_init(&narrow_spec, model, h_q, page) == MLAJIT_OK;
-    if (narrow_fits) {
-        mlajit_kernel_spec resolved;
-        narrow_spec.variant = MLAJIT_VARIANT_SM90_NARROW;
-        snprintf(narrow_spec.arch, sizeof narrow_spec.arch, "sm_90a");
-        narrow_fits = mlajit_spec_resolve(&narrow_spec, &resolved) == MLAJIT_OK;
-        mlajit_clear_error();
-    }
-    const int narrow = narrow_fits && chance(&r, 25);
+     * stay what they were); then sm90-narrow where it resolves (at most 32 heads,
+     * power-of-two scales; its own tile and head group), a quarter of the draws
+     * that did not take sliced. */
+    const int sliced = resolves_on_sm90a(model, h_q, page, tile, hc, MLAJIT_VARIANT_SLICED) && chance(&r, 25);
+    const int narrow = !sliced && resolves_on_sm90a(model, h_q, page, 0, 0, MLAJIT_VARIANT_SM90_NARROW) &&
+                       chance(&r, 25);
 
     mlajit_kernel_spec *sp = &out->spec;
     sp->model = model;
