@@ -130,13 +130,10 @@ typedef enum mlajit_variant {
     MLAJIT_VARIANT_AUTO = 0,     /* the generator picks, on sm_90a: sm90-narrow at most 32 heads with
                                   * power-of-two scales when tile is 0 or 64 and heads_per_cta 0;
                                   * else sm90 when tile and heads_per_cta are 0 or 64; elsewhere
-                                  * portable. A plan of 9-16 heads of V3.2's layout on sm_90a
-                                  * takes sliced instead where each CTA walks >= 16 tiles of 32
-                                  * candidates without splitting
-                                  * and that kernel can be had (the faster on the H200 there;
-                                  * bench/NOTES.md); and sm90-staged where it would run sm90 on a
-                                  * short walk, sm90-unpaired where it would walk one tile per CTA
-                                  * at 65-128 heads (below) */
+                                  * portable. A plan takes sm90-staged where it would run sm90 on
+                                  * a short walk, sm90-unpaired where it would walk one tile per
+                                  * CTA at 65-128 heads (below), where that kernel can be had (the
+                                  * faster on the H200 there; bench/NOTES.md) */
     MLAJIT_VARIANT_PORTABLE = 1, /* mma.sync bf16 family, sm_80 and newer */
     MLAJIT_VARIANT_SM90 = 2,     /* wgmma, warp-specialized; sm_90a only, 64 heads per CTA, tile 64 */
     MLAJIT_VARIANT_SLICED = 3,   /* mma.sync, each warp gathers and multiplies one 64-dim slice of
@@ -314,9 +311,9 @@ int mlajit_kernel_prepare(mlajit_context *ctx, const mlajit_kernel_spec *spec,
 
 /* A set of kernels: the product of its lists (models x head counts x page sizes
  * x extra page sizes x feature sets x archs), plus, for each spec whose plans
- * take the sliced family on long walks (9-16 heads of V3.2's layout on
- * sm_90a; see MLAJIT_VARIANT_AUTO), that kernel too. A NULL list or a count of 0
- * takes the default named on the field. */
+ * switch kernels by their walk (sm90-staged, sm90-unpaired; see
+ * MLAJIT_VARIANT_AUTO), those kernels too. A NULL list or a count of 0 takes the
+ * default named on the field. */
 typedef struct mlajit_kernel_grid {
     const mlajit_model *models;     int num_models;           /* required */
     const int *head_counts;         int num_head_counts;      /* required */

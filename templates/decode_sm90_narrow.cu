@@ -16,10 +16,12 @@
 //     kHeadsN / 2 fp32. At 32 heads a tile's math is 68 m64n32k16 steps, far
 //     below the time its 42 KB take to gather, so one group does it all.
 //   producers (warp groups 1 and 2): producer r gathers round r (32 candidates,
-//     four lanes each) of every tile into the shared K buffer, its loads running
-//     kLoadsAhead tiles ahead (two at 8 heads, and at 16 where a round allows),
-//     with one ahead its rows of the tile after next prefetched into L2
-//     (sm90_common.cu's rounds, as a CTA pair's producer runs them).
+//     four lanes each) of every tile and dequantizes it into the shared K buffer
+//     (sm90_common.cu's rounds). Where the rows hold their scales (V32), a round
+//     arrives by bulk copy in the producer's slot of the row ring, one tile ahead;
+//     elsewhere (DSV4's footer scales) its loads run kLoadsAhead tiles ahead in
+//     registers (two at 8 heads, and at 16 where a round allows), with one ahead
+//     its rows of the tile after next prefetched into L2.
 // Epilogue: the consumer stages O^T as fp32 head rows over the spent K buffers, then
 // each warp normalizes and writes whole head rows, a contiguous run per store (the
 // result, or the split's partial for the combine).
@@ -34,6 +36,10 @@
 //   kBarPReady      P is in shared memory and fenced for wgmma
 //   kBarStaged      O^T is staged as head rows
 //   kBarQReady      Q is in shared memory and fenced
+//   kBarRingRead + r   producer r's lanes have read their chunks of its ring slot
+//                   (the slot may be refilled)
+// mbarriers (the ring): one per slot, complete when the slot's 32 rows have landed
+// (32 arrivals, one per candidate, with the bytes of its copy).
 // ---------------------------------------------------------------------------
 namespace sm90 {
 
@@ -48,7 +54,9 @@ constexpr int kCtaThreads = 3 * kWarpGroupThreads;
 enum Role { kConsumerGroup = 0, kFirstProducerGroup = 1 };
 constexpr int kStageStride = cfg::kDV + 4;            // fp32; 4 mod 32 banks apart: conflict-free column stores
 constexpr int kEpilogueChunks = cfg::kDV / 128;       // a warp's 32 lanes x 4 dims per store
-// How many tiles ahead a producer's loads run. The producers bound this kernel:
+// How many tiles ahead a producer's loads run in registers (the rows that do not
+// hold their scales, DSV4's; V32's go through the row ring below). The producers
+// bound this kernel:
 // alone (no consumer math) they took 92% of its time at 16 heads, gathering ~2 TB/s
 // with one round per warp in flight (bench/NOTES.md, "sm90-narrow's producers").
 // A second round in flight takes three rounds of registers, which only a consumer
@@ -58,20 +66,35 @@ constexpr int kEpilogueChunks = cfg::kDV / 128;       // a warp's 32 lanes x 4 d
 // were measured at 16 heads; the rule tells them apart by a round's registers (V3.2
 // 45, DSV4 39), not by a measured threshold. With two rounds ahead the rows are not
 // also prefetched into L2 (worth 10% with one round ahead, it cost 3-8% with two).
+// The row ring (cfg::kStagingStages rounds per producer group, where the rows hold
+// their scales): a round arrives by bulk copy (the TMA engine) in shared memory, so
+// neither registers nor the LSU hold or move it in flight. With one round per group
+// in flight, as one tile ahead in registers, it was 8-11% faster on the long walks
+// at 16 and 32 heads, and 1-2% at 8 heads against two ahead (bench/NOTES.md, "The
+// row ring"; 24 heads were not measured: BENCH.md has no such rows).
+constexpr int kRingRounds = cfg::kStagingStages;
+constexpr int kRoundBytes = kTokensPerRound * cfg::kRowBytes;
 constexpr int kRoundRegisters = 4 * (kNopeLoads + kRopeLoads) + kScaleWords + 1;  // RoundLoads
-constexpr int kLoadsAhead = kHeadsN <= 8 || (kHeadsN <= 16 && kRoundRegisters <= 40) ? 2 : 1;
+constexpr int kLoadsAhead =
+    kRingRounds > 0 ? 0 : kHeadsN <= 8 || (kHeadsN <= 16 && kRoundRegisters <= 40) ? 2 : 1;
 constexpr bool kPrefetchRows = kLoadsAhead == 1;
 // setmaxnreg: every warp starts at 65536 / 384 rounded down to 8 = 168. The
 // consumer holds O^T (8 x kHeadsN / 2), S^T (kHeadsN / 2), the columns' running
 // max and sum and the tile's factors; each producer kLoadsAhead rounds in flight
-// and one being stored.
-constexpr int kConsumerRegisters = kLoadsAhead == 1 ? 216 : kHeadsN <= 8 ? 136 : 152;
-constexpr int kProducerRegisters = kLoadsAhead == 1 ? 144 : kHeadsN <= 8 ? 184 : 176;
+// and one being stored (with the ring, only the one being stored). The splits are
+// the ones ptxas (CUDA 13.0) compiles without spills: with the ring at 32 heads the
+// consumer spilled at 216 and 224, and at 16 and 24 heads the producers at 136.
+constexpr int kConsumerRegisters =
+    kLoadsAhead == 0 ? (kHeadsN > 24 ? 232 : 216) : kLoadsAhead == 1 ? 216 : kHeadsN <= 8 ? 136 : 152;
+constexpr int kProducerRegisters =
+    kLoadsAhead == 0 ? (kHeadsN > 24 ? 136 : 144) : kLoadsAhead == 1 ? 144 : kHeadsN <= 8 ? 184 : 176;
 constexpr int kLaunchRegisters = (65536 / kCtaThreads) & ~7;
 static_assert(kConsumerRegisters + 2 * kProducerRegisters <= 3 * kLaunchRegisters,
               "setmaxnreg: the increase must be covered by the decreases");
 
-enum NamedBarrier { kBarKFull = 1, kBarKEmpty = 3, kBarColumns = 5, kBarPReady = 6, kBarStaged = 7, kBarQReady = 8 };
+enum NamedBarrier {
+    kBarKFull = 1, kBarKEmpty = 3, kBarColumns = 5, kBarPReady = 6, kBarStaged = 7, kBarQReady = 8, kBarRingRead = 9
+};
 
 static_assert(cfg::kThreads == kCtaThreads, "the generator's thread count must match the roles");
 static_assert(kHeadsN % 8 == 0 && kHeadsN >= 8 && kHeadsN <= 32 && cfg::kHeads <= kHeadsN,
@@ -80,6 +103,9 @@ static_assert(kRoundsPerTile == 2, "one producer group per round of a tile");
 static_assert(!kExactScalesOnly, "arbitrary fp32 scales: the exact dequantization only (sm90 takes them)");
 static_assert(cfg::kClusterCtas == 1, "no CTA pair: one CTA holds every head");
 static_assert(kHeadsN * kStageStride * 4 <= 2 * kOperandBytes, "the staged output fits in the K buffers");
+static_assert(kRingRounds == 0 || (cfg::kScalesInline && cfg::kSmemStagingBytes == 2 * kRingRounds * kRoundBytes &&
+                                   cfg::kSmemStaging % 16 == 0 && cfg::kRowBytes % 16 == 0),
+              "the ring: whole rows (scales inline), bulk copies 16-byte aligned");
 static_assert(cfg::kDV % 128 == 0, "the epilogue's chunks of 128 dims");
 
 // ---- wgmma with N = kHeadsN ----
@@ -147,7 +173,9 @@ extern "C" __global__ void __launch_bounds__(sm90::kCtaThreads, 1) mlajit_decode
     const u32 sRowMax = smem_address(smem + cfg::kSmemRowMax);   // [kHeadsN] final, log2 domain
     const u32 sRowSum = smem_address(smem + cfg::kSmemRowSum);   // [kHeadsN] final
     const u32 sColumns = smem_address(smem + cfg::kSmemScores);  // [4 warps][kHeadsN] column maxima, then sums
-    int* sTokenValid = reinterpret_cast<int*>(smem + cfg::kSmemTokenValid);  // [2][kTile]
+    u8* sTokenValid = smem + cfg::kSmemTokenValid;  // [2][kTile] flags
+    const u32 sRing = smem_address(smem + cfg::kSmemStaging);        // [2 groups][kRingRounds][32 rows]
+    const u32 sRingFull = smem_address(smem + cfg::kSmemBarriers);   // [2 groups][kRingRounds] mbarriers
 
     const int tid = threadIdx.x;
     const int group = tid / kWarpGroupThreads;
@@ -157,58 +185,121 @@ extern "C" __global__ void __launch_bounds__(sm90::kCtaThreads, 1) mlajit_decode
     const TileRange range = work.range;
     auto live_after = [&](int t) { return next_live_tile(range, t + 1, p.topk); };
     const int first = next_live_tile(range, range.begin, p.topk);
+    if constexpr (kRingRounds > 0) {
+        // A slot's rows are all there when its 32 copiers have arrived and their bytes landed.
+        if (tid == 0)
+            for (int i = 0; i < 2 * kRingRounds; i++) mbarrier_init(sRingFull + 8 * i, kTokensPerRound);
+        fence_mbarrier_init();
+        __syncthreads();
+    }
 
     if (group >= kFirstProducerGroup) {
         registers_set<kProducerRegisters, kLaunchRegisters>();
-        // Producer r: round r of every tile. t[0]'s round is stored now, those of
-        // t[1..kAhead] are in flight, t[kAhead + 1]'s rows are prefetched into L2
-        // (kPrefetchRows) and t[kAhead + 2]'s slots are read.
-        constexpr int kAhead = kLoadsAhead;
+        // Producer r: round r of every tile; lane l of warp w handles candidate
+        // 8 w + l % 8 of the round, its quarter l / 8 of the row.
         const int round = group - kFirstProducerGroup;
         const int token = warp * 8 + lane % 8, quarter = lane / 8;
         auto pos_of = [&](int t) { return t * kTile + round * kTokensPerRound + token; };
         auto slot_of = [&](int t) { return t < range.end ? load_slot(p, b, s, pos_of(t), range) : -1; };
-        int t[kAhead + 3], raw[kAhead + 3];
-        t[0] = first;
+        auto dest_of = [&](int buf) { return RoundDestOf<u8>{sK + (u32)buf * kOperandBytes, sTokenValid + buf * kTile}; };
+        if constexpr (kRingRounds > 0) {
+            // Through the ring: the group's kRingRounds slots, tile seq's rows in slot
+            // seq % kRingRounds. The quarter-0 lane copies its candidate's row (or
+            // only arrives, where it is skipped); once every lane has read its chunks
+            // of the slot (as load_round reads the cache), the slot takes the tile
+            // kRingRounds on, and the round is dequantized into the K buffer.
+            // t[0]'s round is read now, t[1..kG - 1]'s are in flight, t[kG]'s are
+            // copied next, and t[kG + 2]'s slots are read.
+            constexpr int kG = kRingRounds > 0 ? kRingRounds : 1;  // (compiled in either case)
+            const u32 rows = sRing + (u32)((round * kG * 32 + token) * cfg::kRowBytes);
+            const u32 full = sRingFull + (u32)(round * kG * 8);
+            auto copy_row = [&](int t, int raw, int slot) {
+                const Candidate c = locate_candidate(p, pos_of(t), checked_slot(p, pos_of(t), raw));
+                const u32 bar = full + 8 * (u32)slot;
+                if (c.row) {
+                    mbarrier_arrive_expect_tx(bar, cfg::kRowBytes);
+                    copy_global_to_shared(rows + (u32)(slot * kRoundBytes), c.row, cfg::kRowBytes, bar);
+                } else {
+                    mbarrier_arrive(bar);
+                }
+            };
+            int t[kG + 3], raw[kG + 3];
+            t[0] = first;
 #pragma unroll
-        for (int i = 1; i < kAhead + 3; i++) t[i] = live_after(t[i - 1]);
+            for (int i = 1; i < kG + 3; i++) t[i] = live_after(t[i - 1]);
 #pragma unroll
-        for (int i = 0; i < kAhead + 2; i++) raw[i] = slot_of(t[i]);
-        if (kPrefetchRows) prefetch_row<kLanesPerToken>(p, pos_of(t[kAhead]), raw[kAhead], quarter);
-        RoundLoads rounds[kAhead + 1];
+            for (int i = 0; i < kG + 2; i++) raw[i] = slot_of(t[i]);
+            if (quarter == 0)
 #pragma unroll
-        for (int i = 0; i < kAhead; i++)
-            if (t[i] < range.end) load_round(p, pos_of(t[i]), checked_slot(p, pos_of(t[i]), raw[i]), quarter, rounds[i]);
-        // One tile: `now` holds t[0]'s round, `next` takes t[kAhead]'s.
-        auto one_tile = [&](int seq, RoundLoads& now, RoundLoads& next) {
-            const int buf = seq & 1;
-            raw[kAhead + 2] = slot_of(t[kAhead + 2]);
-            if (kPrefetchRows) prefetch_row<kLanesPerToken>(p, pos_of(t[kAhead + 1]), raw[kAhead + 1], quarter);
-            if (t[kAhead] < range.end)
-                load_round(p, pos_of(t[kAhead]), checked_slot(p, pos_of(t[kAhead]), raw[kAhead]), quarter, next);
-            if (seq >= 2) named_barrier_sync(kBarKEmpty + buf, kCtaThreads);
-            hold_until_here(now);
-            store_round(RoundDest{sK + (u32)buf * kOperandBytes, sTokenValid + buf * kTile},
-                        round * kTokensPerRound + token, quarter, now);
-            fence_smem_for_wgmma();
-            named_barrier_arrive(kBarKFull + buf, kCtaThreads);
+                for (int i = 0; i < kG; i++)
+                    if (t[i] < range.end) copy_row(t[i], raw[i], i);
+            RoundLoads now;
+            for (int seq = 0; t[0] < range.end; seq++) {
+                const int slot = seq % kG, buf = seq & 1;
+                raw[kG + 2] = slot_of(t[kG + 2]);
+                mbarrier_wait(full + 8 * (u32)slot, (u32)(seq / kG) & 1u);
+                load_round_staged(rows + (u32)(slot * kRoundBytes), checked_slot(p, pos_of(t[0]), raw[0]) >= 0,
+                                  quarter, now);
+                named_barrier_sync(kBarRingRead + round, kWarpGroupThreads);
+                if (quarter == 0 && t[kG] < range.end) copy_row(t[kG], raw[kG], slot);
+                if (seq >= 2) named_barrier_sync(kBarKEmpty + buf, kCtaThreads);
+                store_round(dest_of(buf), round * kTokensPerRound + token, quarter, now);
+                fence_smem_for_wgmma();
+                named_barrier_arrive(kBarKFull + buf, kCtaThreads);
 #pragma unroll
-            for (int i = 0; i < kAhead + 2; i++) {
-                t[i] = t[i + 1];
-                raw[i] = raw[i + 1];
+                for (int i = 0; i < kG + 2; i++) {
+                    t[i] = t[i + 1];
+                    raw[i] = raw[i + 1];
+                }
+                t[kG + 2] = live_after(t[kG + 1]);
             }
-            t[kAhead + 2] = live_after(t[kAhead + 1]);
-            return t[0] < range.end;
-        };
-        // The round registers rotate: a tile's `next` is the set whose round was
-        // just stored, so each stays in registers (no copies between the sets).
-        if constexpr (kAhead == 1) {
-            for (int seq = 0; t[0] < range.end; seq += 2)
-                if (one_tile(seq, rounds[0], rounds[1])) one_tile(seq + 1, rounds[1], rounds[0]);
         } else {
-            for (int seq = 0; t[0] < range.end; seq += 3)
-                if (one_tile(seq, rounds[0], rounds[2]) && one_tile(seq + 1, rounds[1], rounds[0]))
-                    one_tile(seq + 2, rounds[2], rounds[1]);
+            // In registers: t[0]'s round is stored now, those of t[1..kAhead] are in
+            // flight, t[kAhead + 1]'s rows are prefetched into L2 (kPrefetchRows) and
+            // t[kAhead + 2]'s slots are read.
+            constexpr int kAhead = kLoadsAhead > 0 ? kLoadsAhead : 1;  // (compiled in either case)
+            int t[kAhead + 3], raw[kAhead + 3];
+            t[0] = first;
+#pragma unroll
+            for (int i = 1; i < kAhead + 3; i++) t[i] = live_after(t[i - 1]);
+#pragma unroll
+            for (int i = 0; i < kAhead + 2; i++) raw[i] = slot_of(t[i]);
+            if (kPrefetchRows) prefetch_row<kLanesPerToken>(p, pos_of(t[kAhead]), raw[kAhead], quarter);
+            RoundLoads rounds[kAhead + 1];
+#pragma unroll
+            for (int i = 0; i < kAhead; i++)
+                if (t[i] < range.end)
+                    load_round(p, pos_of(t[i]), checked_slot(p, pos_of(t[i]), raw[i]), quarter, rounds[i]);
+            // One tile: `now` holds t[0]'s round, `next` takes t[kAhead]'s.
+            auto one_tile = [&](int seq, RoundLoads& now, RoundLoads& next) {
+                const int buf = seq & 1;
+                raw[kAhead + 2] = slot_of(t[kAhead + 2]);
+                if (kPrefetchRows) prefetch_row<kLanesPerToken>(p, pos_of(t[kAhead + 1]), raw[kAhead + 1], quarter);
+                if (t[kAhead] < range.end)
+                    load_round(p, pos_of(t[kAhead]), checked_slot(p, pos_of(t[kAhead]), raw[kAhead]), quarter, next);
+                if (seq >= 2) named_barrier_sync(kBarKEmpty + buf, kCtaThreads);
+                hold_until_here(now);
+                store_round(dest_of(buf), round * kTokensPerRound + token, quarter, now);
+                fence_smem_for_wgmma();
+                named_barrier_arrive(kBarKFull + buf, kCtaThreads);
+#pragma unroll
+                for (int i = 0; i < kAhead + 2; i++) {
+                    t[i] = t[i + 1];
+                    raw[i] = raw[i + 1];
+                }
+                t[kAhead + 2] = live_after(t[kAhead + 1]);
+                return t[0] < range.end;
+            };
+            // The round registers rotate: a tile's `next` is the set whose round was
+            // just stored, so each stays in registers (no copies between the sets).
+            if constexpr (kAhead == 1) {
+                for (int seq = 0; t[0] < range.end; seq += 2)
+                    if (one_tile(seq, rounds[0], rounds[1])) one_tile(seq + 1, rounds[1], rounds[0]);
+            } else {
+                for (int seq = 0; t[0] < range.end; seq += 3)
+                    if (one_tile(seq, rounds[0], rounds[2]) && one_tile(seq + 1, rounds[1], rounds[0]))
+                        one_tile(seq + 2, rounds[2], rounds[1]);
+            }
         }
         return;
     }
@@ -263,7 +354,7 @@ extern "C" __global__ void __launch_bounds__(sm90::kCtaThreads, 1) mlajit_decode
 
         // log2 domain, -inf where the candidate is skipped; each column's maximum
         // over the thread's two rows, the warp's eight row groups, then the warps.
-        const int* valid = sTokenValid + buf * kTile;
+        const u8* valid = sTokenValid + buf * kTile;
         const int c0 = 16 * warp + g;  // the thread's rows: candidates c0 and c0 + 8
         const bool v0 = valid[c0] != 0, v1 = valid[c0 + 8] != 0;
 #pragma unroll

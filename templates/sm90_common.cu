@@ -145,6 +145,21 @@ __device__ __forceinline__ void copy_to_peer(u32 cluster_dst, u32 src, u32 bytes
                  :: "r"(cluster_dst), "r"(src), "r"(bytes), "r"(cluster_bar) : "memory");
 }
 
+// One plain arrival (no transactions expected).
+__device__ __forceinline__ void mbarrier_arrive(u32 bar)
+{
+    asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" :: "r"(bar) : "memory");
+}
+
+// A bulk copy (the TMA engine) of `bytes` from global memory into this CTA's shared
+// memory, counted towards the transactions of the mbarrier at `bar`; both addresses
+// 16-byte aligned, `bytes` a multiple of 16. No register holds the data in flight.
+__device__ __forceinline__ void copy_global_to_shared(u32 dst, const void* src, u32 bytes, u32 bar)
+{
+    asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];\n"
+                 :: "r"(dst), "l"(src), "r"(bytes), "r"(bar) : "memory");
+}
+
 template <int kRegisters>
 __device__ __forceinline__ void registers_increase() { asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" :: "n"(kRegisters)); }
 template <int kRegisters>
@@ -321,6 +336,32 @@ __device__ __forceinline__ void load_round(const DecodeParams& p, int pos, int s
     }
 }
 
+// A round's rows as they arrived in shared memory by bulk copy (the row ring: a
+// candidate's row at `row`, as in the cache), read as load_round reads the cache.
+__device__ __forceinline__ void load_round_staged(u32 row, bool live, int quarter, RoundLoads& d)
+{
+    d.live = live;
+    if (live) {
+#pragma unroll
+        for (int i = 0; i < kNopeLoads; i++) d.nope[i] = load_shared16(row + 64 * i + 16 * quarter);
+#pragma unroll
+        for (int i = 0; i < kRopeLoads; i++)
+            d.rope[i] = load_shared16(row + cfg::kRopeOffset + 16 * (quarter + kLanesPerToken * i));
+        const U32x4 v = load_shared16(row + cfg::kScaleOffset);
+        d.scales[0] = v.x;
+        d.scales[1] = v.y;
+        d.scales[2] = v.z;
+        d.scales[3] = v.w;
+    } else {  // skipped: as load_round (nothing was copied)
+#pragma unroll
+        for (int i = 0; i < kNopeLoads; i++) d.nope[i] = U32x4{0u, 0u, 0u, 0u};
+#pragma unroll
+        for (int i = 0; i < kRopeLoads; i++) d.rope[i] = U32x4{0u, 0u, 0u, 0u};
+#pragma unroll
+        for (int i = 0; i < kScaleWords; i++) d.scales[i] = 0x3f800000u;
+    }
+}
+
 // A round's registers as if redefined here: NVVM schedules no computation on them
 // (the scale checks, the dequantization) above this point, where the data of a
 // round loaded one round ahead would be waited for early, before the stores of the
@@ -345,27 +386,27 @@ __device__ __forceinline__ u32 scale_bits_of(const RoundLoads& d, int i)
     return cfg::kScaleFormat == 3 ? (d.scales[k / 4] >> (8 * (k % 4))) & 0xffu : d.scales[k];
 }
 
-// Dequantize a round into row `t` of the K tile at `k_base`; mark its validity. The
-// power-of-two or exact choice is made once for the candidate, so the loads'
+// Where a round goes: this CTA's K buffer and validity table, a flag per candidate
+// (int in sm90, whose CTA pair copies the flags in bulk; u8 in sm90-narrow, where
+// the row ring needs the bytes).
+template <typename Flag>
+struct RoundDestOf {
+    u32 k_base;
+    Flag* valid;  // a plain store: ptxas schedules it more freely than inline PTX (DSV4 spills otherwise)
+};
+using RoundDest = RoundDestOf<int>;
+
+// Dequantize a round into row `t` of the K tile at `to.k_base`; mark its validity.
+// The power-of-two or exact choice is made once for the candidate, so the loads'
 // dequantization is straight-line code the scheduler can interleave (one producer
 // warp per scheduler: no other warp hides a dependency chain).
-// Where a round goes: this CTA's K buffer and validity table.
-struct RoundDest {
-    u32 k_base;
-    int* valid;  // a plain store: ptxas schedules it more freely than inline PTX (DSV4 spills otherwise)
-};
-
-__device__ __forceinline__ void store16(const RoundDest& to, u32 offset, const U32x4& v)
-{
-    store_shared16(to.k_base + offset, v);
-}
-
-__device__ __forceinline__ void store_round(const RoundDest& to, int t, int quarter, const RoundLoads& d)
+template <typename Flag>
+__device__ __forceinline__ void store_round(const RoundDestOf<Flag>& to, int t, int quarter, const RoundLoads& d)
 {
     auto store_chunk = [&](int i, const u32 (&w)[8]) {
         const u32 block = (u32)i * kBlockBytes;  // dims 64 i + 16 quarter .. + 16
-        store16(to, block + swizzled(t, 2 * quarter), U32x4{w[0], w[1], w[2], w[3]});
-        store16(to, block + swizzled(t, 2 * quarter + 1), U32x4{w[4], w[5], w[6], w[7]});
+        store_shared16(to.k_base + block + swizzled(t, 2 * quarter), U32x4{w[0], w[1], w[2], w[3]});
+        store_shared16(to.k_base + block + swizzled(t, 2 * quarter + 1), U32x4{w[4], w[5], w[6], w[7]});
     };
     u32 fast[kNopeLoads];
     bool all_fast = true;
@@ -395,9 +436,9 @@ __device__ __forceinline__ void store_round(const RoundDest& to, int t, int quar
 #pragma unroll
     for (int i = 0; i < kRopeLoads; i++) {
         const int dim = cfg::kDNope + 8 * (quarter + kLanesPerToken * i);
-        store16(to, (u32)(dim / 64) * kBlockBytes + swizzled(t, (dim % 64) / 8), d.rope[i]);
+        store_shared16(to.k_base + (u32)(dim / 64) * kBlockBytes + swizzled(t, (dim % 64) / 8), d.rope[i]);
     }
-    if (quarter == 0) to.valid[t] = d.live;
+    if (quarter == 0) to.valid[t] = (Flag)d.live;
 }
 
 // CTA pair: a round's rows, stored here, copied to the same place in the peer: in

@@ -644,9 +644,8 @@ Test(api, planner_sizes_the_combine_staging_to_one_round)
 }
 
 /* auto's shape-dependent family: at most 32 heads with power-of-two scales
- * sm90-narrow, except the sliced kernel where each CTA walks at least
- * MLAJIT_SLICED_MIN_TILES tiles and does not split (v32, 9-16 heads, sm_90a); the
- * wgmma kernel elsewhere; and auto's own kernel when the sliced one cannot be had. */
+ * sm90-narrow on every walk; the wgmma kernels elsewhere, by walk; and auto's own
+ * kernel when the walk's alternative cannot be had. */
 static const char *plan_family(mlajit_context *c, mlajit_model model, int h_q, int batch, int topk, int splits,
                                char *buf, size_t len)
 {
@@ -682,17 +681,16 @@ static void expect_plan_families(const plan_case *cases, size_t n)
     }
 }
 
-Test(api, auto_takes_narrow_sliced_or_sm90_by_heads_and_walk)
+Test(api, auto_takes_narrow_or_sm90_by_heads_and_walk)
 {
     static const plan_case cases[] = {
-        {MLAJIT_MODEL_V32, 16, 256, 2048, 0, ".sliced.sm_90a", "a long walk, unsplit"},
-        {MLAJIT_MODEL_V32, 9, 256, 2048, 0, ".sliced.sm_90a", "a long walk at 9 heads, unsplit"},
-        /* 8 heads and fewer: sm90-narrow on every walk */
+        /* at most 32 heads with power-of-two scales: sm90-narrow on every walk */
+        {MLAJIT_MODEL_V32, 16, 256, 2048, 0, ".hc16.sm90-narrow.sm_90a", "a long walk, unsplit"},
+        {MLAJIT_MODEL_V32, 9, 256, 2048, 0, ".hc16.sm90-narrow.sm_90a", "a long walk at 9 heads, unsplit"},
         {MLAJIT_MODEL_V32, 8, 256, 2048, 0, ".hc8.sm90-narrow.sm_90a", "a long walk at 8 heads, unsplit"},
         {MLAJIT_MODEL_V32, 8, 64, 2048, 0, ".hc8.sm90-narrow.sm_90a", "a long walk at 8 heads, split"},
         {MLAJIT_MODEL_V32, 4, 128, 2048, 0, ".hc8.sm90-narrow.sm_90a", "a long walk at 4 heads"},
-        /* 16 heads where the sliced plan splits: sm90-narrow */
-        {MLAJIT_MODEL_V32, 16, 128, 2048, 0, ".hc16.sm90-narrow.sm_90a", "16 heads, the sliced plan splits"},
+        {MLAJIT_MODEL_V32, 16, 128, 2048, 0, ".hc16.sm90-narrow.sm_90a", "16 heads, b 128"},
         {MLAJIT_MODEL_V32, 16, 256, 2048, 2, ".hc16.sm90-narrow.sm_90a", "16 heads, forced splits"},
         /* short walks: one row (many splits), a short topk, a forced split count */
         {MLAJIT_MODEL_V32, 16, 1, 2048, 0, ".hc16.sm90-narrow.sm_90a", "one row"},
@@ -717,7 +715,7 @@ Test(api, auto_takes_narrow_sliced_or_sm90_by_heads_and_walk)
     expect_plan_families(cases, sizeof cases / sizeof cases[0]);
 }
 
-Test(api, auto_keeps_its_kernel_when_the_sliced_one_cannot_be_had)
+Test(api, auto_keeps_its_kernel_when_the_walks_one_cannot_be_had)
 {
     char dir[64] = "/tmp/mlajit-walk-XXXXXX", b[256];
     cr_assert_not_null(mkdtemp(dir));
@@ -726,15 +724,17 @@ Test(api, auto_keeps_its_kernel_when_the_sliced_one_cannot_be_had)
     cr_assert_eq(mlajit_context_create(&o, &jit), MLAJIT_OK, "%s", mlajit_last_error());
     o.flags |= MLAJIT_CONTEXT_NO_JIT;
     cr_assert_eq(mlajit_context_create(&o, &no_jit), MLAJIT_OK, "%s", mlajit_last_error());
-    /* only auto's own kernel (sm90-narrow) is in the cache: a long walk without JIT keeps it */
-    cr_expect(strstr(plan_family(jit, MLAJIT_MODEL_V32, 16, 1, 2048, 0, b, sizeof b), ".sm90-narrow."), "%s", b);
-    cr_expect(strstr(plan_family(no_jit, MLAJIT_MODEL_V32, 16, 256, 2048, 0, b, sizeof b), ".sm90-narrow."), "%s", b);
-    /* once the sliced kernel is cached, the same context takes it */
-    cr_expect(strstr(plan_family(jit, MLAJIT_MODEL_V32, 16, 256, 2048, 0, b, sizeof b), ".sliced."), "%s", b);
+    /* only auto's own kernel (sm90, which splits b 1) is in the cache: an unsplit
+     * walk (sm90-staged's) without JIT keeps it */
+    cr_expect(strstr(plan_family(jit, MLAJIT_MODEL_V32, 64, 1, 2048, 0, b, sizeof b), ".hc64.sm90.sm_90a"), "%s", b);
+    cr_expect(strstr(plan_family(no_jit, MLAJIT_MODEL_V32, 64, 128, 2048, 0, b, sizeof b), ".hc64.sm90.sm_90a"), "%s",
+              b);
+    /* once the sm90-staged kernel is cached, the same context takes it */
+    cr_expect(strstr(plan_family(jit, MLAJIT_MODEL_V32, 64, 128, 2048, 0, b, sizeof b), ".sm90-staged."), "%s", b);
     mlajit_context_destroy(no_jit);
     o.flags = MLAJIT_CONTEXT_NO_DEVICE | MLAJIT_CONTEXT_NO_JIT;
     cr_assert_eq(mlajit_context_create(&o, &no_jit), MLAJIT_OK, "%s", mlajit_last_error());
-    cr_expect(strstr(plan_family(no_jit, MLAJIT_MODEL_V32, 16, 256, 2048, 0, b, sizeof b), ".sliced."), "%s", b);
+    cr_expect(strstr(plan_family(no_jit, MLAJIT_MODEL_V32, 64, 128, 2048, 0, b, sizeof b), ".sm90-staged."), "%s", b);
     mlajit_context_destroy(no_jit);
     mlajit_context_destroy(jit);
     char cmd[128];

@@ -189,6 +189,52 @@ Test(generate, cluster_pairs_two_sm90_head_groups)
     }
 }
 
+/* sm90-narrow's row ring: one round of rows per producer group, in shared memory
+ * beside Q and both K buffers, where the rows hold their scales (V32: every head
+ * count of the variant); DSV4's footer scales keep the register rounds. The ring
+ * and its mbarriers lie inside the kernel's shared memory, 16-byte aligned for
+ * the bulk copies. */
+Test(generate, narrow_row_ring_where_the_rows_hold_their_scales)
+{
+    struct { mlajit_model model; int h_q; int rounds; } rows[] = {
+        {MLAJIT_MODEL_V32, 1, 1},  {MLAJIT_MODEL_V32, 8, 1},  {MLAJIT_MODEL_V32, 16, 1},
+        {MLAJIT_MODEL_V32, 24, 1}, {MLAJIT_MODEL_V32, 32, 1}, {MLAJIT_MODEL_DSV4, 8, 0},
+        {MLAJIT_MODEL_DSV4, 16, 0}, {MLAJIT_MODEL_DSV4, 32, 0},
+    };
+    for (size_t i = 0; i < sizeof rows / sizeof rows[0]; i++) {
+        mlajit_kernel_spec s, r;
+        mlajit_spec_init(&s, rows[i].model, rows[i].h_q, 64);
+        strcpy(s.arch, "sm_90a");
+        s.variant = MLAJIT_VARIANT_SM90_NARROW;
+        cr_assert_eq(mlajit_spec_resolve(&s, &r), MLAJIT_OK, "%s", mlajit_last_error());
+        mlajit_kernel_layout l;
+        cr_assert_eq(mlajit_codegen_layout(&r, &l), MLAJIT_OK);
+        char *src = NULL;
+        cr_assert_eq(mlajit_generate_source(&s, &src), MLAJIT_OK, "%s", mlajit_last_error());
+        int staging = -1, bytes = -1, stages = -1, barriers = -1, total = -1;
+        const char *m = strstr(src, "constexpr int kSmemStaging = ");
+        cr_assert(m && sscanf(m, "constexpr int kSmemStaging = %d, kSmemStagingBytes = %d, kStagingStages = %d;",
+                              &staging, &bytes, &stages) == 3);
+        m = strstr(src, "constexpr int kSmemBarriers = ");
+        cr_assert(m && sscanf(m, "constexpr int kSmemBarriers = %d;", &barriers) == 1);
+        m = strstr(src, "constexpr int kSmemBytes = ");
+        cr_assert(m && sscanf(m, "constexpr int kSmemBytes = %d;", &total) == 1);
+        const char *name = mlajit_model_describe(rows[i].model)->name;
+        cr_expect_eq(stages, rows[i].rounds, "%s h%d", name, rows[i].h_q);
+        if (rows[i].rounds) {
+            cr_expect_eq(bytes, 2 * rows[i].rounds * 32 * mlajit_model_describe(rows[i].model)->row_bytes);
+            cr_expect(barriers > 0 && barriers + 2 * rows[i].rounds * 8 <= staging && staging % 16 == 0,
+                      "%s h%d: mbarriers at %d, rows at %d", name, rows[i].h_q, barriers, staging);
+            cr_expect_leq(staging + bytes + 1024, total, "%s h%d: the alignment slack stays", name, rows[i].h_q);
+        } else {
+            cr_expect_eq(bytes, 0, "%s h%d", name, rows[i].h_q);
+        }
+        cr_expect_eq(l.smem_bytes, total);
+        cr_expect_leq(total, mlajit_arch_max_smem("sm_90a"), "%s h%d", name, rows[i].h_q);
+        mlajit_free(src);
+    }
+}
+
 /* From sm_90 both kernels wait on the device for the grid before them
  * (griddepcontrol), so the runtime may launch them early; before sm_90 they must
  * not be launched that way. */
@@ -310,14 +356,16 @@ Test(generate, needs_an_arch)
     cr_expect(strstr(mlajit_last_error(), "arch") != NULL);
 }
 
-/* Every alternative of a spec, as grids and pack hints take them: long walk,
- * short walk, one tile, each only where the spec has it. */
+/* Every alternative of a spec, as grids and pack hints take them: short walk and
+ * one tile, each only where the spec has it; none at 32 heads and fewer (auto's
+ * sm90-narrow beat the sliced family on every walk measured since its row ring). */
 Test(codegen, walk_alternatives_list_each_one_the_spec_has)
 {
     mlajit_kernel_spec s, alts[MLAJIT_WALK_ALTERNATIVES];
     cr_assert_eq(mlajit_spec_init(&s, MLAJIT_MODEL_V32, 16, 64), MLAJIT_OK);
-    cr_expect_eq(mlajit_spec_walk_alternatives(&s, "sm_90a", alts), 1, "16 heads: sliced only");
-    cr_expect_eq(alts[0].variant, MLAJIT_VARIANT_SLICED);
+    cr_expect_eq(mlajit_spec_walk_alternatives(&s, "sm_90a", alts), 0, "16 heads: none");
+    s.h_q = 9;
+    cr_expect_eq(mlajit_spec_walk_alternatives(&s, "sm_90a", alts), 0, "9 heads: none");
     s.h_q = 64;
     cr_expect_eq(mlajit_spec_walk_alternatives(&s, "sm_90a", alts), 1, "64 heads: sm90-staged only");
     cr_expect_eq(alts[0].variant, MLAJIT_VARIANT_SM90_STAGED);
@@ -437,43 +485,6 @@ Test(codegen, short_walk_alternative_is_sm90_staged_on_sm90a_auto_specs)
     cr_assert_eq(mlajit_generate_source(&r, &src), MLAJIT_OK, "%s", mlajit_last_error());
     cr_expect(strstr(src, "constexpr bool kStagedOutput = false;") != NULL);
     mlajit_free(src);
-}
-
-Test(codegen, long_walk_alternative_is_the_sliced_family_where_measured)
-{
-    mlajit_kernel_spec s, alt;
-    cr_assert_eq(mlajit_spec_init(&s, MLAJIT_MODEL_V32, 16, 64), MLAJIT_OK);
-    cr_expect_eq(mlajit_spec_long_walk_alternative(&s, "sm_90a", &alt), 1);
-    cr_expect_eq(alt.variant, MLAJIT_VARIANT_SLICED);
-    cr_expect_str_eq(alt.arch, "sm_90a", "arch \"\" takes the default");
-    mlajit_kernel_spec r;
-    cr_expect_eq(mlajit_spec_resolve(&alt, &r), MLAJIT_OK, "%s", mlajit_last_error());
-    cr_expect_eq(r.tile, 32);
-    cr_expect_eq(r.heads_per_cta, 16);
-    s.h_q = 9;
-    cr_expect_eq(mlajit_spec_long_walk_alternative(&s, "sm_90a", &alt), 1, "9 heads");
-    s.h_q = 8;
-    cr_expect_eq(mlajit_spec_long_walk_alternative(&s, "sm_90a", &alt), 0, "8 heads: narrow won every walk");
-    s.h_q = 1;
-    cr_expect_eq(mlajit_spec_long_walk_alternative(&s, "sm_90a", &alt), 0, "1 head");
-    s.h_q = 17;
-    cr_expect_eq(mlajit_spec_long_walk_alternative(&s, "sm_90a", &alt), 0, "more than 16 heads");
-    s.h_q = 16;
-    cr_expect_eq(mlajit_spec_long_walk_alternative(&s, "sm_80", &alt), 0, "measured on sm_90a only");
-    strcpy(s.arch, "sm_90");
-    cr_expect_eq(mlajit_spec_long_walk_alternative(&s, "sm_90a", &alt), 0, "the spec's own arch counts");
-    s.arch[0] = '\0';
-    s.variant = MLAJIT_VARIANT_SM90;
-    cr_expect_eq(mlajit_spec_long_walk_alternative(&s, "sm_90a", &alt), 0, "only auto switches");
-    s.variant = MLAJIT_VARIANT_AUTO;
-    s.tile = 64;
-    cr_expect_eq(mlajit_spec_long_walk_alternative(&s, "sm_90a", &alt), 0, "a chosen tile stays");
-    s.tile = 0;
-    s.model = MLAJIT_MODEL_DSV4;
-    cr_expect_eq(mlajit_spec_long_walk_alternative(&s, "sm_90a", &alt), 0, "V is not the NoPE part");
-    s.model = MLAJIT_MODEL_GLM_NSA;
-    cr_expect_eq(mlajit_spec_long_walk_alternative(&s, "sm_90a", &alt), 0, "arbitrary scales: unmeasured");
-    cr_expect_eq(mlajit_spec_long_walk_alternative(NULL, "sm_90a", &alt), 0);
 }
 
 /* The sliced family: tile 32, 16 or 32 heads per CTA, eight warps; V3.2's layout only. */

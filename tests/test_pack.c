@@ -623,12 +623,8 @@ Test(lookup, jit_disabled_without_the_kernel_names_spec_and_pack_build_line)
     msg = mlajit_last_error();
     cr_expect(strstr(msg, "MLAJIT_DISABLE_JIT=1") != NULL, "%s", msg);
     cr_expect(strstr(msg, "mlajit pack build --spec v32.h24.p64.") != NULL, "%s", msg);
-    /* a long-walk kernel comes with its auto spec's grid */
-    mlajit_kernel_spec h16 = spec_of(MLAJIT_MODEL_V32, 16, 64, 0), h16_long;
-    cr_assert(mlajit_spec_long_walk_alternative(&h16, "sm_90a", &h16_long));
-    expect_missing_alternative_names_its_grid(ctx, &h16_long, "no kernel for v32.h16.p64.t32.hc16.sliced.sm_90a",
-                                              "mlajit pack build --models v32 --heads 16 --pages 64 --archs sm_90a");
-    /* so does the one-tile kernel (sm90 without the CTA pair) */
+    /* a walk's kernel comes with its auto spec's grid: the one-tile kernel (sm90
+     * without the CTA pair) */
     mlajit_kernel_spec h128 = spec_of(MLAJIT_MODEL_V32, 128, 64, 0), h128_one_tile;
     cr_assert(mlajit_spec_one_tile_alternative(&h128, "sm_90a", &h128_one_tile));
     expect_missing_alternative_names_its_grid(ctx, &h128_one_tile,
@@ -1273,16 +1269,12 @@ Test(warmup, counts_what_each_layer_served_and_names_a_missing_kernel)
 {
     mlajit_context *k = keyer();
     const char *dir = path_in_root("cache");
-    /* grid: v32, dsv4 x heads 12, 16 x page 64, and the v32 specs' long-walk kernels */
+    /* grid: v32, dsv4 x heads 12, 16 x page 64 (sm90-narrow's: no walk alternatives) */
     mlajit_kernel_spec v12 = spec_of(MLAJIT_MODEL_V32, 12, 64, 0), v16 = spec_of(MLAJIT_MODEL_V32, 16, 64, 0),
                        d12 = spec_of(MLAJIT_MODEL_DSV4, 12, 64, 0), d16 = spec_of(MLAJIT_MODEL_DSV4, 16, 64, 0);
-    mlajit_kernel_spec v12_long, v16_long;
-    cr_assert(mlajit_spec_long_walk_alternative(&v12, "sm_90a", &v12_long));
-    cr_assert(mlajit_spec_long_walk_alternative(&v16, "sm_90a", &v16_long));
-    mlajit_kernel_spec in_pack[3] = {v12, d12, v12_long};
-    write_fake_pack(path_in_root("a.pack"), k, in_pack, 3, NULL);
+    mlajit_kernel_spec in_pack[2] = {v12, d12};
+    write_fake_pack(path_in_root("a.pack"), k, in_pack, 2, NULL);
     plant_in_cache(dir, k, &v16, 1);
-    plant_in_cache(dir, k, &v16_long, 4);
     mlajit_context *ctx = context_on(dir, path_in_root("a.pack"), MLAJIT_CONTEXT_NO_JIT);
     mlajit_model models[] = {MLAJIT_MODEL_V32, MLAJIT_MODEL_DSV4};
     int heads[] = {12, 16}, pages[] = {64};
@@ -1291,13 +1283,13 @@ Test(warmup, counts_what_each_layer_served_and_names_a_missing_kernel)
     mlajit_warmup_report rep;
     cr_expect_eq(mlajit_warmup(ctx, &grid, 2, &rep), MLAJIT_ERR_NOT_FOUND, "d16 is nowhere and JIT is off");
     cr_expect(strstr(mlajit_last_error(), "dsv4.h16.p64") != NULL, "%s", mlajit_last_error());
-    cr_expect_eq(rep.kernels, 6);
-    cr_expect_eq(rep.from_packs, 3);
-    cr_expect_eq(rep.from_disk, 2);
+    cr_expect_eq(rep.kernels, 4);
+    cr_expect_eq(rep.from_packs, 2);
+    cr_expect_eq(rep.from_disk, 1);
     cr_expect_eq(rep.compiled, 0);
     plant_in_cache(dir, k, &d16, 3);
     cr_expect_eq(mlajit_warmup(ctx, &grid, 0, &rep), MLAJIT_OK, "%s", mlajit_last_error());
-    cr_expect_eq(rep.from_memory, 5);
+    cr_expect_eq(rep.from_memory, 3);
     cr_expect_eq(rep.from_disk, 1);
     cr_expect_eq(rep.loaded, 0, "no device here");
     cr_expect_gt(rep.wall_ms, 0.0);
@@ -1314,10 +1306,9 @@ Test(warmup, counts_what_each_layer_served_and_names_a_missing_kernel)
 }
 
 /* A grid brings along the kernels auto's plans switch to (auto's own at 32 heads
- * and fewer with power-of-two scales being sm90-narrow): the long-walk kernel
- * (sliced) of V3.2 at 9-16 heads, the short-walk kernel (sm90-staged)
- * above 32 heads with power-of-two scales, the one-tile kernel (sm90-unpaired) at
- * 65-128 heads; so a pack covers every plan. */
+ * and fewer with power-of-two scales being sm90-narrow, on every walk): the
+ * short-walk kernel (sm90-staged) above 32 heads with power-of-two scales, the
+ * one-tile kernel (sm90-unpaired) at 65-128 heads; so a pack covers every plan. */
 Test(warmup, grid_brings_every_walk_alternative_along)
 {
     mlajit_model models[] = {MLAJIT_MODEL_V32, MLAJIT_MODEL_DSV4, MLAJIT_MODEL_GLM_NSA};
@@ -1328,8 +1319,7 @@ Test(warmup, grid_brings_every_walk_alternative_along)
     int n = 0;
     cr_assert_eq(mlajit_grid_expand(&grid, "sm_90a", &specs, &n), MLAJIT_OK, "%s", mlajit_last_error());
     const char *expected[] = {
-        "v32.h8.p64.t64.hc8.sm90-narrow.sm_90a", /* no long-walk kernel at 8 heads */
-        "v32.h16.p64.t64.hc16.sm90-narrow.sm_90a", "v32.h16.p64.t32.hc16.sliced.sm_90a",
+        "v32.h8.p64.t64.hc8.sm90-narrow.sm_90a", "v32.h16.p64.t64.hc16.sm90-narrow.sm_90a",
         "v32.h32.p64.t64.hc32.sm90-narrow.sm_90a", "v32.h64.p64.t64.hc64.sm90.sm_90a",
         "v32.h64.p64.t64.hc64.sm90-staged.sm_90a", "v32.h128.p64.t64.hc64.sm90.sm_90a",
         "v32.h128.p64.t64.hc64.sm90-staged.sm_90a", "v32.h128.p64.t64.hc64.sm90-unpaired.sm_90a",
@@ -1367,13 +1357,12 @@ Test(warmup, compiles_in_parallel_and_logs_one_line_per_compile_and_pack, .timeo
     const char *err = capture_end();
     cr_assert_eq(rc, MLAJIT_OK, "%s", mlajit_last_error());
     cr_expect_eq(rep.from_packs, 1);
-    cr_expect_eq(rep.compiled, 3, "h3, h12 and h12's long-walk kernel (none at 8 heads and fewer)");
+    cr_expect_eq(rep.compiled, 2, "h3 and h12 (sm90-narrow has no walk alternatives)");
     cr_expect_gt(rep.compile_ms, 0.0);
     cr_expect_eq(count_of(err, "mlajit: pack "), 1, "%s", err);
     cr_expect_eq(count_of(err, "mlajit: compiled v32.h3.p64.t64.hc8.sm90-narrow"), 1, "%s", err);
     cr_expect_eq(count_of(err, "mlajit: compiled v32.h12.p64.t64.hc16.sm90-narrow"), 1, "%s", err);
-    cr_expect_eq(count_of(err, "mlajit: compiled v32.h12.p64.t32.hc16.sliced"), 1, "%s", err);
-    cr_expect_eq(count_of(err, ".sliced"), 1, "%s", err);
+    cr_expect_eq(count_of(err, "mlajit: compiled "), 2, "%s", err);
     cr_expect(strstr(err, "for sm_90a in ") != NULL && strstr(err, " ms") != NULL, "%s", err);
     mlajit_context_destroy(ctx);
 }
@@ -1425,12 +1414,12 @@ Test(cli, pack_build_ls_verify_merge_bench_and_jit_disabled, .timeout = 300)
                     "--out prod.pack",
                     cli),
                  0, "%s", out_text());
-    cr_expect(strstr(out_text(), "3 kernels") != NULL, "%s", out_text());
+    cr_expect(strstr(out_text(), "2 kernels") != NULL, "%s", out_text());
     cr_expect(strstr(out_text(), "sm90-staged") == NULL, "no short-walk kernel at 16 heads: %s", out_text());
     cr_assert_eq(sh("%s pack ls prod.pack", cli), 0, "%s", out_text());
-    cr_expect(strstr(out_text(), "v32.h16.p64.t64.hc16.sm90-narrow") && strstr(out_text(), "v32.h16.p64.t32.hc16.sliced") &&
-                  strstr(out_text(), "dsv4.h16.p64"),
-              "the grid's kernels and v32's long-walk kernel: %s", out_text());
+    cr_expect(strstr(out_text(), "v32.h16.p64.t64.hc16.sm90-narrow") && strstr(out_text(), "dsv4.h16.p64") &&
+                  !strstr(out_text(), "sliced"),
+              "the grid's kernels, no walk alternative at 16 heads: %s", out_text());
     cr_expect(strstr(out_text(), "nvrtc") != NULL, "%s", out_text());
     cr_assert_eq(sh("%s pack verify prod.pack", cli), 0, "%s", out_text());
     cr_expect(strstr(out_text(), "usable here") != NULL, "%s", out_text());
@@ -1459,7 +1448,7 @@ Test(cli, pack_build_ls_verify_merge_bench_and_jit_disabled, .timeout = 300)
     write_fake_pack(path_in_root("extra.pack"), k, three_specs() + 2, 1, NULL);
     mlajit_context_destroy(k);
     cr_assert_eq(sh("%s pack merge all.pack prod.pack extra.pack", cli), 0, "%s", out_text());
-    cr_expect(strstr(out_text(), "4 kernels from 2 packs") != NULL, "%s", out_text());
+    cr_expect(strstr(out_text(), "3 kernels from 2 packs") != NULL, "%s", out_text());
     cr_expect_eq(sh("%s pack bench prod.pack --repeat 1000", cli), 0, "%s", out_text()); /* real kernels: a GPU loads them */
     cr_expect(strstr(out_text(), "pack open") && strstr(out_text(), "repeat lookup"), "%s", out_text());
 

@@ -67,7 +67,7 @@ static void print_tables(void)
     printf("  %-14s 0 (auto), 32, 64 candidates\n", "tile");
     printf("  %-14s 0 (auto), 16, 32, 64\n", "heads_per_cta");
     printf("  %-14s auto (= sm90 on sm_90a where tile and heads_per_cta allow, else portable; a plan may switch\n"
-           "  %-14s to sliced, sm90-staged or sm90-unpaired by its walk), portable (sm_80+), sm90 (wgmma; sm_90a\n"
+           "  %-14s to sm90-staged or sm90-unpaired by its walk), portable (sm_80+), sm90 (wgmma; sm_90a\n"
            "  %-14s only, tile 64 x 64 heads), sliced (sm_80+; v32, glm_nsa; tile 32 x 16 or 32 heads),\n"
            "  %-14s sm90-staged (sm90, output staged; never splits; v32, dsv4), sm90-unpaired (sm90 without\n"
            "  %-14s the CTA pair of 65-128 heads)\n",

@@ -28,20 +28,6 @@ typedef struct mlajit_kernel_layout {
     int single_split;       /* 1: the kernel writes no split partials, so its plans never split (sm90-staged) */
 } mlajit_kernel_layout;
 
-/* The kernel auto switches to for a long walk per CTA: for an auto spec (tile and
- * heads_per_cta 0) on sm_90a (arch "" means default_arch) with
- * MLAJIT_SLICED_MIN_HEADS to 16 heads, a model with V3.2's layout and power-of-two
- * scales, the sliced family. Against sm90-narrow, auto's own kernel there
- * (bench/NOTES.md), it won only where each CTA walks at least
- * MLAJIT_SLICED_MIN_TILES tiles of 32 and its plan does not split: at 16 heads at
- * b 256, topk 2048. It lost at 16 heads where it splits (b 64 and 128: its 16 warps
- * per SM against narrow's unpadded math), wherever it walks fewer tiles (its start,
- * the copy ring filling, costs a few microseconds per CTA), and at 8 heads and
- * fewer on every walk since narrow's loads run two tiles ahead there. 1 and *alt
- * (arch set) when the spec has such an alternative, else 0. */
-#define MLAJIT_SLICED_MIN_TILES 16
-#define MLAJIT_SLICED_MIN_HEADS 9
-
 /* The variants' names, as spec strings and the CLI spell them. */
 #define MLAJIT_VARIANT_NAMES "auto, portable, sm90, sliced, sm90-staged, sm90-unpaired, sm90-narrow"
 /* The name of variant v ("auto" for an unknown value). */
@@ -51,8 +37,6 @@ int mlajit_variant_from_name(const char *name, mlajit_variant *out);
 /* Whether v is one of the sm90 family (sm90, sm90-staged, sm90-unpaired): the
  * decode_sm90 template, sm_90a only, tile 64 with 64 heads per CTA. */
 int mlajit_variant_is_sm90(mlajit_variant v);
-int mlajit_spec_long_walk_alternative(const mlajit_kernel_spec *spec, const char *default_arch,
-                                      mlajit_kernel_spec *alt);
 
 /* The kernel auto switches to for a short walk per CTA: for an auto spec on sm_90a
  * (arch "" means default_arch) with more than 32 heads and power-of-two scales,
@@ -78,11 +62,13 @@ int mlajit_spec_short_walk_alternative(const mlajit_kernel_spec *spec, const cha
 int mlajit_spec_one_tile_alternative(const mlajit_kernel_spec *spec, const char *default_arch,
                                      mlajit_kernel_spec *alt);
 
-/* Every kernel an auto plan of spec may switch to, whatever its shape: the long-
- * walk, the short-walk and the one-tile alternative, where it has them, into alts
- * (arch set). Returns how many (0..MLAJIT_WALK_ALTERNATIVES). The one list that
- * plans (which take the first that suits their walk), grids and pack hints use. */
-#define MLAJIT_WALK_ALTERNATIVES 3
+/* Every kernel an auto plan of spec may switch to, whatever its shape: the short-
+ * walk and the one-tile alternative, where it has them, into alts (arch set).
+ * Returns how many (0..MLAJIT_WALK_ALTERNATIVES). The one list that plans (which
+ * take the first that suits their walk), grids and pack hints use. (The sliced
+ * family was the long-walk alternative at 9-16 heads until sm90-narrow's row ring
+ * beat it there: bench/NOTES.md, "The row ring".) */
+#define MLAJIT_WALK_ALTERNATIVES 2
 int mlajit_spec_walk_alternatives(const mlajit_kernel_spec *spec, const char *default_arch,
                                   mlajit_kernel_spec alts[MLAJIT_WALK_ALTERNATIVES]);
 

@@ -58,7 +58,7 @@ static int align16(int x) { return (x + 15) & ~15; }
 /* Shared-memory map of the portable kernel, in bytes from the dynamic base. */
 typedef struct smem_map {
     int q, k, scores, probs, row_max, row_sum, row_alpha, token_row, token_scale, token_valid, barriers;
-    int staging, staging_bytes, total;
+    int staging, staging_bytes, stages, total;
 } smem_map;
 
 static void portable_smem_map(const mlajit_model_desc *d, int tile, int heads, smem_map *m)
@@ -100,12 +100,23 @@ static void sm90_smem_map(const mlajit_model_desc *d, int tile, int heads, smem_
     m->total = off + 1024;
 }
 
+/* sm90-narrow's row ring: where the rows hold their scales (V32's layout), each
+ * producer group's round arrives by bulk copy (the TMA engine) into shared memory
+ * instead of into registers: neither the registers nor the LSU hold or move the
+ * bytes in flight. One round per group where it fits beside Q and the two K tile
+ * buffers (at V32's 656-byte rows, h_q <= 32); more never fit there, and a single
+ * K buffer that made room for three lost (bench/NOTES.md, "The row ring"). */
+enum { kNarrowTokensPerRound = 32, kNarrowRingRounds = 1 };
+
 /* Shared-memory map of the sm90-narrow kernel, from the 1024-aligned base: Q
  * (d_qk / 64 swizzled blocks of `heads` rows x 128 bytes) and two K tile buffers
  * as sm90's; P (`heads` rows x one 64-candidate block); the consumer's four warps'
  * column maxima of a tile (at the end, their column sums); the heads' final
- * statistics; the buffers' validity tables. */
-static void sm90_narrow_smem_map(const mlajit_model_desc *d, int tile, int heads, smem_map *m)
+ * statistics; the buffers' validity flags (bytes); then, where it fits, the row
+ * ring: an mbarrier per slot and the slots, kNarrowRingRounds rounds of rows per
+ * producer group. */
+static void sm90_narrow_smem_map(const mlajit_kernel_spec *r, const mlajit_model_desc *d, int tile, int heads,
+                                 smem_map *m)
 {
     int operand = d->d_qk / 64 * 64 * 128;
     int off = 0;
@@ -116,7 +127,15 @@ static void sm90_narrow_smem_map(const mlajit_model_desc *d, int tile, int heads
     m->scores = off;      off += align16(4 * heads * 4);
     m->row_max = off;     off += align16(heads * 4);
     m->row_sum = off;     off += align16(heads * 4);
-    m->token_valid = off; off += align16(2 * tile * 4);
+    m->token_valid = off; off += align16(2 * tile);
+    int slots = 2 * kNarrowRingRounds;
+    int ring = slots * kNarrowTokensPerRound * d->row_bytes;
+    if (d->scale_place == MLAJIT_SCALES_INLINE && off + slots * 8 + ring + 1024 <= mlajit_arch_max_smem(r->arch)) {
+        m->barriers = off;    off += slots * 8;
+        m->staging = off;     m->staging_bytes = ring;
+        m->stages = kNarrowRingRounds;
+        off += ring;
+    }
     m->total = off + 1024;
 }
 
@@ -148,6 +167,7 @@ static void sliced_smem_map(const mlajit_kernel_spec *r, const mlajit_model_desc
     m->token_row = off; off += align16(3 * tile * 8);
     m->token_valid = off; off += align16(3 * 4); /* per table: bit c = candidate c has a row */
     m->staging = off;   m->staging_bytes = kSlicedStages * sliced_stage_bytes(r, d);
+    m->stages = kSlicedStages;
     off += m->staging_bytes;
     m->total = off;
 }
@@ -157,7 +177,7 @@ static void kernel_smem_map(const mlajit_kernel_spec *r, const mlajit_model_desc
     if (is_sm90(r))
         sm90_smem_map(d, r->tile, r->heads_per_cta, m);
     else if (is_narrow(r))
-        sm90_narrow_smem_map(d, r->tile, r->heads_per_cta, m);
+        sm90_narrow_smem_map(r, d, r->tile, r->heads_per_cta, m);
     else if (is_sliced(r))
         sliced_smem_map(r, d, m);
     else
@@ -311,8 +331,8 @@ static void emit_config(mlajit_strbuf *b, const mlajit_kernel_spec *r, const mla
     mlajit_strbuf_printf(b, "constexpr int kSmemTokenRow = %d, kSmemTokenScale = %d, kSmemTokenValid = %d;\n",
                          m.token_row, m.token_scale, m.token_valid);
     mlajit_strbuf_printf(b, "constexpr int kSmemBarriers = %d;\n", m.barriers);
-    mlajit_strbuf_printf(b, "constexpr int kSmemStaging = %d, kSmemStagingBytes = %d, kStagingStages = %d;\n",
-                         m.staging, m.staging_bytes, is_sliced(r) ? kSlicedStages : 0);
+    mlajit_strbuf_printf(b, "constexpr int kSmemStaging = %d, kSmemStagingBytes = %d, kStagingStages = %d;  // sliced: tiles; sm90-narrow: rounds per producer\n",
+                         m.staging, m.staging_bytes, m.stages);
     mlajit_strbuf_printf(b, "constexpr int kStageRowBytes = %d;  // a staged row's stride (sliced)\n",
                          sliced_stage_row_bytes(d));
     mlajit_strbuf_printf(b, "constexpr int kSmemBytes = %d;\n", m.total);

@@ -283,15 +283,6 @@ static int auto_alternative(const mlajit_kernel_spec *spec, const char *default_
     return 1;
 }
 
-int mlajit_spec_long_walk_alternative(const mlajit_kernel_spec *spec, const char *default_arch,
-                                      mlajit_kernel_spec *alt)
-{
-    const mlajit_model_desc *d = spec ? mlajit_model_describe(spec->model) : NULL;
-    if (!d || spec->h_q < MLAJIT_SLICED_MIN_HEADS || spec->h_q > 16 || d->scale_format != MLAJIT_SCALE_FP32_POW2)
-        return 0;
-    return auto_alternative(spec, default_arch, MLAJIT_VARIANT_SLICED, alt, NULL);
-}
-
 int mlajit_spec_short_walk_alternative(const mlajit_kernel_spec *spec, const char *default_arch,
                                        mlajit_kernel_spec *alt)
 {
@@ -316,7 +307,6 @@ int mlajit_spec_walk_alternatives(const mlajit_kernel_spec *spec, const char *de
                                   mlajit_kernel_spec alts[MLAJIT_WALK_ALTERNATIVES])
 {
     int n = 0;
-    n += mlajit_spec_long_walk_alternative(spec, default_arch, &alts[n]);
     n += mlajit_spec_short_walk_alternative(spec, default_arch, &alts[n]);
     n += mlajit_spec_one_tile_alternative(spec, default_arch, &alts[n]);
     return n;

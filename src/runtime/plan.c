@@ -99,15 +99,6 @@ static int grid_of(const mlajit_kernel_spec *spec, const mlajit_decode_shape *sh
     return 1;
 }
 
-/* Whether a plan of `shape` with kernel `alt` walks at least MLAJIT_SLICED_MIN_TILES
- * tiles per CTA and does not split. */
-static int walk_is_long(const mlajit_kernel_spec *alt, const mlajit_decode_shape *shape, int sm_count)
-{
-    plan_grid g;
-    return grid_of(alt, shape, sm_count, 0, &g) && g.rows > 0 && g.tiles_per_split >= MLAJIT_SLICED_MIN_TILES &&
-           g.num_splits == 1;
-}
-
 /* Whether the plan of `shape` with the sm90 kernel that `alt` (its sm90-staged
  * twin) stands in for would not split, and, in a CTA pair, would walk fewer than
  * MLAJIT_STAGED_PAIR_BELOW_TILES tiles per CTA. */
@@ -131,7 +122,6 @@ static int walk_is_one_tile(const mlajit_kernel_spec *alt, const mlajit_decode_s
 static int walk_suits(const mlajit_kernel_spec *alt, const mlajit_decode_shape *shape, int sm_count)
 {
     switch (alt->variant) {
-    case MLAJIT_VARIANT_SLICED: return walk_is_long(alt, shape, sm_count);
     case MLAJIT_VARIANT_SM90_STAGED: return walk_is_short(alt, shape, sm_count);
     case MLAJIT_VARIANT_SM90_UNPAIRED: return walk_is_one_tile(alt, shape, sm_count);
     default: return 0;
