@@ -202,17 +202,41 @@ extern "C" __global__ void __launch_bounds__(sm90::kCtaThreads, 1) mlajit_decode
         auto pos_of = [&](int t) { return t * kTile + round * kTokensPerRound + token; };
         auto slot_of = [&](int t) { return t < range.end ? load_slot(p, b, s, pos_of(t), range) : -1; };
         auto dest_of = [&](int buf) { return RoundDestOf<u8>{sK + (u32)buf * kOperandBytes, sTokenValid + buf * kTile}; };
+        // The live tiles ahead: t[0]'s round is stored now, t[1..kAhead]'s are on the
+        // way (in the ring's slots, or loads in registers), t[kAhead + 2]'s slots are
+        // read; raw[i] is this lane's slot in t[i].
+        constexpr int kAhead = kRingRounds > 0 ? kRingRounds : kLoadsAhead > 0 ? kLoadsAhead : 1;
+        int t[kAhead + 3], raw[kAhead + 3];
+        t[0] = first;
+#pragma unroll
+        for (int i = 1; i < kAhead + 3; i++) t[i] = live_after(t[i - 1]);
+#pragma unroll
+        for (int i = 0; i < kAhead + 2; i++) raw[i] = slot_of(t[i]);
+        // t[0]'s round into K buffer seq & 1 once the consumer has left it, for the
+        // consumer; then the window moves on a tile. False when the walk is done.
+        auto store_and_advance = [&](int seq, RoundLoads& now, bool hold) {
+            const int buf = seq & 1;
+            if (seq >= 2) named_barrier_sync(kBarKEmpty + buf, kCtaThreads);
+            if (hold) hold_until_here(now);
+            store_round(dest_of(buf), round * kTokensPerRound + token, quarter, now);
+            fence_smem_for_wgmma();
+            named_barrier_arrive(kBarKFull + buf, kCtaThreads);
+#pragma unroll
+            for (int i = 0; i < kAhead + 2; i++) {
+                t[i] = t[i + 1];
+                raw[i] = raw[i + 1];
+            }
+            t[kAhead + 2] = live_after(t[kAhead + 1]);
+            return t[0] < range.end;
+        };
         if constexpr (kRingRounds > 0) {
-            // Through the ring: the group's kRingRounds slots, tile seq's rows in slot
-            // seq % kRingRounds. The quarter-0 lane copies its candidate's row (or
-            // only arrives, where it is skipped); once every lane has read its chunks
-            // of the slot (as load_round reads the cache), the slot takes the tile
-            // kRingRounds on, and the round is dequantized into the K buffer.
-            // t[0]'s round is read now, t[1..kG - 1]'s are in flight, t[kG]'s are
-            // copied next, and t[kG + 2]'s slots are read.
-            constexpr int kG = kRingRounds > 0 ? kRingRounds : 1;  // (compiled in either case)
-            const u32 rows = sRing + (u32)((round * kG * 32 + token) * cfg::kRowBytes);
-            const u32 full = sRingFull + (u32)(round * kG * 8);
+            // Through the ring: the group's kAhead slots, tile seq's rows in slot
+            // seq % kAhead. The quarter-0 lane copies its candidate's row (or only
+            // arrives, where it is skipped); once every lane has read its chunks of
+            // the slot (as load_round reads the cache), the slot takes the tile
+            // kAhead on, and the round is dequantized into the K buffer.
+            const u32 rows = sRing + (u32)((round * kAhead * 32 + token) * cfg::kRowBytes);
+            const u32 full = sRingFull + (u32)(round * kAhead * 8);
             auto copy_row = [&](int t, int raw, int slot) {
                 const Candidate c = locate_candidate(p, pos_of(t), checked_slot(p, pos_of(t), raw));
                 const u32 bar = full + 8 * (u32)slot;
@@ -223,47 +247,24 @@ extern "C" __global__ void __launch_bounds__(sm90::kCtaThreads, 1) mlajit_decode
                     mbarrier_arrive(bar);
                 }
             };
-            int t[kG + 3], raw[kG + 3];
-            t[0] = first;
-#pragma unroll
-            for (int i = 1; i < kG + 3; i++) t[i] = live_after(t[i - 1]);
-#pragma unroll
-            for (int i = 0; i < kG + 2; i++) raw[i] = slot_of(t[i]);
             if (quarter == 0)
 #pragma unroll
-                for (int i = 0; i < kG; i++)
+                for (int i = 0; i < kAhead; i++)
                     if (t[i] < range.end) copy_row(t[i], raw[i], i);
             RoundLoads now;
             for (int seq = 0; t[0] < range.end; seq++) {
-                const int slot = seq % kG, buf = seq & 1;
-                raw[kG + 2] = slot_of(t[kG + 2]);
-                mbarrier_wait(full + 8 * (u32)slot, (u32)(seq / kG) & 1u);
+                const int slot = seq % kAhead;
+                raw[kAhead + 2] = slot_of(t[kAhead + 2]);
+                mbarrier_wait(full + 8 * (u32)slot, (u32)(seq / kAhead) & 1u);
                 load_round_staged(rows + (u32)(slot * kRoundBytes), checked_slot(p, pos_of(t[0]), raw[0]) >= 0,
                                   quarter, now);
                 named_barrier_sync(kBarRingRead + round, kWarpGroupThreads);
-                if (quarter == 0 && t[kG] < range.end) copy_row(t[kG], raw[kG], slot);
-                if (seq >= 2) named_barrier_sync(kBarKEmpty + buf, kCtaThreads);
-                store_round(dest_of(buf), round * kTokensPerRound + token, quarter, now);
-                fence_smem_for_wgmma();
-                named_barrier_arrive(kBarKFull + buf, kCtaThreads);
-#pragma unroll
-                for (int i = 0; i < kG + 2; i++) {
-                    t[i] = t[i + 1];
-                    raw[i] = raw[i + 1];
-                }
-                t[kG + 2] = live_after(t[kG + 1]);
+                if (quarter == 0 && t[kAhead] < range.end) copy_row(t[kAhead], raw[kAhead], slot);
+                store_and_advance(seq, now, false);
             }
         } else {
-            // In registers: t[0]'s round is stored now, those of t[1..kAhead] are in
-            // flight, t[kAhead + 1]'s rows are prefetched into L2 (kPrefetchRows) and
-            // t[kAhead + 2]'s slots are read.
-            constexpr int kAhead = kLoadsAhead > 0 ? kLoadsAhead : 1;  // (compiled in either case)
-            int t[kAhead + 3], raw[kAhead + 3];
-            t[0] = first;
-#pragma unroll
-            for (int i = 1; i < kAhead + 3; i++) t[i] = live_after(t[i - 1]);
-#pragma unroll
-            for (int i = 0; i < kAhead + 2; i++) raw[i] = slot_of(t[i]);
+            // In registers: t[kAhead + 1]'s rows are also prefetched into L2
+            // (kPrefetchRows).
             if (kPrefetchRows) prefetch_row<kLanesPerToken>(p, pos_of(t[kAhead]), raw[kAhead], quarter);
             RoundLoads rounds[kAhead + 1];
 #pragma unroll
@@ -272,23 +273,11 @@ extern "C" __global__ void __launch_bounds__(sm90::kCtaThreads, 1) mlajit_decode
                     load_round(p, pos_of(t[i]), checked_slot(p, pos_of(t[i]), raw[i]), quarter, rounds[i]);
             // One tile: `now` holds t[0]'s round, `next` takes t[kAhead]'s.
             auto one_tile = [&](int seq, RoundLoads& now, RoundLoads& next) {
-                const int buf = seq & 1;
                 raw[kAhead + 2] = slot_of(t[kAhead + 2]);
                 if (kPrefetchRows) prefetch_row<kLanesPerToken>(p, pos_of(t[kAhead + 1]), raw[kAhead + 1], quarter);
                 if (t[kAhead] < range.end)
                     load_round(p, pos_of(t[kAhead]), checked_slot(p, pos_of(t[kAhead]), raw[kAhead]), quarter, next);
-                if (seq >= 2) named_barrier_sync(kBarKEmpty + buf, kCtaThreads);
-                hold_until_here(now);
-                store_round(dest_of(buf), round * kTokensPerRound + token, quarter, now);
-                fence_smem_for_wgmma();
-                named_barrier_arrive(kBarKFull + buf, kCtaThreads);
-#pragma unroll
-                for (int i = 0; i < kAhead + 2; i++) {
-                    t[i] = t[i + 1];
-                    raw[i] = raw[i + 1];
-                }
-                t[kAhead + 2] = live_after(t[kAhead + 1]);
-                return t[0] < range.end;
+                return store_and_advance(seq, now, true);
             };
             // The round registers rotate: a tile's `next` is the set whose round was
             // just stored, so each stays in registers (no copies between the sets).
