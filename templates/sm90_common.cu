@@ -304,6 +304,19 @@ struct RoundLoads {
     bool live;
 };
 
+// A skipped candidate's round: zero codes and scales dequantize to zero rows (P is 0
+// there; V must be finite); unit scales (fp32 1.0, ue8m0 127), so zero codes take
+// the branch-free fast path.
+__device__ __forceinline__ void skipped_round(RoundLoads& d)
+{
+#pragma unroll
+    for (int i = 0; i < kNopeLoads; i++) d.nope[i] = U32x4{0u, 0u, 0u, 0u};
+#pragma unroll
+    for (int i = 0; i < kRopeLoads; i++) d.rope[i] = U32x4{0u, 0u, 0u, 0u};
+#pragma unroll
+    for (int i = 0; i < kScaleWords; i++) d.scales[i] = cfg::kScaleFormat == 3 ? 0x7f7f7f7fu : 0x3f800000u;
+}
+
 __device__ __forceinline__ void load_round(const DecodeParams& p, int pos, int slot, int quarter, RoundLoads& d)
 {
     const Candidate c = locate_candidate(p, pos, slot);
@@ -325,14 +338,8 @@ __device__ __forceinline__ void load_round(const DecodeParams& p, int pos, int s
             d.scales[2] = v.z;
             d.scales[3] = v.w;
         }
-    } else {  // skipped: zero codes and scales dequantize to zero rows (P is 0 there; V must be finite)
-#pragma unroll
-        for (int i = 0; i < kNopeLoads; i++) d.nope[i] = U32x4{0u, 0u, 0u, 0u};
-#pragma unroll
-        for (int i = 0; i < kRopeLoads; i++) d.rope[i] = U32x4{0u, 0u, 0u, 0u};
-        // unit scales (fp32 1.0, ue8m0 127): zero codes take the branch-free fast path
-#pragma unroll
-        for (int i = 0; i < kScaleWords; i++) d.scales[i] = cfg::kScaleFormat == 3 ? 0x7f7f7f7fu : 0x3f800000u;
+    } else {
+        skipped_round(d);
     }
 }
 
@@ -347,18 +354,12 @@ __device__ __forceinline__ void load_round_staged(u32 row, bool live, int quarte
 #pragma unroll
         for (int i = 0; i < kRopeLoads; i++)
             d.rope[i] = load_shared16(row + cfg::kRopeOffset + 16 * (quarter + kLanesPerToken * i));
-        const U32x4 v = load_shared16(row + cfg::kScaleOffset);
-        d.scales[0] = v.x;
-        d.scales[1] = v.y;
-        d.scales[2] = v.z;
-        d.scales[3] = v.w;
-    } else {  // skipped: as load_round (nothing was copied)
+        const U32x4 v = load_shared16(row + cfg::kScaleOffset);  // inline fp32 scales (the ring's rows)
+        const u32 w[4] = {v.x, v.y, v.z, v.w};
 #pragma unroll
-        for (int i = 0; i < kNopeLoads; i++) d.nope[i] = U32x4{0u, 0u, 0u, 0u};
-#pragma unroll
-        for (int i = 0; i < kRopeLoads; i++) d.rope[i] = U32x4{0u, 0u, 0u, 0u};
-#pragma unroll
-        for (int i = 0; i < kScaleWords; i++) d.scales[i] = 0x3f800000u;
+        for (int i = 0; i < kScaleWords; i++) d.scales[i] = w[i];
+    } else {  // nothing was copied
+        skipped_round(d);
     }
 }
 
