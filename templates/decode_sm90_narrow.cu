@@ -36,8 +36,8 @@
 //   kBarPReady      P is in shared memory and fenced for wgmma
 //   kBarStaged      O^T is staged as head rows
 //   kBarQReady      Q is in shared memory and fenced
-//   kBarRingRead + r   producer r's lanes have read their chunks of its ring slot
-//                   (the slot may be refilled)
+//   kBarRingRead + r   producer r's lanes have read their chunks of its ring slot,
+//                   each read fenced against the async proxy (the slot may be refilled)
 // mbarriers (the ring): one per slot, complete when the slot's 32 rows have landed
 // (32 arrivals, one per candidate, with the bytes of its copy).
 // ---------------------------------------------------------------------------
@@ -258,6 +258,7 @@ extern "C" __global__ void __launch_bounds__(sm90::kCtaThreads, 1) mlajit_decode
                 mbarrier_wait(full + 8 * (u32)slot, (u32)(seq / kAhead) & 1u);
                 load_round_staged(rows + (u32)(slot * kRoundBytes), checked_slot(p, pos_of(t[0]), raw[0]) >= 0,
                                   quarter, now);
+                fence_smem_reads_before_bulk_writes();  // without it, the bench's checks failed on 5 of 30 rows
                 named_barrier_sync(kBarRingRead + round, kWarpGroupThreads);
                 if (quarter == 0 && t[kAhead] < range.end) copy_row(t[kAhead], raw[kAhead], slot);
                 store_and_advance(seq, now, false);

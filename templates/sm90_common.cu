@@ -63,6 +63,14 @@ __device__ __forceinline__ void fence_operands(u32 (&r)[M][N])
 // Generic-proxy shared-memory writes made visible to wgmma (the async proxy).
 __device__ __forceinline__ void fence_smem_for_wgmma() { asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory"); }
 
+// This thread's generic-proxy reads of shared memory ordered before the async
+// proxy's later writes there (a bulk copy refilling the bytes): a barrier orders
+// the threads, not the proxies, and a read still in flight could see the new bytes.
+__device__ __forceinline__ void fence_smem_reads_before_bulk_writes()
+{
+    asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+}
+
 __device__ __forceinline__ void named_barrier_sync(int id, int threads)
 {
     asm volatile("bar.sync %0, %1;\n" :: "r"(id), "r"(threads) : "memory");
