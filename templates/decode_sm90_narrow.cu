@@ -68,10 +68,11 @@ constexpr int kEpilogueChunks = cfg::kDV / 128;       // a warp's 32 lanes x 4 d
 // also prefetched into L2 (worth 10% with one round ahead, it cost 3-8% with two).
 // The row ring (cfg::kStagingStages rounds per producer group, where the rows hold
 // their scales): a round arrives by bulk copy (the TMA engine) in shared memory, so
-// neither registers nor the LSU hold or move it in flight. With one round per group
-// in flight, as one tile ahead in registers, it was 8-11% faster on the long walks
-// at 16 and 32 heads, and 1-2% at 8 heads against two ahead (bench/NOTES.md, "The
-// row ring"; 24 heads were not measured: BENCH.md has no such rows).
+// neither registers nor the LSU hold or move it in flight. One round per group in
+// flight, each lane's reads fenced against the async proxy before the refill: on the
+// long walks 4-6% faster at 16 and 32 heads than in registers, and 3-6% slower at 8
+// heads than two tiles ahead there (the fence cost 3-7%; bench/NOTES.md, "The row
+// ring"; 24 heads were not measured: BENCH.md has no such rows).
 constexpr int kRingRounds = cfg::kStagingStages;
 constexpr int kRoundBytes = kTokensPerRound * cfg::kRowBytes;
 constexpr int kRoundRegisters = 4 * (kNopeLoads + kRopeLoads) + kScaleWords + 1;  // RoundLoads

@@ -329,7 +329,7 @@ int cli_bench(int argc, char **argv)
                cf->flashmla_us, cf->flashmla_us > 0 ? r.gpu_us / cf->flashmla_us : 0.0, r.pass ? "ok" : "FAIL",
                r.max_err);
         fflush(stdout);
-        if (json)
+        if (json) { /* flushed per row: a run cut short keeps every row it finished */
             fprintf(json,
                     "{\"model\": \"%s\", \"h_q\": %d, \"b\": %d, \"s_q\": %d, \"seqlen\": %d, \"topk\": %d, "
                     "\"extra_topk\": %d, \"gpu_us\": %.2f, \"eager_us\": %.2f, \"host_us\": %.2f, \"tflops\": %.2f, "
@@ -339,6 +339,8 @@ int cli_bench(int argc, char **argv)
                     name, cf->h_q, cf->b, cf->s_q, cf->seqlen, cf->topk, cf->extra_topk, r.gpu_us, r.eager_us,
                     r.host_us, r.tflops, r.gbps, r.splits, cf->flashmla_us,
                     cf->flashmla_us > 0 ? r.gpu_us / cf->flashmla_us : 0.0, r.pass ? "pass" : "fail", commit, date);
+            fflush(json);
+        }
     }
     if (json)
         fclose(json);
