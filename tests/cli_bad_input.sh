@@ -101,6 +101,11 @@ expect 1 "shape.batch = 4097" envelope v32.h16.p64.t0.hc0.auto.sm_90a --batch 40
 expect 1 "shape.extra_topk" envelope v32.h16.p64.t0.hc0.auto.sm_90a --extra-topk 3
 expect 1 "shape.num_splits = 65" envelope v32.h16.p64.t0.hc0.auto.sm_90a --splits 65
 expect 0 "arch targets" envelope
+# the envelope's table describes every variant a spec can name (MLAJIT_VARIANT_NAMES)
+for v in auto portable sm90 sliced sm90-staged sm90-unpaired sm90-narrow; do
+  expect 0 "$v (" envelope
+done
+expect 0 "(and 8, 24 with variant sm90-narrow)" envelope
 expect 0 "fuzz [--seconds N]" --help
 
 echo "$passed passed, $failed failed"
