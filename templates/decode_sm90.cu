@@ -223,7 +223,7 @@ extern "C" __global__ void MLAJIT_CLUSTER_DIMS __launch_bounds__(sm90::kCtaThrea
                 if (t1 < range.end) load_round(p, pos_of(t1, 0), checked_slot(p, pos_of(t1, 0), raw1[0]), quarter, even);
                 hold_until_here(odd);
                 store_round(to, kTokensPerRound + token, quarter, odd);
-                fence_smem_for_wgmma();
+                fence_smem_for_async_proxy();
                 named_barrier_arrive(kBarKFull + buf, kCtaThreads);
                 advance();
             }
@@ -237,7 +237,7 @@ extern "C" __global__ void MLAJIT_CLUSTER_DIMS __launch_bounds__(sm90::kCtaThrea
                 claim_buffer(seq, buf);
                 hold_until_here(now);
                 store_round(to, round0 * kTokensPerRound + token, quarter, now);
-                fence_smem_for_wgmma();  // for the local wgmma and for the bulk copy: both the async proxy
+                fence_smem_for_async_proxy();  // for the local wgmma and for the bulk copy: both the async proxy
                 named_barrier_arrive(kBarKFull + buf, kCtaThreads);
                 named_barrier_sync(kBarRoundStored, kWarpGroupThreads);
                 if (tid == kProducerLead) copy_round_to_peer(to, round0, peer_delta, sPeerRoundFull + 8 * buf + peer_delta);
@@ -274,7 +274,7 @@ extern "C" __global__ void MLAJIT_CLUSTER_DIMS __launch_bounds__(sm90::kCtaThrea
             [sQ](int h, int c8) { return sQ + (u32)(c8 / 8) * kBlockBytes + swizzled(h, c8 % 8); });
         registers_increase<kScoreRegisters>();
         copy_async_wait_all();
-        fence_smem_for_wgmma();
+        fence_smem_for_async_proxy();
         named_barrier_sync(kBarQReady, kWarpGroupThreads);
         if (kPairCtas > 1) cluster_wait();  // the pair's mbarriers, for wait_tile
         int seq = 0;
@@ -356,7 +356,7 @@ extern "C" __global__ void MLAJIT_CLUSTER_DIMS __launch_bounds__(sm90::kCtaThrea
                 st_shared_f32(sAlpha + 4 * hl0, alpha[0]);
                 st_shared_f32(sAlpha + 4 * (hl0 + 8), alpha[1]);
             }
-            fence_smem_for_wgmma();
+            fence_smem_for_async_proxy();
             named_barrier_arrive(kBarPReady, kConsumerThreads);
 
             // O[:, 0 .. 256) += P V; V = the K tile's first kDV dims, MN-major.

@@ -76,8 +76,7 @@ constexpr int kEpilogueChunks = cfg::kDV / 128;       // a warp's 32 lanes x 4 d
 constexpr int kRingRounds = cfg::kStagingStages;
 constexpr int kRoundBytes = kTokensPerRound * cfg::kRowBytes;
 constexpr int kRoundRegisters = 4 * (kNopeLoads + kRopeLoads) + kScaleWords + 1;  // RoundLoads
-constexpr int kLoadsAhead =
-    kRingRounds > 0 ? 0 : kHeadsN <= 8 || (kHeadsN <= 16 && kRoundRegisters <= 40) ? 2 : 1;
+constexpr int kLoadsAhead = kHeadsN <= 8 || (kHeadsN <= 16 && kRoundRegisters <= 40) ? 2 : 1;  // without the ring
 constexpr bool kPrefetchRows = kLoadsAhead == 1;
 // setmaxnreg: every warp starts at 65536 / 384 rounded down to 8 = 168. The
 // consumer holds O^T (8 x kHeadsN / 2), S^T (kHeadsN / 2), the columns' running
@@ -85,10 +84,17 @@ constexpr bool kPrefetchRows = kLoadsAhead == 1;
 // and one being stored (with the ring, only the one being stored). The splits are
 // the ones ptxas (CUDA 13.0) compiles without spills: with the ring at 32 heads the
 // consumer spilled at 216 and 224, and at 16 and 24 heads the producers at 136.
-constexpr int kConsumerRegisters =
-    kLoadsAhead == 0 ? (kHeadsN > 24 ? 232 : 216) : kLoadsAhead == 1 ? 216 : kHeadsN <= 8 ? 136 : 152;
-constexpr int kProducerRegisters =
-    kLoadsAhead == 0 ? (kHeadsN > 24 ? 136 : 144) : kLoadsAhead == 1 ? 144 : kHeadsN <= 8 ? 184 : 176;
+struct RegisterSplit {
+    int consumer, producer;
+};
+constexpr RegisterSplit register_split()
+{
+    if (kRingRounds > 0) return kHeadsN > 24 ? RegisterSplit{232, 136} : RegisterSplit{216, 144};
+    if (kLoadsAhead == 1) return {216, 144};
+    return kHeadsN <= 8 ? RegisterSplit{136, 184} : RegisterSplit{152, 176};
+}
+constexpr int kConsumerRegisters = register_split().consumer;
+constexpr int kProducerRegisters = register_split().producer;
 constexpr int kLaunchRegisters = (65536 / kCtaThreads) & ~7;
 static_assert(kConsumerRegisters + 2 * kProducerRegisters <= 3 * kLaunchRegisters,
               "setmaxnreg: the increase must be covered by the decreases");
@@ -206,7 +212,7 @@ extern "C" __global__ void __launch_bounds__(sm90::kCtaThreads, 1) mlajit_decode
         // The live tiles ahead: t[0]'s round is stored now, t[1..kAhead]'s are on the
         // way (in the ring's slots, or loads in registers), t[kAhead + 2]'s slots are
         // read; raw[i] is this lane's slot in t[i].
-        constexpr int kAhead = kRingRounds > 0 ? kRingRounds : kLoadsAhead > 0 ? kLoadsAhead : 1;
+        constexpr int kAhead = kRingRounds > 0 ? kRingRounds : kLoadsAhead;
         int t[kAhead + 3], raw[kAhead + 3];
         t[0] = first;
 #pragma unroll
@@ -220,7 +226,7 @@ extern "C" __global__ void __launch_bounds__(sm90::kCtaThreads, 1) mlajit_decode
             if (seq >= 2) named_barrier_sync(kBarKEmpty + buf, kCtaThreads);
             if (hold) hold_until_here(now);
             store_round(dest_of(buf), round * kTokensPerRound + token, quarter, now);
-            fence_smem_for_wgmma();
+            fence_smem_for_async_proxy();
             named_barrier_arrive(kBarKFull + buf, kCtaThreads);
 #pragma unroll
             for (int i = 0; i < kAhead + 2; i++) {
@@ -259,7 +265,7 @@ extern "C" __global__ void __launch_bounds__(sm90::kCtaThreads, 1) mlajit_decode
                 mbarrier_wait(full + 8 * (u32)slot, (u32)(seq / kAhead) & 1u);
                 load_round_staged(rows + (u32)(slot * kRoundBytes), checked_slot(p, pos_of(t[0]), raw[0]) >= 0,
                                   quarter, now);
-                fence_smem_reads_before_bulk_writes();  // without it, the bench's checks failed on 5 of 30 rows
+                fence_smem_for_async_proxy();  // without it, the bench's checks failed on 5 of 30 rows
                 named_barrier_sync(kBarRingRead + round, kWarpGroupThreads);
                 if (quarter == 0 && t[kAhead] < range.end) copy_row(t[kAhead], raw[kAhead], slot);
                 store_and_advance(seq, now, false);
@@ -317,7 +323,7 @@ extern "C" __global__ void __launch_bounds__(sm90::kCtaThreads, 1) mlajit_decode
         col_sum[c] = 0.0f;
     }
     copy_async_wait_all();
-    fence_smem_for_wgmma();
+    fence_smem_for_async_proxy();
     named_barrier_sync(kBarQReady, kWarpGroupThreads);
     int tiles = 0;
     for (int tile = first; tile < range.end; tile = live_after(tile), tiles++) {
@@ -384,7 +390,7 @@ extern "C" __global__ void __launch_bounds__(sm90::kCtaThreads, 1) mlajit_decode
                 const u32 bits = pack_bf16x2(acc_s[4 * (c / 2) + 2 * half + c % 2], 0.0f) & 0xffffu;
                 store_shared_u16(sP + swizzled(head_of(c), cand / 8) + 2 * (cand % 8), bits);
             }
-        fence_smem_for_wgmma();
+        fence_smem_for_async_proxy();
         // Also orders this tile's reads of the column maxima before the next tile's writes.
         named_barrier_sync(kBarPReady, kWarpGroupThreads);
 

@@ -60,13 +60,11 @@ __device__ __forceinline__ void fence_operands(u32 (&r)[M][N])
         for (int j = 0; j < N; j++) asm volatile("" : "+r"(r[i][j])::"memory");
 }
 
-// Generic-proxy shared-memory writes made visible to wgmma (the async proxy).
-__device__ __forceinline__ void fence_smem_for_wgmma() { asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory"); }
-
-// This thread's generic-proxy reads of shared memory ordered before the async
-// proxy's later writes there (a bulk copy refilling the bytes): a barrier orders
-// the threads, not the proxies, and a read still in flight could see the new bytes.
-__device__ __forceinline__ void fence_smem_reads_before_bulk_writes()
+// This thread's generic-proxy shared-memory accesses ordered before the async
+// proxy's later ones: its writes made visible to wgmma and to bulk copies' reads,
+// its reads done before a bulk copy rewrites the bytes. A barrier orders the
+// threads, not the proxies; each accessing thread fences before it.
+__device__ __forceinline__ void fence_smem_for_async_proxy()
 {
     asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
 }

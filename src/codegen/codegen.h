@@ -37,6 +37,9 @@ int mlajit_variant_from_name(const char *name, mlajit_variant *out);
 /* Whether v is one of the sm90 family (sm90, sm90-staged, sm90-unpaired): the
  * decode_sm90 template, sm_90a only, tile 64 with 64 heads per CTA. */
 int mlajit_variant_is_sm90(mlajit_variant v);
+/* Whether v runs a wgmma kernel (the sm90 family or sm90-narrow): sm_90a only,
+ * three warp groups, sm90_common.cu's parts. */
+int mlajit_variant_is_wgmma(mlajit_variant v);
 
 /* The kernel auto switches to for a short walk per CTA: for an auto spec on sm_90a
  * (arch "" means default_arch) with more than 32 heads and power-of-two scales,

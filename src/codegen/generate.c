@@ -22,8 +22,7 @@ enum { kCombineThreads = 128, kCombineStagedSplits = 32, kRowPad = 8 };
 static int is_sm90(const mlajit_kernel_spec *r) { return mlajit_variant_is_sm90(r->variant); }
 static int is_sliced(const mlajit_kernel_spec *r) { return r->variant == MLAJIT_VARIANT_SLICED; }
 static int is_narrow(const mlajit_kernel_spec *r) { return r->variant == MLAJIT_VARIANT_SM90_NARROW; }
-/* the wgmma kernels: three warp groups, sm90_common.cu's parts */
-static int is_wgmma(const mlajit_kernel_spec *r) { return is_sm90(r) || is_narrow(r); }
+static int is_wgmma(const mlajit_kernel_spec *r) { return mlajit_variant_is_wgmma(r->variant); }
 
 /* Portable: eight warps up to 32 heads per CTA; sixteen at 64, so each warp's share
  * of the output accumulator (64 heads x 32 value dims) stays in 64 registers.

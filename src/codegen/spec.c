@@ -171,7 +171,7 @@ int mlajit_spec_resolve(const mlajit_kernel_spec *spec, mlajit_kernel_spec *reso
                                                                                  : MLAJIT_VARIANT_PORTABLE;
     }
     /* wgmma and setmaxnreg exist only in the arch-specific sm_90a target */
-    if ((mlajit_variant_is_sm90(r.variant) || r.variant == MLAJIT_VARIANT_SM90_NARROW) && strcmp(r.arch, "sm_90a") != 0)
+    if (mlajit_variant_is_wgmma(r.variant) && strcmp(r.arch, "sm_90a") != 0)
         return mlajit_fail(MLAJIT_ERR_UNSUPPORTED, "variant %s needs spec.arch = sm_90a (wgmma); spec.arch = '%s': "
                            "use the portable variant", mlajit_variant_name(r.variant), r.arch);
     if (mlajit_variant_is_sm90(r.variant)) {
@@ -325,6 +325,8 @@ int mlajit_variant_is_sm90(mlajit_variant v)
 {
     return v == MLAJIT_VARIANT_SM90 || v == MLAJIT_VARIANT_SM90_STAGED || v == MLAJIT_VARIANT_SM90_UNPAIRED;
 }
+
+int mlajit_variant_is_wgmma(mlajit_variant v) { return mlajit_variant_is_sm90(v) || v == MLAJIT_VARIANT_SM90_NARROW; }
 
 const char *mlajit_variant_name(mlajit_variant v)
 {
