@@ -70,9 +70,10 @@ constexpr int kEpilogueChunks = cfg::kDV / 128;       // a warp's 32 lanes x 4 d
 // their scales): a round arrives by bulk copy (the TMA engine) in shared memory, so
 // neither registers nor the LSU hold or move it in flight. One round per group in
 // flight, each lane's reads fenced against the async proxy before the refill: on the
-// long walks 4-6% faster at 16 and 32 heads than in registers, and 3-6% slower at 8
-// heads than two tiles ahead there (the fence cost 3-7%; bench/NOTES.md, "The row
-// ring"; 24 heads were not measured: BENCH.md has no such rows).
+// long walks 4-6% faster at 16 and 32 heads than in registers, and at 8 heads a tie
+// with two tiles ahead there, timed in one call (-1.3 to +0.9%; the fence costs 1-3%,
+// and releasing a slot by mbarrier without it raced; bench/NOTES.md, "The row ring"
+// and "The ring's fence"; 24 heads were not measured: BENCH.md has no such rows).
 constexpr int kRingRounds = cfg::kStagingStages;
 constexpr int kRoundBytes = kTokensPerRound * cfg::kRowBytes;
 constexpr int kRoundRegisters = 4 * (kNopeLoads + kRopeLoads) + kScaleWords + 1;  // RoundLoads

@@ -105,8 +105,11 @@ static void sm90_smem_map(const mlajit_model_desc *d, int tile, int heads, smem_
  * bytes in flight. One round per group where it fits beside Q and the two K tile
  * buffers (at V32's 656-byte rows, h_q <= 32); more never fit there, and a single
  * K buffer that made room for three lost. Measured with its reads fenced: 4-6%
- * faster at 16 and 32 heads on the long walks, 3-6% slower at 8 heads than the
- * registers two tiles ahead (bench/NOTES.md, "The row ring"). */
+ * faster at 16 and 32 heads on the long walks, a tie at 8 heads with the registers
+ * two tiles ahead. DSV4's rows (scales in the page footer, 8 bytes, which no bulk
+ * copy moves) stay in registers: in the ring, with the footer words loaded beside
+ * each copy, they were 10-12% slower at 8 and 16 heads (bench/NOTES.md, "The row
+ * ring" and "The ring's fence"). */
 enum { kNarrowTokensPerRound = 32, kNarrowRingRounds = 1 };
 
 /* Shared-memory map of the sm90-narrow kernel, from the 1024-aligned base: Q
