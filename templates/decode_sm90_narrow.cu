@@ -74,6 +74,8 @@ constexpr int kEpilogueChunks = cfg::kDV / 128;       // a warp's 32 lanes x 4 d
 // with two tiles ahead there, timed in one call (-1.3 to +0.9%; the fence costs 1-3%,
 // and releasing a slot by mbarrier without it raced; bench/NOTES.md, "The row ring"
 // and "The ring's fence"; 24 heads were not measured: BENCH.md has no such rows).
+// Alternating the ring's tiles with tiles loaded into registers, for two rounds per
+// group in flight, was 34-42% slower on the long walks (NOTES, "Ring and registers").
 constexpr int kRingRounds = cfg::kStagingStages;
 constexpr int kRoundBytes = kTokensPerRound * cfg::kRowBytes;
 constexpr int kRoundRegisters = 4 * (kNopeLoads + kRopeLoads) + kScaleWords + 1;  // RoundLoads
