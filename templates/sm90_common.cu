@@ -323,16 +323,23 @@ __device__ __forceinline__ void skipped_round(RoundLoads& d)
     for (int i = 0; i < kScaleWords; i++) d.scales[i] = cfg::kScaleFormat == 3 ? 0x7f7f7f7fu : 0x3f800000u;
 }
 
+// A round's chunks of one candidate's row (its NoPE and RoPE loads), each read by
+// load16(a, b) at byte a + b of the row: from the cache or from a copy of the row.
+template <class Load16>
+__device__ __forceinline__ void load_row_chunks(Load16 load16, int quarter, RoundLoads& d)
+{
+#pragma unroll
+    for (int i = 0; i < kNopeLoads; i++) d.nope[i] = load16(64 * i, 16 * quarter);
+#pragma unroll
+    for (int i = 0; i < kRopeLoads; i++) d.rope[i] = load16(cfg::kRopeOffset, 16 * (quarter + kLanesPerToken * i));
+}
+
 __device__ __forceinline__ void load_round(const DecodeParams& p, int pos, int slot, int quarter, RoundLoads& d)
 {
     const Candidate c = locate_candidate(p, pos, slot);
     d.live = c.row != nullptr;
     if (d.live) {
-#pragma unroll
-        for (int i = 0; i < kNopeLoads; i++) d.nope[i] = load_row16(c.row + 64 * i + 16 * quarter);
-#pragma unroll
-        for (int i = 0; i < kRopeLoads; i++)
-            d.rope[i] = load_row16(c.row + cfg::kRopeOffset + 16 * (quarter + kLanesPerToken * i));
+        load_row_chunks([&](int a, int b) { return load_row16(c.row + a + b); }, quarter, d);
         if (cfg::kScaleFormat == 3) {
             const U32x2 v = load_row8(c.scales);
             d.scales[0] = v.x;
@@ -355,11 +362,7 @@ __device__ __forceinline__ void load_round_staged(u32 row, bool live, int quarte
 {
     d.live = live;
     if (live) {
-#pragma unroll
-        for (int i = 0; i < kNopeLoads; i++) d.nope[i] = load_shared16(row + 64 * i + 16 * quarter);
-#pragma unroll
-        for (int i = 0; i < kRopeLoads; i++)
-            d.rope[i] = load_shared16(row + cfg::kRopeOffset + 16 * (quarter + kLanesPerToken * i));
+        load_row_chunks([&](int a, int b) { return load_shared16(row + a + b); }, quarter, d);
         const U32x4 v = load_shared16(row + cfg::kScaleOffset);  // inline fp32 scales (the ring's rows)
         const u32 w[4] = {v.x, v.y, v.z, v.w};
 #pragma unroll
