@@ -325,6 +325,8 @@ __device__ __forceinline__ void skipped_round(RoundLoads& d)
 
 // A round's chunks of one candidate's row (its NoPE and RoPE loads), each read by
 // load16(a, b) at byte a + b of the row: from the cache or from a copy of the row.
+// Two addends, added to the row's address in turn, keep the address arithmetic (and
+// ptxas's code) of the two loops this replaced.
 template <class Load16>
 __device__ __forceinline__ void load_row_chunks(Load16 load16, int quarter, RoundLoads& d)
 {
