@@ -119,9 +119,9 @@ enum { kNarrowTokensPerRound = 32, kNarrowRingRounds = 1 };
  * statistics; the buffers' validity flags (bytes); then, where it fits, the row
  * ring: an mbarrier per slot and the slots, kNarrowRingRounds rounds of rows per
  * producer group. */
-static void sm90_narrow_smem_map(const mlajit_kernel_spec *r, const mlajit_model_desc *d, int tile, int heads,
-                                 smem_map *m)
+static void sm90_narrow_smem_map(const mlajit_kernel_spec *r, const mlajit_model_desc *d, smem_map *m)
 {
+    int heads = r->heads_per_cta, tile = r->tile;
     int operand = d->d_qk / 64 * 64 * 128;
     int off = 0;
     memset(m, 0, sizeof *m);
@@ -181,7 +181,7 @@ static void kernel_smem_map(const mlajit_kernel_spec *r, const mlajit_model_desc
     if (is_sm90(r))
         sm90_smem_map(d, r->tile, r->heads_per_cta, m);
     else if (is_narrow(r))
-        sm90_narrow_smem_map(r, d, r->tile, r->heads_per_cta, m);
+        sm90_narrow_smem_map(r, d, m);
     else if (is_sliced(r))
         sliced_smem_map(r, d, m);
     else
@@ -335,7 +335,9 @@ static void emit_config(mlajit_strbuf *b, const mlajit_kernel_spec *r, const mla
     mlajit_strbuf_printf(b, "constexpr int kSmemTokenRow = %d, kSmemTokenScale = %d, kSmemTokenValid = %d;\n",
                          m.token_row, m.token_scale, m.token_valid);
     mlajit_strbuf_printf(b, "constexpr int kSmemBarriers = %d;\n", m.barriers);
-    mlajit_strbuf_printf(b, "constexpr int kSmemStaging = %d, kSmemStagingBytes = %d, kStagingStages = %d;  // sliced: tiles; sm90-narrow: rounds per producer\n",
+    mlajit_strbuf_printf(b,
+                         "constexpr int kSmemStaging = %d, kSmemStagingBytes = %d, kStagingStages = %d;"
+                         "  // sliced: tiles; sm90-narrow: rounds per producer\n",
                          m.staging, m.staging_bytes, m.stages);
     mlajit_strbuf_printf(b, "constexpr int kStageRowBytes = %d;  // a staged row's stride (sliced)\n",
                          sliced_stage_row_bytes(d));
