@@ -8,9 +8,13 @@
 // streaming read of the same byte count, for several CTAs-per-SM / bytes-in-flight;
 // then ("producer-like") a model of the sm90 kernel's roles walking the same rows:
 // its producer's loads (register rounds, cp.async or bulk copies), with its
-// dequantization, and beside the consumers' tensor work (bench/NOTES.md).
+// dequantization, and beside the consumers' tensor work; and sm90-narrow's two
+// producer groups side by side (two_groups), each by bulk copies or in registers
+// (bench/NOTES.md). Arguments: none = every line; `groups` = the two-group lines
+// only; `model` = the line that models sm90-narrow's ring producers only (for ncu).
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <cuda_runtime.h>
 
 #define CHECK(x) do { cudaError_t e = (x); if (e != cudaSuccess) { \
@@ -448,6 +452,162 @@ __global__ void __launch_bounds__(384, 1) producer_beside_consumers(const unsign
     if (x == 1234.5f) sink[0] = 1u;
 }
 
+// Two producer groups side by side (256 threads, one CTA per SM), each owning a
+// part of every tile's 64 rows, one round per tile: the model of sm90-narrow's
+// producers, which decides how each group should gather. A group's mode: kSlots > 0
+// brings its rows by bulk copy into a ring of kSlots slots (each row copied by its own
+// lane, kRows / 4 lanes per warp; a slot read, fenced against the async proxy and met
+// at the group's barrier before it is refilled: the kernel's row ring); kSlots < 0
+// loads them into -kSlots register rounds (ring_walk, the rows of the tile after next
+// prefetched into L2: the kernel's register path), 128 / kRows lanes per row.
+// Measured (bench/NOTES.md, "The ring kernel taken apart"): with each warp copying its
+// own rows, bulk copies reach ~3 TB/s with one slot per group (producer_bulk's ~1.9
+// came from one warp issuing every copy), and groups mixing the two ways are no faster.
+// kDequant (32 rows): each lane reads its row's quarter as the kernel's producer does
+// (4 lanes per row, into registers), and after the refill is issued dequantizes it
+// into a swizzled bf16 K tile at s_k: the kernel's producer loop without the consumer.
+// kExtras (with kDequant): 1 = the stores fenced against the async proxy (as wgmma
+// needs them), 2 = the two groups meet at a barrier after each tile (the K buffer's
+// hand-off couples them in the kernel).
+template <int kRows, int kSlots, bool kDequant = false, int kExtras = 0>
+__device__ __forceinline__ unsigned bulk_part(const unsigned char* cache, const int* s_idx, int my_tiles, int row0,
+                                              int gtid, int bar_id, unsigned s_bar, unsigned s_ring, unsigned s_k = 0)
+{
+    constexpr unsigned kSlotBytes = kRows * kRowBytes;
+    constexpr int kPerWarp = kRows / 4;
+    const int warp = gtid / 32, lane = gtid % 32, r = warp * kPerWarp + lane;
+    auto issue = [&](int t) {
+        if (t >= my_tiles || lane >= kPerWarp) return;
+        const unsigned bar = s_bar + 8 * (t % kSlots);
+        const unsigned char* row = cache + (long)s_idx[t * kTileRows + row0 + r] * kRowBytes;
+        asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" :: "r"(bar), "r"((unsigned)kRowBytes) : "memory");
+        asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];\n"
+                     :: "r"(s_ring + (unsigned)(t % kSlots) * kSlotBytes + (unsigned)r * kRowBytes), "l"(row),
+                        "r"((unsigned)kRowBytes), "r"(bar) : "memory");
+    };
+    for (int j = 0; j < kSlots; j++) issue(j);
+    unsigned acc = 0;
+    for (int t = 0; t < my_tiles; t++) {
+        const unsigned bar = s_bar + 8 * (t % kSlots), parity = (unsigned)(t / kSlots) & 1u;
+        asm volatile("{\n.reg .pred done;\nwait_%=:\nmbarrier.try_wait.parity.shared::cta.b64 done, [%0], %1;\n@!done bra wait_%=;\n}\n"
+                     :: "r"(bar), "r"(parity) : "memory");
+        const unsigned slot = s_ring + (unsigned)(t % kSlots) * kSlotBytes;
+        if constexpr (kDequant) {
+            static_assert(kRows == 32, "a 32-row round, four lanes per row");
+            const int token = warp * 8 + lane % 8, part = lane / 8;
+            const unsigned src = slot + (unsigned)token * kRowBytes;
+            ProducerRound<4> d;
+            auto ld = [&](unsigned a) {
+                uint4 v;
+                asm volatile("ld.shared.v4.b32 {%0, %1, %2, %3}, [%4];\n" : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "r"(a) : "memory");
+                return v;
+            };
+#pragma unroll
+            for (int i = 0; i < 8; i++) d.nope[i] = ld(src + 64 * i + 16 * part);
+#pragma unroll
+            for (int i = 0; i < 2; i++) d.rope[i] = ld(src + 528 + 16 * (part + 4 * i));
+            d.scales = ld(src + 512);
+            asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+            asm volatile("bar.sync %0, 128;\n" :: "r"(bar_id) : "memory");
+            issue(t + kSlots);
+            const int tr = row0 + token;  // row of the K tile
+            auto sw = [&](int c) { return (unsigned)(tr * 128 + ((c ^ (tr & 7)) << 4)); };
+            const unsigned sc[4] = {d.scales.x, d.scales.y, d.scales.z, d.scales.w};
+#pragma unroll
+            for (int i = 0; i < 8; i++) {
+                const unsigned e = ((sc[i / 2] >> 23) & 0xfu) + 120u, scale2 = (e << 7) | (e << 23);
+                const unsigned w[4] = {d.nope[i].x, d.nope[i].y, d.nope[i].z, d.nope[i].w};
+                uint4 lo, hi;
+                lo.x = dq_pair(w[0], 0x1404u, scale2); lo.y = dq_pair(w[0], 0x3424u, scale2);
+                lo.z = dq_pair(w[1], 0x1404u, scale2); lo.w = dq_pair(w[1], 0x3424u, scale2);
+                hi.x = dq_pair(w[2], 0x1404u, scale2); hi.y = dq_pair(w[2], 0x3424u, scale2);
+                hi.z = dq_pair(w[3], 0x1404u, scale2); hi.w = dq_pair(w[3], 0x3424u, scale2);
+                store_smem16(s_k + i * 8192 + sw(2 * part), lo);
+                store_smem16(s_k + i * 8192 + sw(2 * part + 1), hi);
+            }
+#pragma unroll
+            for (int i = 0; i < 2; i++) {
+                const int dim = 512 + 8 * (part + 4 * i);
+                store_smem16(s_k + (dim / 64) * 8192 + sw((dim % 64) / 8), d.rope[i]);
+            }
+            if (kExtras & 1) asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+            if (kExtras & 2) asm volatile("bar.sync 3, 256;\n" ::: "memory");
+        } else {
+            for (unsigned o = gtid * 16; o < kSlotBytes; o += 128 * 16) {
+                unsigned x, y, z, w;
+                asm volatile("ld.shared.v4.b32 {%0, %1, %2, %3}, [%4];\n" : "=r"(x), "=r"(y), "=r"(z), "=r"(w) : "r"(slot + o) : "memory");
+                acc ^= x ^ w;
+            }
+            asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+            asm volatile("bar.sync %0, 128;\n" :: "r"(bar_id) : "memory");
+            issue(t + kSlots);
+        }
+    }
+    return acc;
+}
+
+template <int kRows, int kRing>
+__device__ __forceinline__ unsigned load_part(const unsigned char* cache, const int* s_idx, int my_tiles, int row0,
+                                              int gtid, unsigned s_stage)
+{
+    constexpr int kLanes = 128 / kRows, kTokPerWarp = 32 / kLanes;
+    const int warp = gtid / 32, lane = gtid % 32;
+    const int token = warp * kTokPerWarp + lane % kTokPerWarp, part = lane / kTokPerWarp;
+    auto row_of = [&](int t) { return cache + (long)s_idx[t * kTileRows + row0 + token] * kRowBytes; };
+    auto load = [&](ProducerRound<kLanes>& d, int t) {
+        const unsigned char* row = row_of(t);
+#pragma unroll
+        for (int i = 0; i < 32 / kLanes; i++) d.nope[i] = load_nc16(row + 16 * kLanes * i + 16 * part);
+#pragma unroll
+        for (int i = 0; i < 8 / kLanes; i++) d.rope[i] = load_nc16(row + 528 + 16 * (part + kLanes * i));
+        d.scales = load_nc16(row + 512);
+    };
+    auto store = [&](const ProducerRound<kLanes>& d, int) {
+        const unsigned base = s_stage + (unsigned)(token * kRowBytes);
+#pragma unroll
+        for (int i = 0; i < 32 / kLanes; i++) store_smem16(base + 16 * (part + kLanes * i), d.nope[i]);
+#pragma unroll
+        for (int i = 0; i < 8 / kLanes; i++) store_smem16(base + 528 + 16 * (part + kLanes * i), d.rope[i]);
+        if (part == 0) store_smem16(base + 512, d.scales);
+    };
+    ProducerRound<kLanes> ring[kRing];
+    ring_walk<kRing, 1>(my_tiles, ring, load, store, [&](int t) {
+        if (t < my_tiles)
+            for (int k = part; k * 128 < kRowBytes + 128; k += kLanes)
+                asm volatile("prefetch.global.L2 [%0];\n" :: "l"(row_of(t) + min(k * 128, kRowBytes - 1)));
+    });
+    return 0;
+}
+
+template <int kRowsA, int kModeA, int kModeB, bool kDequant = false, int kExtras = 0>
+__global__ void __launch_bounds__(256, 1) two_groups(const unsigned char* cache, const int* idx, int n_tiles, unsigned* sink)
+{
+    extern __shared__ __align__(16) unsigned char smem[];
+    int* s_idx = reinterpret_cast<int*>(smem);
+    constexpr int kRowsB = kTileRows - kRowsA;
+    const unsigned s_bar = (unsigned)__cvta_generic_to_shared(smem + kMaxTilesPerCta * kTileRows * 4);  // 16 mbarriers
+    static_assert(kRowsA >= 32 && kRowsA <= 48, "group 0 at most 2 slots of 48 rows, group 1 of 32");
+    const unsigned s_a = s_bar + 128;                                     // group 0's slots or stage
+    const unsigned s_b = s_a + 2 * 48 * kRowBytes;                        // group 1's
+    const unsigned s_k = (s_b + 2 * 32 * kRowBytes + 1023u) & ~1023u;     // kDequant: the K tile (72 KB)
+    const int group = threadIdx.x / 128, gtid = threadIdx.x % 128;
+    const int my_tiles = load_cta_indices<256>(s_idx, idx, n_tiles);
+    if (threadIdx.x < 16)
+        asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n"
+                     :: "r"(s_bar + 8 * threadIdx.x), "r"(threadIdx.x < 8 ? kRowsA : kRowsB) : "memory");
+    asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+    __syncthreads();
+    unsigned acc;
+    if (group == 0) {
+        if constexpr (kModeA > 0) acc = bulk_part<kRowsA, kModeA, kDequant, kExtras>(cache, s_idx, my_tiles, 0, gtid, 1, s_bar, s_a, s_k);
+        else acc = load_part<kRowsA, -kModeA>(cache, s_idx, my_tiles, 0, gtid, s_a);
+    } else {
+        if constexpr (kModeB > 0) acc = bulk_part<kRowsB, kModeB, kDequant, kExtras>(cache, s_idx, my_tiles, kRowsA, gtid, 2, s_bar + 64, s_b, s_k);
+        else acc = load_part<kRowsB, -kModeB>(cache, s_idx, my_tiles, kRowsA, gtid, s_b);
+    }
+    if (acc == 0x12345678u) sink[0] = acc;
+}
+
 template <typename F>
 static float time_us(F launch)
 {
@@ -463,8 +623,10 @@ static float time_us(F launch)
     return best * 1000.0f;
 }
 
-int main()
+int main(int argc, char** argv)
 {
+    const bool only_groups = argc > 1 && std::strcmp(argv[1], "groups") == 0;  // the two-group lines alone
+    const bool only_model = argc > 1 && std::strcmp(argv[1], "model") == 0;    // the kernel's producers' model alone (for ncu)
     const int b = 128, seqlen = 32768, topk = 2048;
     const long slots = (long)b * seqlen, n_rows = (long)b * topk;
     int sms; CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
@@ -486,6 +648,7 @@ int main()
     printf("gather ceiling: b %d seqlen %d topk %d page %d, %.1f MB gathered from a %.2f GB cache, %d SMs\n",
            b, seqlen, topk, kPage, bytes / 1e6, slots * kRowBytes / 1e9, sms);
     for (int threads : {256, 512, 1024}) {
+        if (only_groups || only_model) break;
         for (int ctas_per_sm : {1, 2, 4, 8}) {
             if (threads * ctas_per_sm > 2048) continue;
             int grid = sms * ctas_per_sm;
@@ -506,6 +669,27 @@ int main()
             printf("producer-like %-34s %7.1f us %6.0f GB/s\n", name, us, bytes / us / 1e3);
         };
         if (smem > pad || kMaxTilesPerCta * kTileRows * 4 + 6 * 11 * 128 * 16 > pad) { printf("producer-like: shared memory too small\n"); return 1; }
+        if (only_model) {
+            run("2 groups: bulk 32 ring 1 x2, + dequant, fenced, coupled", two_groups<32, 1, 1, true, 3>, 256);
+            return 0;
+        }
+        run("2 groups: bulk 32 ring 1 | bulk 32 ring 1", two_groups<32, 1, 1>, 256);
+        run("2 groups: bulk 32 ring 2 | bulk 32 ring 2", two_groups<32, 2, 2>, 256);
+        run("2 groups: regs 32 ring 2 | regs 32 ring 2", two_groups<32, -2, -2>, 256);
+        run("2 groups: regs 32 ring 3 | regs 32 ring 3", two_groups<32, -3, -3>, 256);
+        run("2 groups: bulk 32 ring 1 | regs 32 ring 2", two_groups<32, 1, -2>, 256);
+        run("2 groups: bulk 32 ring 2 | regs 32 ring 2", two_groups<32, 2, -2>, 256);
+        run("2 groups: bulk 32 ring 2 | regs 32 ring 3", two_groups<32, 2, -3>, 256);
+        run("2 groups: bulk 48 ring 1 | regs 16 ring 2", two_groups<48, 1, -2>, 256);
+        run("2 groups: bulk 48 ring 2 | regs 16 ring 2", two_groups<48, 2, -2>, 256);
+        run("2 groups: bulk 48 ring 2 | regs 16 ring 3", two_groups<48, 2, -3>, 256);
+        run("1 group: bulk 32 ring 2, warp 0 issues", producer_bulk<2, 32>);
+        run("2 groups: bulk 32 ring 1 x2, + dequant (kernel's producers)", two_groups<32, 1, 1, true>, 256);
+        run("2 groups: bulk 32 ring 2 x2, + dequant", two_groups<32, 2, 2, true>, 256);
+        run("2 groups: bulk 32 ring 1 x2, + dequant, fenced", two_groups<32, 1, 1, true, 1>, 256);
+        run("2 groups: bulk 32 ring 1 x2, + dequant, coupled", two_groups<32, 1, 1, true, 2>, 256);
+        run("2 groups: bulk 32 ring 1 x2, + dequant, fenced, coupled", two_groups<32, 1, 1, true, 3>, 256);
+        if (only_groups) return 0;
         run("lanes 4 ring 2 (sm90 today)", producer_like<4, 2, true>);
         run("lanes 4 ring 2, no L2 prefetch", producer_like<4, 2, false>);
         run("lanes 4 ring 3", producer_like<4, 3, true>);
