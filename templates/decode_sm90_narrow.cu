@@ -76,6 +76,10 @@ constexpr int kEpilogueChunks = cfg::kDV / 128;       // a warp's 32 lanes x 4 d
 // and "The ring's fence"; 24 heads were not measured: BENCH.md has no such rows).
 // Alternating the ring's tiles with tiles loaded into registers, for two rounds per
 // group in flight, was 34-42% slower on the long walks (NOTES, "Ring and registers").
+// The ring's copies are not what bounds it: with neither the consumer's math nor the
+// K stores it ran b128 topk 2048 in 51-53 us at 8-32 heads, against 85-97 whole; the
+// K stores beside the consumer's operand reads and the dequantization make up the
+// rest (NOTES, "The ring kernel taken apart": the shared-memory path).
 constexpr int kRingRounds = cfg::kStagingStages;
 constexpr int kRoundBytes = kTokensPerRound * cfg::kRowBytes;
 constexpr int kRoundRegisters = 4 * (kNopeLoads + kRopeLoads) + kScaleWords + 1;  // RoundLoads
