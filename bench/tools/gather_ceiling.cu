@@ -150,6 +150,29 @@ __device__ __forceinline__ void store_smem16(unsigned addr, uint4 v)
     asm volatile("st.shared.v4.b32 [%0], {%1, %2, %3, %4};\n" :: "r"(addr), "r"(v.x), "r"(v.y), "r"(v.z), "r"(v.w) : "memory");
 }
 
+// Lane `part` of a row's kLanes: its NoPE chunks (part + kLanes i), its RoPE chunks
+// and the 16 bytes of scales, loaded from the row in the cache; and stored as they
+// are to the row's copy in shared memory at `base` (the scales by part 0 only).
+template <int kLanes>
+__device__ __forceinline__ void load_row_part(const unsigned char* row, int part, ProducerRound<kLanes>& d)
+{
+#pragma unroll
+    for (int i = 0; i < 32 / kLanes; i++) d.nope[i] = load_nc16(row + 16 * kLanes * i + 16 * part);
+#pragma unroll
+    for (int i = 0; i < 8 / kLanes; i++) d.rope[i] = load_nc16(row + 528 + 16 * (part + kLanes * i));
+    d.scales = load_nc16(row + 512);
+}
+
+template <int kLanes>
+__device__ __forceinline__ void store_row_part(unsigned base, int part, const ProducerRound<kLanes>& d)
+{
+#pragma unroll
+    for (int i = 0; i < 32 / kLanes; i++) store_smem16(base + 16 * (part + kLanes * i), d.nope[i]);
+#pragma unroll
+    for (int i = 0; i < 8 / kLanes; i++) store_smem16(base + 528 + 16 * (part + kLanes * i), d.rope[i]);
+    if (part == 0) store_smem16(base + 512, d.scales);
+}
+
 template <int kLanes, int kRing, bool kPrefetch>
 __global__ void __launch_bounds__(128, 1) producer_like(const unsigned char* cache, const int* idx, int n_tiles, unsigned* sink)
 {
@@ -165,19 +188,11 @@ __global__ void __launch_bounds__(128, 1) producer_like(const unsigned char* cac
     auto row_of = [&](int g) { return cache + (long)s_idx[(g / kRounds) * kTileRows + (g % kRounds) * kTok + token] * kRowBytes; };
     auto load = [&](ProducerRound<kLanes>& d, int g) {
         const unsigned char* row = row_of(g);
-#pragma unroll
-        for (int i = 0; i < 32 / kLanes; i++) d.nope[i] = load_nc16(row + 16 * kLanes * i + 16 * part);
-#pragma unroll
-        for (int i = 0; i < 8 / kLanes; i++) d.rope[i] = load_nc16(row + 528 + 16 * (part + kLanes * i));
-        d.scales = load_nc16(row + 512);
+        load_row_part(row, part, d);
     };
     auto store = [&](const ProducerRound<kLanes>& d, int g) {
         const unsigned base = s_stage + (unsigned)(((g % kRounds) * kTok + token) * kRowBytes);
-#pragma unroll
-        for (int i = 0; i < 32 / kLanes; i++) store_smem16(base + 16 * (part + kLanes * i), d.nope[i]);
-#pragma unroll
-        for (int i = 0; i < 8 / kLanes; i++) store_smem16(base + 528 + 16 * (part + kLanes * i), d.rope[i]);
-        if (part == 0) store_smem16(base + 512, d.scales);
+        store_row_part(base, part, d);
     };
     ProducerRound<kLanes> ring[kRing];
     ring_walk<kRing, kRounds>(rounds, ring, load, store, [&](int tile) {
@@ -299,6 +314,31 @@ __device__ __forceinline__ unsigned dq_pair(unsigned w, unsigned sel, unsigned s
     return r;
 }
 
+// Lane `part` of a row's four: its quarter of a loaded round dequantized the fast-path
+// way (the scale's exponent only) into row t of the swizzled bf16 K tile at s_k.
+__device__ __forceinline__ void dequant_store_quarter(unsigned s_k, int t, int part, const ProducerRound<4>& d)
+{
+    auto sw = [&](int c) { return (unsigned)(t * 128 + ((c ^ (t & 7)) << 4)); };
+    const unsigned sc[4] = {d.scales.x, d.scales.y, d.scales.z, d.scales.w};
+#pragma unroll
+    for (int i = 0; i < 8; i++) {
+        const unsigned e = ((sc[i / 2] >> 23) & 0xfu) + 120u, scale2 = (e << 7) | (e << 23);
+        const unsigned w[4] = {d.nope[i].x, d.nope[i].y, d.nope[i].z, d.nope[i].w};
+        uint4 lo, hi;
+        lo.x = dq_pair(w[0], 0x1404u, scale2); lo.y = dq_pair(w[0], 0x3424u, scale2);
+        lo.z = dq_pair(w[1], 0x1404u, scale2); lo.w = dq_pair(w[1], 0x3424u, scale2);
+        hi.x = dq_pair(w[2], 0x1404u, scale2); hi.y = dq_pair(w[2], 0x3424u, scale2);
+        hi.z = dq_pair(w[3], 0x1404u, scale2); hi.w = dq_pair(w[3], 0x3424u, scale2);
+        store_smem16(s_k + i * 8192 + sw(2 * part), lo);
+        store_smem16(s_k + i * 8192 + sw(2 * part + 1), hi);
+    }
+#pragma unroll
+    for (int i = 0; i < 2; i++) {
+        const int dim = 512 + 8 * (part + 4 * i);
+        store_smem16(s_k + (dim / 64) * 8192 + sw((dim % 64) / 8), d.rope[i]);
+    }
+}
+
 template <int kThreads, int kRing, bool kStore = true>
 __device__ __forceinline__ void producer_dequant_body(const unsigned char* cache, const int* idx, int n_tiles, unsigned* sink)
 {
@@ -328,26 +368,7 @@ __device__ __forceinline__ void producer_dequant_body(const unsigned char* cache
             live ^= d.rope[0].y ^ d.rope[1].z ^ d.scales.x;
             return;
         }
-        const int t = (g % kRounds) * kTok + token;  // row of the K tile
-        auto sw = [&](int c) { return (unsigned)(t * 128 + ((c ^ (t & 7)) << 4)); };
-        const unsigned sc[4] = {d.scales.x, d.scales.y, d.scales.z, d.scales.w};
-#pragma unroll
-        for (int i = 0; i < 8; i++) {
-            const unsigned e = ((sc[i / 2] >> 23) & 0xfu) + 120u, scale2 = (e << 7) | (e << 23);
-            const unsigned w[4] = {d.nope[i].x, d.nope[i].y, d.nope[i].z, d.nope[i].w};
-            uint4 lo, hi;
-            lo.x = dq_pair(w[0], 0x1404u, scale2); lo.y = dq_pair(w[0], 0x3424u, scale2);
-            lo.z = dq_pair(w[1], 0x1404u, scale2); lo.w = dq_pair(w[1], 0x3424u, scale2);
-            hi.x = dq_pair(w[2], 0x1404u, scale2); hi.y = dq_pair(w[2], 0x3424u, scale2);
-            hi.z = dq_pair(w[3], 0x1404u, scale2); hi.w = dq_pair(w[3], 0x3424u, scale2);
-            store_smem16(s_k + i * 8192 + sw(2 * part), lo);
-            store_smem16(s_k + i * 8192 + sw(2 * part + 1), hi);
-        }
-#pragma unroll
-        for (int i = 0; i < 2; i++) {
-            const int dim = 512 + 8 * (part + kLanes * i);
-            store_smem16(s_k + (dim / 64) * 8192 + sw((dim % 64) / 8), d.rope[i]);
-        }
+        dequant_store_quarter(s_k, (g % kRounds) * kTok + token, part, d);
     };
     ProducerRound<kLanes> ring[kRing];
     ring_walk<kRing, kRounds>(rounds, ring, load, store, [&](int tile) {
@@ -510,28 +531,7 @@ __device__ __forceinline__ unsigned bulk_part(const unsigned char* cache, const 
             asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
             asm volatile("bar.sync %0, 128;\n" :: "r"(bar_id) : "memory");
             issue(t + kSlots);
-            const int tr = row0 + token;  // row of the K tile
-            auto sw = [&](int c) { return (unsigned)(tr * 128 + ((c ^ (tr & 7)) << 4)); };
-            const unsigned sc[4] = {d.scales.x, d.scales.y, d.scales.z, d.scales.w};
-#pragma unroll
-            for (int i = 0; i < 8; i++) {
-                const unsigned e = ((sc[i / 2] >> 23) & 0xfu) + 120u, scale2 = (e << 7) | (e << 23);
-                const unsigned w[4] = {d.nope[i].x, d.nope[i].y, d.nope[i].z, d.nope[i].w};
-                uint4 lo, hi;
-                lo.x = dq_pair(w[0], 0x1404u, scale2); lo.y = dq_pair(w[0], 0x3424u, scale2);
-                lo.z = dq_pair(w[1], 0x1404u, scale2); lo.w = dq_pair(w[1], 0x3424u, scale2);
-                hi.x = dq_pair(w[2], 0x1404u, scale2); hi.y = dq_pair(w[2], 0x3424u, scale2);
-                hi.z = dq_pair(w[3], 0x1404u, scale2); hi.w = dq_pair(w[3], 0x3424u, scale2);
-                store_smem16(s_k + i * 8192 + sw(2 * part), lo);
-                store_smem16(s_k + i * 8192 + sw(2 * part + 1), hi);
-            }
-#pragma unroll
-            for (int i = 0; i < 2; i++) {
-                const int dim = 512 + 8 * (part + 4 * i);
-                store_smem16(s_k + (dim / 64) * 8192 + sw((dim % 64) / 8), d.rope[i]);
-            }
-            if (kExtras & 1) asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
-            if (kExtras & 2) asm volatile("bar.sync 3, 256;\n" ::: "memory");
+            dequant_store_quarter(s_k, row0 + token, part, d);
         } else {
             for (unsigned o = gtid * 16; o < kSlotBytes; o += 128 * 16) {
                 unsigned x, y, z, w;
@@ -556,19 +556,11 @@ __device__ __forceinline__ unsigned load_part(const unsigned char* cache, const 
     auto row_of = [&](int t) { return cache + (long)s_idx[t * kTileRows + row0 + token] * kRowBytes; };
     auto load = [&](ProducerRound<kLanes>& d, int t) {
         const unsigned char* row = row_of(t);
-#pragma unroll
-        for (int i = 0; i < 32 / kLanes; i++) d.nope[i] = load_nc16(row + 16 * kLanes * i + 16 * part);
-#pragma unroll
-        for (int i = 0; i < 8 / kLanes; i++) d.rope[i] = load_nc16(row + 528 + 16 * (part + kLanes * i));
-        d.scales = load_nc16(row + 512);
+        load_row_part(row, part, d);
     };
     auto store = [&](const ProducerRound<kLanes>& d, int) {
         const unsigned base = s_stage + (unsigned)(token * kRowBytes);
-#pragma unroll
-        for (int i = 0; i < 32 / kLanes; i++) store_smem16(base + 16 * (part + kLanes * i), d.nope[i]);
-#pragma unroll
-        for (int i = 0; i < 8 / kLanes; i++) store_smem16(base + 528 + 16 * (part + kLanes * i), d.rope[i]);
-        if (part == 0) store_smem16(base + 512, d.scales);
+        store_row_part(base, part, d);
     };
     ProducerRound<kLanes> ring[kRing];
     ring_walk<kRing, 1>(my_tiles, ring, load, store, [&](int t) {
