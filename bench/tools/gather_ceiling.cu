@@ -547,8 +547,8 @@ __device__ __forceinline__ unsigned bulk_part(const unsigned char* cache, const 
 }
 
 template <int kRows, int kRing>
-__device__ __forceinline__ unsigned load_part(const unsigned char* cache, const int* s_idx, int my_tiles, int row0,
-                                              int gtid, unsigned s_stage)
+__device__ __forceinline__ void load_part(const unsigned char* cache, const int* s_idx, int my_tiles, int row0,
+                                          int gtid, unsigned s_stage)
 {
     constexpr int kLanes = 128 / kRows, kTokPerWarp = 32 / kLanes;
     const int warp = gtid / 32, lane = gtid % 32;
@@ -568,7 +568,6 @@ __device__ __forceinline__ unsigned load_part(const unsigned char* cache, const 
             for (int k = part; k * 128 < kRowBytes + 128; k += kLanes)
                 asm volatile("prefetch.global.L2 [%0];\n" :: "l"(row_of(t) + min(k * 128, kRowBytes - 1)));
     });
-    return 0;
 }
 
 template <int kRowsA, int kModeA, int kModeB, bool kDequant = false, int kExtras = 0>
@@ -589,13 +588,13 @@ __global__ void __launch_bounds__(256, 1) two_groups(const unsigned char* cache,
                      :: "r"(s_bar + 8 * threadIdx.x), "r"(threadIdx.x < 8 ? kRowsA : kRowsB) : "memory");
     asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
     __syncthreads();
-    unsigned acc;
+    unsigned acc = 0;  // the bulk reads' checksum (register loads stay live through their stores)
     if (group == 0) {
         if constexpr (kModeA > 0) acc = bulk_part<kRowsA, kModeA, kDequant, kExtras>(cache, s_idx, my_tiles, 0, gtid, 1, s_bar, s_a, s_k);
-        else acc = load_part<kRowsA, -kModeA>(cache, s_idx, my_tiles, 0, gtid, s_a);
+        else load_part<kRowsA, -kModeA>(cache, s_idx, my_tiles, 0, gtid, s_a);
     } else {
         if constexpr (kModeB > 0) acc = bulk_part<kRowsB, kModeB, kDequant, kExtras>(cache, s_idx, my_tiles, kRowsA, gtid, 2, s_bar + 64, s_b, s_k);
-        else acc = load_part<kRowsB, -kModeB>(cache, s_idx, my_tiles, kRowsA, gtid, s_b);
+        else load_part<kRowsB, -kModeB>(cache, s_idx, my_tiles, kRowsA, gtid, s_b);
     }
     if (acc == 0x12345678u) sink[0] = acc;
 }
