@@ -182,12 +182,14 @@ __device__ __forceinline__ u32 fast_scale_bf16x2(u32 bits)
     return bf | (bf << 16);
 }
 
-// Two e4m3 codes sitting in bits 15..8 and 31..24 -> bf16x2 of code * 2^-120,
-// exactly: the 7 magnitude bits land on the low 4 exponent and top 3 mantissa
-// bits of a bf16 (subnormal codes become subnormal bf16s), the sign stays put.
+// Two e4m3 codes, each in the low byte of a 16-bit half whose high byte repeats the
+// code's sign (prmt's sign-replicating selectors) -> bf16x2 of code * 2^-120,
+// exactly: shifted up by 4, the 7 magnitude bits land on the low 4 exponent and top
+// 3 mantissa bits of a bf16 (subnormal codes become subnormal bf16s) and a copy of
+// the sign on bit 15; the mask drops the rest. Two instructions after the prmt.
 __device__ __forceinline__ u32 e4m3x2_to_bf16x2_down120(u32 t)
 {
-    return ((t >> 4) & 0x07f007f0u) | (t & 0x80008000u);
+    return (t << 4) & 0x87f087f0u;
 }
 
 // a * b per bf16 half, rounded to nearest even; fma with -0 (sm_80 has no
@@ -206,13 +208,14 @@ __device__ __forceinline__ u32 byte_perm(u32 a, u32 sel)
     return r;
 }
 
-// 4 fp8 codes times a power-of-two scale -> 4 bf16 (2 words): five integer/bf16x2
-// instructions per pair instead of the exact path's fourteen. Exact: the product of
+// 4 fp8 codes times a power-of-two scale -> 4 bf16 (2 words): four integer/bf16x2
+// instructions per pair instead of the exact path's fourteen (selectors 0x9180 and
+// 0xb3a2: code bytes 0, 1 and 2, 3 each under a byte of its sign). Exact: the product of
 // a 4-bit-significand code and a power of two rounds exactly as the fp32 product does.
 __device__ __forceinline__ void dequant4_pow2(u32 codes, u32 scale2, u32& lo, u32& hi)
 {
-    lo = bf16x2_mul(e4m3x2_to_bf16x2_down120(byte_perm(codes, 0x1404u)), scale2);
-    hi = bf16x2_mul(e4m3x2_to_bf16x2_down120(byte_perm(codes, 0x3424u)), scale2);
+    lo = bf16x2_mul(e4m3x2_to_bf16x2_down120(byte_perm(codes, 0x9180u)), scale2);
+    hi = bf16x2_mul(e4m3x2_to_bf16x2_down120(byte_perm(codes, 0xb3a2u)), scale2);
 }
 
 // 16 fp8 codes times a power-of-two scale -> 16 bf16 (8 words).

@@ -309,7 +309,7 @@ __device__ __forceinline__ unsigned dq_pair(unsigned w, unsigned sel, unsigned s
 {
     unsigned t, r;
     asm("prmt.b32 %0, %1, 0, %2;" : "=r"(t) : "r"(w), "r"(sel));
-    t = ((t >> 4) & 0x07f007f0u) | (t & 0x80008000u);
+    t = (t << 4) & 0x87f087f0u;  // the kernel's e4m3x2_to_bf16x2_down120
     asm("fma.rn.bf16x2 %0, %1, %2, %3;" : "=r"(r) : "r"(t), "r"(scale2), "r"(0x80008000u));
     return r;
 }
@@ -325,10 +325,10 @@ __device__ __forceinline__ void dequant_store_quarter(unsigned s_k, int t, int p
         const unsigned e = ((sc[i / 2] >> 23) & 0xfu) + 120u, scale2 = (e << 7) | (e << 23);
         const unsigned w[4] = {d.nope[i].x, d.nope[i].y, d.nope[i].z, d.nope[i].w};
         uint4 lo, hi;
-        lo.x = dq_pair(w[0], 0x1404u, scale2); lo.y = dq_pair(w[0], 0x3424u, scale2);
-        lo.z = dq_pair(w[1], 0x1404u, scale2); lo.w = dq_pair(w[1], 0x3424u, scale2);
-        hi.x = dq_pair(w[2], 0x1404u, scale2); hi.y = dq_pair(w[2], 0x3424u, scale2);
-        hi.z = dq_pair(w[3], 0x1404u, scale2); hi.w = dq_pair(w[3], 0x3424u, scale2);
+        lo.x = dq_pair(w[0], 0x9180u, scale2); lo.y = dq_pair(w[0], 0xb3a2u, scale2);
+        lo.z = dq_pair(w[1], 0x9180u, scale2); lo.w = dq_pair(w[1], 0xb3a2u, scale2);
+        hi.x = dq_pair(w[2], 0x9180u, scale2); hi.y = dq_pair(w[2], 0xb3a2u, scale2);
+        hi.z = dq_pair(w[3], 0x9180u, scale2); hi.w = dq_pair(w[3], 0xb3a2u, scale2);
         store_smem16(s_k + i * 8192 + sw(2 * part), lo);
         store_smem16(s_k + i * 8192 + sw(2 * part + 1), hi);
     }
