@@ -79,7 +79,7 @@ constexpr int kEpilogueChunks = cfg::kDV / 128;       // a warp's 32 lanes x 4 d
 // The ring's copies are not what bounds it: with neither the consumer's math nor the
 // K stores it ran b128 topk 2048 in 51-53 us at 8-32 heads, against 85-97 whole; the
 // K stores beside the consumer's operand reads and the dequantization make up the
-// rest (NOTES, "The ring kernel taken apart"). The producers issue-bound: one
+// rest (NOTES, "The ring kernel taken apart"). The producers are issue-bound: one
 // instruction fewer per dequantized pair made it 75-86 (NOTES, "The fp8 pairs in
 // four instructions").
 constexpr int kRingRounds = cfg::kStagingStages;
