@@ -532,6 +532,8 @@ __device__ __forceinline__ unsigned bulk_part(const unsigned char* cache, const 
             asm volatile("bar.sync %0, 128;\n" :: "r"(bar_id) : "memory");
             issue(t + kSlots);
             dequant_store_quarter(s_k, row0 + token, part, d);
+            if (kExtras & 1) asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+            if (kExtras & 2) asm volatile("bar.sync 3, 256;\n" ::: "memory");
         } else {
             for (unsigned o = gtid * 16; o < kSlotBytes; o += 128 * 16) {
                 unsigned x, y, z, w;
