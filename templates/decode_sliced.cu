@@ -216,7 +216,9 @@ extern "C" __global__ void __launch_bounds__(cfg::kThreads, cfg::kMinBlocksPerSM
 
     auto live_after = [&](int t) { return next_live_tile(range, t + 1, p.topk); };
     auto slot_of = [&](int t) {
-        return t < tile_end && tid < cfg::kTile ? load_slot(p, b, s, t * cfg::kTile + tid, range) : -1;
+        return t < tile_end && tid < cfg::kTile
+                   ? load_slot(p, main_index_row(p, b, s), b, s, t * cfg::kTile + tid, range)
+                   : -1;
     };
     auto table = [&](int buffer) { return sTable + buffer * cfg::kTile; };
 

@@ -157,7 +157,8 @@ extern "C" __global__ void MLAJIT_CLUSTER_DIMS __launch_bounds__(sm90::kCtaThrea
         auto pos_of = [&](int t, int r) { return t * kTile + (round0 + r) * kTokensPerRound + token; };
         auto load_tile_slots = [&](int t, int (&raw)[kRoundsGathered]) {
 #pragma unroll
-            for (int r = 0; r < kRoundsGathered; r++) raw[r] = t < range.end ? load_slot(p, b, s, pos_of(t, r), range) : -1;
+            for (int r = 0; r < kRoundsGathered; r++)
+                raw[r] = t < range.end ? load_slot(p, main_index_row(p, b, s), b, s, pos_of(t, r), range) : -1;
         };
         const u32 peer_delta = kPairCtas > 1 ? peer_address(sK, peer) - sK : 0u;
         auto dest_of = [&](int buf) { return RoundDest{sK + (u32)buf * kOperandBytes, sTokenValid + buf * kTile}; };
@@ -393,7 +394,9 @@ extern "C" __global__ void MLAJIT_CLUSTER_DIMS __launch_bounds__(sm90::kCtaThrea
         // gathers, kValuePrefetchTiles tiles ahead (its index loaded a tile early).
         const int vt = tid % kWarpGroupThreads;
         const int pf_token = (int)rank * kPrefetchTokens + vt / kPrefetchLanes, pf_part = vt % kPrefetchLanes;
-        auto pf_raw_of = [&](int t) { return t < range.end ? load_slot(p, b, s, t * kTile + pf_token, range) : -1; };
+        auto pf_raw_of = [&](int t) {
+            return t < range.end ? load_slot(p, main_index_row(p, b, s), b, s, t * kTile + pf_token, range) : -1;
+        };
         int pf_tile = range.end, pf_raw = -1;
         if (kValueGroupPrefetches) {
             pf_tile = live_after(first);

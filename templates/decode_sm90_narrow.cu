@@ -216,7 +216,8 @@ extern "C" __global__ void __launch_bounds__(sm90::kCtaThreads, 1) mlajit_decode
         const int round = group - kFirstProducerGroup;
         const int token = warp * 8 + lane % 8, quarter = lane / 8;
         auto pos_of = [&](int t) { return t * kTile + round * kTokensPerRound + token; };
-        auto slot_of = [&](int t) { return t < range.end ? load_slot(p, b, s, pos_of(t), range) : -1; };
+        const int* const indices = main_index_row(p, b, s);  // once: the loop's index loads add only pos
+        auto slot_of = [&](int t) { return t < range.end ? load_slot(p, indices, b, s, pos_of(t), range) : -1; };
         auto dest_of = [&](int buf) { return RoundDestOf<u8>{sK + (u32)buf * kOperandBytes, sTokenValid + buf * kTile}; };
         // The live tiles ahead: t[0]'s round is stored now, t[1..kAhead]'s are on the
         // way (in the ring's slots, or loads in registers), t[kAhead + 2]'s slots are

@@ -79,14 +79,23 @@ __device__ __forceinline__ void stage_q_rows(const DecodeParams& p, const CtaWor
     }
 }
 
+// A CTA's main index row (batch row b, query token s). A kernel with registers to
+// spare addresses it once, before its loop, and a load ahead then adds only the
+// position; the others pass it at each load (one more register spilled in GLM
+// NSA's sm90 kernel when it was held).
+__device__ __forceinline__ const int* main_index_row(const DecodeParams& p, int b, int s)
+{
+    return p.indices + b * p.indices_stride_b + s * p.indices_stride_s;
+}
+
 // The raw index at candidate position `pos`, or -1 when the position is past its
 // scope's length (no load then). Checked against the cache by checked_slot at the
 // use, so a prefetched index's latency is not waited for where it is loaded.
-__device__ __forceinline__ int load_slot(const DecodeParams& p, int b, int s, int pos, const TileRange& r)
+__device__ __forceinline__ int load_slot(const DecodeParams& p, const int* main_row, int b, int s, int pos,
+                                         const TileRange& r)
 {
     if (pos >= r.total) return -1;
-    if (pos < p.topk)
-        return pos < r.main_len ? p.indices[b * p.indices_stride_b + s * p.indices_stride_s + pos] : -1;
+    if (pos < p.topk) return pos < r.main_len ? main_row[pos] : -1;
     if (!cfg::kHasExtra) return -1;
     const int epos = pos - p.topk;
     return epos < r.extra_len
@@ -105,7 +114,7 @@ __device__ __forceinline__ int checked_slot(const DecodeParams& p, int pos, int 
 // scope's length, index -1, or outside the cache).
 __device__ __forceinline__ int fetch_slot(const DecodeParams& p, int b, int s, int pos, const TileRange& r)
 {
-    return checked_slot(p, pos, load_slot(p, b, s, pos, r));
+    return checked_slot(p, pos, load_slot(p, main_index_row(p, b, s), b, s, pos, r));
 }
 
 template <int kPage>
@@ -166,20 +175,17 @@ constexpr u32 kFastMaxExponent = 254u - kFastFactorBias;  // 134: 2^7
 
 // The bf16x2 factor scale * 2^120 for the fast path, or 0 when the scale is not a
 // power of two in [2^-127, 2^7] (then the product is computed the exact way).
+// Selects, not early returns: a round's calls on the same scale word then fold into
+// one (with branches ptxas kept one per NoPE load, twice the checks at V32's layout).
 __device__ __forceinline__ u32 fast_scale_bf16x2(u32 bits)
 {
-    u32 exp_field;  // the biased fp32 exponent of the scale (ue8m0: e itself; e = 0 is 2^-127)
-    if (cfg::kScaleFormat == 3) {
-        exp_field = bits;
-    } else {
-        if (cfg::kScaleFormat == 2) return 0u;      // arbitrary fp32 scales: always exact
-        if ((bits & 0x807fffffu) != 0u) return 0u;  // negative, or not a power of two
-        exp_field = bits >> 23;
-        if (exp_field == 0u) return 0u;             // zero
-    }
-    if (exp_field > kFastMaxExponent) return 0u;    // 2^7 * 2^120 would overflow bf16
-    u32 bf = (exp_field + kFastFactorBias) << 7;    // ue8m0 e = 0 (2^-127) included
-    return bf | (bf << 16);
+    if (cfg::kScaleFormat == 2) return 0u;  // arbitrary fp32 scales: always exact
+    // the biased fp32 exponent of the scale (ue8m0: e itself; e = 0 is 2^-127)
+    const u32 exp_field = cfg::kScaleFormat == 3 ? bits : bits >> 23;
+    // fp32: positive powers of two only; a zero exponent field is zero or subnormal
+    const bool power_of_two = cfg::kScaleFormat == 3 || ((bits & 0x807fffffu) == 0u && exp_field != 0u);
+    const u32 bf = (exp_field + kFastFactorBias) << 7;  // ue8m0 e = 0 (2^-127) included
+    return power_of_two && exp_field <= kFastMaxExponent ? bf | (bf << 16) : 0u;  // 2^7 * 2^120 is bf16's top
 }
 
 // Two e4m3 codes, each in the low byte of a 16-bit half whose high byte repeats the
