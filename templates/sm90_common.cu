@@ -360,18 +360,18 @@ __device__ __forceinline__ void load_round(const DecodeParams& p, int pos, int s
 
 // A round's rows as they arrived in shared memory by bulk copy (the row ring: a
 // candidate's row at `row`, as in the cache), read as load_round reads the cache.
+// A skipped candidate's slot is read too: nothing was copied, its bytes are stale,
+// and store_round writes its row as zeros by the fast path's zero factor (no zeroed
+// registers: 25 instructions a round). Its RoPE chunks reach only its own score,
+// which the consumer replaces by -inf (a select) on the validity flag.
 __device__ __forceinline__ void load_round_staged(u32 row, bool live, int quarter, RoundLoads& d)
 {
     d.live = live;
-    if (live) {
-        load_row_chunks([&](int a, int b) { return load_shared16(row + a + b); }, quarter, d);
-        const U32x4 v = load_shared16(row + cfg::kScaleOffset);  // inline fp32 scales (the ring's rows)
-        const u32 w[4] = {v.x, v.y, v.z, v.w};
+    load_row_chunks([&](int a, int b) { return load_shared16(row + a + b); }, quarter, d);
+    const U32x4 v = load_shared16(row + cfg::kScaleOffset);  // inline fp32 scales (the ring's rows)
+    const u32 w[4] = {v.x, v.y, v.z, v.w};
 #pragma unroll
-        for (int i = 0; i < kScaleWords; i++) d.scales[i] = w[i];
-    } else {  // nothing was copied
-        skipped_round(d);
-    }
+    for (int i = 0; i < kScaleWords; i++) d.scales[i] = w[i];
 }
 
 // A round's registers as if redefined here: NVVM schedules no computation on them
@@ -426,6 +426,13 @@ __device__ __forceinline__ void store_round(const RoundDestOf<Flag>& to, int t, 
     for (int i = 0; i < kNopeLoads; i++) {
         fast[i] = fast_scale_bf16x2(scale_bits_of(d, i));
         all_fast = all_fast && fast[i] != 0u;
+    }
+    // A skipped candidate: factor 0 on the fast path, whose products of any code bits
+    // are finite (the bits land below bf16's top exponents), so its row is zeros.
+    if (!d.live) {
+        all_fast = true;
+#pragma unroll
+        for (int i = 0; i < kNopeLoads; i++) fast[i] = 0u;
     }
     // The branch also pins the next round's loads: with the fast path alone (one
     // basic block), ptxas sank them below the buffer claim's barrier and the long
