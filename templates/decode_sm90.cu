@@ -220,10 +220,10 @@ extern "C" __global__ void MLAJIT_CLUSTER_DIMS __launch_bounds__(sm90::kCtaThrea
                 load_round(p, pos_of(t0, 1), checked_slot(p, pos_of(t0, 1), raw0[1]), quarter, odd);
                 claim_buffer(seq, buf);
                 hold_until_here(even);
-                store_round(to, token, quarter, even);
+                store_round<false>(to, token, quarter, even);
                 if (t1 < range.end) load_round(p, pos_of(t1, 0), checked_slot(p, pos_of(t1, 0), raw1[0]), quarter, even);
                 hold_until_here(odd);
-                store_round(to, kTokensPerRound + token, quarter, odd);
+                store_round<false>(to, kTokensPerRound + token, quarter, odd);
                 fence_smem_for_async_proxy();
                 named_barrier_arrive(kBarKFull + buf, kCtaThreads);
                 advance();
@@ -237,7 +237,7 @@ extern "C" __global__ void MLAJIT_CLUSTER_DIMS __launch_bounds__(sm90::kCtaThrea
                 if (t1 < range.end) load_round(p, pos_of(t1, 0), checked_slot(p, pos_of(t1, 0), raw1[0]), quarter, ahead);
                 claim_buffer(seq, buf);
                 hold_until_here(now);
-                store_round(to, round0 * kTokensPerRound + token, quarter, now);
+                store_round<false>(to, round0 * kTokensPerRound + token, quarter, now);
                 fence_smem_for_async_proxy();  // for the local wgmma and for the bulk copy: both the async proxy
                 named_barrier_arrive(kBarKFull + buf, kCtaThreads);
                 named_barrier_sync(kBarRoundStored, kWarpGroupThreads);

@@ -235,7 +235,7 @@ extern "C" __global__ void __launch_bounds__(sm90::kCtaThreads, 1) mlajit_decode
             const int buf = seq & 1;
             if (seq >= 2) named_barrier_sync(kBarKEmpty + buf, kCtaThreads);
             if (hold) hold_until_here(now);
-            store_round(dest_of(buf), round * kTokensPerRound + token, quarter, now);
+            store_round<true>(dest_of(buf), round * kTokensPerRound + token, quarter, now);
             fence_smem_for_async_proxy();
             named_barrier_arrive(kBarKFull + buf, kCtaThreads);
 #pragma unroll

@@ -175,17 +175,31 @@ constexpr u32 kFastMaxExponent = 254u - kFastFactorBias;  // 134: 2^7
 
 // The bf16x2 factor scale * 2^120 for the fast path, or 0 when the scale is not a
 // power of two in [2^-127, 2^7] (then the product is computed the exact way).
-// Selects, not early returns: a round's calls on the same scale word then fold into
-// one (with branches ptxas kept one per NoPE load, twice the checks at V32's layout).
+// kFolded: selects, not early returns, so a round's calls on the same scale word fold
+// into one (with branches ptxas kept one per NoPE load, twice the checks at V32's
+// layout). The sm90 producer keeps the branches: its two rounds in flight ran 5-7%
+// slower folded (bench/NOTES.md, "The producers' round, run").
+template <bool kFolded = true>
 __device__ __forceinline__ u32 fast_scale_bf16x2(u32 bits)
 {
     if (cfg::kScaleFormat == 2) return 0u;  // arbitrary fp32 scales: always exact
-    // the biased fp32 exponent of the scale (ue8m0: e itself; e = 0 is 2^-127)
-    const u32 exp_field = cfg::kScaleFormat == 3 ? bits : bits >> 23;
-    // fp32: positive powers of two only; a zero exponent field is zero or subnormal
-    const bool power_of_two = cfg::kScaleFormat == 3 || ((bits & 0x807fffffu) == 0u && exp_field != 0u);
-    const u32 bf = (exp_field + kFastFactorBias) << 7;  // ue8m0 e = 0 (2^-127) included
-    return power_of_two && exp_field <= kFastMaxExponent ? bf | (bf << 16) : 0u;  // 2^7 * 2^120 is bf16's top
+    if (kFolded) {
+        // the biased fp32 exponent of the scale (ue8m0: e itself; e = 0 is 2^-127)
+        const u32 exp_field = cfg::kScaleFormat == 3 ? bits : bits >> 23;
+        // fp32: positive powers of two only; a zero exponent field is zero or subnormal
+        const bool power_of_two = cfg::kScaleFormat == 3 || ((bits & 0x807fffffu) == 0u && exp_field != 0u);
+        const u32 bf = (exp_field + kFastFactorBias) << 7;  // ue8m0 e = 0 (2^-127) included
+        return power_of_two && exp_field <= kFastMaxExponent ? bf | (bf << 16) : 0u;  // 2^7 * 2^120 is bf16's top
+    }
+    u32 exp_field = bits;
+    if (cfg::kScaleFormat != 3) {
+        if ((bits & 0x807fffffu) != 0u) return 0u;  // negative, or not a power of two
+        exp_field = bits >> 23;
+        if (exp_field == 0u) return 0u;  // zero
+    }
+    if (exp_field > kFastMaxExponent) return 0u;
+    const u32 bf = (exp_field + kFastFactorBias) << 7;
+    return bf | (bf << 16);
 }
 
 // Two e4m3 codes, each in the low byte of a 16-bit half whose high byte repeats the

@@ -412,7 +412,7 @@ using RoundDest = RoundDestOf<int>;
 // The power-of-two or exact choice is made once for the candidate, so the loads'
 // dequantization is straight-line code the scheduler can interleave (one producer
 // warp per scheduler: no other warp hides a dependency chain).
-template <typename Flag>
+template <bool kFoldedScaleChecks, typename Flag>
 __device__ __forceinline__ void store_round(const RoundDestOf<Flag>& to, int t, int quarter, const RoundLoads& d)
 {
     auto store_chunk = [&](int i, const u32 (&w)[8]) {
@@ -424,7 +424,7 @@ __device__ __forceinline__ void store_round(const RoundDestOf<Flag>& to, int t, 
     bool all_fast = true;
 #pragma unroll
     for (int i = 0; i < kNopeLoads; i++) {
-        fast[i] = fast_scale_bf16x2(scale_bits_of(d, i));
+        fast[i] = fast_scale_bf16x2<kFoldedScaleChecks>(scale_bits_of(d, i));
         all_fast = all_fast && fast[i] != 0u;
     }
     // A skipped candidate: factor 0 on the fast path, whose products of any code bits
