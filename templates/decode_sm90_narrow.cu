@@ -81,7 +81,8 @@ constexpr int kEpilogueChunks = cfg::kDV / 128;       // a warp's 32 lanes x 4 d
 // K stores beside the consumer's operand reads and the dequantization make up the
 // rest (NOTES, "The ring kernel taken apart"). The producers are issue-bound: one
 // instruction fewer per dequantized pair made it 75-86 (NOTES, "The fp8 pairs in
-// four instructions").
+// four instructions"), a round's checks and index addressing trimmed 68-80 (NOTES,
+// "The producers' round, counted again, and run").
 constexpr int kRingRounds = cfg::kStagingStages;
 constexpr int kRoundBytes = kTokensPerRound * cfg::kRowBytes;
 constexpr int kRoundRegisters = 4 * (kNopeLoads + kRopeLoads) + kScaleWords + 1;  // RoundLoads

@@ -177,8 +177,9 @@ constexpr u32 kFastMaxExponent = 254u - kFastFactorBias;  // 134: 2^7
 // power of two in [2^-127, 2^7] (then the product is computed the exact way).
 // kFolded: selects, not early returns, so a round's calls on the same scale word fold
 // into one (with branches ptxas kept one per NoPE load, twice the checks at V32's
-// layout). The sm90 producer keeps the branches: its two rounds in flight ran 5-7%
-// slower folded (bench/NOTES.md, "The producers' round, run").
+// layout). The wide sm90 producer keeps the branches: folded, its long walks ran 5-7%
+// slower with the same loads and stores, cause not found (bench/NOTES.md, "The
+// producers' round, counted again, and run").
 template <bool kFolded = true>
 __device__ __forceinline__ u32 fast_scale_bf16x2(u32 bits)
 {
