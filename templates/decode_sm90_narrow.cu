@@ -5,8 +5,8 @@
 // padded to 64 heads. The output accumulators shrink with it (d_v x kHeadsN), so
 // two warp groups gather instead of one.
 //
-// One CTA = one (batch row x query token, split), every head: 384 threads in
-// three warp groups with fixed roles.
+// One CTA = one (batch row x query token, split), every head: 384 or 512 threads
+// in three or four warp groups with fixed roles.
 //   consumer (warp group 0): S^T = K Q^T with wgmma m64nNk16 (A: the K tile, B: Q,
 //     both K-major in shared memory); the online softmax per head, i.e. per column
 //     of S^T (its 64 rows span the group's four warps: the tile's column maxima
@@ -15,9 +15,13 @@
 //     K tile's first kDV dims, MN-major; B: P, K-major): eight accumulators of
 //     kHeadsN / 2 fp32. At 32 heads a tile's math is 68 m64n32k16 steps, far
 //     below the time its 42 KB take to gather, so one group does it all.
-//   producers (warp groups 1 and 2): producer r gathers round r (32 candidates,
-//     four lanes each) of every tile and dequantizes it into the shared K buffer
-//     (sm90_common.cu's rounds). Where the rows hold their scales (V32), a round
+//   producers (warp groups 1 .. kProducerGroups): the tiles' rounds (32
+//     candidates, four lanes each) in turn: round g of the walk (tile g / 2, its
+//     round g % 2) is producer g % kProducerGroups's; with two groups, producer r
+//     takes round r of every tile. Each dequantizes its rounds into the shared K
+//     buffer (sm90_common.cu's rounds). A third group is generated where its ring
+//     slot fits (V32 at 8 heads): more producer warps per scheduler to issue the
+//     dequantization, which bounds the kernel. Where the rows hold their scales (V32), a round
 //     arrives by bulk copy in the producer's slot of the row ring, one tile ahead;
 //     elsewhere (DSV4's footer scales) its loads run kLoadsAhead tiles ahead in
 //     registers (two at 8 heads, and at 16 where a round allows), with one ahead
@@ -28,9 +32,12 @@
 //
 // Named barriers (ids past 0, which __syncthreads uses):
 //   kBarKFull + b   buffer b holds both rounds of a tile and its validity table
-//                   (both producers arrive; the consumer waits)
+//                   (the tile's two producers arrive; the consumer waits)
 //   kBarKEmpty + b  the consumer has finished reading buffer b
-//                   (the consumer arrives; the producers wait before refilling it)
+//                   (the consumer arrives; the producers wait before refilling it;
+//                   with three groups an mbarrier instead: a named barrier's
+//                   count would take a group that arrives for the tile after,
+//                   as the groups do not take every tile)
 //   kBarColumns     the consumer's four warps' column maxima of this tile (at the
 //                   end, their column sums) are in shared memory
 //   kBarPReady      P is in shared memory and fenced for wgmma
@@ -39,7 +46,8 @@
 //   kBarRingRead + r   producer r's lanes have read their chunks of its ring slot,
 //                   each read fenced against the async proxy (the slot may be refilled)
 // mbarriers (the ring): one per slot, complete when the slot's 32 rows have landed
-// (32 arrivals, one per candidate, with the bytes of its copy).
+// (32 arrivals, one per candidate, with the bytes of its copy); with three
+// producer groups, buffer_empty[b] (kBarKEmpty's role: 128 consumer arrivals).
 // ---------------------------------------------------------------------------
 namespace sm90 {
 
@@ -50,7 +58,10 @@ constexpr int kQBlockBytes = kHeadsN * 128;           // Q: a 64-dim block of kH
 constexpr int kVBlocks = cfg::kDV / 64;               // wgmma M blocks of O^T
 constexpr int kAccS = kHeadsN / 2;                    // S^T (64 x kHeadsN) fp32 per thread
 constexpr int kColsPerThread = kHeadsN / 4;           // heads (columns) a thread's fragments hold
-constexpr int kCtaThreads = 3 * kWarpGroupThreads;
+constexpr int kProducerGroups = cfg::kProducerGroups;  // 2, or 3 where the ring's third slot fits
+constexpr int kCtaThreads = (1 + kProducerGroups) * kWarpGroupThreads;
+constexpr int kTileThreads = (1 + kRoundsPerTile) * kWarpGroupThreads;  // a tile's barriers: the consumer, two producers
+constexpr bool kBufferMbarriers = kProducerGroups > kRoundsPerTile;    // groups skip tiles: kBarKEmpty by mbarrier
 enum Role { kConsumerGroup = 0, kFirstProducerGroup = 1 };
 constexpr int kStageStride = cfg::kDV + 4;            // fp32; 4 mod 32 banks apart: conflict-free column stores
 constexpr int kEpilogueChunks = cfg::kDV / 128;       // a warp's 32 lanes x 4 dims per store
@@ -99,6 +110,7 @@ struct RegisterSplit {
 };
 constexpr RegisterSplit register_split()
 {
+    if (kProducerGroups == 3) return {216, 96};  // 512 threads start at 128
     if (kRingRounds > 0) return kHeadsN > 24 ? RegisterSplit{232, 136} : RegisterSplit{216, 144};
     if (kLoadsAhead == 1) return {216, 144};
     return kHeadsN <= 8 ? RegisterSplit{136, 184} : RegisterSplit{152, 176};
@@ -106,7 +118,7 @@ constexpr RegisterSplit register_split()
 constexpr int kConsumerRegisters = register_split().consumer;
 constexpr int kProducerRegisters = register_split().producer;
 constexpr int kLaunchRegisters = (65536 / kCtaThreads) & ~7;
-static_assert(kConsumerRegisters + 2 * kProducerRegisters <= 3 * kLaunchRegisters,
+static_assert(kConsumerRegisters + kProducerGroups * kProducerRegisters <= (1 + kProducerGroups) * kLaunchRegisters,
               "setmaxnreg: the increase must be covered by the decreases");
 
 enum NamedBarrier {
@@ -120,7 +132,8 @@ static_assert(kRoundsPerTile == 2, "one producer group per round of a tile");
 static_assert(!kExactScalesOnly, "arbitrary fp32 scales: the exact dequantization only (sm90 takes them)");
 static_assert(cfg::kClusterCtas == 1, "no CTA pair: one CTA holds every head");
 static_assert(kHeadsN * kStageStride * 4 <= 2 * kOperandBytes, "the staged output fits in the K buffers");
-static_assert(kRingRounds == 0 || (cfg::kScalesInline && cfg::kSmemStagingBytes == 2 * kRingRounds * kRoundBytes &&
+static_assert(kProducerGroups == 2 || (kProducerGroups == 3 && kRingRounds > 0), "a third producer group: the ring only");
+static_assert(kRingRounds == 0 || (cfg::kScalesInline && cfg::kSmemStagingBytes == kProducerGroups * kRingRounds * kRoundBytes &&
                                    cfg::kSmemStaging % 16 == 0 && cfg::kRowBytes % 16 == 0),
               "the ring: whole rows (scales inline), bulk copies 16-byte aligned");
 static_assert(cfg::kDV % 128 == 0, "the epilogue's chunks of 128 dims");
@@ -191,8 +204,9 @@ extern "C" __global__ void __launch_bounds__(sm90::kCtaThreads, 1) mlajit_decode
     const u32 sRowSum = smem_address(smem + cfg::kSmemRowSum);   // [kHeadsN] final
     const u32 sColumns = smem_address(smem + cfg::kSmemScores);  // [4 warps][kHeadsN] column maxima, then sums
     u8* sTokenValid = smem + cfg::kSmemTokenValid;  // [2][kTile] flags
-    const u32 sRing = smem_address(smem + cfg::kSmemStaging);        // [2 groups][kRingRounds][32 rows]
-    const u32 sRingFull = smem_address(smem + cfg::kSmemBarriers);   // [2 groups][kRingRounds] mbarriers
+    const u32 sRing = smem_address(smem + cfg::kSmemStaging);        // [kProducerGroups][kRingRounds][32 rows]
+    const u32 sRingFull = smem_address(smem + cfg::kSmemBarriers);   // [kProducerGroups][kRingRounds] mbarriers
+    const u32 sBufferEmpty = sRingFull + 8 * kProducerGroups * kRingRounds;  // [2] mbarriers (kBufferMbarriers)
 
     const int tid = threadIdx.x;
     const int group = tid / kWarpGroupThreads;
@@ -204,59 +218,79 @@ extern "C" __global__ void __launch_bounds__(sm90::kCtaThreads, 1) mlajit_decode
     const int first = next_live_tile(range, range.begin, p.topk);
     if constexpr (kRingRounds > 0) {
         // A slot's rows are all there when its 32 copiers have arrived and their bytes landed.
-        if (tid == 0)
-            for (int i = 0; i < 2 * kRingRounds; i++) mbarrier_init(sRingFull + 8 * i, kTokensPerRound);
+        if (tid == 0) {
+            for (int i = 0; i < kProducerGroups * kRingRounds; i++) mbarrier_init(sRingFull + 8 * i, kTokensPerRound);
+            if (kBufferMbarriers)
+                for (int b = 0; b < 2; b++) mbarrier_init(sBufferEmpty + 8 * b, kWarpGroupThreads);
+        }
         fence_mbarrier_init();
         __syncthreads();
     }
 
     if (group >= kFirstProducerGroup) {
         registers_set<kProducerRegisters, kLaunchRegisters>();
-        // Producer r: round r of every tile; lane l of warp w handles candidate
-        // 8 w + l % 8 of the round, its quarter l / 8 of the row.
-        const int round = group - kFirstProducerGroup;
+        // Producer x takes rounds x, x + kProducerGroups, ... of the walk (round g:
+        // round g % 2 of the walk's tile g / 2); lane l of warp w handles candidate
+        // 8 w + l % 8 of a round, its quarter l / 8 of the row.
+        const int producer = group - kFirstProducerGroup;
         const int token = warp * 8 + lane % 8, quarter = lane / 8;
-        auto pos_of = [&](int t) { return t * kTile + round * kTokensPerRound + token; };
         const int* const indices = main_index_row(p, b, s);  // once: the loop's index loads add only pos
-        auto slot_of = [&](int t) { return t < range.end ? load_slot(p, indices, b, s, pos_of(t), range) : -1; };
         auto dest_of = [&](int buf) { return RoundDestOf<u8>{sK + (u32)buf * kOperandBytes, sTokenValid + buf * kTile}; };
-        // The live tiles ahead: t[0]'s round is stored now, t[1..kAhead]'s are on the
-        // way (in the ring's slots, or loads in registers), t[kAhead + 2]'s slots are
-        // read; raw[i] is this lane's slot in t[i].
+        // The producer's rounds ahead: its round k + i (k counts the rounds it has
+        // stored) is round g = x + kProducerGroups (k + i) of the walk, in tile t[i].
+        // Round k is stored now, rounds k + 1 .. k + kAhead are on the way (in the
+        // ring's slots, or loads in registers), round k + kAhead + 2's slots are
+        // read; raw[i] is this lane's slot in round k + i.
         constexpr int kAhead = kRingRounds > 0 ? kRingRounds : kLoadsAhead;
-        int t[kAhead + 3], raw[kAhead + 3];
-        t[0] = first;
+        constexpr bool kEveryTile = kProducerGroups == kRoundsPerTile;  // producer x: round x of every tile
+        int k = 0, t[kAhead + 3], raw[kAhead + 3];
+        auto walk_round = [&](int i) { return producer + kProducerGroups * (k + i); };
+        auto round_in_tile = [&](int i) { return kEveryTile ? producer : walk_round(i) % kRoundsPerTile; };
+        auto tile_seq = [&](int i) { return kEveryTile ? k + i : walk_round(i) / kRoundsPerTile; };  // the walk's tile
+        auto pos_of = [&](int i) { return t[i] * kTile + round_in_tile(i) * kTokensPerRound + token; };
+        auto slot_of = [&](int i) { return t[i] < range.end ? load_slot(p, indices, b, s, pos_of(i), range) : -1; };
+        auto next_tile = [&](int i) {  // t[i] from t[i - 1]: one tile on, two where round i - 1 was a tile's last
+            const int next = live_after(t[i - 1]);
+            return kEveryTile || round_in_tile(i - 1) + 1 < kRoundsPerTile ? next : live_after(next);
+        };
+        t[0] = tile_seq(0) == 0 ? first : live_after(first);
 #pragma unroll
-        for (int i = 1; i < kAhead + 3; i++) t[i] = live_after(t[i - 1]);
+        for (int i = 1; i < kAhead + 3; i++) t[i] = next_tile(i);
 #pragma unroll
-        for (int i = 0; i < kAhead + 2; i++) raw[i] = slot_of(t[i]);
-        // t[0]'s round into K buffer seq & 1 once the consumer has left it, for the
-        // consumer; then the window moves on a tile. False when the walk is done.
-        auto store_and_advance = [&](int seq, RoundLoads& now, bool hold) {
-            const int buf = seq & 1;
-            if (seq >= 2) named_barrier_sync(kBarKEmpty + buf, kCtaThreads);
+        for (int i = 0; i < kAhead + 2; i++) raw[i] = slot_of(i);
+        // Round k into K buffer tile_seq(0) & 1 once the consumer has left it, for
+        // the consumer; then the window moves on a round. False when the walk is done.
+        auto store_and_advance = [&](RoundLoads& now, bool hold) {
+            const int seq = tile_seq(0), buf = seq & 1;
+            if (seq >= 2) {
+                if (kBufferMbarriers)
+                    mbarrier_wait(sBufferEmpty + 8 * buf, (u32)((seq >> 1) & 1) ^ 1u);
+                else
+                    named_barrier_sync(kBarKEmpty + buf, kTileThreads);
+            }
             if (hold) hold_until_here(now);
-            store_round<true>(dest_of(buf), round * kTokensPerRound + token, quarter, now);
+            store_round<true>(dest_of(buf), round_in_tile(0) * kTokensPerRound + token, quarter, now);
             fence_smem_for_async_proxy();
-            named_barrier_arrive(kBarKFull + buf, kCtaThreads);
+            named_barrier_arrive(kBarKFull + buf, kTileThreads);
 #pragma unroll
             for (int i = 0; i < kAhead + 2; i++) {
                 t[i] = t[i + 1];
                 raw[i] = raw[i + 1];
             }
-            t[kAhead + 2] = live_after(t[kAhead + 1]);
+            k++;
+            t[kAhead + 2] = next_tile(kAhead + 2);
             return t[0] < range.end;
         };
         if constexpr (kRingRounds > 0) {
-            // Through the ring: the group's kAhead slots, tile seq's rows in slot
-            // seq % kAhead. The quarter-0 lane copies its candidate's row (or only
+            // Through the ring: the group's kAhead slots, its round k's rows in slot
+            // k % kAhead. The quarter-0 lane copies its candidate's row (or only
             // arrives, where it is skipped); once every lane has read its chunks of
-            // the slot (as load_round reads the cache), the slot takes the tile
+            // the slot (as load_round reads the cache), the slot takes the round
             // kAhead on, and the round is dequantized into the K buffer.
-            const u32 rows = sRing + (u32)((round * kAhead * 32 + token) * cfg::kRowBytes);
-            const u32 full = sRingFull + (u32)(round * kAhead * 8);
-            auto copy_row = [&](int t, int raw, int slot) {
-                const Candidate c = locate_candidate(p, pos_of(t), checked_slot(p, pos_of(t), raw));
+            const u32 rows = sRing + (u32)((producer * kAhead * 32 + token) * cfg::kRowBytes);
+            const u32 full = sRingFull + (u32)(producer * kAhead * 8);
+            auto copy_row = [&](int i, int slot) {
+                const Candidate c = locate_candidate(p, pos_of(i), checked_slot(p, pos_of(i), raw[i]));
                 const u32 bar = full + 8 * (u32)slot;
                 if (c.row) {
                     mbarrier_arrive_expect_tx(bar, cfg::kRowBytes);
@@ -268,45 +302,44 @@ extern "C" __global__ void __launch_bounds__(sm90::kCtaThreads, 1) mlajit_decode
             if (quarter == 0)
 #pragma unroll
                 for (int i = 0; i < kAhead; i++)
-                    if (t[i] < range.end) copy_row(t[i], raw[i], i);
+                    if (t[i] < range.end) copy_row(i, i);
             RoundLoads now;
-            for (int seq = 0; t[0] < range.end; seq++) {
-                const int slot = seq % kAhead;
-                raw[kAhead + 2] = slot_of(t[kAhead + 2]);
-                mbarrier_wait(full + 8 * (u32)slot, (u32)(seq / kAhead) & 1u);
-                load_round_staged(rows + (u32)(slot * kRoundBytes), checked_slot(p, pos_of(t[0]), raw[0]) >= 0,
+            while (t[0] < range.end) {
+                const int slot = k % kAhead;
+                raw[kAhead + 2] = slot_of(kAhead + 2);
+                mbarrier_wait(full + 8 * (u32)slot, (u32)(k / kAhead) & 1u);
+                load_round_staged(rows + (u32)(slot * kRoundBytes), checked_slot(p, pos_of(0), raw[0]) >= 0,
                                   quarter, now);
                 fence_smem_for_async_proxy();  // without it, the bench's checks failed on 5 of 30 rows
-                named_barrier_sync(kBarRingRead + round, kWarpGroupThreads);
-                if (quarter == 0 && t[kAhead] < range.end) copy_row(t[kAhead], raw[kAhead], slot);
-                store_and_advance(seq, now, false);
+                named_barrier_sync(kBarRingRead + producer, kWarpGroupThreads);
+                if (quarter == 0 && t[kAhead] < range.end) copy_row(kAhead, slot);
+                store_and_advance(now, false);
             }
         } else {
-            // In registers: t[kAhead + 1]'s rows are also prefetched into L2
+            // In registers: round kAhead + 1's rows are also prefetched into L2
             // (kPrefetchRows).
-            if (kPrefetchRows) prefetch_row<kLanesPerToken>(p, pos_of(t[kAhead]), raw[kAhead], quarter);
+            if (kPrefetchRows) prefetch_row<kLanesPerToken>(p, pos_of(kAhead), raw[kAhead], quarter);
             RoundLoads rounds[kAhead + 1];
 #pragma unroll
             for (int i = 0; i < kAhead; i++)
-                if (t[i] < range.end)
-                    load_round(p, pos_of(t[i]), checked_slot(p, pos_of(t[i]), raw[i]), quarter, rounds[i]);
-            // One tile: `now` holds t[0]'s round, `next` takes t[kAhead]'s.
-            auto one_tile = [&](int seq, RoundLoads& now, RoundLoads& next) {
-                raw[kAhead + 2] = slot_of(t[kAhead + 2]);
-                if (kPrefetchRows) prefetch_row<kLanesPerToken>(p, pos_of(t[kAhead + 1]), raw[kAhead + 1], quarter);
+                if (t[i] < range.end) load_round(p, pos_of(i), checked_slot(p, pos_of(i), raw[i]), quarter, rounds[i]);
+            // One round: `now` holds round 0's loads, `next` takes round kAhead's.
+            auto one_round = [&](RoundLoads& now, RoundLoads& next) {
+                raw[kAhead + 2] = slot_of(kAhead + 2);
+                if (kPrefetchRows) prefetch_row<kLanesPerToken>(p, pos_of(kAhead + 1), raw[kAhead + 1], quarter);
                 if (t[kAhead] < range.end)
-                    load_round(p, pos_of(t[kAhead]), checked_slot(p, pos_of(t[kAhead]), raw[kAhead]), quarter, next);
-                return store_and_advance(seq, now, true);
+                    load_round(p, pos_of(kAhead), checked_slot(p, pos_of(kAhead), raw[kAhead]), quarter, next);
+                return store_and_advance(now, true);
             };
-            // The round registers rotate: a tile's `next` is the set whose round was
+            // The round registers rotate: a round's `next` is the set whose round was
             // just stored, so each stays in registers (no copies between the sets).
             if constexpr (kAhead == 1) {
-                for (int seq = 0; t[0] < range.end; seq += 2)
-                    if (one_tile(seq, rounds[0], rounds[1])) one_tile(seq + 1, rounds[1], rounds[0]);
+                while (t[0] < range.end)
+                    if (one_round(rounds[0], rounds[1])) one_round(rounds[1], rounds[0]);
             } else {
-                for (int seq = 0; t[0] < range.end; seq += 3)
-                    if (one_tile(seq, rounds[0], rounds[2]) && one_tile(seq + 1, rounds[1], rounds[0]))
-                        one_tile(seq + 2, rounds[2], rounds[1]);
+                while (t[0] < range.end)
+                    if (one_round(rounds[0], rounds[2]) && one_round(rounds[1], rounds[0]))
+                        one_round(rounds[2], rounds[1]);
             }
         }
         return;
@@ -340,7 +373,7 @@ extern "C" __global__ void __launch_bounds__(sm90::kCtaThreads, 1) mlajit_decode
     for (int tile = first; tile < range.end; tile = live_after(tile), tiles++) {
         const int buf = tiles & 1;
         const bool refilled = live_after(live_after(tile)) < range.end;  // the producers refill buf
-        named_barrier_sync(kBarKFull + buf, kCtaThreads);
+        named_barrier_sync(kBarKFull + buf, kTileThreads);
         const u32 k_tile = sK + (u32)buf * kOperandBytes;
 
         // S^T = K Q^T: rows are the tile's candidates, columns the heads.
@@ -424,7 +457,12 @@ extern "C" __global__ void __launch_bounds__(sm90::kCtaThreads, 1) mlajit_decode
         wgmma_wait_all();
 #pragma unroll
         for (int m = 0; m < kVBlocks; m++) fence_operands(acc_o[m]);
-        if (refilled) named_barrier_arrive(kBarKEmpty + buf, kCtaThreads);
+        if (refilled) {
+            if (kBufferMbarriers)
+                mbarrier_arrive(sBufferEmpty + 8 * buf);  // after its wgmma reads: this thread waited for them
+            else
+                named_barrier_arrive(kBarKEmpty + buf, kTileThreads);
+        }
     }
 
     // The heads' final statistics: the column sums over the warp's rows, then the warps.

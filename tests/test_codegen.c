@@ -191,15 +191,17 @@ Test(generate, cluster_pairs_two_sm90_head_groups)
 
 /* sm90-narrow's row ring: one round of rows per producer group, in shared memory
  * beside Q and both K buffers, where the rows hold their scales (V32: every head
- * count of the variant); DSV4's footer scales keep the register rounds. The ring
- * and its mbarriers lie inside the kernel's shared memory, 16-byte aligned for
- * the bulk copies. */
+ * count of the variant); DSV4's footer scales keep the register rounds. A third
+ * producer group (a fourth warp group, 512 threads) where its slot fits too: V32
+ * at 8 heads, not at 16 (16 bytes over without the alignment slack) nor 24-32.
+ * The ring and its mbarriers lie inside the kernel's shared memory, 16-byte
+ * aligned for the bulk copies. */
 Test(generate, narrow_row_ring_where_the_rows_hold_their_scales)
 {
-    struct { mlajit_model model; int h_q; int rounds; } rows[] = {
-        {MLAJIT_MODEL_V32, 1, 1},  {MLAJIT_MODEL_V32, 8, 1},  {MLAJIT_MODEL_V32, 16, 1},
-        {MLAJIT_MODEL_V32, 24, 1}, {MLAJIT_MODEL_V32, 32, 1}, {MLAJIT_MODEL_DSV4, 8, 0},
-        {MLAJIT_MODEL_DSV4, 16, 0}, {MLAJIT_MODEL_DSV4, 32, 0},
+    struct { mlajit_model model; int h_q; int rounds; int groups; } rows[] = {
+        {MLAJIT_MODEL_V32, 1, 1, 3},  {MLAJIT_MODEL_V32, 8, 1, 3},  {MLAJIT_MODEL_V32, 16, 1, 2},
+        {MLAJIT_MODEL_V32, 24, 1, 2}, {MLAJIT_MODEL_V32, 32, 1, 2}, {MLAJIT_MODEL_DSV4, 8, 0, 2},
+        {MLAJIT_MODEL_DSV4, 16, 0, 2}, {MLAJIT_MODEL_DSV4, 32, 0, 2},
     };
     for (size_t i = 0; i < sizeof rows / sizeof rows[0]; i++) {
         mlajit_kernel_spec s, r;
@@ -211,7 +213,7 @@ Test(generate, narrow_row_ring_where_the_rows_hold_their_scales)
         cr_assert_eq(mlajit_codegen_layout(&r, &l), MLAJIT_OK);
         char *src = NULL;
         cr_assert_eq(mlajit_generate_source(&s, &src), MLAJIT_OK, "%s", mlajit_last_error());
-        int staging = -1, bytes = -1, stages = -1, barriers = -1, total = -1;
+        int staging = -1, bytes = -1, stages = -1, barriers = -1, total = -1, groups = -1, threads = -1;
         const char *m = strstr(src, "constexpr int kSmemStaging = ");
         cr_assert(m && sscanf(m, "constexpr int kSmemStaging = %d, kSmemStagingBytes = %d, kStagingStages = %d;",
                               &staging, &bytes, &stages) == 3);
@@ -219,11 +221,20 @@ Test(generate, narrow_row_ring_where_the_rows_hold_their_scales)
         cr_assert(m && sscanf(m, "constexpr int kSmemBarriers = %d;", &barriers) == 1);
         m = strstr(src, "constexpr int kSmemBytes = ");
         cr_assert(m && sscanf(m, "constexpr int kSmemBytes = %d;", &total) == 1);
+        m = strstr(src, "constexpr int kProducerGroups = ");
+        cr_assert(m && sscanf(m, "constexpr int kProducerGroups = %d;", &groups) == 1);
+        m = strstr(src, "constexpr int kThreads = ");
+        cr_assert(m && sscanf(m, "constexpr int kThreads = %d;", &threads) == 1);
         const char *name = mlajit_model_describe(rows[i].model)->name;
         cr_expect_eq(stages, rows[i].rounds, "%s h%d", name, rows[i].h_q);
+        cr_expect_eq(groups, rows[i].groups, "%s h%d", name, rows[i].h_q);
+        cr_expect_eq(threads, 128 * (1 + groups), "%s h%d", name, rows[i].h_q);
+        cr_expect_eq(l.threads, threads, "%s h%d: the launch's block is the kernel's", name, rows[i].h_q);
         if (rows[i].rounds) {
-            cr_expect_eq(bytes, 2 * rows[i].rounds * 32 * mlajit_model_describe(rows[i].model)->row_bytes);
-            cr_expect(barriers > 0 && barriers + 2 * rows[i].rounds * 8 <= staging && staging % 16 == 0,
+            cr_expect_eq(bytes, groups * rows[i].rounds * 32 * mlajit_model_describe(rows[i].model)->row_bytes);
+            /* a slot's mbarrier each, and with three groups the K buffers' two */
+            int mbarriers = groups * rows[i].rounds + (groups > 2 ? 2 : 0);
+            cr_expect(barriers > 0 && barriers + mbarriers * 8 <= staging && staging % 16 == 0,
                       "%s h%d: mbarriers at %d, rows at %d", name, rows[i].h_q, barriers, staging);
             cr_expect_leq(staging + bytes + 1024, total, "%s h%d: the alignment slack stays", name, rows[i].h_q);
         } else {

@@ -24,19 +24,6 @@ static int is_sliced(const mlajit_kernel_spec *r) { return r->variant == MLAJIT_
 static int is_narrow(const mlajit_kernel_spec *r) { return r->variant == MLAJIT_VARIANT_SM90_NARROW; }
 static int is_wgmma(const mlajit_kernel_spec *r) { return mlajit_variant_is_wgmma(r->variant); }
 
-/* Portable: eight warps up to 32 heads per CTA; sixteen at 64, so each warp's share
- * of the output accumulator (64 heads x 32 value dims) stays in 64 registers.
- * sm90: three warp groups (two consumers, one producer); sm90-narrow three (one
- * consumer, two producers). sliced: eight warps, one 64-dim slice of V each. */
-static int threads_for(const mlajit_kernel_spec *r)
-{
-    if (is_wgmma(r))
-        return 384;
-    if (is_sliced(r))
-        return 256;
-    return r->heads_per_cta > 32 ? 512 : 256;
-}
-
 /* Row strides (elements) of the score/partial-score and P buffers. The sliced
  * kernel's partial rows are 8 mod 32 floats apart: its 8-byte fragment stores of
  * rows g = 0..3 (one half-warp) then fill 32 distinct banks. */
@@ -58,6 +45,7 @@ static int align16(int x) { return (x + 15) & ~15; }
 typedef struct smem_map {
     int q, k, scores, probs, row_max, row_sum, row_alpha, token_row, token_scale, token_valid, barriers;
     int staging, staging_bytes, stages, total;
+    int producer_groups; /* sm90-narrow: its producer warp groups */
 } smem_map;
 
 static void portable_smem_map(const mlajit_model_desc *d, int tile, int heads, smem_map *m)
@@ -110,7 +98,7 @@ static void sm90_smem_map(const mlajit_model_desc *d, int tile, int heads, smem_
  * copy moves) stay in registers: in the ring, with the footer words loaded beside
  * each copy, they were 10-12% slower at 8 and 16 heads (bench/NOTES.md, "The row
  * ring" and "The ring's fence"). */
-enum { kNarrowTokensPerRound = 32, kNarrowRingRounds = 1 };
+enum { kNarrowTokensPerRound = 32, kNarrowRingRounds = 1, kNarrowMaxProducerGroups = 3 };
 
 /* Shared-memory map of the sm90-narrow kernel, from the 1024-aligned base: Q
  * (d_qk / 64 swizzled blocks of `heads` rows x 128 bytes) and two K tile buffers
@@ -132,13 +120,22 @@ static void sm90_narrow_smem_map(const mlajit_kernel_spec *r, const mlajit_model
     m->row_max = off;     off += align16(heads * 4);
     m->row_sum = off;     off += align16(heads * 4);
     m->token_valid = off; off += align16(2 * tile);
-    int slots = 2 * kNarrowRingRounds;
-    int ring = slots * kNarrowTokensPerRound * d->row_bytes;
-    if (d->scale_place == MLAJIT_SCALES_INLINE && off + slots * 8 + ring + 1024 <= mlajit_arch_max_smem(r->arch)) {
-        m->barriers = off;    off += slots * 8;
-        m->staging = off;     m->staging_bytes = ring;
-        m->stages = kNarrowRingRounds;
-        off += ring;
+    m->producer_groups = 2;
+    if (d->scale_place == MLAJIT_SCALES_INLINE) {
+        /* the ring: a third producer group where its slot fits too (its K buffers'
+         * mbarriers come with it: the groups no longer take every tile) */
+        for (int groups = kNarrowMaxProducerGroups; groups >= 2; groups--) {
+            int slots = groups * kNarrowRingRounds, buffer_bars = groups > 2 ? 2 : 0;
+            int ring = slots * kNarrowTokensPerRound * d->row_bytes;
+            if (off + (slots + buffer_bars) * 8 + ring + 1024 > mlajit_arch_max_smem(r->arch))
+                continue;
+            m->producer_groups = groups;
+            m->barriers = off;    off += align16((slots + buffer_bars) * 8);
+            m->staging = off;     m->staging_bytes = ring;
+            m->stages = kNarrowRingRounds;
+            off += ring;
+            break;
+        }
     }
     m->total = off + 1024;
 }
@@ -206,6 +203,22 @@ static int cluster_ctas(const mlajit_kernel_spec *r)
                : 1;
 }
 
+/* Portable: eight warps up to 32 heads per CTA; sixteen at 64, so each warp's share
+ * of the output accumulator (64 heads x 32 value dims) stays in 64 registers.
+ * sm90: three warp groups (two consumers, one producer); sm90-narrow one consumer
+ * and the map's producer groups (two, or three where a third ring slot fits).
+ * sliced: eight warps, one 64-dim slice of V each. */
+static int threads_for(const mlajit_kernel_spec *r, const smem_map *m)
+{
+    if (is_narrow(r))
+        return 128 * (1 + m->producer_groups);
+    if (is_wgmma(r))
+        return 384;
+    if (is_sliced(r))
+        return 256;
+    return r->heads_per_cta > 32 ? 512 : 256;
+}
+
 /* Two CTAs per SM double the bytes in flight of the memory-bound one-row-tile
  * kernels when their shared memory fits twice. The register cap that implies
  * (128) holds the tile prefetch of one warp's candidates: ptxas (CUDA 13.0,
@@ -227,7 +240,7 @@ int mlajit_codegen_layout(const mlajit_kernel_spec *r, mlajit_kernel_layout *lay
         return mlajit_fail(MLAJIT_ERR_INVALID_ARGUMENT, "layout needs a resolved spec (tile and heads_per_cta set)");
     smem_map m;
     kernel_smem_map(r, d, &m);
-    layout->threads = threads_for(r);
+    layout->threads = threads_for(r, &m);
     layout->tile = r->tile;
     layout->heads_per_cta = r->heads_per_cta;
     layout->smem_bytes = m.total;
@@ -302,7 +315,9 @@ static void emit_config(mlajit_strbuf *b, const mlajit_kernel_spec *r, const mla
     mlajit_strbuf_printf(b, "constexpr bool kHasExtraTopkLength = %s;\n",
               (r->features & MLAJIT_FEATURE_EXTRA_TOPK_LENGTH) ? "true" : "false");
     mlajit_strbuf_printf(b, "// tiles\n");
-    mlajit_strbuf_printf(b, "constexpr int kThreads = %d;\n", threads_for(r));
+    mlajit_strbuf_printf(b, "constexpr int kThreads = %d;\n", threads_for(r, &m));
+    mlajit_strbuf_printf(b, "constexpr int kProducerGroups = %d;  // sm90-narrow: its producer warp groups\n",
+                         m.producer_groups);
     mlajit_strbuf_printf(b, "constexpr int kWarps = kThreads / 32;\n");
     mlajit_strbuf_printf(b, "constexpr int kTile = %d;          // candidates per tile\n", r->tile);
     mlajit_strbuf_printf(b, "constexpr int kHeadsPerCta = %d;   // query heads per CTA\n", r->heads_per_cta);
