@@ -132,8 +132,9 @@ typedef enum mlajit_variant {
                                   * else sm90 when tile and heads_per_cta are 0 or 64; elsewhere
                                   * portable. A plan takes sm90-staged where it would run sm90 on
                                   * a short walk, sm90-unpaired where it would walk one tile per
-                                  * CTA at 65-128 heads (below), where that kernel can be had (the
-                                  * faster on the H200 there; bench/NOTES.md) */
+                                  * CTA at 65-128 heads, sm90-narrow-long where sm90-narrow would
+                                  * walk at least 16 tiles per CTA (below), where that kernel can be
+                                  * had (the faster on the H200 there; bench/NOTES.md) */
     MLAJIT_VARIANT_PORTABLE = 1, /* mma.sync bf16 family, sm_80 and newer */
     MLAJIT_VARIANT_SM90 = 2,     /* wgmma, warp-specialized; sm_90a only, 64 heads per CTA, tile 64 */
     MLAJIT_VARIANT_SLICED = 3,   /* mma.sync, each warp gathers and multiplies one 64-dim slice of
@@ -150,11 +151,16 @@ typedef enum mlajit_variant {
                                   * fewer sm90 has no pair, and this resolves to sm90); auto takes it
                                   * on sm_90a where sm90's plan splits down to one tile per CTA, so
                                   * the pair's start-up is not paid for one tile (bench/NOTES.md) */
-    MLAJIT_VARIANT_SM90_NARROW = 6 /* wgmma with the products transposed (candidates are wgmma's M,
+    MLAJIT_VARIANT_SM90_NARROW = 6, /* wgmma with the products transposed (candidates are wgmma's M,
                                   * heads its N): at most 32 heads, h_q rounded up to 8 per CTA, no
                                   * math padded to 64 heads, two warp groups gathering; sm_90a,
                                   * power-of-two scales (v32, dsv4), tile 64. auto's kernel there
                                   * (faster than sm90 on every such row measured; bench/NOTES.md) */
+    MLAJIT_VARIANT_SM90_NARROW_LONG = 7 /* sm90-narrow with three warp groups gathering (512
+                                  * threads) where the third one's row-ring slot fits in shared
+                                  * memory (v32 at 8 heads and fewer; elsewhere this resolves to
+                                  * sm90-narrow); auto takes it on sm_90a where sm90-narrow's plan
+                                  * walks at least 16 tiles per CTA (bench/NOTES.md) */
 } mlajit_variant;
 
 typedef struct mlajit_kernel_spec {

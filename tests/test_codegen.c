@@ -145,7 +145,7 @@ Test(spec, resolve_fits_shared_memory_of_each_arch)
             cr_assert_eq(mlajit_codegen_layout(&r, &l), MLAJIT_OK);
             cr_expect_leq(l.smem_bytes, mlajit_arch_max_smem(arches[a]));
             /* sm90-narrow's head group is h_q rounded up to 8; the others' whole mma row tiles */
-            if (r.variant == MLAJIT_VARIANT_SM90_NARROW)
+            if (mlajit_variant_is_narrow(r.variant))
                 cr_expect(r.heads_per_cta == (h + 7) / 8 * 8 && h <= 32, "%s h%d: hc%d", arches[a], h,
                           r.heads_per_cta);
             else
@@ -191,24 +191,33 @@ Test(generate, cluster_pairs_two_sm90_head_groups)
 
 /* sm90-narrow's row ring: one round of rows per producer group, in shared memory
  * beside Q and both K buffers, where the rows hold their scales (V32: every head
- * count of the variant); DSV4's footer scales keep the register rounds. A third
- * producer group (a fourth warp group, 512 threads) where its slot fits too: V32
- * at 8 heads, not at 16 (16 bytes over without the alignment slack) nor 24-32.
- * The ring and its mbarriers lie inside the kernel's shared memory, 16-byte
- * aligned for the bulk copies. */
+ * count of the variant); DSV4's footer scales keep the register rounds.
+ * sm90-narrow-long adds a third producer group (a fourth warp group, 512 threads)
+ * where its slot fits too: V32 at 8 heads, not at 16 (16 bytes over without the
+ * alignment slack) nor 24-32, where it resolves to sm90-narrow. The ring and its
+ * mbarriers lie inside the kernel's shared memory, 16-byte aligned for the bulk
+ * copies. */
 Test(generate, narrow_row_ring_where_the_rows_hold_their_scales)
 {
-    struct { mlajit_model model; int h_q; int rounds; int groups; } rows[] = {
-        {MLAJIT_MODEL_V32, 1, 1, 3},  {MLAJIT_MODEL_V32, 8, 1, 3},  {MLAJIT_MODEL_V32, 16, 1, 2},
-        {MLAJIT_MODEL_V32, 24, 1, 2}, {MLAJIT_MODEL_V32, 32, 1, 2}, {MLAJIT_MODEL_DSV4, 8, 0, 2},
-        {MLAJIT_MODEL_DSV4, 16, 0, 2}, {MLAJIT_MODEL_DSV4, 32, 0, 2},
+    const mlajit_variant narrow = MLAJIT_VARIANT_SM90_NARROW, narrow_long = MLAJIT_VARIANT_SM90_NARROW_LONG;
+    struct { mlajit_model model; int h_q; mlajit_variant variant; int rounds; int groups; } rows[] = {
+        {MLAJIT_MODEL_V32, 1, narrow, 1, 2},       {MLAJIT_MODEL_V32, 8, narrow, 1, 2},
+        {MLAJIT_MODEL_V32, 16, narrow, 1, 2},      {MLAJIT_MODEL_V32, 24, narrow, 1, 2},
+        {MLAJIT_MODEL_V32, 32, narrow, 1, 2},      {MLAJIT_MODEL_DSV4, 8, narrow, 0, 2},
+        {MLAJIT_MODEL_DSV4, 16, narrow, 0, 2},     {MLAJIT_MODEL_DSV4, 32, narrow, 0, 2},
+        {MLAJIT_MODEL_V32, 1, narrow_long, 1, 3},  {MLAJIT_MODEL_V32, 8, narrow_long, 1, 3},
+        {MLAJIT_MODEL_V32, 16, narrow_long, 1, 2}, {MLAJIT_MODEL_V32, 32, narrow_long, 1, 2},
+        {MLAJIT_MODEL_DSV4, 8, narrow_long, 0, 2},
     };
     for (size_t i = 0; i < sizeof rows / sizeof rows[0]; i++) {
         mlajit_kernel_spec s, r;
         mlajit_spec_init(&s, rows[i].model, rows[i].h_q, 64);
         strcpy(s.arch, "sm_90a");
-        s.variant = MLAJIT_VARIANT_SM90_NARROW;
+        s.variant = rows[i].variant;
         cr_assert_eq(mlajit_spec_resolve(&s, &r), MLAJIT_OK, "%s", mlajit_last_error());
+        /* one name per kernel: sm90-narrow-long without its third group is sm90-narrow */
+        cr_expect_eq(r.variant, rows[i].groups == 3 ? narrow_long : narrow, "h%d", rows[i].h_q);
+        cr_expect_eq(mlajit_narrow_producer_groups(&r), rows[i].groups, "h%d", rows[i].h_q);
         mlajit_kernel_layout l;
         cr_assert_eq(mlajit_codegen_layout(&r, &l), MLAJIT_OK);
         char *src = NULL;
@@ -286,6 +295,7 @@ Test(generate, main_kernel_waits_for_the_previous_grid_first)
     struct { mlajit_variant variant; int h_q; } rows[] = {
         {MLAJIT_VARIANT_PORTABLE, 64}, {MLAJIT_VARIANT_SM90, 128}, {MLAJIT_VARIANT_SM90_STAGED, 64},
         {MLAJIT_VARIANT_SM90_UNPAIRED, 128}, {MLAJIT_VARIANT_SLICED, 16}, {MLAJIT_VARIANT_SM90_NARROW, 32},
+        {MLAJIT_VARIANT_SM90_NARROW_LONG, 8},
     };
     for (size_t i = 0; i < sizeof rows / sizeof rows[0]; i++) {
         mlajit_kernel_spec s;
@@ -367,9 +377,10 @@ Test(generate, needs_an_arch)
     cr_expect(strstr(mlajit_last_error(), "arch") != NULL);
 }
 
-/* Every alternative of a spec, as grids and pack hints take them: short walk and
- * one tile, each only where the spec has it; none at 32 heads and fewer (auto's
- * sm90-narrow beat the sliced family on every walk measured since its row ring). */
+/* Every alternative of a spec, as grids and pack hints take them: short walk, one
+ * tile and long walk, each only where the spec has it; at 9-32 heads none (auto's
+ * sm90-narrow beat the sliced family on every walk measured since its row ring),
+ * at 8 and fewer with V3.2's rows the long walk's sm90-narrow-long. */
 Test(codegen, walk_alternatives_list_each_one_the_spec_has)
 {
     mlajit_kernel_spec s, alts[MLAJIT_WALK_ALTERNATIVES];
@@ -377,6 +388,19 @@ Test(codegen, walk_alternatives_list_each_one_the_spec_has)
     cr_expect_eq(mlajit_spec_walk_alternatives(&s, "sm_90a", alts), 0, "16 heads: none");
     s.h_q = 9;
     cr_expect_eq(mlajit_spec_walk_alternatives(&s, "sm_90a", alts), 0, "9 heads: none");
+    for (int h = 1; h <= 8; h += 7) {
+        s.h_q = h;
+        cr_expect_eq(mlajit_spec_walk_alternatives(&s, "sm_90a", alts), 1, "%d heads: sm90-narrow-long", h);
+        cr_expect_eq(alts[0].variant, MLAJIT_VARIANT_SM90_NARROW_LONG);
+        cr_expect_str_eq(alts[0].arch, "sm_90a");
+        cr_expect_eq(mlajit_spec_walk_alternatives(&s, "sm_80", alts), 0, "sm_80: none");
+    }
+    s.model = MLAJIT_MODEL_DSV4;
+    cr_expect_eq(mlajit_spec_walk_alternatives(&s, "sm_90a", alts), 0, "DSV4 at 8 heads: no ring, none");
+    s.model = MLAJIT_MODEL_V32;
+    s.variant = MLAJIT_VARIANT_SM90_NARROW;
+    cr_expect_eq(mlajit_spec_walk_alternatives(&s, "sm_90a", alts), 0, "a spec that names its variant: none");
+    s.variant = MLAJIT_VARIANT_AUTO;
     s.h_q = 64;
     cr_expect_eq(mlajit_spec_walk_alternatives(&s, "sm_90a", alts), 1, "64 heads: sm90-staged only");
     cr_expect_eq(alts[0].variant, MLAJIT_VARIANT_SM90_STAGED);

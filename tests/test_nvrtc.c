@@ -44,6 +44,10 @@ static void compile_variant_ok(mlajit_model model, int h, int page, int extra_pa
     if (variant == MLAJIT_VARIANT_SM90_NARROW)
         cr_expect(strstr(src, "decode_sm90_narrow.cu") && strstr(name, ".sm90-narrow.sm_90a"), "%s: the narrow kernel",
                   name);
+    if (variant == MLAJIT_VARIANT_SM90_NARROW_LONG)
+        cr_expect(strstr(src, "decode_sm90_narrow.cu") && strstr(src, "kProducerGroups = 3") &&
+                      strstr(name, ".sm90-narrow-long.sm_90a"),
+                  "%s: the narrow kernel with three producer groups", name);
     mlajit_compiled c;
     int rc = mlajit_nvrtc_compile(src, name, arch, &c);
     mlajit_free(src);
@@ -242,7 +246,8 @@ Test(nvrtc, sm90_staged_refuses_arbitrary_scales)
 }
 
 /* sm90-narrow compiles with no spills (and no serialized wgmma) at each wgmma N it
- * takes (8, 16, 24, 32 heads), for both power-of-two formats, with every feature;
+ * takes (8, 16, 24, 32 heads), for both power-of-two formats, with every feature,
+ * and sm90-narrow-long where it is itself (V3.2 at 8 heads and fewer);
  * and it refuses what it cannot run, saying what to use instead. */
 Test(nvrtc, sm90_narrow_family, .timeout = 600)
 {
@@ -254,6 +259,12 @@ Test(nvrtc, sm90_narrow_family, .timeout = 600)
     compile_variant_ok(MLAJIT_MODEL_DSV4, 20, 256, 64, MLAJIT_FEATURE_ALL, "sm_90a", narrow);
     compile_variant_ok(MLAJIT_MODEL_DSV4, 16, 7, 2, MLAJIT_FEATURE_ALL, "sm_90a", narrow);
     compile_variant_ok(MLAJIT_MODEL_DSV4, 32, 64, 0, 0, "sm_90a", narrow);
+    /* sm90-narrow-long: 512 threads, the producers at 96 registers */
+    const mlajit_variant narrow_long = MLAJIT_VARIANT_SM90_NARROW_LONG;
+    compile_variant_ok(MLAJIT_MODEL_V32, 8, 64, 0, 0, "sm_90a", narrow_long);
+    compile_variant_ok(MLAJIT_MODEL_V32, 8, 61, 64, MLAJIT_FEATURE_ALL, "sm_90a", narrow_long);
+    compile_variant_ok(MLAJIT_MODEL_V32, 3, 1, 0, MLAJIT_FEATURE_SINK | MLAJIT_FEATURE_TOPK_LENGTH, "sm_90a",
+                       narrow_long);
 }
 
 Test(nvrtc, sm90_narrow_refuses_what_it_cannot_run)

@@ -1306,7 +1306,8 @@ Test(warmup, counts_what_each_layer_served_and_names_a_missing_kernel)
 }
 
 /* A grid brings along the kernels auto's plans switch to (auto's own at 32 heads
- * and fewer with power-of-two scales being sm90-narrow, on every walk): the
+ * and fewer with power-of-two scales being sm90-narrow): the long-walk kernel
+ * (sm90-narrow-long) where its third producer group fits (V3.2 at 8 heads), the
  * short-walk kernel (sm90-staged) above 32 heads with power-of-two scales, the
  * one-tile kernel (sm90-unpaired) at 65-128 heads; so a pack covers every plan. */
 Test(warmup, grid_brings_every_walk_alternative_along)
@@ -1319,7 +1320,8 @@ Test(warmup, grid_brings_every_walk_alternative_along)
     int n = 0;
     cr_assert_eq(mlajit_grid_expand(&grid, "sm_90a", &specs, &n), MLAJIT_OK, "%s", mlajit_last_error());
     const char *expected[] = {
-        "v32.h8.p64.t64.hc8.sm90-narrow.sm_90a", "v32.h16.p64.t64.hc16.sm90-narrow.sm_90a",
+        "v32.h8.p64.t64.hc8.sm90-narrow.sm_90a", "v32.h8.p64.t64.hc8.sm90-narrow-long.sm_90a",
+        "v32.h16.p64.t64.hc16.sm90-narrow.sm_90a",
         "v32.h32.p64.t64.hc32.sm90-narrow.sm_90a", "v32.h64.p64.t64.hc64.sm90.sm_90a",
         "v32.h64.p64.t64.hc64.sm90-staged.sm_90a", "v32.h128.p64.t64.hc64.sm90.sm_90a",
         "v32.h128.p64.t64.hc64.sm90-staged.sm_90a", "v32.h128.p64.t64.hc64.sm90-unpaired.sm_90a",
@@ -1357,12 +1359,14 @@ Test(warmup, compiles_in_parallel_and_logs_one_line_per_compile_and_pack, .timeo
     const char *err = capture_end();
     cr_assert_eq(rc, MLAJIT_OK, "%s", mlajit_last_error());
     cr_expect_eq(rep.from_packs, 1);
-    cr_expect_eq(rep.compiled, 2, "h3 and h12 (sm90-narrow has no walk alternatives)");
+    cr_expect_eq(rep.compiled, 4, "h3 and h12, and the long-walk kernel of h3 and of h8 (not in the pack)");
     cr_expect_gt(rep.compile_ms, 0.0);
     cr_expect_eq(count_of(err, "mlajit: pack "), 1, "%s", err);
-    cr_expect_eq(count_of(err, "mlajit: compiled v32.h3.p64.t64.hc8.sm90-narrow"), 1, "%s", err);
-    cr_expect_eq(count_of(err, "mlajit: compiled v32.h12.p64.t64.hc16.sm90-narrow"), 1, "%s", err);
-    cr_expect_eq(count_of(err, "mlajit: compiled "), 2, "%s", err);
+    cr_expect_eq(count_of(err, "mlajit: compiled v32.h3.p64.t64.hc8.sm90-narrow.sm_90a"), 1, "%s", err);
+    cr_expect_eq(count_of(err, "mlajit: compiled v32.h3.p64.t64.hc8.sm90-narrow-long.sm_90a"), 1, "%s", err);
+    cr_expect_eq(count_of(err, "mlajit: compiled v32.h8.p64.t64.hc8.sm90-narrow-long.sm_90a"), 1, "%s", err);
+    cr_expect_eq(count_of(err, "mlajit: compiled v32.h12.p64.t64.hc16.sm90-narrow.sm_90a"), 1, "%s", err);
+    cr_expect_eq(count_of(err, "mlajit: compiled "), 4, "%s", err);
     cr_expect(strstr(err, "for sm_90a in ") != NULL && strstr(err, " ms") != NULL, "%s", err);
     mlajit_context_destroy(ctx);
 }

@@ -29,7 +29,7 @@ typedef struct mlajit_kernel_layout {
 } mlajit_kernel_layout;
 
 /* The variants' names, as spec strings and the CLI spell them. */
-#define MLAJIT_VARIANT_NAMES "auto, portable, sm90, sliced, sm90-staged, sm90-unpaired, sm90-narrow"
+#define MLAJIT_VARIANT_NAMES "auto, portable, sm90, sliced, sm90-staged, sm90-unpaired, sm90-narrow, sm90-narrow-long"
 /* The name of variant v ("auto" for an unknown value). */
 const char *mlajit_variant_name(mlajit_variant v);
 /* The variant called `name`: 1 and *out, else 0 (no error is set). */
@@ -37,8 +37,10 @@ int mlajit_variant_from_name(const char *name, mlajit_variant *out);
 /* Whether v is one of the sm90 family (sm90, sm90-staged, sm90-unpaired): the
  * decode_sm90 template, sm_90a only, tile 64 with 64 heads per CTA. */
 int mlajit_variant_is_sm90(mlajit_variant v);
-/* Whether v runs a wgmma kernel (the sm90 family or sm90-narrow): sm_90a only,
- * three warp groups, sm90_common.cu's parts. */
+/* Whether v is sm90-narrow or sm90-narrow-long: the decode_sm90_narrow template. */
+int mlajit_variant_is_narrow(mlajit_variant v);
+/* Whether v runs a wgmma kernel (the sm90 family or the narrow pair): sm_90a
+ * only, warp-specialized, sm90_common.cu's parts. */
 int mlajit_variant_is_wgmma(mlajit_variant v);
 
 /* The kernel auto switches to for a short walk per CTA: for an auto spec on sm_90a
@@ -65,13 +67,26 @@ int mlajit_spec_short_walk_alternative(const mlajit_kernel_spec *spec, const cha
 int mlajit_spec_one_tile_alternative(const mlajit_kernel_spec *spec, const char *default_arch,
                                      mlajit_kernel_spec *alt);
 
+/* The kernel auto switches to for a long walk per CTA: for an auto spec on sm_90a
+ * (arch "" means default_arch) that resolves to sm90-narrow, sm90-narrow-long
+ * where it resolves as itself (its third producer group's ring slot fits: v32 at
+ * 8 heads and fewer). On the H200 it beat sm90-narrow by 8.6% at V3.2 h8 b128
+ * and b256 topk 2048 (32 tiles per CTA) and 4% at b64 (16 tiles, two splits), and
+ * lost 3-7% at 1-8 tiles per CTA (its 512 threads' start-up; bench/NOTES.md, "A
+ * third producer group"). 1 and *alt (arch set) when the spec has such an
+ * alternative, else 0. */
+#define MLAJIT_NARROW_LONG_FROM_TILES 16
+int mlajit_spec_long_walk_alternative(const mlajit_kernel_spec *spec, const char *default_arch,
+                                      mlajit_kernel_spec *alt);
+
 /* Every kernel an auto plan of spec may switch to, whatever its shape: the short-
- * walk and the one-tile alternative, where it has them, into alts (arch set).
+ * walk, the one-tile and the long-walk alternative, where it has them, into alts
+ * (arch set).
  * Returns how many (0..MLAJIT_WALK_ALTERNATIVES). The one list that plans (which
  * take the first that suits their walk), grids and pack hints use. (The sliced
  * family was the long-walk alternative at 9-16 heads until sm90-narrow's row ring
  * beat it there: bench/NOTES.md, "The row ring".) */
-#define MLAJIT_WALK_ALTERNATIVES 2
+#define MLAJIT_WALK_ALTERNATIVES 3
 int mlajit_spec_walk_alternatives(const mlajit_kernel_spec *spec, const char *default_arch,
                                   mlajit_kernel_spec alts[MLAJIT_WALK_ALTERNATIVES]);
 
@@ -85,6 +100,11 @@ int mlajit_combine_smem_bytes(const mlajit_kernel_layout *layout, int num_splits
  * heads, heads_per_cta per CTA: where the head groups come in pairs (65-128 heads
  * at 64 per CTA). sm90-unpaired differs from sm90 only there. */
 int mlajit_head_groups_pair(int h_q, int heads_per_cta);
+
+/* sm90-narrow's producer warp groups for a spec of the narrow pair with its tile
+ * and head group set: 3 for sm90-narrow-long where the third group's ring slot
+ * fits in shared memory, else 2. */
+int mlajit_narrow_producer_groups(const mlajit_kernel_spec *r);
 
 /* Largest opt-in dynamic shared memory of an arch ("sm_90a"), 0 if unknown. */
 int mlajit_arch_max_smem(const char *arch);

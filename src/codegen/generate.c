@@ -21,7 +21,7 @@ enum { kCombineThreads = 128, kCombineStagedSplits = 32, kRowPad = 8 };
  * sm90-unpaired, the sm90 kernel without the CTA pair */
 static int is_sm90(const mlajit_kernel_spec *r) { return mlajit_variant_is_sm90(r->variant); }
 static int is_sliced(const mlajit_kernel_spec *r) { return r->variant == MLAJIT_VARIANT_SLICED; }
-static int is_narrow(const mlajit_kernel_spec *r) { return r->variant == MLAJIT_VARIANT_SM90_NARROW; }
+static int is_narrow(const mlajit_kernel_spec *r) { return mlajit_variant_is_narrow(r->variant); }
 static int is_wgmma(const mlajit_kernel_spec *r) { return mlajit_variant_is_wgmma(r->variant); }
 
 /* Row strides (elements) of the score/partial-score and P buffers. The sliced
@@ -122,9 +122,11 @@ static void sm90_narrow_smem_map(const mlajit_kernel_spec *r, const mlajit_model
     m->token_valid = off; off += align16(2 * tile);
     m->producer_groups = 2;
     if (d->scale_place == MLAJIT_SCALES_INLINE) {
-        /* the ring: a third producer group where its slot fits too (its K buffers'
-         * mbarriers come with it: the groups no longer take every tile) */
-        for (int groups = kNarrowMaxProducerGroups; groups >= 2; groups--) {
+        /* the ring: sm90-narrow-long's third producer group where its slot fits
+         * too (the K buffers' mbarriers come with it: the groups no longer take
+         * every tile) */
+        int max_groups = r->variant == MLAJIT_VARIANT_SM90_NARROW_LONG ? kNarrowMaxProducerGroups : 2;
+        for (int groups = max_groups; groups >= 2; groups--) {
             int slots = groups * kNarrowRingRounds, buffer_bars = groups > 2 ? 2 : 0;
             int ring = slots * kNarrowTokensPerRound * d->row_bytes;
             if (off + (slots + buffer_bars) * 8 + ring + 1024 > mlajit_arch_max_smem(r->arch))
@@ -201,6 +203,16 @@ static int cluster_ctas(const mlajit_kernel_spec *r)
                    mlajit_head_groups_pair(r->h_q, r->heads_per_cta)
                ? 2
                : 1;
+}
+
+int mlajit_narrow_producer_groups(const mlajit_kernel_spec *r)
+{
+    const mlajit_model_desc *d = mlajit_model_describe(r->model);
+    smem_map m;
+    if (!d || !is_narrow(r) || r->tile <= 0 || r->heads_per_cta <= 0)
+        return 2;
+    sm90_narrow_smem_map(r, d, &m);
+    return m.producer_groups;
 }
 
 /* Portable: eight warps up to 32 heads per CTA; sixteen at 64, so each warp's share

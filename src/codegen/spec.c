@@ -75,6 +75,7 @@ static const struct {
     {MLAJIT_VARIANT_SM90_STAGED, "sm90-staged"},
     {MLAJIT_VARIANT_SM90_UNPAIRED, "sm90-unpaired"},
     {MLAJIT_VARIANT_SM90_NARROW, "sm90-narrow"},
+    {MLAJIT_VARIANT_SM90_NARROW_LONG, "sm90-narrow-long"},
 };
 
 static int variant_known(mlajit_variant v)
@@ -127,9 +128,10 @@ int mlajit_spec_validate(const mlajit_kernel_spec *spec)
     const int narrow_only = spec->heads_per_cta == 8 || spec->heads_per_cta == 24;
     if ((spec->heads_per_cta != 0 && spec->heads_per_cta != 16 && spec->heads_per_cta != 32 &&
          spec->heads_per_cta != 64 && !narrow_only) ||
-        (narrow_only && spec->variant != MLAJIT_VARIANT_SM90_NARROW))
+        (narrow_only && !mlajit_variant_is_narrow(spec->variant)))
         return mlajit_fail(MLAJIT_ERR_INVALID_ARGUMENT,
-                           "spec.heads_per_cta = %d; allowed 0 (auto), 16, 32, 64 (and 8, 24 with variant sm90-narrow)",
+                           "spec.heads_per_cta = %d; allowed 0 (auto), 16, 32, 64 (and 8, 24 with variant sm90-narrow "
+                           "or sm90-narrow-long)",
                            spec->heads_per_cta);
     if (!variant_known(spec->variant)) {
         char allowed[256];
@@ -192,24 +194,29 @@ int mlajit_spec_resolve(const mlajit_kernel_spec *spec, mlajit_kernel_spec *reso
                                "model %s has arbitrary fp32 scales: use the sm90 variant",
                                mlajit_model_describe(r.model)->name);
     }
-    if (r.variant == MLAJIT_VARIANT_SM90_NARROW) {
+    if (mlajit_variant_is_narrow(r.variant)) {
         /* S^T and O^T: wgmma N is the heads (a multiple of 8, at most 32 beside two
          * gathering warp groups); the producers' 128 registers hold the power-of-two
          * dequantization only */
         const mlajit_model_desc *d = mlajit_model_describe(r.model);
+        const char *name = mlajit_variant_name(r.variant);
         const int heads_n = (r.h_q + 7) / 8 * 8;
         if (r.h_q > 32)
-            return mlajit_fail(MLAJIT_ERR_UNSUPPORTED, "variant sm90-narrow holds at most 32 heads; h_q = %d: use the "
-                               "sm90 variant", r.h_q);
+            return mlajit_fail(MLAJIT_ERR_UNSUPPORTED, "variant %s holds at most 32 heads; h_q = %d: use the "
+                               "sm90 variant", name, r.h_q);
         if (d->scale_format == MLAJIT_SCALE_FP32)
-            return mlajit_fail(MLAJIT_ERR_UNSUPPORTED, "variant sm90-narrow needs power-of-two scales (v32, dsv4); "
-                               "model %s has arbitrary fp32 scales: use the sm90 variant", d->name);
+            return mlajit_fail(MLAJIT_ERR_UNSUPPORTED, "variant %s needs power-of-two scales (v32, dsv4); "
+                               "model %s has arbitrary fp32 scales: use the sm90 variant", name, d->name);
         if ((r.tile && r.tile != 64) || (r.heads_per_cta && r.heads_per_cta != heads_n))
-            return mlajit_fail(MLAJIT_ERR_UNSUPPORTED, "variant sm90-narrow runs tile 64 with h_q rounded up to 8 heads "
-                               "per CTA (%d); spec has tile %d, heads_per_cta %d: leave them 0", heads_n, r.tile,
+            return mlajit_fail(MLAJIT_ERR_UNSUPPORTED, "variant %s runs tile 64 with h_q rounded up to 8 heads "
+                               "per CTA (%d); spec has tile %d, heads_per_cta %d: leave them 0", name, heads_n, r.tile,
                                r.heads_per_cta);
         r.tile = 64;
         r.heads_per_cta = heads_n;
+        /* where the third producer group's ring slot does not fit, sm90-narrow-long
+         * is sm90-narrow: one name per kernel */
+        if (r.variant == MLAJIT_VARIANT_SM90_NARROW_LONG && mlajit_narrow_producer_groups(&r) < 3)
+            r.variant = MLAJIT_VARIANT_SM90_NARROW;
     }
     if (r.variant == MLAJIT_VARIANT_SLICED) {
         /* one 64-dim slice of V per warp (eight warps), the rest of Q K^T in RoPE dims */
@@ -303,12 +310,27 @@ int mlajit_spec_one_tile_alternative(const mlajit_kernel_spec *spec, const char 
     return 1;
 }
 
+int mlajit_spec_long_walk_alternative(const mlajit_kernel_spec *spec, const char *default_arch,
+                                      mlajit_kernel_spec *alt)
+{
+    /* only for what auto runs as sm90-narrow, and where the long kernel is itself */
+    mlajit_kernel_spec s, r, auto_resolved;
+    if (!auto_alternative(spec, default_arch, MLAJIT_VARIANT_AUTO, &s, &auto_resolved) ||
+        auto_resolved.variant != MLAJIT_VARIANT_SM90_NARROW ||
+        !auto_alternative(spec, default_arch, MLAJIT_VARIANT_SM90_NARROW_LONG, &s, &r) ||
+        r.variant != MLAJIT_VARIANT_SM90_NARROW_LONG)
+        return 0;
+    *alt = s;
+    return 1;
+}
+
 int mlajit_spec_walk_alternatives(const mlajit_kernel_spec *spec, const char *default_arch,
                                   mlajit_kernel_spec alts[MLAJIT_WALK_ALTERNATIVES])
 {
     int n = 0;
     n += mlajit_spec_short_walk_alternative(spec, default_arch, &alts[n]);
     n += mlajit_spec_one_tile_alternative(spec, default_arch, &alts[n]);
+    n += mlajit_spec_long_walk_alternative(spec, default_arch, &alts[n]);
     return n;
 }
 
@@ -326,7 +348,12 @@ int mlajit_variant_is_sm90(mlajit_variant v)
     return v == MLAJIT_VARIANT_SM90 || v == MLAJIT_VARIANT_SM90_STAGED || v == MLAJIT_VARIANT_SM90_UNPAIRED;
 }
 
-int mlajit_variant_is_wgmma(mlajit_variant v) { return mlajit_variant_is_sm90(v) || v == MLAJIT_VARIANT_SM90_NARROW; }
+int mlajit_variant_is_narrow(mlajit_variant v)
+{
+    return v == MLAJIT_VARIANT_SM90_NARROW || v == MLAJIT_VARIANT_SM90_NARROW_LONG;
+}
+
+int mlajit_variant_is_wgmma(mlajit_variant v) { return mlajit_variant_is_sm90(v) || mlajit_variant_is_narrow(v); }
 
 const char *mlajit_variant_name(mlajit_variant v)
 {

@@ -180,10 +180,12 @@ void mlajit_fuzz_draw(uint64_t run_seed, int64_t call, int allow_heavy, mlajit_f
      * (it resolves), a quarter of those draws (drawn last: the draws before it
      * stay what they were); then sm90-narrow where it resolves (at most 32 heads,
      * power-of-two scales; its own tile and head group), a quarter of the draws
-     * that did not take sliced. */
+     * that did not take sliced, half of those as sm90-narrow-long (which is
+     * sm90-narrow where its third producer group does not fit). */
     const int sliced = resolves_on_sm90a(model, h_q, page, tile, hc, MLAJIT_VARIANT_SLICED) && chance(&r, 25);
     const int narrow = !sliced && resolves_on_sm90a(model, h_q, page, 0, 0, MLAJIT_VARIANT_SM90_NARROW) &&
                        chance(&r, 25);
+    const int narrow_long = narrow && chance(&r, 50);
 
     mlajit_kernel_spec *sp = &out->spec;
     sp->model = model;
@@ -193,7 +195,10 @@ void mlajit_fuzz_draw(uint64_t run_seed, int64_t call, int allow_heavy, mlajit_f
     sp->features = features;
     sp->tile = narrow ? 0 : tile;
     sp->heads_per_cta = narrow ? 0 : hc;
-    sp->variant = sliced ? MLAJIT_VARIANT_SLICED : narrow ? MLAJIT_VARIANT_SM90_NARROW : MLAJIT_VARIANT_AUTO;
+    sp->variant = sliced        ? MLAJIT_VARIANT_SLICED
+                  : narrow_long ? MLAJIT_VARIANT_SM90_NARROW_LONG
+                  : narrow      ? MLAJIT_VARIANT_SM90_NARROW
+                                : MLAJIT_VARIANT_AUTO;
     out->shape = (mlajit_decode_shape){
         .batch = b, .s_q = s_q, .topk = topk, .extra_topk = extra_topk, .num_splits = num_splits};
     out->synth = (mlajit_synth_params){
@@ -283,15 +288,13 @@ void mlajit_fuzz_describe(const mlajit_fuzz_call *call, char *buf, size_t len)
         snprintf(extra, sizeof extra, "; extra: page %d topk %d seqlen %d", s->extra_page_size, sh->extra_topk,
                  p->extra_seqlen);
     snprintf(buf, len,
-             "%s h_q %d b %d s_q %d; main: page %d topk %d seqlen %d%s; features%s%s%s%s; tile %d hc %d%s splits %d; "
+             "%s h_q %d b %d s_q %d; main: page %d topk %d seqlen %d%s; features%s%s%s%s; tile %d hc %d%s%s splits %d; "
              "invalid %.0f%% page pad %lld%s%s%s%s%s",
              mlajit_model_describe(s->model)->name, s->h_q, sh->batch, sh->s_q, s->page_size, sh->topk, p->seqlen,
              extra, s->features ? "" : " none", (s->features & MLAJIT_FEATURE_SINK) ? " sink" : "",
              (s->features & MLAJIT_FEATURE_TOPK_LENGTH) ? " topk-length" : "",
              (s->features & MLAJIT_FEATURE_EXTRA_TOPK_LENGTH) ? " extra-topk-length" : "", s->tile, s->heads_per_cta,
-             s->variant == MLAJIT_VARIANT_SLICED       ? " sliced"
-             : s->variant == MLAJIT_VARIANT_SM90_NARROW ? " sm90-narrow"
-                                                         : "",
+             s->variant == MLAJIT_VARIANT_AUTO ? "" : " ", s->variant == MLAJIT_VARIANT_AUTO ? "" : mlajit_variant_name(s->variant),
              sh->num_splits, p->invalid_fraction * 100.0, (long long)p->page_stride_pad,
              call->pad_strides ? " padded-strides" : "", call->lse_head_major ? " lse-head-major" : "",
              call->zero_length_rows ? " zero-lengths" : "", call->huge_length_rows ? " huge-lengths" : "",

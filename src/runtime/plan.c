@@ -117,6 +117,14 @@ static int walk_is_one_tile(const mlajit_kernel_spec *alt, const mlajit_decode_s
     return grid_of(alt, shape, sm_count, 0, &g) && g.rows > 0 && g.tiles_per_split == 1;
 }
 
+/* Whether a plan of `shape` with kernel `alt` (sm90-narrow-long, whose grid is
+ * sm90-narrow's) walks at least MLAJIT_NARROW_LONG_FROM_TILES tiles per CTA. */
+static int walk_is_long(const mlajit_kernel_spec *alt, const mlajit_decode_shape *shape, int sm_count)
+{
+    plan_grid g;
+    return grid_of(alt, shape, sm_count, 0, &g) && g.rows > 0 && g.tiles_per_split >= MLAJIT_NARROW_LONG_FROM_TILES;
+}
+
 /* Whether a plan of `shape` takes walk alternative `alt` (one of
  * mlajit_spec_walk_alternatives, told apart by its variant). */
 static int walk_suits(const mlajit_kernel_spec *alt, const mlajit_decode_shape *shape, int sm_count)
@@ -124,6 +132,7 @@ static int walk_suits(const mlajit_kernel_spec *alt, const mlajit_decode_shape *
     switch (alt->variant) {
     case MLAJIT_VARIANT_SM90_STAGED: return walk_is_short(alt, shape, sm_count);
     case MLAJIT_VARIANT_SM90_UNPAIRED: return walk_is_one_tile(alt, shape, sm_count);
+    case MLAJIT_VARIANT_SM90_NARROW_LONG: return walk_is_long(alt, shape, sm_count);
     default: return 0;
     }
 }
