@@ -105,7 +105,7 @@ expect 0 "arch targets" envelope
 for v in auto portable sm90 sliced sm90-staged sm90-unpaired sm90-narrow; do
   expect 0 "$v (" envelope
 done
-expect 0 "(and 8, 24 with variant sm90-narrow)" envelope
+expect 0 "(and 8, 24 with variant sm90-narrow or sm90-narrow-long)" envelope
 expect 0 "fuzz [--seconds N]" --help
 
 echo "$passed passed, $failed failed"
