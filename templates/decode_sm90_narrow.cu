@@ -19,9 +19,10 @@
 //     candidates, four lanes each) in turn: round g of the walk (tile g / 2, its
 //     round g % 2) is producer g % kProducerGroups's; with two groups, producer r
 //     takes round r of every tile. Each dequantizes its rounds into the shared K
-//     buffer (sm90_common.cu's rounds). A third group is generated where its ring
-//     slot fits (V32 at 8 heads): more producer warps per scheduler to issue the
-//     dequantization, which bounds the kernel. Where the rows hold their scales (V32), a round
+//     buffer (sm90_common.cu's rounds). sm90-narrow-long has a third group where
+//     its ring slot fits (V32 at 8 heads and fewer): more producer warps per
+//     scheduler to issue the dequantization, which bounds the kernel (8.6% on
+//     walks of 32 tiles per CTA, 3-7% lost on 1-8: auto's plans take it from 16). Where the rows hold their scales (V32), a round
 //     arrives by bulk copy in the producer's slot of the row ring, one tile ahead;
 //     elsewhere (DSV4's footer scales) its loads run kLoadsAhead tiles ahead in
 //     registers (two at 8 heads, and at 16 where a round allows), with one ahead

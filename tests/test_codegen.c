@@ -193,8 +193,8 @@ Test(generate, cluster_pairs_two_sm90_head_groups)
  * beside Q and both K buffers, where the rows hold their scales (V32: every head
  * count of the variant); DSV4's footer scales keep the register rounds.
  * sm90-narrow-long adds a third producer group (a fourth warp group, 512 threads)
- * where its slot fits too: V32 at 8 heads, not at 16 (16 bytes over without the
- * alignment slack) nor 24-32, where it resolves to sm90-narrow. The ring and its
+ * where its slot fits too: V32 at 8 heads, not at 16 (48 bytes over, counting the
+ * 1,024 bytes of alignment slack) nor 24-32, where it resolves to sm90-narrow. The ring and its
  * mbarriers lie inside the kernel's shared memory, 16-byte aligned for the bulk
  * copies. */
 Test(generate, narrow_row_ring_where_the_rows_hold_their_scales)

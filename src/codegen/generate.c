@@ -92,7 +92,8 @@ static void sm90_smem_map(const mlajit_model_desc *d, int tile, int heads, smem_
  * instead of into registers: neither the registers nor the LSU hold or move the
  * bytes in flight. One round per group where it fits beside Q and the two K tile
  * buffers (at V32's 656-byte rows, h_q <= 32); more never fit there, and a single
- * K buffer that made room for three lost. Measured with its reads fenced: 4-6%
+ * K buffer that made room for three lost. sm90-narrow-long's third group brings a
+ * third slot, which fits at 8 heads and fewer (222,064 bytes; 48 over at 16). Measured with its reads fenced: 4-6%
  * faster at 16 and 32 heads on the long walks, a tie at 8 heads with the registers
  * two tiles ahead. DSV4's rows (scales in the page footer, 8 bytes, which no bulk
  * copy moves) stay in registers: in the ring, with the footer words loaded beside
