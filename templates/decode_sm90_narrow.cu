@@ -22,7 +22,8 @@
 //     buffer (sm90_common.cu's rounds). sm90-narrow-long has a third group where
 //     its ring slot fits (V32 at 8 heads and fewer): more producer warps per
 //     scheduler to issue the dequantization, which bounds the kernel (8.6% on
-//     walks of 32 tiles per CTA, 3-7% lost on 1-8: auto's plans take it from 16). Where the rows hold their scales (V32), a round
+//     walks of 32 tiles per CTA, 3-7% lost on 1-8: auto's plans take it from 16).
+//     Where the rows hold their scales (V32), a round
 //     arrives by bulk copy in the producer's slot of the row ring, one tile ahead;
 //     elsewhere (DSV4's footer scales) its loads run kLoadsAhead tiles ahead in
 //     registers (two at 8 heads, and at 16 where a round allows), with one ahead
@@ -59,7 +60,7 @@ constexpr int kQBlockBytes = kHeadsN * 128;           // Q: a 64-dim block of kH
 constexpr int kVBlocks = cfg::kDV / 64;               // wgmma M blocks of O^T
 constexpr int kAccS = kHeadsN / 2;                    // S^T (64 x kHeadsN) fp32 per thread
 constexpr int kColsPerThread = kHeadsN / 4;           // heads (columns) a thread's fragments hold
-constexpr int kProducerGroups = cfg::kProducerGroups;  // 2, or 3 where the ring's third slot fits
+constexpr int kProducerGroups = cfg::kProducerGroups;  // 2; 3 in sm90-narrow-long (its ring's third slot)
 constexpr int kCtaThreads = (1 + kProducerGroups) * kWarpGroupThreads;
 constexpr int kTileThreads = (1 + kRoundsPerTile) * kWarpGroupThreads;  // a tile's barriers: the consumer, two producers
 constexpr bool kBufferMbarriers = kProducerGroups > kRoundsPerTile;    // groups skip tiles: kBarKEmpty by mbarrier

@@ -92,13 +92,14 @@ static void sm90_smem_map(const mlajit_model_desc *d, int tile, int heads, smem_
  * instead of into registers: neither the registers nor the LSU hold or move the
  * bytes in flight. One round per group where it fits beside Q and the two K tile
  * buffers (at V32's 656-byte rows, h_q <= 32); more never fit there, and a single
- * K buffer that made room for three lost. sm90-narrow-long's third group brings a
- * third slot, which fits at 8 heads and fewer (222,064 bytes; 48 over at 16). Measured with its reads fenced: 4-6%
+ * K buffer that made room for three lost. Measured with its reads fenced: 4-6%
  * faster at 16 and 32 heads on the long walks, a tie at 8 heads with the registers
- * two tiles ahead. DSV4's rows (scales in the page footer, 8 bytes, which no bulk
- * copy moves) stay in registers: in the ring, with the footer words loaded beside
- * each copy, they were 10-12% slower at 8 and 16 heads (bench/NOTES.md, "The row
- * ring" and "The ring's fence"). */
+ * two tiles ahead. sm90-narrow-long's third producer group brings a third slot,
+ * which fits at 8 heads and fewer (222,064 bytes; 48 over at 16). DSV4's rows
+ * (scales in the page footer, 8 bytes, which no bulk copy moves) stay in
+ * registers: in the ring, with the footer words loaded beside each copy, they were
+ * 10-12% slower at 8 and 16 heads (bench/NOTES.md, "The row ring" and "The ring's
+ * fence"). */
 enum { kNarrowTokensPerRound = 32, kNarrowRingRounds = 1, kNarrowMaxProducerGroups = 3 };
 
 /* Shared-memory map of the sm90-narrow kernel, from the 1024-aligned base: Q
@@ -329,7 +330,7 @@ static void emit_config(mlajit_strbuf *b, const mlajit_kernel_spec *r, const mla
               (r->features & MLAJIT_FEATURE_EXTRA_TOPK_LENGTH) ? "true" : "false");
     mlajit_strbuf_printf(b, "// tiles\n");
     mlajit_strbuf_printf(b, "constexpr int kThreads = %d;\n", threads_for(r, &m));
-    mlajit_strbuf_printf(b, "constexpr int kProducerGroups = %d;  // sm90-narrow: its producer warp groups\n",
+    mlajit_strbuf_printf(b, "constexpr int kProducerGroups = %d;  // sm90-narrow's producer warp groups (0: others)\n",
                          m.producer_groups);
     mlajit_strbuf_printf(b, "constexpr int kWarps = kThreads / 32;\n");
     mlajit_strbuf_printf(b, "constexpr int kTile = %d;          // candidates per tile\n", r->tile);

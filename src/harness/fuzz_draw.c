@@ -287,6 +287,7 @@ void mlajit_fuzz_describe(const mlajit_fuzz_call *call, char *buf, size_t len)
     if (s->extra_page_size)
         snprintf(extra, sizeof extra, "; extra: page %d topk %d seqlen %d", s->extra_page_size, sh->extra_topk,
                  p->extra_seqlen);
+    const int named = s->variant != MLAJIT_VARIANT_AUTO;  /* a variant asked for by name */
     snprintf(buf, len,
              "%s h_q %d b %d s_q %d; main: page %d topk %d seqlen %d%s; features%s%s%s%s; tile %d hc %d%s%s splits %d; "
              "invalid %.0f%% page pad %lld%s%s%s%s%s",
@@ -294,7 +295,7 @@ void mlajit_fuzz_describe(const mlajit_fuzz_call *call, char *buf, size_t len)
              extra, s->features ? "" : " none", (s->features & MLAJIT_FEATURE_SINK) ? " sink" : "",
              (s->features & MLAJIT_FEATURE_TOPK_LENGTH) ? " topk-length" : "",
              (s->features & MLAJIT_FEATURE_EXTRA_TOPK_LENGTH) ? " extra-topk-length" : "", s->tile, s->heads_per_cta,
-             s->variant == MLAJIT_VARIANT_AUTO ? "" : " ", s->variant == MLAJIT_VARIANT_AUTO ? "" : mlajit_variant_name(s->variant),
+             named ? " " : "", named ? mlajit_variant_name(s->variant) : "",
              sh->num_splits, p->invalid_fraction * 100.0, (long long)p->page_stride_pad,
              call->pad_strides ? " padded-strides" : "", call->lse_head_major ? " lse-head-major" : "",
              call->zero_length_rows ? " zero-lengths" : "", call->huge_length_rows ? " huge-lengths" : "",
