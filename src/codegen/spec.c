@@ -313,11 +313,10 @@ int mlajit_spec_one_tile_alternative(const mlajit_kernel_spec *spec, const char 
 int mlajit_spec_long_walk_alternative(const mlajit_kernel_spec *spec, const char *default_arch,
                                       mlajit_kernel_spec *alt)
 {
-    /* only for what auto runs as sm90-narrow, and where the long kernel is itself */
-    mlajit_kernel_spec s, r, auto_resolved;
-    if (!auto_alternative(spec, default_arch, MLAJIT_VARIANT_AUTO, &s, &auto_resolved) ||
-        auto_resolved.variant != MLAJIT_VARIANT_SM90_NARROW ||
-        !auto_alternative(spec, default_arch, MLAJIT_VARIANT_SM90_NARROW_LONG, &s, &r) ||
+    /* only where it resolves as itself (V3.2's rows, few enough heads for the third
+     * slot), which is where auto runs sm90-narrow */
+    mlajit_kernel_spec s, r;
+    if (!auto_alternative(spec, default_arch, MLAJIT_VARIANT_SM90_NARROW_LONG, &s, &r) ||
         r.variant != MLAJIT_VARIANT_SM90_NARROW_LONG)
         return 0;
     *alt = s;
