@@ -20,7 +20,7 @@
 //     round g % 2) is producer g % kProducerGroups's; with two groups, producer r
 //     takes round r of every tile. Each dequantizes its rounds into the shared K
 //     buffer (sm90_common.cu's rounds). sm90-narrow-long has a third group where
-//     its ring slot fits (V32 at 8 heads and fewer): more producer warps per
+//     its ring slot fits (V32 at 16 heads and fewer): more producer warps per
 //     scheduler to issue the dequantization, which bounds the kernel (8.6% on
 //     walks of 32 tiles per CTA, 3-7% lost on 1-8: auto's plans take it from 16).
 //     Where the rows hold their scales (V32), a round
@@ -133,7 +133,8 @@ static_assert(kHeadsN % 8 == 0 && kHeadsN >= 8 && kHeadsN <= 32 && cfg::kHeads <
 static_assert(kRoundsPerTile == 2, "one producer group per round of a tile");
 static_assert(!kExactScalesOnly, "arbitrary fp32 scales: the exact dequantization only (sm90 takes them)");
 static_assert(cfg::kClusterCtas == 1, "no CTA pair: one CTA holds every head");
-static_assert(kHeadsN * kStageStride * 4 <= 2 * kOperandBytes, "the staged output fits in the K buffers");
+constexpr u32 kStagedBytes = kHeadsN * kStageStride * 4;  // the epilogue's O^T rows over the K buffers
+static_assert(kStagedBytes + 2 * kHeadsN * 4 <= 2 * kOperandBytes, "the staged output and the statistics fit in the K buffers");
 static_assert(kProducerGroups == 2 || (kProducerGroups == 3 && kRingRounds > 0), "a third producer group: the ring only");
 static_assert(kRingRounds == 0 || (cfg::kScalesInline && cfg::kSmemStagingBytes == kProducerGroups * kRingRounds * kRoundBytes &&
                                    cfg::kSmemStaging % 16 == 0 && cfg::kRowBytes % 16 == 0),
@@ -202,8 +203,8 @@ extern "C" __global__ void __launch_bounds__(sm90::kCtaThreads, 1) mlajit_decode
     const u32 sQ = smem_address(smem + cfg::kSmemQ);             // kKBlocks blocks of kHeadsN rows x 128 bytes
     const u32 sK = smem_address(smem + cfg::kSmemK);             // buffer b at sK + b * kOperandBytes
     const u32 sP = smem_address(smem + cfg::kSmemProbs);         // P, bf16 kHeadsN x 64, swizzled like Q
-    const u32 sRowMax = smem_address(smem + cfg::kSmemRowMax);   // [kHeadsN] final, log2 domain
-    const u32 sRowSum = smem_address(smem + cfg::kSmemRowSum);   // [kHeadsN] final
+    // [kHeadsN] final, log2 domain, and [kHeadsN] final: written after the walk, after the output staged over the K buffers
+    const u32 sRowMax = sK + kStagedBytes, sRowSum = sRowMax + 4 * kHeadsN;
     const u32 sColumns = smem_address(smem + cfg::kSmemScores);  // [4 warps][kHeadsN] column maxima, then sums
     u8* sTokenValid = smem + cfg::kSmemTokenValid;  // [2][kTile] flags
     const u32 sRing = smem_address(smem + cfg::kSmemStaging);        // [kProducerGroups][kRingRounds][32 rows]

@@ -684,11 +684,11 @@ static void expect_plan_families(const plan_case *cases, size_t n)
 Test(api, auto_takes_narrow_or_sm90_by_heads_and_walk)
 {
     static const plan_case cases[] = {
-        /* at most 32 heads with power-of-two scales: sm90-narrow on every walk */
-        {MLAJIT_MODEL_V32, 16, 256, 2048, 0, ".hc16.sm90-narrow.sm_90a", "a long walk, unsplit"},
-        {MLAJIT_MODEL_V32, 9, 256, 2048, 0, ".hc16.sm90-narrow.sm_90a", "a long walk at 9 heads, unsplit"},
-        /* at 8 heads and fewer with V3.2's rows, a walk of 16 tiles or more per CTA:
-         * sm90-narrow-long (its third producer group) */
+        /* at most 32 heads with power-of-two scales: sm90-narrow; at 16 heads and
+         * fewer with V3.2's rows, a walk of 16 tiles or more per CTA: sm90-narrow-long
+         * (its third producer group) */
+        {MLAJIT_MODEL_V32, 16, 256, 2048, 0, ".hc16.sm90-narrow-long.sm_90a", "a long walk, unsplit"},
+        {MLAJIT_MODEL_V32, 9, 256, 2048, 0, ".hc16.sm90-narrow-long.sm_90a", "a long walk at 9 heads, unsplit"},
         {MLAJIT_MODEL_V32, 8, 256, 2048, 0, ".hc8.sm90-narrow-long.sm_90a", "a long walk at 8 heads, unsplit"},
         {MLAJIT_MODEL_V32, 8, 64, 2048, 0, ".hc8.sm90-narrow-long.sm_90a", "8 heads, 2 splits of 16 tiles"},
         {MLAJIT_MODEL_V32, 4, 128, 2048, 0, ".hc8.sm90-narrow-long.sm_90a", "a long walk at 4 heads"},
@@ -696,8 +696,10 @@ Test(api, auto_takes_narrow_or_sm90_by_heads_and_walk)
         {MLAJIT_MODEL_V32, 8, 128, 2048, 3, ".hc8.sm90-narrow.sm_90a", "forced: 3 splits of 11 tiles"},
         {MLAJIT_MODEL_V32, 8, 8, 2048, 0, ".hc8.sm90-narrow.sm_90a", "b 8: 16 splits of 2 tiles"},
         {MLAJIT_MODEL_DSV4, 8, 128, 2048, 0, ".hc8.sm90-narrow.sm_90a", "DSV4's rows: no ring, no third group"},
-        {MLAJIT_MODEL_V32, 16, 128, 2048, 0, ".hc16.sm90-narrow.sm_90a", "16 heads, b 128"},
-        {MLAJIT_MODEL_V32, 16, 256, 2048, 2, ".hc16.sm90-narrow.sm_90a", "16 heads, forced splits"},
+        {MLAJIT_MODEL_V32, 16, 128, 2048, 0, ".hc16.sm90-narrow-long.sm_90a", "16 heads, b 128"},
+        {MLAJIT_MODEL_V32, 16, 256, 2048, 2, ".hc16.sm90-narrow-long.sm_90a", "16 heads, 2 splits of 16 tiles"},
+        {MLAJIT_MODEL_V32, 16, 128, 512, 0, ".hc16.sm90-narrow.sm_90a", "16 heads, 8 tiles"},
+        {MLAJIT_MODEL_V32, 24, 128, 2048, 0, ".hc24.sm90-narrow.sm_90a", "24 heads: no room for the third group"},
         /* short walks: one row (many splits), a short topk, a forced split count */
         {MLAJIT_MODEL_V32, 16, 1, 2048, 0, ".hc16.sm90-narrow.sm_90a", "one row"},
         {MLAJIT_MODEL_V32, 8, 128, 512, 0, ".hc8.sm90-narrow.sm_90a", "a short topk"},

@@ -193,8 +193,9 @@ Test(generate, cluster_pairs_two_sm90_head_groups)
  * beside Q and both K buffers, where the rows hold their scales (V32: every head
  * count of the variant); DSV4's footer scales keep the register rounds.
  * sm90-narrow-long adds a third producer group (a fourth warp group, 512 threads)
- * where its slot fits too: V32 at 8 heads, not at 16 (48 bytes over, counting the
- * 1,024 bytes of alignment slack) nor 24-32, where it resolves to sm90-narrow. The ring and its
+ * where its slot fits too: V32 at 16 heads and fewer (the heads' final statistics
+ * follow the staged output in the K buffers, which makes the room at 16), not at
+ * 24-32, where it resolves to sm90-narrow. The ring and its
  * mbarriers lie inside the kernel's shared memory, 16-byte aligned for the bulk
  * copies. */
 Test(generate, narrow_row_ring_where_the_rows_hold_their_scales)
@@ -206,7 +207,8 @@ Test(generate, narrow_row_ring_where_the_rows_hold_their_scales)
         {MLAJIT_MODEL_V32, 32, narrow, 1, 2},      {MLAJIT_MODEL_DSV4, 8, narrow, 0, 2},
         {MLAJIT_MODEL_DSV4, 16, narrow, 0, 2},     {MLAJIT_MODEL_DSV4, 32, narrow, 0, 2},
         {MLAJIT_MODEL_V32, 1, narrow_long, 1, 3},  {MLAJIT_MODEL_V32, 8, narrow_long, 1, 3},
-        {MLAJIT_MODEL_V32, 16, narrow_long, 1, 2}, {MLAJIT_MODEL_V32, 32, narrow_long, 1, 2},
+        {MLAJIT_MODEL_V32, 16, narrow_long, 1, 3}, {MLAJIT_MODEL_V32, 24, narrow_long, 1, 2},
+        {MLAJIT_MODEL_V32, 32, narrow_long, 1, 2},
         {MLAJIT_MODEL_DSV4, 8, narrow_long, 0, 2},
     };
     for (size_t i = 0; i < sizeof rows / sizeof rows[0]; i++) {
@@ -378,17 +380,16 @@ Test(generate, needs_an_arch)
 }
 
 /* Every alternative of a spec, as grids and pack hints take them: short walk, one
- * tile and long walk, each only where the spec has it; at 9-32 heads none (auto's
+ * tile and long walk, each only where the spec has it; at 17-32 heads none (auto's
  * sm90-narrow beat the sliced family on every walk measured since its row ring),
- * at 8 and fewer with V3.2's rows the long walk's sm90-narrow-long. */
+ * at 16 and fewer with V3.2's rows the long walk's sm90-narrow-long. */
 Test(codegen, walk_alternatives_list_each_one_the_spec_has)
 {
     mlajit_kernel_spec s, alts[MLAJIT_WALK_ALTERNATIVES];
     cr_assert_eq(mlajit_spec_init(&s, MLAJIT_MODEL_V32, 16, 64), MLAJIT_OK);
-    cr_expect_eq(mlajit_spec_walk_alternatives(&s, "sm_90a", alts), 0, "16 heads: none");
-    s.h_q = 9;
-    cr_expect_eq(mlajit_spec_walk_alternatives(&s, "sm_90a", alts), 0, "9 heads: none");
-    for (int h = 1; h <= 8; h += 7) {
+    s.h_q = 17;
+    cr_expect_eq(mlajit_spec_walk_alternatives(&s, "sm_90a", alts), 0, "17 heads: none");
+    for (int h = 1; h <= 16; h += 5) {
         s.h_q = h;
         cr_expect_eq(mlajit_spec_walk_alternatives(&s, "sm_90a", alts), 1, "%d heads: sm90-narrow-long", h);
         cr_expect_eq(alts[0].variant, MLAJIT_VARIANT_SM90_NARROW_LONG);

@@ -585,18 +585,18 @@ Test(gpu, sm90_narrow_dequant_every_code_and_scale, .timeout = 180)
 
 /* sm90-narrow-long (three producer groups, the walk's rounds dealt to them in
  * turn, so each group skips tiles and starts at its own tile and round) against
- * the fp64 reference: the shape sweep at 1-8 heads with V3.2's rows (DSV4's
- * resolve to sm90-narrow), then long walks split so that a CTA walks 32, 11, 3,
- * 2 and 1 tiles, ragged and with skipped candidates (the groups' end of walk
- * differs by up to a tile). */
+ * the fp64 reference: the shape sweep at 1-16 heads with V3.2's rows (DSV4's
+ * resolve to sm90-narrow), then long walks at 16-8 heads split so that a CTA
+ * walks 32, 11, 3, 2 and 1 tiles, ragged and with skipped candidates (the groups'
+ * end of walk differs by up to a tile). */
 Test(gpu, sm90_narrow_long_sweep_and_walks, .timeout = 300)
 {
     require_sm90a();
     mlajit_gpu_run_options o = {.variant = MLAJIT_VARIANT_SM90_NARROW_LONG};
-    sweep_models_upto(&o, "sm90-narrow-long", MLAJIT_MODEL_V32, 8);
+    sweep_models_upto(&o, "sm90-narrow-long", MLAJIT_MODEL_V32, 16);
     const int splits[] = {1, 3, 11, 16, 32};
     for (int i = 0; i < 5; i++) {
-        mlajit_synth_params p = {.model = MLAJIT_MODEL_V32, .b = 2, .s_q = 1 + i % 2, .h_q = 8 - i,
+        mlajit_synth_params p = {.model = MLAJIT_MODEL_V32, .b = 2, .s_q = 1 + i % 2, .h_q = 16 - 2 * i,
                                  .topk = 2048 - 29 * i, .page_size = 64, .seqlen = 4096,
                                  .with_sink = i % 2, .with_topk_length = i == 2,
                                  .invalid_fraction = i % 2 ? 0.1 : 0.0, .seed = 9100 + (uint64_t)i};

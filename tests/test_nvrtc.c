@@ -247,7 +247,7 @@ Test(nvrtc, sm90_staged_refuses_arbitrary_scales)
 
 /* sm90-narrow compiles with no spills (and no serialized wgmma) at each wgmma N it
  * takes (8, 16, 24, 32 heads), for both power-of-two formats, with every feature,
- * and sm90-narrow-long where it is itself (V3.2 at 8 heads and fewer);
+ * and sm90-narrow-long where it is itself (V3.2 at 16 heads and fewer);
  * and it refuses what it cannot run, saying what to use instead. */
 Test(nvrtc, sm90_narrow_family, .timeout = 600)
 {
@@ -262,6 +262,8 @@ Test(nvrtc, sm90_narrow_family, .timeout = 600)
     /* sm90-narrow-long: 512 threads, the producers at 96 registers */
     const mlajit_variant narrow_long = MLAJIT_VARIANT_SM90_NARROW_LONG;
     compile_variant_ok(MLAJIT_MODEL_V32, 8, 64, 0, 0, "sm_90a", narrow_long);
+    compile_variant_ok(MLAJIT_MODEL_V32, 16, 64, 0, 0, "sm_90a", narrow_long);
+    compile_variant_ok(MLAJIT_MODEL_V32, 12, 2, 256, MLAJIT_FEATURE_ALL, "sm_90a", narrow_long);
     compile_variant_ok(MLAJIT_MODEL_V32, 8, 61, 64, MLAJIT_FEATURE_ALL, "sm_90a", narrow_long);
     compile_variant_ok(MLAJIT_MODEL_V32, 3, 1, 0, MLAJIT_FEATURE_SINK | MLAJIT_FEATURE_TOPK_LENGTH, "sm_90a",
                        narrow_long);

@@ -1269,25 +1269,26 @@ Test(warmup, counts_what_each_layer_served_and_names_a_missing_kernel)
 {
     mlajit_context *k = keyer();
     const char *dir = path_in_root("cache");
-    /* grid: v32, dsv4 x heads 12, 16 x page 64 (sm90-narrow's: no walk alternatives) */
-    mlajit_kernel_spec v12 = spec_of(MLAJIT_MODEL_V32, 12, 64, 0), v16 = spec_of(MLAJIT_MODEL_V32, 16, 64, 0),
-                       d12 = spec_of(MLAJIT_MODEL_DSV4, 12, 64, 0), d16 = spec_of(MLAJIT_MODEL_DSV4, 16, 64, 0);
-    mlajit_kernel_spec in_pack[2] = {v12, d12};
+    /* grid: v32, dsv4 x heads 20, 24 x page 64 (sm90-narrow's at 24 heads per CTA:
+     * no walk alternatives) */
+    mlajit_kernel_spec v20 = spec_of(MLAJIT_MODEL_V32, 20, 64, 0), v24 = spec_of(MLAJIT_MODEL_V32, 24, 64, 0),
+                       d20 = spec_of(MLAJIT_MODEL_DSV4, 20, 64, 0), d24 = spec_of(MLAJIT_MODEL_DSV4, 24, 64, 0);
+    mlajit_kernel_spec in_pack[2] = {v20, d20};
     write_fake_pack(path_in_root("a.pack"), k, in_pack, 2, NULL);
-    plant_in_cache(dir, k, &v16, 1);
+    plant_in_cache(dir, k, &v24, 1);
     mlajit_context *ctx = context_on(dir, path_in_root("a.pack"), MLAJIT_CONTEXT_NO_JIT);
     mlajit_model models[] = {MLAJIT_MODEL_V32, MLAJIT_MODEL_DSV4};
-    int heads[] = {12, 16}, pages[] = {64};
+    int heads[] = {20, 24}, pages[] = {64};
     mlajit_kernel_grid grid = {.models = models, .num_models = 2, .head_counts = heads, .num_head_counts = 2,
                                .page_sizes = pages, .num_page_sizes = 1};
     mlajit_warmup_report rep;
-    cr_expect_eq(mlajit_warmup(ctx, &grid, 2, &rep), MLAJIT_ERR_NOT_FOUND, "d16 is nowhere and JIT is off");
-    cr_expect(strstr(mlajit_last_error(), "dsv4.h16.p64") != NULL, "%s", mlajit_last_error());
+    cr_expect_eq(mlajit_warmup(ctx, &grid, 2, &rep), MLAJIT_ERR_NOT_FOUND, "d24 is nowhere and JIT is off");
+    cr_expect(strstr(mlajit_last_error(), "dsv4.h24.p64") != NULL, "%s", mlajit_last_error());
     cr_expect_eq(rep.kernels, 4);
     cr_expect_eq(rep.from_packs, 2);
     cr_expect_eq(rep.from_disk, 1);
     cr_expect_eq(rep.compiled, 0);
-    plant_in_cache(dir, k, &d16, 3);
+    plant_in_cache(dir, k, &d24, 3);
     cr_expect_eq(mlajit_warmup(ctx, &grid, 0, &rep), MLAJIT_OK, "%s", mlajit_last_error());
     cr_expect_eq(rep.from_memory, 3);
     cr_expect_eq(rep.from_disk, 1);
@@ -1307,7 +1308,7 @@ Test(warmup, counts_what_each_layer_served_and_names_a_missing_kernel)
 
 /* A grid brings along the kernels auto's plans switch to (auto's own at 32 heads
  * and fewer with power-of-two scales being sm90-narrow): the long-walk kernel
- * (sm90-narrow-long) where its third producer group fits (V3.2 at 8 heads), the
+ * (sm90-narrow-long) where its third producer group fits (V3.2 at 8 and 16 heads), the
  * short-walk kernel (sm90-staged) above 32 heads with power-of-two scales, the
  * one-tile kernel (sm90-unpaired) at 65-128 heads; so a pack covers every plan. */
 Test(warmup, grid_brings_every_walk_alternative_along)
@@ -1321,7 +1322,7 @@ Test(warmup, grid_brings_every_walk_alternative_along)
     cr_assert_eq(mlajit_grid_expand(&grid, "sm_90a", &specs, &n), MLAJIT_OK, "%s", mlajit_last_error());
     const char *expected[] = {
         "v32.h8.p64.t64.hc8.sm90-narrow.sm_90a", "v32.h8.p64.t64.hc8.sm90-narrow-long.sm_90a",
-        "v32.h16.p64.t64.hc16.sm90-narrow.sm_90a",
+        "v32.h16.p64.t64.hc16.sm90-narrow.sm_90a", "v32.h16.p64.t64.hc16.sm90-narrow-long.sm_90a",
         "v32.h32.p64.t64.hc32.sm90-narrow.sm_90a", "v32.h64.p64.t64.hc64.sm90.sm_90a",
         "v32.h64.p64.t64.hc64.sm90-staged.sm_90a", "v32.h128.p64.t64.hc64.sm90.sm_90a",
         "v32.h128.p64.t64.hc64.sm90-staged.sm_90a", "v32.h128.p64.t64.hc64.sm90-unpaired.sm_90a",
@@ -1359,14 +1360,15 @@ Test(warmup, compiles_in_parallel_and_logs_one_line_per_compile_and_pack, .timeo
     const char *err = capture_end();
     cr_assert_eq(rc, MLAJIT_OK, "%s", mlajit_last_error());
     cr_expect_eq(rep.from_packs, 1);
-    cr_expect_eq(rep.compiled, 4, "h3 and h12, and the long-walk kernel of h3 and of h8 (not in the pack)");
+    cr_expect_eq(rep.compiled, 5, "h3 and h12, and the long-walk kernels of h3, h8 and h12 (not in the pack)");
     cr_expect_gt(rep.compile_ms, 0.0);
     cr_expect_eq(count_of(err, "mlajit: pack "), 1, "%s", err);
     cr_expect_eq(count_of(err, "mlajit: compiled v32.h3.p64.t64.hc8.sm90-narrow.sm_90a"), 1, "%s", err);
     cr_expect_eq(count_of(err, "mlajit: compiled v32.h3.p64.t64.hc8.sm90-narrow-long.sm_90a"), 1, "%s", err);
     cr_expect_eq(count_of(err, "mlajit: compiled v32.h8.p64.t64.hc8.sm90-narrow-long.sm_90a"), 1, "%s", err);
     cr_expect_eq(count_of(err, "mlajit: compiled v32.h12.p64.t64.hc16.sm90-narrow.sm_90a"), 1, "%s", err);
-    cr_expect_eq(count_of(err, "mlajit: compiled "), 4, "%s", err);
+    cr_expect_eq(count_of(err, "mlajit: compiled v32.h12.p64.t64.hc16.sm90-narrow-long.sm_90a"), 1, "%s", err);
+    cr_expect_eq(count_of(err, "mlajit: compiled "), 5, "%s", err);
     cr_expect(strstr(err, "for sm_90a in ") != NULL && strstr(err, " ms") != NULL, "%s", err);
     mlajit_context_destroy(ctx);
 }
@@ -1418,12 +1420,12 @@ Test(cli, pack_build_ls_verify_merge_bench_and_jit_disabled, .timeout = 300)
                     "--out prod.pack",
                     cli),
                  0, "%s", out_text());
-    cr_expect(strstr(out_text(), "2 kernels") != NULL, "%s", out_text());
+    cr_expect(strstr(out_text(), "3 kernels") != NULL, "%s", out_text());
     cr_expect(strstr(out_text(), "sm90-staged") == NULL, "no short-walk kernel at 16 heads: %s", out_text());
     cr_assert_eq(sh("%s pack ls prod.pack", cli), 0, "%s", out_text());
-    cr_expect(strstr(out_text(), "v32.h16.p64.t64.hc16.sm90-narrow") && strstr(out_text(), "dsv4.h16.p64") &&
-                  !strstr(out_text(), "sliced"),
-              "the grid's kernels, no walk alternative at 16 heads: %s", out_text());
+    cr_expect(strstr(out_text(), "v32.h16.p64.t64.hc16.sm90-narrow.") && strstr(out_text(), "dsv4.h16.p64") &&
+                  strstr(out_text(), "v32.h16.p64.t64.hc16.sm90-narrow-long.") && !strstr(out_text(), "sliced"),
+              "the grid's kernels and V3.2's long-walk one: %s", out_text());
     cr_expect(strstr(out_text(), "nvrtc") != NULL, "%s", out_text());
     cr_assert_eq(sh("%s pack verify prod.pack", cli), 0, "%s", out_text());
     cr_expect(strstr(out_text(), "usable here") != NULL, "%s", out_text());
@@ -1452,7 +1454,7 @@ Test(cli, pack_build_ls_verify_merge_bench_and_jit_disabled, .timeout = 300)
     write_fake_pack(path_in_root("extra.pack"), k, three_specs() + 2, 1, NULL);
     mlajit_context_destroy(k);
     cr_assert_eq(sh("%s pack merge all.pack prod.pack extra.pack", cli), 0, "%s", out_text());
-    cr_expect(strstr(out_text(), "3 kernels from 2 packs") != NULL, "%s", out_text());
+    cr_expect(strstr(out_text(), "4 kernels from 2 packs") != NULL, "%s", out_text());
     cr_expect_eq(sh("%s pack bench prod.pack --repeat 1000", cli), 0, "%s", out_text()); /* real kernels: a GPU loads them */
     cr_expect(strstr(out_text(), "pack open") && strstr(out_text(), "repeat lookup"), "%s", out_text());
 

@@ -71,7 +71,7 @@ static void print_tables(void)
            "  %-14s sm90-unpaired or sm90-narrow-long by its walk), portable (sm_80+), sm90 (wgmma; sm_90a\n"
            "  %-14s only, tile 64 x 64 heads), sm90-narrow (wgmma with the heads as N; sm_90a only; v32, dsv4;\n"
            "  %-14s at most 32 heads, rounded up to 8 per CTA), sm90-narrow-long (sm90-narrow with a third\n"
-           "  %-14s producer group where it fits: v32 at 8 heads and fewer), sliced (sm_80+; v32, glm_nsa;\n"
+           "  %-14s producer group where it fits: v32 at 16 heads and fewer), sliced (sm_80+; v32, glm_nsa;\n"
            "  %-14s tile 32 x 16 or 32 heads), sm90-staged (sm90, output staged; never splits; v32, dsv4),\n"
            "  %-14s sm90-unpaired (sm90 without the CTA pair of 65-128 heads)\n",
            "variant", "", "", "", "", "", "", "");

@@ -70,7 +70,7 @@ int mlajit_spec_one_tile_alternative(const mlajit_kernel_spec *spec, const char 
 /* The kernel auto switches to for a long walk per CTA: for an auto spec on sm_90a
  * (arch "" means default_arch) that resolves to sm90-narrow, sm90-narrow-long
  * where it resolves as itself (its third producer group's ring slot fits: v32 at
- * 8 heads and fewer). On the H200 it beat sm90-narrow by 8.6% at V3.2 h8 b128
+ * 16 heads and fewer). On the H200 it beat sm90-narrow by 8.6% at V3.2 h8 b128
  * and b256 topk 2048 (32 tiles per CTA) and 4% at b64 (16 tiles, two splits), and
  * lost 3-7% at 1-8 tiles per CTA (its 512 threads' start-up; bench/NOTES.md, "A
  * third producer group"). 1 and *alt (arch set) when the spec has such an

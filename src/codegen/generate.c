@@ -95,7 +95,7 @@ static void sm90_smem_map(const mlajit_model_desc *d, int tile, int heads, smem_
  * K buffer that made room for three lost. Measured with its reads fenced: 4-6%
  * faster at 16 and 32 heads on the long walks, a tie at 8 heads with the registers
  * two tiles ahead. sm90-narrow-long's third producer group brings a third slot,
- * which fits at 8 heads and fewer (222,064 bytes; 48 over at 16). DSV4's rows
+ * which fits at 16 heads and fewer (232,368 bytes at 16; 242,736 at 24). DSV4's rows
  * (scales in the page footer, 8 bytes, which no bulk copy moves) stay in
  * registers: in the ring, with the footer words loaded beside each copy, they were
  * 10-12% slower at 8 and 16 heads (bench/NOTES.md, "The row ring" and "The ring's
@@ -105,10 +105,12 @@ enum { kNarrowTokensPerRound = 32, kNarrowRingRounds = 1, kNarrowMaxProducerGrou
 /* Shared-memory map of the sm90-narrow kernel, from the 1024-aligned base: Q
  * (d_qk / 64 swizzled blocks of `heads` rows x 128 bytes) and two K tile buffers
  * as sm90's; P (`heads` rows x one 64-candidate block); the consumer's four warps'
- * column maxima of a tile (at the end, their column sums); the heads' final
- * statistics; the buffers' validity flags (bytes); then, where it fits, the row
- * ring: an mbarrier per slot and the slots, kNarrowRingRounds rounds of rows per
- * producer group. */
+ * column maxima of a tile (at the end, their column sums); the buffers' validity
+ * flags (bytes); then, where it fits, the row ring: an mbarrier per slot and the
+ * slots, kNarrowRingRounds rounds of rows per producer group. The heads' final
+ * statistics have no place of their own: written after the walk, they follow the
+ * output staged over the K buffers (the template places them; the 128 bytes at 16
+ * heads are what a third ring slot lacked). */
 static void sm90_narrow_smem_map(const mlajit_kernel_spec *r, const mlajit_model_desc *d, smem_map *m)
 {
     int heads = r->heads_per_cta, tile = r->tile;
@@ -119,8 +121,6 @@ static void sm90_narrow_smem_map(const mlajit_kernel_spec *r, const mlajit_model
     m->k = off;           off += 2 * operand;
     m->probs = off;       off += heads * tile * 2;
     m->scores = off;      off += align16(4 * heads * 4);
-    m->row_max = off;     off += align16(heads * 4);
-    m->row_sum = off;     off += align16(heads * 4);
     m->token_valid = off; off += align16(2 * tile);
     m->producer_groups = 2;
     if (d->scale_place == MLAJIT_SCALES_INLINE) {
