@@ -268,10 +268,11 @@ int mlajit_spec_resolve(const mlajit_kernel_spec *spec, mlajit_kernel_spec *reso
 
 /* The alternatives auto's plans may switch to: only for an auto spec (variant,
  * tile and head group left to the generator) on sm_90a, the arch they were
- * measured on. 1 and *alt (arch set) when the spec with `variant` resolves there,
- * with what it resolves to in *resolved (may be NULL), else 0, leaving no error set. */
+ * measured on. 1 and *alt (arch set) when the spec with `variant` resolves there
+ * (with `as_itself`, only where it resolves to `variant` itself, not to a kernel
+ * it stands for elsewhere), else 0, leaving no error set. */
 static int auto_alternative(const mlajit_kernel_spec *spec, const char *default_arch, mlajit_variant variant,
-                            mlajit_kernel_spec *alt, mlajit_kernel_spec *resolved)
+                            int as_itself, mlajit_kernel_spec *alt)
 {
     if (!spec || !alt || mlajit_spec_validate(spec) != MLAJIT_OK)
         return 0;
@@ -282,10 +283,12 @@ static int auto_alternative(const mlajit_kernel_spec *spec, const char *default_
     mlajit_kernel_spec s = *spec, r;
     s.variant = variant;
     snprintf(s.arch, sizeof s.arch, "%s", arch);
-    if (mlajit_spec_resolve(&s, resolved ? resolved : &r) != MLAJIT_OK) {
+    if (mlajit_spec_resolve(&s, &r) != MLAJIT_OK) {
         mlajit_clear_error();
         return 0;
     }
+    if (as_itself && r.variant != variant)
+        return 0;
     *alt = s;
     return 1;
 }
@@ -295,19 +298,14 @@ int mlajit_spec_short_walk_alternative(const mlajit_kernel_spec *spec, const cha
 {
     if (!spec || spec->h_q <= 32)
         return 0;
-    return auto_alternative(spec, default_arch, MLAJIT_VARIANT_SM90_STAGED, alt, NULL);
+    return auto_alternative(spec, default_arch, MLAJIT_VARIANT_SM90_STAGED, 0, alt);
 }
 
 int mlajit_spec_one_tile_alternative(const mlajit_kernel_spec *spec, const char *default_arch,
                                      mlajit_kernel_spec *alt)
 {
     /* only where it resolves as itself: elsewhere sm90 has no pair to leave out */
-    mlajit_kernel_spec s, r;
-    if (!auto_alternative(spec, default_arch, MLAJIT_VARIANT_SM90_UNPAIRED, &s, &r) ||
-        r.variant != MLAJIT_VARIANT_SM90_UNPAIRED)
-        return 0;
-    *alt = s;
-    return 1;
+    return auto_alternative(spec, default_arch, MLAJIT_VARIANT_SM90_UNPAIRED, 1, alt);
 }
 
 int mlajit_spec_long_walk_alternative(const mlajit_kernel_spec *spec, const char *default_arch,
@@ -315,12 +313,7 @@ int mlajit_spec_long_walk_alternative(const mlajit_kernel_spec *spec, const char
 {
     /* only where it resolves as itself (V3.2's rows, few enough heads for the third
      * slot), which is where auto runs sm90-narrow */
-    mlajit_kernel_spec s, r;
-    if (!auto_alternative(spec, default_arch, MLAJIT_VARIANT_SM90_NARROW_LONG, &s, &r) ||
-        r.variant != MLAJIT_VARIANT_SM90_NARROW_LONG)
-        return 0;
-    *alt = s;
-    return 1;
+    return auto_alternative(spec, default_arch, MLAJIT_VARIANT_SM90_NARROW_LONG, 1, alt);
 }
 
 int mlajit_spec_walk_alternatives(const mlajit_kernel_spec *spec, const char *default_arch,
