@@ -1,11 +1,11 @@
 // ---------------------------------------------------------------------------
 // decode_sm90_narrow.cu: the Hopper kernel for at most 32 heads (sm_90a). The
 // products are transposed, so the 64 candidates of a tile, not the heads, fill
-// wgmma's M of 64, and the heads are its N: kHeadsN = h_q rounded up to 8, no math
-// padded to 64 heads. The output accumulators shrink with it (d_v x kHeadsN), so
+// wgmma's M of 64, and the heads are its N: kHeadsN = the CTA's head group (8-32;
+// h_q rounded up to 8 unless the plan splits the heads), no math padded to 64 heads. The output accumulators shrink with it (d_v x kHeadsN), so
 // two warp groups gather instead of one.
 //
-// One CTA = one (batch row x query token, split), every head: 384 or 512 threads
+// One CTA = one (batch row x query token, head group, split): 384 or 512 threads
 // in three or four warp groups with fixed roles.
 //   consumer (warp group 0): S^T = K Q^T with wgmma m64nNk16 (A: the K tile, B: Q,
 //     both K-major in shared memory); the online softmax per head, i.e. per column
@@ -55,7 +55,7 @@ namespace sm90 {
 
 // ---- tile configuration (every constant this kernel's shape depends on; the
 // operand blocks and the producer's rounds are in sm90_common.cu) ----
-constexpr int kHeadsN = cfg::kHeadsPerCta;            // h_q rounded up to 8: wgmma N of S^T and of O^T
+constexpr int kHeadsN = cfg::kHeadsPerCta;            // the head group: wgmma N of S^T and of O^T
 constexpr int kQBlockBytes = kHeadsN * 128;           // Q: a 64-dim block of kHeadsN rows
 constexpr int kVBlocks = cfg::kDV / 64;               // wgmma M blocks of O^T
 constexpr int kAccS = kHeadsN / 2;                    // S^T (64 x kHeadsN) fp32 per thread
@@ -128,8 +128,7 @@ enum NamedBarrier {
 };
 
 static_assert(cfg::kThreads == kCtaThreads, "the generator's thread count must match the roles");
-static_assert(kHeadsN % 8 == 0 && kHeadsN >= 8 && kHeadsN <= 32 && cfg::kHeads <= kHeadsN,
-              "wgmma N: the heads rounded up to 8, at most 32");
+static_assert(kHeadsN % 8 == 0 && kHeadsN >= 8 && kHeadsN <= 32, "wgmma N: a head group of 8-32 heads");
 static_assert(kRoundsPerTile == 2, "one producer group per round of a tile");
 static_assert(!kExactScalesOnly, "arbitrary fp32 scales: the exact dequantization only (sm90 takes them)");
 static_assert(cfg::kClusterCtas == 1, "no CTA pair: one CTA holds every head");
@@ -501,12 +500,14 @@ extern "C" __global__ void __launch_bounds__(sm90::kCtaThreads, 1) mlajit_decode
     // Warp w finishes heads w, w + 4, ...: lane l holds dims 4 l + 128 k (k < 4), so
     // each store instruction writes one row's contiguous 512 (fp32) or 256 (bf16)
     // bytes and each staged read is 16 contiguous bytes per lane (no bank conflict).
+    // (hl: the head within the CTA's group; the group's heads past h_q are padding)
+    const int heads_here = min(kHeadsN, cfg::kHeads - work.head0);
 #pragma unroll 1
-    for (int h = warp; h < cfg::kHeads; h += 4) {
+    for (int hl = warp; hl < heads_here; hl += 4) {
         const int dim0 = 4 * lane;
-        const u32 src = staging + 4 * (u32)(h * kStageStride + dim0);
+        const u32 src = staging + 4 * (u32)(hl * kStageStride + dim0);
         finish_row(
-            p, split, row, b, s, h, dim0, load_shared_f32(sRowMax + 4 * h), load_shared_f32(sRowSum + 4 * h),
+            p, split, row, b, s, work.head0 + hl, dim0, load_shared_f32(sRowMax + 4 * hl), load_shared_f32(sRowSum + 4 * hl),
             lane == 0,
             [&](float* dst, float inv) {
 #pragma unroll

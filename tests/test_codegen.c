@@ -257,6 +257,44 @@ Test(generate, narrow_row_ring_where_the_rows_hold_their_scales)
     }
 }
 
+/* sm90-narrow's head group: 0 resolves to h_q rounded up to 8 (every head in one
+ * CTA); 8-32 up to that split the heads into groups (a grid dimension); more
+ * than the heads is refused, naming the allowed values. At 32 heads in groups
+ * of 16 sm90-narrow-long's third producer group fits (a group's shared memory). */
+Test(spec, narrow_head_groups_resolve_up_to_the_heads)
+{
+    mlajit_kernel_spec s, r;
+    cr_assert_eq(mlajit_spec_init(&s, MLAJIT_MODEL_V32, 20, 64), MLAJIT_OK);
+    strcpy(s.arch, "sm_90a");
+    s.variant = MLAJIT_VARIANT_SM90_NARROW;
+    cr_assert_eq(mlajit_spec_resolve(&s, &r), MLAJIT_OK, "%s", mlajit_last_error());
+    cr_expect_eq(r.heads_per_cta, 24);
+    const int groups[] = {8, 16, 24};
+    for (int i = 0; i < 3; i++) {
+        s.heads_per_cta = groups[i];
+        cr_assert_eq(mlajit_spec_resolve(&s, &r), MLAJIT_OK, "hc%d: %s", groups[i], mlajit_last_error());
+        cr_expect_eq(r.heads_per_cta, groups[i]);
+        cr_expect_eq(r.variant, MLAJIT_VARIANT_SM90_NARROW);
+        mlajit_kernel_layout l;
+        cr_assert_eq(mlajit_codegen_layout(&r, &l), MLAJIT_OK);
+        cr_expect_eq(l.heads_per_cta, groups[i]);
+        cr_expect_eq(l.cluster_ctas, 1, "a head group is a CTA of its own");
+    }
+    s.heads_per_cta = 32;
+    cr_expect_eq(mlajit_spec_resolve(&s, &r), MLAJIT_ERR_UNSUPPORTED);
+    cr_expect(strstr(mlajit_last_error(), "heads_per_cta 32") && strstr(mlajit_last_error(), "8, 16, 24 or 32 up to 24"),
+              "%s", mlajit_last_error());
+    s.h_q = 32;
+    s.variant = MLAJIT_VARIANT_SM90_NARROW_LONG;
+    s.heads_per_cta = 0;
+    cr_assert_eq(mlajit_spec_resolve(&s, &r), MLAJIT_OK, "%s", mlajit_last_error());
+    cr_expect_eq(r.variant, MLAJIT_VARIANT_SM90_NARROW, "32 heads in one CTA: no room for the third group");
+    s.heads_per_cta = 16;
+    cr_assert_eq(mlajit_spec_resolve(&s, &r), MLAJIT_OK, "%s", mlajit_last_error());
+    cr_expect_eq(r.variant, MLAJIT_VARIANT_SM90_NARROW_LONG, "16 of 32 heads per CTA: the third group fits");
+    cr_expect_eq(mlajit_narrow_producer_groups(&r), 3);
+}
+
 /* From sm_90 both kernels wait on the device for the grid before them
  * (griddepcontrol), so the runtime may launch them early; before sm_90 they must
  * not be launched that way. */

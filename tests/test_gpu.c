@@ -583,6 +583,47 @@ Test(gpu, sm90_narrow_dequant_every_code_and_scale, .timeout = 180)
     dequant_every_code_and_scale_of(MLAJIT_VARIANT_SM90_NARROW, (1u << MLAJIT_MODEL_V32) | (1u << MLAJIT_MODEL_DSV4));
 }
 
+/* sm90-narrow with the heads split into groups (plan.c takes them where the
+ * rows alone leave SMs idle): each CTA stages its group's Q rows (zeros past
+ * h_q) and writes only its live heads' rows, lse and sink share. The golden
+ * cases of at most 32 heads at 8 and 16 heads per CTA, split and strided too;
+ * then head counts that leave the last group part empty (20 in groups of 8, 32
+ * in groups of 24), with a sink, ragged and split, and sm90-narrow-long, whose
+ * third producer group fits at 16 heads per CTA where it does not at 32. */
+Test(gpu, sm90_narrow_head_groups, .timeout = 300)
+{
+    require_sm90a();
+    mlajit_gpu_run_options by8 = {.variant = MLAJIT_VARIANT_SM90_NARROW, .heads_per_cta = 8};
+    for_each_golden_where(&by8, "sm90-narrow, 8 heads per CTA", 0, 32, 2);
+    mlajit_gpu_run_options by16 = {.variant = MLAJIT_VARIANT_SM90_NARROW, .heads_per_cta = 16, .num_splits = 3,
+                                   .lse_head_major = 1, .pad_strides = 1};
+    for_each_golden_where(&by16, "sm90-narrow, 16 heads per CTA, 3 splits, lse [b,h,s], padded strides", 0, 32, 1);
+    const struct {
+        mlajit_model model;
+        int h_q, heads_per_cta, splits;
+        mlajit_variant variant;
+    } runs[] = {
+        {MLAJIT_MODEL_V32, 20, 8, 0, MLAJIT_VARIANT_SM90_NARROW},
+        {MLAJIT_MODEL_DSV4, 32, 24, 0, MLAJIT_VARIANT_SM90_NARROW},
+        {MLAJIT_MODEL_V32, 24, 16, 5, MLAJIT_VARIANT_SM90_NARROW},
+        {MLAJIT_MODEL_V32, 32, 16, 1, MLAJIT_VARIANT_SM90_NARROW_LONG},
+        {MLAJIT_MODEL_V32, 13, 8, 2, MLAJIT_VARIANT_SM90_NARROW_LONG},
+    };
+    for (int i = 0; i < 5; i++) {
+        mlajit_synth_params p = {.model = runs[i].model, .b = 2 + i % 2, .s_q = 1 + i % 2, .h_q = runs[i].h_q,
+                                 .topk = 700 - 97 * i, .page_size = i % 2 ? 64 : 61, .seqlen = 2000,
+                                 .with_sink = i != 1, .with_topk_length = i % 2,
+                                 .invalid_fraction = i % 2 ? 0.0 : 0.1, .seed = 9300 + (uint64_t)i};
+        mlajit_gpu_run_options o = {.variant = runs[i].variant, .heads_per_cta = runs[i].heads_per_cta,
+                                    .num_splits = runs[i].splits, .lse_head_major = i == 2};
+        char label[128];
+        snprintf(label, sizeof label, "%s %s h%d, %d heads per CTA, topk %d, %d splits",
+                 mlajit_variant_name(runs[i].variant), mlajit_model_describe(p.model)->name, p.h_q,
+                 runs[i].heads_per_cta, p.topk, runs[i].splits);
+        synth_check(&p, &o, label);
+    }
+}
+
 /* sm90-narrow-long (three producer groups, the walk's rounds dealt to them in
  * turn, so each group skips tiles and starts at its own tile and round) against
  * the fp64 reference: the shape sweep at 1-16 heads with V3.2's rows (DSV4's

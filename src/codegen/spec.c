@@ -207,12 +207,15 @@ int mlajit_spec_resolve(const mlajit_kernel_spec *spec, mlajit_kernel_spec *reso
         if (d->scale_format == MLAJIT_SCALE_FP32)
             return mlajit_fail(MLAJIT_ERR_UNSUPPORTED, "variant %s needs power-of-two scales (v32, dsv4); "
                                "model %s has arbitrary fp32 scales: use the sm90 variant", name, d->name);
-        if ((r.tile && r.tile != 64) || (r.heads_per_cta && r.heads_per_cta != heads_n))
-            return mlajit_fail(MLAJIT_ERR_UNSUPPORTED, "variant %s runs tile 64 with h_q rounded up to 8 heads "
-                               "per CTA (%d); spec has tile %d, heads_per_cta %d: leave them 0", name, heads_n, r.tile,
-                               r.heads_per_cta);
+        /* head groups of 8-32 heads (wgmma N); auto's plans split the heads into
+         * groups where that fills SMs a call would leave idle (plan.c) */
+        if ((r.tile && r.tile != 64) || (r.heads_per_cta && r.heads_per_cta > heads_n))
+            return mlajit_fail(MLAJIT_ERR_UNSUPPORTED, "variant %s runs tile 64 with at most h_q rounded up to 8 "
+                               "heads per CTA (%d); spec has tile %d, heads_per_cta %d: use 0 (%d), or 8, 16, 24 or 32 "
+                               "up to %d", name, heads_n, r.tile, r.heads_per_cta, heads_n, heads_n);
         r.tile = 64;
-        r.heads_per_cta = heads_n;
+        if (r.heads_per_cta == 0)
+            r.heads_per_cta = heads_n;
         /* where the third producer group's ring slot does not fit, sm90-narrow-long
          * is sm90-narrow: one name per kernel */
         if (r.variant == MLAJIT_VARIANT_SM90_NARROW_LONG && mlajit_narrow_producer_groups(&r) < 3)

@@ -179,13 +179,15 @@ void mlajit_fuzz_draw(uint64_t run_seed, int64_t call, int allow_heavy, mlajit_f
     /* The sliced family where it runs this draw's model, tile and heads per CTA
      * (it resolves), a quarter of those draws (drawn last: the draws before it
      * stay what they were); then sm90-narrow where it resolves (at most 32 heads,
-     * power-of-two scales; its own tile and head group), a quarter of the draws
+     * power-of-two scales; its own tile), a quarter of the draws
      * that did not take sliced, half of those as sm90-narrow-long (which is
      * sm90-narrow where its third producer group does not fit). */
     const int sliced = resolves_on_sm90a(model, h_q, page, tile, hc, MLAJIT_VARIANT_SLICED) && chance(&r, 25);
     const int narrow = !sliced && resolves_on_sm90a(model, h_q, page, 0, 0, MLAJIT_VARIANT_SM90_NARROW) &&
                        chance(&r, 25);
     const int narrow_long = narrow && chance(&r, 50);
+    /* half the narrow draws split the heads into groups of 8 .. h_q rounded up to 8 */
+    const int narrow_hc = narrow && chance(&r, 50) ? 8 * (1 + below(&r, (h_q + 7) / 8)) : 0;
 
     mlajit_kernel_spec *sp = &out->spec;
     sp->model = model;
@@ -194,7 +196,7 @@ void mlajit_fuzz_draw(uint64_t run_seed, int64_t call, int allow_heavy, mlajit_f
     sp->extra_page_size = extra_page;
     sp->features = features;
     sp->tile = narrow ? 0 : tile;
-    sp->heads_per_cta = narrow ? 0 : hc;
+    sp->heads_per_cta = narrow ? narrow_hc : hc;
     sp->variant = sliced        ? MLAJIT_VARIANT_SLICED
                   : narrow_long ? MLAJIT_VARIANT_SM90_NARROW_LONG
                   : narrow      ? MLAJIT_VARIANT_SM90_NARROW
