@@ -133,7 +133,9 @@ typedef enum mlajit_variant {
                                   * portable. A plan takes sm90-staged where it would run sm90 on
                                   * a short walk, sm90-unpaired where it would walk one tile per
                                   * CTA at 65-128 heads, sm90-narrow-long where sm90-narrow would
-                                  * walk at least 16 tiles per CTA (below), where that kernel can be
+                                  * walk at least 16 tiles per CTA (below), sm90-narrow with its
+                                  * heads in two groups (9-32 heads) where every head in one CTA
+                                  * would leave half of the SMs idle, where that kernel can be
                                   * had (the faster on the H200 there; bench/NOTES.md) */
     MLAJIT_VARIANT_PORTABLE = 1, /* mma.sync bf16 family, sm_80 and newer */
     MLAJIT_VARIANT_SM90 = 2,     /* wgmma, warp-specialized; sm_90a only, 64 heads per CTA, tile 64 */
@@ -152,7 +154,8 @@ typedef enum mlajit_variant {
                                   * on sm_90a where sm90's plan splits down to one tile per CTA, so
                                   * the pair's start-up is not paid for one tile (bench/NOTES.md) */
     MLAJIT_VARIANT_SM90_NARROW = 6, /* wgmma with the products transposed (candidates are wgmma's M,
-                                  * heads its N): at most 32 heads, h_q rounded up to 8 per CTA, no
+                                  * heads its N): at most 32 heads, h_q rounded up to 8 per CTA (or
+                                  * heads_per_cta 8, 16, 24 or 32 up to that: head groups), no
                                   * math padded to 64 heads, two warp groups gathering; sm_90a,
                                   * power-of-two scales (v32, dsv4), tile 64. auto's kernel there
                                   * (faster than sm90 on every such row measured; bench/NOTES.md) */
@@ -170,7 +173,8 @@ typedef struct mlajit_kernel_spec {
     int extra_page_size; /* tokens per page of the extra cache; 0 = no extra cache */
     unsigned features;   /* MLAJIT_FEATURE_* */
     int tile;            /* candidates per tile: 0 = generator's choice, else 32 or 64 */
-    int heads_per_cta;   /* 0 = generator's choice, else 16, 32 or 64 (8 and 24 too with sm90-narrow) */
+    int heads_per_cta;   /* 0 = generator's choice, else 16, 32 or 64 (8 and 24 too with sm90-narrow;
+                          * sm90-narrow takes at most h_q rounded up to 8) */
     mlajit_variant variant;
     char arch[MLAJIT_ARCH_LEN]; /* "sm_80", "sm_90a", ...; "" = the context's device (sm_90a without one) */
 } mlajit_kernel_spec;

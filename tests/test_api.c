@@ -701,9 +701,22 @@ Test(api, auto_takes_narrow_or_sm90_by_heads_and_walk)
         {MLAJIT_MODEL_V32, 16, 128, 512, 0, ".hc16.sm90-narrow.sm_90a", "16 heads, 8 tiles"},
         {MLAJIT_MODEL_V32, 24, 128, 2048, 0, ".hc24.sm90-narrow.sm_90a", "24 heads: no room for the third group"},
         /* short walks: one row (many splits), a short topk, a forced split count */
-        {MLAJIT_MODEL_V32, 16, 1, 2048, 0, ".hc16.sm90-narrow.sm_90a", "one row"},
+        {MLAJIT_MODEL_V32, 16, 8, 2048, 0, ".hc16.sm90-narrow.sm_90a", "b 8: 16 splits, 128 CTAs"},
         {MLAJIT_MODEL_V32, 8, 128, 512, 0, ".hc8.sm90-narrow.sm_90a", "a short topk"},
         {MLAJIT_MODEL_V32, 8, 128, 2048, 64, ".hc8.sm90-narrow.sm_90a", "forced splits of one tile"},
+        /* where the plan leaves half of the SMs idle, the heads in two groups */
+        {MLAJIT_MODEL_V32, 16, 1, 2048, 0, ".hc8.sm90-narrow.sm_90a", "one row: 32 CTAs"},
+        {MLAJIT_MODEL_V32, 32, 1, 2048, 0, ".hc16.sm90-narrow.sm_90a", "one row at 32 heads"},
+        {MLAJIT_MODEL_V32, 20, 1, 2048, 0, ".hc16.sm90-narrow.sm_90a", "20 heads: 16 and 4"},
+        {MLAJIT_MODEL_V32, 32, 64, 128, 0, ".hc16.sm90-narrow.sm_90a", "64 rows unsplit: 64 CTAs"},
+        {MLAJIT_MODEL_V32, 32, 66, 128, 0, ".hc16.sm90-narrow.sm_90a", "66 rows: 132 CTAs in groups"},
+        {MLAJIT_MODEL_V32, 32, 67, 128, 0, ".hc32.sm90-narrow.sm_90a", "67 rows: 134 would not fit"},
+        {MLAJIT_MODEL_V32, 32, 128, 128, 0, ".hc32.sm90-narrow.sm_90a", "128 rows fill the SMs"},
+        {MLAJIT_MODEL_V32, 32, 64, 512, 0, ".hc32.sm90-narrow.sm_90a", "2 splits fill them"},
+        {MLAJIT_MODEL_V32, 32, 1, 2048, 2, ".hc16.sm90-narrow.sm_90a", "forced: 2 splits, 2 CTAs"},
+        {MLAJIT_MODEL_DSV4, 16, 2, 640, 0, ".hc8.sm90-narrow.sm_90a", "DSV4, 2 rows of 10 splits"},
+        {MLAJIT_MODEL_V32, 8, 1, 2048, 0, ".hc8.sm90-narrow.sm_90a", "8 heads: no smaller group"},
+        {MLAJIT_MODEL_GLM_NSA, 16, 1, 2048, 0, ".hc64.sm90.sm_90a", "arbitrary scales: no narrow kernel"},
         /* 17-32 heads, DSV4's layout: sm90-narrow, h_q rounded up to 8 */
         {MLAJIT_MODEL_V32, 32, 128, 2048, 0, ".hc32.sm90-narrow.sm_90a", "32 heads"},
         {MLAJIT_MODEL_V32, 20, 128, 2048, 0, ".hc24.sm90-narrow.sm_90a", "20 heads"},

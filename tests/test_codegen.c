@@ -418,28 +418,53 @@ Test(generate, needs_an_arch)
 }
 
 /* Every alternative of a spec, as grids and pack hints take them: short walk, one
- * tile and long walk, each only where the spec has it; at 17-32 heads none (auto's
- * sm90-narrow beat the sliced family on every walk measured since its row ring),
- * at 16 and fewer with V3.2's rows the long walk's sm90-narrow-long. */
+ * tile, long walk and head split, each only where the spec has it: at 9-32 heads
+ * with power-of-two scales sm90-narrow with its head group halved (8 at 9-16
+ * heads, 16 at 17-32), at 16 and fewer with V3.2's rows first the long walk's
+ * sm90-narrow-long (auto's sm90-narrow beat the sliced family on every walk
+ * measured since its row ring, so 17-32 heads have no long-walk kernel). */
 Test(codegen, walk_alternatives_list_each_one_the_spec_has)
 {
     mlajit_kernel_spec s, alts[MLAJIT_WALK_ALTERNATIVES];
     cr_assert_eq(mlajit_spec_init(&s, MLAJIT_MODEL_V32, 16, 64), MLAJIT_OK);
-    s.h_q = 17;
-    cr_expect_eq(mlajit_spec_walk_alternatives(&s, "sm_90a", alts), 0, "17 heads: none");
+    const struct { int h_q, group; } splits[] = {{17, 16}, {24, 16}, {25, 16}, {32, 16}};
+    for (int i = 0; i < 4; i++) {
+        s.h_q = splits[i].h_q;
+        cr_expect_eq(mlajit_spec_walk_alternatives(&s, "sm_90a", alts), 1, "%d heads: the head split", s.h_q);
+        cr_expect_eq(alts[0].variant, MLAJIT_VARIANT_SM90_NARROW);
+        cr_expect_eq(alts[0].heads_per_cta, splits[i].group, "%d heads", s.h_q);
+    }
     for (int h = 1; h <= 16; h += 5) {
         s.h_q = h;
-        cr_expect_eq(mlajit_spec_walk_alternatives(&s, "sm_90a", alts), 1, "%d heads: sm90-narrow-long", h);
+        const int n = h > 8 ? 2 : 1;
+        cr_expect_eq(mlajit_spec_walk_alternatives(&s, "sm_90a", alts), n, "%d heads: sm90-narrow-long%s", h,
+                     n == 2 ? ", the head split" : "");
         cr_expect_eq(alts[0].variant, MLAJIT_VARIANT_SM90_NARROW_LONG);
+        cr_expect_eq(alts[0].heads_per_cta, 0, "the long walk's kernel keeps the generator's head group");
         cr_expect_str_eq(alts[0].arch, "sm_90a");
+        if (n == 2) {
+            cr_expect_eq(alts[1].variant, MLAJIT_VARIANT_SM90_NARROW);
+            cr_expect_eq(alts[1].heads_per_cta, 8);
+            cr_expect_str_eq(alts[1].arch, "sm_90a");
+        }
         cr_expect_eq(mlajit_spec_walk_alternatives(&s, "sm_80", alts), 0, "sm_80: none");
     }
     s.model = MLAJIT_MODEL_DSV4;
-    cr_expect_eq(mlajit_spec_walk_alternatives(&s, "sm_90a", alts), 0, "DSV4 at 8 heads: no ring, none");
+    cr_expect_eq(mlajit_spec_walk_alternatives(&s, "sm_90a", alts), 1, "DSV4 at 16 heads: no ring, the head split");
+    cr_expect_eq(alts[0].heads_per_cta, 8);
+    s.h_q = 8;
+    cr_expect_eq(mlajit_spec_walk_alternatives(&s, "sm_90a", alts), 0, "DSV4 at 8 heads: none");
     s.model = MLAJIT_MODEL_V32;
     s.variant = MLAJIT_VARIANT_SM90_NARROW;
     cr_expect_eq(mlajit_spec_walk_alternatives(&s, "sm_90a", alts), 0, "a spec that names its variant: none");
     s.variant = MLAJIT_VARIANT_AUTO;
+    s.h_q = 16;
+    s.heads_per_cta = 16;
+    cr_expect_eq(mlajit_spec_walk_alternatives(&s, "sm_90a", alts), 0, "a spec that names its head group: none");
+    s.heads_per_cta = 0;
+    s.model = MLAJIT_MODEL_GLM_NSA;
+    cr_expect_eq(mlajit_spec_walk_alternatives(&s, "sm_90a", alts), 0, "arbitrary scales at 16 heads: none");
+    s.model = MLAJIT_MODEL_V32;
     s.h_q = 64;
     cr_expect_eq(mlajit_spec_walk_alternatives(&s, "sm_90a", alts), 1, "64 heads: sm90-staged only");
     cr_expect_eq(alts[0].variant, MLAJIT_VARIANT_SM90_STAGED);
@@ -452,9 +477,6 @@ Test(codegen, walk_alternatives_list_each_one_the_spec_has)
     cr_expect_eq(mlajit_spec_walk_alternatives(&s, "sm_90a", alts), 1, "arbitrary scales at 128 heads: unpaired only");
     cr_expect_eq(alts[0].variant, MLAJIT_VARIANT_SM90_UNPAIRED);
     s.model = MLAJIT_MODEL_V32;
-    s.h_q = 32;
-    cr_expect_eq(mlajit_spec_walk_alternatives(&s, "sm_90a", alts), 0, "32 heads: none");
-    s.h_q = 128;
     cr_expect_eq(mlajit_spec_walk_alternatives(&s, "sm_80", alts), 0, "not sm_90a: none");
     cr_expect_eq(mlajit_spec_walk_alternatives(NULL, "sm_90a", alts), 0);
 }

@@ -1269,26 +1269,26 @@ Test(warmup, counts_what_each_layer_served_and_names_a_missing_kernel)
 {
     mlajit_context *k = keyer();
     const char *dir = path_in_root("cache");
-    /* grid: v32, dsv4 x heads 20, 24 x page 64 (sm90-narrow's at 24 heads per CTA:
-     * no walk alternatives) */
-    mlajit_kernel_spec v20 = spec_of(MLAJIT_MODEL_V32, 20, 64, 0), v24 = spec_of(MLAJIT_MODEL_V32, 24, 64, 0),
-                       d20 = spec_of(MLAJIT_MODEL_DSV4, 20, 64, 0), d24 = spec_of(MLAJIT_MODEL_DSV4, 24, 64, 0);
-    mlajit_kernel_spec in_pack[2] = {v20, d20};
+    /* grid: glm_nsa x heads 20, 24, 40, 48 x page 64 (arbitrary scales: sm90 at 64
+     * heads per CTA, no walk alternatives below 65 heads) */
+    mlajit_kernel_spec g20 = spec_of(MLAJIT_MODEL_GLM_NSA, 20, 64, 0), g24 = spec_of(MLAJIT_MODEL_GLM_NSA, 24, 64, 0),
+                       g40 = spec_of(MLAJIT_MODEL_GLM_NSA, 40, 64, 0), g48 = spec_of(MLAJIT_MODEL_GLM_NSA, 48, 64, 0);
+    mlajit_kernel_spec in_pack[2] = {g20, g40};
     write_fake_pack(path_in_root("a.pack"), k, in_pack, 2, NULL);
-    plant_in_cache(dir, k, &v24, 1);
+    plant_in_cache(dir, k, &g24, 1);
     mlajit_context *ctx = context_on(dir, path_in_root("a.pack"), MLAJIT_CONTEXT_NO_JIT);
-    mlajit_model models[] = {MLAJIT_MODEL_V32, MLAJIT_MODEL_DSV4};
-    int heads[] = {20, 24}, pages[] = {64};
-    mlajit_kernel_grid grid = {.models = models, .num_models = 2, .head_counts = heads, .num_head_counts = 2,
+    mlajit_model models[] = {MLAJIT_MODEL_GLM_NSA};
+    int heads[] = {20, 24, 40, 48}, pages[] = {64};
+    mlajit_kernel_grid grid = {.models = models, .num_models = 1, .head_counts = heads, .num_head_counts = 4,
                                .page_sizes = pages, .num_page_sizes = 1};
     mlajit_warmup_report rep;
-    cr_expect_eq(mlajit_warmup(ctx, &grid, 2, &rep), MLAJIT_ERR_NOT_FOUND, "d24 is nowhere and JIT is off");
-    cr_expect(strstr(mlajit_last_error(), "dsv4.h24.p64") != NULL, "%s", mlajit_last_error());
+    cr_expect_eq(mlajit_warmup(ctx, &grid, 2, &rep), MLAJIT_ERR_NOT_FOUND, "h48 is nowhere and JIT is off");
+    cr_expect(strstr(mlajit_last_error(), "glm_nsa.h48.p64") != NULL, "%s", mlajit_last_error());
     cr_expect_eq(rep.kernels, 4);
     cr_expect_eq(rep.from_packs, 2);
     cr_expect_eq(rep.from_disk, 1);
     cr_expect_eq(rep.compiled, 0);
-    plant_in_cache(dir, k, &d24, 3);
+    plant_in_cache(dir, k, &g48, 3);
     cr_expect_eq(mlajit_warmup(ctx, &grid, 0, &rep), MLAJIT_OK, "%s", mlajit_last_error());
     cr_expect_eq(rep.from_memory, 3);
     cr_expect_eq(rep.from_disk, 1);
@@ -1308,7 +1308,8 @@ Test(warmup, counts_what_each_layer_served_and_names_a_missing_kernel)
 
 /* A grid brings along the kernels auto's plans switch to (auto's own at 32 heads
  * and fewer with power-of-two scales being sm90-narrow): the long-walk kernel
- * (sm90-narrow-long) where its third producer group fits (V3.2 at 8 and 16 heads), the
+ * (sm90-narrow-long) where its third producer group fits (V3.2 at 8 and 16 heads),
+ * the head-split kernel (sm90-narrow with its head group halved) at 9-32 heads, the
  * short-walk kernel (sm90-staged) above 32 heads with power-of-two scales, the
  * one-tile kernel (sm90-unpaired) at 65-128 heads; so a pack covers every plan. */
 Test(warmup, grid_brings_every_walk_alternative_along)
@@ -1323,11 +1324,15 @@ Test(warmup, grid_brings_every_walk_alternative_along)
     const char *expected[] = {
         "v32.h8.p64.t64.hc8.sm90-narrow.sm_90a", "v32.h8.p64.t64.hc8.sm90-narrow-long.sm_90a",
         "v32.h16.p64.t64.hc16.sm90-narrow.sm_90a", "v32.h16.p64.t64.hc16.sm90-narrow-long.sm_90a",
-        "v32.h32.p64.t64.hc32.sm90-narrow.sm_90a", "v32.h64.p64.t64.hc64.sm90.sm_90a",
+        "v32.h16.p64.t64.hc8.sm90-narrow.sm_90a",
+        "v32.h32.p64.t64.hc32.sm90-narrow.sm_90a", "v32.h32.p64.t64.hc16.sm90-narrow.sm_90a",
+        "v32.h64.p64.t64.hc64.sm90.sm_90a",
         "v32.h64.p64.t64.hc64.sm90-staged.sm_90a", "v32.h128.p64.t64.hc64.sm90.sm_90a",
         "v32.h128.p64.t64.hc64.sm90-staged.sm_90a", "v32.h128.p64.t64.hc64.sm90-unpaired.sm_90a",
         "dsv4.h8.p64.t64.hc8.sm90-narrow.sm_90a", "dsv4.h16.p64.t64.hc16.sm90-narrow.sm_90a",
-        "dsv4.h32.p64.t64.hc32.sm90-narrow.sm_90a", "dsv4.h64.p64.t64.hc64.sm90.sm_90a",
+        "dsv4.h16.p64.t64.hc8.sm90-narrow.sm_90a",
+        "dsv4.h32.p64.t64.hc32.sm90-narrow.sm_90a", "dsv4.h32.p64.t64.hc16.sm90-narrow.sm_90a",
+        "dsv4.h64.p64.t64.hc64.sm90.sm_90a",
         "dsv4.h64.p64.t64.hc64.sm90-staged.sm_90a", "dsv4.h128.p64.t64.hc64.sm90.sm_90a",
         "dsv4.h128.p64.t64.hc64.sm90-staged.sm_90a", "dsv4.h128.p64.t64.hc64.sm90-unpaired.sm_90a",
         "glm_nsa.h8.p64.t64.hc64.sm90.sm_90a",   "glm_nsa.h16.p64.t64.hc64.sm90.sm_90a",
@@ -1360,7 +1365,8 @@ Test(warmup, compiles_in_parallel_and_logs_one_line_per_compile_and_pack, .timeo
     const char *err = capture_end();
     cr_assert_eq(rc, MLAJIT_OK, "%s", mlajit_last_error());
     cr_expect_eq(rep.from_packs, 1);
-    cr_expect_eq(rep.compiled, 5, "h3 and h12, and the long-walk kernels of h3, h8 and h12 (not in the pack)");
+    cr_expect_eq(rep.compiled, 6, "h3 and h12, the long-walk kernels of h3, h8 and h12 and h12's head split "
+                                  "(not in the pack)");
     cr_expect_gt(rep.compile_ms, 0.0);
     cr_expect_eq(count_of(err, "mlajit: pack "), 1, "%s", err);
     cr_expect_eq(count_of(err, "mlajit: compiled v32.h3.p64.t64.hc8.sm90-narrow.sm_90a"), 1, "%s", err);
@@ -1368,7 +1374,8 @@ Test(warmup, compiles_in_parallel_and_logs_one_line_per_compile_and_pack, .timeo
     cr_expect_eq(count_of(err, "mlajit: compiled v32.h8.p64.t64.hc8.sm90-narrow-long.sm_90a"), 1, "%s", err);
     cr_expect_eq(count_of(err, "mlajit: compiled v32.h12.p64.t64.hc16.sm90-narrow.sm_90a"), 1, "%s", err);
     cr_expect_eq(count_of(err, "mlajit: compiled v32.h12.p64.t64.hc16.sm90-narrow-long.sm_90a"), 1, "%s", err);
-    cr_expect_eq(count_of(err, "mlajit: compiled "), 5, "%s", err);
+    cr_expect_eq(count_of(err, "mlajit: compiled v32.h12.p64.t64.hc8.sm90-narrow.sm_90a"), 1, "%s", err);
+    cr_expect_eq(count_of(err, "mlajit: compiled "), 6, "%s", err);
     cr_expect(strstr(err, "for sm_90a in ") != NULL && strstr(err, " ms") != NULL, "%s", err);
     mlajit_context_destroy(ctx);
 }
@@ -1420,12 +1427,14 @@ Test(cli, pack_build_ls_verify_merge_bench_and_jit_disabled, .timeout = 300)
                     "--out prod.pack",
                     cli),
                  0, "%s", out_text());
-    cr_expect(strstr(out_text(), "3 kernels") != NULL, "%s", out_text());
+    cr_expect(strstr(out_text(), "5 kernels") != NULL, "%s", out_text());
     cr_expect(strstr(out_text(), "sm90-staged") == NULL, "no short-walk kernel at 16 heads: %s", out_text());
     cr_assert_eq(sh("%s pack ls prod.pack", cli), 0, "%s", out_text());
     cr_expect(strstr(out_text(), "v32.h16.p64.t64.hc16.sm90-narrow.") && strstr(out_text(), "dsv4.h16.p64") &&
-                  strstr(out_text(), "v32.h16.p64.t64.hc16.sm90-narrow-long.") && !strstr(out_text(), "sliced"),
-              "the grid's kernels and V3.2's long-walk one: %s", out_text());
+                  strstr(out_text(), "v32.h16.p64.t64.hc16.sm90-narrow-long.") &&
+                  strstr(out_text(), "v32.h16.p64.t64.hc8.sm90-narrow.") &&
+                  strstr(out_text(), "dsv4.h16.p64.t64.hc8.sm90-narrow.") && !strstr(out_text(), "sliced"),
+              "the grid's kernels, V3.2's long-walk one and both head splits: %s", out_text());
     cr_expect(strstr(out_text(), "nvrtc") != NULL, "%s", out_text());
     cr_assert_eq(sh("%s pack verify prod.pack", cli), 0, "%s", out_text());
     cr_expect(strstr(out_text(), "usable here") != NULL, "%s", out_text());
@@ -1454,7 +1463,7 @@ Test(cli, pack_build_ls_verify_merge_bench_and_jit_disabled, .timeout = 300)
     write_fake_pack(path_in_root("extra.pack"), k, three_specs() + 2, 1, NULL);
     mlajit_context_destroy(k);
     cr_assert_eq(sh("%s pack merge all.pack prod.pack extra.pack", cli), 0, "%s", out_text());
-    cr_expect(strstr(out_text(), "4 kernels from 2 packs") != NULL, "%s", out_text());
+    cr_expect(strstr(out_text(), "6 kernels from 2 packs") != NULL, "%s", out_text());
     cr_expect_eq(sh("%s pack bench prod.pack --repeat 1000", cli), 0, "%s", out_text()); /* real kernels: a GPU loads them */
     cr_expect(strstr(out_text(), "pack open") && strstr(out_text(), "repeat lookup"), "%s", out_text());
 

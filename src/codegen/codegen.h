@@ -79,14 +79,27 @@ int mlajit_spec_one_tile_alternative(const mlajit_kernel_spec *spec, const char 
 int mlajit_spec_long_walk_alternative(const mlajit_kernel_spec *spec, const char *default_arch,
                                       mlajit_kernel_spec *alt);
 
+/* The kernel auto switches to where its plan leaves at least half of the SMs idle
+ * (one row, or a short walk of few rows: no split would pay for its combine): for
+ * an auto spec on sm_90a (arch "" means default_arch) that resolves to sm90-narrow
+ * with 9-32 heads, sm90-narrow with its head group halved (rounded up to 8: 16
+ * heads by 8, 17-32 by 16), so twice the CTAs each do half the math and write half
+ * the output, and gather the same rows (the second read mostly from L2). On the
+ * H200 (bench/NOTES.md, "sm90-narrow's heads in groups"): V3.2 h32 b 1 9.5 -> 8.1
+ * us, h32 b 64 topk 128 10.8 -> 9.0, h16 7.8 -> 7.3 and 8.7 -> 8.0, DSV4 h32 b 2
+ * 10.0 -> 8.9; wherever the grid already filled the SMs it lost (up to 2x). 1 and
+ * *alt (arch set) when the spec has such an alternative, else 0. */
+int mlajit_spec_head_split_alternative(const mlajit_kernel_spec *spec, const char *default_arch,
+                                       mlajit_kernel_spec *alt);
+
 /* Every kernel an auto plan of spec may switch to, whatever its shape: the short-
- * walk, the one-tile and the long-walk alternative, where it has them, into alts
- * (arch set).
+ * walk, the one-tile, the long-walk and the head-split alternative, where it has
+ * them, into alts (arch set).
  * Returns how many (0..MLAJIT_WALK_ALTERNATIVES). The one list that plans (which
  * take the first that suits their walk), grids and pack hints use. (The sliced
  * family was the long-walk alternative at 9-16 heads until sm90-narrow's row ring
  * beat it there: bench/NOTES.md, "The row ring".) */
-#define MLAJIT_WALK_ALTERNATIVES 3
+#define MLAJIT_WALK_ALTERNATIVES 4
 int mlajit_spec_walk_alternatives(const mlajit_kernel_spec *spec, const char *default_arch,
                                   mlajit_kernel_spec alts[MLAJIT_WALK_ALTERNATIVES]);
 

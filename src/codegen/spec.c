@@ -319,6 +319,23 @@ int mlajit_spec_long_walk_alternative(const mlajit_kernel_spec *spec, const char
     return auto_alternative(spec, default_arch, MLAJIT_VARIANT_SM90_NARROW_LONG, 1, alt);
 }
 
+int mlajit_spec_head_split_alternative(const mlajit_kernel_spec *spec, const char *default_arch,
+                                       mlajit_kernel_spec *alt)
+{
+    mlajit_kernel_spec s, r;
+    /* where auto runs sm90-narrow and its head group halves into groups of 8 or more */
+    if (!spec || spec->h_q <= 8 || !auto_alternative(spec, default_arch, MLAJIT_VARIANT_SM90_NARROW, 1, &s))
+        return 0;
+    const int heads_n = (spec->h_q + 7) / 8 * 8;
+    s.heads_per_cta = (heads_n / 2 + 7) / 8 * 8;
+    if (mlajit_spec_resolve(&s, &r) != MLAJIT_OK) {
+        mlajit_clear_error();
+        return 0;
+    }
+    *alt = s;
+    return 1;
+}
+
 int mlajit_spec_walk_alternatives(const mlajit_kernel_spec *spec, const char *default_arch,
                                   mlajit_kernel_spec alts[MLAJIT_WALK_ALTERNATIVES])
 {
@@ -326,6 +343,7 @@ int mlajit_spec_walk_alternatives(const mlajit_kernel_spec *spec, const char *de
     n += mlajit_spec_short_walk_alternative(spec, default_arch, &alts[n]);
     n += mlajit_spec_one_tile_alternative(spec, default_arch, &alts[n]);
     n += mlajit_spec_long_walk_alternative(spec, default_arch, &alts[n]);
+    n += mlajit_spec_head_split_alternative(spec, default_arch, &alts[n]);
     return n;
 }
 

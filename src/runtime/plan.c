@@ -125,6 +125,18 @@ static int walk_is_long(const mlajit_kernel_spec *alt, const mlajit_decode_shape
     return grid_of(alt, shape, sm_count, 0, &g) && g.rows > 0 && g.tiles_per_split >= MLAJIT_NARROW_LONG_FROM_TILES;
 }
 
+/* Whether a plan of `shape` with auto's sm90-narrow (every head in one CTA; `alt`
+ * is that kernel with its heads in two groups) would leave at least half of the SMs
+ * idle, so the second head group's CTAs run beside the first's in the same wave. */
+static int heads_split_fills_idle_sms(const mlajit_kernel_spec *alt, const mlajit_decode_shape *shape, int sm_count)
+{
+    mlajit_kernel_spec whole = *alt;
+    whole.heads_per_cta = 0;
+    plan_grid g;
+    return grid_of(&whole, shape, sm_count, 0, &g) && g.rows > 0 &&
+           2L * g.head_groups * g.rows * g.num_splits <= sm_count;
+}
+
 /* Whether a plan of `shape` takes walk alternative `alt` (one of
  * mlajit_spec_walk_alternatives, told apart by its variant). */
 static int walk_suits(const mlajit_kernel_spec *alt, const mlajit_decode_shape *shape, int sm_count)
@@ -133,6 +145,7 @@ static int walk_suits(const mlajit_kernel_spec *alt, const mlajit_decode_shape *
     case MLAJIT_VARIANT_SM90_STAGED: return walk_is_short(alt, shape, sm_count);
     case MLAJIT_VARIANT_SM90_UNPAIRED: return walk_is_one_tile(alt, shape, sm_count);
     case MLAJIT_VARIANT_SM90_NARROW_LONG: return walk_is_long(alt, shape, sm_count);
+    case MLAJIT_VARIANT_SM90_NARROW: return heads_split_fills_idle_sms(alt, shape, sm_count);
     default: return 0;
     }
 }
