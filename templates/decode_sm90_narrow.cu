@@ -500,14 +500,18 @@ extern "C" __global__ void __launch_bounds__(sm90::kCtaThreads, 1) mlajit_decode
     // Warp w finishes heads w, w + 4, ...: lane l holds dims 4 l + 128 k (k < 4), so
     // each store instruction writes one row's contiguous 512 (fp32) or 256 (bf16)
     // bytes and each staged read is 16 contiguous bytes per lane (no bank conflict).
-    // (hl: the head within the CTA's group; the group's heads past h_q are padding)
-    const int heads_here = min(kHeadsN, cfg::kHeads - work.head0);
+    // (hl: the head within the CTA's group; the group's heads past h_q are padding).
+    // With every head in one CTA both are constants: a loop bound read at run time
+    // there cost the long walks at 32 heads 2-4% (ptxas's code for the walk moved).
+    constexpr bool kEveryHeadHere = kHeadsN >= cfg::kHeads;
+    const int head0 = kEveryHeadHere ? 0 : work.head0;
+    const int heads_here = kEveryHeadHere ? cfg::kHeads : min(kHeadsN, cfg::kHeads - head0);
 #pragma unroll 1
     for (int hl = warp; hl < heads_here; hl += 4) {
         const int dim0 = 4 * lane;
         const u32 src = staging + 4 * (u32)(hl * kStageStride + dim0);
         finish_row(
-            p, split, row, b, s, work.head0 + hl, dim0, load_shared_f32(sRowMax + 4 * hl), load_shared_f32(sRowSum + 4 * hl),
+            p, split, row, b, s, head0 + hl, dim0, load_shared_f32(sRowMax + 4 * hl), load_shared_f32(sRowSum + 4 * hl),
             lane == 0,
             [&](float* dst, float inv) {
 #pragma unroll
