@@ -2,8 +2,9 @@
 // decode_sm90_narrow.cu: the Hopper kernel for at most 32 heads (sm_90a). The
 // products are transposed, so the 64 candidates of a tile, not the heads, fill
 // wgmma's M of 64, and the heads are its N: kHeadsN = the CTA's head group (8-32;
-// h_q rounded up to 8 unless the plan splits the heads), no math padded to 64 heads. The output accumulators shrink with it (d_v x kHeadsN), so
-// two warp groups gather instead of one.
+// h_q rounded up to 8 unless the plan splits the heads), no math padded to 64
+// heads. The output accumulators shrink with it (d_v x kHeadsN), so two warp
+// groups gather instead of one.
 //
 // One CTA = one (batch row x query token, head group, split): 384 or 512 threads
 // in three or four warp groups with fixed roles.
@@ -131,7 +132,7 @@ static_assert(cfg::kThreads == kCtaThreads, "the generator's thread count must m
 static_assert(kHeadsN % 8 == 0 && kHeadsN >= 8 && kHeadsN <= 32, "wgmma N: a head group of 8-32 heads");
 static_assert(kRoundsPerTile == 2, "one producer group per round of a tile");
 static_assert(!kExactScalesOnly, "arbitrary fp32 scales: the exact dequantization only (sm90 takes them)");
-static_assert(cfg::kClusterCtas == 1, "no CTA pair: one CTA holds every head");
+static_assert(cfg::kClusterCtas == 1, "no CTA pair: each head group's CTA gathers its rows itself");
 constexpr u32 kStagedBytes = kHeadsN * kStageStride * 4;  // the epilogue's O^T rows over the K buffers
 static_assert(kStagedBytes + 2 * kHeadsN * 4 <= 2 * kOperandBytes, "the staged output and the statistics fit in the K buffers");
 static_assert(kProducerGroups == 2 || (kProducerGroups == 3 && kRingRounds > 0), "a third producer group: the ring only");
