@@ -161,7 +161,7 @@ typedef enum mlajit_variant {
                                   * (faster than sm90 on every such row measured; bench/NOTES.md) */
     MLAJIT_VARIANT_SM90_NARROW_LONG = 7 /* sm90-narrow with three warp groups gathering (512
                                   * threads) where the third one's row-ring slot fits in shared
-                                  * memory (v32 at 16 heads and fewer; elsewhere this resolves to
+                                  * memory (v32 at 16 heads per CTA and fewer; elsewhere this resolves to
                                   * sm90-narrow); auto takes it on sm_90a where sm90-narrow's plan
                                   * walks at least 16 tiles per CTA (bench/NOTES.md) */
 } mlajit_variant;

@@ -323,11 +323,14 @@ int mlajit_spec_head_split_alternative(const mlajit_kernel_spec *spec, const cha
                                        mlajit_kernel_spec *alt)
 {
     mlajit_kernel_spec s, r;
-    /* where auto runs sm90-narrow and its head group halves into groups of 8 or more */
-    if (!spec || spec->h_q <= 8 || !auto_alternative(spec, default_arch, MLAJIT_VARIANT_SM90_NARROW, 1, &s))
+    /* where auto runs sm90-narrow and its head group (the resolved one: h_q rounded
+     * up to 8) halves into groups of 8 or more */
+    if (!spec || !auto_alternative(spec, default_arch, MLAJIT_VARIANT_SM90_NARROW, 1, &s) ||
+        mlajit_spec_resolve(&s, &r) != MLAJIT_OK || r.heads_per_cta < 16) {
+        mlajit_clear_error();
         return 0;
-    const int heads_n = (spec->h_q + 7) / 8 * 8;
-    s.heads_per_cta = (heads_n / 2 + 7) / 8 * 8;
+    }
+    s.heads_per_cta = (r.heads_per_cta / 2 + 7) / 8 * 8;
     if (mlajit_spec_resolve(&s, &r) != MLAJIT_OK) {
         mlajit_clear_error();
         return 0;

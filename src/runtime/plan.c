@@ -145,6 +145,7 @@ static int walk_suits(const mlajit_kernel_spec *alt, const mlajit_decode_shape *
     case MLAJIT_VARIANT_SM90_STAGED: return walk_is_short(alt, shape, sm_count);
     case MLAJIT_VARIANT_SM90_UNPAIRED: return walk_is_one_tile(alt, shape, sm_count);
     case MLAJIT_VARIANT_SM90_NARROW_LONG: return walk_is_long(alt, shape, sm_count);
+    /* sm90-narrow is an alternative only as the head split (auto's own kernel else) */
     case MLAJIT_VARIANT_SM90_NARROW: return heads_split_fills_idle_sms(alt, shape, sm_count);
     default: return 0;
     }
