@@ -293,6 +293,32 @@ Test(spec, narrow_head_groups_resolve_up_to_the_heads)
     cr_assert_eq(mlajit_spec_resolve(&s, &r), MLAJIT_OK, "%s", mlajit_last_error());
     cr_expect_eq(r.variant, MLAJIT_VARIANT_SM90_NARROW_LONG, "16 of 32 heads per CTA: the third group fits");
     cr_expect_eq(mlajit_narrow_producer_groups(&r), 3);
+    /* past 32 heads the head group must be given: groups of at most 32 */
+    s.variant = MLAJIT_VARIANT_SM90_NARROW;
+    s.h_q = 72;
+    s.heads_per_cta = 0;
+    cr_expect_eq(mlajit_spec_resolve(&s, &r), MLAJIT_ERR_UNSUPPORTED);
+    cr_expect(strstr(mlajit_last_error(), "set heads_per_cta to 8, 16, 24 or 32") != NULL, "%s", mlajit_last_error());
+    s.heads_per_cta = 64;
+    cr_expect_eq(mlajit_spec_resolve(&s, &r), MLAJIT_ERR_UNSUPPORTED);
+    cr_expect(strstr(mlajit_last_error(), "8, 16, 24 or 32 up to 32") != NULL, "%s", mlajit_last_error());
+    const struct { int h_q, heads_per_cta; mlajit_variant variant; } wide[] = {
+        {64, 32, MLAJIT_VARIANT_SM90_NARROW}, {72, 16, MLAJIT_VARIANT_SM90_NARROW_LONG}, {128, 24, MLAJIT_VARIANT_SM90_NARROW},
+    };
+    for (size_t i = 0; i < sizeof wide / sizeof wide[0]; i++) {
+        s.h_q = wide[i].h_q;
+        s.heads_per_cta = wide[i].heads_per_cta;
+        s.variant = wide[i].variant;
+        cr_assert_eq(mlajit_spec_resolve(&s, &r), MLAJIT_OK, "h%d: %s", s.h_q, mlajit_last_error());
+        cr_expect_eq(r.variant, wide[i].variant, "h%d hc%d", s.h_q, s.heads_per_cta);
+        cr_expect_eq(r.heads_per_cta, wide[i].heads_per_cta);
+        char *src = NULL;
+        cr_assert_eq(mlajit_generate_source(&s, &src), MLAJIT_OK, "h%d: %s", s.h_q, mlajit_last_error());
+        char line[64];
+        snprintf(line, sizeof line, "constexpr int kHeads = %d;", s.h_q);
+        cr_expect(strstr(src, line) != NULL, "h%d: the kernel's head count", s.h_q);
+        mlajit_free(src);
+    }
 }
 
 /* From sm_90 both kernels wait on the device for the grid before them

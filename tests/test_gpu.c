@@ -589,7 +589,8 @@ Test(gpu, sm90_narrow_dequant_every_code_and_scale, .timeout = 180)
  * cases of at most 32 heads at 8 and 16 heads per CTA, split and strided too;
  * then head counts that leave the last group part empty (20 in groups of 8, 32
  * in groups of 24), with a sink, ragged and split, and sm90-narrow-long, whose
- * third producer group fits at 16 heads per CTA where it does not at 32. */
+ * third producer group fits at 16 heads per CTA where it does not at 32; then
+ * 48-128 heads in groups of 16 or 32 (every golden case at 16 per CTA). */
 Test(gpu, sm90_narrow_head_groups, .timeout = 300)
 {
     require_sm90a();
@@ -598,6 +599,8 @@ Test(gpu, sm90_narrow_head_groups, .timeout = 300)
     mlajit_gpu_run_options by16 = {.variant = MLAJIT_VARIANT_SM90_NARROW, .heads_per_cta = 16, .num_splits = 3,
                                    .lse_head_major = 1, .pad_strides = 1};
     for_each_golden_where(&by16, "sm90-narrow, 16 heads per CTA, 3 splits, lse [b,h,s], padded strides", 0, 32, 1);
+    mlajit_gpu_run_options wide16 = {.variant = MLAJIT_VARIANT_SM90_NARROW, .heads_per_cta = 16, .num_splits = 2};
+    for_each_golden_where(&wide16, "sm90-narrow, 16 heads per CTA, 2 splits", 0, 0, 7);
     const struct {
         mlajit_model model;
         int h_q, heads_per_cta, splits;
@@ -608,10 +611,16 @@ Test(gpu, sm90_narrow_head_groups, .timeout = 300)
         {MLAJIT_MODEL_V32, 24, 16, 5, MLAJIT_VARIANT_SM90_NARROW},
         {MLAJIT_MODEL_V32, 32, 16, 1, MLAJIT_VARIANT_SM90_NARROW_LONG},
         {MLAJIT_MODEL_V32, 13, 8, 2, MLAJIT_VARIANT_SM90_NARROW_LONG},
+        /* past 32 heads, groups of at most 32 (a grid of 2-5 head groups) */
+        {MLAJIT_MODEL_V32, 64, 32, 0, MLAJIT_VARIANT_SM90_NARROW},
+        {MLAJIT_MODEL_DSV4, 48, 16, 3, MLAJIT_VARIANT_SM90_NARROW},
+        {MLAJIT_MODEL_V32, 128, 32, 2, MLAJIT_VARIANT_SM90_NARROW},
+        {MLAJIT_MODEL_V32, 72, 16, 1, MLAJIT_VARIANT_SM90_NARROW_LONG},
     };
-    for (int i = 0; i < 5; i++) {
+    for (int i = 0; i < (int)(sizeof runs / sizeof runs[0]); i++) {
         mlajit_synth_params p = {.model = runs[i].model, .b = 2 + i % 2, .s_q = 1 + i % 2, .h_q = runs[i].h_q,
-                                 .topk = 700 - 97 * i, .page_size = i % 2 ? 64 : 61, .seqlen = 2000,
+                                 .topk = i < 5 ? 700 - 97 * i : 300 + 211 * (i - 5), .page_size = i % 2 ? 64 : 61,
+                                 .seqlen = 2000,
                                  .with_sink = i != 1, .with_topk_length = i % 2,
                                  .invalid_fraction = i % 2 ? 0.0 : 0.1, .seed = 9300 + (uint64_t)i};
         mlajit_gpu_run_options o = {.variant = runs[i].variant, .heads_per_cta = runs[i].heads_per_cta,

@@ -273,9 +273,10 @@ Test(nvrtc, sm90_narrow_refuses_what_it_cannot_run)
 {
     static const struct { mlajit_model model; int h_q; const char *arch; int heads_per_cta; const char *words; } rows[] = {
         {MLAJIT_MODEL_GLM_NSA, 16, "sm_90a", 0, "glm_nsa has arbitrary fp32 scales"},
-        {MLAJIT_MODEL_V32, 33, "sm_90a", 0, "at most 32 heads; h_q = 33"},
+        {MLAJIT_MODEL_V32, 33, "sm_90a", 0, "at most 32 heads per CTA; h_q = 33: set heads_per_cta"},
+        {MLAJIT_MODEL_V32, 64, "sm_90a", 64, "at most 32 heads per CTA"},
         {MLAJIT_MODEL_V32, 16, "sm_80", 0, "needs spec.arch = sm_90a"},
-        {MLAJIT_MODEL_V32, 16, "sm_90a", 32, "h_q rounded up to 8 heads per CTA (16)"},
+        {MLAJIT_MODEL_V32, 16, "sm_90a", 32, "at most 16 heads per CTA"},
     };
     for (size_t i = 0; i < sizeof rows / sizeof rows[0]; i++) {
         mlajit_kernel_spec s, r;

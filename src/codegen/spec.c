@@ -200,19 +200,21 @@ int mlajit_spec_resolve(const mlajit_kernel_spec *spec, mlajit_kernel_spec *reso
          * dequantization only */
         const mlajit_model_desc *d = mlajit_model_describe(r.model);
         const char *name = mlajit_variant_name(r.variant);
-        const int heads_n = (r.h_q + 7) / 8 * 8;
-        if (r.h_q > 32)
-            return mlajit_fail(MLAJIT_ERR_UNSUPPORTED, "variant %s holds at most 32 heads; h_q = %d: use the "
-                               "sm90 variant", name, r.h_q);
+        /* the most heads a CTA holds: h_q rounded up to 8, at most 32 */
+        const int heads_n = r.h_q <= 32 ? (r.h_q + 7) / 8 * 8 : 32;
+        if (r.h_q > 32 && r.heads_per_cta == 0)
+            return mlajit_fail(MLAJIT_ERR_UNSUPPORTED, "variant %s holds at most 32 heads per CTA; h_q = %d: set "
+                               "heads_per_cta to 8, 16, 24 or 32 (head groups), or use the sm90 variant", name, r.h_q);
         if (d->scale_format == MLAJIT_SCALE_FP32)
             return mlajit_fail(MLAJIT_ERR_UNSUPPORTED, "variant %s needs power-of-two scales (v32, dsv4); "
                                "model %s has arbitrary fp32 scales: use the sm90 variant", name, d->name);
         /* head groups of 8-32 heads (wgmma N); auto's plans split the heads into
          * groups where that fills SMs a call would leave idle (plan.c) */
         if ((r.tile && r.tile != 64) || (r.heads_per_cta && r.heads_per_cta > heads_n))
-            return mlajit_fail(MLAJIT_ERR_UNSUPPORTED, "variant %s runs tile 64 with at most h_q rounded up to 8 "
-                               "heads per CTA (%d); spec has tile %d, heads_per_cta %d: use 0 (%d), or 8, 16, 24 or 32 "
-                               "up to %d", name, heads_n, r.tile, r.heads_per_cta, heads_n, heads_n);
+            return mlajit_fail(MLAJIT_ERR_UNSUPPORTED, "variant %s runs tile 64 with at most %d heads per CTA (h_q "
+                               "rounded up to 8, at most 32); spec has tile %d, heads_per_cta %d: use 8, 16, 24 or 32 "
+                               "up to %d%s", name, heads_n, r.tile, r.heads_per_cta, heads_n,
+                               r.h_q <= 32 ? ", or 0 (all of them)" : "");
         r.tile = 64;
         if (r.heads_per_cta == 0)
             r.heads_per_cta = heads_n;
