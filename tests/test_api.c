@@ -724,14 +724,26 @@ Test(api, auto_takes_narrow_or_sm90_by_heads_and_walk)
         /* more heads, or arbitrary scales: auto's wgmma kernel */
         {MLAJIT_MODEL_GLM_NSA, 16, 128, 2048, 0, ".hc64.sm90.sm_90a", "arbitrary scales"},
         {MLAJIT_MODEL_V32, 33, 128, 2048, 4, ".hc64.sm90.sm_90a", "33 heads, split"},
-        {MLAJIT_MODEL_V32, 128, 1, 2048, 0, ".sm90-unpaired.sm_90a", "b 1, 32 splits of one tile"},
-        {MLAJIT_MODEL_V32, 96, 2, 2048, 0, ".sm90-unpaired.sm_90a", "96 heads pair too"},
-        {MLAJIT_MODEL_GLM_NSA, 128, 1, 2048, 0, ".sm90-unpaired.sm_90a", "arbitrary scales: sm90's kernel"},
-        {MLAJIT_MODEL_V32, 128, 8, 2048, 32, ".sm90-unpaired.sm_90a", "forced: 32 splits of one tile"},
-        {MLAJIT_MODEL_V32, 128, 8, 2048, 0, ".sm90.sm_90a", "b 8: 8 splits of 4 tiles keep the pair"},
-        {MLAJIT_MODEL_V32, 128, 1, 2048, 8, ".sm90.sm_90a", "forced: 8 splits of 4 tiles"},
-        {MLAJIT_MODEL_V32, 64, 1, 2048, 0, ".sm90.sm_90a", "64 heads: no pair to leave out"},
+        {MLAJIT_MODEL_GLM_NSA, 128, 1, 2048, 0, ".sm90-unpaired.sm_90a", "b 1, 32 splits of one tile"},
+        {MLAJIT_MODEL_GLM_NSA, 96, 2, 2048, 0, ".sm90-unpaired.sm_90a", "96 heads pair too"},
+        {MLAJIT_MODEL_V32, 128, 8, 2048, 32, ".sm90-unpaired.sm_90a", "forced: 32 splits of one tile, 1024 CTAs "
+                                                                       "in head groups"},
+        {MLAJIT_MODEL_V32, 128, 8, 2048, 0, ".sm90.sm_90a", "b 8: 8 splits of 4 tiles keep the pair (head groups "
+                                                             "of 32: 8 tiles, 4 groups, 32 tile gathers)"},
+        {MLAJIT_MODEL_V32, 128, 1, 2048, 2, ".sm90.sm_90a", "forced: 2 splits of 16 tiles"},
+        {MLAJIT_MODEL_V32, 64, 128, 2048, 2, ".sm90.sm_90a", "64 heads: no pair to leave out"},
         {MLAJIT_MODEL_V32, 128, 128, 64, 0, ".sm90-staged.sm_90a", "one tile, no split: the short walk's kernel"},
+        {MLAJIT_MODEL_V32, 64, 128, 128, 0, ".sm90-staged.sm_90a", "head groups of 32 would take 256 CTAs"},
+        {MLAJIT_MODEL_V32, 64, 64, 2048, 0, ".hc64.sm90.sm_90a", "64 rows of 32 tiles in 2 groups: 64 gathers"},
+        /* past 32 heads with power-of-two scales, small grids: sm90-narrow in head
+         * groups of 32, or of 16 where that leaves half the SMs idle */
+        {MLAJIT_MODEL_V32, 128, 1, 2048, 0, ".hc32.sm90-narrow.sm_90a", "b 1: 4 groups x 32 splits of one tile"},
+        {MLAJIT_MODEL_V32, 96, 2, 2048, 0, ".hc32.sm90-narrow.sm_90a", "96 heads, b 2: 3 groups"},
+        {MLAJIT_MODEL_V32, 64, 64, 512, 0, ".hc32.sm90-narrow.sm_90a", "64 rows of 8 tiles: 128 CTAs"},
+        {MLAJIT_MODEL_V32, 64, 64, 128, 0, ".hc32.sm90-narrow.sm_90a", "64 rows of 2 tiles"},
+        {MLAJIT_MODEL_V32, 64, 8, 2048, 0, ".hc32.sm90-narrow.sm_90a", "b 8: 8 splits of 4 tiles"},
+        {MLAJIT_MODEL_V32, 64, 1, 2048, 0, ".hc16.sm90-narrow.sm_90a", "b 1: groups of 32 leave half the SMs idle"},
+        {MLAJIT_MODEL_V32, 128, 1, 2048, 8, ".hc16.sm90-narrow.sm_90a", "forced: 8 splits, 32 CTAs in groups of 32"},
     };
     expect_plan_families(cases, sizeof cases / sizeof cases[0]);
 }
@@ -747,7 +759,8 @@ Test(api, auto_keeps_its_kernel_when_the_walks_one_cannot_be_had)
     cr_assert_eq(mlajit_context_create(&o, &no_jit), MLAJIT_OK, "%s", mlajit_last_error());
     /* only auto's own kernel (sm90, which splits b 1) is in the cache: an unsplit
      * walk (sm90-staged's) without JIT keeps it */
-    cr_expect(strstr(plan_family(jit, MLAJIT_MODEL_V32, 64, 1, 2048, 0, b, sizeof b), ".hc64.sm90.sm_90a"), "%s", b);
+    cr_expect(strstr(plan_family(jit, MLAJIT_MODEL_V32, 64, 128, 2048, 2, b, sizeof b), ".hc64.sm90.sm_90a"), "%s",
+              b);
     cr_expect(strstr(plan_family(no_jit, MLAJIT_MODEL_V32, 64, 128, 2048, 0, b, sizeof b), ".hc64.sm90.sm_90a"), "%s",
               b);
     /* once the sm90-staged kernel is cached, the same context takes it */

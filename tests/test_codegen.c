@@ -443,12 +443,14 @@ Test(generate, needs_an_arch)
     cr_expect(strstr(mlajit_last_error(), "arch") != NULL);
 }
 
-/* Every alternative of a spec, as grids and pack hints take them: short walk, one
- * tile, long walk and head split, each only where the spec has it: at 9-32 heads
- * with power-of-two scales sm90-narrow with its head group halved (8 at 9-16
- * heads, 16 at 17-32), at 16 and fewer with V3.2's rows first the long walk's
+/* Every alternative of a spec, as grids and pack hints take them: long walk, head
+ * split, head groups, short walk and one tile, each only where the spec has it: at
+ * 9-32 heads with power-of-two scales sm90-narrow with its head group halved (8 at
+ * 9-16 heads, 16 at 17-32), at 16 and fewer with V3.2's rows first the long walk's
  * sm90-narrow-long (auto's sm90-narrow beat the sliced family on every walk
- * measured since its row ring, so 17-32 heads have no long-walk kernel). */
+ * measured since its row ring, so 17-32 heads have no long-walk kernel); past 32
+ * heads with power-of-two scales sm90-narrow in groups of 16 and 32 before the
+ * wide kernels' own. */
 Test(codegen, walk_alternatives_list_each_one_the_spec_has)
 {
     mlajit_kernel_spec s, alts[MLAJIT_WALK_ALTERNATIVES];
@@ -491,14 +493,26 @@ Test(codegen, walk_alternatives_list_each_one_the_spec_has)
     s.model = MLAJIT_MODEL_GLM_NSA;
     cr_expect_eq(mlajit_spec_walk_alternatives(&s, "sm_90a", alts), 0, "arbitrary scales at 16 heads: none");
     s.model = MLAJIT_MODEL_V32;
-    s.h_q = 64;
-    cr_expect_eq(mlajit_spec_walk_alternatives(&s, "sm_90a", alts), 1, "64 heads: sm90-staged only");
-    cr_expect_eq(alts[0].variant, MLAJIT_VARIANT_SM90_STAGED);
-    cr_expect_str_eq(alts[0].arch, "sm_90a");
-    s.h_q = 128;
-    cr_expect_eq(mlajit_spec_walk_alternatives(&s, "sm_90a", alts), 2, "128 heads: sm90-staged, sm90-unpaired");
-    cr_expect_eq(alts[0].variant, MLAJIT_VARIANT_SM90_STAGED);
-    cr_expect_eq(alts[1].variant, MLAJIT_VARIANT_SM90_UNPAIRED);
+    /* past 32 heads, in the order plans ask them: the head split (groups of 16),
+     * the head groups (of 32), then the wide kernels' short walk and one tile */
+    const int wide_heads[] = {33, 64, 96, 128};
+    for (int i = 0; i < 4; i++) {
+        s.h_q = wide_heads[i];
+        const int n = s.h_q > 64 ? 4 : 3;
+        cr_expect_eq(mlajit_spec_walk_alternatives(&s, "sm_90a", alts), n, "%d heads", s.h_q);
+        cr_expect_eq(alts[0].variant, MLAJIT_VARIANT_SM90_NARROW, "%d heads: the head split", s.h_q);
+        cr_expect_eq(alts[0].heads_per_cta, 16);
+        cr_expect_eq(alts[1].variant, MLAJIT_VARIANT_SM90_NARROW, "%d heads: the head groups", s.h_q);
+        cr_expect_eq(alts[1].heads_per_cta, 32);
+        cr_expect_eq(alts[2].variant, MLAJIT_VARIANT_SM90_STAGED);
+        cr_expect_eq(alts[2].heads_per_cta, 0, "the short walk's kernel keeps the generator's head group");
+        cr_expect_str_eq(alts[2].arch, "sm_90a");
+        if (n == 4)
+            cr_expect_eq(alts[3].variant, MLAJIT_VARIANT_SM90_UNPAIRED);
+    }
+    s.model = MLAJIT_MODEL_DSV4;
+    cr_expect_eq(mlajit_spec_walk_alternatives(&s, "sm_90a", alts), 4, "DSV4 at 128 heads: as V3.2");
+    s.model = MLAJIT_MODEL_V32;
     s.model = MLAJIT_MODEL_GLM_NSA;
     cr_expect_eq(mlajit_spec_walk_alternatives(&s, "sm_90a", alts), 1, "arbitrary scales at 128 heads: unpaired only");
     cr_expect_eq(alts[0].variant, MLAJIT_VARIANT_SM90_UNPAIRED);

@@ -1309,8 +1309,9 @@ Test(warmup, counts_what_each_layer_served_and_names_a_missing_kernel)
 /* A grid brings along the kernels auto's plans switch to (auto's own at 32 heads
  * and fewer with power-of-two scales being sm90-narrow): the long-walk kernel
  * (sm90-narrow-long) where its third producer group fits (V3.2 at 8 and 16 heads),
- * the head-split kernel (sm90-narrow with its head group halved) at 9-32 heads, the
- * short-walk kernel (sm90-staged) above 32 heads with power-of-two scales, the
+ * the head-split kernel (sm90-narrow with its head group halved) at 9-32 heads;
+ * above 32 heads with power-of-two scales the head-split and head-groups kernels
+ * (sm90-narrow in groups of 16 and 32) and the short-walk kernel (sm90-staged); the
  * one-tile kernel (sm90-unpaired) at 65-128 heads; so a pack covers every plan. */
 Test(warmup, grid_brings_every_walk_alternative_along)
 {
@@ -1326,15 +1327,19 @@ Test(warmup, grid_brings_every_walk_alternative_along)
         "v32.h16.p64.t64.hc16.sm90-narrow.sm_90a", "v32.h16.p64.t64.hc16.sm90-narrow-long.sm_90a",
         "v32.h16.p64.t64.hc8.sm90-narrow.sm_90a",
         "v32.h32.p64.t64.hc32.sm90-narrow.sm_90a", "v32.h32.p64.t64.hc16.sm90-narrow.sm_90a",
-        "v32.h64.p64.t64.hc64.sm90.sm_90a",
-        "v32.h64.p64.t64.hc64.sm90-staged.sm_90a", "v32.h128.p64.t64.hc64.sm90.sm_90a",
-        "v32.h128.p64.t64.hc64.sm90-staged.sm_90a", "v32.h128.p64.t64.hc64.sm90-unpaired.sm_90a",
+        "v32.h64.p64.t64.hc64.sm90.sm_90a", "v32.h64.p64.t64.hc16.sm90-narrow.sm_90a",
+        "v32.h64.p64.t64.hc32.sm90-narrow.sm_90a", "v32.h64.p64.t64.hc64.sm90-staged.sm_90a",
+        "v32.h128.p64.t64.hc64.sm90.sm_90a", "v32.h128.p64.t64.hc16.sm90-narrow.sm_90a",
+        "v32.h128.p64.t64.hc32.sm90-narrow.sm_90a", "v32.h128.p64.t64.hc64.sm90-staged.sm_90a",
+        "v32.h128.p64.t64.hc64.sm90-unpaired.sm_90a",
         "dsv4.h8.p64.t64.hc8.sm90-narrow.sm_90a", "dsv4.h16.p64.t64.hc16.sm90-narrow.sm_90a",
         "dsv4.h16.p64.t64.hc8.sm90-narrow.sm_90a",
         "dsv4.h32.p64.t64.hc32.sm90-narrow.sm_90a", "dsv4.h32.p64.t64.hc16.sm90-narrow.sm_90a",
-        "dsv4.h64.p64.t64.hc64.sm90.sm_90a",
-        "dsv4.h64.p64.t64.hc64.sm90-staged.sm_90a", "dsv4.h128.p64.t64.hc64.sm90.sm_90a",
-        "dsv4.h128.p64.t64.hc64.sm90-staged.sm_90a", "dsv4.h128.p64.t64.hc64.sm90-unpaired.sm_90a",
+        "dsv4.h64.p64.t64.hc64.sm90.sm_90a", "dsv4.h64.p64.t64.hc16.sm90-narrow.sm_90a",
+        "dsv4.h64.p64.t64.hc32.sm90-narrow.sm_90a", "dsv4.h64.p64.t64.hc64.sm90-staged.sm_90a",
+        "dsv4.h128.p64.t64.hc64.sm90.sm_90a", "dsv4.h128.p64.t64.hc16.sm90-narrow.sm_90a",
+        "dsv4.h128.p64.t64.hc32.sm90-narrow.sm_90a", "dsv4.h128.p64.t64.hc64.sm90-staged.sm_90a",
+        "dsv4.h128.p64.t64.hc64.sm90-unpaired.sm_90a",
         "glm_nsa.h8.p64.t64.hc64.sm90.sm_90a",   "glm_nsa.h16.p64.t64.hc64.sm90.sm_90a",
         "glm_nsa.h32.p64.t64.hc64.sm90.sm_90a",  "glm_nsa.h64.p64.t64.hc64.sm90.sm_90a",
         "glm_nsa.h128.p64.t64.hc64.sm90.sm_90a", "glm_nsa.h128.p64.t64.hc64.sm90-unpaired.sm_90a",

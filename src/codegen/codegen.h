@@ -84,17 +84,35 @@ int mlajit_spec_long_walk_alternative(const mlajit_kernel_spec *spec, const char
  * an auto spec on sm_90a (arch "" means default_arch) that resolves to sm90-narrow
  * with 9-32 heads, sm90-narrow with its head group halved (rounded up to 8: 16
  * heads by 8, 17-32 by 16), so twice the CTAs each do half the math and write half
- * the output, and gather the same rows (the second read mostly from L2). On the
- * H200 (bench/NOTES.md, "sm90-narrow's heads in groups"): V3.2 h32 b 1 9.5 -> 8.1
- * us, h32 b 64 topk 128 10.8 -> 9.0, h16 7.8 -> 7.3 and 8.7 -> 8.0, DSV4 h32 b 2
- * 10.0 -> 8.9; wherever the grid already filled the SMs it lost (up to 2x). 1 and
- * *alt (arch set) when the spec has such an alternative, else 0. */
+ * the output, and gather the same rows (the second read mostly from L2); past 32
+ * heads with power-of-two scales, the head groups' kernel (below) halved: groups
+ * of 16. On the H200 (bench/NOTES.md, "sm90-narrow's heads in groups"): V3.2 h32
+ * b 1 9.5 -> 8.1 us, h32 b 64 topk 128 10.8 -> 9.0, h16 7.8 -> 7.3 and 8.7 -> 8.0,
+ * DSV4 h32 b 2 10.0 -> 8.9; V3.2 h64 b 1 9.8 (groups of 32) -> 8.9; wherever the
+ * grid already filled the SMs it lost (up to 2x). 1 and *alt (arch set) when the
+ * spec has such an alternative, else 0. */
 int mlajit_spec_head_split_alternative(const mlajit_kernel_spec *spec, const char *default_arch,
                                        mlajit_kernel_spec *alt);
 
-/* Every kernel an auto plan of spec may switch to, whatever its shape: the short-
- * walk, the one-tile, the long-walk and the head-split alternative, where it has
- * them, into alts (arch set).
+/* The kernel auto switches to past 32 heads where the wide kernels' grid is small
+ * (few rows, short walks): for an auto spec on sm_90a (arch "" means
+ * default_arch) with more than 32 heads and power-of-two scales, sm90-narrow in
+ * head groups of 32, which plans take where its grid fits one wave of CTAs and
+ * a row-split's tiles, summed over its head groups (each group gathers them
+ * again), are at most MLAJIT_HEAD_GROUPS_MAX_TILES. On the H200 (bench/NOTES.md,
+ * "sm90-narrow past 32 heads"): V3.2 h64 b 64 topk 512 33.3 -> 25.2 us, h64 b 64
+ * topk 128 12.1 -> 11.3, h128 b 1 12.8 -> 11.4, DSV4 h64 b 2 12.5 -> 10.6; at 32
+ * tile gathers (h128 b 8) or 64 (h64 b 64 topk 2048) it lost 5-8%, and 1.3-2.3x
+ * where its grid took a second wave. 1 and *alt (arch set) when the spec has such
+ * an alternative, else 0. */
+#define MLAJIT_HEAD_GROUPS_MAX_TILES 16
+int mlajit_spec_head_groups_alternative(const mlajit_kernel_spec *spec, const char *default_arch,
+                                        mlajit_kernel_spec *alt);
+
+/* Every kernel an auto plan of spec may switch to, whatever its shape: the long-
+ * walk, the head-split, the head-groups, the short-walk and the one-tile
+ * alternative (the order plans ask them in), where it has them, into alts (arch
+ * set).
  * Returns how many (0..MLAJIT_WALK_ALTERNATIVES). The one list that plans (which
  * take the first that suits their walk), grids and pack hints use. (The sliced
  * family was the long-walk alternative at 9-16 heads until sm90-narrow's row ring

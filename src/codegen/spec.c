@@ -273,11 +273,12 @@ int mlajit_spec_resolve(const mlajit_kernel_spec *spec, mlajit_kernel_spec *reso
 
 /* The alternatives auto's plans may switch to: only for an auto spec (variant,
  * tile and head group left to the generator) on sm_90a, the arch they were
- * measured on. 1 and *alt (arch set) when the spec with `variant` resolves there
- * (with `as_itself`, only where it resolves to `variant` itself, not to a kernel
- * it stands for elsewhere), else 0, leaving no error set. */
+ * measured on. 1 and *alt (arch set) when the spec with `variant` and head group
+ * `heads_per_cta` (0: the generator's) resolves there (with `as_itself`, only
+ * where it resolves to `variant` itself, not to a kernel it stands for
+ * elsewhere), else 0, leaving no error set. */
 static int auto_alternative(const mlajit_kernel_spec *spec, const char *default_arch, mlajit_variant variant,
-                            int as_itself, mlajit_kernel_spec *alt)
+                            int heads_per_cta, int as_itself, mlajit_kernel_spec *alt)
 {
     if (!spec || !alt || mlajit_spec_validate(spec) != MLAJIT_OK)
         return 0;
@@ -287,6 +288,7 @@ static int auto_alternative(const mlajit_kernel_spec *spec, const char *default_
         return 0;
     mlajit_kernel_spec s = *spec, r;
     s.variant = variant;
+    s.heads_per_cta = heads_per_cta;
     snprintf(s.arch, sizeof s.arch, "%s", arch);
     if (mlajit_spec_resolve(&s, &r) != MLAJIT_OK) {
         mlajit_clear_error();
@@ -303,14 +305,14 @@ int mlajit_spec_short_walk_alternative(const mlajit_kernel_spec *spec, const cha
 {
     if (!spec || spec->h_q <= 32)
         return 0;
-    return auto_alternative(spec, default_arch, MLAJIT_VARIANT_SM90_STAGED, 0, alt);
+    return auto_alternative(spec, default_arch, MLAJIT_VARIANT_SM90_STAGED, 0, 0, alt);
 }
 
 int mlajit_spec_one_tile_alternative(const mlajit_kernel_spec *spec, const char *default_arch,
                                      mlajit_kernel_spec *alt)
 {
     /* only where it resolves as itself: elsewhere sm90 has no pair to leave out */
-    return auto_alternative(spec, default_arch, MLAJIT_VARIANT_SM90_UNPAIRED, 1, alt);
+    return auto_alternative(spec, default_arch, MLAJIT_VARIANT_SM90_UNPAIRED, 0, 1, alt);
 }
 
 int mlajit_spec_long_walk_alternative(const mlajit_kernel_spec *spec, const char *default_arch,
@@ -318,16 +320,16 @@ int mlajit_spec_long_walk_alternative(const mlajit_kernel_spec *spec, const char
 {
     /* only where it resolves as itself (V3.2's rows, few enough heads for the third
      * slot), which is where auto runs sm90-narrow */
-    return auto_alternative(spec, default_arch, MLAJIT_VARIANT_SM90_NARROW_LONG, 1, alt);
+    return auto_alternative(spec, default_arch, MLAJIT_VARIANT_SM90_NARROW_LONG, 0, 1, alt);
 }
 
 int mlajit_spec_head_split_alternative(const mlajit_kernel_spec *spec, const char *default_arch,
                                        mlajit_kernel_spec *alt)
 {
     mlajit_kernel_spec s, r;
-    /* where auto runs sm90-narrow and its head group (the resolved one: h_q rounded
-     * up to 8) halves into groups of 8 or more */
-    if (!spec || !auto_alternative(spec, default_arch, MLAJIT_VARIANT_SM90_NARROW, 1, &s) ||
+    /* the group it halves into groups of 8 or more: where auto runs sm90-narrow,
+     * the resolved one (h_q rounded up to 8); past 32 heads, the head groups' 32 */
+    if (!spec || !auto_alternative(spec, default_arch, MLAJIT_VARIANT_SM90_NARROW, spec->h_q > 32 ? 32 : 0, 1, &s) ||
         mlajit_spec_resolve(&s, &r) != MLAJIT_OK || r.heads_per_cta < 16) {
         mlajit_clear_error();
         return 0;
@@ -341,14 +343,27 @@ int mlajit_spec_head_split_alternative(const mlajit_kernel_spec *spec, const cha
     return 1;
 }
 
+int mlajit_spec_head_groups_alternative(const mlajit_kernel_spec *spec, const char *default_arch,
+                                        mlajit_kernel_spec *alt)
+{
+    /* past 32 heads (at most 32, auto runs sm90-narrow itself) */
+    if (!spec || spec->h_q <= 32)
+        return 0;
+    return auto_alternative(spec, default_arch, MLAJIT_VARIANT_SM90_NARROW, 32, 1, alt);
+}
+
 int mlajit_spec_walk_alternatives(const mlajit_kernel_spec *spec, const char *default_arch,
                                   mlajit_kernel_spec alts[MLAJIT_WALK_ALTERNATIVES])
 {
     int n = 0;
-    n += mlajit_spec_short_walk_alternative(spec, default_arch, &alts[n]);
-    n += mlajit_spec_one_tile_alternative(spec, default_arch, &alts[n]);
+    /* in the order plans ask them: at most 32 heads the long walk before the head
+     * split; past 32 the head split (groups of 16) and the head groups (of 32)
+     * before the wide kernels' short walk and one tile */
     n += mlajit_spec_long_walk_alternative(spec, default_arch, &alts[n]);
     n += mlajit_spec_head_split_alternative(spec, default_arch, &alts[n]);
+    n += mlajit_spec_head_groups_alternative(spec, default_arch, &alts[n]);
+    n += mlajit_spec_short_walk_alternative(spec, default_arch, &alts[n]);
+    n += mlajit_spec_one_tile_alternative(spec, default_arch, &alts[n]);
     return n;
 }
 

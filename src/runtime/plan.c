@@ -125,16 +125,30 @@ static int walk_is_long(const mlajit_kernel_spec *alt, const mlajit_decode_shape
     return grid_of(alt, shape, sm_count, 0, &g) && g.rows > 0 && g.tiles_per_split >= MLAJIT_NARROW_LONG_FROM_TILES;
 }
 
-/* Whether a plan of `shape` with auto's sm90-narrow (every head in one CTA; `alt`
- * is that kernel with its heads in two groups) would leave at least half of the SMs
- * idle, so the second head group's CTAs run beside the first's in the same wave. */
+/* Whether a plan of `shape` with sm90-narrow in head groups of 32 (`alt`, past 32
+ * heads) fits one wave of CTAs and walks few enough tiles per row-split, summed
+ * over its head groups (each gathers them again), that the wide kernels' fewer
+ * gathers would not pay for their longer tile. */
+static int head_groups_walk_short(const mlajit_kernel_spec *alt, const mlajit_decode_shape *shape, int sm_count)
+{
+    plan_grid g;
+    return grid_of(alt, shape, sm_count, 0, &g) && g.rows > 0 &&
+           (long)g.head_groups * g.rows * g.num_splits <= sm_count &&
+           g.head_groups * g.tiles_per_split <= MLAJIT_HEAD_GROUPS_MAX_TILES;
+}
+
+/* Whether a plan of `shape` with the sm90-narrow kernel that `alt` halves (auto's,
+ * every head in one CTA; past 32 heads the head groups' of 32, where a plan would
+ * take them) would leave at least half of the SMs idle, so the halved groups' CTAs
+ * run beside each other in the same wave. */
 static int heads_split_fills_idle_sms(const mlajit_kernel_spec *alt, const mlajit_decode_shape *shape, int sm_count)
 {
     mlajit_kernel_spec whole = *alt;
-    whole.heads_per_cta = 0;
+    whole.heads_per_cta = alt->h_q > 32 ? 32 : 0;
     plan_grid g;
     return grid_of(&whole, shape, sm_count, 0, &g) && g.rows > 0 &&
-           2L * g.head_groups * g.rows * g.num_splits <= sm_count;
+           2L * g.head_groups * g.rows * g.num_splits <= sm_count &&
+           (alt->h_q <= 32 || head_groups_walk_short(&whole, shape, sm_count));
 }
 
 /* Whether a plan of `shape` takes walk alternative `alt` (one of
@@ -145,8 +159,11 @@ static int walk_suits(const mlajit_kernel_spec *alt, const mlajit_decode_shape *
     case MLAJIT_VARIANT_SM90_STAGED: return walk_is_short(alt, shape, sm_count);
     case MLAJIT_VARIANT_SM90_UNPAIRED: return walk_is_one_tile(alt, shape, sm_count);
     case MLAJIT_VARIANT_SM90_NARROW_LONG: return walk_is_long(alt, shape, sm_count);
-    /* sm90-narrow is an alternative only as the head split (auto's own kernel else) */
-    case MLAJIT_VARIANT_SM90_NARROW: return heads_split_fills_idle_sms(alt, shape, sm_count);
+    /* sm90-narrow: past 32 heads in groups of 32 the head groups, else the head
+     * split (at most 32 heads auto's own kernel is sm90-narrow) */
+    case MLAJIT_VARIANT_SM90_NARROW:
+        return alt->h_q > 32 && alt->heads_per_cta == 32 ? head_groups_walk_short(alt, shape, sm_count)
+                                                         : heads_split_fills_idle_sms(alt, shape, sm_count);
     default: return 0;
     }
 }
@@ -172,9 +189,9 @@ int mlajit_plan_create(mlajit_context *ctx, const mlajit_kernel_spec *spec, cons
     int64_t l2_bytes = ctx->l2_bytes > 0 ? ctx->l2_bytes : 50LL << 20;
     /* Without a device the plan still compiles (and validates decode args);
      * mlajit_decode then reports MLAJIT_ERR_NO_DEVICE. auto takes a walk
-     * alternative (long walk, short walk, one tile per CTA) where it is faster and
-     * can be had (JIT, disk cache or pack); where it cannot (no JIT and not packed,
-     * say), auto's own kernel, as without it. */
+     * alternative (long walk, head split, head groups, short walk, one tile per
+     * CTA) where it is faster and can be had (JIT, disk cache or pack); where it
+     * cannot (no JIT and not packed, say), auto's own kernel, as without it. */
     mlajit_kernel_spec alts[MLAJIT_WALK_ALTERNATIVES];
     const int n_alts = mlajit_spec_walk_alternatives(spec, ctx->arch, alts);
     for (int i = 0; i < n_alts; i++) {
