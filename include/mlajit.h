@@ -135,8 +135,10 @@ typedef enum mlajit_variant {
                                   * CTA at 65-128 heads, sm90-narrow-long where sm90-narrow would
                                   * walk at least 16 tiles per CTA (below), sm90-narrow with its
                                   * heads in two groups (9-32 heads) where every head in one CTA
-                                  * would leave half of the SMs idle, where that kernel can be
-                                  * had (the faster on the H200 there; bench/NOTES.md) */
+                                  * would leave half of the SMs idle, sm90-narrow in head groups
+                                  * of 32 (or 16) past 32 heads where its grid fits one wave and
+                                  * each CTA's walk is short, where that kernel can be had (the
+                                  * faster on the H200 there; bench/NOTES.md) */
     MLAJIT_VARIANT_PORTABLE = 1, /* mma.sync bf16 family, sm_80 and newer */
     MLAJIT_VARIANT_SM90 = 2,     /* wgmma, warp-specialized; sm_90a only, 64 heads per CTA, tile 64 */
     MLAJIT_VARIANT_SLICED = 3,   /* mma.sync, each warp gathers and multiplies one 64-dim slice of
@@ -154,11 +156,12 @@ typedef enum mlajit_variant {
                                   * on sm_90a where sm90's plan splits down to one tile per CTA, so
                                   * the pair's start-up is not paid for one tile (bench/NOTES.md) */
     MLAJIT_VARIANT_SM90_NARROW = 6, /* wgmma with the products transposed (candidates are wgmma's M,
-                                  * heads its N): at most 32 heads, h_q rounded up to 8 per CTA (or
-                                  * heads_per_cta 8, 16, 24 or 32 up to that: head groups), no
-                                  * math padded to 64 heads, two warp groups gathering; sm_90a,
-                                  * power-of-two scales (v32, dsv4), tile 64. auto's kernel there
-                                  * (faster than sm90 on every such row measured; bench/NOTES.md) */
+                                  * heads its N): at most 32 heads per CTA, h_q rounded up to 8 (or
+                                  * heads_per_cta 8, 16, 24 or 32 up to that: head groups; past 32
+                                  * heads heads_per_cta is required), no math padded to 64 heads,
+                                  * two warp groups gathering; sm_90a, power-of-two scales (v32,
+                                  * dsv4), tile 64. auto's kernel at 32 heads and fewer (faster
+                                  * than sm90 on every such row measured; bench/NOTES.md) */
     MLAJIT_VARIANT_SM90_NARROW_LONG = 7 /* sm90-narrow with three warp groups gathering (512
                                   * threads) where the third one's row-ring slot fits in shared
                                   * memory (v32 at 16 heads per CTA and fewer; elsewhere this resolves to
@@ -174,7 +177,7 @@ typedef struct mlajit_kernel_spec {
     unsigned features;   /* MLAJIT_FEATURE_* */
     int tile;            /* candidates per tile: 0 = generator's choice, else 32 or 64 */
     int heads_per_cta;   /* 0 = generator's choice, else 16, 32 or 64 (8 and 24 too with sm90-narrow;
-                          * sm90-narrow takes at most h_q rounded up to 8) */
+                          * sm90-narrow takes at most h_q rounded up to 8 and at most 32) */
     mlajit_variant variant;
     char arch[MLAJIT_ARCH_LEN]; /* "sm_80", "sm_90a", ...; "" = the context's device (sm_90a without one) */
 } mlajit_kernel_spec;

@@ -66,13 +66,13 @@ static void print_tables(void)
     printf("  %-14s sink, topk-length, extra-topk-length (needs an extra cache)\n", "features");
     printf("  %-14s 0 (auto), 32, 64 candidates\n", "tile");
     printf("  %-14s 0 (auto), 16, 32, 64 (and 8, 24 with variant sm90-narrow or sm90-narrow-long)\n"
-           "  %-14s (the narrow pair: at most h_q rounded up to 8; fewer split the heads into groups)\n",
+           "  %-14s (the narrow pair: at most h_q rounded up to 8 and 32; fewer split the heads into groups)\n",
            "heads_per_cta", "");
     printf("  %-14s auto (on sm_90a where tile and heads_per_cta allow: sm90-narrow at 32 heads and fewer\n"
            "  %-14s with power-of-two scales, else sm90; elsewhere portable; a plan may switch to sm90-staged,\n"
-           "  %-14s sm90-unpaired, sm90-narrow-long or sm90-narrow in two head groups by its walk and grid),\n"
+           "  %-14s sm90-unpaired, sm90-narrow-long or sm90-narrow in head groups by its walk and grid),\n"
            "  %-14s portable (sm_80+), sm90 (wgmma; sm_90a only, tile 64 x 64 heads), sm90-narrow (wgmma with\n"
-           "  %-14s the heads as N; sm_90a only; v32, dsv4; at most 32 heads, h_q rounded up to 8 per CTA or\n"
+           "  %-14s the heads as N; sm_90a only; v32, dsv4; h_q rounded up to 8 per CTA up to 32 heads, or\n"
            "  %-14s head groups of 8-32), sm90-narrow-long (sm90-narrow with a third producer group where it\n"
            "  %-14s fits: v32 at 16 heads per CTA and fewer), sliced (sm_80+; v32, glm_nsa;\n"
            "  %-14s tile 32 x 16 or 32 heads), sm90-staged (sm90, output staged; never splits; v32, dsv4),\n"
