@@ -37,6 +37,11 @@ int mlajit_variant_from_name(const char *name, mlajit_variant *out);
 /* Whether v is one of the sm90 family (sm90, sm90-staged, sm90-unpaired): the
  * decode_sm90 template, sm_90a only, tile 64 with 64 heads per CTA. */
 int mlajit_variant_is_sm90(mlajit_variant v);
+/* The most heads an sm90-narrow CTA holds (wgmma N beside two gathering warp
+ * groups): auto's kernel up to this many heads, head groups of at most this many
+ * past it. */
+#define MLAJIT_NARROW_MAX_HEADS_PER_CTA 32
+
 /* Whether v is sm90-narrow or sm90-narrow-long: the decode_sm90_narrow template. */
 int mlajit_variant_is_narrow(mlajit_variant v);
 /* Whether v runs a wgmma kernel (the sm90 family or the narrow pair): sm_90a

@@ -165,7 +165,7 @@ int mlajit_spec_resolve(const mlajit_kernel_spec *spec, mlajit_kernel_spec *reso
      * portable (bench/NOTES.md). */
     if (r.variant == MLAJIT_VARIANT_AUTO) {
         const int hopper = strcmp(r.arch, "sm_90a") == 0 && (r.tile == 0 || r.tile == 64);
-        if (hopper && r.heads_per_cta == 0 && r.h_q <= 32 &&
+        if (hopper && r.heads_per_cta == 0 && r.h_q <= MLAJIT_NARROW_MAX_HEADS_PER_CTA &&
             mlajit_model_describe(r.model)->scale_format != MLAJIT_SCALE_FP32)
             r.variant = MLAJIT_VARIANT_SM90_NARROW;
         else
@@ -201,8 +201,8 @@ int mlajit_spec_resolve(const mlajit_kernel_spec *spec, mlajit_kernel_spec *reso
         const mlajit_model_desc *d = mlajit_model_describe(r.model);
         const char *name = mlajit_variant_name(r.variant);
         /* the most heads a CTA holds: h_q rounded up to 8, at most 32 */
-        const int heads_n = r.h_q <= 32 ? (r.h_q + 7) / 8 * 8 : 32;
-        if (r.h_q > 32 && r.heads_per_cta == 0)
+        const int heads_n = r.h_q <= MLAJIT_NARROW_MAX_HEADS_PER_CTA ? (r.h_q + 7) / 8 * 8 : MLAJIT_NARROW_MAX_HEADS_PER_CTA;
+        if (r.h_q > MLAJIT_NARROW_MAX_HEADS_PER_CTA && r.heads_per_cta == 0)
             return mlajit_fail(MLAJIT_ERR_UNSUPPORTED, "variant %s holds at most 32 heads per CTA; h_q = %d: set "
                                "heads_per_cta to 8, 16, 24 or 32 (head groups), or use the sm90 variant", name, r.h_q);
         if (d->scale_format == MLAJIT_SCALE_FP32)
@@ -214,7 +214,7 @@ int mlajit_spec_resolve(const mlajit_kernel_spec *spec, mlajit_kernel_spec *reso
             return mlajit_fail(MLAJIT_ERR_UNSUPPORTED, "variant %s runs tile 64 with at most %d heads per CTA (h_q "
                                "rounded up to 8, at most 32); spec has tile %d, heads_per_cta %d: use 8, 16, 24 or 32 "
                                "up to %d%s", name, heads_n, r.tile, r.heads_per_cta, heads_n,
-                               r.h_q <= 32 ? ", or 0 (all of them)" : "");
+                               r.h_q <= MLAJIT_NARROW_MAX_HEADS_PER_CTA ? ", or 0 (all of them)" : "");
         r.tile = 64;
         if (r.heads_per_cta == 0)
             r.heads_per_cta = heads_n;
@@ -329,7 +329,8 @@ int mlajit_spec_head_split_alternative(const mlajit_kernel_spec *spec, const cha
     mlajit_kernel_spec s, r;
     /* the group it halves into groups of 8 or more: where auto runs sm90-narrow,
      * the resolved one (h_q rounded up to 8); past 32 heads, the head groups' 32 */
-    if (!spec || !auto_alternative(spec, default_arch, MLAJIT_VARIANT_SM90_NARROW, spec->h_q > 32 ? 32 : 0, 1, &s) ||
+    const int whole = spec && spec->h_q > MLAJIT_NARROW_MAX_HEADS_PER_CTA ? MLAJIT_NARROW_MAX_HEADS_PER_CTA : 0;
+    if (!spec || !auto_alternative(spec, default_arch, MLAJIT_VARIANT_SM90_NARROW, whole, 1, &s) ||
         mlajit_spec_resolve(&s, &r) != MLAJIT_OK || r.heads_per_cta < 16) {
         mlajit_clear_error();
         return 0;
@@ -347,9 +348,9 @@ int mlajit_spec_head_groups_alternative(const mlajit_kernel_spec *spec, const ch
                                         mlajit_kernel_spec *alt)
 {
     /* past 32 heads (at most 32, auto runs sm90-narrow itself) */
-    if (!spec || spec->h_q <= 32)
+    if (!spec || spec->h_q <= MLAJIT_NARROW_MAX_HEADS_PER_CTA)
         return 0;
-    return auto_alternative(spec, default_arch, MLAJIT_VARIANT_SM90_NARROW, 32, 1, alt);
+    return auto_alternative(spec, default_arch, MLAJIT_VARIANT_SM90_NARROW, MLAJIT_NARROW_MAX_HEADS_PER_CTA, 1, alt);
 }
 
 int mlajit_spec_walk_alternatives(const mlajit_kernel_spec *spec, const char *default_arch,

@@ -183,16 +183,18 @@ void mlajit_fuzz_draw(uint64_t run_seed, int64_t call, int allow_heavy, mlajit_f
      * that did not take sliced, half of those as sm90-narrow-long (which is
      * sm90-narrow where its third producer group does not fit). */
     const int sliced = resolves_on_sm90a(model, h_q, page, tile, hc, MLAJIT_VARIANT_SLICED) && chance(&r, 25);
+    const int narrow_max = MLAJIT_NARROW_MAX_HEADS_PER_CTA;
     const int narrow = !sliced &&
-                       resolves_on_sm90a(model, h_q, page, 0, h_q > 32 ? 32 : 0, MLAJIT_VARIANT_SM90_NARROW) &&
+                       resolves_on_sm90a(model, h_q, page, 0, h_q > narrow_max ? narrow_max : 0,
+                                         MLAJIT_VARIANT_SM90_NARROW) &&
                        chance(&r, 25);
     const int narrow_long = narrow && chance(&r, 50);
     /* half the narrow draws at most 32 heads split the heads into groups of 8 .. h_q
      * rounded up to 8; past 32 heads every draw does, in groups of 8 .. 32 */
-    const int narrow_hc = !narrow                      ? 0
-                          : h_q > 32                   ? 8 * (1 + below(&r, 4))
-                          : chance(&r, 50)             ? 8 * (1 + below(&r, (h_q + 7) / 8))
-                                                       : 0;
+    const int narrow_hc = !narrow             ? 0
+                          : h_q > narrow_max  ? 8 * (1 + below(&r, narrow_max / 8))
+                          : chance(&r, 50)    ? 8 * (1 + below(&r, (h_q + 7) / 8))
+                                              : 0;
 
     mlajit_kernel_spec *sp = &out->spec;
     sp->model = model;

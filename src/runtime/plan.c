@@ -144,11 +144,11 @@ static int head_groups_walk_short(const mlajit_kernel_spec *alt, const mlajit_de
 static int heads_split_fills_idle_sms(const mlajit_kernel_spec *alt, const mlajit_decode_shape *shape, int sm_count)
 {
     mlajit_kernel_spec whole = *alt;
-    whole.heads_per_cta = alt->h_q > 32 ? 32 : 0;
+    whole.heads_per_cta = alt->h_q > MLAJIT_NARROW_MAX_HEADS_PER_CTA ? MLAJIT_NARROW_MAX_HEADS_PER_CTA : 0;
     plan_grid g;
     return grid_of(&whole, shape, sm_count, 0, &g) && g.rows > 0 &&
            2L * g.head_groups * g.rows * g.num_splits <= sm_count &&
-           (alt->h_q <= 32 || head_groups_walk_short(&whole, shape, sm_count));
+           (alt->h_q <= MLAJIT_NARROW_MAX_HEADS_PER_CTA || head_groups_walk_short(&whole, shape, sm_count));
 }
 
 /* Whether a plan of `shape` takes walk alternative `alt` (one of
@@ -162,8 +162,8 @@ static int walk_suits(const mlajit_kernel_spec *alt, const mlajit_decode_shape *
     /* sm90-narrow: past 32 heads in groups of 32 the head groups, else the head
      * split (at most 32 heads auto's own kernel is sm90-narrow) */
     case MLAJIT_VARIANT_SM90_NARROW:
-        return alt->h_q > 32 && alt->heads_per_cta == 32 ? head_groups_walk_short(alt, shape, sm_count)
-                                                         : heads_split_fills_idle_sms(alt, shape, sm_count);
+        return alt->h_q > MLAJIT_NARROW_MAX_HEADS_PER_CTA && alt->heads_per_cta == MLAJIT_NARROW_MAX_HEADS_PER_CTA ? head_groups_walk_short(alt, shape, sm_count)
+                                                                                   : heads_split_fills_idle_sms(alt, shape, sm_count);
     default: return 0;
     }
 }
