@@ -393,6 +393,26 @@ int mlajit_plan_num_splits(const mlajit_plan *plan);
 /* The report of the plan's kernel (spec string, key, cache hit, compile time...). */
 const mlajit_kernel_report *mlajit_plan_report(const mlajit_plan *plan);
 
+/* What a plan of a geometry would launch (mlajit_plan_describe). */
+typedef struct mlajit_plan_outline {
+    mlajit_kernel_spec kernel; /* the kernel, resolved (mlajit_spec_string names it) */
+    int num_splits;            /* split-KV splits (1: no combine) */
+    int head_groups;           /* CTAs per (row, split): h_q over the kernel's heads per CTA */
+    int rows;                  /* batch x s_q */
+    int tiles_per_split;       /* candidate tiles each CTA walks, at most */
+} mlajit_plan_outline;
+
+/* What mlajit_plan_create would launch for this spec and geometry on a device of
+ * sm_count SMs (0: 132, an H100 or H200) and spec->arch ("" = sm_90a), answered
+ * without CUDA and without compiling: for an auto spec the kernel its plan switches
+ * to where the shape suits one (a short or long walk, one tile per CTA, heads in
+ * groups; docs/ARCHITECTURE.md), else the spec's own, with the split count and
+ * grid. mlajit_plan_create runs the spec's own kernel instead where the other
+ * cannot be had (no JIT, and neither a pack nor the cache holds it). On an invalid
+ * spec or shape, a status naming the field; *out is then unchanged. */
+int mlajit_plan_describe(const mlajit_kernel_spec *spec, const mlajit_decode_shape *shape, int sm_count,
+                         mlajit_plan_outline *out);
+
 /* ------------------------------------------------------------------------- */
 /* Decode                                                                     */
 /* ------------------------------------------------------------------------- */

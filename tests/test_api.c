@@ -681,71 +681,147 @@ static void expect_plan_families(const plan_case *cases, size_t n)
     }
 }
 
+static const plan_case auto_cases[] = {
+    /* at most 32 heads with power-of-two scales: sm90-narrow; at 16 heads and
+     * fewer with V3.2's rows, a walk of 16 tiles or more per CTA: sm90-narrow-long
+     * (its third producer group) */
+    {MLAJIT_MODEL_V32, 16, 256, 2048, 0, ".hc16.sm90-narrow-long.sm_90a", "a long walk, unsplit"},
+    {MLAJIT_MODEL_V32, 9, 256, 2048, 0, ".hc16.sm90-narrow-long.sm_90a", "a long walk at 9 heads, unsplit"},
+    {MLAJIT_MODEL_V32, 8, 256, 2048, 0, ".hc8.sm90-narrow-long.sm_90a", "a long walk at 8 heads, unsplit"},
+    {MLAJIT_MODEL_V32, 8, 64, 2048, 0, ".hc8.sm90-narrow-long.sm_90a", "8 heads, 2 splits of 16 tiles"},
+    {MLAJIT_MODEL_V32, 4, 128, 2048, 0, ".hc8.sm90-narrow-long.sm_90a", "a long walk at 4 heads"},
+    {MLAJIT_MODEL_V32, 8, 128, 2048, 2, ".hc8.sm90-narrow-long.sm_90a", "forced: 2 splits of 16 tiles"},
+    {MLAJIT_MODEL_V32, 8, 128, 2048, 3, ".hc8.sm90-narrow.sm_90a", "forced: 3 splits of 11 tiles"},
+    {MLAJIT_MODEL_V32, 8, 8, 2048, 0, ".hc8.sm90-narrow.sm_90a", "b 8: 16 splits of 2 tiles"},
+    {MLAJIT_MODEL_DSV4, 8, 128, 2048, 0, ".hc8.sm90-narrow.sm_90a", "DSV4's rows: no ring, no third group"},
+    {MLAJIT_MODEL_V32, 16, 128, 2048, 0, ".hc16.sm90-narrow-long.sm_90a", "16 heads, b 128"},
+    {MLAJIT_MODEL_V32, 16, 256, 2048, 2, ".hc16.sm90-narrow-long.sm_90a", "16 heads, 2 splits of 16 tiles"},
+    {MLAJIT_MODEL_V32, 16, 128, 512, 0, ".hc16.sm90-narrow.sm_90a", "16 heads, 8 tiles"},
+    {MLAJIT_MODEL_V32, 24, 128, 2048, 0, ".hc24.sm90-narrow.sm_90a", "24 heads: no room for the third group"},
+    /* short walks: one row (many splits), a short topk, a forced split count */
+    {MLAJIT_MODEL_V32, 16, 8, 2048, 0, ".hc16.sm90-narrow.sm_90a", "b 8: 16 splits, 128 CTAs"},
+    {MLAJIT_MODEL_V32, 8, 128, 512, 0, ".hc8.sm90-narrow.sm_90a", "a short topk"},
+    {MLAJIT_MODEL_V32, 8, 128, 2048, 64, ".hc8.sm90-narrow.sm_90a", "forced splits of one tile"},
+    /* where the plan leaves half of the SMs idle, the heads in two groups */
+    {MLAJIT_MODEL_V32, 16, 1, 2048, 0, ".hc8.sm90-narrow.sm_90a", "one row: 32 CTAs"},
+    {MLAJIT_MODEL_V32, 32, 1, 2048, 0, ".hc16.sm90-narrow.sm_90a", "one row at 32 heads"},
+    {MLAJIT_MODEL_V32, 20, 1, 2048, 0, ".hc16.sm90-narrow.sm_90a", "20 heads: 16 and 4"},
+    {MLAJIT_MODEL_V32, 32, 64, 128, 0, ".hc16.sm90-narrow.sm_90a", "64 rows unsplit: 64 CTAs"},
+    {MLAJIT_MODEL_V32, 32, 66, 128, 0, ".hc16.sm90-narrow.sm_90a", "66 rows: 132 CTAs in groups"},
+    {MLAJIT_MODEL_V32, 32, 67, 128, 0, ".hc32.sm90-narrow.sm_90a", "67 rows: 134 would not fit"},
+    {MLAJIT_MODEL_V32, 32, 128, 128, 0, ".hc32.sm90-narrow.sm_90a", "128 rows fill the SMs"},
+    {MLAJIT_MODEL_V32, 32, 64, 512, 0, ".hc32.sm90-narrow.sm_90a", "2 splits fill them"},
+    {MLAJIT_MODEL_V32, 32, 1, 2048, 2, ".hc16.sm90-narrow.sm_90a", "forced: 2 splits, 2 CTAs"},
+    {MLAJIT_MODEL_DSV4, 16, 2, 640, 0, ".hc8.sm90-narrow.sm_90a", "DSV4, 2 rows of 10 splits"},
+    {MLAJIT_MODEL_V32, 8, 1, 2048, 0, ".hc8.sm90-narrow.sm_90a", "8 heads: no smaller group"},
+    {MLAJIT_MODEL_GLM_NSA, 16, 1, 2048, 0, ".hc64.sm90.sm_90a", "arbitrary scales: no narrow kernel"},
+    /* 17-32 heads, DSV4's layout: sm90-narrow, h_q rounded up to 8 */
+    {MLAJIT_MODEL_V32, 32, 128, 2048, 0, ".hc32.sm90-narrow.sm_90a", "32 heads"},
+    {MLAJIT_MODEL_V32, 20, 128, 2048, 0, ".hc24.sm90-narrow.sm_90a", "20 heads"},
+    {MLAJIT_MODEL_DSV4, 16, 128, 2048, 0, ".hc16.sm90-narrow.sm_90a", "DSV4's layout"},
+    /* more heads, or arbitrary scales: auto's wgmma kernel */
+    {MLAJIT_MODEL_GLM_NSA, 16, 128, 2048, 0, ".hc64.sm90.sm_90a", "arbitrary scales"},
+    {MLAJIT_MODEL_V32, 33, 128, 2048, 4, ".hc64.sm90.sm_90a", "33 heads, split"},
+    {MLAJIT_MODEL_GLM_NSA, 128, 1, 2048, 0, ".sm90-unpaired.sm_90a", "b 1, 32 splits of one tile"},
+    {MLAJIT_MODEL_GLM_NSA, 96, 2, 2048, 0, ".sm90-unpaired.sm_90a", "96 heads pair too"},
+    {MLAJIT_MODEL_V32, 128, 8, 2048, 32, ".sm90-unpaired.sm_90a", "forced: 32 splits of one tile, 1024 CTAs "
+                                                                   "in head groups"},
+    {MLAJIT_MODEL_V32, 128, 8, 2048, 0, ".sm90.sm_90a", "b 8: 8 splits of 4 tiles keep the pair (head groups "
+                                                         "of 32: 8 tiles, 4 groups, 32 tile gathers)"},
+    {MLAJIT_MODEL_V32, 128, 1, 2048, 2, ".sm90.sm_90a", "forced: 2 splits of 16 tiles"},
+    {MLAJIT_MODEL_V32, 64, 128, 2048, 2, ".sm90.sm_90a", "64 heads: no pair to leave out"},
+    {MLAJIT_MODEL_V32, 128, 128, 64, 0, ".sm90-staged.sm_90a", "one tile, no split: the short walk's kernel"},
+    {MLAJIT_MODEL_V32, 64, 128, 128, 0, ".sm90-staged.sm_90a", "head groups of 32 would take 256 CTAs"},
+    {MLAJIT_MODEL_V32, 64, 64, 2048, 0, ".hc64.sm90.sm_90a", "64 rows of 32 tiles in 2 groups: 64 gathers"},
+    /* past 32 heads with power-of-two scales, small grids: sm90-narrow in head
+     * groups of 32, or of 16 where that leaves half the SMs idle */
+    {MLAJIT_MODEL_V32, 128, 1, 2048, 0, ".hc32.sm90-narrow.sm_90a", "b 1: 4 groups x 32 splits of one tile"},
+    {MLAJIT_MODEL_V32, 96, 2, 2048, 0, ".hc32.sm90-narrow.sm_90a", "96 heads, b 2: 3 groups"},
+    {MLAJIT_MODEL_V32, 64, 64, 512, 0, ".hc32.sm90-narrow.sm_90a", "64 rows of 8 tiles: 128 CTAs"},
+    {MLAJIT_MODEL_V32, 64, 64, 128, 0, ".hc32.sm90-narrow.sm_90a", "64 rows of 2 tiles"},
+    {MLAJIT_MODEL_V32, 64, 8, 2048, 0, ".hc32.sm90-narrow.sm_90a", "b 8: 8 splits of 4 tiles"},
+    {MLAJIT_MODEL_V32, 64, 1, 2048, 0, ".hc16.sm90-narrow.sm_90a", "b 1: groups of 32 leave half the SMs idle"},
+    {MLAJIT_MODEL_V32, 128, 1, 2048, 8, ".hc16.sm90-narrow.sm_90a", "forced: 8 splits, 32 CTAs in groups of 32"},
+};
+
 Test(api, auto_takes_narrow_or_sm90_by_heads_and_walk)
 {
-    static const plan_case cases[] = {
-        /* at most 32 heads with power-of-two scales: sm90-narrow; at 16 heads and
-         * fewer with V3.2's rows, a walk of 16 tiles or more per CTA: sm90-narrow-long
-         * (its third producer group) */
-        {MLAJIT_MODEL_V32, 16, 256, 2048, 0, ".hc16.sm90-narrow-long.sm_90a", "a long walk, unsplit"},
-        {MLAJIT_MODEL_V32, 9, 256, 2048, 0, ".hc16.sm90-narrow-long.sm_90a", "a long walk at 9 heads, unsplit"},
-        {MLAJIT_MODEL_V32, 8, 256, 2048, 0, ".hc8.sm90-narrow-long.sm_90a", "a long walk at 8 heads, unsplit"},
-        {MLAJIT_MODEL_V32, 8, 64, 2048, 0, ".hc8.sm90-narrow-long.sm_90a", "8 heads, 2 splits of 16 tiles"},
-        {MLAJIT_MODEL_V32, 4, 128, 2048, 0, ".hc8.sm90-narrow-long.sm_90a", "a long walk at 4 heads"},
-        {MLAJIT_MODEL_V32, 8, 128, 2048, 2, ".hc8.sm90-narrow-long.sm_90a", "forced: 2 splits of 16 tiles"},
-        {MLAJIT_MODEL_V32, 8, 128, 2048, 3, ".hc8.sm90-narrow.sm_90a", "forced: 3 splits of 11 tiles"},
-        {MLAJIT_MODEL_V32, 8, 8, 2048, 0, ".hc8.sm90-narrow.sm_90a", "b 8: 16 splits of 2 tiles"},
-        {MLAJIT_MODEL_DSV4, 8, 128, 2048, 0, ".hc8.sm90-narrow.sm_90a", "DSV4's rows: no ring, no third group"},
-        {MLAJIT_MODEL_V32, 16, 128, 2048, 0, ".hc16.sm90-narrow-long.sm_90a", "16 heads, b 128"},
-        {MLAJIT_MODEL_V32, 16, 256, 2048, 2, ".hc16.sm90-narrow-long.sm_90a", "16 heads, 2 splits of 16 tiles"},
-        {MLAJIT_MODEL_V32, 16, 128, 512, 0, ".hc16.sm90-narrow.sm_90a", "16 heads, 8 tiles"},
-        {MLAJIT_MODEL_V32, 24, 128, 2048, 0, ".hc24.sm90-narrow.sm_90a", "24 heads: no room for the third group"},
-        /* short walks: one row (many splits), a short topk, a forced split count */
-        {MLAJIT_MODEL_V32, 16, 8, 2048, 0, ".hc16.sm90-narrow.sm_90a", "b 8: 16 splits, 128 CTAs"},
-        {MLAJIT_MODEL_V32, 8, 128, 512, 0, ".hc8.sm90-narrow.sm_90a", "a short topk"},
-        {MLAJIT_MODEL_V32, 8, 128, 2048, 64, ".hc8.sm90-narrow.sm_90a", "forced splits of one tile"},
-        /* where the plan leaves half of the SMs idle, the heads in two groups */
-        {MLAJIT_MODEL_V32, 16, 1, 2048, 0, ".hc8.sm90-narrow.sm_90a", "one row: 32 CTAs"},
-        {MLAJIT_MODEL_V32, 32, 1, 2048, 0, ".hc16.sm90-narrow.sm_90a", "one row at 32 heads"},
-        {MLAJIT_MODEL_V32, 20, 1, 2048, 0, ".hc16.sm90-narrow.sm_90a", "20 heads: 16 and 4"},
-        {MLAJIT_MODEL_V32, 32, 64, 128, 0, ".hc16.sm90-narrow.sm_90a", "64 rows unsplit: 64 CTAs"},
-        {MLAJIT_MODEL_V32, 32, 66, 128, 0, ".hc16.sm90-narrow.sm_90a", "66 rows: 132 CTAs in groups"},
-        {MLAJIT_MODEL_V32, 32, 67, 128, 0, ".hc32.sm90-narrow.sm_90a", "67 rows: 134 would not fit"},
-        {MLAJIT_MODEL_V32, 32, 128, 128, 0, ".hc32.sm90-narrow.sm_90a", "128 rows fill the SMs"},
-        {MLAJIT_MODEL_V32, 32, 64, 512, 0, ".hc32.sm90-narrow.sm_90a", "2 splits fill them"},
-        {MLAJIT_MODEL_V32, 32, 1, 2048, 2, ".hc16.sm90-narrow.sm_90a", "forced: 2 splits, 2 CTAs"},
-        {MLAJIT_MODEL_DSV4, 16, 2, 640, 0, ".hc8.sm90-narrow.sm_90a", "DSV4, 2 rows of 10 splits"},
-        {MLAJIT_MODEL_V32, 8, 1, 2048, 0, ".hc8.sm90-narrow.sm_90a", "8 heads: no smaller group"},
-        {MLAJIT_MODEL_GLM_NSA, 16, 1, 2048, 0, ".hc64.sm90.sm_90a", "arbitrary scales: no narrow kernel"},
-        /* 17-32 heads, DSV4's layout: sm90-narrow, h_q rounded up to 8 */
-        {MLAJIT_MODEL_V32, 32, 128, 2048, 0, ".hc32.sm90-narrow.sm_90a", "32 heads"},
-        {MLAJIT_MODEL_V32, 20, 128, 2048, 0, ".hc24.sm90-narrow.sm_90a", "20 heads"},
-        {MLAJIT_MODEL_DSV4, 16, 128, 2048, 0, ".hc16.sm90-narrow.sm_90a", "DSV4's layout"},
-        /* more heads, or arbitrary scales: auto's wgmma kernel */
-        {MLAJIT_MODEL_GLM_NSA, 16, 128, 2048, 0, ".hc64.sm90.sm_90a", "arbitrary scales"},
-        {MLAJIT_MODEL_V32, 33, 128, 2048, 4, ".hc64.sm90.sm_90a", "33 heads, split"},
-        {MLAJIT_MODEL_GLM_NSA, 128, 1, 2048, 0, ".sm90-unpaired.sm_90a", "b 1, 32 splits of one tile"},
-        {MLAJIT_MODEL_GLM_NSA, 96, 2, 2048, 0, ".sm90-unpaired.sm_90a", "96 heads pair too"},
-        {MLAJIT_MODEL_V32, 128, 8, 2048, 32, ".sm90-unpaired.sm_90a", "forced: 32 splits of one tile, 1024 CTAs "
-                                                                       "in head groups"},
-        {MLAJIT_MODEL_V32, 128, 8, 2048, 0, ".sm90.sm_90a", "b 8: 8 splits of 4 tiles keep the pair (head groups "
-                                                             "of 32: 8 tiles, 4 groups, 32 tile gathers)"},
-        {MLAJIT_MODEL_V32, 128, 1, 2048, 2, ".sm90.sm_90a", "forced: 2 splits of 16 tiles"},
-        {MLAJIT_MODEL_V32, 64, 128, 2048, 2, ".sm90.sm_90a", "64 heads: no pair to leave out"},
-        {MLAJIT_MODEL_V32, 128, 128, 64, 0, ".sm90-staged.sm_90a", "one tile, no split: the short walk's kernel"},
-        {MLAJIT_MODEL_V32, 64, 128, 128, 0, ".sm90-staged.sm_90a", "head groups of 32 would take 256 CTAs"},
-        {MLAJIT_MODEL_V32, 64, 64, 2048, 0, ".hc64.sm90.sm_90a", "64 rows of 32 tiles in 2 groups: 64 gathers"},
-        /* past 32 heads with power-of-two scales, small grids: sm90-narrow in head
-         * groups of 32, or of 16 where that leaves half the SMs idle */
-        {MLAJIT_MODEL_V32, 128, 1, 2048, 0, ".hc32.sm90-narrow.sm_90a", "b 1: 4 groups x 32 splits of one tile"},
-        {MLAJIT_MODEL_V32, 96, 2, 2048, 0, ".hc32.sm90-narrow.sm_90a", "96 heads, b 2: 3 groups"},
-        {MLAJIT_MODEL_V32, 64, 64, 512, 0, ".hc32.sm90-narrow.sm_90a", "64 rows of 8 tiles: 128 CTAs"},
-        {MLAJIT_MODEL_V32, 64, 64, 128, 0, ".hc32.sm90-narrow.sm_90a", "64 rows of 2 tiles"},
-        {MLAJIT_MODEL_V32, 64, 8, 2048, 0, ".hc32.sm90-narrow.sm_90a", "b 8: 8 splits of 4 tiles"},
-        {MLAJIT_MODEL_V32, 64, 1, 2048, 0, ".hc16.sm90-narrow.sm_90a", "b 1: groups of 32 leave half the SMs idle"},
-        {MLAJIT_MODEL_V32, 128, 1, 2048, 8, ".hc16.sm90-narrow.sm_90a", "forced: 8 splits, 32 CTAs in groups of 32"},
-    };
-    expect_plan_families(cases, sizeof cases / sizeof cases[0]);
+    expect_plan_families(auto_cases, sizeof auto_cases / sizeof auto_cases[0]);
+}
+
+/* mlajit_plan_describe answers, without compiling, what mlajit_plan_create
+ * launches: the same kernel and split count on every shape of the cases above
+ * (a context without a device plans for 132 SMs, describe's default), and the
+ * grid it implies. */
+Test(api, plan_describe_names_what_the_plan_launches)
+{
+    for (size_t i = 0; i < sizeof auto_cases / sizeof auto_cases[0]; i++) {
+        const plan_case *c = &auto_cases[i];
+        mlajit_kernel_spec s;
+        cr_assert_eq(mlajit_spec_init(&s, c->model, c->h_q, 64), MLAJIT_OK);
+        mlajit_decode_shape shape = {.batch = c->batch, .s_q = 1, .topk = c->topk, .num_splits = c->splits};
+        mlajit_plan *p = NULL;
+        cr_assert_eq(mlajit_plan_create(ctx, &s, &shape, &p), MLAJIT_OK, "case %zu: %s", i, mlajit_last_error());
+        mlajit_plan_outline o;
+        cr_assert_eq(mlajit_plan_describe(&s, &shape, 0, &o), MLAJIT_OK, "case %zu: %s", i, mlajit_last_error());
+        char name[128];
+        cr_assert_eq(mlajit_spec_string(&o.kernel, name, sizeof name), MLAJIT_OK);
+        cr_expect_str_eq(name, mlajit_plan_report(p)->spec, "case %zu (%s)", i, c->why);
+        cr_expect_eq(o.num_splits, mlajit_plan_num_splits(p), "case %zu (%s)", i, c->why);
+        cr_expect_eq(o.rows, c->batch);
+        const int heads_per_cta = o.kernel.heads_per_cta;
+        cr_expect_eq(o.head_groups, (c->h_q + heads_per_cta - 1) / heads_per_cta, "case %zu", i);
+        cr_expect_eq(o.tiles_per_split, ((c->topk + 63) / 64 + o.num_splits - 1) / o.num_splits, "case %zu", i);
+        mlajit_plan_destroy(p);
+    }
+    /* V3.2 h64 b 1: 4 groups of 16 x 32 splits of one tile on 132 SMs; on 64 SMs
+     * the groups of 32 would take all of them, so groups of 32 */
+    mlajit_kernel_spec s;
+    cr_assert_eq(mlajit_spec_init(&s, MLAJIT_MODEL_V32, 64, 64), MLAJIT_OK);
+    mlajit_decode_shape one_row = {.batch = 1, .s_q = 1, .topk = 2048};
+    mlajit_plan_outline o;
+    cr_assert_eq(mlajit_plan_describe(&s, &one_row, 0, &o), MLAJIT_OK, "%s", mlajit_last_error());
+    cr_expect_eq(o.kernel.variant, MLAJIT_VARIANT_SM90_NARROW);
+    cr_expect_eq(o.kernel.heads_per_cta, 16);
+    cr_expect_eq(o.head_groups, 4);
+    cr_expect_eq(o.num_splits, 32);
+    cr_expect_eq(o.tiles_per_split, 1);
+    cr_assert_eq(mlajit_plan_describe(&s, &one_row, 64, &o), MLAJIT_OK, "%s", mlajit_last_error());
+    cr_expect_eq(o.kernel.heads_per_cta, 32, "64 SMs: 2 groups x 32 splits fill them");
+    /* a spec that fixes its kernel keeps it; another arch has no alternatives */
+    s.variant = MLAJIT_VARIANT_SM90;
+    cr_assert_eq(mlajit_plan_describe(&s, &one_row, 0, &o), MLAJIT_OK, "%s", mlajit_last_error());
+    cr_expect_eq(o.kernel.variant, MLAJIT_VARIANT_SM90);
+    s.variant = MLAJIT_VARIANT_AUTO;
+    strcpy(s.arch, "sm_80");
+    cr_assert_eq(mlajit_plan_describe(&s, &one_row, 0, &o), MLAJIT_OK, "%s", mlajit_last_error());
+    cr_expect_eq(o.kernel.variant, MLAJIT_VARIANT_PORTABLE);
+}
+
+/* Bad input to mlajit_plan_describe: a status naming the argument, *out untouched. */
+Test(bad_input, plan_describe)
+{
+    mlajit_kernel_spec s;
+    cr_assert_eq(mlajit_spec_init(&s, MLAJIT_MODEL_V32, 16, 64), MLAJIT_OK);
+    mlajit_decode_shape shape = {.batch = 2, .s_q = 1, .topk = 512};
+    mlajit_plan_outline o, before;
+    memset(&o, 0x5a, sizeof o);
+    before = o;
+    cr_expect_eq(mlajit_plan_describe(NULL, &shape, 0, &o), MLAJIT_ERR_INVALID_ARGUMENT);
+    cr_expect(strstr(mlajit_last_error(), "spec") != NULL, "%s", mlajit_last_error());
+    cr_expect_eq(mlajit_plan_describe(&s, NULL, 0, &o), MLAJIT_ERR_INVALID_ARGUMENT);
+    cr_expect(strstr(mlajit_last_error(), "shape") != NULL, "%s", mlajit_last_error());
+    cr_expect_eq(mlajit_plan_describe(&s, &shape, 0, NULL), MLAJIT_ERR_INVALID_ARGUMENT);
+    cr_expect_eq(mlajit_plan_describe(&s, &shape, -1, &o), MLAJIT_ERR_INVALID_ARGUMENT);
+    cr_expect(strstr(mlajit_last_error(), "sm_count = -1") != NULL, "%s", mlajit_last_error());
+    shape.batch = 4097;
+    cr_expect_eq(mlajit_plan_describe(&s, &shape, 0, &o), MLAJIT_ERR_INVALID_ARGUMENT);
+    cr_expect(strstr(mlajit_last_error(), "shape.batch = 4097") != NULL, "%s", mlajit_last_error());
+    shape.batch = 2;
+    s.h_q = 129;
+    cr_expect_eq(mlajit_plan_describe(&s, &shape, 0, &o), MLAJIT_ERR_INVALID_ARGUMENT);
+    cr_expect(strstr(mlajit_last_error(), "spec.h_q = 129") != NULL, "%s", mlajit_last_error());
+    cr_expect_eq(memcmp(&o, &before, sizeof o), 0, "nothing written on an error");
 }
 
 Test(api, auto_keeps_its_kernel_when_the_walks_one_cannot_be_had)

@@ -196,10 +196,19 @@ int cli_envelope(int argc, char **argv)
     char name[128] = "";
     if (mlajit_spec_resolve(&spec, &resolved) == MLAJIT_OK)
         mlajit_spec_string(&resolved, name, sizeof name);
-    if (with_shape)
+    if (with_shape) {
         printf("accepted: %s with batch %d, s_q %d, topk %d, extra_topk %d, splits %d\n", name, shape.batch,
                shape.s_q, shape.topk, shape.extra_topk, shape.num_splits);
-    else
+        /* what a plan of this geometry launches on an H100 / H200 (no compiling) */
+        mlajit_plan_outline o;
+        char kernel[128];
+        if (mlajit_plan_describe(&spec, &shape, 0, &o) == MLAJIT_OK &&
+            mlajit_spec_string(&o.kernel, kernel, sizeof kernel) == MLAJIT_OK)
+            printf("plan on 132 SMs: %s, %d head groups x %d rows x %d splits = %ld CTAs; a CTA walks at most %d "
+                   "tile%s of %d candidates\n", kernel, o.head_groups, o.rows, o.num_splits,
+                   (long)o.head_groups * o.rows * o.num_splits, o.tiles_per_split, o.tiles_per_split == 1 ? "" : "s",
+                   o.kernel.tile);
+    } else
         printf("accepted: %s\n", name);
     return CLI_OK;
 }

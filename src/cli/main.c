@@ -32,6 +32,7 @@ static const char usage_text[] =
     "                                --cpu-only: generate + NVRTC for sm_80/90a/100a/120a, no launch\n"
     "  envelope [SPEC [--batch B] [--s-q S] [--topk K] [--extra-topk E] [--splits N]]\n"
     "                                the supported envelope as tables, or one spec checked against it\n"
+    "                                (with a geometry: the kernel and grid its plan launches on 132 SMs)\n"
     "\n"
     "models: v32, dsv4, glm_nsa; features: sink, topk-length, extra-topk-length\n"
     "variants (V): " MLAJIT_VARIANT_NAMES "\n"

@@ -1,5 +1,6 @@
 /* Plans: a spec plus a batch geometry -> a loaded kernel, a grid, a split count
  * and a workspace size. Everything a decode call needs is decided here. */
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -168,6 +169,51 @@ static int walk_suits(const mlajit_kernel_spec *alt, const mlajit_decode_shape *
     }
 }
 
+/* The walk alternative auto's plan of `shape` takes (the first of
+ * mlajit_spec_walk_alternatives that suits it) into *alt: 1, else 0. */
+static int walk_alternative_for(const mlajit_kernel_spec *spec, const char *arch, const mlajit_decode_shape *shape,
+                                int sm_count, mlajit_kernel_spec *alt)
+{
+    mlajit_kernel_spec alts[MLAJIT_WALK_ALTERNATIVES];
+    const int n_alts = mlajit_spec_walk_alternatives(spec, arch, alts);
+    for (int i = 0; i < n_alts; i++) {
+        if (walk_suits(&alts[i], shape, sm_count)) {
+            *alt = alts[i];
+            return 1;
+        }
+    }
+    return 0;
+}
+
+int mlajit_plan_describe(const mlajit_kernel_spec *spec, const mlajit_decode_shape *shape, int sm_count,
+                         mlajit_plan_outline *out)
+{
+    mlajit_clear_error();
+    if (!spec || !shape || !out)
+        return mlajit_fail(MLAJIT_ERR_INVALID_ARGUMENT, "%s: NULL", !spec ? "spec" : !shape ? "shape" : "out");
+    if (sm_count < 0)
+        return mlajit_fail(MLAJIT_ERR_INVALID_ARGUMENT, "sm_count = %d; allowed 0 (132) or more", sm_count);
+    int rc = mlajit_spec_validate(spec);
+    if (rc || (rc = mlajit_shape_validate(spec, shape)))
+        return rc;
+    if (sm_count == 0)
+        sm_count = 132;
+    mlajit_kernel_spec chosen = *spec, resolved;
+    if (!chosen.arch[0])
+        snprintf(chosen.arch, sizeof chosen.arch, "%s", MLAJIT_DEFAULT_ARCH);
+    walk_alternative_for(spec, chosen.arch, shape, sm_count, &chosen);
+    mlajit_kernel_layout layout;
+    if ((rc = mlajit_spec_resolve(&chosen, &resolved)) || (rc = mlajit_codegen_layout(&resolved, &layout)))
+        return rc;
+    const plan_grid g = grid_for(&layout, spec->h_q, shape, sm_count);
+    out->kernel = resolved;
+    out->num_splits = g.num_splits;
+    out->head_groups = g.head_groups;
+    out->rows = g.rows;
+    out->tiles_per_split = g.tiles_per_split;
+    return MLAJIT_OK;
+}
+
 int mlajit_plan_create(mlajit_context *ctx, const mlajit_kernel_spec *spec, const mlajit_decode_shape *shape,
                        mlajit_plan **out)
 {
@@ -192,16 +238,11 @@ int mlajit_plan_create(mlajit_context *ctx, const mlajit_kernel_spec *spec, cons
      * alternative (long walk, head split, head groups, short walk, one tile per
      * CTA) where it is faster and can be had (JIT, disk cache or pack); where it
      * cannot (no JIT and not packed, say), auto's own kernel, as without it. */
-    mlajit_kernel_spec alts[MLAJIT_WALK_ALTERNATIVES];
-    const int n_alts = mlajit_spec_walk_alternatives(spec, ctx->arch, alts);
-    for (int i = 0; i < n_alts; i++) {
-        if (!walk_suits(&alts[i], shape, sm_count))
-            continue;
-        if (mlajit_kernel_acquire(ctx, &alts[i], ctx->drv != NULL, &k, &report) != MLAJIT_OK) {
-            mlajit_clear_error();
-            k = NULL;
-        }
-        break;
+    mlajit_kernel_spec alt;
+    if (walk_alternative_for(spec, ctx->arch, shape, sm_count, &alt) &&
+        mlajit_kernel_acquire(ctx, &alt, ctx->drv != NULL, &k, &report) != MLAJIT_OK) {
+        mlajit_clear_error();
+        k = NULL;
     }
     if (!k && (rc = mlajit_kernel_acquire(ctx, spec, ctx->drv != NULL, &k, &report)))
         return mlajit_fail_prefix(rc, "plan: ");
