@@ -1,5 +1,5 @@
 // ---------------------------------------------------------------------------
-// decode_sm90_narrow.cu: the Hopper kernel for at most 32 heads (sm_90a). The
+// decode_sm90_narrow.cu: the Hopper kernel for at most 32 heads per CTA (sm_90a). The
 // products are transposed, so the 64 candidates of a tile, not the heads, fill
 // wgmma's M of 64, and the heads are its N: kHeadsN = the CTA's head group (8-32;
 // h_q rounded up to 8 unless the plan splits the heads), no math padded to 64

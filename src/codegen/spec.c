@@ -201,7 +201,8 @@ int mlajit_spec_resolve(const mlajit_kernel_spec *spec, mlajit_kernel_spec *reso
         const mlajit_model_desc *d = mlajit_model_describe(r.model);
         const char *name = mlajit_variant_name(r.variant);
         /* the most heads a CTA holds: h_q rounded up to 8, at most 32 */
-        const int heads_n = r.h_q <= MLAJIT_NARROW_MAX_HEADS_PER_CTA ? (r.h_q + 7) / 8 * 8 : MLAJIT_NARROW_MAX_HEADS_PER_CTA;
+        const int max_n = MLAJIT_NARROW_MAX_HEADS_PER_CTA;
+        const int heads_n = r.h_q <= max_n ? (r.h_q + 7) / 8 * 8 : max_n;
         if (r.h_q > MLAJIT_NARROW_MAX_HEADS_PER_CTA && r.heads_per_cta == 0)
             return mlajit_fail(MLAJIT_ERR_UNSUPPORTED, "variant %s holds at most 32 heads per CTA; h_q = %d: set "
                                "heads_per_cta to 8, 16, 24 or 32 (head groups), or use the sm90 variant", name, r.h_q);

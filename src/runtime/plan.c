@@ -163,9 +163,12 @@ static int walk_suits(const mlajit_kernel_spec *alt, const mlajit_decode_shape *
     case MLAJIT_VARIANT_SM90_NARROW_LONG: return walk_is_long(alt, shape, sm_count);
     /* sm90-narrow: past 32 heads in groups of 32 the head groups, else the head
      * split (at most 32 heads auto's own kernel is sm90-narrow) */
-    case MLAJIT_VARIANT_SM90_NARROW:
-        return alt->h_q > MLAJIT_NARROW_MAX_HEADS_PER_CTA && alt->heads_per_cta == MLAJIT_NARROW_MAX_HEADS_PER_CTA ? head_groups_walk_short(alt, shape, sm_count)
-                                                                                   : heads_split_fills_idle_sms(alt, shape, sm_count);
+    case MLAJIT_VARIANT_SM90_NARROW: {
+        const int groups_of_max = alt->h_q > MLAJIT_NARROW_MAX_HEADS_PER_CTA &&
+                                  alt->heads_per_cta == MLAJIT_NARROW_MAX_HEADS_PER_CTA;
+        return groups_of_max ? head_groups_walk_short(alt, shape, sm_count)
+                             : heads_split_fills_idle_sms(alt, shape, sm_count);
+    }
     default: return 0;
     }
 }
