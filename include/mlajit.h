@@ -402,8 +402,12 @@ typedef struct mlajit_plan_outline {
     int tiles_per_split;       /* candidate tiles each CTA walks, at most */
 } mlajit_plan_outline;
 
+/* The SMs a plan is made for without a device, and mlajit_plan_describe's
+ * default: an H100's or H200's. */
+#define MLAJIT_DEFAULT_SM_COUNT 132
+
 /* What mlajit_plan_create would launch for this spec and geometry on a device of
- * sm_count SMs (0: 132, an H100 or H200) and spec->arch ("" = sm_90a), answered
+ * sm_count SMs (0: MLAJIT_DEFAULT_SM_COUNT, an H100 or H200) and spec->arch ("" = sm_90a), answered
  * without CUDA and without compiling: for an auto spec the kernel its plan switches
  * to where the shape suits one (a short or long walk, one tile per CTA, heads in
  * groups; docs/ARCHITECTURE.md), else the spec's own, with the split count and

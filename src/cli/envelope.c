@@ -204,8 +204,8 @@ int cli_envelope(int argc, char **argv)
         char kernel[128];
         if (mlajit_plan_describe(&spec, &shape, 0, &o) == MLAJIT_OK &&
             mlajit_spec_string(&o.kernel, kernel, sizeof kernel) == MLAJIT_OK)
-            printf("plan on 132 SMs: %s, %d head groups x %d rows x %d splits = %ld CTAs; a CTA walks at most %d "
-                   "tile%s of %d candidates\n", kernel, o.head_groups, o.rows, o.num_splits,
+            printf("plan on %d SMs: %s, %d head groups x %d rows x %d splits = %ld CTAs; a CTA walks at most %d "
+                   "tile%s of %d candidates\n", MLAJIT_DEFAULT_SM_COUNT, kernel, o.head_groups, o.rows, o.num_splits,
                    (long)o.head_groups * o.rows * o.num_splits, o.tiles_per_split, o.tiles_per_split == 1 ? "" : "s",
                    o.kernel.tile);
     } else

@@ -203,9 +203,10 @@ int mlajit_spec_resolve(const mlajit_kernel_spec *spec, mlajit_kernel_spec *reso
         /* the most heads a CTA holds: h_q rounded up to 8, at most 32 */
         const int max_n = MLAJIT_NARROW_MAX_HEADS_PER_CTA;
         const int heads_n = r.h_q <= max_n ? (r.h_q + 7) / 8 * 8 : max_n;
-        if (r.h_q > MLAJIT_NARROW_MAX_HEADS_PER_CTA && r.heads_per_cta == 0)
-            return mlajit_fail(MLAJIT_ERR_UNSUPPORTED, "variant %s holds at most 32 heads per CTA; h_q = %d: set "
-                               "heads_per_cta to 8, 16, 24 or 32 (head groups), or use the sm90 variant", name, r.h_q);
+        if (r.h_q > max_n && r.heads_per_cta == 0)
+            return mlajit_fail(MLAJIT_ERR_UNSUPPORTED, "variant %s holds at most %d heads per CTA; h_q = %d: set "
+                               "heads_per_cta to 8, 16, 24 or 32 (head groups), or use the sm90 variant", name, max_n,
+                               r.h_q);
         if (d->scale_format == MLAJIT_SCALE_FP32)
             return mlajit_fail(MLAJIT_ERR_UNSUPPORTED, "variant %s needs power-of-two scales (v32, dsv4); "
                                "model %s has arbitrary fp32 scales: use the sm90 variant", name, d->name);
@@ -213,9 +214,9 @@ int mlajit_spec_resolve(const mlajit_kernel_spec *spec, mlajit_kernel_spec *reso
          * groups where that fills SMs a call would leave idle (plan.c) */
         if ((r.tile && r.tile != 64) || (r.heads_per_cta && r.heads_per_cta > heads_n))
             return mlajit_fail(MLAJIT_ERR_UNSUPPORTED, "variant %s runs tile 64 with at most %d heads per CTA (h_q "
-                               "rounded up to 8, at most 32); spec has tile %d, heads_per_cta %d: use 8, 16, 24 or 32 "
-                               "up to %d%s", name, heads_n, r.tile, r.heads_per_cta, heads_n,
-                               r.h_q <= MLAJIT_NARROW_MAX_HEADS_PER_CTA ? ", or 0 (all of them)" : "");
+                               "rounded up to 8, at most %d); spec has tile %d, heads_per_cta %d: use 8, 16, 24 or 32 "
+                               "up to %d%s", name, heads_n, max_n, r.tile, r.heads_per_cta, heads_n,
+                               r.h_q <= max_n ? ", or 0 (all of them)" : "");
         r.tile = 64;
         if (r.heads_per_cta == 0)
             r.heads_per_cta = heads_n;
@@ -304,7 +305,8 @@ static int auto_alternative(const mlajit_kernel_spec *spec, const char *default_
 int mlajit_spec_short_walk_alternative(const mlajit_kernel_spec *spec, const char *default_arch,
                                        mlajit_kernel_spec *alt)
 {
-    if (!spec || spec->h_q <= 32)
+    /* at most 32 heads auto's kernel is sm90-narrow, not the sm90 this stages */
+    if (!spec || spec->h_q <= MLAJIT_NARROW_MAX_HEADS_PER_CTA)
         return 0;
     return auto_alternative(spec, default_arch, MLAJIT_VARIANT_SM90_STAGED, 0, 0, alt);
 }

@@ -7,8 +7,7 @@
 #include "common/error.h"
 #include "runtime/runtime.h"
 
-/* kDefaultSmCount: an H100 / H200's, planned for without a device */
-enum { kMaxSplits = MLAJIT_MAX_SPLITS, kWorkspaceAlign = 256, kCombineCtasPerIdleSm = 4, kDefaultSmCount = 132 };
+enum { kMaxSplits = MLAJIT_MAX_SPLITS, kWorkspaceAlign = 256, kCombineCtasPerIdleSm = 4 };
 
 static size_t round_up(size_t x, size_t a) { return (x + a - 1) / a * a; }
 
@@ -196,12 +195,13 @@ int mlajit_plan_describe(const mlajit_kernel_spec *spec, const mlajit_decode_sha
     if (!spec || !shape || !out)
         return mlajit_fail(MLAJIT_ERR_INVALID_ARGUMENT, "%s: NULL", !spec ? "spec" : !shape ? "shape" : "out");
     if (sm_count < 0)
-        return mlajit_fail(MLAJIT_ERR_INVALID_ARGUMENT, "sm_count = %d; allowed 0 (132) or more", sm_count);
+        return mlajit_fail(MLAJIT_ERR_INVALID_ARGUMENT, "sm_count = %d; allowed 0 (%d) or more", sm_count,
+                           MLAJIT_DEFAULT_SM_COUNT);
     int rc = mlajit_spec_validate(spec);
     if (rc || (rc = mlajit_shape_validate(spec, shape)))
         return rc;
     if (sm_count == 0)
-        sm_count = kDefaultSmCount;
+        sm_count = MLAJIT_DEFAULT_SM_COUNT;
     mlajit_kernel_spec chosen = *spec, resolved;
     if (!chosen.arch[0])
         snprintf(chosen.arch, sizeof chosen.arch, "%s", MLAJIT_DEFAULT_ARCH);
@@ -234,8 +234,8 @@ int mlajit_plan_create(mlajit_context *ctx, const mlajit_kernel_spec *spec, cons
         return rc;
     const mlajit_kernel *k = NULL;
     mlajit_kernel_report report;
-    /* no device: plan for an H100/H200 (132 SMs, 50 MB of L2) */
-    int sm_count = ctx->sm_count > 0 ? ctx->sm_count : kDefaultSmCount;
+    /* no device: plan for an H100/H200 (MLAJIT_DEFAULT_SM_COUNT SMs, 50 MB of L2) */
+    int sm_count = ctx->sm_count > 0 ? ctx->sm_count : MLAJIT_DEFAULT_SM_COUNT;
     int64_t l2_bytes = ctx->l2_bytes > 0 ? ctx->l2_bytes : 50LL << 20;
     /* Without a device the plan still compiles (and validates decode args);
      * mlajit_decode then reports MLAJIT_ERR_NO_DEVICE. auto takes a walk
