@@ -132,8 +132,10 @@ typedef enum mlajit_variant {
                                   * else sm90 when tile and heads_per_cta are 0 or 64; elsewhere
                                   * portable. A plan takes sm90-staged where it would run sm90 on
                                   * a short walk, sm90-unpaired where it would walk one tile per
-                                  * CTA at 65-128 heads, sm90-narrow-long where sm90-narrow would
-                                  * walk at least 16 tiles per CTA (below), sm90-narrow with its
+                                  * CTA at 65-128 heads, sm90-narrow-scores at 8 heads where
+                                  * sm90-narrow would walk at least 4 tiles per CTA (v32), else
+                                  * sm90-narrow-long where it would walk at least 16 (below),
+                                  * sm90-narrow with its
                                   * heads in two groups (9-32 heads) where every head in one CTA
                                   * would leave half of the SMs idle, sm90-narrow in head groups
                                   * of 32 (or 16) past 32 heads where its grid fits one wave and
@@ -162,11 +164,18 @@ typedef enum mlajit_variant {
                                   * two warp groups gathering; sm_90a, power-of-two scales (v32,
                                   * dsv4), tile 64. auto's kernel at 32 heads and fewer (faster
                                   * than sm90 on every such row measured; bench/NOTES.md) */
-    MLAJIT_VARIANT_SM90_NARROW_LONG = 7 /* sm90-narrow with three warp groups gathering (512
+    MLAJIT_VARIANT_SM90_NARROW_LONG = 7, /* sm90-narrow with three warp groups gathering (512
                                   * threads) where the third one's row-ring slot fits in shared
                                   * memory (v32 at 16 heads per CTA and fewer; elsewhere this resolves to
                                   * sm90-narrow); auto takes it on sm_90a where sm90-narrow's plan
                                   * walks at least 16 tiles per CTA (bench/NOTES.md) */
+    MLAJIT_VARIANT_SM90_NARROW_SCORES = 8 /* sm90-narrow whose two gathering warp groups compute the
+                                  * scores themselves (S^T's A operand from registers; only V goes
+                                  * through shared memory) and a copier warp group fills their row
+                                  * ring (512 threads); v32's inline scales at 8 heads per CTA, where
+                                  * its shared memory fits (elsewhere this resolves to sm90-narrow);
+                                  * auto takes it on sm_90a at 8 heads where sm90-narrow's plan
+                                  * walks at least 4 tiles per CTA (bench/NOTES.md) */
 } mlajit_variant;
 
 typedef struct mlajit_kernel_spec {

@@ -161,7 +161,7 @@ BAD(spec_validate_extra_length_without_extra, INVALID, "extra_page_size is 0",
 BAD(spec_validate_tile_48, INVALID, "spec.tile = 48", mlajit_spec_validate(SPEC(.tile = 48)))
 BAD(spec_validate_tile_negative, INVALID, "spec.tile = -32", mlajit_spec_validate(SPEC(.tile = -32)))
 BAD(spec_validate_heads_per_cta_8, INVALID, "spec.heads_per_cta = 8", mlajit_spec_validate(SPEC(.heads_per_cta = 8)))
-BAD(spec_validate_variant, INVALID, "spec.variant = 8", mlajit_spec_validate(SPEC(.variant = (mlajit_variant)8)))
+BAD(spec_validate_variant, INVALID, "spec.variant = 9", mlajit_spec_validate(SPEC(.variant = (mlajit_variant)9)))
 BAD(spec_validate_arch_sm_70, INVALID, "spec.arch = 'sm_70'", mlajit_spec_validate(SPEC(.arch = "sm_70")))
 BAD(spec_validate_arch_unknown, INVALID, "spec.arch = 'gfx90a'", mlajit_spec_validate(SPEC(.arch = "gfx90a")))
 BAD(spec_validate_arch_unterminated, INVALID, "spec.arch is not NUL-terminated",
@@ -189,7 +189,7 @@ BAD(spec_resolve_no_arch, INVALID, "spec.arch is empty", mlajit_spec_resolve(SPE
 BAD(spec_resolve_null_out, INVALID, "resolved: NULL", mlajit_spec_resolve(SPEC(.arch = "sm_90a"), NULL))
 BAD(spec_resolve_too_much_shared_memory, UNSUPPORTED, "shared memory",
     mlajit_spec_resolve(SPEC(.h_q = 128, .tile = 64, .heads_per_cta = 32, .arch = "sm_86"), &spec_out))
-BAD(spec_validate_variant_8, INVALID, "spec.variant = 8", mlajit_spec_validate(SPEC(.variant = 8)))
+BAD(spec_validate_variant_9, INVALID, "spec.variant = 9", mlajit_spec_validate(SPEC(.variant = 9)))
 BAD(spec_resolve_sm90_on_sm_80, UNSUPPORTED, "variant sm90 needs spec.arch = sm_90a",
     mlajit_spec_resolve(SPEC(.variant = MLAJIT_VARIANT_SM90, .arch = "sm_80"), &spec_out))
 BAD(spec_resolve_sm90_on_sm_100a, UNSUPPORTED, "variant sm90 needs spec.arch = sm_90a",
@@ -684,14 +684,18 @@ static void expect_plan_families(const plan_case *cases, size_t n)
 static const plan_case auto_cases[] = {
     /* at most 32 heads with power-of-two scales: sm90-narrow; at 16 heads and
      * fewer with V3.2's rows, a walk of 16 tiles or more per CTA: sm90-narrow-long
-     * (its third producer group) */
+     * (its third producer group); at 8 heads with V3.2's rows, 4 tiles or more:
+     * sm90-narrow-scores */
     {MLAJIT_MODEL_V32, 16, 256, 2048, 0, ".hc16.sm90-narrow-long.sm_90a", "a long walk, unsplit"},
     {MLAJIT_MODEL_V32, 9, 256, 2048, 0, ".hc16.sm90-narrow-long.sm_90a", "a long walk at 9 heads, unsplit"},
-    {MLAJIT_MODEL_V32, 8, 256, 2048, 0, ".hc8.sm90-narrow-long.sm_90a", "a long walk at 8 heads, unsplit"},
-    {MLAJIT_MODEL_V32, 8, 64, 2048, 0, ".hc8.sm90-narrow-long.sm_90a", "8 heads, 2 splits of 16 tiles"},
+    {MLAJIT_MODEL_V32, 8, 256, 2048, 0, ".hc8.sm90-narrow-scores.sm_90a", "a long walk at 8 heads, unsplit"},
+    {MLAJIT_MODEL_V32, 8, 64, 2048, 0, ".hc8.sm90-narrow-scores.sm_90a", "8 heads, 2 splits of 16 tiles"},
     {MLAJIT_MODEL_V32, 4, 128, 2048, 0, ".hc8.sm90-narrow-long.sm_90a", "a long walk at 4 heads"},
-    {MLAJIT_MODEL_V32, 8, 128, 2048, 2, ".hc8.sm90-narrow-long.sm_90a", "forced: 2 splits of 16 tiles"},
-    {MLAJIT_MODEL_V32, 8, 128, 2048, 3, ".hc8.sm90-narrow.sm_90a", "forced: 3 splits of 11 tiles"},
+    {MLAJIT_MODEL_V32, 8, 128, 2048, 2, ".hc8.sm90-narrow-scores.sm_90a", "forced: 2 splits of 16 tiles"},
+    {MLAJIT_MODEL_V32, 8, 128, 2048, 3, ".hc8.sm90-narrow-scores.sm_90a", "forced: 3 splits of 11 tiles"},
+    {MLAJIT_MODEL_V32, 8, 128, 2048, 8, ".hc8.sm90-narrow-scores.sm_90a", "forced: 8 splits of 4 tiles"},
+    {MLAJIT_MODEL_V32, 8, 128, 2048, 11, ".hc8.sm90-narrow.sm_90a", "forced: 11 splits of 3 tiles"},
+    {MLAJIT_MODEL_V32, 8, 128, 2048, 16, ".hc8.sm90-narrow.sm_90a", "forced: 16 splits of 2 tiles"},
     {MLAJIT_MODEL_V32, 8, 8, 2048, 0, ".hc8.sm90-narrow.sm_90a", "b 8: 16 splits of 2 tiles"},
     {MLAJIT_MODEL_DSV4, 8, 128, 2048, 0, ".hc8.sm90-narrow.sm_90a", "DSV4's rows: no ring, no third group"},
     {MLAJIT_MODEL_V32, 16, 128, 2048, 0, ".hc16.sm90-narrow-long.sm_90a", "16 heads, b 128"},
@@ -700,7 +704,9 @@ static const plan_case auto_cases[] = {
     {MLAJIT_MODEL_V32, 24, 128, 2048, 0, ".hc24.sm90-narrow.sm_90a", "24 heads: no room for the third group"},
     /* short walks: one row (many splits), a short topk, a forced split count */
     {MLAJIT_MODEL_V32, 16, 8, 2048, 0, ".hc16.sm90-narrow.sm_90a", "b 8: 16 splits, 128 CTAs"},
-    {MLAJIT_MODEL_V32, 8, 128, 512, 0, ".hc8.sm90-narrow.sm_90a", "a short topk"},
+    {MLAJIT_MODEL_V32, 8, 128, 512, 0, ".hc8.sm90-narrow-scores.sm_90a", "topk 512 at 8 heads: 8 tiles"},
+    {MLAJIT_MODEL_V32, 8, 128, 128, 0, ".hc8.sm90-narrow.sm_90a", "a short topk: 2 tiles"},
+    {MLAJIT_MODEL_V32, 7, 128, 512, 0, ".hc8.sm90-narrow.sm_90a", "7 heads: sm90-narrow-scores at 8 only"},
     {MLAJIT_MODEL_V32, 8, 128, 2048, 64, ".hc8.sm90-narrow.sm_90a", "forced splits of one tile"},
     /* where the plan leaves half of the SMs idle, the heads in two groups */
     {MLAJIT_MODEL_V32, 16, 1, 2048, 0, ".hc8.sm90-narrow.sm_90a", "one row: 32 CTAs"},

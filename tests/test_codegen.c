@@ -462,15 +462,23 @@ Test(codegen, walk_alternatives_list_each_one_the_spec_has)
         cr_expect_eq(alts[0].variant, MLAJIT_VARIANT_SM90_NARROW);
         cr_expect_eq(alts[0].heads_per_cta, splits[i].group, "%d heads", s.h_q);
     }
-    for (int h = 1; h <= 16; h += 5) {
+    const int narrow_heads[] = {1, 6, 8, 11, 16};
+    for (int i = 0; i < 5; i++) {
+        const int h = narrow_heads[i];
         s.h_q = h;
-        const int n = h > 8 ? 2 : 1;
-        cr_expect_eq(mlajit_spec_walk_alternatives(&s, "sm_90a", alts), n, "%d heads: sm90-narrow-long%s", h,
-                     n == 2 ? ", the head split" : "");
-        cr_expect_eq(alts[0].variant, MLAJIT_VARIANT_SM90_NARROW_LONG);
-        cr_expect_eq(alts[0].heads_per_cta, 0, "the long walk's kernel keeps the generator's head group");
-        cr_expect_str_eq(alts[0].arch, "sm_90a");
-        if (n == 2) {
+        const int scores = h == 8, split = h > 8;  /* sm90-narrow-scores at 8 heads only */
+        const int n = 1 + scores + split;
+        cr_expect_eq(mlajit_spec_walk_alternatives(&s, "sm_90a", alts), n, "%d heads: %ssm90-narrow-long%s", h,
+                     scores ? "sm90-narrow-scores, " : "", split ? ", the head split" : "");
+        if (scores) {
+            cr_expect_eq(alts[0].variant, MLAJIT_VARIANT_SM90_NARROW_SCORES);
+            cr_expect_eq(alts[0].heads_per_cta, 0, "the scores kernel keeps the generator's head group");
+            cr_expect_str_eq(alts[0].arch, "sm_90a");
+        }
+        cr_expect_eq(alts[scores].variant, MLAJIT_VARIANT_SM90_NARROW_LONG);
+        cr_expect_eq(alts[scores].heads_per_cta, 0, "the long walk's kernel keeps the generator's head group");
+        cr_expect_str_eq(alts[scores].arch, "sm_90a");
+        if (split) {
             cr_expect_eq(alts[1].variant, MLAJIT_VARIANT_SM90_NARROW);
             cr_expect_eq(alts[1].heads_per_cta, 8);
             cr_expect_str_eq(alts[1].arch, "sm_90a");

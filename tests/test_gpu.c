@@ -633,6 +633,39 @@ Test(gpu, sm90_narrow_head_groups, .timeout = 300)
     }
 }
 
+/* sm90-narrow-scores (the gathering groups compute S^T from registers and take
+ * the walk's tiles in turn, handing the running maximum on; the value group
+ * rescales by it) against the fp64 reference: the golden cases at 8 heads per
+ * CTA (V3.2's; planner's splits, then 3 splits with padded strides), the shape
+ * sweep at 1-8 heads with V3.2's rows, long walks at 8 heads split so that a CTA
+ * walks 32, 11, 3, 2 and 1 tiles (a group with no tile, or one more than the
+ * other), ragged and with skipped candidates, and every code and scale (the
+ * exact product where the fast path cannot take a scale). */
+Test(gpu, sm90_narrow_scores, .timeout = 300)
+{
+    require_sm90a();
+    const unsigned v32 = 1u << MLAJIT_MODEL_V32;
+    mlajit_gpu_run_options by8 = {.variant = MLAJIT_VARIANT_SM90_NARROW_SCORES, .heads_per_cta = 8};
+    for_each_golden_where(&by8, "sm90-narrow-scores, 8 heads per CTA", v32, 0, 4);
+    mlajit_gpu_run_options padded = {.variant = MLAJIT_VARIANT_SM90_NARROW_SCORES, .heads_per_cta = 8,
+                                     .num_splits = 3, .lse_head_major = 1, .pad_strides = 1};
+    for_each_golden_where(&padded, "sm90-narrow-scores, 8 per CTA, 3 splits, padded strides", v32, 0, 4);
+    mlajit_gpu_run_options o = {.variant = MLAJIT_VARIANT_SM90_NARROW_SCORES};
+    sweep_models_upto(&o, "sm90-narrow-scores", MLAJIT_MODEL_V32, 8);
+    const int splits[] = {1, 3, 11, 16, 32};
+    for (int i = 0; i < 5; i++) {
+        mlajit_synth_params p = {.model = MLAJIT_MODEL_V32, .b = 2, .s_q = 1 + i % 2, .h_q = 8 - i,
+                                 .topk = 2048 - 29 * i, .page_size = 64, .seqlen = 4096,
+                                 .with_sink = i % 2, .with_topk_length = i == 2,
+                                 .invalid_fraction = i % 2 ? 0.1 : 0.0, .seed = 9300 + (uint64_t)i};
+        mlajit_gpu_run_options split = {.variant = MLAJIT_VARIANT_SM90_NARROW_SCORES, .num_splits = splits[i]};
+        char label[96];
+        snprintf(label, sizeof label, "sm90-narrow-scores h%d topk %d, %d splits", p.h_q, p.topk, splits[i]);
+        synth_check(&p, &split, label);
+    }
+    dequant_every_code_and_scale_of(MLAJIT_VARIANT_SM90_NARROW_SCORES, v32);
+}
+
 /* sm90-narrow-long (three producer groups, the walk's rounds dealt to them in
  * turn, so each group skips tiles and starts at its own tile and round) against
  * the fp64 reference: the shape sweep at 1-16 heads with V3.2's rows (DSV4's

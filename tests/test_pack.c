@@ -1323,7 +1323,8 @@ Test(warmup, grid_brings_every_walk_alternative_along)
     int n = 0;
     cr_assert_eq(mlajit_grid_expand(&grid, "sm_90a", &specs, &n), MLAJIT_OK, "%s", mlajit_last_error());
     const char *expected[] = {
-        "v32.h8.p64.t64.hc8.sm90-narrow.sm_90a", "v32.h8.p64.t64.hc8.sm90-narrow-long.sm_90a",
+        "v32.h8.p64.t64.hc8.sm90-narrow.sm_90a", "v32.h8.p64.t64.hc8.sm90-narrow-scores.sm_90a",
+        "v32.h8.p64.t64.hc8.sm90-narrow-long.sm_90a",
         "v32.h16.p64.t64.hc16.sm90-narrow.sm_90a", "v32.h16.p64.t64.hc16.sm90-narrow-long.sm_90a",
         "v32.h16.p64.t64.hc8.sm90-narrow.sm_90a",
         "v32.h32.p64.t64.hc32.sm90-narrow.sm_90a", "v32.h32.p64.t64.hc16.sm90-narrow.sm_90a",
@@ -1370,17 +1371,18 @@ Test(warmup, compiles_in_parallel_and_logs_one_line_per_compile_and_pack, .timeo
     const char *err = capture_end();
     cr_assert_eq(rc, MLAJIT_OK, "%s", mlajit_last_error());
     cr_expect_eq(rep.from_packs, 1);
-    cr_expect_eq(rep.compiled, 6, "h3 and h12, the long-walk kernels of h3, h8 and h12 and h12's head split "
-                                  "(not in the pack)");
+    cr_expect_eq(rep.compiled, 7, "h3 and h12, the long-walk kernels of h3, h8 and h12, h8's scores kernel and "
+                                  "h12's head split (not in the pack)");
     cr_expect_gt(rep.compile_ms, 0.0);
     cr_expect_eq(count_of(err, "mlajit: pack "), 1, "%s", err);
     cr_expect_eq(count_of(err, "mlajit: compiled v32.h3.p64.t64.hc8.sm90-narrow.sm_90a"), 1, "%s", err);
     cr_expect_eq(count_of(err, "mlajit: compiled v32.h3.p64.t64.hc8.sm90-narrow-long.sm_90a"), 1, "%s", err);
     cr_expect_eq(count_of(err, "mlajit: compiled v32.h8.p64.t64.hc8.sm90-narrow-long.sm_90a"), 1, "%s", err);
+    cr_expect_eq(count_of(err, "mlajit: compiled v32.h8.p64.t64.hc8.sm90-narrow-scores.sm_90a"), 1, "%s", err);
     cr_expect_eq(count_of(err, "mlajit: compiled v32.h12.p64.t64.hc16.sm90-narrow.sm_90a"), 1, "%s", err);
     cr_expect_eq(count_of(err, "mlajit: compiled v32.h12.p64.t64.hc16.sm90-narrow-long.sm_90a"), 1, "%s", err);
     cr_expect_eq(count_of(err, "mlajit: compiled v32.h12.p64.t64.hc8.sm90-narrow.sm_90a"), 1, "%s", err);
-    cr_expect_eq(count_of(err, "mlajit: compiled "), 6, "%s", err);
+    cr_expect_eq(count_of(err, "mlajit: compiled "), 7, "%s", err);
     cr_expect(strstr(err, "for sm_90a in ") != NULL && strstr(err, " ms") != NULL, "%s", err);
     mlajit_context_destroy(ctx);
 }

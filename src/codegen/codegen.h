@@ -29,7 +29,7 @@ typedef struct mlajit_kernel_layout {
 } mlajit_kernel_layout;
 
 /* The variants' names, as spec strings and the CLI spell them. */
-#define MLAJIT_VARIANT_NAMES "auto, portable, sm90, sliced, sm90-staged, sm90-unpaired, sm90-narrow, sm90-narrow-long"
+#define MLAJIT_VARIANT_NAMES "auto, portable, sm90, sliced, sm90-staged, sm90-unpaired, sm90-narrow, sm90-narrow-long, sm90-narrow-scores"
 /* The name of variant v ("auto" for an unknown value). */
 const char *mlajit_variant_name(mlajit_variant v);
 /* The variant called `name`: 1 and *out, else 0 (no error is set). */
@@ -84,6 +84,20 @@ int mlajit_spec_one_tile_alternative(const mlajit_kernel_spec *spec, const char 
 int mlajit_spec_long_walk_alternative(const mlajit_kernel_spec *spec, const char *default_arch,
                                       mlajit_kernel_spec *alt);
 
+/* The kernel auto switches to for a walk of a few tiles or more per CTA at 8 heads:
+ * for an auto spec on sm_90a (arch "" means default_arch) with h_q 8 that resolves
+ * to sm90-narrow-scores as itself (v32's inline scales), which plans take where each
+ * CTA walks at least MLAJIT_NARROW_SCORES_FROM_TILES tiles. On the H200 (bench/NOTES.md,
+ * "sm90-narrow-scores"), against sm90-narrow(-long) in the same call: V3.2 h8 b 128
+ * topk 512 20.3 -> 19.1 us, b 64 topk 512 (4 tiles per CTA) 14.0 -> 13.6, b 64 topk
+ * 2048 38.1 -> 37.0, b 128 and 256 topk 2048 61.7 -> 61.2 and 119.9 -> 119.1; at 1-2
+ * tiles per CTA 4-23% slower (one group takes a tile's work the other kernels share).
+ * At 1-7 heads ptxas (CUDA 13.0) spills 60 bytes in its score groups: not taken there.
+ * 1 and *alt (arch set) when the spec has such an alternative, else 0. */
+#define MLAJIT_NARROW_SCORES_FROM_TILES 4
+int mlajit_spec_scores_alternative(const mlajit_kernel_spec *spec, const char *default_arch,
+                                   mlajit_kernel_spec *alt);
+
 /* The kernel auto switches to where its plan leaves at least half of the SMs idle
  * (one row, or a short walk of few rows: no split would pay for its combine): for
  * an auto spec on sm_90a (arch "" means default_arch) that resolves to sm90-narrow
@@ -114,15 +128,15 @@ int mlajit_spec_head_split_alternative(const mlajit_kernel_spec *spec, const cha
 int mlajit_spec_head_groups_alternative(const mlajit_kernel_spec *spec, const char *default_arch,
                                         mlajit_kernel_spec *alt);
 
-/* Every kernel an auto plan of spec may switch to, whatever its shape: the long-
- * walk, the head-split, the head-groups, the short-walk and the one-tile
+/* Every kernel an auto plan of spec may switch to, whatever its shape: the scores
+ * kernel's, the long-walk, the head-split, the head-groups, the short-walk and the one-tile
  * alternative (the order plans ask them in), where it has them, into alts (arch
  * set).
  * Returns how many (0..MLAJIT_WALK_ALTERNATIVES). The one list that plans (which
  * take the first that suits their walk), grids and pack hints use. (The sliced
  * family was the long-walk alternative at 9-16 heads until sm90-narrow's row ring
  * beat it there: bench/NOTES.md, "The row ring".) */
-#define MLAJIT_WALK_ALTERNATIVES 4
+#define MLAJIT_WALK_ALTERNATIVES 5
 int mlajit_spec_walk_alternatives(const mlajit_kernel_spec *spec, const char *default_arch,
                                   mlajit_kernel_spec alts[MLAJIT_WALK_ALTERNATIVES]);
 
@@ -141,6 +155,12 @@ int mlajit_head_groups_pair(int h_q, int heads_per_cta);
  * and head group set: 3 for sm90-narrow-long where the third group's ring slot
  * fits in shared memory, else 2. */
 int mlajit_narrow_producer_groups(const mlajit_kernel_spec *r);
+/* Whether sm90-narrow-scores's layout fits a spec of the narrow family with its
+ * tile and head group set: inline power-of-two scales (V32's rows), 8 or 16 heads
+ * per CTA (the template's wgmma N), and its two ring slots of a tile each beside
+ * two V buffers, Q and P in shared memory: 8 heads at V32's rows (at 16, 7 KB too
+ * many). */
+int mlajit_narrow_scores_fits(const mlajit_kernel_spec *r);
 
 /* Largest opt-in dynamic shared memory of an arch ("sm_90a"), 0 if unknown. */
 int mlajit_arch_max_smem(const char *arch);

@@ -22,6 +22,7 @@ enum { kCombineThreads = 128, kCombineStagedSplits = 32, kRowPad = 8 };
 static int is_sm90(const mlajit_kernel_spec *r) { return mlajit_variant_is_sm90(r->variant); }
 static int is_sliced(const mlajit_kernel_spec *r) { return r->variant == MLAJIT_VARIANT_SLICED; }
 static int is_narrow(const mlajit_kernel_spec *r) { return mlajit_variant_is_narrow(r->variant); }
+static int is_scores(const mlajit_kernel_spec *r) { return r->variant == MLAJIT_VARIANT_SM90_NARROW_SCORES; }
 static int is_wgmma(const mlajit_kernel_spec *r) { return mlajit_variant_is_wgmma(r->variant); }
 
 /* Row strides (elements) of the score/partial-score and P buffers. The sliced
@@ -144,6 +145,42 @@ static void sm90_narrow_smem_map(const mlajit_kernel_spec *r, const mlajit_model
     m->total = off + 1024;
 }
 
+/* Shared-memory map of sm90-narrow-scores, from the 1024-aligned base: two V
+ * buffers (d_v / 64 swizzled blocks of 64 rows x 128 bytes: group x's tiles), Q
+ * (d_qk / 64 blocks of `heads` rows, in the A fragments' k order), two P buffers
+ * (`heads` rows x 64 candidates), the groups' column maxima, running maxima, column
+ * sums and last maxima (20 x heads floats), an mbarrier per ring slot, then the
+ * ring: a tile of rows per score group. */
+enum { kScoresGroups = 2 };
+static void sm90_scores_smem_map(const mlajit_kernel_spec *r, const mlajit_model_desc *d, smem_map *m)
+{
+    int heads = r->heads_per_cta, tile = r->tile;
+    int off = 0;
+    memset(m, 0, sizeof *m);
+    m->k = off;           off += kScoresGroups * d->d_v / 64 * 64 * 128;
+    m->q = off;           off += d->d_qk / 64 * heads * 128;
+    m->probs = off;       off += kScoresGroups * heads * tile * 2;
+    m->scores = off;      off += align16(20 * heads * 4);
+    m->barriers = off;    off += align16(kScoresGroups * 8);
+    m->token_valid = off; off += align16(kScoresGroups * tile);
+    m->staging = off;     m->staging_bytes = kScoresGroups * tile * d->row_bytes;
+    m->stages = 1;
+    off += m->staging_bytes;
+    m->producer_groups = kScoresGroups;
+    m->total = off + 1024;
+}
+
+int mlajit_narrow_scores_fits(const mlajit_kernel_spec *r)
+{
+    const mlajit_model_desc *d = mlajit_model_describe(r->model);
+    smem_map m;
+    if (!d || r->tile != 64 || (r->heads_per_cta != 8 && r->heads_per_cta != 16) ||
+        d->scale_place != MLAJIT_SCALES_INLINE || d->scale_format == MLAJIT_SCALE_FP32 || d->quant_tile % 64 != 0)
+        return 0;
+    sm90_scores_smem_map(r, d, &m);
+    return m.total <= mlajit_arch_max_smem(r->arch);
+}
+
 /* The sliced kernel's copy ring: three stages (tiles t .. t + 2) of the tile's
  * rows as they are in the cache, rows 64 mod 128 bytes apart (bank-conflict-free
  * 16-byte reads of rows g, g + 1). */
@@ -181,6 +218,8 @@ static void kernel_smem_map(const mlajit_kernel_spec *r, const mlajit_model_desc
 {
     if (is_sm90(r))
         sm90_smem_map(d, r->tile, r->heads_per_cta, m);
+    else if (is_scores(r))
+        sm90_scores_smem_map(r, d, m);
     else if (is_narrow(r))
         sm90_narrow_smem_map(r, d, m);
     else if (is_sliced(r))
@@ -224,6 +263,8 @@ int mlajit_narrow_producer_groups(const mlajit_kernel_spec *r)
  * sliced: eight warps, one 64-dim slice of V each. */
 static int threads_for(const mlajit_kernel_spec *r, const smem_map *m)
 {
+    if (is_scores(r))
+        return 128 * (2 + m->producer_groups);
     if (is_narrow(r))
         return 128 * (1 + m->producer_groups);
     if (is_wgmma(r))
@@ -400,6 +441,7 @@ int mlajit_generate_source(const mlajit_kernel_spec *spec, char **source)
     /* the shared templates around the variant's kernel (the sm90 family's kernels
      * share sm90_common) */
     const char *kernel = is_sm90(&r)     ? "decode_sm90"
+                         : is_scores(&r) ? "decode_sm90_scores"
                          : is_narrow(&r) ? "decode_sm90_narrow"
                          : is_sliced(&r) ? "decode_sliced"
                                          : "decode_portable";

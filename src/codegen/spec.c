@@ -76,6 +76,7 @@ static const struct {
     {MLAJIT_VARIANT_SM90_UNPAIRED, "sm90-unpaired"},
     {MLAJIT_VARIANT_SM90_NARROW, "sm90-narrow"},
     {MLAJIT_VARIANT_SM90_NARROW_LONG, "sm90-narrow-long"},
+    {MLAJIT_VARIANT_SM90_NARROW_SCORES, "sm90-narrow-scores"},
 };
 
 static int variant_known(mlajit_variant v)
@@ -224,6 +225,9 @@ int mlajit_spec_resolve(const mlajit_kernel_spec *spec, mlajit_kernel_spec *reso
          * is sm90-narrow: one name per kernel */
         if (r.variant == MLAJIT_VARIANT_SM90_NARROW_LONG && mlajit_narrow_producer_groups(&r) < 3)
             r.variant = MLAJIT_VARIANT_SM90_NARROW;
+        /* likewise sm90-narrow-scores where its layout does not fit */
+        if (r.variant == MLAJIT_VARIANT_SM90_NARROW_SCORES && !mlajit_narrow_scores_fits(&r))
+            r.variant = MLAJIT_VARIANT_SM90_NARROW;
     }
     if (r.variant == MLAJIT_VARIANT_SLICED) {
         /* one 64-dim slice of V per warp (eight warps), the rest of Q K^T in RoPE dims */
@@ -326,6 +330,15 @@ int mlajit_spec_long_walk_alternative(const mlajit_kernel_spec *spec, const char
     return auto_alternative(spec, default_arch, MLAJIT_VARIANT_SM90_NARROW_LONG, 0, 1, alt);
 }
 
+int mlajit_spec_scores_alternative(const mlajit_kernel_spec *spec, const char *default_arch,
+                                   mlajit_kernel_spec *alt)
+{
+    /* measured at 8 heads only; below, its score groups spill */
+    if (!spec || spec->h_q != 8)
+        return 0;
+    return auto_alternative(spec, default_arch, MLAJIT_VARIANT_SM90_NARROW_SCORES, 0, 1, alt);
+}
+
 int mlajit_spec_head_split_alternative(const mlajit_kernel_spec *spec, const char *default_arch,
                                        mlajit_kernel_spec *alt)
 {
@@ -360,9 +373,11 @@ int mlajit_spec_walk_alternatives(const mlajit_kernel_spec *spec, const char *de
                                   mlajit_kernel_spec alts[MLAJIT_WALK_ALTERNATIVES])
 {
     int n = 0;
-    /* in the order plans ask them: at most 32 heads the long walk before the head
-     * split; past 32 the head split (groups of 16) and the head groups (of 32)
-     * before the wide kernels' short walk and one tile */
+    /* in the order plans ask them: at most 32 heads the scores kernel (from 4
+     * tiles per CTA, 8 heads) and the long walk (from 16) before the head split;
+     * past 32 the head split (groups of 16) and the head groups (of 32) before the
+     * wide kernels' short walk and one tile */
+    n += mlajit_spec_scores_alternative(spec, default_arch, &alts[n]);
     n += mlajit_spec_long_walk_alternative(spec, default_arch, &alts[n]);
     n += mlajit_spec_head_split_alternative(spec, default_arch, &alts[n]);
     n += mlajit_spec_head_groups_alternative(spec, default_arch, &alts[n]);
@@ -387,7 +402,8 @@ int mlajit_variant_is_sm90(mlajit_variant v)
 
 int mlajit_variant_is_narrow(mlajit_variant v)
 {
-    return v == MLAJIT_VARIANT_SM90_NARROW || v == MLAJIT_VARIANT_SM90_NARROW_LONG;
+    return v == MLAJIT_VARIANT_SM90_NARROW || v == MLAJIT_VARIANT_SM90_NARROW_LONG ||
+           v == MLAJIT_VARIANT_SM90_NARROW_SCORES;
 }
 
 int mlajit_variant_is_wgmma(mlajit_variant v) { return mlajit_variant_is_sm90(v) || mlajit_variant_is_narrow(v); }

@@ -189,6 +189,7 @@ void mlajit_fuzz_draw(uint64_t run_seed, int64_t call, int allow_heavy, mlajit_f
                                          MLAJIT_VARIANT_SM90_NARROW) &&
                        chance(&r, 25);
     const int narrow_long = narrow && chance(&r, 50);
+    const int narrow_scores = narrow && !narrow_long && chance(&r, 50);  /* sm90-narrow where it does not fit */
     /* half the narrow draws at most 32 heads split the heads into groups of 8 .. h_q
      * rounded up to 8; past 32 heads every draw does, in groups of 8 .. 32 */
     const int narrow_hc = !narrow             ? 0
@@ -206,6 +207,7 @@ void mlajit_fuzz_draw(uint64_t run_seed, int64_t call, int allow_heavy, mlajit_f
     sp->heads_per_cta = narrow ? narrow_hc : hc;
     sp->variant = sliced        ? MLAJIT_VARIANT_SLICED
                   : narrow_long ? MLAJIT_VARIANT_SM90_NARROW_LONG
+                  : narrow_scores ? MLAJIT_VARIANT_SM90_NARROW_SCORES
                   : narrow      ? MLAJIT_VARIANT_SM90_NARROW
                                 : MLAJIT_VARIANT_AUTO;
     out->shape = (mlajit_decode_shape){

@@ -118,12 +118,13 @@ static int walk_is_one_tile(const mlajit_kernel_spec *alt, const mlajit_decode_s
     return grid_of(alt, shape, sm_count, 0, &g) && g.rows > 0 && g.tiles_per_split == 1;
 }
 
-/* Whether a plan of `shape` with kernel `alt` (sm90-narrow-long, whose grid is
- * sm90-narrow's) walks at least MLAJIT_NARROW_LONG_FROM_TILES tiles per CTA. */
-static int walk_is_long(const mlajit_kernel_spec *alt, const mlajit_decode_shape *shape, int sm_count)
+/* Whether a plan of `shape` with kernel `alt` (sm90-narrow-long or
+ * sm90-narrow-scores, whose grids are sm90-narrow's) walks at least `tiles` tiles
+ * per CTA. */
+static int walk_is_at_least(const mlajit_kernel_spec *alt, const mlajit_decode_shape *shape, int sm_count, int tiles)
 {
     plan_grid g;
-    return grid_of(alt, shape, sm_count, 0, &g) && g.rows > 0 && g.tiles_per_split >= MLAJIT_NARROW_LONG_FROM_TILES;
+    return grid_of(alt, shape, sm_count, 0, &g) && g.rows > 0 && g.tiles_per_split >= tiles;
 }
 
 /* Whether a plan of `shape` with sm90-narrow in head groups of 32 (`alt`, past 32
@@ -159,7 +160,9 @@ static int walk_suits(const mlajit_kernel_spec *alt, const mlajit_decode_shape *
     switch (alt->variant) {
     case MLAJIT_VARIANT_SM90_STAGED: return walk_is_short(alt, shape, sm_count);
     case MLAJIT_VARIANT_SM90_UNPAIRED: return walk_is_one_tile(alt, shape, sm_count);
-    case MLAJIT_VARIANT_SM90_NARROW_LONG: return walk_is_long(alt, shape, sm_count);
+    case MLAJIT_VARIANT_SM90_NARROW_SCORES:
+        return walk_is_at_least(alt, shape, sm_count, MLAJIT_NARROW_SCORES_FROM_TILES);
+    case MLAJIT_VARIANT_SM90_NARROW_LONG: return walk_is_at_least(alt, shape, sm_count, MLAJIT_NARROW_LONG_FROM_TILES);
     /* sm90-narrow: past 32 heads in groups of 32 the head groups, else the head
      * split (at most 32 heads auto's own kernel is sm90-narrow) */
     case MLAJIT_VARIANT_SM90_NARROW: {
