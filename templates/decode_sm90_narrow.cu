@@ -66,8 +66,6 @@ constexpr int kCtaThreads = (1 + kProducerGroups) * kWarpGroupThreads;
 constexpr int kTileThreads = (1 + kRoundsPerTile) * kWarpGroupThreads;  // a tile's barriers: the consumer, two producers
 constexpr bool kBufferMbarriers = kProducerGroups > kRoundsPerTile;    // groups skip tiles: kBarKEmpty by mbarrier
 enum Role { kConsumerGroup = 0, kFirstProducerGroup = 1 };
-constexpr int kStageStride = cfg::kDV + 4;            // fp32; 4 mod 32 banks apart: conflict-free column stores
-constexpr int kEpilogueChunks = cfg::kDV / 128;       // a warp's 32 lanes x 4 dims per store
 // How many tiles ahead a producer's loads run in registers (the rows that do not
 // hold their scales, DSV4's; V32's go through the row ring below). The producers
 // bound this kernel:
@@ -133,7 +131,7 @@ static_assert(kHeadsN % 8 == 0 && kHeadsN >= 8 && kHeadsN <= 32, "wgmma N: a hea
 static_assert(kRoundsPerTile == 2, "one producer group per round of a tile");
 static_assert(!kExactScalesOnly, "arbitrary fp32 scales: the exact dequantization only (sm90 takes them)");
 static_assert(cfg::kClusterCtas == 1, "no CTA pair: each head group's CTA gathers its rows itself");
-constexpr u32 kStagedBytes = kHeadsN * kStageStride * 4;  // the epilogue's O^T rows over the K buffers
+constexpr u32 kStagedBytes = kHeadsN * kHeadRowStride * 4;  // the epilogue's O^T rows over the K buffers
 static_assert(kStagedBytes + 2 * kHeadsN * 4 <= 2 * kOperandBytes, "the staged output and the statistics fit in the K buffers");
 static_assert(kProducerGroups == 2 || (kProducerGroups == 3 && kRingRounds > 0), "a third producer group: the ring only");
 static_assert(kRingRounds == 0 || (cfg::kScalesInline && cfg::kSmemStagingBytes == kProducerGroups * kRingRounds * kRoundBytes &&
@@ -142,10 +140,6 @@ static_assert(kRingRounds == 0 || (cfg::kScalesInline && cfg::kSmemStagingBytes 
 static_assert(cfg::kDV % 128 == 0, "the epilogue's chunks of 128 dims");
 
 // ---- wgmma with N = kHeadsN ----
-// Accumulator operand lists of kHeadsN / 2 registers (inline PTX has no loops).
-#define MLAJIT_ACC4(d) "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-#define MLAJIT_ACC12(d) MLAJIT_ACC8(d, 0), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11])
-#define MLAJIT_ACC16(d) MLAJIT_ACC8(d, 0), MLAJIT_ACC8(d, 8)
 
 // D(64 x kHeadsN) (+)= A(64 x 16) * B(16 x kHeadsN), bf16 in, fp32 accumulate, both
 // from shared memory; kTransA: A MN-major (V^T), else K-major. scale_d = 0 overwrites D.
@@ -172,23 +166,6 @@ __device__ __forceinline__ void wgmma_narrow(float (&d)[kAccS], u64 desc_a, u64 
                      "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15}, %16, %17, p, 1, 1, %19, 0;\n}\n"
                      : MLAJIT_ACC16(d) : "l"(desc_a), "l"(desc_b), "r"(scale_d), "n"(kTransA));
     }
-}
-
-// A descriptor `bytes` further on (its address field counts 16-byte units; the
-// operands stay below 256 KB, so no carry leaves the field). asm volatile keeps
-// each add beside its wgmma, in order: ptxas otherwise computed the descriptors of
-// a tile's 68 wgmmas ahead of them and held them live (the consumer spilled at 32
-// heads).
-__device__ __forceinline__ u64 descriptor_plus(u64 desc, u32 bytes)
-{
-    u64 r;
-    asm volatile("add.s64 %0, %1, %2;\n" : "=l"(r) : "l"(desc), "l"((u64)(bytes >> 4)));
-    return r;
-}
-
-__device__ __forceinline__ void store_shared_u16(u32 addr, u32 v)
-{
-    asm volatile("st.shared.u16 [%0], %1;\n" :: "r"(addr), "h"((unsigned short)v) : "memory");
 }
 
 }  // namespace sm90
@@ -401,15 +378,7 @@ extern "C" __global__ void __launch_bounds__(sm90::kCtaThreads, 1) mlajit_decode
         const u8* valid = sTokenValid + buf * kTile;
         const int c0 = 16 * warp + g;  // the thread's rows: candidates c0 and c0 + 8
         const bool v0 = valid[c0] != 0, v1 = valid[c0 + 8] != 0;
-#pragma unroll
-        for (int c = 0; c < kColsPerThread; c++) {
-            float& x0 = acc_s[4 * (c / 2) + c % 2];
-            float& x1 = acc_s[4 * (c / 2) + 2 + c % 2];
-            x0 = v0 ? x0 * p.sm_scale_log2 : neg_inf();
-            x1 = v1 ? x1 * p.sm_scale_log2 : neg_inf();
-            const float m = warp_max_xor(fmaxf(x0, x1), 32, 4);  // the column over the warp's 16 rows
-            if (g == 0) st_shared_f32(sColumns + 4 * (warp * kHeadsN + head_of(c)), m);
-        }
+        scale_scores_and_store_column_maxima<kHeadsN>(acc_s, v0, v1, p.sm_scale_log2, sColumns, warp, lane);
         // P's previous readers (the last tile's P V) are done: this thread waited for them.
         named_barrier_sync(kBarColumns, kWarpGroupThreads);
         float alpha[kColsPerThread];
@@ -428,15 +397,7 @@ extern "C" __global__ void __launch_bounds__(sm90::kCtaThreads, 1) mlajit_decode
             x1 = empty ? 0.0f : fast_exp2(x1 - new_max);
             col_sum[c] = col_sum[c] * alpha[c] + (x0 + x1);
         }
-        // P[head][candidate] (bf16), the B operand of P V.
-#pragma unroll
-        for (int c = 0; c < kColsPerThread; c++)
-#pragma unroll
-            for (int half = 0; half < 2; half++) {
-                const int cand = c0 + 8 * half;
-                const u32 bits = pack_bf16x2(acc_s[4 * (c / 2) + 2 * half + c % 2], 0.0f) & 0xffffu;
-                store_shared_u16(sP + swizzled(head_of(c), cand / 8) + 2 * (cand % 8), bits);
-            }
+        store_probabilities<kHeadsN>(sP, acc_s, c0, lane);
         fence_smem_for_async_proxy();
         // Also orders this tile's reads of the column maxima before the next tile's writes.
         named_barrier_sync(kBarPReady, kWarpGroupThreads);
@@ -488,49 +449,5 @@ extern "C" __global__ void __launch_bounds__(sm90::kCtaThreads, 1) mlajit_decode
 
     // Epilogue: O^T staged as fp32 head rows over the K buffers (the producers are
     // done, and every consumer warp passed its last wgmma wait before kBarColumns).
-    const u32 staging = sK;
-#pragma unroll
-    for (int m = 0; m < kVBlocks; m++)
-#pragma unroll
-        for (int i = 0; i < kAccS; i++) {
-            const int h = 8 * (i / 4) + 2 * q + (i % 2);
-            const int dim = m * 64 + 16 * warp + g + 8 * ((i / 2) % 2);
-            st_shared_f32(staging + 4 * (u32)(h * kStageStride + dim), acc_o[m][i]);
-        }
-    named_barrier_sync(kBarStaged, kWarpGroupThreads);  // also publishes the statistics
-    // Warp w finishes heads w, w + 4, ...: lane l holds dims 4 l + 128 k (k < 4), so
-    // each store instruction writes one row's contiguous 512 (fp32) or 256 (bf16)
-    // bytes and each staged read is 16 contiguous bytes per lane (no bank conflict).
-    // (hl: the head within the CTA's group; the group's heads past h_q are padding).
-    // With every head in one CTA both are constants: a loop bound read at run time
-    // there cost the long walks at 32 heads 2-4% (ptxas's code for the walk moved).
-    constexpr bool kEveryHeadHere = kHeadsN >= cfg::kHeads;
-    const int head0 = kEveryHeadHere ? 0 : work.head0;
-    const int heads_here = kEveryHeadHere ? cfg::kHeads : min(kHeadsN, cfg::kHeads - head0);
-#pragma unroll 1
-    for (int hl = warp; hl < heads_here; hl += 4) {
-        const int dim0 = 4 * lane;
-        const u32 src = staging + 4 * (u32)(hl * kStageStride + dim0);
-        finish_row(
-            p, split, row, b, s, head0 + hl, dim0, load_shared_f32(sRowMax + 4 * hl), load_shared_f32(sRowSum + 4 * hl),
-            lane == 0,
-            [&](float* dst, float inv) {
-#pragma unroll
-                for (int k = 0; k < kEpilogueChunks; k++) {
-                    const U32x4 v = load_shared16(src + 4 * 128 * k);
-                    *reinterpret_cast<F32x4*>(dst + 128 * k) = F32x4{
-                        bits_to_float(v.x) * inv, bits_to_float(v.y) * inv, bits_to_float(v.z) * inv,
-                        bits_to_float(v.w) * inv};
-                }
-            },
-            [&](u16* dst, float scale) {
-#pragma unroll
-                for (int k = 0; k < kEpilogueChunks; k++) {
-                    const U32x4 v = load_shared16(src + 4 * 128 * k);
-                    *reinterpret_cast<U32x2*>(dst + 128 * k) =
-                        U32x2{pack_bf16x2(bits_to_float(v.x) * scale, bits_to_float(v.y) * scale),
-                              pack_bf16x2(bits_to_float(v.z) * scale, bits_to_float(v.w) * scale)};
-                }
-            });
-    }
+    write_head_rows<kHeadsN>(p, work, sK, sRowMax, sRowSum, acc_o, kBarStaged, warp, lane);
 }

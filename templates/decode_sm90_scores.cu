@@ -75,12 +75,13 @@ constexpr int kPairThreads = 2 * kWarpGroupThreads;   // barriers between two gr
 constexpr int kVBufferBytes = kVBlocks * kBlockBytes;
 constexpr int kPBytes = kHeadsN * 128;                // P: kHeadsN rows of 64 candidates (bf16)
 constexpr int kSlotBytes = kTile * cfg::kRowBytes;    // a group's ring slot: its tile's rows
-constexpr int kBlocksInFlight = 3;                    // S^T's wgmma groups (one block's k-steps each) in flight
-constexpr int kStageStride = cfg::kDV + 4;            // fp32; conflict-free column stores
-constexpr int kEpilogueChunks = cfg::kDV / 128;
-// setmaxnreg: 384 threads start at 168. The value group holds O^T (kVBlocks x
+// S^T's wgmma groups (one block's k-steps each) in flight: three, with each block's
+// codes read one block ahead, were 7% faster than two; four lost 5% (bench/NOTES.md).
+constexpr int kBlocksInFlight = 3;
+// setmaxnreg: 512 threads start at 128. The value group holds O^T (kVBlocks x
 // kHeadsN / 2) and little else; a score group kBlocksInFlight blocks of A fragments
-// (16 registers each), a block's codes, S^T and its sums.
+// (16 registers each), two blocks' codes, S^T and its sums; the copier an index and
+// an address per lane.
 constexpr int kValueRegisters = 104, kScoreRegisters = 184, kCopierRegisters = 40;
 constexpr int kLaunchRegisters = (65536 / kCtaThreads) & ~7;
 static_assert(kValueRegisters + kScoreGroups * kScoreRegisters + kCopierRegisters <= (2 + kScoreGroups) * kLaunchRegisters,
@@ -101,11 +102,10 @@ static_assert(cfg::kSmemStagingBytes == kScoreGroups * kSlotBytes && cfg::kSmemS
               "the ring: a tile of whole rows per score group, bulk copies 16-byte aligned");
 static_assert(cfg::kSmemK % 1024 == 0 && cfg::kSmemQ % 1024 == 0 && cfg::kSmemProbs % 1024 == 0,
               "swizzled operands start on 1024-byte boundaries");
-static_assert(kHeadsN * kStageStride * 4 + 2 * kHeadsN * 4 <= kScoreGroups * kVBufferBytes,
+static_assert(kHeadsN * kHeadRowStride * 4 + 2 * kHeadsN * 4 <= kScoreGroups * kVBufferBytes,
               "the staged output and the statistics fit in the V buffers");
 
 // ---- wgmma with N = kHeadsN ----
-#define MLAJIT_ACC4(d) "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
 
 // S^T: D(64 x kHeadsN) (+)= A(64 x 16, registers) * B(16 x kHeadsN, shared memory,
 // K-major); bf16 in, fp32 accumulate; scale_d = 0 overwrites D.
@@ -151,18 +151,6 @@ __device__ __forceinline__ bool named_barrier_and(int id, int threads, bool v)
     return r != 0u;
 }
 
-__device__ __forceinline__ u64 descriptor_plus(u64 desc, u32 bytes)
-{
-    u64 r;
-    asm volatile("add.s64 %0, %1, %2;\n" : "=l"(r) : "l"(desc), "l"((u64)(bytes >> 4)));
-    return r;
-}
-
-__device__ __forceinline__ void store_shared_u16(u32 addr, u32 v)
-{
-    asm volatile("st.shared.u16 [%0], %1;\n" :: "r"(addr), "h"((unsigned short)v) : "memory");
-}
-
 // Where dims (d, d + 1) of a 64-dim block go in Q's row (bytes): the k order of
 // the A fragments (d = 16 q + 4 s + j: k-step s, k-index 2 q + j, or 2 q + 8 + j - 2).
 __device__ __forceinline__ u32 q_pair_column(int d)
@@ -201,7 +189,7 @@ extern "C" __global__ void __launch_bounds__(sm90::kCtaThreads, 1) mlajit_decode
     const u32 sRing = smem_address(smem + cfg::kSmemStaging);       // [2 groups][64 rows]
     const u32 sRingFull = smem_address(smem + cfg::kSmemBarriers);  // [2] mbarriers
     u8* const sValid = smem + cfg::kSmemTokenValid;                 // [2 slots][kTile] flags: the row is live
-    const u32 sRowMax = sV + kHeadsN * kStageStride * 4, sRowSum = sRowMax + 4 * kHeadsN;  // after the walk
+    const u32 sRowMax = sV + kHeadsN * kHeadRowStride * 4, sRowSum = sRowMax + 4 * kHeadsN;  // after the walk
 
     const int tid = threadIdx.x;
     const int group = tid / kWarpGroupThreads;
@@ -383,15 +371,7 @@ extern "C" __global__ void __launch_bounds__(sm90::kCtaThreads, 1) mlajit_decode
             // log2 domain, -inf where the candidate is skipped; each column's maximum
             // over the thread's two rows, the warp's eight row groups, then the warps.
             const u32 columns = sColumns + 4 * (u32)(x * 4 * kHeadsN);
-#pragma unroll
-            for (int c = 0; c < kColsPerThread; c++) {
-                float& x0 = acc_s[4 * (c / 2) + c % 2];
-                float& x1 = acc_s[4 * (c / 2) + 2 + c % 2];
-                x0 = live_a ? x0 * p.sm_scale_log2 : neg_inf();
-                x1 = live_b ? x1 * p.sm_scale_log2 : neg_inf();
-                const float m = warp_max_xor(fmaxf(x0, x1), 32, 4);
-                if (g == 0) st_shared_f32(columns + 4 * (warp * kHeadsN + head_of(c)), m);
-            }
+            scale_scores_and_store_column_maxima<kHeadsN>(acc_s, live_a, live_b, p.sm_scale_log2, columns, warp, lane);
             named_barrier_sync(kBarColumns + x, kWarpGroupThreads);
             float tile_max[kColsPerThread];
 #pragma unroll
@@ -418,15 +398,7 @@ extern "C" __global__ void __launch_bounds__(sm90::kCtaThreads, 1) mlajit_decode
                 last_max[c] = new_max;
             }
             if (has_after) named_barrier_arrive(kBarMaxPublished + x, kPairThreads);
-            // P[head][candidate] (bf16), the B operand of P V.
-#pragma unroll
-            for (int c = 0; c < kColsPerThread; c++)
-#pragma unroll
-                for (int half = 0; half < 2; half++) {
-                    const int cand = row_a + 8 * half;
-                    const u32 bits = pack_bf16x2(acc_s[4 * (c / 2) + 2 * half + c % 2], 0.0f) & 0xffffu;
-                    store_shared_u16(pbuf + swizzled(head_of(c), cand / 8) + 2 * (cand % 8), bits);
-                }
+            store_probabilities<kHeadsN>(pbuf, acc_s, row_a, lane);
             fence_smem_for_async_proxy();
             named_barrier_arrive(kBarPReady + x, kPairThreads);
 
@@ -531,43 +503,5 @@ extern "C" __global__ void __launch_bounds__(sm90::kCtaThreads, 1) mlajit_decode
         }
 
     // Epilogue: O^T staged as fp32 head rows over the V buffers (every P V is done).
-    const u32 staging = sV;
-#pragma unroll
-    for (int m = 0; m < kVBlocks; m++)
-#pragma unroll
-        for (int i = 0; i < kAccS; i++) {
-            const int h = 8 * (i / 4) + 2 * q + (i % 2);
-            const int dim = m * 64 + 16 * warp + g + 8 * ((i / 2) % 2);
-            st_shared_f32(staging + 4 * (u32)(h * kStageStride + dim), acc_o[m][i]);
-        }
-    named_barrier_sync(kBarStaged, kWarpGroupThreads);
-    constexpr bool kEveryHeadHere = kHeadsN >= cfg::kHeads;
-    const int head0 = kEveryHeadHere ? 0 : work.head0;
-    const int heads_here = kEveryHeadHere ? cfg::kHeads : min(kHeadsN, cfg::kHeads - head0);
-#pragma unroll 1
-    for (int hl = warp; hl < heads_here; hl += 4) {
-        const int dim0 = 4 * lane;
-        const u32 src = staging + 4 * (u32)(hl * kStageStride + dim0);
-        finish_row(
-            p, split, row, b, s, head0 + hl, dim0, load_shared_f32(sRowMax + 4 * hl), load_shared_f32(sRowSum + 4 * hl),
-            lane == 0,
-            [&](float* dst, float inv) {
-#pragma unroll
-                for (int k = 0; k < kEpilogueChunks; k++) {
-                    const U32x4 v = load_shared16(src + 4 * 128 * k);
-                    *reinterpret_cast<F32x4*>(dst + 128 * k) = F32x4{
-                        bits_to_float(v.x) * inv, bits_to_float(v.y) * inv, bits_to_float(v.z) * inv,
-                        bits_to_float(v.w) * inv};
-                }
-            },
-            [&](u16* dst, float scale) {
-#pragma unroll
-                for (int k = 0; k < kEpilogueChunks; k++) {
-                    const U32x4 v = load_shared16(src + 4 * 128 * k);
-                    *reinterpret_cast<U32x2*>(dst + 128 * k) =
-                        U32x2{pack_bf16x2(bits_to_float(v.x) * scale, bits_to_float(v.y) * scale),
-                              pack_bf16x2(bits_to_float(v.z) * scale, bits_to_float(v.w) * scale)};
-                }
-            });
-    }
+    write_head_rows<kHeadsN>(p, work, sV, sRowMax, sRowSum, acc_o, kBarStaged, warp, lane);
 }

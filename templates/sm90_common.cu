@@ -3,8 +3,9 @@
 // blocks' layout (bf16, 64-dim blocks of 64 rows x 128 bytes, 128-byte
 // swizzled), the PTX of wgmma, named barriers, mbarriers and bulk copies, and the
 // producer's rounds (four lanes per candidate, 32 candidates per round: loads,
-// dequantization into a K tile buffer, L2 prefetch). Each kernel file adds its
-// own roles, registers and barriers to namespace sm90.
+// dequantization into a K tile buffer, L2 prefetch), and the narrow kernels' shared
+// steps on S^T's fragments and their output (sm90-narrow, sm90-narrow-scores). Each
+// kernel file adds its own roles, registers and barriers to namespace sm90.
 // ---------------------------------------------------------------------------
 namespace sm90 {
 using namespace gather;
@@ -202,6 +203,10 @@ __device__ __forceinline__ void store_shared16(u32 addr, const U32x4& v)
 #define MLAJIT_ACC8(d, i) "+f"(d[(i)]), "+f"(d[(i) + 1]), "+f"(d[(i) + 2]), "+f"(d[(i) + 3]), "+f"(d[(i) + 4]), "+f"(d[(i) + 5]), "+f"(d[(i) + 6]), "+f"(d[(i) + 7])
 #define MLAJIT_ACC32(d, i) MLAJIT_ACC8(d, i), MLAJIT_ACC8(d, i + 8), MLAJIT_ACC8(d, i + 16), MLAJIT_ACC8(d, i + 24)
 #define MLAJIT_ACC128(d) MLAJIT_ACC32(d, 0), MLAJIT_ACC32(d, 32), MLAJIT_ACC32(d, 64), MLAJIT_ACC32(d, 96)
+// (the narrow kernels' N of 8, 12 and 16 per thread)
+#define MLAJIT_ACC4(d) "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+#define MLAJIT_ACC12(d) MLAJIT_ACC8(d, 0), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11])
+#define MLAJIT_ACC16(d) MLAJIT_ACC8(d, 0), MLAJIT_ACC8(d, 8)
 #define MLAJIT_REGS32 "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}"
 #define MLAJIT_REGS128 "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63, %64, %65, %66, %67, %68, %69, %70, %71, %72, %73, %74, %75, %76, %77, %78, %79, %80, %81, %82, %83, %84, %85, %86, %87, %88, %89, %90, %91, %92, %93, %94, %95, %96, %97, %98, %99, %100, %101, %102, %103, %104, %105, %106, %107, %108, %109, %110, %111, %112, %113, %114, %115, %116, %117, %118, %119, %120, %121, %122, %123, %124, %125, %126, %127}"
 
@@ -489,6 +494,124 @@ __device__ __forceinline__ void prefetch_row(const DecodeParams& p, int pos, int
         for (int k = part; k * 128 < cfg::kRowBytes + 128; k += kLanes)
             prefetch_l2_line(c.row + min(k * 128, cfg::kRowBytes - 1), p.prefetch_evict_last);
         if (!cfg::kScalesInline && part == 0) prefetch_l2_line(c.scales, p.prefetch_evict_last);
+    }
+}
+
+// A descriptor `bytes` further on (its address field counts 16-byte units; the
+// operands stay below 256 KB, so no carry leaves the field). asm volatile keeps
+// each add beside its wgmma, in order: ptxas otherwise computed the descriptors of
+// a tile's 68 wgmmas ahead of them and held them live (the consumer spilled at 32
+// heads).
+__device__ __forceinline__ u64 descriptor_plus(u64 desc, u32 bytes)
+{
+    u64 r;
+    asm volatile("add.s64 %0, %1, %2;\n" : "=l"(r) : "l"(desc), "l"((u64)(bytes >> 4)));
+    return r;
+}
+
+__device__ __forceinline__ void store_shared_u16(u32 addr, u32 v)
+{
+    asm volatile("st.shared.u16 [%0], %1;\n" :: "r"(addr), "h"((unsigned short)v) : "memory");
+}
+
+// The narrow kernels' S^T fragments (64 candidates x kHeadsN heads, fp32, kHeadsN / 2
+// per thread): lane (g, q) of warp w holds rows (candidates) 16 w + g and + 8,
+// columns (heads) 8 j + 2 q + e; its column c (j = c / 2, e = c % 2) is head
+// narrow_head_of(c, q), in acc[4 (c / 2) + c % 2] (row g) and acc[4 (c / 2) + 2 + c % 2]
+// (row g + 8).
+__device__ __forceinline__ int narrow_head_of(int c, int q) { return 8 * (c / 2) + 2 * q + (c % 2); }
+
+// The scores in the log2 domain (-inf where the row's candidate is skipped: live0,
+// live1), and each column's maximum over the warp's 16 rows, stored by the lanes
+// of g = 0 at columns [warp * kHeadsN + head] (floats).
+template <int kHeadsN, int kAcc>
+__device__ __forceinline__ void scale_scores_and_store_column_maxima(float (&acc)[kAcc], bool live0, bool live1,
+                                                                     float scale_log2, u32 columns, int warp,
+                                                                     int lane)
+{
+    const int g = lane / 4, q = lane % 4;
+#pragma unroll
+    for (int c = 0; c < kHeadsN / 4; c++) {
+        float& x0 = acc[4 * (c / 2) + c % 2];
+        float& x1 = acc[4 * (c / 2) + 2 + c % 2];
+        x0 = live0 ? x0 * scale_log2 : neg_inf();
+        x1 = live1 ? x1 * scale_log2 : neg_inf();
+        const float m = warp_max_xor(fmaxf(x0, x1), 32, 4);  // the column over the warp's 16 rows
+        if (g == 0) st_shared_f32(columns + 4 * (warp * kHeadsN + narrow_head_of(c, q)), m);
+    }
+}
+
+// P[head][candidate] (bf16, rows of 64 candidates swizzled as Q's), the B operand of
+// P V, from the S^T fragments (now probabilities) of rows `row0` and row0 + 8.
+template <int kHeadsN, int kAcc>
+__device__ __forceinline__ void store_probabilities(u32 probs, const float (&acc)[kAcc], int row0, int lane)
+{
+    const int q = lane % 4;
+#pragma unroll
+    for (int c = 0; c < kHeadsN / 4; c++)
+#pragma unroll
+        for (int half = 0; half < 2; half++) {
+            const int cand = row0 + 8 * half;
+            const u32 bits = pack_bf16x2(acc[4 * (c / 2) + 2 * half + c % 2], 0.0f) & 0xffffu;
+            store_shared_u16(probs + swizzled(narrow_head_of(c, q), cand / 8) + 2 * (cand % 8), bits);
+        }
+}
+
+// The narrow kernels' output: O^T (the value group's accumulators, kBlocks blocks of
+// 64 dims x kHeadsN heads) staged as fp32 head rows kHeadRowStride floats apart at
+// `staging` (kHeadRowStride: 4 mod 32 banks, conflict-free column stores), then each warp finishes
+// heads warp, warp + 4, ...: lane l holds dims 4 l + 128 k (k < 4), so each store
+// instruction writes one row's contiguous 512 (fp32) or 256 (bf16) bytes and each
+// staged read is 16 contiguous bytes per lane (no bank conflict). The heads' final
+// maximum and sum are at row_max / row_sum [head within the group]. `staged` is the
+// group's barrier for the staged rows. (The group's heads past h_q are padding.)
+// With every head in one CTA both bounds are constants: a loop bound read at run
+// time there cost the long walks at 32 heads 2-4% (ptxas's code for the walk moved).
+constexpr int kHeadRowStride = cfg::kDV + 4;  // fp32, a staged head row's stride
+template <int kHeadsN, int kBlocks, int kAcc>
+__device__ __forceinline__ void write_head_rows(const DecodeParams& p, const CtaWork& work, u32 staging, u32 row_max,
+                                                u32 row_sum, const float (&acc_o)[kBlocks][kAcc], int staged,
+                                                int warp, int lane)
+{
+    constexpr int kChunks = cfg::kDV / 128;  // a warp's 32 lanes x 4 dims per store
+    const int g = lane / 4, q = lane % 4;
+#pragma unroll
+    for (int m = 0; m < kBlocks; m++)
+#pragma unroll
+        for (int i = 0; i < kAcc; i++) {
+            const int h = 8 * (i / 4) + 2 * q + (i % 2);
+            const int dim = m * 64 + 16 * warp + g + 8 * ((i / 2) % 2);
+            st_shared_f32(staging + 4 * (u32)(h * kHeadRowStride + dim), acc_o[m][i]);
+        }
+    named_barrier_sync(staged, kWarpGroupThreads);  // also publishes the statistics
+    constexpr bool kEveryHeadHere = kHeadsN >= cfg::kHeads;
+    const int head0 = kEveryHeadHere ? 0 : work.head0;
+    const int heads_here = kEveryHeadHere ? cfg::kHeads : min(kHeadsN, cfg::kHeads - head0);
+#pragma unroll 1
+    for (int hl = warp; hl < heads_here; hl += 4) {
+        const int dim0 = 4 * lane;
+        const u32 src = staging + 4 * (u32)(hl * kHeadRowStride + dim0);
+        finish_row(
+            p, work.split, work.row, work.b, work.s, head0 + hl, dim0, load_shared_f32(row_max + 4 * hl),
+            load_shared_f32(row_sum + 4 * hl), lane == 0,
+            [&](float* dst, float inv) {
+#pragma unroll
+                for (int k = 0; k < kChunks; k++) {
+                    const U32x4 v = load_shared16(src + 4 * 128 * k);
+                    *reinterpret_cast<F32x4*>(dst + 128 * k) = F32x4{
+                        bits_to_float(v.x) * inv, bits_to_float(v.y) * inv, bits_to_float(v.z) * inv,
+                        bits_to_float(v.w) * inv};
+                }
+            },
+            [&](u16* dst, float scale) {
+#pragma unroll
+                for (int k = 0; k < kChunks; k++) {
+                    const U32x4 v = load_shared16(src + 4 * 128 * k);
+                    *reinterpret_cast<U32x2*>(dst + 128 * k) =
+                        U32x2{pack_bf16x2(bits_to_float(v.x) * scale, bits_to_float(v.y) * scale),
+                              pack_bf16x2(bits_to_float(v.z) * scale, bits_to_float(v.w) * scale)};
+                }
+            });
     }
 }
 

@@ -261,6 +261,43 @@ Test(generate, narrow_row_ring_where_the_rows_hold_their_scales)
  * CTA); 8-32 up to that split the heads into groups (a grid dimension); more
  * than the heads is refused, naming the allowed values. At 32 heads in groups
  * of 16 sm90-narrow-long's third producer group fits (a group's shared memory). */
+/* sm90-narrow-scores resolves as itself where its layout fits (V3.2's inline scales
+ * at 8 heads per CTA: 512 threads, two slots of a tile's rows) and is sm90-narrow
+ * elsewhere: 16 heads per CTA (7 KB too many), DSV4's footer scales, and on sm_90a
+ * only (wgmma). */
+Test(generate, narrow_scores_where_its_layout_fits)
+{
+    mlajit_kernel_spec s, r;
+    mlajit_kernel_layout l;
+    cr_assert_eq(mlajit_spec_init(&s, MLAJIT_MODEL_V32, 8, 64), MLAJIT_OK);
+    s.variant = MLAJIT_VARIANT_SM90_NARROW_SCORES;
+    snprintf(s.arch, sizeof s.arch, "sm_90a");
+    cr_assert_eq(mlajit_spec_resolve(&s, &r), MLAJIT_OK, "%s", mlajit_last_error());
+    cr_expect_eq(r.variant, MLAJIT_VARIANT_SM90_NARROW_SCORES);
+    cr_expect_eq(r.heads_per_cta, 8);
+    cr_assert_eq(mlajit_codegen_layout(&r, &l), MLAJIT_OK, "%s", mlajit_last_error());
+    cr_expect_eq(l.threads, 512, "value, two score and a copier warp group");
+    cr_expect_leq(l.smem_bytes, mlajit_arch_max_smem("sm_90a"));
+    cr_expect(mlajit_narrow_scores_fits(&r));
+    s.h_q = 3;
+    cr_assert_eq(mlajit_spec_resolve(&s, &r), MLAJIT_OK, "%s", mlajit_last_error());
+    cr_expect_eq(r.variant, MLAJIT_VARIANT_SM90_NARROW_SCORES, "3 heads: a group of 8");
+    s.h_q = 16;
+    cr_assert_eq(mlajit_spec_resolve(&s, &r), MLAJIT_OK, "%s", mlajit_last_error());
+    cr_expect_eq(r.variant, MLAJIT_VARIANT_SM90_NARROW, "16 heads per CTA: no room");
+    s.heads_per_cta = 8;
+    cr_assert_eq(mlajit_spec_resolve(&s, &r), MLAJIT_OK, "%s", mlajit_last_error());
+    cr_expect_eq(r.variant, MLAJIT_VARIANT_SM90_NARROW_SCORES, "16 heads in groups of 8");
+    s.model = MLAJIT_MODEL_DSV4;
+    cr_assert_eq(mlajit_spec_resolve(&s, &r), MLAJIT_OK, "%s", mlajit_last_error());
+    cr_expect_eq(r.variant, MLAJIT_VARIANT_SM90_NARROW, "DSV4's footer scales: no ring");
+    s.model = MLAJIT_MODEL_V32;
+    snprintf(s.arch, sizeof s.arch, "sm_80");
+    cr_expect_eq(mlajit_spec_resolve(&s, &r), MLAJIT_ERR_UNSUPPORTED);
+    cr_expect(strstr(mlajit_last_error(), "sm90-narrow-scores needs spec.arch = sm_90a") != NULL, "%s",
+              mlajit_last_error());
+}
+
 Test(spec, narrow_head_groups_resolve_up_to_the_heads)
 {
     mlajit_kernel_spec s, r;
