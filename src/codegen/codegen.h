@@ -92,7 +92,8 @@ int mlajit_spec_long_walk_alternative(const mlajit_kernel_spec *spec, const char
  * topk 512 20.3 -> 19.1 us, b 64 topk 512 (4 tiles per CTA) 14.0 -> 13.6, b 64 topk
  * 2048 38.1 -> 37.0, b 128 and 256 topk 2048 61.7 -> 61.2 and 119.9 -> 119.1; at 1-2
  * tiles per CTA 4-23% slower (one group takes a tile's work the other kernels share).
- * At 1-7 heads ptxas (CUDA 13.0) spills 60 bytes in its score groups: not taken there.
+ * At 1-7 heads ptxas (CUDA 13.0) spills 60 bytes (it follows finish_row's split-partial
+ * row index, a multiply by h_q where 8 is a shift): not taken there.
  * 1 and *alt (arch set) when the spec has such an alternative, else 0. */
 #define MLAJIT_NARROW_SCORES_FROM_TILES 4
 int mlajit_spec_scores_alternative(const mlajit_kernel_spec *spec, const char *default_arch,

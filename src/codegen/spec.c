@@ -333,7 +333,7 @@ int mlajit_spec_long_walk_alternative(const mlajit_kernel_spec *spec, const char
 int mlajit_spec_scores_alternative(const mlajit_kernel_spec *spec, const char *default_arch,
                                    mlajit_kernel_spec *alt)
 {
-    /* measured at 8 heads only; below, its score groups spill */
+    /* measured at 8 heads only; at 1-7 it spills 60 bytes (codegen.h) */
     if (!spec || spec->h_q != 8)
         return 0;
     return auto_alternative(spec, default_arch, MLAJIT_VARIANT_SM90_NARROW_SCORES, 0, 1, alt);
