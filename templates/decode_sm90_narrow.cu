@@ -139,35 +139,6 @@ static_assert(kRingRounds == 0 || (cfg::kScalesInline && cfg::kSmemStagingBytes 
               "the ring: whole rows (scales inline), bulk copies 16-byte aligned");
 static_assert(cfg::kDV % 128 == 0, "the epilogue's chunks of 128 dims");
 
-// ---- wgmma with N = kHeadsN ----
-
-// D(64 x kHeadsN) (+)= A(64 x 16) * B(16 x kHeadsN), bf16 in, fp32 accumulate, both
-// from shared memory; kTransA: A MN-major (V^T), else K-major. scale_d = 0 overwrites D.
-template <int kTransA>
-__device__ __forceinline__ void wgmma_narrow(float (&d)[kAccS], u64 desc_a, u64 desc_b, int scale_d)
-{
-    if constexpr (kHeadsN == 8) {
-        asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %6, 0;\n"
-                     "wgmma.mma_async.sync.aligned.m64n8k16.f32.bf16.bf16 {%0, %1, %2, %3}, %4, %5, p, 1, 1, %7, 0;\n}\n"
-                     : MLAJIT_ACC4(d) : "l"(desc_a), "l"(desc_b), "r"(scale_d), "n"(kTransA));
-    } else if constexpr (kHeadsN == 16) {
-        asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %10, 0;\n"
-                     "wgmma.mma_async.sync.aligned.m64n16k16.f32.bf16.bf16 "
-                     "{%0, %1, %2, %3, %4, %5, %6, %7}, %8, %9, p, 1, 1, %11, 0;\n}\n"
-                     : MLAJIT_ACC8(d, 0) : "l"(desc_a), "l"(desc_b), "r"(scale_d), "n"(kTransA));
-    } else if constexpr (kHeadsN == 24) {
-        asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %14, 0;\n"
-                     "wgmma.mma_async.sync.aligned.m64n24k16.f32.bf16.bf16 "
-                     "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11}, %12, %13, p, 1, 1, %15, 0;\n}\n"
-                     : MLAJIT_ACC12(d) : "l"(desc_a), "l"(desc_b), "r"(scale_d), "n"(kTransA));
-    } else {
-        asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %18, 0;\n"
-                     "wgmma.mma_async.sync.aligned.m64n32k16.f32.bf16.bf16 "
-                     "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15}, %16, %17, p, 1, 1, %19, 0;\n}\n"
-                     : MLAJIT_ACC16(d) : "l"(desc_a), "l"(desc_b), "r"(scale_d), "n"(kTransA));
-    }
-}
-
 }  // namespace sm90
 
 extern "C" __global__ void __launch_bounds__(sm90::kCtaThreads, 1) mlajit_decode_main(const DecodeParams p)
@@ -328,7 +299,7 @@ extern "C" __global__ void __launch_bounds__(sm90::kCtaThreads, 1) mlajit_decode
     // The consumer. Fragment coordinates: rows g and g + 8 of the warp's 16,
     // columns 8 j + 2 q (+ 1); the thread's column c (j = c / 2, e = c % 2) is head 8 j + 2 q + e.
     const int g = lane / 4, q = lane % 4;
-    auto head_of = [&](int c) { return 8 * (c / 2) + 2 * q + (c % 2); };
+    auto head_of = [&](int c) { return narrow_head_of(c, q); };
     // A decrease first: the producers' increase waits for it. An increase waits
     // for the producers' decreases, so Q's copies are issued before it.
     if constexpr (kConsumerRegisters < kLaunchRegisters) registers_set<kConsumerRegisters, kLaunchRegisters>();
@@ -367,7 +338,7 @@ extern "C" __global__ void __launch_bounds__(sm90::kCtaThreads, 1) mlajit_decode
         for (int kb = 0; kb < kKBlocks; kb++)
 #pragma unroll
             for (int kk = 0; kk < kKSteps; kk++)
-                wgmma_narrow<0>(acc_s, descriptor_plus(k_desc, kb * kBlockBytes + kk * 32),
+                wgmma_narrow<kHeadsN, 0>(acc_s, descriptor_plus(k_desc, kb * kBlockBytes + kk * 32),
                                 descriptor_plus(q_desc, kb * kQBlockBytes + kk * 32), kb | kk);
         wgmma_commit();
         wgmma_wait_all();
@@ -384,9 +355,7 @@ extern "C" __global__ void __launch_bounds__(sm90::kCtaThreads, 1) mlajit_decode
         float alpha[kColsPerThread];
 #pragma unroll
         for (int c = 0; c < kColsPerThread; c++) {
-            float m = load_shared_f32(sColumns + 4 * head_of(c));
-#pragma unroll
-            for (int w = 1; w < 4; w++) m = fmaxf(m, load_shared_f32(sColumns + 4 * (w * kHeadsN + head_of(c))));
+            const float m = tile_column_max<kHeadsN>(sColumns, head_of(c));
             const float new_max = fmaxf(col_max[c], m);
             const bool empty = new_max == neg_inf();  // nothing valid yet: no -inf - -inf
             alpha[c] = empty ? 1.0f : fast_exp2(col_max[c] - new_max);
@@ -403,24 +372,7 @@ extern "C" __global__ void __launch_bounds__(sm90::kCtaThreads, 1) mlajit_decode
         named_barrier_sync(kBarPReady, kWarpGroupThreads);
 
         // O^T = O^T * alpha + V^T P^T, per 64 value dims.
-#pragma unroll
-        for (int m = 0; m < kVBlocks; m++)
-#pragma unroll
-            for (int i = 0; i < kAccS; i++) acc_o[m][i] *= alpha[2 * (i / 4) + i % 2];
-#pragma unroll
-        for (int m = 0; m < kVBlocks; m++) fence_operands(acc_o[m]);
-        wgmma_fence();
-        const u64 v_desc = smem_descriptor(k_tile, kBlockBytes, 1024), p_desc = smem_descriptor(sP, 0, 1024);
-#pragma unroll
-        for (int m = 0; m < kVBlocks; m++)
-#pragma unroll
-            for (int kk = 0; kk < kKSteps; kk++)
-                wgmma_narrow<1>(acc_o[m], descriptor_plus(v_desc, m * kBlockBytes + kk * 16 * 128),
-                                descriptor_plus(p_desc, kk * 32), 1);
-        wgmma_commit();
-        wgmma_wait_all();
-#pragma unroll
-        for (int m = 0; m < kVBlocks; m++) fence_operands(acc_o[m]);
+        add_values<kHeadsN>(acc_o, alpha, k_tile, sP);
         if (refilled) {
             if (kBufferMbarriers)
                 mbarrier_arrive(sBufferEmpty + 8 * buf);  // after its wgmma reads: this thread waited for them

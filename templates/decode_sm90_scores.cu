@@ -125,32 +125,6 @@ __device__ __forceinline__ void wgmma_scores(float (&d)[kAccS], const u32 (&a)[4
     }
 }
 
-// O^T: D(64 x kHeadsN) += A(64 x 16, shared memory, MN-major: V^T) * B(16 x kHeadsN, P, K-major).
-__device__ __forceinline__ void wgmma_values(float (&d)[kAccS], u64 desc_a, u64 desc_b)
-{
-    if constexpr (kHeadsN == 8) {
-        asm volatile("wgmma.mma_async.sync.aligned.m64n8k16.f32.bf16.bf16 {%0, %1, %2, %3}, %4, %5, 1, 1, 1, 1, 0;\n"
-                     : MLAJIT_ACC4(d) : "l"(desc_a), "l"(desc_b));
-    } else {
-        asm volatile("wgmma.mma_async.sync.aligned.m64n16k16.f32.bf16.bf16 "
-                     "{%0, %1, %2, %3, %4, %5, %6, %7}, %8, %9, 1, 1, 1, 1, 0;\n"
-                     : MLAJIT_ACC8(d, 0) : "l"(desc_a), "l"(desc_b));
-    }
-}
-
-// Waits until at most kPending of this thread's newest wgmma groups are in flight.
-template <int kPending>
-__device__ __forceinline__ void wgmma_wait() { asm volatile("wgmma.wait_group.sync.aligned %0;\n" :: "n"(kPending) : "memory"); }
-
-// A named barrier that also returns whether v holds for every thread at it.
-__device__ __forceinline__ bool named_barrier_and(int id, int threads, bool v)
-{
-    u32 r;
-    asm volatile("{\n.reg .pred p, c;\nsetp.ne.u32 c, %1, 0;\nbar.red.and.pred p, %2, %3, c;\nselp.u32 %0, 1, 0, p;\n}\n"
-                 : "=r"(r) : "r"((u32)v), "r"(id), "r"(threads) : "memory");
-    return r != 0u;
-}
-
 // Where dims (d, d + 1) of a 64-dim block go in Q's row (bytes): the k order of
 // the A fragments (d = 16 q + 4 s + j: k-step s, k-index 2 q + j, or 2 q + 8 + j - 2).
 __device__ __forceinline__ u32 q_pair_column(int d)
@@ -195,7 +169,7 @@ extern "C" __global__ void __launch_bounds__(sm90::kCtaThreads, 1) mlajit_decode
     const int group = tid / kWarpGroupThreads;
     const int warp = (tid / 32) % 4, lane = tid % 32;
     const int g = lane / 4, q = lane % 4;
-    auto head_of = [&](int c) { return 8 * (c / 2) + 2 * q + (c % 2); };
+    auto head_of = [&](int c) { return narrow_head_of(c, q); };
     const CtaWork work = cta_work<kHeadsN>(p);
     const int row = work.row, b = work.b, s = work.s, split = work.split;
     const TileRange range = work.range;
@@ -259,7 +233,7 @@ extern "C" __global__ void __launch_bounds__(sm90::kCtaThreads, 1) mlajit_decode
         const u32 vbuf = sV + (u32)(x * kVBufferBytes), pbuf = sP + (u32)(x * kPBytes);
         const u32 cand_a = slot + (u32)(ring_row(row_a) * cfg::kRowBytes);
         const u32 cand_b = slot + (u32)(ring_row(row_b) * cfg::kRowBytes);
-        const u8* const valid = sValid + x * kTile;  // the value group's flags for the slot's tile
+        const u8* const valid = sValid + x * kTile;  // the copier's flags for the slot's tile
         int t = x == 0 ? first : live_after(first);        // the group's tile (walk index w)
         int t_next = live_after(live_after(t));            // its next one (w + 2)
         float col_sum[kColsPerThread], last_max[kColsPerThread];  // in the frame of the group's last maximum
@@ -323,7 +297,7 @@ extern "C" __global__ void __launch_bounds__(sm90::kCtaThreads, 1) mlajit_decode
                     const BlockCodes& now = codes[i & 1];
                     if (i + 1 < kKBlocks) read_block(block_at(i + 1), codes[(i + 1) & 1]);
                     if (i + 1 == kKBlocks - 1) {
-                        // The slot's last reads are issued: the value group refills it.
+                        // The slot's last reads are issued: the copier refills it.
                         fence_smem_for_async_proxy();
                         if (t_next < range.end) named_barrier_arrive(kBarRingRead + x, kPairThreads);
                     }
@@ -376,10 +350,7 @@ extern "C" __global__ void __launch_bounds__(sm90::kCtaThreads, 1) mlajit_decode
             float tile_max[kColsPerThread];
 #pragma unroll
             for (int c = 0; c < kColsPerThread; c++) {
-                float m = load_shared_f32(columns + 4 * head_of(c));
-#pragma unroll
-                for (int v = 1; v < 4; v++) m = fmaxf(m, load_shared_f32(columns + 4 * (v * kHeadsN + head_of(c))));
-                tile_max[c] = m;
+                tile_max[c] = tile_column_max<kHeadsN>(columns, head_of(c));
             }
             // The running maximum through tile w - 1 (the other group's), then through w.
             if (w >= 1) named_barrier_sync(kBarMaxPublished + other, kPairThreads);
@@ -461,25 +432,7 @@ extern "C" __global__ void __launch_bounds__(sm90::kCtaThreads, 1) mlajit_decode
             alpha[c] = new_max == neg_inf() ? 1.0f : fast_exp2(col_max[c] - new_max);
             col_max[c] = new_max;
         }
-#pragma unroll
-        for (int m = 0; m < kVBlocks; m++)
-#pragma unroll
-            for (int i = 0; i < kAccS; i++) acc_o[m][i] *= alpha[2 * (i / 4) + i % 2];
-#pragma unroll
-        for (int m = 0; m < kVBlocks; m++) fence_operands(acc_o[m]);
-        wgmma_fence();
-        const u64 v_desc = smem_descriptor(sV + (u32)(x * kVBufferBytes), kBlockBytes, 1024);
-        const u64 p_desc = smem_descriptor(sP + (u32)(x * kPBytes), 0, 1024);
-#pragma unroll
-        for (int m = 0; m < kVBlocks; m++)
-#pragma unroll
-            for (int kk = 0; kk < kKSteps; kk++)
-                wgmma_values(acc_o[m], descriptor_plus(v_desc, (u32)(m * kBlockBytes + kk * 16 * 128)),
-                             descriptor_plus(p_desc, (u32)(kk * 32)));
-        wgmma_commit();
-        wgmma_wait_all();
-#pragma unroll
-        for (int m = 0; m < kVBlocks; m++) fence_operands(acc_o[m]);
+        add_values<kHeadsN>(acc_o, alpha, sV + (u32)(x * kVBufferBytes), sP + (u32)(x * kPBytes));
         if (refilled) named_barrier_arrive(kBarVEmpty + x, kPairThreads);
     }
 

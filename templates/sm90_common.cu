@@ -42,6 +42,9 @@ static_assert(cfg::kRowBytes % 16 == 0 && cfg::kRopeOffset % 16 == 0, "16-byte l
 __device__ __forceinline__ void wgmma_fence() { asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory"); }
 __device__ __forceinline__ void wgmma_commit() { asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory"); }
 __device__ __forceinline__ void wgmma_wait_all() { asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory"); }
+// Waits until at most kPending of this thread's newest wgmma groups are in flight.
+template <int kPending>
+__device__ __forceinline__ void wgmma_wait() { asm volatile("wgmma.wait_group.sync.aligned %0;\n" :: "n"(kPending) : "memory"); }
 
 // Registers an in-flight wgmma reads or writes: the compiler sees a use and a new
 // definition here, so it neither reads an accumulator before wgmma_wait_all nor
@@ -78,6 +81,15 @@ __device__ __forceinline__ void named_barrier_sync(int id, int threads)
 __device__ __forceinline__ void named_barrier_arrive(int id, int threads)
 {
     asm volatile("bar.arrive %0, %1;\n" :: "r"(id), "r"(threads) : "memory");
+}
+
+// A named barrier that also returns whether v holds for every thread at it.
+__device__ __forceinline__ bool named_barrier_and(int id, int threads, bool v)
+{
+    u32 r;
+    asm volatile("{\n.reg .pred p, c;\nsetp.ne.u32 c, %1, 0;\nbar.red.and.pred p, %2, %3, c;\nselp.u32 %0, 1, 0, p;\n}\n"
+                 : "=r"(r) : "r"((u32)v), "r"(id), "r"(threads) : "memory");
+    return r != 0u;
 }
 
 // ---- PTX: clusters, mbarriers, bulk copies (CTA pair) ----
@@ -520,6 +532,72 @@ __device__ __forceinline__ void store_shared_u16(u32 addr, u32 v)
 // narrow_head_of(c, q), in acc[4 (c / 2) + c % 2] (row g) and acc[4 (c / 2) + 2 + c % 2]
 // (row g + 8).
 __device__ __forceinline__ int narrow_head_of(int c, int q) { return 8 * (c / 2) + 2 * q + (c % 2); }
+
+// The narrow kernels' products, N = kHeadsN (8-32): D(64 x kHeadsN) (+)= A(64 x 16) *
+// B(16 x kHeadsN), bf16 in, fp32 accumulate, both from shared memory; kTransA: A
+// MN-major (V^T), else K-major. scale_d = 0 overwrites D.
+template <int kHeadsN, int kTransA>
+__device__ __forceinline__ void wgmma_narrow(float (&d)[kHeadsN / 2], u64 desc_a, u64 desc_b, int scale_d)
+{
+    if constexpr (kHeadsN == 8) {
+        asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %6, 0;\n"
+                     "wgmma.mma_async.sync.aligned.m64n8k16.f32.bf16.bf16 {%0, %1, %2, %3}, %4, %5, p, 1, 1, %7, 0;\n}\n"
+                     : MLAJIT_ACC4(d) : "l"(desc_a), "l"(desc_b), "r"(scale_d), "n"(kTransA));
+    } else if constexpr (kHeadsN == 16) {
+        asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %10, 0;\n"
+                     "wgmma.mma_async.sync.aligned.m64n16k16.f32.bf16.bf16 "
+                     "{%0, %1, %2, %3, %4, %5, %6, %7}, %8, %9, p, 1, 1, %11, 0;\n}\n"
+                     : MLAJIT_ACC8(d, 0) : "l"(desc_a), "l"(desc_b), "r"(scale_d), "n"(kTransA));
+    } else if constexpr (kHeadsN == 24) {
+        asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %14, 0;\n"
+                     "wgmma.mma_async.sync.aligned.m64n24k16.f32.bf16.bf16 "
+                     "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11}, %12, %13, p, 1, 1, %15, 0;\n}\n"
+                     : MLAJIT_ACC12(d) : "l"(desc_a), "l"(desc_b), "r"(scale_d), "n"(kTransA));
+    } else {
+        asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %18, 0;\n"
+                     "wgmma.mma_async.sync.aligned.m64n32k16.f32.bf16.bf16 "
+                     "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15}, %16, %17, p, 1, 1, %19, 0;\n}\n"
+                     : MLAJIT_ACC16(d) : "l"(desc_a), "l"(desc_b), "r"(scale_d), "n"(kTransA));
+    }
+}
+
+// The largest of the four warps' column maxima of a tile for one head (floats at
+// columns [warp * kHeadsN + head]).
+template <int kHeadsN>
+__device__ __forceinline__ float tile_column_max(u32 columns, int head)
+{
+    float m = load_shared_f32(columns + 4 * head);
+#pragma unroll
+    for (int w = 1; w < 4; w++) m = fmaxf(m, load_shared_f32(columns + 4 * (w * kHeadsN + head)));
+    return m;
+}
+
+// O^T = O^T * alpha + V^T P^T, per 64 value dims: the value tile's first kBlocks
+// blocks (`v_tile`, MN-major) times P (`probs`, K-major); alpha per column as in
+// the S^T fragments. Returns with the products done (the buffers may be refilled).
+template <int kHeadsN, int kBlocks, int kAcc>
+__device__ __forceinline__ void add_values(float (&acc_o)[kBlocks][kAcc], const float (&alpha)[kHeadsN / 4], u32 v_tile,
+                                           u32 probs)
+{
+#pragma unroll
+    for (int m = 0; m < kBlocks; m++)
+#pragma unroll
+        for (int i = 0; i < kAcc; i++) acc_o[m][i] *= alpha[2 * (i / 4) + i % 2];
+#pragma unroll
+    for (int m = 0; m < kBlocks; m++) fence_operands(acc_o[m]);
+    wgmma_fence();
+    const u64 v_desc = smem_descriptor(v_tile, kBlockBytes, 1024), p_desc = smem_descriptor(probs, 0, 1024);
+#pragma unroll
+    for (int m = 0; m < kBlocks; m++)
+#pragma unroll
+        for (int kk = 0; kk < kKSteps; kk++)
+            wgmma_narrow<kHeadsN, 1>(acc_o[m], descriptor_plus(v_desc, m * kBlockBytes + kk * 16 * 128),
+                                     descriptor_plus(p_desc, kk * 32), 1);
+    wgmma_commit();
+    wgmma_wait_all();
+#pragma unroll
+    for (int m = 0; m < kBlocks; m++) fence_operands(acc_o[m]);
+}
 
 // The scores in the log2 domain (-inf where the row's candidate is skipped: live0,
 // live1), and each column's maximum over the warp's 16 rows, stored by the lanes

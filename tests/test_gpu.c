@@ -633,6 +633,25 @@ Test(gpu, sm90_narrow_head_groups, .timeout = 300)
     }
 }
 
+/* V3.2 walks of topk ~2048 with `variant`, split so that a CTA walks 32, 11, 3, 2
+ * and 1 tiles: b 2, s_q 1 or 2, h_q from `heads` down by `heads_step`, ragged (a
+ * topk off the tile, a topk_length), with sinks and skipped candidates in turn. */
+static void split_walks(mlajit_variant variant, int heads, int heads_step, uint64_t seed)
+{
+    const int splits[] = {1, 3, 11, 16, 32};
+    for (int i = 0; i < 5; i++) {
+        mlajit_synth_params p = {.model = MLAJIT_MODEL_V32, .b = 2, .s_q = 1 + i % 2, .h_q = heads - heads_step * i,
+                                 .topk = 2048 - 29 * i, .page_size = 64, .seqlen = 4096,
+                                 .with_sink = i % 2, .with_topk_length = i == 2,
+                                 .invalid_fraction = i % 2 ? 0.1 : 0.0, .seed = seed + (uint64_t)i};
+        mlajit_gpu_run_options split = {.variant = variant, .num_splits = splits[i]};
+        char label[96];
+        snprintf(label, sizeof label, "%s h%d topk %d, %d splits", mlajit_variant_name(variant), p.h_q, p.topk,
+                 splits[i]);
+        synth_check(&p, &split, label);
+    }
+}
+
 /* sm90-narrow-scores (the gathering groups compute S^T from registers and take
  * the walk's tiles in turn, handing the running maximum on; the value group
  * rescales by it) against the fp64 reference: the golden cases at 8 heads per
@@ -652,17 +671,7 @@ Test(gpu, sm90_narrow_scores, .timeout = 300)
     for_each_golden_where(&padded, "sm90-narrow-scores, 8 per CTA, 3 splits, padded strides", v32, 0, 4);
     mlajit_gpu_run_options o = {.variant = MLAJIT_VARIANT_SM90_NARROW_SCORES};
     sweep_models_upto(&o, "sm90-narrow-scores", MLAJIT_MODEL_V32, 8);
-    const int splits[] = {1, 3, 11, 16, 32};
-    for (int i = 0; i < 5; i++) {
-        mlajit_synth_params p = {.model = MLAJIT_MODEL_V32, .b = 2, .s_q = 1 + i % 2, .h_q = 8 - i,
-                                 .topk = 2048 - 29 * i, .page_size = 64, .seqlen = 4096,
-                                 .with_sink = i % 2, .with_topk_length = i == 2,
-                                 .invalid_fraction = i % 2 ? 0.1 : 0.0, .seed = 9300 + (uint64_t)i};
-        mlajit_gpu_run_options split = {.variant = MLAJIT_VARIANT_SM90_NARROW_SCORES, .num_splits = splits[i]};
-        char label[96];
-        snprintf(label, sizeof label, "sm90-narrow-scores h%d topk %d, %d splits", p.h_q, p.topk, splits[i]);
-        synth_check(&p, &split, label);
-    }
+    split_walks(MLAJIT_VARIANT_SM90_NARROW_SCORES, 8, 1, 9300);
     dequant_every_code_and_scale_of(MLAJIT_VARIANT_SM90_NARROW_SCORES, v32);
 }
 
@@ -677,15 +686,5 @@ Test(gpu, sm90_narrow_long_sweep_and_walks, .timeout = 300)
     require_sm90a();
     mlajit_gpu_run_options o = {.variant = MLAJIT_VARIANT_SM90_NARROW_LONG};
     sweep_models_upto(&o, "sm90-narrow-long", MLAJIT_MODEL_V32, 16);
-    const int splits[] = {1, 3, 11, 16, 32};
-    for (int i = 0; i < 5; i++) {
-        mlajit_synth_params p = {.model = MLAJIT_MODEL_V32, .b = 2, .s_q = 1 + i % 2, .h_q = 16 - 2 * i,
-                                 .topk = 2048 - 29 * i, .page_size = 64, .seqlen = 4096,
-                                 .with_sink = i % 2, .with_topk_length = i == 2,
-                                 .invalid_fraction = i % 2 ? 0.1 : 0.0, .seed = 9100 + (uint64_t)i};
-        mlajit_gpu_run_options split = {.variant = MLAJIT_VARIANT_SM90_NARROW_LONG, .num_splits = splits[i]};
-        char label[96];
-        snprintf(label, sizeof label, "sm90-narrow-long h%d topk %d, %d splits", p.h_q, p.topk, splits[i]);
-        synth_check(&p, &split, label);
-    }
+    split_walks(MLAJIT_VARIANT_SM90_NARROW_LONG, 16, 2, 9100);
 }

@@ -259,7 +259,8 @@ int mlajit_narrow_producer_groups(const mlajit_kernel_spec *r)
 /* Portable: eight warps up to 32 heads per CTA; sixteen at 64, so each warp's share
  * of the output accumulator (64 heads x 32 value dims) stays in 64 registers.
  * sm90: three warp groups (two consumers, one producer); sm90-narrow one consumer
- * and the map's producer groups (two, or three where a third ring slot fits).
+ * and the map's producer groups (two, or three where a third ring slot fits);
+ * sm90-narrow-scores a value group, the map's two score groups and a copier.
  * sliced: eight warps, one 64-dim slice of V each. */
 static int threads_for(const mlajit_kernel_spec *r, const smem_map *m)
 {
