@@ -310,8 +310,11 @@ __device__ __forceinline__ void finish_row(const DecodeParams& p, int split, int
     const float inv = empty ? 0.0f : 1.0f / row_sum;
     const float lse = empty ? neg_inf() : (row_max + fast_log2(row_sum)) * kLn2;
     if (p.num_splits > 1) {
-        const i64 prow = ((i64)split * p.batch * p.s_q + row) * cfg::kHeads + h;
-        store_partial(p.partial_out + prow * cfg::kDV + dim0, inv);
+        // An int: the envelope bounds it below 2^29 (plan.c asserts it). As an i64
+        // its multiply by a head count that is not a power of two cost
+        // sm90-narrow-scores a 60-byte spill at 3, 5, 6 and 7 heads.
+        const int prow = (split * p.batch * p.s_q + row) * cfg::kHeads + h;
+        store_partial(p.partial_out + (i64)prow * cfg::kDV + dim0, inv);
         if (writes_lse) p.partial_lse[prow] = lse;
     } else {
         float scale = inv;

@@ -684,13 +684,13 @@ static void expect_plan_families(const plan_case *cases, size_t n)
 static const plan_case auto_cases[] = {
     /* at most 32 heads with power-of-two scales: sm90-narrow; at 16 heads and
      * fewer with V3.2's rows, a walk of 16 tiles or more per CTA: sm90-narrow-long
-     * (its third producer group); at 8 heads with V3.2's rows, 4 tiles or more:
+     * (its third producer group); at 1-8 heads with V3.2's rows, 4 tiles or more:
      * sm90-narrow-scores */
     {MLAJIT_MODEL_V32, 16, 256, 2048, 0, ".hc16.sm90-narrow-long.sm_90a", "a long walk, unsplit"},
     {MLAJIT_MODEL_V32, 9, 256, 2048, 0, ".hc16.sm90-narrow-long.sm_90a", "a long walk at 9 heads, unsplit"},
     {MLAJIT_MODEL_V32, 8, 256, 2048, 0, ".hc8.sm90-narrow-scores.sm_90a", "a long walk at 8 heads, unsplit"},
     {MLAJIT_MODEL_V32, 8, 64, 2048, 0, ".hc8.sm90-narrow-scores.sm_90a", "8 heads, 2 splits of 16 tiles"},
-    {MLAJIT_MODEL_V32, 4, 128, 2048, 0, ".hc8.sm90-narrow-long.sm_90a", "a long walk at 4 heads"},
+    {MLAJIT_MODEL_V32, 4, 128, 2048, 0, ".hc8.sm90-narrow-scores.sm_90a", "a long walk at 4 heads"},
     {MLAJIT_MODEL_V32, 8, 128, 2048, 2, ".hc8.sm90-narrow-scores.sm_90a", "forced: 2 splits of 16 tiles"},
     {MLAJIT_MODEL_V32, 8, 128, 2048, 3, ".hc8.sm90-narrow-scores.sm_90a", "forced: 3 splits of 11 tiles"},
     {MLAJIT_MODEL_V32, 8, 128, 2048, 8, ".hc8.sm90-narrow-scores.sm_90a", "forced: 8 splits of 4 tiles"},
@@ -706,7 +706,9 @@ static const plan_case auto_cases[] = {
     {MLAJIT_MODEL_V32, 16, 8, 2048, 0, ".hc16.sm90-narrow.sm_90a", "b 8: 16 splits, 128 CTAs"},
     {MLAJIT_MODEL_V32, 8, 128, 512, 0, ".hc8.sm90-narrow-scores.sm_90a", "topk 512 at 8 heads: 8 tiles"},
     {MLAJIT_MODEL_V32, 8, 128, 128, 0, ".hc8.sm90-narrow.sm_90a", "a short topk: 2 tiles"},
-    {MLAJIT_MODEL_V32, 7, 128, 512, 0, ".hc8.sm90-narrow.sm_90a", "7 heads: sm90-narrow-scores at 8 only"},
+    {MLAJIT_MODEL_V32, 7, 128, 512, 0, ".hc8.sm90-narrow-scores.sm_90a", "7 heads: 8 tiles"},
+    {MLAJIT_MODEL_V32, 1, 128, 2048, 0, ".hc8.sm90-narrow-scores.sm_90a", "1 head: 32 tiles"},
+    {MLAJIT_MODEL_V32, 5, 128, 128, 0, ".hc8.sm90-narrow.sm_90a", "5 heads, a short topk: 2 tiles"},
     {MLAJIT_MODEL_V32, 8, 128, 2048, 64, ".hc8.sm90-narrow.sm_90a", "forced splits of one tile"},
     /* where the plan leaves half of the SMs idle, the heads in two groups */
     {MLAJIT_MODEL_V32, 16, 1, 2048, 0, ".hc8.sm90-narrow.sm_90a", "one row: 32 CTAs"},

@@ -44,6 +44,9 @@ static void compile_variant_ok(mlajit_model model, int h, int page, int extra_pa
     if (variant == MLAJIT_VARIANT_SM90_NARROW)
         cr_expect(strstr(src, "decode_sm90_narrow.cu") && strstr(name, ".sm90-narrow.sm_90a"), "%s: the narrow kernel",
                   name);
+    if (variant == MLAJIT_VARIANT_SM90_NARROW_SCORES)
+        cr_expect(strstr(src, "decode_sm90_scores.cu") && strstr(name, ".sm90-narrow-scores.sm_90a"),
+                  "%s: the scores kernel (it fits here, so it is not sm90-narrow)", name);
     if (variant == MLAJIT_VARIANT_SM90_NARROW_LONG)
         cr_expect(strstr(src, "decode_sm90_narrow.cu") && strstr(src, "kProducerGroups = 3") &&
                       strstr(name, ".sm90-narrow-long.sm_90a"),
@@ -267,6 +270,19 @@ Test(nvrtc, sm90_narrow_family, .timeout = 600)
     compile_variant_ok(MLAJIT_MODEL_V32, 8, 61, 64, MLAJIT_FEATURE_ALL, "sm_90a", narrow_long);
     compile_variant_ok(MLAJIT_MODEL_V32, 3, 1, 0, MLAJIT_FEATURE_SINK | MLAJIT_FEATURE_TOPK_LENGTH, "sm_90a",
                        narrow_long);
+}
+
+/* sm90-narrow-scores compiles with no spills at 8 heads per CTA for every head
+ * count it runs (1-8; 3, 5, 6 and 7 spilled 60 bytes while the split partials' row
+ * index was 64-bit), with every feature V3.2's rows take. */
+Test(nvrtc, sm90_narrow_scores_family, .timeout = 600)
+{
+    const mlajit_variant scores = MLAJIT_VARIANT_SM90_NARROW_SCORES;
+    compile_variant_ok(MLAJIT_MODEL_V32, 8, 64, 0, 0, "sm_90a", scores);
+    compile_variant_ok(MLAJIT_MODEL_V32, 5, 64, 0, 0, "sm_90a", scores);
+    compile_variant_ok(MLAJIT_MODEL_V32, 3, 61, 64, MLAJIT_FEATURE_ALL, "sm_90a", scores);
+    compile_variant_ok(MLAJIT_MODEL_V32, 7, 1, 0, MLAJIT_FEATURE_SINK | MLAJIT_FEATURE_TOPK_LENGTH, "sm_90a", scores);
+    compile_variant_ok(MLAJIT_MODEL_V32, 1, 64, 0, 0, "sm_90a", scores);
 }
 
 Test(nvrtc, sm90_narrow_refuses_what_it_cannot_run)

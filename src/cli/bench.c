@@ -237,7 +237,8 @@ int cli_bench(int argc, char **argv)
         "  --variant V  " MLAJIT_VARIANT_NAMES "\n"
         "  --quick      h_q 16/64/128 and the larger V3.2 rows only\n"
         "  --model M    only model M's rows: v32 or dsv4 (for profilers)\n"
-        "  --heads/--batch/--topk N   only the rows with that value (for profilers)\n"
+        "  --heads/--batch/--topk N   only the rows with that value (for profilers); a head count\n"
+        "               BENCH.md has no row for runs the next larger one's rows at N heads\n"
         "  --tile/--heads-per-cta N   force a kernel variant on every row (compare variants)\n"
         "  --splits S   force S split-KV splits on every row (at most the row's tiles)\n";
     /* the numeric options: where each goes, its value range */
@@ -294,10 +295,21 @@ int cli_bench(int argc, char **argv)
     strftime(date, sizeof date, "%Y-%m-%dT%H:%M:%SZ", gmtime(&now));
     bench_config cfgs[96];
     int all = build_configs(cfgs, 96, quick), n = 0;
+    /* --heads N where BENCH.md has no row: the rows of the next head count it has
+     * (8 for 1-7, ...) run at N heads, against that row's figure (what an engine
+     * pays after padding N up) */
+    int row_heads = 0;
+    for (int i = 0; i < all && only_heads; i++)
+        if (cfgs[i].h_q >= only_heads && (!row_heads || cfgs[i].h_q < row_heads))
+            row_heads = cfgs[i].h_q;
     for (int i = 0; i < all; i++)
-        if ((only_model < 0 || (int)cfgs[i].model == only_model) && (!only_heads || cfgs[i].h_q == only_heads) &&
-            (!only_batch || cfgs[i].b == only_batch) && (!only_topk || cfgs[i].topk == only_topk))
-            cfgs[n++] = cfgs[i];
+        if ((only_model < 0 || (int)cfgs[i].model == only_model) && (!only_heads || cfgs[i].h_q == row_heads) &&
+            (!only_batch || cfgs[i].b == only_batch) && (!only_topk || cfgs[i].topk == only_topk)) {
+            cfgs[n] = cfgs[i];
+            if (only_heads)
+                cfgs[n].h_q = only_heads;
+            n++;
+        }
     printf("%-5s %4s %4s %3s %6s %5s %6s %9s %9s %8s %8s %8s %6s %9s %6s %s\n", "model", "h_q", "b", "s_q", "seqlen",
            "topk", "extra", "gpu_us", "eager_us", "host_us", "TFLOP/s", "GB/s", "splits", "flashmla", "ratio", "check");
     int failures = 0;

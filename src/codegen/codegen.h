@@ -84,16 +84,17 @@ int mlajit_spec_one_tile_alternative(const mlajit_kernel_spec *spec, const char 
 int mlajit_spec_long_walk_alternative(const mlajit_kernel_spec *spec, const char *default_arch,
                                       mlajit_kernel_spec *alt);
 
-/* The kernel auto switches to for a walk of a few tiles or more per CTA at 8 heads:
- * for an auto spec on sm_90a (arch "" means default_arch) with h_q 8 that resolves
+/* The kernel auto switches to for a walk of a few tiles or more per CTA at 1-8 heads:
+ * for an auto spec on sm_90a (arch "" means default_arch) with h_q <= 8 that resolves
  * to sm90-narrow-scores as itself (v32's inline scales), which plans take where each
  * CTA walks at least MLAJIT_NARROW_SCORES_FROM_TILES tiles. On the H200 (bench/NOTES.md,
  * "sm90-narrow-scores"), against sm90-narrow(-long) in the same call: V3.2 h8 b 128
  * topk 512 20.3 -> 19.1 us, b 64 topk 512 (4 tiles per CTA) 14.0 -> 13.6, b 64 topk
  * 2048 38.1 -> 37.0, b 128 and 256 topk 2048 61.7 -> 61.2 and 119.9 -> 119.1; at 1-2
  * tiles per CTA 4-23% slower (one group takes a tile's work the other kernels share).
- * At 1-7 heads ptxas (CUDA 13.0) spills 60 bytes (it follows finish_row's split-partial
- * row index, a multiply by h_q where 8 is a shift): not taken there.
+ * At 3, 4, 5 and 7 heads the same (bench/NOTES.md, "sm90-narrow-scores at 1-7 heads"):
+ * -5 to -9% at topk 512, -5% at b 64 topk 2048, -1 to -2% at b 128 and 256; slower at
+ * one tile per CTA.
  * 1 and *alt (arch set) when the spec has such an alternative, else 0. */
 #define MLAJIT_NARROW_SCORES_FROM_TILES 4
 int mlajit_spec_scores_alternative(const mlajit_kernel_spec *spec, const char *default_arch,

