@@ -94,7 +94,7 @@ int mlajit_spec_long_walk_alternative(const mlajit_kernel_spec *spec, const char
  * tiles per CTA 4-23% slower (one group takes a tile's work the other kernels share).
  * At 3, 4, 5 and 7 heads the same (bench/NOTES.md, "sm90-narrow-scores at 1-7 heads"):
  * -5 to -9% at topk 512, -5% at b 64 topk 2048, -1 to -2% at b 128 and 256; slower at
- * one tile per CTA.
+ * one tile per CTA (1, 2 and 6 heads were not timed).
  * 1 and *alt (arch set) when the spec has such an alternative, else 0. */
 #define MLAJIT_NARROW_SCORES_FROM_TILES 4
 int mlajit_spec_scores_alternative(const mlajit_kernel_spec *spec, const char *default_arch,

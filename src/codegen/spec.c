@@ -333,7 +333,8 @@ int mlajit_spec_long_walk_alternative(const mlajit_kernel_spec *spec, const char
 int mlajit_spec_scores_alternative(const mlajit_kernel_spec *spec, const char *default_arch,
                                    mlajit_kernel_spec *alt)
 {
-    /* measured at 3-8 heads (codegen.h); past 8 it does not fit */
+    /* timed at 3, 4, 5, 7 and 8 heads (codegen.h), 1, 2 and 6 taken on the same
+     * count; past 8 heads per CTA it does not fit */
     if (!spec || spec->h_q > 8)
         return 0;
     return auto_alternative(spec, default_arch, MLAJIT_VARIANT_SM90_NARROW_SCORES, 0, 1, alt);
