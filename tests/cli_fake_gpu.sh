@@ -29,5 +29,29 @@ expect "gpu           Fake NVIDIA H200 (sm_90a, 132 SMs, 50 MB L2)" info
 expect "driver        13.0" info
 expect "loaded on the GPU" compile --model v32 --heads 64 --page 64
 expect "loaded on the GPU" compile --model dsv4 --heads 16 --page 64 --variant portable
+# expect_lines PATTERN COUNT ARGS...: the output of mlajit ARGS has COUNT lines
+# matching the extended regex PATTERN, whatever the exit status (the fake driver
+# runs no kernel, so a bench row's check fails; its selection is what is checked).
+expect_lines() {
+  local pattern=$1 count=$2
+  shift 2
+  local out got
+  out=$("$mlajit" "$@" 2>&1)
+  got=$(grep -cE -- "$pattern" <<<"$out")
+  if [ "$got" -eq "$count" ]; then
+    passed=$((passed + 1))
+  else
+    failed=$((failed + 1))
+    echo "FAIL: mlajit $*: $got lines match '$pattern', expected $count:"
+    head -8 <<<"$out" | sed 's/^/    /'
+  fi
+}
+
+# bench --heads N: a count BENCH.md has rows for keeps those rows; one it has none
+# for runs the next larger count's rows at N heads, with that row's FlashMLA figure
+expect_lines '^v32 +5 +1 +1 +32768 +2048 +0 .* 17\.2 ' 1 bench --heads 5 --batch 1 --topk 2048
+expect_lines '^(v32|dsv4) ' 1 bench --heads 5 --batch 1 --topk 2048
+expect_lines '^v32 +64 +1 +1 +32768 +2048 +0 .* 17\.2 ' 1 bench --heads 64 --batch 1 --topk 2048
+expect_lines '^v32 +100 +2 +2 +32768 +2048 +0 .* 19\.1 ' 1 bench --heads 100 --batch 2 --topk 2048
 echo "cli on the fake driver: $passed passed, $failed failed"
 [ "$failed" -eq 0 ]
