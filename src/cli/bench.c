@@ -299,9 +299,10 @@ int cli_bench(int argc, char **argv)
      * (8 for 1-7, ...) run at N heads, against that row's figure (what an engine
      * pays after padding N up) */
     int row_heads = 0;
-    for (int i = 0; i < all && only_heads; i++)
-        if (cfgs[i].h_q >= only_heads && (!row_heads || cfgs[i].h_q < row_heads))
-            row_heads = cfgs[i].h_q;
+    if (only_heads)
+        for (int i = 0; i < all; i++)
+            if (cfgs[i].h_q >= only_heads && (!row_heads || cfgs[i].h_q < row_heads))
+                row_heads = cfgs[i].h_q;
     for (int i = 0; i < all; i++)
         if ((only_model < 0 || (int)cfgs[i].model == only_model) && (!only_heads || cfgs[i].h_q == row_heads) &&
             (!only_batch || cfgs[i].b == only_batch) && (!only_topk || cfgs[i].topk == only_topk)) {
