@@ -21,11 +21,19 @@
 //     issues the k-steps' wgmmas (kBlocksInFlight blocks in flight). Then the
 //     tile's column maxima, the running maximum handed on from the group that took
 //     the tile before, P to shared memory, and its share of the column sums.
-//   copier (warp group 3, 40 registers): fills each group's slot with the group's
-//     next tile (a bulk copy per row, one lane each) as soon as the group has read
-//     it, with the rows' flags. Issuing them took 14-17% of the score groups'
-//     samples when they issued their own, and the value group was too late to
-//     refill the slots (bench/NOTES.md, "sm90-narrow-scores").
+//   copier (warp group 3, 40 registers): warps 0-1 fill group 0's ring slot, warps
+//     2-3 group 1's, a row per lane, with the rows' flags. Each row comes in two
+//     bulk copies, the slot's two parts (below), each copied as soon as the group
+//     has read that part of its tile before. Issuing the copies took 14-17% of the
+//     score groups' samples when they issued their own, and the value group was too
+//     late to refill the slots (bench/NOTES.md, "sm90-narrow-scores").
+// The ring slot's parts: part 0 is a row's bytes from kPart1Bytes on (the RoPE
+//   block, the scales and the codes of the blocks from kPart1Blocks on), part 1 its
+//   first kPart1Bytes (the codes of the first kPart1Blocks blocks). A group takes
+//   the blocks in that order, so part 0 of its next tile is on its way while it
+//   still works on part 1: with one slot per group, a whole-slot refill started
+//   only after a tile's last read, and the groups waited for the rows 32% of their
+//   time (bench/NOTES.md, "What bounds sm90-narrow-scores").
 // A-fragment layout: lane (g, q) of warp w holds rows (candidates) 16 w + g and
 // 16 w + g + 8, k-indices 2q, 2q + 1, 2q + 8, 2q + 9 of each k-step. The k order
 // is a permutation of the block's 64 dims chosen so that a lane's four dims of
@@ -41,9 +49,6 @@
 // Named barriers (ids past 0, which __syncthreads uses):
 //   kBarColumns + x      group x's four warps' column maxima of its tile are in
 //                        shared memory (group x only)
-//   kBarRingRead + x     group x's lanes have read its ring slot (fenced against the
-//                        async proxy): the slot may take its next tile (x arrives;
-//                        the copier waits)
 //   kBarMaxPublished + x group x published the running maximum through its tile
 //                        (x arrives; the other group waits)
 //   kBarPReady + x       group x's P and V of its tile are in shared memory and
@@ -56,8 +61,9 @@
 //   kBarStaged           O^T is staged as head rows (value group only)
 //   kBarScalesChecked + x  group x's tile takes the fast path for every candidate
 //                        (a barrier reduction: one path for the whole group)
-// mbarriers: one per ring slot, complete when the tile's 64 rows have landed (64
-// arrivals, one per candidate, with the bytes of its copy).
+// mbarriers, per score group x and slot part: full (the part of the group's tile has
+// landed: 64 arrivals, one per row, with the bytes of its copy) and empty (group x's
+// 128 threads have read the part: the copier may refill it).
 // ---------------------------------------------------------------------------
 namespace sm90 {
 
@@ -88,15 +94,38 @@ static_assert(kValueRegisters + kScoreGroups * kScoreRegisters + kCopierRegister
               "setmaxnreg: the increase must be covered by the decreases");
 enum Role { kValueGroup = 0, kFirstScoreGroup = 1, kCopierGroup = 1 + kScoreGroups };
 enum NamedBarrier {
-    kBarColumns = 1, kBarRingRead = 3, kBarMaxPublished = 5, kBarPReady = 7, kBarVEmpty = 9, kBarQReady = 11,
-    kBarStats = 12, kBarStaged = 13, kBarScalesChecked = 14
+    kBarColumns = 1, kBarMaxPublished = 3, kBarPReady = 5, kBarVEmpty = 7, kBarQReady = 9, kBarStats = 10,
+    kBarStaged = 11, kBarScalesChecked = 12
 };
+// The ring slot's two parts (see the top): part 1 holds the codes of the first
+// kPart1Blocks blocks, the row's first bytes; part 0 the rest of the row.
+constexpr int kRingParts = 2;
+constexpr int kRopeBlocks = kKBlocks - kNopeBlocks;
+constexpr int kPart1Blocks = kNopeBlocks / 2;
+constexpr int kPart1Bytes = 64 * kPart1Blocks;
+constexpr int kPart0Steps = kKBlocks - kPart1Blocks;  // the blocks taken from part 0
+// The block a group takes i-th: the RoPE blocks, part 0's NoPE blocks, then part 1's.
+__host__ __device__ constexpr int block_taken(int i)
+{
+    return i < kRopeBlocks ? kNopeBlocks + i : i < kPart0Steps ? kPart1Blocks + i - kRopeBlocks : i - kPart0Steps;
+}
+// The first step that stores V: where a group waits for its V buffer.
+__host__ __device__ constexpr int first_value_step()
+{
+    int i = 0;
+    while (i < kKBlocks && block_taken(i) >= kVBlocks) i++;
+    return i;
+}
+static_assert(first_value_step() < kKBlocks, "a tile stores V");
 
 static_assert(cfg::kThreads == kCtaThreads, "the generator's thread count must match the roles");
 static_assert(kHeadsN == 8 || kHeadsN == 16, "wgmma N: a head group of 8 or 16 heads");
 static_assert(cfg::kScalesInline && cfg::kScaleFormat != 2 && cfg::kQuantTile % 64 == 0,
               "inline power-of-two scales (V32's rows): the ring, one scale per 64-dim block");
 static_assert(cfg::kClusterCtas == 1, "no CTA pair");
+static_assert(cfg::kScaleOffset >= kPart1Bytes && cfg::kRopeOffset >= kPart1Bytes && kPart1Bytes % 16 == 0 &&
+                  kPart1Blocks >= 1,
+              "the ring's parts: part 1 is codes only, both parts 16-byte multiples");
 static_assert(cfg::kSmemStagingBytes == kScoreGroups * kSlotBytes && cfg::kSmemStaging % 16 == 0 &&
                   cfg::kRowBytes % 16 == 0,
               "the ring: a tile of whole rows per score group, bulk copies 16-byte aligned");
@@ -161,7 +190,11 @@ extern "C" __global__ void __launch_bounds__(sm90::kCtaThreads, 1) mlajit_decode
     const u32 sSums = sMax + 4 * (2 * kHeadsN);
     const u32 sLast = sSums + 4 * (2 * 4 * kHeadsN);
     const u32 sRing = smem_address(smem + cfg::kSmemStaging);       // [2 groups][64 rows]
-    const u32 sRingFull = smem_address(smem + cfg::kSmemBarriers);  // [2] mbarriers
+    // mbarriers [2 groups][2 parts]: the parts' full barriers, then their empty ones
+    const u32 sRingFull = smem_address(smem + cfg::kSmemBarriers);
+    const u32 sRingEmpty = sRingFull + 8 * kScoreGroups * kRingParts;
+    auto ring_full = [&](int x, int part) { return sRingFull + 8 * (u32)(x * kRingParts + part); };
+    auto ring_empty = [&](int x, int part) { return sRingEmpty + 8 * (u32)(x * kRingParts + part); };
     u8* const sValid = smem + cfg::kSmemTokenValid;                 // [2 slots][kTile] flags: the row is live
     const u32 sRowMax = sV + kHeadsN * kHeadRowStride * 4, sRowSum = sRowMax + 4 * kHeadsN;  // after the walk
 
@@ -176,51 +209,49 @@ extern "C" __global__ void __launch_bounds__(sm90::kCtaThreads, 1) mlajit_decode
     auto live_after = [&](int t) { return next_live_tile(range, t + 1, p.topk); };
     const int first = next_live_tile(range, range.begin, p.topk);
     if (tid == 0)
-        for (int i = 0; i < kScoreGroups; i++) mbarrier_init(sRingFull + 8 * i, kTile);
+        for (int x = 0; x < kScoreGroups; x++)
+            for (int part = 0; part < kRingParts; part++) {
+                mbarrier_init(ring_full(x, part), kTile);
+                mbarrier_init(ring_empty(x, part), kWarpGroupThreads);
+            }
     fence_mbarrier_init();
     __syncthreads();
 
     if (group == kCopierGroup) {
-        // The copier: lanes q = 0 and 1 copy rows 16 w + g and + 8 of a tile into its
-        // group's slot, with the row's flag, as soon as the group has read the slot.
+        // The copier: warps 2 x and 2 x + 1 fill group x's slot, lane l row 32 (warp % 2)
+        // + l of each tile, each part as soon as the group has read it.
         registers_set<kCopierRegisters, kLaunchRegisters>();
-        const bool copier = q < 2;
-        const int copy_row = 16 * warp + g + (q == 1 ? 8 : 0);
+        const int x = warp / 2;
+        const int copy_row = 32 * (warp % 2) + lane;
+        const u32 dst = sRing + (u32)(x * kSlotBytes + ring_row(copy_row) * cfg::kRowBytes);
         const int* const indices = main_index_row(p, b, s);
         auto index_of = [&](int tile) {
-            const int pos = tile * kTile + copy_row;
-            return copier && tile < range.end ? load_slot(p, indices, b, s, pos, range) : -1;
+            return tile < range.end ? load_slot(p, indices, b, s, tile * kTile + copy_row, range) : -1;
         };
-        auto copy_tile = [&](int tile, int raw, int slot_x) {
-            if (!copier || tile >= range.end) return;
+        int tile = x == 0 ? first : live_after(first);  // the group's tiles: every other one of the walk
+        int raw = index_of(tile);
+        for (int k = 0; tile < range.end; k++) {
+            const int next = live_after(live_after(tile));
+            const int raw_next = index_of(next);  // a tile ahead: its latency hides behind this tile's waits
             const int pos = tile * kTile + copy_row;
             const Candidate c = locate_candidate(p, pos, checked_slot(p, pos, raw));
-            const u32 full = sRingFull + 8 * (u32)slot_x;
-            sValid[slot_x * kTile + copy_row] = c.row != nullptr;
+            if (k >= 1) mbarrier_wait(ring_empty(x, 0), (u32)(k - 1) & 1u);
+            sValid[x * kTile + copy_row] = c.row != nullptr;  // read after part 0's full barrier
             if (c.row) {
-                mbarrier_arrive_expect_tx(full, cfg::kRowBytes);
-                copy_global_to_shared(sRing + (u32)(slot_x * kSlotBytes + ring_row(copy_row) * cfg::kRowBytes), c.row,
-                                      cfg::kRowBytes, full);
+                mbarrier_arrive_expect_tx(ring_full(x, 0), cfg::kRowBytes - kPart1Bytes);
+                copy_global_to_shared(dst + kPart1Bytes, c.row + kPart1Bytes, cfg::kRowBytes - kPart1Bytes, ring_full(x, 0));
             } else {
-                mbarrier_arrive(full);
+                mbarrier_arrive(ring_full(x, 0));
             }
-        };
-        // The walk's tiles w .. w + 3, and the indices of tiles w + 2 and w + 3.
-        int ahead[4];
-        ahead[0] = first;
-#pragma unroll
-        for (int i = 1; i < 4; i++) ahead[i] = live_after(ahead[i - 1]);
-        copy_tile(ahead[0], index_of(ahead[0]), 0);
-        copy_tile(ahead[1], index_of(ahead[1]), 1);
-        int raw2 = index_of(ahead[2]), raw3 = index_of(ahead[3]);
-        for (int w = 0; ahead[2] < range.end; w++) {
-            named_barrier_sync(kBarRingRead + (w & 1), kPairThreads);
-            copy_tile(ahead[2], raw2, w & 1);
-#pragma unroll
-            for (int i = 0; i < 3; i++) ahead[i] = ahead[i + 1];
-            ahead[3] = live_after(ahead[2]);
-            raw2 = raw3;
-            raw3 = index_of(ahead[3]);
+            if (k >= 1) mbarrier_wait(ring_empty(x, 1), (u32)(k - 1) & 1u);
+            if (c.row) {
+                mbarrier_arrive_expect_tx(ring_full(x, 1), kPart1Bytes);
+                copy_global_to_shared(dst, c.row, kPart1Bytes, ring_full(x, 1));
+            } else {
+                mbarrier_arrive(ring_full(x, 1));
+            }
+            tile = next;
+            raw = raw_next;
         }
         return;
     }
@@ -229,7 +260,7 @@ extern "C" __global__ void __launch_bounds__(sm90::kCtaThreads, 1) mlajit_decode
         registers_set<kScoreRegisters, kLaunchRegisters>();
         const int x = group - kFirstScoreGroup, other = x ^ 1;
         const int row_a = 16 * warp + g, row_b = row_a + 8;  // this thread's candidates (S^T rows)
-        const u32 slot = sRing + (u32)(x * kSlotBytes), full = sRingFull + 8 * (u32)x;
+        const u32 slot = sRing + (u32)(x * kSlotBytes);
         const u32 vbuf = sV + (u32)(x * kVBufferBytes), pbuf = sP + (u32)(x * kPBytes);
         const u32 cand_a = slot + (u32)(ring_row(row_a) * cfg::kRowBytes);
         const u32 cand_b = slot + (u32)(ring_row(row_b) * cfg::kRowBytes);
@@ -246,7 +277,7 @@ extern "C" __global__ void __launch_bounds__(sm90::kCtaThreads, 1) mlajit_decode
         named_barrier_sync(kBarQReady, kRoleThreads);
         for (int w = x, k = 0; t < range.end; w += 2, k++) {
             const bool has_after = live_after(t) < range.end;  // walk index w + 1 exists
-            mbarrier_wait(full, (u32)k & 1u);
+            mbarrier_wait(ring_full(x, 0), (u32)k & 1u);
             const bool live_a = valid[row_a] != 0, live_b = valid[row_b] != 0;
             // The candidates' scales: the fast path's factors (0 for a skipped
             // candidate: its stale codes become zeros), or the exact product.
@@ -270,12 +301,12 @@ extern "C" __global__ void __launch_bounds__(sm90::kCtaThreads, 1) mlajit_decode
             for (int i = 0; i < kAccS; i++) acc_s[i] = 0.0f;
             fence_operands(acc_s);
             // A block's codes (NoPE: 16 bytes per candidate; RoPE: 32, bf16), read one
-            // block ahead of their dequantization. The RoPE block goes first: its
-            // products need no V store, so the wait for the V buffer comes a block later.
+            // block ahead of their dequantization, in block_taken's order: the RoPE
+            // block first (its products need no V store, so the wait for the V buffer
+            // comes a block later), then part 0's NoPE blocks, then part 1's.
             struct BlockCodes {
                 U32x4 a0, a1, b0, b1;
             };
-            auto block_at = [](int i) { return i == 0 ? kKBlocks - 1 : i - 1; };  // the i-th block taken
             auto read_block = [&](int kb, BlockCodes& c) {
                 if (kb < kNopeBlocks) {
                     c.a0 = load_shared16(cand_a + (u32)(64 * kb + 16 * q));
@@ -290,16 +321,17 @@ extern "C" __global__ void __launch_bounds__(sm90::kCtaThreads, 1) mlajit_decode
             };
             auto products = [&](auto dequant) {
                 BlockCodes codes[2];
-                read_block(block_at(0), codes[0]);
+                read_block(block_taken(0), codes[0]);
 #pragma unroll
                 for (int i = 0; i < kKBlocks; i++) {
-                    const int kb = block_at(i);
+                    const int kb = block_taken(i);
                     const BlockCodes& now = codes[i & 1];
-                    if (i + 1 < kKBlocks) read_block(block_at(i + 1), codes[(i + 1) & 1]);
-                    if (i + 1 == kKBlocks - 1) {
-                        // The slot's last reads are issued: the copier refills it.
+                    if (i + 1 == kPart0Steps) mbarrier_wait(ring_full(x, 1), (u32)k & 1u);
+                    if (i + 1 < kKBlocks) read_block(block_taken(i + 1), codes[(i + 1) & 1]);
+                    if ((i + 1 == kPart0Steps - 1 || i + 1 == kKBlocks - 1) && t_next < range.end) {
+                        // A part's last reads are issued: the copier may refill it.
                         fence_smem_for_async_proxy();
-                        if (t_next < range.end) named_barrier_arrive(kBarRingRead + x, kPairThreads);
+                        mbarrier_arrive(ring_empty(x, i + 1 == kKBlocks - 1 ? 1 : 0));
                     }
                     u32 wa[8], wb[8];  // dims 16 q .. 16 q + 15 of block kb, candidates a and b
                     if (kb < kNopeBlocks) {
@@ -307,7 +339,7 @@ extern "C" __global__ void __launch_bounds__(sm90::kCtaThreads, 1) mlajit_decode
                         dequant(now.a0, fast_a, fa[scale], sa[scale], wa);
                         dequant(now.b0, fast_b, fb[scale], sb[scale], wb);
                         if (kb < kVBlocks) {
-                            if (kb == 0 && w >= 2) named_barrier_sync(kBarVEmpty + x, kPairThreads);  // V, P of tile w - 2 read
+                            if (i == first_value_step() && w >= 2) named_barrier_sync(kBarVEmpty + x, kPairThreads);  // V, P of tile w - 2 read
                             const u32 block = vbuf + (u32)(kb * kBlockBytes);
                             store_shared16(block + swizzled(row_a, 2 * q), U32x4{wa[0], wa[1], wa[2], wa[3]});
                             store_shared16(block + swizzled(row_a, 2 * q + 1), U32x4{wa[4], wa[5], wa[6], wa[7]});

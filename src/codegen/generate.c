@@ -149,8 +149,8 @@ static void sm90_narrow_smem_map(const mlajit_kernel_spec *r, const mlajit_model
  * buffers (d_v / 64 swizzled blocks of 64 rows x 128 bytes: group x's tiles), Q
  * (d_qk / 64 blocks of `heads` rows, in the A fragments' k order), two P buffers
  * (`heads` rows x 64 candidates), the groups' column maxima, running maxima, column
- * sums and last maxima (20 x heads floats), an mbarrier per ring slot, then the
- * ring: a tile of rows per score group. */
+ * sums and last maxima (20 x heads floats), the ring's mbarriers (full and empty
+ * for each of a slot's two parts), then the ring: a tile of rows per score group. */
 enum { kScoresGroups = 2 };
 static void sm90_scores_smem_map(const mlajit_kernel_spec *r, const mlajit_model_desc *d, smem_map *m)
 {
@@ -161,7 +161,7 @@ static void sm90_scores_smem_map(const mlajit_kernel_spec *r, const mlajit_model
     m->q = off;           off += d->d_qk / 64 * heads * 128;
     m->probs = off;       off += kScoresGroups * heads * tile * 2;
     m->scores = off;      off += align16(20 * heads * 4);
-    m->barriers = off;    off += align16(kScoresGroups * 8);
+    m->barriers = off;    off += align16(kScoresGroups * 2 * 2 * 8);
     m->token_valid = off; off += align16(kScoresGroups * tile);
     m->staging = off;     m->staging_bytes = kScoresGroups * tile * d->row_bytes;
     m->stages = 1;
