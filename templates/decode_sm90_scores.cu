@@ -16,7 +16,7 @@
 //     sm90-narrow's (O^T staged as head rows over the V buffers).
 //   score groups (warp groups 1 and 2): the walk's tiles alternately (tile w of the
 //     walk is group w % 2's, in its ring slot and V and P buffers). Per 64-dim
-//     block (RoPE first), it reads its two candidates' codes one block ahead,
+//     block (in block_taken's order), it reads its two candidates' codes one block ahead,
 //     dequantizes them into the A fragments of four k-steps, stores the V part and
 //     issues the k-steps' wgmmas (kBlocksInFlight blocks in flight). Then the
 //     tile's column maxima, the running maximum handed on from the group that took
@@ -33,7 +33,9 @@
 //   the blocks in that order, so part 0 of its next tile is on its way while it
 //   still works on part 1: with one slot per group, a whole-slot refill started
 //   only after a tile's last read, and the groups waited for the rows 32% of their
-//   time (bench/NOTES.md, "What bounds sm90-narrow-scores").
+//   time (bench/NOTES.md, "What bounds sm90-narrow-scores"). Measured: 1-1.6%
+//   on the longest walks, a tie elsewhere (NOTES, "the ring slot in two parts"):
+//   the bound is the bytes in flight, which only more slots raise.
 // A-fragment layout: lane (g, q) of warp w holds rows (candidates) 16 w + g and
 // 16 w + g + 8, k-indices 2q, 2q + 1, 2q + 8, 2q + 9 of each k-step. The k order
 // is a permutation of the block's 64 dims chosen so that a lane's four dims of
