@@ -79,6 +79,12 @@ static_assert(kScoreRegisters > kLaunchRegisters && kValueRegisters <= kLaunchRe
               "setmaxnreg: the score group's call increases, the others decrease (a .dec above the "
               "launch count is an illegal instruction)");
 
+// The score group's P V left in flight across the tile boundary, S of the next tile
+// issued behind it: the generator's choice per model (bench/NOTES.md, "P V in
+// flight"). P's fragments stay live: 16 more registers, which only a pair's 216 hold.
+constexpr bool kPvInFlight = cfg::kPvInFlight;
+static_assert(!kPvInFlight || (kPairCtas > 1 && !kExactScalesOnly), "P V in flight: the pair's score registers");
+
 enum NamedBarrier {
     kBarKFull = 1, kBarKEmpty = 3, kBarPReady = 5, kBarPFree = 6, kBarRowStats = 7, kBarRoundStored = 8, kBarQReady = 9
 };
@@ -278,6 +284,17 @@ extern "C" __global__ void MLAJIT_CLUSTER_DIMS __launch_bounds__(sm90::kCtaThrea
         fence_smem_for_async_proxy();
         named_barrier_sync(kBarQReady, kWarpGroupThreads);
         if (kPairCtas > 1) cluster_wait();  // the pair's mbarriers, for wait_tile
+        // kPvInFlight: P V of tile seq stays in flight while tile seq + 1's S is
+        // issued; its P fragments live across the tile boundary, and its buffer is
+        // released once it has completed (wgmma groups complete in order).
+        u32 pf_carried[kKSteps][4];
+        int pending_release = -1;  // the buffer P V in flight reads, when the producer refills it
+        auto finish_pv = [&]() {  // after its wait: O, P's fragments and (if refilled) the buffer are free
+            fence_operands(acc_o);
+            fence_operands(pf_carried);
+            if (pending_release >= 0) named_barrier_arrive(kBarKEmpty + pending_release, kCtaThreads);
+            pending_release = -1;
+        };
         int seq = 0;
         for (int tile = first; tile < range.end; tile = live_after(tile), seq++) {
             const int buf = seq & 1;
@@ -298,7 +315,11 @@ extern "C" __global__ void MLAJIT_CLUSTER_DIMS __launch_bounds__(sm90::kCtaThrea
                     wgmma_m64n64k16_ss(acc_s, smem_descriptor(sQ + kb * kBlockBytes + kk * 32, 0, 1024),
                                        smem_descriptor(k_tile + kb * kBlockBytes + kk * 32, 0, 1024), kb | kk);
             wgmma_commit();
-            wgmma_wait_all();
+            if (kPvInFlight && seq > 0) {
+                wgmma_wait<1>();  // the last tile's P V, not this S
+                finish_pv();
+            }
+            wgmma_wait<0>();
             fence_operands(acc_s);
 
             // Scale into the log2 domain, -inf where skipped; online softmax per row.
@@ -337,7 +358,8 @@ extern "C" __global__ void MLAJIT_CLUSTER_DIMS __launch_bounds__(sm90::kCtaThrea
             }
 
             // P (bf16) as wgmma A fragments, one per 16-candidate k-step.
-            u32 pf[kKSteps][4];
+            u32 pf_local[kKSteps][4];
+            u32(&pf)[kKSteps][4] = kPvInFlight ? pf_carried : pf_local;
 #pragma unroll
             for (int kk = 0; kk < kKSteps; kk++)
 #pragma unroll
@@ -370,10 +392,18 @@ extern "C" __global__ void MLAJIT_CLUSTER_DIMS __launch_bounds__(sm90::kCtaThrea
             for (int kk = 0; kk < kKSteps; kk++)
                 wgmma_m64n256k16_rs_tnsp_b(acc_o, pf[kk], smem_descriptor(k_tile + kk * 16 * 128, kBlockBytes, 1024));
             wgmma_commit();
+            if (kPvInFlight) {
+                pending_release = refilled ? buf : -1;
+            } else {
+                wgmma_wait_all();
+                fence_operands(acc_o);
+                fence_operands(pf);
+                if (refilled) named_barrier_arrive(kBarKEmpty + buf, kCtaThreads);
+            }
+        }
+        if (kPvInFlight) {
             wgmma_wait_all();
-            fence_operands(acc_o);
-            fence_operands(pf);
-            if (refilled) named_barrier_arrive(kBarKEmpty + buf, kCtaThreads);
+            finish_pv();
         }
         // The final row statistics, for both groups' epilogues.
 #pragma unroll

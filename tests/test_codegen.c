@@ -189,6 +189,38 @@ Test(generate, cluster_pairs_two_sm90_head_groups)
     }
 }
 
+/* kPvInFlight, the pair's P V left in flight behind the next S: chosen for the
+ * DSV4 pairs (footer scales), where it was measured faster; not for V3.2's pairs
+ * (slower), GLM's (exact scales: no registers for it), one head group or the
+ * unpaired kernel (no pair), nor any other family. */
+Test(generate, pv_in_flight_for_footer_scaled_pairs_only)
+{
+    struct { mlajit_model model; int h_q; mlajit_variant variant; int in_flight; } rows[] = {
+        {MLAJIT_MODEL_DSV4, 128, MLAJIT_VARIANT_SM90, 1},
+        {MLAJIT_MODEL_DSV4, 128, MLAJIT_VARIANT_SM90_STAGED, 1},
+        {MLAJIT_MODEL_DSV4, 65, MLAJIT_VARIANT_SM90, 1},
+        {MLAJIT_MODEL_DSV4, 128, MLAJIT_VARIANT_SM90_UNPAIRED, 0},
+        {MLAJIT_MODEL_DSV4, 64, MLAJIT_VARIANT_SM90, 0},
+        {MLAJIT_MODEL_DSV4, 32, MLAJIT_VARIANT_SM90_NARROW, 0},
+        {MLAJIT_MODEL_DSV4, 128, MLAJIT_VARIANT_PORTABLE, 0},
+        {MLAJIT_MODEL_V32, 128, MLAJIT_VARIANT_SM90, 0},
+        {MLAJIT_MODEL_V32, 128, MLAJIT_VARIANT_SM90_STAGED, 0},
+        {MLAJIT_MODEL_GLM_NSA, 128, MLAJIT_VARIANT_SM90, 0},
+    };
+    for (size_t i = 0; i < sizeof rows / sizeof rows[0]; i++) {
+        mlajit_kernel_spec s;
+        mlajit_spec_init(&s, rows[i].model, rows[i].h_q, 64);
+        strcpy(s.arch, "sm_90a");
+        s.variant = rows[i].variant;
+        char *src = NULL;
+        cr_assert_eq(mlajit_generate_source(&s, &src), MLAJIT_OK, "row %zu: %s", i, mlajit_last_error());
+        const char *expect = rows[i].in_flight ? "constexpr bool kPvInFlight = true;" : "constexpr bool kPvInFlight = false;";
+        cr_expect(strstr(src, expect) != NULL, "row %zu (model %d, h%d, variant %d): %s", i, (int)rows[i].model,
+                  rows[i].h_q, (int)rows[i].variant, expect);
+        mlajit_free(src);
+    }
+}
+
 /* sm90-narrow's row ring: one round of rows per producer group, in shared memory
  * beside Q and both K buffers, where the rows hold their scales (V32: every head
  * count of the variant); DSV4's footer scales keep the register rounds.

@@ -332,6 +332,17 @@ uint64_t mlajit_templates_hash(void)
 }
 
 
+/* kPvInFlight (sm90 CTA pair): the score group leaves a tile's P V in flight while
+ * it issues the next tile's S, and frees the tile's buffer when P V completes. On
+ * the H200 (bench/NOTES.md, "P V in flight") DSV4's pairs ran 5-6% faster, V3.2's
+ * 0-13% slower (the long walks most; also where the buffer was freed before the
+ * next tile had landed), so it is chosen where the scales sit in a page footer. The
+ * 16 registers it keeps live fit only the pair's score group. */
+static int pv_in_flight(const mlajit_kernel_spec *r, const mlajit_model_desc *d)
+{
+    return is_sm90(r) && cluster_ctas(r) == 2 && d->scale_place == MLAJIT_SCALES_PAGE_FOOTER;
+}
+
 static void emit_config(mlajit_strbuf *b, const mlajit_kernel_spec *r, const mlajit_model_desc *d,
                         const char *spec_string)
 {
@@ -366,6 +377,8 @@ static void emit_config(mlajit_strbuf *b, const mlajit_kernel_spec *r, const mla
     mlajit_strbuf_printf(b, "constexpr bool kHasSink = %s;\n", (r->features & MLAJIT_FEATURE_SINK) ? "true" : "false");
     mlajit_strbuf_printf(b, "constexpr bool kStagedOutput = %s;  // sm90: output rows through shared memory\n",
                          r->variant == MLAJIT_VARIANT_SM90_STAGED ? "true" : "false");
+    mlajit_strbuf_printf(b, "constexpr bool kPvInFlight = %s;  // sm90 pair: P V in flight behind the next S\n",
+                         pv_in_flight(r, d) ? "true" : "false");
     mlajit_strbuf_printf(b, "constexpr bool kHasTopkLength = %s;\n",
                          (r->features & MLAJIT_FEATURE_TOPK_LENGTH) ? "true" : "false");
     mlajit_strbuf_printf(b, "constexpr bool kHasExtraTopkLength = %s;\n",
