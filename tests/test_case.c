@@ -329,9 +329,22 @@ Test(bad_input, invalid_json)
     remove_tree(dir);
 }
 
+/* Each edit {old text, new text, what the error names} of the base case's case.json,
+ * on a fresh copy: the load fails and its message names the field. */
+static void expect_edits_rejected(const char *const (*edits)[3], size_t count)
+{
+    for (size_t k = 0; k < count; k++) {
+        char dir[64];
+        make_base_case(dir, sizeof dir);
+        edit_case_json(dir, edits[k][0], edits[k][1]);
+        expect_load_error(dir, edits[k][2]);
+        remove_tree(dir);
+    }
+}
+
 Test(bad_input, wrong_types)
 {
-    const char *edits[][3] = {
+    static const char *const edits[][3] = {
         {"\"b\": 3", "\"b\": \"3\"", "b"},
         {"\"b\": 3", "\"b\": 3.0", "b"},
         {"\"b\": 3", "\"b\": true", "b"},
@@ -349,13 +362,7 @@ Test(bad_input, wrong_types)
         {"\"topk_length\": {", "\"topk_length\": 3, \"old\": {", "topk_length"},
         {"\"lse_base\": \"e\"", "\"lse_base\": \"2\"", "lse_base"},
     };
-    for (size_t k = 0; k < sizeof edits / sizeof edits[0]; k++) {
-        char dir[64];
-        make_base_case(dir, sizeof dir);
-        edit_case_json(dir, edits[k][0], edits[k][1]);
-        expect_load_error(dir, edits[k][2]);
-        remove_tree(dir);
-    }
+    expect_edits_rejected(edits, sizeof edits / sizeof edits[0]);
 }
 
 static void resize_file(const char *dir, const char *name, long delta)
@@ -399,7 +406,7 @@ Test(bad_input, data_files_of_the_wrong_size)
 
 Test(bad_input, negative_and_huge_sizes)
 {
-    const char *edits[][3] = {
+    static const char *const edits[][3] = {
         {"\"b\": 3", "\"b\": -1", "b"},
         {"\"b\": 3", "\"b\": 4097", "b"},
         {"\"b\": 3", "\"b\": 99999999999999999999999", "b"},
@@ -428,13 +435,7 @@ Test(bad_input, negative_and_huge_sizes)
         {"\"d_v\": 512", "\"d_v\": 448", "d_v"},
         {"\"bytes_per_token\": 584", "\"bytes_per_token\": 656", "bytes_per_token"},
     };
-    for (size_t k = 0; k < sizeof edits / sizeof edits[0]; k++) {
-        char dir[64];
-        make_base_case(dir, sizeof dir);
-        edit_case_json(dir, edits[k][0], edits[k][1]);
-        expect_load_error(dir, edits[k][2]);
-        remove_tree(dir);
-    }
+    expect_edits_rejected(edits, sizeof edits / sizeof edits[0]);
 }
 
 Test(bad_input, unknown_model)
