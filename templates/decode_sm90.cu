@@ -285,13 +285,16 @@ extern "C" __global__ void MLAJIT_CLUSTER_DIMS __launch_bounds__(sm90::kCtaThrea
         named_barrier_sync(kBarQReady, kWarpGroupThreads);
         if (kPairCtas > 1) cluster_wait();  // the pair's mbarriers, for wait_tile
         // kPvInFlight: P V of tile seq stays in flight while tile seq + 1's S is
-        // issued; its P fragments live across the tile boundary, and its buffer is
-        // released once it has completed (wgmma groups complete in order).
+        // issued; its P fragments live across the tile boundary (pf_carried), and its
+        // buffer is released once it has completed (wgmma groups complete in order).
+        // Otherwise P's fragments are the tile's own (pf_local), so those kernels
+        // compile as they did before the option existed.
         u32 pf_carried[kKSteps][4];
-        int pending_release = -1;  // the buffer P V in flight reads, when the producer refills it
-        auto finish_pv = [&]() {  // after its wait: O, P's fragments and (if refilled) the buffer are free
+        int pending_release = -1;  // the buffer the last P V read, when the producer refills it
+        // After P V's wait: O and P's fragments are free, and the buffer if refilled.
+        auto finish_pv = [&](u32(&frags)[kKSteps][4]) {
             fence_operands(acc_o);
-            fence_operands(pf_carried);
+            fence_operands(frags);
             if (pending_release >= 0) named_barrier_arrive(kBarKEmpty + pending_release, kCtaThreads);
             pending_release = -1;
         };
@@ -317,7 +320,7 @@ extern "C" __global__ void MLAJIT_CLUSTER_DIMS __launch_bounds__(sm90::kCtaThrea
             wgmma_commit();
             if (kPvInFlight && seq > 0) {
                 wgmma_wait<1>();  // the last tile's P V, not this S
-                finish_pv();
+                finish_pv(pf_carried);
             }
             wgmma_wait<0>();
             fence_operands(acc_s);
@@ -392,18 +395,15 @@ extern "C" __global__ void MLAJIT_CLUSTER_DIMS __launch_bounds__(sm90::kCtaThrea
             for (int kk = 0; kk < kKSteps; kk++)
                 wgmma_m64n256k16_rs_tnsp_b(acc_o, pf[kk], smem_descriptor(k_tile + kk * 16 * 128, kBlockBytes, 1024));
             wgmma_commit();
-            if (kPvInFlight) {
-                pending_release = refilled ? buf : -1;
-            } else {
+            pending_release = refilled ? buf : -1;
+            if (!kPvInFlight) {
                 wgmma_wait_all();
-                fence_operands(acc_o);
-                fence_operands(pf);
-                if (refilled) named_barrier_arrive(kBarKEmpty + buf, kCtaThreads);
+                finish_pv(pf);
             }
         }
         if (kPvInFlight) {
             wgmma_wait_all();
-            finish_pv();
+            finish_pv(pf_carried);
         }
         // The final row statistics, for both groups' epilogues.
 #pragma unroll

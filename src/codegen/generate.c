@@ -340,7 +340,7 @@ uint64_t mlajit_templates_hash(void)
  * 16 registers it keeps live fit only the pair's score group. */
 static int pv_in_flight(const mlajit_kernel_spec *r, const mlajit_model_desc *d)
 {
-    return is_sm90(r) && cluster_ctas(r) == 2 && d->scale_place == MLAJIT_SCALES_PAGE_FOOTER;
+    return cluster_ctas(r) == 2 && d->scale_place == MLAJIT_SCALES_PAGE_FOOTER; /* a pair is sm90's */
 }
 
 static void emit_config(mlajit_strbuf *b, const mlajit_kernel_spec *r, const mlajit_model_desc *d,
