@@ -191,8 +191,8 @@ Test(generate, cluster_pairs_two_sm90_head_groups)
 
 /* kPvInFlight, the pair's P V left in flight behind the next S: chosen for the
  * DSV4 pairs (footer scales), where it was measured faster; not for V3.2's pairs
- * (slower), GLM's (exact scales: no registers for it), one head group or the
- * unpaired kernel (no pair), nor any other family. */
+ * (slower), GLM's (exact scales: no registers for it), one head group (slower, and
+ * spills) or the unpaired kernel (no pair), nor any other family. */
 Test(generate, pv_in_flight_for_footer_scaled_pairs_only)
 {
     struct { mlajit_model model; int h_q; mlajit_variant variant; int in_flight; } rows[] = {

@@ -3,7 +3,13 @@
 `ncu -i REPORT --page source --csv --print-source sass` prints and splits the
 instructions into regions at each USETMAXREG (the sm90 roles set their register
 counts first thing), then prints per region the stall samples by reason and the
-instructions that collect the most.
+instructions that collect the most, and then the role's barrier waits: each named
+barrier sync (`BAR.SYNC`) and wgmma wait (`WARPGROUP.DEPBAR`) with the "barrier"
+samples charged to it. A warp held at a barrier is sampled a few instructions past it
+(ptxas slips uniform-datapath instructions in between), so every "barrier" sample is
+charged to the closest such wait at or above it in the region. Two builds' reports side
+by side show which wait moved (bench/NOTES.md, "Why V3.2's pairs lost with P V in
+flight").
 
 usage: stall_profile.py SOURCE.csv [TOP]"""
 import csv
@@ -45,7 +51,23 @@ def main():
             s = num(r["Warp Stall Sampling (All Samples)"])
             why = max(stall_cols, key=lambda c: num(r[c]))
             print(f"   {r['Address']:>6} {s:7.0f} {why[6:]:<12} {r['Source'][:90]}")
+        waits, last = {}, None
+        for r in rs:
+            if is_barrier_wait(r["Source"]):
+                last = r["Address"]
+                waits.setdefault(last, [r["Source"].strip(), 0.0])
+            if last is not None:
+                waits[last][1] += num(r.get("stall_barrier", "0"))
+        shown = [w for w in waits.values() if w[1] >= 0.005 * max(samples, 1)]
+        if shown:
+            print("   barrier waits (\"barrier\" samples charged to the wait above them):")
+            for src, n in shown:
+                print(f"   {n:7.0f}  {src[:90]}")
 
+
+def is_barrier_wait(source):
+    """A named barrier sync or a wgmma group wait."""
+    return "BAR.SYNC" in source or "WARPGROUP.DEPBAR" in source
 
 if __name__ == "__main__":
     main()

@@ -333,11 +333,15 @@ uint64_t mlajit_templates_hash(void)
 
 
 /* kPvInFlight (sm90 CTA pair): the score group leaves a tile's P V in flight while
- * it issues the next tile's S, and frees the tile's buffer when P V completes. On
- * the H200 (bench/NOTES.md, "P V in flight") DSV4's pairs ran 5-6% faster, V3.2's
- * 0-13% slower (the long walks most; also where the buffer was freed before the
- * next tile had landed), so it is chosen where the scales sit in a page footer. The
- * 16 registers it keeps live fit only the pair's score group. */
+ * it issues the next tile's S, and frees the tile's buffer when P V completes. That
+ * shortens the score group's chain and lengthens the loop the producer waits on
+ * (its buffer-free waits grew 2.2-2.6x under ncu), so it pays only where the score
+ * group alone bounds the kernel. On the H200 (bench/NOTES.md, "P V in flight" and
+ * "Why P V in flight loses") DSV4's pairs ran 5-6% faster; V3.2's pairs 0-13%
+ * slower (the long walks most, whatever the loop's order or where the buffer was
+ * freed), and DSV4 with one CTA per row 2-5% slower. So it is chosen for a pair
+ * whose scales sit in a page footer: DSV4's lighter rows, where the producer is not
+ * the critical role. The 16 registers it keeps live fit only the pair's score group. */
 static int pv_in_flight(const mlajit_kernel_spec *r, const mlajit_model_desc *d)
 {
     return cluster_ctas(r) == 2 && d->scale_place == MLAJIT_SCALES_PAGE_FOOTER; /* a pair is sm90's */
