@@ -6,8 +6,11 @@
 #   SNAPS=".snap .snap2" ROWS="128:128:2048 16:64:512" tools/device-compare.sh
 # A snapshot: mkdir .snapN && git archive HEAD | tar -x -C .snapN, then edit it.
 # ROWS are h_q:b:topk filters of `mlajit bench`; NCU="SNAP:H ..." adds ncu's
-# SpeedOfLight and memory tables for SNAP at h_q H (b 128, topk 2048); TESTS="tests"
-# runs tools/device-run.sh's steps in the first snapshot afterwards.
+# SpeedOfLight and memory tables for SNAP at h_q H (b 128, topk 2048);
+# STALLS="SNAP:MODEL:H:B:K ..." adds ncu's per-instruction stall samples of SNAP's
+# first main-kernel launch on that bench row, summarized per role with its barrier
+# waits (bench/tools/stall_profile.py); TESTS="tests" runs tools/device-run.sh's steps
+# in the first snapshot afterwards.
 set -u
 OUT=${OUT:-$PWD/device-out}
 mkdir -p "$OUT"
@@ -41,6 +44,19 @@ if [ -n "${NCU:-}" ]; then
     MLAJIT_CACHE_DIR=/tmp/c$d ncu --clock-control none -k mlajit_decode_main -c 1 --section MemoryWorkloadAnalysis \
       --section SpeedOfLight "$d/build-gpu/mlajit" bench --heads "$h" --batch 128 --topk 2048 2>&1 |
       grep -E "Duration|Hit Rate|Throughput|Mem Busy|Max Bandwidth" | sed "s/^/$d h$h /"
+  done
+fi
+if [ -n "${STALLS:-}" ]; then
+  command -v ncu >/dev/null || export PATH="$PATH:/usr/local/cuda/bin"
+  for spec in $STALLS; do
+    IFS=: read -r d m h b k <<<"$spec"
+    rep="$OUT/stalls$d-$m-h$h-b$b-k$k"
+    MLAJIT_CACHE_DIR=/tmp/c$d ncu --clock-control none -k mlajit_decode_main -c 1 --section SourceCounters \
+      --section WarpStateStats --section SpeedOfLight -f -o "$rep" "$d/build-gpu/mlajit" bench --model "$m" \
+      --heads "$h" --batch "$b" --topk "$k" >"$rep.log" 2>&1
+    ncu -i "$rep.ncu-rep" --page details 2>/dev/null | grep -E "^ +Duration" | sed "s/^/$d $m h$h b$b k$k /"
+    ncu -i "$rep.ncu-rep" --page source --csv --print-source sass >"$rep.csv" 2>/dev/null && rm -f "$rep.ncu-rep"
+    python3 bench/tools/stall_profile.py "$rep.csv" 4 | grep -vE "^ +0x" | sed "s/^/$d $m h$h b$b k$k /"
   done
 fi
 first=${SNAPS%% *}
