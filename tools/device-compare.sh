@@ -47,16 +47,10 @@ if [ -n "${NCU:-}" ]; then
   done
 fi
 if [ -n "${STALLS:-}" ]; then
-  command -v ncu >/dev/null || export PATH="$PATH:/usr/local/cuda/bin"
   for spec in $STALLS; do
     IFS=: read -r d m h b k <<<"$spec"
-    rep="$OUT/stalls$d-$m-h$h-b$b-k$k"
-    MLAJIT_CACHE_DIR=/tmp/c$d ncu --clock-control none -k mlajit_decode_main -c 1 --section SourceCounters \
-      --section WarpStateStats --section SpeedOfLight -f -o "$rep" "$d/build-gpu/mlajit" bench --model "$m" \
-      --heads "$h" --batch "$b" --topk "$k" >"$rep.log" 2>&1
-    ncu -i "$rep.ncu-rep" --page details 2>/dev/null | grep -E "^ +Duration" | sed "s/^/$d $m h$h b$b k$k /"
-    ncu -i "$rep.ncu-rep" --page source --csv --print-source sass >"$rep.csv" 2>/dev/null && rm -f "$rep.ncu-rep"
-    python3 bench/tools/stall_profile.py "$rep.csv" 4 | grep -vE "^ +0x" | sed "s/^/$d $m h$h b$b k$k /"
+    MLAJIT_CACHE_DIR=/tmp/c$d tools/ncu-stalls.sh "$d/build-gpu/mlajit" "$OUT/stalls$d-$m-h$h-b$b-k$k" 4 \
+      --model "$m" --heads "$h" --batch "$b" --topk "$k" | grep -vE "^ +0x" | sed "s/^/$d $m h$h b$b k$k /"
   done
 fi
 first=${SNAPS%% *}

@@ -58,15 +58,9 @@ for step in "${@:-all}"; do
           awk '$NF+0 >= 1 || !/stalled/' | sed "s/^/$variant h$h /"
       done ;;
     ncu-source)
-      # where each role's warps wait, per instruction (h_q 64 and 128, b 128, topk 2048):
-      # source-level stall sampling, summarized by bench/tools/stall_profile.py
-      command -v ncu >/dev/null || export PATH="$PATH:/usr/local/cuda/bin"
+      # where each role's warps wait, per instruction (h_q 64 and 128, b 128, topk 2048)
       for h in 64 128; do
-        ncu --clock-control none -k mlajit_decode_main -c 1 --section SourceCounters --section WarpStateStats \
-            -o "$OUT/src-h$h" ./build-gpu/mlajit bench --heads $h --batch 128 --topk 2048 >"$OUT/ncu-source-h$h.log" 2>&1 || true
-        ncu -i "$OUT/src-h$h.ncu-rep" --page source --csv --print-source sass >"$OUT/source-h$h.csv" 2>/dev/null
-        rm -f "$OUT/src-h$h.ncu-rep"
-        python3 bench/tools/stall_profile.py "$OUT/source-h$h.csv" 8 >"$OUT/stalls-h$h.txt" 2>&1 && head -40 "$OUT/stalls-h$h.txt"
+        tools/ncu-stalls.sh ./build-gpu/mlajit "$OUT/stalls-h$h" 8 --heads $h --batch 128 --topk 2048 | head -40
       done ;;
     sass)
       # SASS of the h_q 16 and 128 kernels (nvcc on the generated source; NVRTC's is alike)

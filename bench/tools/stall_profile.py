@@ -69,5 +69,6 @@ def is_barrier_wait(source):
     """A named barrier sync or a wgmma group wait."""
     return "BAR.SYNC" in source or "WARPGROUP.DEPBAR" in source
 
+
 if __name__ == "__main__":
     main()
