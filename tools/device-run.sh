@@ -1,7 +1,7 @@
 #!/bin/bash
 # Build, test and benchmark on the GPU host in one call (see shared/device/README.md).
 # Usage (from the project root, with .devdeps/.devtools/.golden carried):
-#   tools/device-run.sh [tests|demo|cases|bench|bench-quick|bench-sm90|compile-times|ncu|ncu-sm90|ncu-source|sass|gather|fuzz:S:SEED|all]...
+#   tools/device-run.sh [tests|demo|cases|bench|bench-quick|bench-sm90|compile-times|ncu|ncu-sm90|ncu-source|sass|gather|floor|fuzz:S:SEED|all]...
 # Logs go to $OUT (or ./device-out) so they come back with the call. The device
 # tool returns at most 8 files, so at the end every log is packed into
 # $OUT/logs-N.tgz (N: the first free number, so a second run into the same $OUT
@@ -71,6 +71,10 @@ for step in "${@:-all}"; do
           cuobjdump -sass build-gpu/h$h.cubin >"$OUT/sass-h$h.txt" 2>&1
       done
       wc -l "$OUT"/sass-h*.txt ;;
+    floor)
+      # the latency floor under the short rows (bench/tools/latency_floor.cu)
+      nvcc -O3 -gencode arch=compute_90a,code=sm_90a -o build-gpu/latency_floor bench/tools/latency_floor.cu >"$OUT/floor.log" 2>&1 &&
+        ./build-gpu/latency_floor 2>&1 | tee -a "$OUT/floor.log" || rc=1 ;;
     gather)
       # the random-gather ceiling of the memory-bound rows (bench/tools/gather_ceiling.cu)
       nvcc -O3 -gencode arch=compute_90a,code=sm_90a -o build-gpu/gather_ceiling bench/tools/gather_ceiling.cu >"$OUT/gather.log" 2>&1 &&
