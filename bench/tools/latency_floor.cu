@@ -1,9 +1,9 @@
 // latency_floor.cu: the floor under the short decode rows (b 64-128, topk 128, and the
 // split rows' two launches), timed by BENCH.md's GPU-time protocol (10 calls captured
-// in a CUDA graph, 20 replays, the median replay / 10). What a call that does nothing
-// but the unavoidable costs: its launch in a graph, one dependent load of its indices,
-// then its candidates' rows gathered from HBM, then a store. No Q, no arithmetic, no
-// shared memory. Standalone (runtime API), not part of the library; built and run by
+// in a CUDA graph, 20 replays, the median replay / 10): what a call costs that does
+// only the unavoidable part, its launch, a load of its indices, the gather of its
+// candidates' rows that depends on them, and a store. No Q, no arithmetic, no shared
+// memory. Standalone (runtime API), not part of the library; built and run by
 // tools/device-run.sh's `floor` step:
 //   nvcc -O3 -gencode arch=compute_90a,code=sm_90a -o latency_floor bench/tools/latency_floor.cu
 // Prints one line per shape: µs per call.
