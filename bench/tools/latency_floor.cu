@@ -17,7 +17,9 @@
     fprintf(stderr, "%s:%d %s\n", __FILE__, __LINE__, cudaGetErrorString(e)); exit(1); } } while (0)
 
 constexpr int kRowBytes = 656, kChunks = kRowBytes / 16;  // V3.2's row: 41 16-byte chunks
-constexpr int kThreads = 128;
+constexpr int kTopk = 128;                                 // candidates per row (the short rows')
+constexpr int kLanesPerRow = 4;                            // as the kernels gather
+constexpr int kGatherThreads = kTopk * kLanesPerRow;       // every row of a CTA in flight at once
 
 __device__ unsigned hash32(unsigned x) { x ^= x >> 16; x *= 0x7feb352du; x ^= x >> 15; x *= 0x846ca68bu; x ^= x >> 16; return x; }
 
@@ -40,25 +42,27 @@ __global__ void empty_kernel(unsigned* out)
     if (out == nullptr) __trap();  // never: keeps the launch from being optimized to nothing
 }
 
-// One CTA per row: its topk candidates' rows, 4 lanes per candidate (as the kernels
-// gather), each lane's chunks loaded at once; one word per candidate stored.
-__global__ void gather_rows(const unsigned char* cache, const int* idx, int topk, unsigned* out)
+// One CTA per row, 4 lanes per candidate: every lane loads its candidate's index, then
+// all its chunks of that row at once, so a CTA pays one index round trip and one row
+// round trip; one word per candidate stored. (The version first timed, e7a4b57, had
+// 128 threads walk the 128 rows in four passes, an index load and a row's loads each:
+// a chain of eight round trips, not a floor; bench/NOTES.md.)
+__global__ void gather_rows(const unsigned char* cache, const int* idx, unsigned* out)
 {
-    const int row = blockIdx.x;
-    for (int c = threadIdx.x / 4; c < topk; c += kThreads / 4) {
-        const int slot = idx[(long)row * topk + c];
-        const uint4* p = reinterpret_cast<const uint4*>(cache + (long)slot * kRowBytes);
-        uint4 v[(kChunks + 3) / 4];
+    const int row = blockIdx.x, c = threadIdx.x / kLanesPerRow;
+    const int slot = idx[(long)row * kTopk + c];
+    const uint4* p = reinterpret_cast<const uint4*>(cache + (long)slot * kRowBytes);
+    constexpr int kLoads = (kChunks + kLanesPerRow - 1) / kLanesPerRow;
+    uint4 v[kLoads];
 #pragma unroll
-        for (int k = 0; k < (kChunks + 3) / 4; k++) {
-            const int chunk = 4 * k + threadIdx.x % 4;
-            v[k] = chunk < kChunks ? __ldg(p + chunk) : make_uint4(0, 0, 0, 0);
-        }
-        unsigned x = 0;
-#pragma unroll
-        for (int k = 0; k < (kChunks + 3) / 4; k++) x ^= v[k].x ^ v[k].y ^ v[k].z ^ v[k].w;
-        out[(long)row * topk + c] = x;
+    for (int k = 0; k < kLoads; k++) {
+        const int chunk = kLanesPerRow * k + threadIdx.x % kLanesPerRow;
+        v[k] = chunk < kChunks ? __ldg(p + chunk) : make_uint4(0, 0, 0, 0);
     }
+    unsigned x = 0;
+#pragma unroll
+    for (int k = 0; k < kLoads; k++) x ^= v[k].x ^ v[k].y ^ v[k].z ^ v[k].w;
+    out[(long)row * kTopk + c] = x;
 }
 
 // The median over 20 replays of a graph of 10 calls, per call (BENCH.md's GPU time).
@@ -95,11 +99,11 @@ static float graph_us(cudaStream_t s, Call call)
 // A launch on `s`, as a programmatic dependent of the kernel before it when `dependent`
 // (the way the library launches its combine kernel).
 template <class... Args>
-static void launch(cudaStream_t s, void (*k)(Args...), int ctas, bool dependent, Args... args)
+static void launch(cudaStream_t s, void (*k)(Args...), int ctas, int threads, bool dependent, Args... args)
 {
     cudaLaunchConfig_t cfg = {};
     cfg.gridDim = dim3(ctas);
-    cfg.blockDim = dim3(kThreads);
+    cfg.blockDim = dim3(threads);
     cfg.stream = s;
     cudaLaunchAttribute attr;
     attr.id = cudaLaunchAttributeProgrammaticStreamSerialization;
@@ -111,7 +115,7 @@ static void launch(cudaStream_t s, void (*k)(Args...), int ctas, bool dependent,
 
 int main()
 {
-    const int seqlen = 8192, topk = 128, max_b = 128;
+    const int seqlen = 8192, topk = kTopk, max_b = 128;
     const long tokens = (long)max_b * seqlen;  // 344 MB of rows: the gathers come from HBM
     unsigned char* cache;
     int* idx;
@@ -128,17 +132,17 @@ int main()
     printf("latency floor, µs per call (graph of 10, median of 20 replays)\n");
     for (int ctas : {64, 128})
         printf("  empty kernel, %d CTAs: %.2f\n", ctas,
-               graph_us(s, [&] { launch(s, empty_kernel, ctas, false, out); }));
+               graph_us(s, [&] { launch(s, empty_kernel, ctas, 128, false, out); }));
     printf("  empty kernel + programmatic dependent empty kernel (a split call's two launches): %.2f\n",
            graph_us(s, [&] {
-               launch(s, empty_kernel, 128, false, out);
-               launch(s, empty_kernel, 128, true, out);
+               launch(s, empty_kernel, 128, 128, false, out);
+               launch(s, empty_kernel, 128, 128, true, out);
            }));
     for (int b : {64, 128}) {
         // the same call 10 times, as the protocol's graph replays one call: its 5-11 MB of
         // rows come from HBM in the first and from L2 after, as in `mlajit bench`
         const float us = graph_us(s, [&] {
-            launch(s, gather_rows, b, false, (const unsigned char*)cache, (const int*)idx, topk, out);
+            launch(s, gather_rows, b, kGatherThreads, false, (const unsigned char*)cache, (const int*)idx, out);
         });
         printf("  indices, then %d rows of %d bytes per CTA, %d CTAs (b %d topk %d): %.2f (%.0f GB/s)\n", topk,
                kRowBytes, b, b, topk, us, (double)b * topk * kRowBytes / us / 1e3);
