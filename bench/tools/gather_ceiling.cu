@@ -12,17 +12,10 @@
 // producer groups side by side (two_groups), each by bulk copies or in registers
 // (bench/NOTES.md). Arguments: none = every line; `groups` = the two-group lines
 // only; `model` = the line that models sm90-narrow's ring producers only (for ncu).
-#include <cstdio>
-#include <cstdlib>
 #include <cstring>
-#include <cuda_runtime.h>
+#include "bench_cuda.cuh"
 
-#define CHECK(x) do { cudaError_t e = (x); if (e != cudaSuccess) { \
-    fprintf(stderr, "%s:%d %s\n", __FILE__, __LINE__, cudaGetErrorString(e)); exit(1); } } while (0)
-
-constexpr int kRowBytes = 656, kChunks = kRowBytes / 16, kPage = 64;
-
-__device__ unsigned hash32(unsigned x) { x ^= x >> 16; x *= 0x7feb352du; x ^= x >> 15; x *= 0x846ca68bu; x ^= x >> 16; return x; }
+constexpr int kPage = 64;
 
 __global__ void make_indices(int* idx, const int* block_table, int b, int seqlen, int topk)
 {
