@@ -1,6 +1,10 @@
 #!/bin/bash
 # Where each role's warps wait, per instruction: ncu's source-level stall sampling
-# (`--clock-control none`) of the first main-kernel launch of one `mlajit bench` row,
+# (`--clock-control none`) of one main-kernel launch of one `mlajit bench` row (the
+# first, with a cold L2; NCU_SKIP=N skips N launches: a bench row's eager calls start
+# after its reference check, so a later launch finds the rows in L2 as the timed ones do,
+# and ncu is told to leave the caches as they are; NCU_SAMPLING=0-31 sets the warp
+# sampling interval, 2^(5+N) cycles, for kernels of a few microseconds),
 # summarized per role with its barrier waits by bench/tools/stall_profile.py.
 # Run from the project root on the GPU host (tools/device-run.sh ncu-source and
 # tools/device-compare.sh STALLS= call it).
@@ -11,7 +15,10 @@ set -u
 bin=$1 prefix=$2 top=$3
 shift 3
 command -v ncu >/dev/null || export PATH="$PATH:/usr/local/cuda/bin"
-ncu --clock-control none -k mlajit_decode_main -c 1 --section SourceCounters --section WarpStateStats \
+warm=()
+[ "${NCU_SKIP:-0}" -gt 0 ] && warm=(--launch-skip "$NCU_SKIP" --cache-control none)
+ncu --clock-control none -k mlajit_decode_main "${warm[@]}" -c 1 \
+    ${NCU_SAMPLING:+--warp-sampling-interval "$NCU_SAMPLING"} --section SourceCounters --section WarpStateStats \
     --section SpeedOfLight -f -o "$prefix" "$bin" bench "$@" >"$prefix.log" 2>&1
 ncu -i "$prefix.ncu-rep" --page details 2>/dev/null | grep -E "^ +Duration"
 ncu -i "$prefix.ncu-rep" --page source --csv --print-source sass >"$prefix.csv" 2>/dev/null
