@@ -100,6 +100,9 @@ constexpr int kRoundBytes = kTokensPerRound * cfg::kRowBytes;
 constexpr int kRoundRegisters = 4 * (kNopeLoads + kRopeLoads) + kScaleWords + 1;  // RoundLoads
 constexpr int kLoadsAhead = kHeadsN <= 8 || (kHeadsN <= 16 && kRoundRegisters <= 40) ? 2 : 1;  // without the ring
 constexpr bool kPrefetchRows = kLoadsAhead == 1;
+// How many rounds before its rows' copy or loads a round's indices are loaded (a
+// register per round and lane).
+constexpr int kIndexRoundsAhead = 2;
 // setmaxnreg: every warp starts at 65536 / 384 rounded down to 8 = 168. The
 // consumer holds O^T (8 x kHeadsN / 2), S^T (kHeadsN / 2), the columns' running
 // max and sum and the tile's factors; each producer kLoadsAhead rounds in flight
@@ -190,11 +193,12 @@ extern "C" __global__ void __launch_bounds__(sm90::kCtaThreads, 1) mlajit_decode
         // The producer's rounds ahead: its round k + i (k counts the rounds it has
         // stored) is round g = x + kProducerGroups (k + i) of the walk, in tile t[i].
         // Round k is stored now, rounds k + 1 .. k + kAhead are on the way (in the
-        // ring's slots, or loads in registers), round k + kAhead + 2's slots are
+        // ring's slots, or loads in registers), round k + kIndexLead's slots are
         // read; raw[i] is this lane's slot in round k + i.
         constexpr int kAhead = kRingRounds > 0 ? kRingRounds : kLoadsAhead;
+        constexpr int kIndexLead = kAhead + kIndexRoundsAhead;
         constexpr bool kEveryTile = kProducerGroups == kRoundsPerTile;  // producer x: round x of every tile
-        int k = 0, t[kAhead + 3], raw[kAhead + 3];
+        int k = 0, t[kIndexLead + 1], raw[kIndexLead + 1];
         auto walk_round = [&](int i) { return producer + kProducerGroups * (k + i); };
         auto round_in_tile = [&](int i) { return kEveryTile ? producer : walk_round(i) % kRoundsPerTile; };
         auto tile_seq = [&](int i) { return kEveryTile ? k + i : walk_round(i) / kRoundsPerTile; };  // the walk's tile
@@ -206,9 +210,9 @@ extern "C" __global__ void __launch_bounds__(sm90::kCtaThreads, 1) mlajit_decode
         };
         t[0] = tile_seq(0) == 0 ? first : live_after(first);
 #pragma unroll
-        for (int i = 1; i < kAhead + 3; i++) t[i] = next_tile(i);
+        for (int i = 1; i < kIndexLead + 1; i++) t[i] = next_tile(i);
 #pragma unroll
-        for (int i = 0; i < kAhead + 2; i++) raw[i] = slot_of(i);
+        for (int i = 0; i < kIndexLead; i++) raw[i] = slot_of(i);
         // Round k into K buffer tile_seq(0) & 1 once the consumer has left it, for
         // the consumer; then the window moves on a round. False when the walk is done.
         auto store_and_advance = [&](RoundLoads& now, bool hold) {
@@ -224,12 +228,12 @@ extern "C" __global__ void __launch_bounds__(sm90::kCtaThreads, 1) mlajit_decode
             fence_smem_for_async_proxy();
             named_barrier_arrive(kBarKFull + buf, kTileThreads);
 #pragma unroll
-            for (int i = 0; i < kAhead + 2; i++) {
+            for (int i = 0; i < kIndexLead; i++) {
                 t[i] = t[i + 1];
                 raw[i] = raw[i + 1];
             }
             k++;
-            t[kAhead + 2] = next_tile(kAhead + 2);
+            t[kIndexLead] = next_tile(kIndexLead);
             return t[0] < range.end;
         };
         if constexpr (kRingRounds > 0) {
@@ -257,7 +261,7 @@ extern "C" __global__ void __launch_bounds__(sm90::kCtaThreads, 1) mlajit_decode
             RoundLoads now;
             while (t[0] < range.end) {
                 const int slot = k % kAhead;
-                raw[kAhead + 2] = slot_of(kAhead + 2);
+                raw[kIndexLead] = slot_of(kIndexLead);
                 mbarrier_wait(full + 8 * (u32)slot, (u32)(k / kAhead) & 1u);
                 load_round_staged(rows + (u32)(slot * kRoundBytes), checked_slot(p, pos_of(0), raw[0]) >= 0,
                                   quarter, now);
@@ -276,7 +280,7 @@ extern "C" __global__ void __launch_bounds__(sm90::kCtaThreads, 1) mlajit_decode
                 if (t[i] < range.end) load_round(p, pos_of(i), checked_slot(p, pos_of(i), raw[i]), quarter, rounds[i]);
             // One round: `now` holds round 0's loads, `next` takes round kAhead's.
             auto one_round = [&](RoundLoads& now, RoundLoads& next) {
-                raw[kAhead + 2] = slot_of(kAhead + 2);
+                raw[kIndexLead] = slot_of(kIndexLead);
                 if (kPrefetchRows) prefetch_row<kLanesPerToken>(p, pos_of(kAhead + 1), raw[kAhead + 1], quarter);
                 if (t[kAhead] < range.end)
                     load_round(p, pos_of(kAhead), checked_slot(p, pos_of(kAhead), raw[kAhead]), quarter, next);
