@@ -71,14 +71,13 @@ for step in "${@:-all}"; do
           cuobjdump -sass build-gpu/h$h.cubin >"$OUT/sass-h$h.txt" 2>&1
       done
       wc -l "$OUT"/sass-h*.txt ;;
-    floor)
-      # the latency floor under the short rows (bench/tools/latency_floor.cu)
-      nvcc -O3 -gencode arch=compute_90a,code=sm_90a -o build-gpu/latency_floor bench/tools/latency_floor.cu >"$OUT/floor.log" 2>&1 &&
-        ./build-gpu/latency_floor 2>&1 | tee -a "$OUT/floor.log" || rc=1 ;;
-    gather)
-      # the random-gather ceiling of the memory-bound rows (bench/tools/gather_ceiling.cu)
-      nvcc -O3 -gencode arch=compute_90a,code=sm_90a -o build-gpu/gather_ceiling bench/tools/gather_ceiling.cu >"$OUT/gather.log" 2>&1 &&
-        ./build-gpu/gather_ceiling 2>&1 | tee -a "$OUT/gather.log" || rc=1 ;;
+    floor|gather)
+      # the standalone bench tools: floor, the latency floor under the short rows
+      # (bench/tools/latency_floor.cu); gather, the random-gather ceiling of the
+      # memory-bound rows (bench/tools/gather_ceiling.cu)
+      tool=latency_floor; [ "$step" = gather ] && tool=gather_ceiling
+      nvcc -O3 -gencode arch=compute_90a,code=sm_90a -o "build-gpu/$tool" "bench/tools/$tool.cu" >"$OUT/$step.log" 2>&1 &&
+        "./build-gpu/$tool" 2>&1 | tee -a "$OUT/$step.log" || rc=1 ;;
     bench-quick)
       ./build-gpu/mlajit bench --quick --json "$OUT/h200.jsonl" 2>&1 | tee "$OUT/bench.log" || rc=1 ;;
     bench-sm90)

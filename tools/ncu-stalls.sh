@@ -1,11 +1,12 @@
 #!/bin/bash
 # Where each role's warps wait, per instruction: ncu's source-level stall sampling
-# (`--clock-control none`) of one main-kernel launch of one `mlajit bench` row (the
-# first, with a cold L2; NCU_SKIP=N skips N launches: a bench row's eager calls start
-# after its reference check, so a later launch finds the rows in L2 as the timed ones do,
-# and ncu is told to leave the caches as they are; NCU_SAMPLING=0-31 sets the warp
-# sampling interval, 2^(5+N) cycles, for kernels of a few microseconds),
+# (`--clock-control none`) of one main-kernel launch of one `mlajit bench` row,
 # summarized per role with its barrier waits by bench/tools/stall_profile.py.
+# The launch is the row's first (a cold L2) unless
+#   NCU_SKIP=N      skips N launches and leaves the caches as they are: a later launch
+#                   finds the rows in L2, as the timed calls do (the short rows);
+#   NCU_SAMPLING=N  sets the warp sampling interval to 2^(5+N) cycles (0-31), for
+#                   kernels of a few microseconds.
 # Run from the project root on the GPU host (tools/device-run.sh ncu-source and
 # tools/device-compare.sh STALLS= call it).
 #   tools/ncu-stalls.sh MLAJIT_BINARY OUT_PREFIX TOP BENCH_ARGS...
