@@ -101,8 +101,8 @@ constexpr int kRoundRegisters = 4 * (kNopeLoads + kRopeLoads) + kScaleWords + 1;
 constexpr int kLoadsAhead = kHeadsN <= 8 || (kHeadsN <= 16 && kRoundRegisters <= 40) ? 2 : 1;  // without the ring
 constexpr bool kPrefetchRows = kLoadsAhead == 1;
 // How many rounds before its rows' copy or loads a round's indices are loaded (a
-// register per round and lane). 2 is the measured kernel; 4 and 8 were built and
-// not yet timed (bench/NOTES.md, "Built for the next call").
+// register per round and lane). 4 and 8 ran flat to 9% slower than 2 (bench/NOTES.md,
+// "I, J, K and R timed").
 constexpr int kIndexRoundsAhead = 2;
 // setmaxnreg: every warp starts at 65536 / 384 rounded down to 8 = 168. The
 // consumer holds O^T (8 x kHeadsN / 2), S^T (kHeadsN / 2), the columns' running

@@ -39,7 +39,7 @@ struct DecodeParams {
     float sm_scale_log2;
     int batch, s_q, topk, extra_topk;
     int num_splits, tiles_per_split;
-    int combine_starts_early;
+    int release_dependent_early;
     int prefetch_evict_last;
 };
 static_assert(sizeof(DecodeParams) == cfg::kParamsBytes, "DecodeParams drifted from mlajit_decode_params");
@@ -159,11 +159,13 @@ __device__ __forceinline__ float warp_sum_xor(float v, int width, int from = 1)
 // of the grid before it, and each waits for that grid's completion and writes
 // (griddepcontrol.wait) before it reads an argument or writes an output. By
 // default a dependent's launch starts as the CTAs before it exit. Where the main
-// grid leaves SMs idle (the plan decides: combine_starts_early), the main kernel
-// releases the combine at its start, so the combine's CTAs are already resident on
-// the idle SMs when the main kernel ends; where few SMs are idle they would pile
-// onto those few and run there (+5 us on 128-CTA grids at b 8), so the release
-// then waits for the exits.
+// grid leaves SMs idle (the plan decides: release_dependent_early), the main kernel
+// releases the grid after it (the combine; unsplit, the stream's next kernel) at its
+// start, so that grid's CTAs are already resident on the idle SMs when the main
+// kernel ends; where few SMs are idle they would pile onto those few and run there
+// (+5 us on 128-CTA grids at b 8), so the release then waits for the exits. The
+// combine keeps the default (releasing the next call at its start ran up to 1.3%
+// slower: bench/NOTES.md, "I, J, K and R timed").
 #if __CUDA_ARCH__ >= 900
 __device__ __forceinline__ void wait_for_prerequisite_grid()
 {
@@ -172,7 +174,7 @@ __device__ __forceinline__ void wait_for_prerequisite_grid()
 
 __device__ __forceinline__ void release_dependent_grid_early(const DecodeParams& p)
 {
-    if (cfg::kDependentLaunch && p.combine_starts_early) asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
+    if (cfg::kDependentLaunch && p.release_dependent_early) asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
 }
 #else
 static_assert(!cfg::kDependentLaunch, "grid dependency control needs sm_90 or later");

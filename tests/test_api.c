@@ -534,30 +534,41 @@ Test(api, planner_splits_small_batches_and_sizes_the_workspace)
     mlajit_plan_destroy(p);
 }
 
-/* The combine starts at the main kernel's start only beside idle SMs: at most 4 of
- * its CTAs per SM the main grid leaves idle (132 SMs here). */
-Test(api, planner_starts_the_combine_early_only_beside_idle_sms)
+/* The grid after the main kernel starts at the main kernel's start only beside idle
+ * SMs: at most 4 of its CTAs per SM the main grid leaves idle (132 SMs here). That
+ * grid is the combine where the plan splits; unsplit, the next call's main grid,
+ * taken to be this one's size. */
+Test(api, planner_starts_the_next_grid_early_only_beside_idle_sms)
 {
-    cr_expect_eq(mlajit_combine_starts_early(64, 132, 128), 1, "b 1 h 128: 64 CTAs, 68 idle SMs");
-    cr_expect_eq(mlajit_combine_starts_early(32, 132, 8), 1, "b 1 h 8");
-    cr_expect_eq(mlajit_combine_starts_early(100, 132, 128), 1, "32 idle SMs hold 128");
-    cr_expect_eq(mlajit_combine_starts_early(100, 132, 129), 0, "but not 129");
-    cr_expect_eq(mlajit_combine_starts_early(128, 132, 64), 0, "b 8 h 8: 4 idle SMs (measured +5 us)");
-    cr_expect_eq(mlajit_combine_starts_early(132, 132, 1), 0, "no idle SM");
-    cr_expect_eq(mlajit_combine_starts_early(500, 132, 1), 0, "several waves");
-    cr_expect_eq(mlajit_combine_starts_early(0, 132, 8), 0, "no main grid");
-    cr_expect_eq(mlajit_combine_starts_early(8, 132, 0), 0, "no combine");
+    cr_expect_eq(mlajit_dependent_starts_early(64, 132, 128), 1, "b 1 h 128: 64 CTAs, 68 idle SMs");
+    cr_expect_eq(mlajit_dependent_starts_early(32, 132, 8), 1, "b 1 h 8");
+    cr_expect_eq(mlajit_dependent_starts_early(100, 132, 128), 1, "32 idle SMs hold 128");
+    cr_expect_eq(mlajit_dependent_starts_early(100, 132, 129), 0, "but not 129");
+    cr_expect_eq(mlajit_dependent_starts_early(128, 132, 64), 0, "b 8 h 8: 4 idle SMs (measured +5 us)");
+    cr_expect_eq(mlajit_dependent_starts_early(105, 132, 105), 1, "unsplit: 27 idle SMs hold the next 105");
+    cr_expect_eq(mlajit_dependent_starts_early(106, 132, 106), 0, "but not the next 106");
+    cr_expect_eq(mlajit_dependent_starts_early(132, 132, 1), 0, "no idle SM");
+    cr_expect_eq(mlajit_dependent_starts_early(500, 132, 1), 0, "several waves");
+    cr_expect_eq(mlajit_dependent_starts_early(0, 132, 8), 0, "no main grid");
+    cr_expect_eq(mlajit_dependent_starts_early(8, 132, 0), 0, "no grid after it");
 
     mlajit_plan *p = make_plan(1, 0); /* 2 rows x 6 splits of DSV4 h 64 beside 128 combine CTAs */
     cr_assert_gt(mlajit_plan_num_splits(p), 1);
     cr_assert(p->kernel->layout.dependent_launch, "a context without a device plans for sm_90a");
-    cr_expect_eq(p->combine_starts_early, 1);
+    cr_expect_eq(p->release_dependent_early, 1);
     mlajit_plan_destroy(p);
     p = make_plan(50, 2); /* 200 CTAs: no SM idle */
-    cr_expect_eq(p->combine_starts_early, 0);
+    cr_expect_eq(p->release_dependent_early, 0);
     mlajit_plan_destroy(p);
-    p = make_plan(1, 1); /* no split, no combine */
-    cr_expect_eq(p->combine_starts_early, 0);
+    p = make_plan(1, 1); /* no split: 2 rows, a few CTAs, and the next call's wait on the idle SMs */
+    cr_assert_eq(mlajit_plan_num_splits(p), 1);
+    cr_expect_leq((long)p->head_groups * p->rows, 8, "%d x %d CTAs", p->head_groups, p->rows);
+    cr_expect_eq(p->release_dependent_early, 1);
+    mlajit_plan_destroy(p);
+    p = make_plan(60, 1); /* no split: 120 CTAs leave 12 SMs, too few for the next call's */
+    cr_assert_eq(mlajit_plan_num_splits(p), 1);
+    cr_expect_eq((long)p->head_groups * p->rows, 120);
+    cr_expect_eq(p->release_dependent_early, 0);
     mlajit_plan_destroy(p);
 }
 

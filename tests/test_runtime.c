@@ -415,7 +415,7 @@ Test(launch, a_split_plan_launches_the_main_kernel_then_the_combine)
                  (const void *)((const char *)c.args.workspace + c.plan->partial_out_bytes));
     cr_expect_eq(p->num_splits, c.plan->num_splits);
     cr_expect_eq(p->tiles_per_split, c.plan->tiles_per_split);
-    cr_expect_eq(p->combine_starts_early, c.plan->combine_starts_early);
+    cr_expect_eq(p->release_dependent_early, c.plan->release_dependent_early);
     cr_expect_eq(fake_cuda_counts_get().context_depth, 0);
     c.ctx->drv->cuStreamDestroy(stream);
     split_call_close(&c);

@@ -5,7 +5,12 @@
 # .golden and the snapshot folders carried:
 #   SNAPS=".snap .snap2" ROWS="128:128:2048 16:64:512" tools/device-compare.sh
 # A snapshot: mkdir .snapN && git archive HEAD | tar -x -C .snapN, then edit it.
-# ROWS are h_q:b:topk filters of `mlajit bench`; NCU="SNAP:H ..." adds ncu's
+# ROWS are [model:]h_q:b:topk filters of `mlajit bench` (model v32 or dsv4; without
+# it, both); PASSES=N times each row N times, the snapshots in turn and in reverse
+# order every other pass, so a drift in clocks falls on all of them alike;
+# CASES=0 skips the golden cases (a second run on snapshots already checked);
+# SETS="SNAPS|ROWS;SNAPS|ROWS" times each ROWS only with its SNAPS (after the
+# build and the cases of every snapshot in SNAPS). NCU="SNAP:H ..." adds ncu's
 # SpeedOfLight and memory tables for SNAP at h_q H (b 128, topk 2048);
 # STALLS="SNAP:MODEL:H:B:K ..." adds ncu's per-instruction stall samples of SNAP's
 # first main-kernel launch on that bench row, summarized per role with its barrier
@@ -17,26 +22,52 @@ mkdir -p "$OUT"
 . .devtools/setup.sh >/dev/null 2>&1
 SNAPS=${SNAPS:-.snap}
 ROWS=${ROWS:-"128:128:2048 64:128:2048 16:128:2048 128:1:2048 16:64:512 128:128:128"}
+pids=""
 for d in $SNAPS; do
   (cd "$d" && ln -sfn ../.devdeps .devdeps && ln -sfn ../.devtools .devtools && ln -sfn ../.golden .golden &&
    OUT="$OUT/b$d" tools/device-run.sh build >"$OUT/build$d.txt" 2>&1; echo "$d build rc $?") &
+  pids="$pids $!"
 done
-wait
-for d in $SNAPS; do
-  n=0; f=0
-  for c in .golden/*/; do
-    n=$((n + 1))
-    MLAJIT_CACHE_DIR=/tmp/c$d "$d/build-gpu/mlajit" run-case "$c" >>"$OUT/cases$d.txt" 2>&1 || f=$((f + 1))
+wait $pids
+if [ "${CASES:-1}" != 0 ]; then
+  pids=""
+  for d in $SNAPS; do  # side by side: most of a case's time is its cold compile
+    (n=0; f=0
+     for c in .golden/*/; do
+       n=$((n + 1))
+       MLAJIT_CACHE_DIR=/tmp/c$d "$d/build-gpu/mlajit" run-case "$c" >>"$OUT/cases$d.txt" 2>&1 || f=$((f + 1))
+     done
+     echo "$d cases $n failed $f") &
+    pids="$pids $!"
   done
-  echo "$d cases $n failed $f"
-done
-for d in $SNAPS; do
-  for row in $ROWS; do
-    IFS=: read -r h b k <<<"$row"
-    MLAJIT_CACHE_DIR=/tmp/c$d "$d/build-gpu/mlajit" bench --heads "$h" --batch "$b" --topk "$k" 2>&1 |
-      grep -E "^ *(v32|dsv4|glm)" | sed "s/^/$d /"
+  wait $pids
+fi
+time_rows() {  # time_rows "SNAPS" "ROWS": every row with every snapshot, PASSES times
+  local snaps=$1 rows=$2 row m h b k pass d order filter
+  for row in $rows; do
+    IFS=: read -r m h b k <<<"$row"
+    if [ -z "$k" ]; then k=$b; b=$h; h=$m; m=""; fi
+    filter="--heads $h --batch $b --topk $k"
+    [ -n "$m" ] && filter="--model $m $filter"
+    for pass in $(seq "${PASSES:-1}"); do
+      order=$snaps
+      [ $((pass % 2)) = 0 ] && order=$(printf '%s\n' $snaps | tac | tr '\n' ' ')
+      for d in $order; do
+        # from its JSON line: the table prints gpu_us to 0.1 us, a percent of the short rows
+        rm -f "$OUT/row.jsonl"
+        MLAJIT_CACHE_DIR=/tmp/c$d "$d/build-gpu/mlajit" bench $filter --json "$OUT/row.jsonl" >>"$OUT/bench$d.txt" 2>&1
+        sed -E 's/.*"model": "([a-z0-9]+)", "h_q": ([0-9]+), "b": ([0-9]+),.*"topk": ([0-9]+),.*"gpu_us": ([0-9.]+), "eager_us": ([0-9.]+),.*"splits": ([0-9]+),.*"ratio": ([0-9.]+), "check": "([a-z]+)".*/\1 h\2 b\3 k\4 gpu \5 eager \6 splits \7 ratio \8 \9/' \
+          "$OUT/row.jsonl" 2>/dev/null | sed "s/^/$d p$pass /"
+      done
+    done
   done
-done
+}
+if [ -n "${SETS:-}" ]; then
+  IFS=';' read -ra sets <<<"$SETS"
+  for set in "${sets[@]}"; do time_rows "${set%%|*}" "${set#*|}"; done
+else
+  time_rows "$SNAPS" "$ROWS"
+fi
 if [ -n "${NCU:-}" ]; then
   command -v ncu >/dev/null || export PATH="$PATH:/usr/local/cuda/bin"
   for spec in $NCU; do

@@ -182,7 +182,7 @@ static int fill_params(const mlajit_plan *plan, const mlajit_decode_args *a, mla
     p->extra_topk = sh->extra_topk;
     p->num_splits = plan->num_splits;
     p->tiles_per_split = plan->tiles_per_split;
-    p->combine_starts_early = plan->combine_starts_early;
+    p->release_dependent_early = plan->release_dependent_early;
     p->prefetch_evict_last = plan->prefetch_evict_last;
     return MLAJIT_OK;
 }

@@ -7,7 +7,7 @@
 #include "common/error.h"
 #include "runtime/runtime.h"
 
-enum { kMaxSplits = MLAJIT_MAX_SPLITS, kWorkspaceAlign = 256, kCombineCtasPerIdleSm = 4 };
+enum { kMaxSplits = MLAJIT_MAX_SPLITS, kWorkspaceAlign = 256, kDependentCtasPerIdleSm = 4 };
 
 /* The kernels index a split partial's row (split, batch row x token, head) with an
  * int (finish_row in templates/prelude.cu): the envelope keeps it below 2^31. */
@@ -46,14 +46,14 @@ static int choose_splits(int ctas, int num_tiles, int sm_count, int blocks_per_s
 
 /* The block scheduler spreads a grid over the SMs before it doubles up, so a
  * main grid of fewer CTAs than SMs leaves sm_count - main_ctas of them idle. The
- * combine may wait on those from the start when they can hold it at a few CTAs
- * each (bench/NOTES.md: with 4 idle SMs for a 64-512 CTA combine it piled onto
+ * grid after it may wait on those from the start when they can hold it at a few
+ * CTAs each (bench/NOTES.md: with 4 idle SMs for a 64-512 CTA combine it piled onto
  * them, +5 us at b 8). */
-int mlajit_combine_starts_early(long main_ctas, int sm_count, long combine_ctas)
+int mlajit_dependent_starts_early(long main_ctas, int sm_count, long dependent_ctas)
 {
-    if (main_ctas <= 0 || combine_ctas <= 0 || main_ctas >= sm_count)
+    if (main_ctas <= 0 || dependent_ctas <= 0 || main_ctas >= sm_count)
         return 0;
-    return combine_ctas <= (sm_count - main_ctas) * (long)kCombineCtasPerIdleSm;
+    return dependent_ctas <= (sm_count - main_ctas) * (long)kDependentCtasPerIdleSm;
 }
 
 int mlajit_prefetch_evict_last(int64_t gathered_bytes, int64_t l2_bytes)
@@ -272,9 +272,14 @@ int mlajit_plan_create(mlajit_context *ctx, const mlajit_kernel_spec *spec, cons
     p->num_tiles = g.num_tiles;
     p->num_splits = g.num_splits;
     p->tiles_per_split = g.tiles_per_split;
-    p->combine_starts_early = p->num_splits > 1 && k->layout.dependent_launch &&
-                              mlajit_combine_starts_early((long)g.head_groups * g.rows * g.num_splits, sm_count,
-                                                          (long)g.rows * spec->h_q);
+    /* The grid after the main kernel: the combine where the plan splits; else the
+     * stream's next kernel, which in a decode loop is the next call's main grid, so
+     * it is taken to be this one's size (bench/NOTES.md, "I, J, K and R timed":
+     * -0.0 to -0.9% on the unsplit rows of 64 CTAs). */
+    const long main_ctas = (long)g.head_groups * g.rows * g.num_splits;
+    const long dependent_ctas = p->num_splits > 1 ? (long)g.rows * spec->h_q : main_ctas;
+    p->release_dependent_early = k->layout.dependent_launch &&
+                                 mlajit_dependent_starts_early(main_ctas, sm_count, dependent_ctas);
     const int64_t gathered_bytes = (int64_t)shape->batch * shape->s_q * (shape->topk + shape->extra_topk) *
                                    p->model->bytes_per_token;
     p->prefetch_evict_last = mlajit_prefetch_evict_last(gathered_bytes, l2_bytes);

@@ -67,17 +67,18 @@ struct mlajit_plan {
     mlajit_decode_shape shape;
     const mlajit_model_desc *model;
     int head_groups, rows, num_tiles, num_splits, tiles_per_split;
-    int combine_starts_early;    /* the main kernel releases the dependent combine at its start */
+    int release_dependent_early; /* the main kernel releases the grid after it at its start */
     int prefetch_evict_last;     /* the sm90 family's L2 prefetches are evict-last (mlajit_prefetch_evict_last) */
     int combine_smem_bytes;      /* the combine's dynamic shared memory: its staged split rows */
     size_t partial_out_bytes, workspace_bytes;
 };
 
-/* Whether a main grid of main_ctas CTAs leaves enough of sm_count SMs idle for a
- * combine of combine_ctas CTAs to launch at the main kernel's start and wait there
- * (at most a few per idle SM); the plan asks it for split plans whose combine is a
- * programmatic dependent. */
-int mlajit_combine_starts_early(long main_ctas, int sm_count, long combine_ctas);
+/* Whether a main grid of main_ctas CTAs leaves enough of sm_count SMs idle for the
+ * grid after it, of dependent_ctas CTAs, to launch at the main kernel's start and
+ * wait there (at most a few per idle SM); the plan asks it where its kernels are
+ * programmatic dependents, with the combine's size where it splits and its own
+ * (the next call's) where it does not. */
+int mlajit_dependent_starts_early(long main_ctas, int sm_count, long dependent_ctas);
 
 /* Whether a decode that gathers gathered_bytes of cache rows should mark the rows
  * it prefetches into L2 evict-last (sm90 family), on a GPU with l2_bytes of L2:
