@@ -4,7 +4,10 @@
 # so the figures compare). Run from the project root with .devdeps, .devtools,
 # .golden and the snapshot folders carried:
 #   SNAPS=".snap .snap2" ROWS="128:128:2048 16:64:512" tools/device-compare.sh
-# A snapshot: mkdir .snapN && git archive HEAD | tar -x -C .snapN, then edit it.
+# A snapshot: mkdir .snapN && git archive HEAD | tar -x -C .snapN, then edit it
+# (a folder of its own, never the root: each gets links to the root's .dev* and
+# .golden). A timed row prints: snapshot, pass, model, h_q, b, topk, gpu_us,
+# eager_us, splits, ratio and check, from the row's JSON line.
 # ROWS are [model:]h_q:b:topk filters of `mlajit bench` (model v32 or dsv4; without
 # it, both); PASSES=N times each row N times, the snapshots in turn and in reverse
 # order every other pass, so a drift in clocks falls on all of them alike;
