@@ -45,6 +45,10 @@ if [ "${CASES:-1}" != 0 ]; then
   done
   wait $pids
 fi
+print_row='import json, sys
+for r in map(json.loads, open(sys.argv[2])):
+    print(sys.argv[1], r["model"], "h%d b%d k%d" % (r["h_q"], r["b"], r["topk"]), "gpu", r["gpu_us"],
+          "eager", r["eager_us"], "splits", r["splits"], "ratio", r["ratio"], r["check"])'
 time_rows() {  # time_rows "SNAPS" "ROWS": every row with every snapshot, PASSES times
   local snaps=$1 rows=$2 row m h b k pass d order filter
   for row in $rows; do
@@ -59,8 +63,7 @@ time_rows() {  # time_rows "SNAPS" "ROWS": every row with every snapshot, PASSES
         # from its JSON line: the table prints gpu_us to 0.1 us, a percent of the short rows
         rm -f "$OUT/row.jsonl"
         MLAJIT_CACHE_DIR=/tmp/c$d "$d/build-gpu/mlajit" bench $filter --json "$OUT/row.jsonl" >>"$OUT/bench$d.txt" 2>&1
-        sed -E 's/.*"model": "([a-z0-9]+)", "h_q": ([0-9]+), "b": ([0-9]+),.*"topk": ([0-9]+),.*"gpu_us": ([0-9.]+), "eager_us": ([0-9.]+),.*"splits": ([0-9]+),.*"ratio": ([0-9.]+), "check": "([a-z]+)".*/\1 h\2 b\3 k\4 gpu \5 eager \6 splits \7 ratio \8 \9/' \
-          "$OUT/row.jsonl" 2>/dev/null | sed "s/^/$d p$pass /"
+        [ -s "$OUT/row.jsonl" ] && python3 -c "$print_row" "$d p$pass" "$OUT/row.jsonl"
       done
     done
   done
