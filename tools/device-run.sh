@@ -1,7 +1,7 @@
 #!/bin/bash
 # Build, test and benchmark on the GPU host in one call (see shared/device/README.md).
 # Usage (from the project root, with .devdeps/.devtools/.golden carried):
-#   tools/device-run.sh [tests|demo|cases|bench|bench-quick|bench-sm90|compile-times|ncu|ncu-sm90|ncu-source|sass|gather|floor|fuzz:S:SEED|all]...
+#   tools/device-run.sh [tests|demo|cases|bench|bench-quick|bench-sm90|compile-times|ncu|ncu-sm90|ncu-source|sol|sass|gather|floor|fuzz:S:SEED|all]...
 # Logs go to $OUT (or ./device-out) so they come back with the call. The device
 # tool returns at most 8 files, so at the end every log is packed into
 # $OUT/logs-N.tgz (N: the first free number, so a second run into the same $OUT
@@ -61,6 +61,27 @@ for step in "${@:-all}"; do
       # where each role's warps wait, per instruction (h_q 64 and 128, b 128, topk 2048)
       for h in 64 128; do
         tools/ncu-stalls.sh ./build-gpu/mlajit "$OUT/stalls-h$h" 8 --heads $h --batch 128 --topk 2048 | head -40
+      done ;;
+    sol)
+      # each unit's share of its peak (ncu speed of light, `--clock-control none`) in one
+      # main-kernel launch per row of SOL_ROWS ("model:heads:batch:topk", topk empty for
+      # dsv4): the 21st of the row, the caches left as the calls before it leave them
+      command -v ncu >/dev/null || export PATH="$PATH:/usr/local/cuda/bin"
+      tensor=(--metrics "regex:sm__pipe_tensor_op_.*_cycles_active.avg.pct_of_peak_sustained_active")
+      for row in ${SOL_ROWS:-v32:8:128:2048 v32:16:128:2048 v32:32:128:2048 v32:8:64:128 v32:64:128:2048 v32:128:128:2048 v32:128:128:128 dsv4:128:64:}; do
+        IFS=: read -r model h b k <<<"$row"
+        args=(--model "$model" --heads "$h" --batch "$b")
+        [ -n "$k" ] && args+=(--topk "$k")
+        log="$OUT/sol-$model-h$h-b$b-k${k:-dsv4}.txt"
+        for attempt in 1 2; do
+          ncu --clock-control none -k mlajit_decode_main --launch-skip 20 --cache-control none -c 1 \
+              --section SpeedOfLight --section ComputeWorkloadAnalysis --section MemoryWorkloadAnalysis \
+              "${tensor[@]}" ./build-gpu/mlajit bench "${args[@]}" >"$log" 2>&1
+          # a metric this ncu does not know fails the whole profile: retry without it
+          grep -qi "failed to find metric\|metric.*not found\|invalid metric" "$log" && [ $attempt = 1 ] && tensor=() || break
+        done
+        grep -E "^ +(Duration|DRAM Throughput|L1/TEX Cache Throughput|L2 Cache Throughput|Compute \(SM\) Throughput|Executed Ipc Active|Issue Slots Busy|Mem Pipes Busy|sm__pipe_tensor)" "$log" |
+          awk -v r="$row" '{$1=$1; print r, $0}'
       done ;;
     sass)
       # SASS of the h_q 16 and 128 kernels (nvcc on the generated source; NVRTC's is alike)

@@ -32,7 +32,7 @@ typedef struct mlajit_decode_params {
     int32_t batch, s_q, topk, extra_topk;
     int32_t num_splits, tiles_per_split;
     int32_t release_dependent_early; /* 1: the main kernel releases the grid after it at its start (the plan's choice) */
-    int32_t prefetch_evict_last;  /* 1: the sm90 family's L2 prefetches mark rows evict-last (the plan's choice: rows >= 1.5 L2) */
+    int32_t prefetch_evict_last;     /* 1: the sm90 family's L2 prefetches mark rows evict-last (the plan's choice: rows >= 1.5 L2) */
 } mlajit_decode_params;
 
 #endif
