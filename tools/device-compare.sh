@@ -8,7 +8,7 @@
 # (a folder of its own, never the root: each gets links to the root's .dev* and
 # .golden). A timed row prints: snapshot, pass, model, h_q, b, topk, gpu_us,
 # eager_us, splits, ratio and check, from the row's JSON line.
-# ROWS are [model:]h_q:b:topk filters of `mlajit bench` (model v32 or dsv4; without
+# ROWS are [model:]h_q:b:topk filters of `mlajit bench` (tools/bench-row.sh; model v32 or dsv4; without
 # it, both); PASSES=N times each row N times, the snapshots in turn and in reverse
 # order every other pass, so a drift in clocks falls on all of them alike;
 # CASES=0 skips the golden cases (a second run on snapshots already checked);
@@ -23,6 +23,7 @@ set -u
 OUT=${OUT:-$PWD/device-out}
 mkdir -p "$OUT"
 . .devtools/setup.sh >/dev/null 2>&1
+. tools/bench-row.sh
 SNAPS=${SNAPS:-.snap}
 ROWS=${ROWS:-"128:128:2048 64:128:2048 16:128:2048 128:1:2048 16:64:512 128:128:128"}
 pids=""
@@ -50,19 +51,16 @@ for r in map(json.loads, open(sys.argv[2])):
     print(sys.argv[1], r["model"], "h%d b%d k%d" % (r["h_q"], r["b"], r["topk"]), "gpu", r["gpu_us"],
           "eager", r["eager_us"], "splits", r["splits"], "ratio", r["ratio"], r["check"])'
 time_rows() {  # time_rows "SNAPS" "ROWS": every row with every snapshot, PASSES times
-  local snaps=$1 rows=$2 row m h b k pass d order filter
+  local snaps=$1 rows=$2 row pass d order
   for row in $rows; do
-    IFS=: read -r m h b k <<<"$row"
-    if [ -z "$k" ]; then k=$b; b=$h; h=$m; m=""; fi
-    filter="--heads $h --batch $b --topk $k"
-    [ -n "$m" ] && filter="--model $m $filter"
+    bench_row_args "$row"
     for pass in $(seq "${PASSES:-1}"); do
       order=$snaps
       [ $((pass % 2)) = 0 ] && order=$(printf '%s\n' $snaps | tac | tr '\n' ' ')
       for d in $order; do
         # from its JSON line: the table prints gpu_us to 0.1 us, a percent of the short rows
         rm -f "$OUT/row.jsonl"
-        MLAJIT_CACHE_DIR=/tmp/c$d "$d/build-gpu/mlajit" bench $filter --json "$OUT/row.jsonl" >>"$OUT/bench$d.txt" 2>&1
+        MLAJIT_CACHE_DIR=/tmp/c$d "$d/build-gpu/mlajit" bench "${row_args[@]}" --json "$OUT/row.jsonl" >>"$OUT/bench$d.txt" 2>&1
         [ -s "$OUT/row.jsonl" ] && python3 -c "$print_row" "$d p$pass" "$OUT/row.jsonl"
       done
     done

@@ -11,6 +11,7 @@ set -u
 OUT=${OUT:-$PWD/device-out}
 mkdir -p "$OUT"
 . .devtools/setup.sh
+. tools/bench-row.sh
 export MLAJIT_CACHE_DIR=/tmp/mlajit-cache
 export MLAJIT_COMMIT=${MLAJIT_COMMIT:-$(cat .commit 2>/dev/null || echo unknown)}
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv,noheader | tee "$OUT/gpu.txt"
@@ -64,22 +65,16 @@ for step in "${@:-all}"; do
       done ;;
     sol)
       # each unit's share of its peak (ncu speed of light, `--clock-control none`) in one
-      # main-kernel launch per row of SOL_ROWS ("model:heads:batch:topk", topk empty for
-      # dsv4): the 21st of the row, the caches left as the calls before it leave them
+      # main-kernel launch per row of SOL_ROWS ([model:]h_q:b:topk, tools/bench-row.sh):
+      # the 21st of the row, the caches left as the calls before it leave them
       command -v ncu >/dev/null || export PATH="$PATH:/usr/local/cuda/bin"
-      tensor=(--metrics "regex:sm__pipe_tensor_op_.*_cycles_active.avg.pct_of_peak_sustained_active")
       for row in ${SOL_ROWS:-v32:8:128:2048 v32:16:128:2048 v32:32:128:2048 v32:8:64:128 v32:64:128:2048 v32:128:128:2048 v32:128:128:128 dsv4:128:64:}; do
-        IFS=: read -r model h b k <<<"$row"
-        args=(--model "$model" --heads "$h" --batch "$b")
-        [ -n "$k" ] && args+=(--topk "$k")
-        log="$OUT/sol-$model-h$h-b$b-k${k:-dsv4}.txt"
-        for attempt in 1 2; do
-          ncu --clock-control none -k mlajit_decode_main --launch-skip 20 --cache-control none -c 1 \
-              --section SpeedOfLight --section ComputeWorkloadAnalysis --section MemoryWorkloadAnalysis \
-              "${tensor[@]}" ./build-gpu/mlajit bench "${args[@]}" >"$log" 2>&1
-          # a metric this ncu does not know fails the whole profile: retry without it
-          grep -qi "failed to find metric\|metric.*not found\|invalid metric" "$log" && [ $attempt = 1 ] && tensor=() || break
-        done
+        bench_row_args "$row"
+        log="$OUT/sol-${row//:/-}.txt"
+        ncu --clock-control none -k mlajit_decode_main --launch-skip 20 --cache-control none -c 1 \
+            --section SpeedOfLight --section ComputeWorkloadAnalysis --section MemoryWorkloadAnalysis \
+            --metrics "regex:sm__pipe_tensor_op_.*_cycles_active.avg.pct_of_peak_sustained_active" \
+            ./build-gpu/mlajit bench "${row_args[@]}" >"$log" 2>&1
         grep -E "^ +(Duration|DRAM Throughput|L1/TEX Cache Throughput|L2 Cache Throughput|Compute \(SM\) Throughput|Executed Ipc Active|Issue Slots Busy|Mem Pipes Busy|sm__pipe_tensor)" "$log" |
           awk -v r="$row" '{$1=$1; print r, $0}'
       done ;;
