@@ -205,7 +205,10 @@ int mlajit_spec_validate(const mlajit_kernel_spec *spec);
  * including the terminating NUL; returns MLAJIT_ERR_INVALID_ARGUMENT if too short. */
 int mlajit_spec_string(const mlajit_kernel_spec *spec, char *buf, size_t len);
 
-/* Parse a canonical spec string back into a spec. */
+/* Parse a spec string into a spec and check it (mlajit_spec_validate): the
+ * canonical form mlajit_spec_string writes, or a short form that leaves fields
+ * off from the right, e.g. "v32.h16.p64" or "dsv4.h64.p256.e64.fs" (tile, heads
+ * per CTA, variant and arch then take their defaults: t0, hc0, auto, any). */
 int mlajit_spec_parse(const char *str, mlajit_kernel_spec *out);
 
 /* Resolve the generator's choices (tile, heads per CTA, variant) for spec->arch,

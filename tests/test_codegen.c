@@ -132,6 +132,42 @@ Test(spec, parse_rejects_garbage)
     }
 }
 
+/* Short forms leave fields off; each field left off takes its default, and a
+ * short form names the same spec as the full string with those defaults. */
+Test(spec, parse_takes_short_forms)
+{
+    const struct { const char *short_form, *full; } pairs[] = {
+        {"v32.h16.p64", "v32.h16.p64.t0.hc0.auto.any"},
+        {"v32.h16.p64.sm_80", "v32.h16.p64.t0.hc0.auto.sm_80"},
+        {"v32.h16.p64.portable", "v32.h16.p64.t0.hc0.portable.any"},
+        {"v32.h16.p64.t32", "v32.h16.p64.t32.hc0.auto.any"},
+        {"v32.h16.p64.hc16.sm_90a", "v32.h16.p64.t0.hc16.auto.sm_90a"},
+        {"dsv4.h64.p256.e64.fs", "dsv4.h64.p256.e64.fs.t0.hc0.auto.any"},
+        {"dsv4.h8.p64.e2.fslx.sm90-narrow", "dsv4.h8.p64.e2.fslx.t0.hc0.sm90-narrow.any"},
+        {"glm_nsa.h1.p1.any", "glm_nsa.h1.p1.t0.hc0.auto.any"},
+    };
+    for (size_t i = 0; i < sizeof pairs / sizeof pairs[0]; i++) {
+        mlajit_kernel_spec a, b;
+        cr_assert_eq(mlajit_spec_parse(pairs[i].short_form, &a), MLAJIT_OK, "%s: %s", pairs[i].short_form,
+                     mlajit_last_error());
+        cr_assert_eq(mlajit_spec_parse(pairs[i].full, &b), MLAJIT_OK, "%s: %s", pairs[i].full, mlajit_last_error());
+        cr_expect_eq(memcmp(&a, &b, sizeof a), 0, "%s should be %s", pairs[i].short_form, pairs[i].full);
+    }
+    /* fields out of order, unknown or doubled are malformed, not defaults */
+    const char *bad[] = {"v32.h16", "v32.p64.h16", "v32.h16.p64.sm_90a.portable", "v32.h16.p64.hc16.t64",
+                         "v32.h16.p64.fast", "v32.h16.p64.t64.t64", "v32.h16.p64.sm_90a.any"};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        mlajit_kernel_spec s;
+        cr_expect_eq(mlajit_spec_parse(bad[i], &s), MLAJIT_ERR_INVALID_ARGUMENT, "'%s' must be rejected", bad[i]);
+    }
+    /* the fields alone parse without the envelope's check; the full parse checks it */
+    mlajit_kernel_spec s;
+    cr_expect_eq(mlajit_spec_parse_fields("v32.h0.p64", &s), MLAJIT_OK, "%s", mlajit_last_error());
+    cr_expect_eq(s.h_q, 0);
+    cr_expect_eq(mlajit_spec_parse("v32.h0.p64", &s), MLAJIT_ERR_INVALID_ARGUMENT);
+    cr_expect(strstr(mlajit_last_error(), "spec.h_q = 0") != NULL, "%s", mlajit_last_error());
+}
+
 Test(spec, resolve_fits_shared_memory_of_each_arch)
 {
     const char *arches[] = {"sm_80", "sm_86", "sm_87", "sm_89", "sm_90", "sm_90a", "sm_100a", "sm_120", "sm_120a"};

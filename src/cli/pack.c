@@ -1,6 +1,5 @@
 /* mlajit pack: build, list, verify, merge and time cubin packs (cache/pack.h). */
 #include <errno.h>
-#include <getopt.h>
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -15,48 +14,72 @@
 #include "runtime/runtime.h"
 
 static const char pack_usage[] =
-    "usage: mlajit pack <command>\n"
+    "usage: mlajit pack <command>      (mlajit pack <command> --help: its usage)\n"
     "\n"
     "  build [--models LIST] [--heads LIST] [--pages LIST] [--extra-pages LIST]\n"
     "        [--features SETS] [--archs LIST] [--spec SPEC]... [--specs FILE]\n"
     "        [--out FILE] [--jobs N] [--no-cache]\n"
-    "        compile the grid (models x heads x pages x extra pages x feature sets x archs)\n"
-    "        and the listed specs in parallel, and write one pack (default mlajit.pack).\n"
-    "        LISTs are comma-separated; a feature set joins names with '+', e.g.\n"
-    "        --features none,sink+topk-length. FILE for --specs holds canonical spec\n"
-    "        strings, one a line ('#' starts a comment). Kernels already in the cache\n"
-    "        are reused unless --no-cache.\n"
+    "                             compile a grid and specs in parallel into one pack\n"
     "  ls FILE                    the manifest and every kernel\n"
     "  verify FILE                check the file, the manifest and every entry\n"
     "  merge OUT IN...            one pack holding every kernel of the inputs\n"
     "  bench FILE [--repeat N]    time a fresh process's open, lookup and (with a GPU)\n"
     "                             load of the pack's first kernel, and repeat lookups\n"
     "\n"
-    "Packs are read at run time from MLAJIT_PACKS (':'-separated), before the cache.\n";
+    "Packs are read at run time from MLAJIT_PACKS (':'-separated), before the cache (docs/packs.md).\n";
 
-static int pack_usage_error(const char *what)
+static const char build_usage[] =
+    "usage: mlajit pack build [--models LIST] [--heads LIST] [--pages LIST] [--extra-pages LIST]\n"
+    "                         [--features SETS] [--archs LIST] [--spec SPEC]... [--specs FILE]\n"
+    "                         [--out FILE] [--jobs N] [--no-cache]\n"
+    "  compile the grid (models x heads x pages x extra pages x feature sets x archs) and the\n"
+    "  listed specs in parallel, and write one pack (default mlajit.pack). LISTs are\n"
+    "  comma-separated; a feature set joins names with '+', e.g. --features none,sink+topk-length.\n"
+    "  FILE for --specs holds spec strings, one a line ('#' starts a comment). Kernels already\n"
+    "  in the cache are reused unless --no-cache. --jobs N: 1..256 workers (default: the cores).\n";
+static const char ls_usage[] = "usage: mlajit pack ls FILE\n  the pack's manifest and every kernel in it\n";
+static const char verify_usage[] =
+    "usage: mlajit pack verify FILE\n"
+    "  check the file's checksum, trailer and manifest and every entry's checksums, and (with\n"
+    "  this build's recipe) that every key matches its spec; exit 1 on any damage\n";
+static const char merge_usage[] =
+    "usage: mlajit pack merge OUT IN...\n  write OUT holding every kernel of the packs IN (one recipe)\n";
+static const char bench_usage[] =
+    "usage: mlajit pack bench FILE [--repeat N]\n"
+    "  time a fresh process's open, lookup and (with a GPU) load of the pack's first kernel,\n"
+    "  and N repeat lookups (1..1000000000, default 100000)\n";
+
+/* ---- list parsing: CLI_CUSTOM parsers of pack build's options ----------------- */
+
+/* Copy a comma-separated list into buf for strtok_r: 0 (after a message) when it
+ * does not fit. */
+static int copy_list(const char *name, const char *value, char *buf, size_t len)
 {
-    fprintf(stderr, "mlajit pack: %s\n\n%s", what, pack_usage);
-    return CLI_USAGE;
+    if (strlen(value) >= len) {
+        fprintf(stderr, "mlajit pack build: %s: the list is longer than %zu characters\n", name, len - 1);
+        return 0;
+    }
+    snprintf(buf, len, "%s", value);
+    return 1;
 }
 
-/* ---- list parsing ---------------------------------------------------------- */
-
 typedef struct int_list {
+    int lo, hi; /* the values' range */
     int values[64];
     int count;
 } int_list;
 
-static int parse_int_list(const char *s, const char *name, int lo, int hi, int_list *out)
+static int parse_int_list(const char *name, const char *value, void *target)
 {
+    int_list *out = target;
     char buf[512];
-    snprintf(buf, sizeof buf, "%s", s);
+    if (!copy_list(name, value, buf, sizeof buf))
+        return 0;
     out->count = 0;
     for (char *save = NULL, *t = strtok_r(buf, ",", &save); t; t = strtok_r(NULL, ",", &save)) {
-        char *end;
-        long v = strtol(t, &end, 10);
-        if (!*t || *end || v < lo || v > hi) {
-            fprintf(stderr, "mlajit pack build: %s: '%s' is not a number in %d..%d\n", name, t, lo, hi);
+        long long v;
+        if (!cli_parse_integer(t, out->lo, out->hi, &v)) {
+            fprintf(stderr, "mlajit pack build: %s: '%s' is not a number in %d..%d\n", name, t, out->lo, out->hi);
             return 0;
         }
         if (out->count == (int)(sizeof out->values / sizeof out->values[0])) {
@@ -72,31 +95,53 @@ static int parse_int_list(const char *s, const char *name, int lo, int hi, int_l
     return 1;
 }
 
-static int parse_model_list(const char *s, mlajit_model *models, int *count)
+typedef struct model_list {
+    mlajit_model models[8];
+    int count;
+} model_list;
+
+static int parse_model_list(const char *name, const char *value, void *target)
 {
+    model_list *out = target;
     char buf[256];
-    snprintf(buf, sizeof buf, "%s", s);
-    *count = 0;
-    for (char *save = NULL, *t = strtok_r(buf, ",", &save); t && *count < 8; t = strtok_r(NULL, ",", &save)) {
-        if (mlajit_model_from_name(t, &models[*count]) != MLAJIT_OK) {
-            fprintf(stderr, "mlajit pack build: --models: '%s' is unknown; allowed v32, dsv4, glm_nsa\n", t);
+    if (!copy_list(name, value, buf, sizeof buf))
+        return 0;
+    out->count = 0;
+    for (char *save = NULL, *t = strtok_r(buf, ",", &save); t; t = strtok_r(NULL, ",", &save)) {
+        if (out->count == 8) {
+            fprintf(stderr, "mlajit pack build: %s: at most 8 models\n", name);
             return 0;
         }
-        (*count)++;
+        if (mlajit_model_from_name(t, &out->models[out->count]) != MLAJIT_OK) {
+            fprintf(stderr, "mlajit pack build: %s: '%s' is unknown; allowed v32, dsv4, glm_nsa\n", name, t);
+            return 0;
+        }
+        out->count++;
     }
-    if (*count == 0) {
-        fprintf(stderr, "mlajit pack build: --models: empty list\n");
+    if (out->count == 0) {
+        fprintf(stderr, "mlajit pack build: %s: empty list\n", name);
         return 0;
     }
     return 1;
 }
 
-static int parse_feature_sets(const char *s, unsigned *sets, int *count)
+typedef struct feature_sets {
+    unsigned sets[16];
+    int count;
+} feature_sets;
+
+static int parse_feature_sets(const char *name, const char *value, void *target)
 {
+    feature_sets *out = target;
     char buf[512];
-    snprintf(buf, sizeof buf, "%s", s);
-    *count = 0;
-    for (char *save = NULL, *set = strtok_r(buf, ",", &save); set && *count < 16; set = strtok_r(NULL, ",", &save)) {
+    if (!copy_list(name, value, buf, sizeof buf))
+        return 0;
+    out->count = 0;
+    for (char *save = NULL, *set = strtok_r(buf, ",", &save); set; set = strtok_r(NULL, ",", &save)) {
+        if (out->count == 16) {
+            fprintf(stderr, "mlajit pack build: %s: at most 16 feature sets\n", name);
+            return 0;
+        }
         unsigned f = 0;
         for (char *save2 = NULL, *t = strtok_r(set, "+", &save2); t; t = strtok_r(NULL, "+", &save2)) {
             if (strcmp(t, "none") == 0) continue;
@@ -104,14 +149,18 @@ static int parse_feature_sets(const char *s, unsigned *sets, int *count)
             else if (strcmp(t, "topk-length") == 0) f |= MLAJIT_FEATURE_TOPK_LENGTH;
             else if (strcmp(t, "extra-topk-length") == 0) f |= MLAJIT_FEATURE_EXTRA_TOPK_LENGTH;
             else {
-                fprintf(stderr, "mlajit pack build: --features: '%s' is unknown; allowed none, sink, topk-length, "
-                                "extra-topk-length (joined with '+')\n", t);
+                fprintf(stderr, "mlajit pack build: %s: '%s' is unknown; allowed none, sink, topk-length, "
+                                "extra-topk-length (joined with '+')\n", name, t);
                 return 0;
             }
         }
-        sets[(*count)++] = f;
+        out->sets[out->count++] = f;
     }
-    return *count > 0;
+    if (out->count == 0) {
+        fprintf(stderr, "mlajit pack build: %s: empty list\n", name);
+        return 0;
+    }
+    return 1;
 }
 
 typedef struct string_list {
@@ -143,11 +192,31 @@ static void string_list_free(string_list *l)
     memset(l, 0, sizeof *l);
 }
 
-static int read_spec_file(const char *path, string_list *specs)
+static int add_spec(const char *name, const char *value, void *target)
 {
+    if (string_list_add(target, value))
+        return 1;
+    fprintf(stderr, "mlajit pack build: %s: out of memory\n", name);
+    return 0;
+}
+
+static int add_archs(const char *name, const char *value, void *target)
+{
+    char buf[256];
+    if (!copy_list(name, value, buf, sizeof buf))
+        return 0;
+    for (char *save = NULL, *t = strtok_r(buf, ",", &save); t; t = strtok_r(NULL, ",", &save))
+        if (!add_spec(name, t, target))
+            return 0;
+    return 1;
+}
+
+static int read_spec_file(const char *name, const char *path, void *target)
+{
+    string_list *specs = target;
     FILE *f = fopen(path, "r");
     if (!f) {
-        fprintf(stderr, "mlajit pack build: --specs %s: cannot open: %s\n", path, strerror(errno));
+        fprintf(stderr, "mlajit pack build: %s %s: cannot open: %s\n", name, path, strerror(errno));
         return 0;
     }
     char line[512];
@@ -162,7 +231,7 @@ static int read_spec_file(const char *path, string_list *specs)
         size_t n = strcspn(p, " \t\r\n");
         p[n] = '\0';
         if (*p)
-            ok = string_list_add(specs, p);
+            ok = add_spec(name, p, specs);
     }
     fclose(f);
     return ok;
@@ -190,59 +259,41 @@ static void build_progress(void *arg, int done, int total, const mlajit_kernel_r
 
 static int cmd_build(int argc, char **argv)
 {
-    static const struct option longopts[] = {
-        {"models", required_argument, 0, 'm'},      {"heads", required_argument, 0, 'h'},
-        {"pages", required_argument, 0, 'p'},       {"extra-pages", required_argument, 0, 'e'},
-        {"features", required_argument, 0, 'f'},    {"archs", required_argument, 0, 'a'},
-        {"spec", required_argument, 0, 's'},        {"specs", required_argument, 0, 'S'},
-        {"out", required_argument, 0, 'o'},         {"jobs", required_argument, 0, 'j'},
-        {"no-cache", no_argument, 0, 'n'},          {0, 0, 0, 0}};
-    mlajit_model models[8];
-    int num_models = 0, num_features = 0, jobs = 0, no_cache = 0;
-    int_list heads = {.count = 0}, pages = {.count = 0}, extra = {.count = 0};
-    unsigned features[16];
+    model_list model_set = {.count = 0};
+    feature_sets feature_set = {.count = 0};
+    int jobs = 0, no_cache = 0;
+    int_list heads = {.lo = 1, .hi = MLAJIT_MAX_HEADS}, pages = {.lo = 1, .hi = MLAJIT_MAX_PAGE_SIZE},
+             extra = {.lo = 0, .hi = MLAJIT_MAX_PAGE_SIZE};
     string_list archs = {0}, spec_strings = {0};
     const char *out_path = "mlajit.pack";
-    int c, status = CLI_USAGE;
-    optind = 1;
-    while ((c = getopt_long(argc, argv, "", longopts, NULL)) != -1) {
-        switch (c) {
-        case 'm': if (!parse_model_list(optarg, models, &num_models)) goto done; break;
-        case 'h': if (!parse_int_list(optarg, "--heads", 1, MLAJIT_MAX_HEADS, &heads)) goto done; break;
-        case 'p': if (!parse_int_list(optarg, "--pages", 1, MLAJIT_MAX_PAGE_SIZE, &pages)) goto done; break;
-        case 'e': if (!parse_int_list(optarg, "--extra-pages", 0, MLAJIT_MAX_PAGE_SIZE, &extra)) goto done; break;
-        case 'f': if (!parse_feature_sets(optarg, features, &num_features)) goto done; break;
-        case 'a': {
-            char buf[256];
-            snprintf(buf, sizeof buf, "%s", optarg);
-            for (char *save = NULL, *t = strtok_r(buf, ",", &save); t; t = strtok_r(NULL, ",", &save))
-                if (!string_list_add(&archs, t)) goto done;
-            break;
-        }
-        case 's': if (!string_list_add(&spec_strings, optarg)) goto done; break;
-        case 'S': if (!read_spec_file(optarg, &spec_strings)) goto done; break;
-        case 'o': out_path = optarg; break;
-        case 'j': {
-            int_list j;
-            if (!parse_int_list(optarg, "--jobs", 1, 256, &j)) goto done;
-            jobs = j.values[0];
-            break;
-        }
-        case 'n': no_cache = 1; break;
-        default: status = pack_usage_error("build: unknown option"); goto done;
-        }
-    }
-    if (optind < argc) {
-        status = pack_usage_error("build takes options only");
+    const cli_option options[] = {
+        {"--models", CLI_CUSTOM, &model_set, .parse = parse_model_list},
+        {"--heads", CLI_CUSTOM, &heads, .parse = parse_int_list},
+        {"--pages", CLI_CUSTOM, &pages, .parse = parse_int_list},
+        {"--extra-pages", CLI_CUSTOM, &extra, .parse = parse_int_list},
+        {"--features", CLI_CUSTOM, &feature_set, .parse = parse_feature_sets},
+        {"--archs", CLI_CUSTOM, &archs, .parse = add_archs},
+        {"--spec", CLI_CUSTOM, &spec_strings, .parse = add_spec},
+        {"--specs", CLI_CUSTOM, &spec_strings, .parse = read_spec_file},
+        {"--out", CLI_STRING, .target = &out_path},
+        {"--jobs", CLI_INT, &jobs, .lo = 1, .hi = 256},
+        {"--no-cache", CLI_FLAG, .target = &no_cache},
+    };
+    const cli_command cmd = {"pack build", build_usage, options, sizeof options / sizeof options[0], 0, 0, NULL};
+    int n_operands, status = cli_parse(&cmd, argc, argv, &n_operands);
+    if (status != CLI_PARSED)
         goto done;
-    }
+    status = CLI_USAGE;
+    const mlajit_model *models = model_set.models;
+    const int num_models = model_set.count, num_features = feature_set.count;
+    const unsigned *features = feature_set.sets;
     int grid_given = num_models || heads.count || pages.count;
     if (grid_given && !(num_models && heads.count && pages.count)) {
-        status = pack_usage_error("build: a grid needs --models, --heads and --pages together");
+        status = cli_usage_error(&cmd, "a grid needs --models, --heads and --pages together");
         goto done;
     }
     if (!grid_given && spec_strings.count == 0) {
-        status = pack_usage_error("build: give a grid (--models, --heads, --pages) or --spec / --specs");
+        status = cli_usage_error(&cmd, "give a grid (--models, --heads, --pages) or --spec / --specs");
         goto done;
     }
 
@@ -418,8 +469,10 @@ static int ls_visit(const mlajit_cache_key *key, const void *value, size_t len, 
 
 static int cmd_ls(int argc, char **argv)
 {
-    if (argc != 2)
-        return pack_usage_error("ls takes one pack file");
+    const cli_command cmd = {"pack ls", ls_usage, NULL, 0, 1, 1, "one pack FILE"};
+    int n, parsed = cli_parse(&cmd, argc, argv, &n);
+    if (parsed != CLI_PARSED)
+        return parsed;
     mlajit_pack *pack;
     int rc = mlajit_pack_open(argv[1], &pack);
     if (rc)
@@ -437,8 +490,10 @@ static int cmd_ls(int argc, char **argv)
 
 static int cmd_verify(int argc, char **argv)
 {
-    if (argc != 2)
-        return pack_usage_error("verify takes one pack file");
+    const cli_command cmd = {"pack verify", verify_usage, NULL, 0, 1, 1, "one pack FILE"};
+    int n, parsed = cli_parse(&cmd, argc, argv, &n);
+    if (parsed != CLI_PARSED)
+        return parsed;
     const char *path = argv[1];
     mlajit_pack *pack;
     int rc = mlajit_pack_open(path, &pack);
@@ -543,8 +598,11 @@ static int merge_visit(const mlajit_cache_key *key, const void *value, size_t le
 
 static int cmd_merge(int argc, char **argv)
 {
-    if (argc < 3)
-        return pack_usage_error("merge needs OUT and at least one IN");
+    const cli_command cmd = {"pack merge", merge_usage, NULL, 0, 2, -1, "OUT and at least one IN"};
+    int n, parsed = cli_parse(&cmd, argc, argv, &n);
+    if (parsed != CLI_PARSED)
+        return parsed;
+    argc = n + 1; /* the operands, OUT first */
     const char *out_path = argv[1];
     merge_state s = {0};
     mlajit_pack_manifest recipe;
@@ -605,21 +663,13 @@ static int cmd_merge(int argc, char **argv)
 
 static int cmd_bench(int argc, char **argv)
 {
-    const char *path = NULL;
     int repeat = 100000;
-    for (int i = 1; i < argc; i++) {
-        if (strcmp(argv[i], "--repeat") == 0 && i + 1 < argc) {
-            repeat = atoi(argv[++i]);
-            if (repeat < 1)
-                return pack_usage_error("bench: --repeat must be at least 1");
-        } else if (!path && argv[i][0] != '-') {
-            path = argv[i];
-        } else {
-            return pack_usage_error("bench takes FILE [--repeat N]");
-        }
-    }
-    if (!path)
-        return pack_usage_error("bench needs a pack file");
+    const cli_option options[] = {{"--repeat", CLI_INT, &repeat, .lo = 1, .hi = 1000000000}};
+    const cli_command cmd = {"pack bench", bench_usage, options, 1, 1, 1, "one pack FILE"};
+    int n, parsed = cli_parse(&cmd, argc, argv, &n);
+    if (parsed != CLI_PARSED)
+        return parsed;
+    const char *path = argv[1];
 
     /* The context (device, driver) exists before serving starts, so it is not
      * part of a first launch; what is timed is what a first call adds. */
@@ -706,15 +756,8 @@ static int cmd_bench(int argc, char **argv)
 
 int cli_pack(int argc, char **argv)
 {
-    if (argc < 2 || strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "-h") == 0) {
-        fputs(pack_usage, argc < 2 ? stderr : stdout);
-        return argc < 2 ? CLI_USAGE : CLI_OK;
-    }
-    const char *cmd = argv[1];
-    if (strcmp(cmd, "build") == 0) return cmd_build(argc - 1, argv + 1);
-    if (strcmp(cmd, "ls") == 0) return cmd_ls(argc - 1, argv + 1);
-    if (strcmp(cmd, "verify") == 0) return cmd_verify(argc - 1, argv + 1);
-    if (strcmp(cmd, "merge") == 0) return cmd_merge(argc - 1, argv + 1);
-    if (strcmp(cmd, "bench") == 0) return cmd_bench(argc - 1, argv + 1);
-    return pack_usage_error("unknown pack command");
+    static const char *const names[] = {"build", "ls", "verify", "merge", "bench"};
+    static int (*const run[])(int, char **) = {cmd_build, cmd_ls, cmd_verify, cmd_merge, cmd_bench};
+    int status, k = cli_pick_subcommand("pack", pack_usage, names, 5, argc, argv, &status);
+    return k < 0 ? status : run[k](argc - 1, argv + 1);
 }

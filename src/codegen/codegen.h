@@ -28,6 +28,11 @@ typedef struct mlajit_kernel_layout {
     int single_split;       /* 1: the kernel writes no split partials, so its plans never split (sm90-staged) */
 } mlajit_kernel_layout;
 
+/* mlajit_spec_parse without the envelope check: the string's fields only (the
+ * short forms too: v32.h16.p64 leaves tile, heads per CTA, variant and arch to
+ * their defaults). MLAJIT_ERR_INVALID_ARGUMENT naming the form when malformed. */
+int mlajit_spec_parse_fields(const char *str, mlajit_kernel_spec *out);
+
 /* The variants' names, as spec strings and the CLI spell them. */
 #define MLAJIT_VARIANT_NAMES "auto, portable, sm90, sliced, sm90-staged, sm90-unpaired, sm90-narrow, sm90-narrow-long, sm90-narrow-scores"
 /* The name of variant v ("auto" for an unknown value). */
