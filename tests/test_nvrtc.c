@@ -323,6 +323,23 @@ Test(nvrtc, rejects_an_arch_it_cannot_target)
     cr_expect(strstr(mlajit_last_error(), "bad") != NULL, "the message names the program");
 }
 
+/* NVRTC is opened at run time (nvrtc.c's search): where it came from and its
+ * version agree with what compiles. The search itself, without the loader's
+ * configuration, is tests/install.sh's. */
+Test(nvrtc, is_found_at_run_time_and_names_its_file)
+{
+    char where[1200];
+    cr_assert_eq(mlajit_nvrtc_where(where, sizeof where), MLAJIT_OK, "%s", where);
+    cr_expect(strstr(where, "libnvrtc.so.") != NULL, "%s", where);
+    int major, minor;
+    mlajit_nvrtc_version(&major, &minor);
+    cr_expect_geq(major, 11, "NVRTC %d.%d from %s", major, minor, where);
+    cr_expect(mlajit_nvrtc_supports("sm_80"), "NVRTC %d.%d from %s cannot target sm_80", major, minor, where);
+    char small[8];
+    cr_expect_eq(mlajit_nvrtc_where(small, sizeof small), MLAJIT_OK, "a short buffer is cut, not overrun");
+    cr_expect_eq(strlen(small), sizeof small - 1);
+}
+
 static char cache_dir[256];
 
 static void make_cache_dir(void)
