@@ -109,7 +109,7 @@ bench --model glm_nsa                                      | --model = 'glm_nsa'
 bench --model nope                                         | model 'nope' is unknown
 bench --model                                              | --model needs a value
 envelope garbage                                           | is malformed
-envelope v32.h16.p64.bogus                                 | field 'bogus' is out of place
+envelope v32.h16.p64.bogus                                 | variant 'bogus' is unknown
 envelope v32.h16.p64.t64.hc16.portable.sm_90a.extra        | field 'extra' is out of place
 envelope v32.p64.h16                                       | is malformed
 envelope --topk 5                                          | need a SPEC

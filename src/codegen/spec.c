@@ -516,25 +516,39 @@ int mlajit_spec_parse_fields(const char *str, mlajit_kernel_spec *out)
         i++;
     if (i < nt && mlajit_variant_from_name(toks[i], &s.variant))
         i++;
+    int arch_given = 0;
     if (i < nt && (strcmp(toks[i], "any") == 0 || strncmp(toks[i], "sm_", 3) == 0)) {
         if (strcmp(toks[i], "any") != 0) {
             if (strlen(toks[i]) >= sizeof s.arch)
                 return mlajit_fail(MLAJIT_ERR_INVALID_ARGUMENT, "spec string '%s': arch too long", str);
             strcpy(s.arch, toks[i]);
         }
+        arch_given = 1;
         i++;
     }
-    if (i < nt)
+    if (i < nt) {
+        const char *t = toks[i];
+        mlajit_variant v;
+        int x;
+        int field_like = parse_field(t, "t", &x) || parse_field(t, "e", &x) || parse_field(t, "hc", &x) ||
+                         (t[0] == 'f' && t[1] && strspn(t + 1, "slx") == strlen(t + 1)) ||
+                         strncmp(t, "sm_", 3) == 0 || strcmp(t, "any") == 0 || mlajit_variant_from_name(t, &v);
+        if (field_like || arch_given)
+            return mlajit_fail(MLAJIT_ERR_INVALID_ARGUMENT, "spec string '%s': field '%s' is out of place; form: %s",
+                               str, t, SPEC_FORM);
         return mlajit_fail(MLAJIT_ERR_INVALID_ARGUMENT,
-                           "spec string '%s': field '%s' is out of place or unknown (variants: " MLAJIT_VARIANT_NAMES
-                           "; arch sm_XX or any); form: %s",
-                           str, toks[i], SPEC_FORM);
+                           "spec string '%s': variant '%s' is unknown; allowed " MLAJIT_VARIANT_NAMES
+                           " (or an arch: sm_XX, any)",
+                           str, t);
+    }
     *out = s;
     return MLAJIT_OK;
 }
 
 int mlajit_spec_parse(const char *str, mlajit_kernel_spec *out)
 {
+    if (!str || !out)
+        return mlajit_fail(MLAJIT_ERR_INVALID_ARGUMENT, "spec string or out: NULL");
     mlajit_kernel_spec s;
     int rc = mlajit_spec_parse_fields(str, &s);
     if (rc)
