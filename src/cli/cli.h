@@ -1,15 +1,7 @@
 /* Internal: subcommands of the mlajit CLI and the one option parser they share.
- *
- * Exit status, the same rule for every command (README's "The CLI"):
- *   0  done (for a query such as `envelope SPEC` or `cache verify`: the answer is yes)
- *   1  the command ran and failed, or its answer is no: a missing or damaged file,
- *      no GPU, NVRTC failing, a result outside SPEC.md's bar, damage found, a spec
- *      the envelope query rejects
- *   2  the command line cannot be acted on, whatever the machine: an unknown command
- *      or option, a missing or extra argument, a value that does not parse, overflows
- *      or lies outside its documented range, a kernel spec outside the envelope given
- *      to a command that acts on it (compile, case make, pack build). Nothing is
- *      written. */
+ * Exit status: CLI_OK, CLI_FAIL (ran and failed, or the answer is no), CLI_USAGE
+ * (the command line cannot be acted on; nothing written); README's "The CLI"
+ * states the rule and which faults are which. */
 #ifndef MLAJIT_CLI_H
 #define MLAJIT_CLI_H
 

@@ -16,7 +16,7 @@
  * refused by the planner too, with a reason.
  *
  * A failure is shrunk (smaller b, s_q, topk while it still fails the same way),
- * written as a case directory in the shared/golden format with the reference's
+ * written as a case directory in the golden cases' format with the reference's
  * expected output, and printed with the command lines that replay it. */
 #include <errno.h>
 #include <getopt.h>
