@@ -294,6 +294,14 @@ int cli_parse(const cli_command *cmd, int argc, char **argv, int *num_operands)
     return CLI_PARSED;
 }
 
+int cli_parse_operands(const char *name, const char *usage, int min, int max, const char *operands, int argc,
+                       char **argv)
+{
+    const cli_command cmd = {name, usage, NULL, 0, min, max, operands};
+    int n;
+    return cli_parse(&cmd, argc, argv, &n);
+}
+
 int cli_pick_subcommand(const char *group, const char *usage, const char *const *names, int n, int argc,
                         char **argv, int *status)
 {
@@ -336,26 +344,43 @@ int cli_parse_model(const char *name, const char *value, void *target)
     return 0;
 }
 
-int cli_parse_features(const char *name, const char *value, void *target)
+int cli_each_item(const char *name, const char *value, char sep, int (*item)(const char *, const char *, void *),
+                  void *target)
 {
-    char buf[256];
+    char buf[512], seps[2] = {sep, '\0'};
     if (strlen(value) >= sizeof buf) {
         fprintf(stderr, "mlajit: %s: the list is longer than %zu characters\n", name, sizeof buf - 1);
         return 0;
     }
     snprintf(buf, sizeof buf, "%s", value);
-    unsigned features = 0;
-    for (char *save = NULL, *t = strtok_r(buf, ",", &save); t; t = strtok_r(NULL, ",", &save)) {
-        if (strcmp(t, "sink") == 0) features |= MLAJIT_FEATURE_SINK;
-        else if (strcmp(t, "topk-length") == 0) features |= MLAJIT_FEATURE_TOPK_LENGTH;
-        else if (strcmp(t, "extra-topk-length") == 0) features |= MLAJIT_FEATURE_EXTRA_TOPK_LENGTH;
-        else {
-            fprintf(stderr, "mlajit: %s: '%s' is unknown; allowed sink, topk-length, extra-topk-length\n", name, t);
+    int n = 0;
+    for (char *save = NULL, *t = strtok_r(buf, seps, &save); t; t = strtok_r(NULL, seps, &save), n++)
+        if (!item(name, t, target))
             return 0;
-        }
+    if (n == 0)
+        fprintf(stderr, "mlajit: %s: empty list\n", name);
+    return n > 0;
+}
+
+int cli_add_feature(const char *name, const char *text, void *target)
+{
+    unsigned *features = target;
+    if (strcmp(text, "none") == 0) return 1;
+    else if (strcmp(text, "sink") == 0) *features |= MLAJIT_FEATURE_SINK;
+    else if (strcmp(text, "topk-length") == 0) *features |= MLAJIT_FEATURE_TOPK_LENGTH;
+    else if (strcmp(text, "extra-topk-length") == 0) *features |= MLAJIT_FEATURE_EXTRA_TOPK_LENGTH;
+    else {
+        fprintf(stderr, "mlajit: %s: '%s' is unknown; allowed none, sink, topk-length, extra-topk-length\n", name,
+                text);
+        return 0;
     }
-    *(unsigned *)target = features;
     return 1;
+}
+
+int cli_parse_features(const char *name, const char *value, void *target)
+{
+    *(unsigned *)target = 0;
+    return cli_each_item(name, value, ',', cli_add_feature, target);
 }
 
 int cli_parse_spec(const char *cmd, const char *text, mlajit_kernel_spec *spec)

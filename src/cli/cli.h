@@ -68,6 +68,11 @@ typedef struct cli_command {
  * allowed 1..128", "extra argument 'x'") and where the usage is. */
 int cli_parse(const cli_command *cmd, int argc, char **argv, int *num_operands);
 
+/* cli_parse for a command that takes no options, only min..max operands
+ * (described by `operands`, e.g. "one pack FILE"): the same returns. */
+int cli_parse_operands(const char *name, const char *usage, int min, int max, const char *operands, int argc,
+                       char **argv);
+
 /* "mlajit CMD: <message>" and the pointer to CMD's --help on stderr: CLI_USAGE.
  * For checks after cli_parse (options that need each other, ...). */
 int cli_usage_error(const cli_command *cmd, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
@@ -86,6 +91,14 @@ int cli_parse_integer(const char *s, long long lo, long long hi, long long *out)
 int cli_parse_variant(const char *name, const char *value, void *target);  /* [mlajit_variant] */
 int cli_parse_model(const char *name, const char *value, void *target);    /* [mlajit_model] */
 int cli_parse_features(const char *name, const char *value, void *target); /* [unsigned]: sink,topk-length,... */
+
+/* Call item(name, text, target) for each item of the list value, split at sep:
+ * 1 when there is one at least and item took each, else 0 (after a message). */
+int cli_each_item(const char *name, const char *value, char sep, int (*item)(const char *, const char *, void *),
+                  void *target);
+/* An item for cli_each_item: the feature called text ("none", "sink",
+ * "topk-length", "extra-topk-length") or'd into *(unsigned *)target. */
+int cli_add_feature(const char *name, const char *text, void *target);
 
 /* A kernel spec as `mlajit envelope` and `case make` take it: the canonical
  * string or a short form (v32.h16.p64, dsv4.h64.p256.e64.fs), fields only, not

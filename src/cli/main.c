@@ -51,8 +51,7 @@ static const char info_usage[] =
 
 static int cmd_info(int argc, char **argv)
 {
-    const cli_command cmd = {"info", info_usage, NULL, 0, 0, 0, NULL};
-    int n, rc = cli_parse(&cmd, argc, argv, &n);
+    int rc = cli_parse_operands("info", info_usage, 0, 0, NULL, argc, argv);
     if (rc != CLI_PARSED)
         return rc;
     mlajit_context *ctx;
@@ -296,8 +295,7 @@ static const char demo_usage[] =
 /* The main job on an embedded default: a V3.2 cache, JIT, decode, check. */
 static int cmd_demo(int argc, char **argv)
 {
-    const cli_command cmd = {"demo", demo_usage, NULL, 0, 0, 0, NULL};
-    int n, parsed = cli_parse(&cmd, argc, argv, &n);
+    int parsed = cli_parse_operands("demo", demo_usage, 0, 0, NULL, argc, argv);
     if (parsed != CLI_PARSED)
         return parsed;
     const mlajit_synth_params params = {

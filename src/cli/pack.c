@@ -51,16 +51,13 @@ static const char bench_usage[] =
 
 /* ---- list parsing: CLI_CUSTOM parsers of pack build's options ----------------- */
 
-/* Copy a comma-separated list into buf for strtok_r: 0 (after a message) when it
- * does not fit. */
-static int copy_list(const char *name, const char *value, char *buf, size_t len)
+/* 0 after "at most N values" when a list already holds max of them. */
+static int room_for(const char *name, int count, int max)
 {
-    if (strlen(value) >= len) {
-        fprintf(stderr, "mlajit pack build: %s: the list is longer than %zu characters\n", name, len - 1);
-        return 0;
-    }
-    snprintf(buf, len, "%s", value);
-    return 1;
+    if (count < max)
+        return 1;
+    fprintf(stderr, "mlajit: %s: at most %d values\n", name, max);
+    return 0;
 }
 
 typedef struct int_list {
@@ -69,30 +66,24 @@ typedef struct int_list {
     int count;
 } int_list;
 
+static int add_int(const char *name, const char *text, void *target)
+{
+    int_list *l = target;
+    long long v;
+    if (!cli_parse_integer(text, l->lo, l->hi, &v)) {
+        fprintf(stderr, "mlajit: %s: '%s' is not a number in %d..%d\n", name, text, l->lo, l->hi);
+        return 0;
+    }
+    if (!room_for(name, l->count, 64))
+        return 0;
+    l->values[l->count++] = (int)v;
+    return 1;
+}
+
 static int parse_int_list(const char *name, const char *value, void *target)
 {
-    int_list *out = target;
-    char buf[512];
-    if (!copy_list(name, value, buf, sizeof buf))
-        return 0;
-    out->count = 0;
-    for (char *save = NULL, *t = strtok_r(buf, ",", &save); t; t = strtok_r(NULL, ",", &save)) {
-        long long v;
-        if (!cli_parse_integer(t, out->lo, out->hi, &v)) {
-            fprintf(stderr, "mlajit pack build: %s: '%s' is not a number in %d..%d\n", name, t, out->lo, out->hi);
-            return 0;
-        }
-        if (out->count == (int)(sizeof out->values / sizeof out->values[0])) {
-            fprintf(stderr, "mlajit pack build: %s: at most 64 values\n", name);
-            return 0;
-        }
-        out->values[out->count++] = (int)v;
-    }
-    if (out->count == 0) {
-        fprintf(stderr, "mlajit pack build: %s: empty list\n", name);
-        return 0;
-    }
-    return 1;
+    ((int_list *)target)->count = 0;
+    return cli_each_item(name, value, ',', add_int, target);
 }
 
 typedef struct model_list {
@@ -100,29 +91,23 @@ typedef struct model_list {
     int count;
 } model_list;
 
+static int add_model(const char *name, const char *text, void *target)
+{
+    model_list *l = target;
+    if (!room_for(name, l->count, 8))
+        return 0;
+    if (mlajit_model_from_name(text, &l->models[l->count]) != MLAJIT_OK) {
+        fprintf(stderr, "mlajit: %s: '%s' is unknown; allowed v32, dsv4, glm_nsa\n", name, text);
+        return 0;
+    }
+    l->count++;
+    return 1;
+}
+
 static int parse_model_list(const char *name, const char *value, void *target)
 {
-    model_list *out = target;
-    char buf[256];
-    if (!copy_list(name, value, buf, sizeof buf))
-        return 0;
-    out->count = 0;
-    for (char *save = NULL, *t = strtok_r(buf, ",", &save); t; t = strtok_r(NULL, ",", &save)) {
-        if (out->count == 8) {
-            fprintf(stderr, "mlajit pack build: %s: at most 8 models\n", name);
-            return 0;
-        }
-        if (mlajit_model_from_name(t, &out->models[out->count]) != MLAJIT_OK) {
-            fprintf(stderr, "mlajit pack build: %s: '%s' is unknown; allowed v32, dsv4, glm_nsa\n", name, t);
-            return 0;
-        }
-        out->count++;
-    }
-    if (out->count == 0) {
-        fprintf(stderr, "mlajit pack build: %s: empty list\n", name);
-        return 0;
-    }
-    return 1;
+    ((model_list *)target)->count = 0;
+    return cli_each_item(name, value, ',', add_model, target);
 }
 
 typedef struct feature_sets {
@@ -130,37 +115,21 @@ typedef struct feature_sets {
     int count;
 } feature_sets;
 
+/* One set: feature names joined with '+' ("none" for the empty set). */
+static int add_feature_set(const char *name, const char *text, void *target)
+{
+    feature_sets *l = target;
+    unsigned features = 0;
+    if (!room_for(name, l->count, 16) || !cli_each_item(name, text, '+', cli_add_feature, &features))
+        return 0;
+    l->sets[l->count++] = features;
+    return 1;
+}
+
 static int parse_feature_sets(const char *name, const char *value, void *target)
 {
-    feature_sets *out = target;
-    char buf[512];
-    if (!copy_list(name, value, buf, sizeof buf))
-        return 0;
-    out->count = 0;
-    for (char *save = NULL, *set = strtok_r(buf, ",", &save); set; set = strtok_r(NULL, ",", &save)) {
-        if (out->count == 16) {
-            fprintf(stderr, "mlajit pack build: %s: at most 16 feature sets\n", name);
-            return 0;
-        }
-        unsigned f = 0;
-        for (char *save2 = NULL, *t = strtok_r(set, "+", &save2); t; t = strtok_r(NULL, "+", &save2)) {
-            if (strcmp(t, "none") == 0) continue;
-            else if (strcmp(t, "sink") == 0) f |= MLAJIT_FEATURE_SINK;
-            else if (strcmp(t, "topk-length") == 0) f |= MLAJIT_FEATURE_TOPK_LENGTH;
-            else if (strcmp(t, "extra-topk-length") == 0) f |= MLAJIT_FEATURE_EXTRA_TOPK_LENGTH;
-            else {
-                fprintf(stderr, "mlajit pack build: %s: '%s' is unknown; allowed none, sink, topk-length, "
-                                "extra-topk-length (joined with '+')\n", name, t);
-                return 0;
-            }
-        }
-        out->sets[out->count++] = f;
-    }
-    if (out->count == 0) {
-        fprintf(stderr, "mlajit pack build: %s: empty list\n", name);
-        return 0;
-    }
-    return 1;
+    ((feature_sets *)target)->count = 0;
+    return cli_each_item(name, value, ',', add_feature_set, target);
 }
 
 typedef struct string_list {
@@ -202,13 +171,7 @@ static int add_spec(const char *name, const char *value, void *target)
 
 static int add_archs(const char *name, const char *value, void *target)
 {
-    char buf[256];
-    if (!copy_list(name, value, buf, sizeof buf))
-        return 0;
-    for (char *save = NULL, *t = strtok_r(buf, ",", &save); t; t = strtok_r(NULL, ",", &save))
-        if (!add_spec(name, t, target))
-            return 0;
-    return 1;
+    return cli_each_item(name, value, ',', add_spec, target);
 }
 
 static int read_spec_file(const char *name, const char *path, void *target)
@@ -469,8 +432,7 @@ static int ls_visit(const mlajit_cache_key *key, const void *value, size_t len, 
 
 static int cmd_ls(int argc, char **argv)
 {
-    const cli_command cmd = {"pack ls", ls_usage, NULL, 0, 1, 1, "one pack FILE"};
-    int n, parsed = cli_parse(&cmd, argc, argv, &n);
+    int parsed = cli_parse_operands("pack ls", ls_usage, 1, 1, "one pack FILE", argc, argv);
     if (parsed != CLI_PARSED)
         return parsed;
     mlajit_pack *pack;
@@ -490,8 +452,7 @@ static int cmd_ls(int argc, char **argv)
 
 static int cmd_verify(int argc, char **argv)
 {
-    const cli_command cmd = {"pack verify", verify_usage, NULL, 0, 1, 1, "one pack FILE"};
-    int n, parsed = cli_parse(&cmd, argc, argv, &n);
+    int parsed = cli_parse_operands("pack verify", verify_usage, 1, 1, "one pack FILE", argc, argv);
     if (parsed != CLI_PARSED)
         return parsed;
     const char *path = argv[1];
