@@ -90,7 +90,11 @@ static void print_tables(void)
     }
 
     mlajit_nvrtc_version(&major, &minor);
-    printf("\narch targets: NVRTC %d.%d, and each kernel variant's shared memory per block\n", major, minor);
+    char where[1200];
+    if (mlajit_nvrtc_where(where, sizeof where) == MLAJIT_OK)
+        printf("\narch targets: NVRTC %d.%d, and each kernel variant's shared memory per block\n", major, minor);
+    else
+        printf("\narch targets: no NVRTC (%s), and each kernel variant's shared memory per block\n", where);
     printf("(tile x heads per CTA; 'no' = over the arch's limit; auto = the generator's choice for h_q 16 / 128)\n");
     static const int variants[][2] = {{32, 16}, {32, 32}, {32, 64}, {64, 16}, {64, 32}, {64, 64}};
     const int nvariants = (int)(sizeof variants / sizeof variants[0]);
