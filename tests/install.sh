@@ -7,7 +7,7 @@
 #    against the installed mlajit.pc, shared and static, and run;
 #  - the installed CLI's `mlajit info` with a loader that has no ld.so.cache
 #    (ld.so --inhibit-cache: CUDA's folder, which ld.so.conf may list, is gone)
-#    and an LD_LIBRARY_PATH without CUDA: it finds NVRTC through the build's
+#    and an LD_LIBRARY_PATH with the CLI's own libraries' folders, none holding NVRTC: it finds NVRTC through the build's
 #    toolkit, CUDA_HOME, the pip wheels' folder, LD_LIBRARY_PATH or MLAJIT_NVRTC
 #    (src/runtime/nvrtc.c), and says so; without any NVRTC it still runs and a
 #    compile says what to install.
@@ -89,7 +89,7 @@ if [ -f "$cuda/include/cuda_runtime_api.h" ]; then
   if [ -x "$scratch/embed/embed" ]; then
     readelf -d "$scratch/embed/embed_static" 2>/dev/null | grep -q 'NEEDED.*libmlajit' &&
       fail "embed_static links libmlajit.so" || ok
-    check "embed (shared) runs" env LD_LIBRARY_PATH="$libdir" "$scratch/embed/embed"
+    check "embed (shared) runs" env LD_LIBRARY_PATH="$libdir${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" "$scratch/embed/embed"
     grep -qE "kernel v32.h16.p64.* \((compiled now|cache hit)\)" "$scratch/out" && ok ||
       fail "embed printed no kernel line: $(head -3 "$scratch/out")"
     check "embed (static) runs" "$scratch/embed/embed_static"
@@ -102,9 +102,14 @@ fi
 # ---- the installed CLI finds NVRTC without the loader's configuration ------------------
 loader=$(readelf -l "$cli" | sed -n 's/.*Requesting program interpreter: \(.*\)]/\1/p')
 nvrtc=$(ls "$cuda"/lib64/libnvrtc.so.[0-9]* "$cuda"/lib/libnvrtc.so.[0-9]* 2>/dev/null | grep -E 'libnvrtc\.so\.[0-9.]+$' | head -1)
+# The folders of the CLI's own libraries (LMDB, xxHash, libc) as the loader finds
+# them now, less any that holds NVRTC: with no ld.so.cache, a host that has them
+# outside the system folders (the H200's /opt/devdeps) still starts the CLI.
+deps=$(ldd "$cli" | awk '/=> \//{print $3}' | xargs -r -n1 dirname | sort -u |
+  while read -r d; do ls "$d"/libnvrtc.so* >/dev/null 2>&1 || echo "$d"; done | paste -sd:)
 # info ENV...: the installed CLI's `mlajit info` with no ld.so.cache and only ENV
 info() {
-  env -i PATH=/usr/bin:/bin HOME="$scratch" MLAJIT_CACHE_DIR="$scratch/cache" "$@" \
+  env -i PATH=/usr/bin:/bin HOME="$scratch" MLAJIT_CACHE_DIR="$scratch/cache" LD_LIBRARY_PATH="$deps" "$@" \
     "$loader" --inhibit-cache "$cli" info >"$scratch/out" 2>&1
 }
 # expect_nvrtc WHERE ENV...: info exits 0 and names NVRTC in WHERE (a path prefix)
@@ -124,13 +129,13 @@ if [ -z "$nvrtc" ] || [ -z "$loader" ]; then
 else
   soname=$(basename "$nvrtc" | grep -oE '^libnvrtc\.so\.[0-9]+')
   # the build's toolkit, with nothing set
-  expect_nvrtc "$cuda/lib" LD_LIBRARY_PATH="$scratch/nowhere"
+  expect_nvrtc "$cuda/lib"
   # CUDA_HOME first
   mkdir -p "$scratch/home/lib64" && ln -s "$nvrtc" "$scratch/home/lib64/$soname"
   expect_nvrtc "$scratch/home/lib64/$soname" CUDA_HOME="$scratch/home"
   # LD_LIBRARY_PATH (the loader's search) before the build's toolkit
   mkdir -p "$scratch/ldpath" && ln -s "$nvrtc" "$scratch/ldpath/$soname"
-  expect_nvrtc "$scratch/ldpath/$soname" LD_LIBRARY_PATH="$scratch/ldpath"
+  expect_nvrtc "$scratch/ldpath/$soname" LD_LIBRARY_PATH="$scratch/ldpath${deps:+:$deps}"
   # a pip install: site-packages/nvidia/cuda_nvrtc/lib beside the package holding the library
   mkdir -p "$scratch/site/mlajit" "$scratch/site/nvidia/cuda_nvrtc/lib"
   cp "$cli" "$scratch/site/mlajit/mlajit" && ln -s "$nvrtc" "$scratch/site/nvidia/cuda_nvrtc/lib/$soname"
@@ -145,14 +150,15 @@ else
   if [ "$rc" -eq 0 ] && grep -q "^nvrtc *none: MLAJIT_NVRTC=$scratch/nowhere/libnvrtc.so.13 is not a usable NVRTC" "$scratch/out"; then ok; else
     fail "mlajit info without NVRTC: exit $rc:"; head -5 "$scratch/out" | sed 's/^/    /'
   fi
-  env -i PATH=/usr/bin:/bin HOME="$scratch" MLAJIT_CACHE_DIR="$scratch/cache2" MLAJIT_NVRTC=/nonexistent/libnvrtc.so \
-    "$loader" --inhibit-cache "$cli" compile --model v32 --heads 8 --page 64 >"$scratch/out" 2>&1
+  env -i PATH=/usr/bin:/bin HOME="$scratch" MLAJIT_CACHE_DIR="$scratch/cache2" LD_LIBRARY_PATH="$deps" \
+    MLAJIT_NVRTC=/nonexistent/libnvrtc.so "$loader" --inhibit-cache "$cli" compile --model v32 --heads 8 --page 64 \
+    >"$scratch/out" 2>&1
   rc=$?
   if [ "$rc" -eq 1 ] && grep -q "MLAJIT_NVRTC=/nonexistent/libnvrtc.so is not a usable NVRTC" "$scratch/out"; then ok; else
     fail "compile without NVRTC: exit $rc (want 1 and the reason):"; head -5 "$scratch/out" | sed 's/^/    /'
   fi
-  env -i PATH=/usr/bin:/bin MLAJIT_NVRTC=/nonexistent/libnvrtc.so "$loader" --inhibit-cache "$cli" envelope \
-    v32.h16.p64 >"$scratch/out" 2>&1
+  env -i PATH=/usr/bin:/bin LD_LIBRARY_PATH="$deps" MLAJIT_NVRTC=/nonexistent/libnvrtc.so "$loader" \
+    --inhibit-cache "$cli" envelope v32.h16.p64 >"$scratch/out" 2>&1
   rc=$?
   if [ "$rc" -eq 1 ] && grep -q "NVRTC" "$scratch/out"; then ok; else
     fail "envelope without NVRTC: exit $rc (want 1: no compiler can target the arch):"; head -5 "$scratch/out" | sed 's/^/    /'
