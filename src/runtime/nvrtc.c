@@ -2,10 +2,9 @@
  * of the program log (registers, shared memory, spills).
  *
  * libnvrtc is opened with dlopen at first use, like the driver (driver.c), not
- * linked: the library and the CLI then load on a machine without the CUDA
- * toolkit (packs, the cache and the envelope work; a compile says what to
- * install), and NVRTC is found by this search, whatever the loader's
- * configuration lists:
+ * linked: the library and the CLI then load and start on a machine without the
+ * CUDA toolkit (a compile fails saying what to install), and NVRTC is found by
+ * this search, whatever the loader's configuration lists:
  *   1. $MLAJIT_NVRTC, a library file (only it, when set)
  *   2. $CUDA_HOME/lib64, $CUDA_HOME/lib
  *   3. the pip wheels' folders beside this library (site-packages/nvidia/
@@ -184,7 +183,7 @@ int mlajit_nvrtc_where(char *buf, size_t len)
 {
     int found = nvrtc_get() != NULL;
     snprintf(buf, len, "%s", found ? nvrtc_path : nvrtc_message);
-    return found ? MLAJIT_OK : MLAJIT_ERR_UNSUPPORTED;
+    return found ? MLAJIT_OK : MLAJIT_ERR_NOT_FOUND;
 }
 
 void mlajit_compiled_free(mlajit_compiled *c)
@@ -285,7 +284,7 @@ int mlajit_nvrtc_compile(const char *source, const char *program_name, const cha
     memset(out, 0, sizeof *out);
     const struct nvrtc_table *t = nvrtc_get();
     if (!t)
-        return mlajit_fail(MLAJIT_ERR_UNSUPPORTED, "cannot compile for %.32s: %s", arch, nvrtc_message);
+        return mlajit_fail(MLAJIT_ERR_COMPILE, "cannot compile for %.32s: %s", arch, nvrtc_message);
     if (!mlajit_nvrtc_supports(arch)) {
         int ma, mi;
         mlajit_nvrtc_version(&ma, &mi);

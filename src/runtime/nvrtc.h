@@ -24,7 +24,7 @@ void mlajit_compiled_free(mlajit_compiled *c);
 void mlajit_ptxas_log_parse(const char *log, mlajit_compiled *out);
 
 /* The NVRTC in use (nvrtc.c's search, run once per process): MLAJIT_OK and
- * the library file's path in buf, or MLAJIT_ERR_UNSUPPORTED and why none was
+ * the library file's path in buf, or MLAJIT_ERR_NOT_FOUND and why none was
  * found (what was tried, what to install or set). */
 int mlajit_nvrtc_where(char *buf, size_t len);
 
