@@ -253,7 +253,10 @@ typedef struct mlajit_context_options {
  *
  * Kernels are looked up in this order: the context's own map, the packs (each
  * checked when opened: a damaged pack, or one made for another arch or with a
- * key recipe / NVRTC other than this one's, is skipped with a warning), the writable disk cache, then NVRTC. A cache directory that cannot
+ * key recipe / NVRTC other than this one's, is skipped with a warning), the
+ * writable disk cache, then NVRTC. A stored kernel whose recorded launch
+ * geometry is not what this build launches it with is stale: refused with a
+ * warning and recompiled, never launched. A cache directory that cannot
  * be created or written (or no HOME) is one warning, never an error: the
  * context then runs on its packs and in-memory compiles. Environment:
  * MLAJIT_PACKS, MLAJIT_CACHE_DIR, MLAJIT_DISABLE_JIT=1 (as MLAJIT_CONTEXT_NO_JIT),

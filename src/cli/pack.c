@@ -671,7 +671,8 @@ static int cmd_bench(int argc, char **argv)
         mlajit_context_destroy(ctx);
         return cli_error(rc, "pack bench");
     }
-    printf("lookup        %9.3f ms  (%s: key, pack read, entry checksums, %zu-byte cubin copied)\n", lookup_ms,
+    printf("lookup        %9.3f ms  (%s: source generated and keyed, pack read, entry checksums and launch record, "
+           "%zu-byte cubin copied)\n", lookup_ms,
            rep.spec, rep.cubin_bytes);
     double load_ms = 0;
     if (info.has_device) {
