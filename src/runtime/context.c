@@ -81,15 +81,11 @@ int mlajit_context_attach_pack(mlajit_context *ctx, const char *path)
         return rc;
     }
     const mlajit_pack_manifest *m = mlajit_pack_manifest_of(pack);
-    mlajit_pack_manifest mine = {.key_recipe = MLAJIT_KEY_RECIPE,
-                                 .nvrtc_major = ctx->nvrtc_major,
-                                 .nvrtc_minor = ctx->nvrtc_minor};
-    if (!mlajit_pack_manifest_same_recipe(m, &mine)) {
-        /* Its keys were made from another recipe, so none can match: say why. */
-        mlajit_warn("pack %s skipped: it was built by %s with key recipe %s, NVRTC %d.%d; "
-                    "this is mlajit %s with key recipe %s, NVRTC %d.%d; rebuild it with `mlajit pack build`",
-                    path, m->tool, m->key_recipe, m->nvrtc_major, m->nvrtc_minor, MLAJIT_VERSION_STRING,
-                    MLAJIT_KEY_RECIPE, ctx->nvrtc_major, ctx->nvrtc_minor);
+    if (strcmp(m->key_recipe, MLAJIT_KEY_RECIPE) != 0) {
+        /* Its keys were made by another recipe, so none can match: say why. */
+        mlajit_warn("pack %s skipped: it was built by %s with key recipe %s; this is mlajit %s with key recipe %s; "
+                    "rebuild it with `mlajit pack build`",
+                    path, m->tool, m->key_recipe, MLAJIT_VERSION_STRING, MLAJIT_KEY_RECIPE);
         mlajit_pack_close(pack);
         return MLAJIT_ERR_UNSUPPORTED;
     }
@@ -464,14 +460,20 @@ int mlajit_kernel_key_and_source(const mlajit_context *ctx, const mlajit_kernel_
     int rc = mlajit_spec_string(r, spec_string, spec_string_len);
     if (rc || (rc = mlajit_generate_source(r, source)))
         return rc;
+    *key = mlajit_kernel_key_for_nvrtc(r, *source, ctx->nvrtc_major, ctx->nvrtc_minor);
+    return MLAJIT_OK;
+}
+
+mlajit_cache_key mlajit_kernel_key_for_nvrtc(const mlajit_kernel_spec *r, const char *source, int nvrtc_major,
+                                             int nvrtc_minor)
+{
     char options[256];
     mlajit_nvrtc_options_string(r->arch, options, sizeof options);
     mlajit_key_inputs in = {
-        .source = *source, .arch = r->arch,
-        .nvrtc_major = ctx->nvrtc_major, .nvrtc_minor = ctx->nvrtc_minor, .compile_options = options,
+        .source = source, .arch = r->arch,
+        .nvrtc_major = nvrtc_major, .nvrtc_minor = nvrtc_minor, .compile_options = options,
     };
-    *key = mlajit_cache_key_make(&in);
-    return MLAJIT_OK;
+    return mlajit_cache_key_make(&in);
 }
 
 int mlajit_kernel_key(const mlajit_context *ctx, const mlajit_kernel_spec *r, mlajit_cache_key *key,
@@ -663,12 +665,25 @@ static int kernel_take_entry(mlajit_kernel *k, mlajit_cache_entry *e, const char
     return MLAJIT_OK;
 }
 
+/* The key of the kernel in a pack: its cubins were compiled by the pack's NVRTC,
+ * which need not be this process's (a cubin needs only a driver to run, so a
+ * host with another NVRTC, or none, still serves from a pack). */
+static mlajit_cache_key pack_key(const mlajit_context *ctx, const mlajit_pack *pack, const mlajit_kernel *k,
+                                 const char *source)
+{
+    const mlajit_pack_manifest *m = mlajit_pack_manifest_of(pack);
+    if (m->nvrtc_major == ctx->nvrtc_major && m->nvrtc_minor == ctx->nvrtc_minor)
+        return k->key;
+    return mlajit_kernel_key_for_nvrtc(&k->spec, source, m->nvrtc_major, m->nvrtc_minor);
+}
+
 /* The packs, in order. MLAJIT_OK when one held the kernel. */
-static int lookup_packs(mlajit_context *ctx, mlajit_kernel *k, const char *spec_string)
+static int lookup_packs(mlajit_context *ctx, mlajit_kernel *k, const char *spec_string, const char *source)
 {
     for (int i = 0; i < ctx->pack_count; i++) {
         mlajit_cache_entry e;
-        int rc = mlajit_pack_get(ctx->packs[i], &k->key, &e);
+        mlajit_cache_key key = pack_key(ctx, ctx->packs[i], k, source);
+        int rc = mlajit_pack_get(ctx->packs[i], &key, &e);
         if (rc == MLAJIT_OK)
             rc = kernel_take_entry(k, &e, spec_string, MLAJIT_SOURCE_PACK);
         if (rc == MLAJIT_OK) {
@@ -740,7 +755,7 @@ static int kernel_build(mlajit_context *ctx, const mlajit_kernel_spec *r, const 
     k->report.generate_ms = generate_ms;
 
     double t0 = mlajit_now_ms();
-    if (lookup_packs(ctx, k, spec_string) == MLAJIT_OK || lookup_disk(ctx, k, spec_string) == MLAJIT_OK) {
+    if (lookup_packs(ctx, k, spec_string, source) == MLAJIT_OK || lookup_disk(ctx, k, spec_string) == MLAJIT_OK) {
         k->report.lookup_ms = mlajit_now_ms() - t0;
         *out = k;
         return MLAJIT_OK;

@@ -112,6 +112,12 @@ int mlajit_kernel_key(const mlajit_context *ctx, const mlajit_kernel_spec *resol
 int mlajit_kernel_key_and_source(const mlajit_context *ctx, const mlajit_kernel_spec *resolved,
                                  mlajit_cache_key *key, char *spec_string, size_t spec_string_len, char **source);
 
+/* The key of a resolved spec's generated source as compiled by NVRTC
+ * nvrtc_major.nvrtc_minor: a pack's kernels are looked up with the NVRTC that
+ * built the pack (its manifest's), which need not be this process's. */
+mlajit_cache_key mlajit_kernel_key_for_nvrtc(const mlajit_kernel_spec *resolved, const char *source, int nvrtc_major,
+                                             int nvrtc_minor);
+
 /* ---- what an entry records (entry.c) ---------------------------------------- */
 
 /* The kernel entry names an entry lists, as the runtime looks them up. */
