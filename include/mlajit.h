@@ -63,6 +63,29 @@ const char *mlajit_last_error(void);
 void mlajit_free(void *ptr);
 
 /* ------------------------------------------------------------------------- */
+/* Log lines                                                                  */
+/* ------------------------------------------------------------------------- */
+
+typedef enum mlajit_log_level {
+    MLAJIT_LOG_WARNING = 1, /* something was skipped or fell back (a damaged pack, an unwritable cache) */
+    MLAJIT_LOG_INFO = 2     /* progress: a line per compile and per pack opened */
+} mlajit_log_level;
+
+/* Receives one log line: level (mlajit_log_level) and the message, without the
+ * "mlajit: " prefix or a newline, valid during the call. Called from whichever
+ * thread logs (warmup's compile workers too), possibly from several at once. */
+typedef void (*mlajit_log_handler)(void *user, int level, const char *message);
+
+/* Send the library's log lines to handler (with user) instead of stderr; NULL
+ * restores stderr. Without a handler, warnings go to stderr unless MLAJIT_LOG=quiet
+ * and info lines only with MLAJIT_LOG=info. A handler gets every line of both
+ * levels whatever MLAJIT_LOG says, and filters them itself (the Python package
+ * passes them to its `logging` logger). Process-wide and thread-safe; a line
+ * already being delivered may still reach the handler it replaced, so keep user
+ * valid while the library may log. */
+void mlajit_set_log_handler(mlajit_log_handler handler, void *user);
+
+/* ------------------------------------------------------------------------- */
 /* Model types: KV-cache layouts (the numbers live in one descriptor table)    */
 /* ------------------------------------------------------------------------- */
 
