@@ -145,8 +145,9 @@ int64_t mlajit_min_page_stride(mlajit_model model, int page_size);
 #define MLAJIT_MAX_HEADS 128
 #define MLAJIT_MAX_PAGE_SIZE 1024
 #define MLAJIT_MAX_TOPK 16384
-#define MLAJIT_MAX_SQ 16
-#define MLAJIT_MAX_BATCH 4096
+#define MLAJIT_MAX_SQ 64       /* query tokens per row (speculative decoding) */
+#define MLAJIT_MAX_BATCH 65536
+#define MLAJIT_MAX_ROWS 65536  /* batch x s_q: a whole mixed batch as (T, 1) or (T / s_q, s_q) */
 #define MLAJIT_ARCH_LEN 16
 
 typedef enum mlajit_variant {
@@ -397,8 +398,8 @@ int mlajit_warmup(mlajit_context *ctx, const mlajit_kernel_grid *grid, int threa
 typedef struct mlajit_plan mlajit_plan;
 
 typedef struct mlajit_decode_shape {
-    int batch;       /* b, 0..4096 */
-    int s_q;         /* query tokens per row, 0..16 */
+    int batch;       /* b, 0..MLAJIT_MAX_BATCH (65536) */
+    int s_q;         /* query tokens per row, 0..MLAJIT_MAX_SQ (64); batch x s_q at most MLAJIT_MAX_ROWS */
     int topk;        /* main candidates per (row, query token), 1..16384 */
     int extra_topk;  /* extra-cache candidates (0 without an extra cache), 0..16384 */
     int num_splits;  /* split-KV factor: 0 = planner's choice, else 1..64 (lowered
