@@ -28,7 +28,7 @@ _decode = _lib.mlajit_decode
 _BF16 = torch.bfloat16
 _F32 = torch.float32
 _I32 = torch.int32
-_CACHE_DTYPES = (torch.float8_e4m3fn, torch.int8, torch.uint8)
+CACHE_DTYPES = (torch.float8_e4m3fn, torch.int8, torch.uint8)
 
 try:  # an int, no Stream object: the cheapest way to torch's current stream
     _raw_stream = torch._C._cuda_getCurrentRawStream
@@ -147,7 +147,7 @@ class Launcher:
         stride = kv.stride()
         ndim = len(shape)
         bpt = self.bytes_per_token
-        if (kv.dtype not in _CACHE_DTYPES or not (ndim == 4 or ndim == 3) or shape[1] != page_size or
+        if (kv.dtype not in CACHE_DTYPES or not (ndim == 4 or ndim == 3) or shape[1] != page_size or
                 shape[-1] != bpt or (ndim == 4 and shape[2] != 1) or not kv.is_cuda or
                 (stride[-1] != 1 and bpt > 1) or (stride[1] != bpt and page_size > 1)):
             self._explain_cache(kv, page_size, names, which)
@@ -296,7 +296,7 @@ class Launcher:
         want = f"[num_blocks, {page_size}, 1, {bpt}] (or [num_blocks, {page_size}, {bpt}])"
         if not isinstance(kv, torch.Tensor):
             raise InvalidArgumentError(f"{name}: {type(kv).__name__}; allowed: a torch.Tensor {want}")
-        if kv.dtype not in _CACHE_DTYPES:
+        if kv.dtype not in CACHE_DTYPES:
             raise InvalidArgumentError(f"{name}.dtype = {kv.dtype}; allowed: torch.float8_e4m3fn, torch.int8 or "
                                        "torch.uint8 (the cache's bytes)")
         shape = tuple(kv.shape)

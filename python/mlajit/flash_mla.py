@@ -70,11 +70,13 @@ def _check_flags(num_splits, causal, is_fp8_kvcache, indices) -> None:
                                    "[b, s_q, topk] int32")
 
 
-def _tensor(t, name: str, ndim: int) -> torch.Tensor:
+def _tensor(t, name: str, ndim: int, dtype=None) -> torch.Tensor:
     if not isinstance(t, torch.Tensor):
         raise InvalidArgumentError(f"{name}: {type(t).__name__}; allowed: a torch.Tensor")
     if t.dim() != ndim:
         raise InvalidArgumentError(f"{name} has {t.dim()} dimensions (shape {tuple(t.shape)}); allowed: {ndim}")
+    if dtype is not None and t.dtype is not dtype:
+        raise InvalidArgumentError(f"{name}.dtype = {t.dtype}; allowed: {dtype}")
     return t
 
 
@@ -83,12 +85,14 @@ def _bind(meta: MLASchedMeta, q, k_cache, head_dim_v, num_splits, causal, is_fp8
     """The first call of a metadata: every argument checked, naming what is
     allowed; the plan (compiled or loaded when needed) and its workspace."""
     _check_flags(num_splits, causal, is_fp8_kvcache, indices)
-    q = _tensor(q, "q", 4)
+    q = _tensor(q, "q", 4, torch.bfloat16)
     if k_cache is None or not isinstance(k_cache, torch.Tensor) or k_cache.dim() not in (3, 4):
         raise InvalidArgumentError(f"k_cache: {getattr(k_cache, 'shape', type(k_cache).__name__)}; allowed: a "
                                    "torch.Tensor [num_blocks, page_block_size, 1, bytes_per_token]")
-    indices = _tensor(indices, "indices", 3)
-    device_index = _launch.device_index_of(q, "q")
+    if k_cache.dtype not in _launch.CACHE_DTYPES:
+        raise InvalidArgumentError(f"k_cache.dtype = {k_cache.dtype}; allowed: torch.float8_e4m3fn, torch.int8 or "
+                                   "torch.uint8")
+    indices = _tensor(indices, "indices", 3, torch.int32)
     b, s_q, h_q, d_qk = q.shape
     model = _launch.model_of_cache(d_qk, k_cache.shape[-1], kv_scale_format)
     layout_info = model_info(model)
@@ -103,9 +107,10 @@ def _bind(meta: MLASchedMeta, q, k_cache, head_dim_v, num_splits, causal, is_fp8
             raise InvalidArgumentError("extra_k_cache: allowed a torch.Tensor [num_blocks, page_block_size, 1, "
                                        "bytes_per_token]")
         extra_page = extra_k_cache.shape[1]
-        extra_topk = _tensor(extra_indices, "extra_indices_in_kvcache", 3).shape[-1]
+        extra_topk = _tensor(extra_indices, "extra_indices_in_kvcache", 3, torch.int32).shape[-1]
     elif extra_topk_length is not None:
         raise InvalidArgumentError("extra_topk_length given without extra_k_cache; allowed: None")
+    device_index = _launch.device_index_of(q, "q")
     features = ((1 if attn_sink is not None else 0) | (2 if topk_length is not None else 0) |
                 (4 if extra_topk_length is not None else 0))
     layout = _launch.plans.layout(model, h_q, k_cache.shape[1], extra_page, features)

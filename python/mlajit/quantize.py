@@ -26,6 +26,7 @@ __all__ = ["quantize_kv"]
 
 _FP8_MAX = 448.0
 _SCALE_FLOOR = 1e-4
+_CHUNK_TOKENS = 1 << 16
 
 
 def _pow2_ceil(s: torch.Tensor) -> torch.Tensor:
@@ -33,6 +34,31 @@ def _pow2_ceil(s: torch.Tensor) -> torch.Tensor:
     bits = s.view(torch.int32)
     up = (bits & 0x7F800000) + (1 << 23)
     return torch.where((bits & 0x007FFFFF) == 0, bits, up).view(torch.float32)
+
+
+def _quantize_pages(info, tokens: torch.Tensor, page_size: int, pages: torch.Tensor) -> None:
+    """Quantize whole pages of tokens [n_pages * page_size, d_qk] into pages [n_pages, page_stride]."""
+    num_blocks = pages.shape[0]
+    nope = tokens[:, :info.d_nope].float().reshape(-1, info.num_scales, info.quant_tile)
+    amax = nope.abs().amax(dim=-1)
+    scales = torch.clamp_min(amax / _FP8_MAX, _SCALE_FLOOR)
+    if info.scale_format != _capi.SCALE_FP32:
+        scales = _pow2_ceil(scales)
+    codes = (nope / scales.unsqueeze(-1)).to(torch.float8_e4m3fn).view(torch.uint8).reshape(-1, info.d_nope)
+    rope = tokens[:, info.d_nope:].contiguous().view(torch.uint8)  # bf16 bytes, as stored
+    if info.scale_place == _capi.SCALES_INLINE:
+        record = torch.cat([codes, scales.view(torch.uint8).reshape(-1, info.num_scales * 4), rope], dim=1)
+        pages[:, :page_size * info.row_bytes] = record.reshape(num_blocks, page_size * info.row_bytes)
+    else:
+        # rows [codes | RoPE] for every token of the page, then the footer: per
+        # token its ue8m0 scale bytes (the fp32 exponent), then padding
+        rows = torch.cat([codes, rope], dim=1).reshape(num_blocks, page_size * info.row_bytes)
+        exponents = ((scales.view(torch.int32) >> 23) & 0xFF).to(torch.uint8)
+        footer = torch.zeros((tokens.shape[0], info.footer_bytes), dtype=torch.uint8, device=tokens.device)
+        footer[:, :info.num_scales] = exponents
+        data = page_size * info.row_bytes
+        pages[:, :data] = rows
+        pages[:, data:data + page_size * info.footer_bytes] = footer.reshape(num_blocks, -1)
 
 
 def quantize_kv(values: torch.Tensor, model: ModelLike, page_size: int, *,
@@ -72,27 +98,11 @@ def quantize_kv(values: torch.Tensor, model: ModelLike, page_size: int, *,
         raise InvalidArgumentError(f"page_stride = {page_stride!r}; allowed: a multiple of 16 >= {min_stride} "
                                    f"({info.name}, page size {page_size})")
 
-    nope = tokens[:, :info.d_nope].float().reshape(-1, info.num_scales, info.quant_tile)
-    amax = nope.abs().amax(dim=-1)
-    scales = torch.clamp_min(amax / _FP8_MAX, _SCALE_FLOOR)
-    if info.scale_format != _capi.SCALE_FP32:
-        scales = _pow2_ceil(scales)
-    codes = (nope / scales.unsqueeze(-1)).to(torch.float8_e4m3fn).view(torch.uint8).reshape(-1, info.d_nope)
-    rope = tokens[:, info.d_nope:].contiguous().view(torch.uint8)  # bf16 bytes, as stored
-
     pages = torch.zeros((num_blocks, page_stride), dtype=torch.uint8, device=values.device)
-    if info.scale_place == _capi.SCALES_INLINE:
-        record = torch.cat([codes, scales.view(torch.uint8).reshape(-1, info.num_scales * 4), rope], dim=1)
-        pages[:, :page_size * info.row_bytes] = record.reshape(num_blocks, page_size * info.row_bytes)
-    else:
-        # rows [codes | RoPE] for every token of the page, then the footer: per
-        # token its ue8m0 scale bytes (the fp32 exponent), then padding
-        rows = torch.cat([codes, rope], dim=1).reshape(num_blocks, page_size * info.row_bytes)
-        exponents = ((scales.view(torch.int32) >> 23) & 0xFF).to(torch.uint8)
-        footer = torch.zeros((tokens.shape[0], info.footer_bytes), dtype=torch.uint8, device=values.device)
-        footer[:, :info.num_scales] = exponents
-        data = page_size * info.row_bytes
-        pages[:, :data] = rows
-        pages[:, data:data + page_size * info.footer_bytes] = footer.reshape(num_blocks, -1)
+    # a chunk of pages at a time, so a large cache needs a bounded fp32 copy
+    per_chunk = max(1, _CHUNK_TOKENS // page_size)
+    for first in range(0, num_blocks, per_chunk):
+        last = min(num_blocks, first + per_chunk)
+        _quantize_pages(info, tokens[first * page_size:last * page_size], page_size, pages[first:last])
     return pages.as_strided((num_blocks, page_size, 1, info.bytes_per_token),
                             (page_stride, info.bytes_per_token, info.bytes_per_token, 1))
