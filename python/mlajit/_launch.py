@@ -148,7 +148,7 @@ class Launcher:
         ndim = len(shape)
         bpt = self.bytes_per_token
         if (kv.dtype not in CACHE_DTYPES or not (ndim == 4 or ndim == 3) or shape[1] != page_size or
-                shape[-1] != bpt or (ndim == 4 and shape[2] != 1) or not kv.is_cuda or
+                shape[-1] != bpt or (ndim == 4 and shape[2] != 1) or kv.get_device() != self.device_index or
                 (stride[-1] != 1 and bpt > 1) or (stride[1] != bpt and page_size > 1)):
             self._explain_cache(kv, page_size, names, which)
         pages = shape[0]
@@ -172,8 +172,6 @@ class Launcher:
         a.q_stride_h = sh if h > 1 else 0
         # the cache
         ptr, page_stride, pages = self._cache(kv, self.layout.page_size, self.min_page_stride, names, "kv")
-        if kv.get_device() != dev:
-            self._explain_device(kv, names.kv)
         a.kv.data, a.kv.page_stride, a.kv.num_pages = ptr, page_stride, pages
         # indices [b, s_q, topk] int32, last dim contiguous
         if indices.shape != self.idx_shape or indices.dtype is not _I32 or indices.get_device() != dev:
@@ -213,8 +211,6 @@ class Launcher:
                 self._missing(names.extra_kv if extra_kv is None else names.extra_indices, "the extra cache and its indices")
             ptr, page_stride, pages = self._cache(extra_kv, layout.extra_page_size, self.extra_min_page_stride, names,
                                                   "extra_kv")
-            if extra_kv.get_device() != dev:
-                self._explain_device(extra_kv, names.extra_kv)
             a.extra_kv.data, a.extra_kv.page_stride, a.extra_kv.num_pages = ptr, page_stride, pages
             if (extra_indices.shape != self.extra_idx_shape or extra_indices.dtype is not _I32 or
                     extra_indices.get_device() != dev):
@@ -281,9 +277,10 @@ class Launcher:
             raise InvalidArgumentError(f"{name}.dtype = {t.dtype}; allowed: {dtype}")
         if t.shape != shape:
             raise InvalidArgumentError(f"{name}.shape = {tuple(t.shape)}; allowed: {tuple(shape)} (the geometry this plan was made for)")
-        if not t.is_cuda:
-            raise InvalidArgumentError(f"{name} is on {t.device}; allowed: a CUDA tensor (cuda:{self.device_index})")
         if t.get_device() != self.device_index:
+            if not t.is_cuda:
+                raise InvalidArgumentError(f"{name} is on {t.device}; allowed: a CUDA tensor "
+                                           f"(cuda:{self.device_index})")
             self._explain_device(t, name)
         if contiguous:
             raise InvalidArgumentError(f"{name}.stride() = {t.stride()}; allowed: contiguous (.contiguous())")
@@ -303,8 +300,11 @@ class Launcher:
         if len(shape) not in (3, 4) or shape[1] != page_size or shape[-1] != bpt or (len(shape) == 4 and shape[2] != 1):
             raise InvalidArgumentError(f"{name}.shape = {shape}; allowed: {want} ({self.layout.info.name}, page size "
                                        f"{page_size})")
-        if not kv.is_cuda:
-            raise InvalidArgumentError(f"{name} is on {kv.device}; allowed: a CUDA tensor (cuda:{self.device_index})")
+        if kv.get_device() != self.device_index:
+            if not kv.is_cuda:
+                raise InvalidArgumentError(f"{name} is on {kv.device}; allowed: a CUDA tensor "
+                                           f"(cuda:{self.device_index})")
+            self._explain_device(kv, name)
         raise InvalidArgumentError(f"{name}.stride() = {kv.stride()}; allowed: each page's tokens contiguous "
                                    f"(stride(1) = {bpt}, stride(-1) = 1); the page stride stride(0) is free "
                                    f"(>= {page_size * bpt}, a multiple of 16)")

@@ -83,3 +83,9 @@ def build_file(name, env):
 @pytest.fixture
 def cache_dir(tmp_path):
     return str(tmp_path / "cache")
+
+
+@pytest.fixture(scope="session")
+def shared_cache_dir(tmp_path_factory):
+    """One kernel cache for the tests that do not count compiles: each kernel compiles once per run."""
+    return str(tmp_path_factory.mktemp("shared-cache"))

@@ -6,48 +6,26 @@ engines send, argument refusals, driver failures as CudaError, counters.
 Run by `meson test python_fake_gpu` (LD_LIBRARY_PATH puts the fake first and
 MLAJIT_FAKE_CUDA names it); elsewhere these skip."""
 import ctypes
-import os
 
 import pytest
 
+import fake_driver
 import mlajit
 from mlajit import _capi
 
 pytestmark = pytest.mark.fake_driver
 
 
-class FakeCounts(ctypes.Structure):
-    _fields_ = [(name, ctypes.c_int) for name in (
-        "images_loaded", "images_live", "primary_retained", "context_depth", "allocations_live", "streams_live",
-        "events_live", "graphs_live", "execs_live", "launches", "launch_ex_calls")]
-
-
-class FakeLaunch(ctypes.Structure):
-    _fields_ = [("function", ctypes.c_char * 96), ("grid", ctypes.c_uint * 3), ("block", ctypes.c_uint * 3),
-                ("shared_bytes", ctypes.c_uint), ("stream", ctypes.c_void_p), ("extended", ctypes.c_int),
-                ("programmatic", ctypes.c_int), ("captured", ctypes.c_int)]
-
-
 @pytest.fixture(scope="module")
 def fake():
-    path = os.environ.get("MLAJIT_FAKE_CUDA")
-    if not path:
-        pytest.skip("needs the fake CUDA driver: run `meson test -C build python_fake_gpu`")
-    driver = ctypes.CDLL("libcuda.so.1")  # what the library's dlopen gets
-    if not hasattr(driver, "fake_cuda_counts_get"):
-        pytest.skip("libcuda.so.1 on the loader path is the real driver, not tests/fake_cuda's")
-    driver.fake_cuda_counts_get.restype = FakeCounts
-    driver.fake_cuda_launch_at.restype = ctypes.POINTER(FakeLaunch)
-    driver.fake_cuda_launch_at.argtypes = [ctypes.c_int]
-    driver.fake_cuda_fail.argtypes = [ctypes.c_char_p, ctypes.c_int, ctypes.c_int]
-    return driver
+    return fake_driver.load()
 
 
 @pytest.fixture
-def ctx(fake, cache_dir):
+def ctx(fake, shared_cache_dir):
     fake.fake_cuda_set_devices(1, None)
     fake.fake_cuda_forget_launches()
-    c = mlajit.Context(0, cache_dir=cache_dir, packs="")
+    c = mlajit.Context(0, cache_dir=shared_cache_dir, packs="")
     yield c
     for entry in (b"cuLaunchKernelEx", b"cuLaunchKernel"):
         fake.fake_cuda_fail(entry, 0, 0)
