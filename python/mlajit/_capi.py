@@ -265,6 +265,39 @@ STRUCTS = {
 
 LOG_HANDLER = ctypes.CFUNCTYPE(None, c_void_p, c_int, c_char_p)
 
+_PACK_CODES = {c_void_p: "Q", c_char_p: "Q", c_int64: "q", c_size_t: "Q", c_int: "i", c_uint: "I", c_float: "f",
+               c_double: "d"}
+
+
+def flat_fields(cls, base=0, prefix=""):
+    """(name, offset, ctype) of every scalar field of a struct, nested ones
+    flattened as "kv.data"; in order."""
+    out = []
+    for name, ctype in cls._fields_:
+        offset = base + getattr(cls, name).offset
+        if isinstance(ctype, type) and issubclass(ctype, Structure):
+            out += flat_fields(ctype, offset, f"{prefix}{name}.")
+        else:
+            out.append((prefix + name, offset, ctype))
+    return out
+
+
+def packer(cls, first: str, end: str):
+    """A struct.Struct that writes the fields of cls from `first` up to (not
+    including) `end` in one call, pointers as integers (0 for NULL), with the
+    padding the compiler put between them; and the byte offset it starts at.
+    Derived from the ctypes definition above, so the layout stays in one place."""
+    import struct
+    fields = flat_fields(cls)
+    names = [f[0] for f in fields]
+    lo, hi = names.index(first), names.index(end)
+    start = pos = fields[lo][1]
+    fmt = "<"
+    for name, offset, ctype in fields[lo:hi]:
+        fmt += "x" * (offset - pos) + _PACK_CODES[ctype]
+        pos = offset + ctypes.sizeof(ctype)
+    return struct.Struct(fmt), start
+
 # --- prototypes --------------------------------------------------------------------
 
 _PROTOTYPES = {

@@ -25,6 +25,12 @@ from .models import Model, ModelInfo, as_features, make_spec, model_info, spec_s
 
 _lib = _capi.lib
 _decode = _lib.mlajit_decode
+# mlajit_decode_args from q up to the workspace, written in one call per decode
+_ARGS_PACKER, _ARGS_PACK_OFFSET = _capi.packer(_capi.DecodeArgs, "q", "workspace")
+assert _ARGS_PACK_OFFSET == 0
+_pack_args = _ARGS_PACKER.pack_into
+_NO_EXTRA = (0, 0, 0, 0, 0, 0, 0)
+_NO_LSE = (0, 0, 0, 0)
 _BF16 = torch.bfloat16
 _F32 = torch.float32
 _I32 = torch.int32
@@ -106,8 +112,10 @@ class Launcher:
     """One plan with its argument block, for calls of exactly its geometry."""
 
     __slots__ = ("plan", "layout", "device_index", "args", "args_address", "plan_handle", "batch", "s_q", "topk",
-                 "extra_topk", "q_shape", "idx_shape", "extra_idx_shape", "out_shape", "lse_shape", "rows_shape",
-                 "sink_shape", "workspace", "min_page_stride", "extra_min_page_stride", "bytes_per_token")
+                 "extra_topk", "heads", "q_shape", "idx_shape", "extra_idx_shape", "out_shape", "lse_shape",
+                 "rows_shape", "sink_shape", "cache_tail", "cache_tail_3d", "extra_cache_tail", "extra_cache_tail_3d",
+                 "workspace", "min_page_stride", "extra_min_page_stride", "bytes_per_token", "single_page_stride",
+                 "extra_single_page_stride", "kv_seen_shape", "kv_seen_stride", "has_sink", "has_topk_length", "has_extra", "has_extra_topk_length")
 
     def __init__(self, layout: Layout, plan: Plan, device_index: int):
         self.plan = plan
@@ -117,7 +125,7 @@ class Launcher:
         b, s_q, topk, extra_topk = plan.shape
         self.batch, self.s_q, self.topk, self.extra_topk = b, s_q, topk, extra_topk
         info = layout.info
-        h = layout.heads
+        h = self.heads = layout.heads
         self.q_shape = torch.Size((b, s_q, h, info.d_qk))
         self.idx_shape = torch.Size((b, s_q, topk))
         self.extra_idx_shape = torch.Size((b, s_q, extra_topk))
@@ -125,9 +133,22 @@ class Launcher:
         self.lse_shape = torch.Size((b, s_q, h))
         self.rows_shape = torch.Size((b,))
         self.sink_shape = torch.Size((h,))
-        self.bytes_per_token = info.bytes_per_token
+        bpt = self.bytes_per_token = info.bytes_per_token
+        # a cache's shape past its page count: [page, 1, bpt] (FlashMLA's) or [page, bpt]
+        self.cache_tail = torch.Size((layout.page_size, 1, bpt))
+        self.cache_tail_3d = torch.Size((layout.page_size, bpt))
+        self.extra_cache_tail = torch.Size((layout.extra_page_size, 1, bpt))
+        self.extra_cache_tail_3d = torch.Size((layout.extra_page_size, bpt))
         self.min_page_stride = info.min_page_stride(layout.page_size)
         self.extra_min_page_stride = info.min_page_stride(layout.extra_page_size) if layout.extra_page_size else 0
+        self.has_sink = layout.has_sink
+        self.has_topk_length = layout.has_topk_length
+        self.has_extra = bool(layout.extra_page_size)
+        self.has_extra_topk_length = layout.has_extra_topk_length
+        # a one-page cache's stride is never used: the layout's minimum, rounded to 16
+        self.single_page_stride = (self.min_page_stride + 15) // 16 * 16
+        self.extra_single_page_stride = (self.extra_min_page_stride + 15) // 16 * 16
+        self.kv_seen_shape = self.kv_seen_stride = None
         self.args = _capi.DecodeArgs()
         self.args_address = ctypes.addressof(self.args)
         self.workspace = None
@@ -140,124 +161,115 @@ class Launcher:
 
     # -- the call --------------------------------------------------------------
 
-    def _cache(self, kv, page_size: int, min_stride: int, names: Names, which: str):
-        """(data pointer, page stride, pages) of a cache tensor [pages, page_size, 1,
-        bytes_per_token] or [pages, page_size, bytes_per_token], 1-byte elements."""
-        shape = kv.shape
-        stride = kv.stride()
-        ndim = len(shape)
-        bpt = self.bytes_per_token
-        if (kv.dtype not in CACHE_DTYPES or not (ndim == 4 or ndim == 3) or shape[1] != page_size or
-                shape[-1] != bpt or (ndim == 4 and shape[2] != 1) or kv.get_device() != self.device_index or
-                (stride[-1] != 1 and bpt > 1) or (stride[1] != bpt and page_size > 1)):
-            self._explain_cache(kv, page_size, names, which)
-        pages = shape[0]
-        page_stride = stride[0] if pages > 1 else (min_stride + 15) // 16 * 16
-        return kv.data_ptr(), page_stride, pages
-
     def __call__(self, q, kv, indices, out, lse, sm_scale, topk_length, attn_sink, extra_kv, extra_indices,
                  extra_topk_length, names: Names) -> None:
-        a = self.args
+        # Each tensor: one read of its shape, dtype, device, strides and pointer; a
+        # dimension of one entry gets stride 0 (the library's dense: its stride is
+        # never used, and torch's value there is arbitrary). The fields go into the
+        # argument block in one struct.pack_into.
         dev = self.device_index
+        b, s_q, h = self.batch, self.s_q, self.heads
         # q [b, s_q, h_q, d_qk] bf16, last dim contiguous
-        if q.shape != self.q_shape or q.dtype is not _BF16 or q.get_device() != dev:
-            self._explain(q, self.q_shape, _BF16, names.q)
         sb, ss, sh, sd = q.stride()
-        if sd != 1:
+        if q.shape != self.q_shape or q.dtype is not _BF16 or q.get_device() != dev or sd != 1:
             self._explain(q, self.q_shape, _BF16, names.q)
-        b, s_q, h = self.batch, self.s_q, self.layout.heads
-        a.q = q.data_ptr()
-        a.q_stride_b = sb if b > 1 else 0
-        a.q_stride_s = ss if s_q > 1 else 0
-        a.q_stride_h = sh if h > 1 else 0
-        # the cache
-        ptr, page_stride, pages = self._cache(kv, self.layout.page_size, self.min_page_stride, names, "kv")
-        a.kv.data, a.kv.page_stride, a.kv.num_pages = ptr, page_stride, pages
+        # the cache: [pages, page, 1, bpt] or [pages, page, bpt], 1-byte elements,
+        # each page's tokens contiguous; the page stride is stride(0). A shape and
+        # strides seen last time (the next layer's cache, say) need no second look.
+        shape = kv.shape
+        stride = kv.stride()
+        if shape != self.kv_seen_shape or stride != self.kv_seen_stride:
+            self._check_cache(kv, shape, stride, names)
+        if kv.dtype not in CACHE_DTYPES or kv.get_device() != dev:
+            self._explain_cache(kv, self.layout.page_size, names, "kv")
+        pages = shape[0]
         # indices [b, s_q, topk] int32, last dim contiguous
-        if indices.shape != self.idx_shape or indices.dtype is not _I32 or indices.get_device() != dev:
-            self._explain(indices, self.idx_shape, _I32, names.indices)
         ib, is_, ik = indices.stride()
-        if ik != 1 and self.topk > 1:
+        if (indices.shape != self.idx_shape or indices.dtype is not _I32 or indices.get_device() != dev or
+                (ik != 1 and self.topk > 1)):
             self._explain(indices, self.idx_shape, _I32, names.indices)
-        a.indices = indices.data_ptr()
-        a.indices_stride_b = ib if b > 1 else 0
-        a.indices_stride_s = is_ if s_q > 1 else 0
-        layout = self.layout
         # optional inputs: exactly those the kernel was made with
         if topk_length is not None:
-            if not layout.has_topk_length:
-                _explain_unwanted(names.topk_length)
-            if (topk_length.shape != self.rows_shape or topk_length.dtype is not _I32 or
+            if (not self.has_topk_length or topk_length.shape != self.rows_shape or topk_length.dtype is not _I32 or
                     topk_length.get_device() != dev or (b > 1 and topk_length.stride(0) != 1)):
-                self._explain(topk_length, self.rows_shape, _I32, names.topk_length, contiguous=True)
-            a.topk_length = topk_length.data_ptr()
-        elif layout.has_topk_length:
+                self._explain_optional(topk_length, self.has_topk_length, self.rows_shape, _I32, names.topk_length)
+            lengths_ptr = topk_length.data_ptr()
+        elif self.has_topk_length:
             self._missing(names.topk_length, "int32 [b]")
         else:
-            a.topk_length = None
+            lengths_ptr = 0
         if attn_sink is not None:
-            if not layout.has_sink:
-                _explain_unwanted(names.attn_sink)
-            if (attn_sink.shape != self.sink_shape or attn_sink.dtype is not _F32 or attn_sink.get_device() != dev or
-                    (h > 1 and attn_sink.stride(0) != 1)):
-                self._explain(attn_sink, self.sink_shape, _F32, names.attn_sink, contiguous=True)
-            a.attn_sink = attn_sink.data_ptr()
-        elif layout.has_sink:
+            if (not self.has_sink or attn_sink.shape != self.sink_shape or attn_sink.dtype is not _F32 or
+                    attn_sink.get_device() != dev or (h > 1 and attn_sink.stride(0) != 1)):
+                self._explain_optional(attn_sink, self.has_sink, self.sink_shape, _F32, names.attn_sink)
+            sink_ptr = attn_sink.data_ptr()
+        elif self.has_sink:
             self._missing(names.attn_sink, "float32 [h_q]")
         else:
-            a.attn_sink = None
-        if layout.extra_page_size:
-            if extra_kv is None or extra_indices is None:
-                self._missing(names.extra_kv if extra_kv is None else names.extra_indices, "the extra cache and its indices")
-            ptr, page_stride, pages = self._cache(extra_kv, layout.extra_page_size, self.extra_min_page_stride, names,
-                                                  "extra_kv")
-            a.extra_kv.data, a.extra_kv.page_stride, a.extra_kv.num_pages = ptr, page_stride, pages
-            if (extra_indices.shape != self.extra_idx_shape or extra_indices.dtype is not _I32 or
-                    extra_indices.get_device() != dev):
-                self._explain(extra_indices, self.extra_idx_shape, _I32, names.extra_indices)
-            eb, es, ek = extra_indices.stride()
-            if ek != 1 and self.extra_topk > 1:
-                self._explain(extra_indices, self.extra_idx_shape, _I32, names.extra_indices)
-            a.extra_indices = extra_indices.data_ptr()
-            a.extra_indices_stride_b = eb if b > 1 else 0
-            a.extra_indices_stride_s = es if s_q > 1 else 0
-            if extra_topk_length is not None:
-                if not layout.has_extra_topk_length:
-                    _explain_unwanted(names.extra_topk_length)
-                if (extra_topk_length.shape != self.rows_shape or extra_topk_length.dtype is not _I32 or
-                        extra_topk_length.get_device() != dev or (b > 1 and extra_topk_length.stride(0) != 1)):
-                    self._explain(extra_topk_length, self.rows_shape, _I32, names.extra_topk_length, contiguous=True)
-                a.extra_topk_length = extra_topk_length.data_ptr()
-            elif layout.has_extra_topk_length:
-                self._missing(names.extra_topk_length, "int32 [b]")
-            else:
-                a.extra_topk_length = None
+            sink_ptr = 0
+        if self.has_extra:
+            extra = self._extra(extra_kv, extra_indices, extra_topk_length, names)
         elif extra_kv is not None or extra_indices is not None or extra_topk_length is not None:
             self._unexpected(names, extra_kv, extra_indices, extra_topk_length)
-        a.sm_scale = sm_scale
+        else:
+            extra = _NO_EXTRA
         # out [b, s_q, h_q, d_v] bf16, last dim contiguous
-        if out.shape != self.out_shape or out.dtype is not _BF16 or out.get_device() != dev:
-            self._explain(out, self.out_shape, _BF16, names.out)
         ob, os_, oh, od = out.stride()
-        if od != 1:
+        if out.shape != self.out_shape or out.dtype is not _BF16 or out.get_device() != dev or od != 1:
             self._explain(out, self.out_shape, _BF16, names.out)
-        a.out = out.data_ptr()
-        a.out_stride_b = ob if b > 1 else 0
-        a.out_stride_s = os_ if s_q > 1 else 0
-        a.out_stride_h = oh if h > 1 else 0
         if lse is not None:
+            lb, ls, lh = lse.stride()
             if lse.shape != self.lse_shape or lse.dtype is not _F32 or lse.get_device() != dev:
                 self._explain(lse, self.lse_shape, _F32, names.lse)
-            lb, ls, lh = lse.stride()
-            a.lse = lse.data_ptr()
-            a.lse_stride_b = lb if b > 1 else 0
-            a.lse_stride_s = ls if s_q > 1 else 0
-            a.lse_stride_h = lh if h > 1 else 0
+            lse_fields = (lse.data_ptr(), lb if b > 1 else 0, ls if s_q > 1 else 0, lh if h > 1 else 0)
         else:
-            a.lse = None
+            lse_fields = _NO_LSE
+        _pack_args(self.args, 0,
+                   q.data_ptr(), sb if b > 1 else 0, ss if s_q > 1 else 0, sh if h > 1 else 0,
+                   kv.data_ptr(), stride[0] if pages > 1 else self.single_page_stride, pages,
+                   indices.data_ptr(), ib if b > 1 else 0, is_ if s_q > 1 else 0,
+                   lengths_ptr, sink_ptr, *extra, sm_scale,
+                   out.data_ptr(), ob if b > 1 else 0, os_ if s_q > 1 else 0, oh if h > 1 else 0, *lse_fields)
         status = _decode(self.plan_handle, self.args_address, _raw_stream(dev))
         if status:
             self._failed(status, names)
+
+    def _check_cache(self, kv, shape, stride, names: Names) -> None:
+        if ((shape[1:] != self.cache_tail and shape[1:] != self.cache_tail_3d) or stride[-1] != 1 or
+                stride[1] != self.bytes_per_token):
+            self._explain_cache(kv, self.layout.page_size, names, "kv")
+        self.kv_seen_shape, self.kv_seen_stride = shape, stride
+
+    def _extra(self, extra_kv, extra_indices, extra_topk_length, names: Names) -> tuple:
+        """The extra cache's fields of the argument block (DeepSeek-V4's dual cache)."""
+        dev = self.device_index
+        b, s_q = self.batch, self.s_q
+        if extra_kv is None or extra_indices is None:
+            self._missing(names.extra_kv if extra_kv is None else names.extra_indices, "the extra cache and its indices")
+        shape = extra_kv.shape
+        stride = extra_kv.stride()
+        if ((shape[1:] != self.extra_cache_tail and shape[1:] != self.extra_cache_tail_3d) or
+                extra_kv.dtype not in CACHE_DTYPES or extra_kv.get_device() != dev or stride[-1] != 1 or
+                stride[1] != self.bytes_per_token):
+            self._explain_cache(extra_kv, self.layout.extra_page_size, names, "extra_kv")
+        eb, es, ek = extra_indices.stride()
+        if (extra_indices.shape != self.extra_idx_shape or extra_indices.dtype is not _I32 or
+                extra_indices.get_device() != dev or (ek != 1 and self.extra_topk > 1)):
+            self._explain(extra_indices, self.extra_idx_shape, _I32, names.extra_indices)
+        if extra_topk_length is not None:
+            if (not self.has_extra_topk_length or extra_topk_length.shape != self.rows_shape or
+                    extra_topk_length.dtype is not _I32 or extra_topk_length.get_device() != dev or
+                    (b > 1 and extra_topk_length.stride(0) != 1)):
+                self._explain_optional(extra_topk_length, self.has_extra_topk_length, self.rows_shape, _I32,
+                                       names.extra_topk_length)
+            lengths_ptr = extra_topk_length.data_ptr()
+        elif self.has_extra_topk_length:
+            self._missing(names.extra_topk_length, "int32 [b]")
+        else:
+            lengths_ptr = 0
+        pages = shape[0]
+        return (extra_kv.data_ptr(), stride[0] if pages > 1 else self.extra_single_page_stride, pages,
+                extra_indices.data_ptr(), eb if b > 1 else 0, es if s_q > 1 else 0, lengths_ptr)
 
     # -- the slow paths: say exactly what is wrong -------------------------------
 
@@ -309,6 +321,11 @@ class Launcher:
                                    f"(stride(1) = {bpt}, stride(-1) = 1); the page stride stride(0) is free "
                                    f"(>= {page_size * bpt}, a multiple of 16)")
 
+    def _explain_optional(self, t, wanted, shape, dtype, name):
+        if not wanted:
+            raise InvalidArgumentError(f"{name} was given, but this kernel was made without it; allowed: None")
+        self._explain(t, shape, dtype, name, contiguous=True)
+
     def _missing(self, name, what):
         raise InvalidArgumentError(f"{name} is None, but this kernel was made with it; pass {what}")
 
@@ -316,10 +333,6 @@ class Launcher:
         given = [n for n, t in ((names.extra_kv, extra_kv), (names.extra_indices, extra_indices),
                                 (names.extra_topk_length, extra_topk_length)) if t is not None]
         raise InvalidArgumentError(f"{', '.join(given)} given, but this kernel has no extra cache; allowed: None")
-
-
-def _explain_unwanted(name: str):
-    raise InvalidArgumentError(f"{name} was given, but this kernel was made without it; allowed: None")
 
 
 # --- plans shared by the entry points -------------------------------------------------
