@@ -160,7 +160,7 @@ def bench_rows(heads, quick, c_rows, json_out):
                 if json_out:
                     json_out.write(json.dumps(r) + "\n")
                     json_out.flush()
-            del q, kv, idx, out, lse, dec, meta
+            q = kv = idx = out = lse = dec = meta = entry = None  # the next row's inputs in their place
             torch.cuda.empty_cache()
     return results
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 import ctypes
 import glob
 import os
-from ctypes import (POINTER, Structure, c_char, c_char_p, c_double, c_float, c_int, c_int32, c_int64, c_size_t,
+from ctypes import (POINTER, Structure, c_char, c_char_p, c_double, c_float, c_int, c_int64, c_size_t,
                     c_uint, c_uint16, c_void_p)
 
 # --- constants (checked against the header by test_abi.py) -------------------------

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import ctypes
 import threading
-from typing import Dict, NamedTuple, Optional, Tuple
+from typing import Dict, NamedTuple, Optional
 
 import torch
 
