@@ -6,7 +6,10 @@ one import::
     from mlajit.flash_mla import flash_mla_with_kvcache, get_mla_metadata
 
 It takes what FlashMLA refuses: any head count 1..128 without padding, any topk,
-any page size, and GLM-NSA's arbitrary fp32 scales (``kv_scale_format="fp32"``).
+any page size, and GLM-NSA's arbitrary fp32 scales (``kv_scale_format="fp32"``);
+rows (b x s_q) up to 65,536 and s_q up to 64, and a whole mixed batch as
+(1, T, H, D) with T past 64 too (as T rows of one token) when no topk_length
+applies.
 The dense (non-sparse) path is not provided: ``indices`` is required.
 
 As in FlashMLA, the metadata object binds to the geometry of its first call:
@@ -22,7 +25,7 @@ from typing import Optional, Tuple
 
 import torch
 
-from . import _launch
+from . import _capi, _launch
 from .errors import InvalidArgumentError
 from .models import model_info
 from . import ops as _ops  # noqa: F401  (registers torch.ops.mlajit.sparse_mla_decode)
@@ -39,12 +42,13 @@ class MLASchedMeta:
     plan, its workspace, and the argument block). Reuse it across calls (and
     layers) of the same shapes, as with FlashMLA."""
 
-    __slots__ = ("_launcher", "config", "_default_scale")
+    __slots__ = ("_launcher", "config", "_default_scale", "_folded")
 
     def __init__(self):
         self._launcher: Optional[_launch.Launcher] = None
         self.config: Optional[dict] = None
         self._default_scale = 0.0
+        self._folded = False
 
     @property
     def have_initialized(self) -> bool:
@@ -94,6 +98,9 @@ def _bind(meta: MLASchedMeta, q, k_cache, head_dim_v, num_splits, causal, is_fp8
                                    "torch.uint8")
     indices = _tensor(indices, "indices", 3, torch.int32)
     b, s_q, h_q, d_qk = q.shape
+    # One row of more query tokens than a row may have (a whole mixed batch as
+    # (1, T, H, D)): its tokens as T rows, when no length applies to all of them.
+    folded = b == 1 and s_q > _capi.MAX_SQ and topk_length is None and extra_topk_length is None
     model = _launch.model_of_cache(d_qk, k_cache.shape[-1], kv_scale_format)
     layout_info = model_info(model)
     if head_dim_v != layout_info.d_v:
@@ -115,7 +122,8 @@ def _bind(meta: MLASchedMeta, q, k_cache, head_dim_v, num_splits, causal, is_fp8
                 (4 if extra_topk_length is not None else 0))
     layout = _launch.plans.layout(model, h_q, k_cache.shape[1], extra_page, features)
     ctx = _launch.context_for(device_index)
-    plan = _launch.plans.plan(ctx, layout, b, s_q, indices.shape[-1], extra_topk)
+    plan = _launch.plans.plan(ctx, layout, s_q if folded else b, 1 if folded else s_q, indices.shape[-1],
+                              extra_topk)
     launcher = _launch.Launcher(layout, plan, device_index)
     launcher.set_workspace(_launch.allocate_workspace(plan.workspace_size, device_index))
     meta.config = {"b": b, "s_q": s_q, "h_q": h_q, "page_block_size": k_cache.shape[1], "h_k": 1, "causal": False,
@@ -123,6 +131,7 @@ def _bind(meta: MLASchedMeta, q, k_cache, head_dim_v, num_splits, causal, is_fp8
                    "extra_page_block_size": extra_page or None, "extra_topk": extra_topk or None,
                    "model": layout_info.name}
     meta._default_scale = d_qk ** -0.5
+    meta._folded = folded
     meta._launcher = launcher
     return launcher
 
@@ -189,9 +198,34 @@ def flash_mla_with_kvcache(
     if softmax_scale is None:
         softmax_scale = meta._default_scale
     device = q.device
+    if meta._folded:
+        return _folded_call(launcher, q, k_cache, indices, out, softmax_scale, topk_length, attn_sink, extra_k_cache,
+                            extra_indices_in_kvcache, extra_topk_length)
     if out is None:
         out = torch.empty(launcher.out_shape, dtype=torch.bfloat16, device=device)
     lse = torch.empty(launcher.lse_shape, dtype=torch.float32, device=device)
     launcher(q, k_cache, indices, out, lse, softmax_scale, topk_length, attn_sink, extra_k_cache,
              extra_indices_in_kvcache, extra_topk_length, _NAMES)
     return out, lse.transpose(1, 2)
+
+
+def _folded_call(launcher, q, k_cache, indices, out, softmax_scale, topk_length, attn_sink, extra_k_cache,
+                 extra_indices, extra_topk_length):
+    """A (1, T, H, D) call as T rows of one token: views of the caller's tensors,
+    and out and lse returned in its shapes."""
+    t = launcher.batch
+    if topk_length is not None or extra_topk_length is not None:
+        raise InvalidArgumentError("topk_length / extra_topk_length given, but this metadata was made without them "
+                                   "(its (1, T) call runs as T rows); allowed: None")
+    if q.dim() != 4 or q.shape[0] != 1 or indices.dim() != 3 or indices.shape[0] != 1:
+        raise InvalidArgumentError(f"q.shape = {tuple(q.shape)}, indices.shape = {tuple(indices.shape)}; allowed: "
+                                   f"(1, {t}, ...), the geometry this metadata was made for")
+    if out is None:
+        out = torch.empty((1, t) + launcher.out_shape[2:], dtype=torch.bfloat16, device=q.device)
+    elif out.dim() != 4 or out.shape[0] != 1:
+        raise InvalidArgumentError(f"out.shape = {tuple(out.shape)}; allowed: (1, {t}, h_q, 512)")
+    lse = torch.empty(launcher.lse_shape, dtype=torch.float32, device=q.device)  # [T, 1, h] is [1, T, h]
+    launcher(q[0].unsqueeze(1), k_cache, indices[0].unsqueeze(1), out[0].unsqueeze(1), lse, softmax_scale, None,
+             attn_sink, extra_k_cache, extra_indices[0].unsqueeze(1) if extra_indices is not None else None, None,
+             _NAMES)
+    return out, lse.view(1, t, -1).transpose(1, 2)

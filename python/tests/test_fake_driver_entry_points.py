@@ -73,6 +73,23 @@ def test_flash_mla_binds_its_metadata_once_and_reuses_it(fake, host):
         flash_mla.flash_mla_with_kvcache(q, kv, None, None, 512, meta, causal=True, indices=idx)
 
 
+def test_a_mixed_batch_as_one_row_of_t_tokens_runs_as_t_rows(fake, host):
+    """vLLM's (1, T, H, D) with T past the 64 tokens a row may have."""
+    t = 1000
+    q, kv, idx = v32(b=1, s_q=t, topk=64)
+    meta, _ = flash_mla.get_mla_metadata()
+    out, lse = flash_mla.flash_mla_with_kvcache(q, kv, None, None, 512, meta, indices=idx)
+    assert out.shape == (1, t, 16, 512) and lse.shape == (1, 16, t)
+    launch = fake.fake_cuda_launch_at(0).contents
+    assert launch.grid[0] == t
+    with pytest.raises(mlajit.InvalidArgumentError, match="made without them"):
+        flash_mla.flash_mla_with_kvcache(q, kv, None, None, 512, meta, indices=idx,
+                                         topk_length=torch.ones(1, dtype=torch.int32))
+    with pytest.raises(mlajit.InvalidArgumentError, match="shape.s_q = 1000"):
+        flash_mla.flash_mla_with_kvcache(q, kv, None, None, 512, flash_mla.get_mla_metadata()[0], indices=idx,
+                                         topk_length=torch.ones(1, dtype=torch.int32))
+
+
 def test_flash_mla_under_capture_binds_only_where_its_kernel_is_loaded(fake, host):
     q, kv, idx = v32(b=3, h=24, topk=100)
     host["capturing"] = True

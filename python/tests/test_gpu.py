@@ -216,6 +216,7 @@ def test_sweep_heads_pages_ragged_topks_against_the_fp64_reference(model):
     (32768, 1, 32, 64, 64),
     (1, 64, 16, 512, 64),      # speculative decoding's s_q 64
     (1024, 64, 8, 32, 16),     # the most rows: 65536
+    (1, 4096, 16, 128, 64),    # a mixed batch as (1, T, H, D), T past 64: run as T rows (flash_mla)
 ])
 def test_the_geometry_engines_send(b, s_q, h, topk, page):
     c = synth("v32", b, s_q, h, topk, page, seqlen=max(topk, page), seed=b + s_q)
