@@ -431,6 +431,13 @@ def model_of_cache(d_qk: int, bytes_per_token: int, kv_scale_format: str = "auto
     return model
 
 
+def features_of(attn_sink, topk_length, extra_topk_length) -> int:
+    """The feature bits of the optional inputs a call passes."""
+    return ((_capi.FEATURE_SINK if attn_sink is not None else 0) |
+            (_capi.FEATURE_TOPK_LENGTH if topk_length is not None else 0) |
+            (_capi.FEATURE_EXTRA_TOPK_LENGTH if extra_topk_length is not None else 0))
+
+
 def device_index_of(t: torch.Tensor, name: str) -> int:
     if not isinstance(t, torch.Tensor):
         raise InvalidArgumentError(f"{name}: {type(t).__name__}; allowed: a torch.Tensor")

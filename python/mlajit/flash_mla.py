@@ -118,8 +118,7 @@ def _bind(meta: MLASchedMeta, q, k_cache, head_dim_v, num_splits, causal, is_fp8
     elif extra_topk_length is not None:
         raise InvalidArgumentError("extra_topk_length given without extra_k_cache; allowed: None")
     device_index = _launch.device_index_of(q, "q")
-    features = ((1 if attn_sink is not None else 0) | (2 if topk_length is not None else 0) |
-                (4 if extra_topk_length is not None else 0))
+    features = _launch.features_of(attn_sink, topk_length, extra_topk_length)
     layout = _launch.plans.layout(model, h_q, k_cache.shape[1], extra_page, features)
     ctx = _launch.context_for(device_index)
     plan = _launch.plans.plan(ctx, layout, s_q if folded else b, 1 if folded else s_q, indices.shape[-1],

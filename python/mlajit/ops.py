@@ -38,8 +38,7 @@ def _run(q: torch.Tensor, kv_cache: torch.Tensor, indices: torch.Tensor, out: to
     model = _launch.model_of_cache(d_qk, kv_cache.shape[-1], kv_scale_format)
     extra_page = extra_kv_cache.shape[1] if extra_kv_cache is not None else 0
     extra_topk = extra_indices.shape[-1] if extra_indices is not None else 0
-    features = ((1 if attn_sink is not None else 0) | (2 if topk_length is not None else 0) |
-                (4 if extra_topk_length is not None else 0))
+    features = _launch.features_of(attn_sink, topk_length, extra_topk_length)
     layout = _launch.plans.layout(model, h_q, kv_cache.shape[1], extra_page, features)
     ctx = _launch.context_for(device_index)
     launcher = _launch.plans.launcher(ctx, layout, b, s_q, indices.shape[-1], extra_topk, device_index)
