@@ -26,7 +26,7 @@ except ImportError:
     HAVE_TORCH = False
 
 NO_TORCH = ("torch is not installed (CI does not install it: it pulls several GB of CUDA libraries); "
-            "these run on the H200 host, where torch is")
+            "these tests run where torch is, as on the H200 host")
 
 
 def gpu_unavailable_reason():
