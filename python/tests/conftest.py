@@ -89,3 +89,10 @@ def cache_dir(tmp_path):
 def shared_cache_dir(tmp_path_factory):
     """One kernel cache for the tests that do not count compiles: each kernel compiles once per run."""
     return str(tmp_path_factory.mktemp("shared-cache"))
+
+
+@pytest.fixture(scope="session")
+def fake():
+    """The fake CUDA driver's controls (the fake_driver suites), or a skip saying how to get it."""
+    import fake_driver
+    return fake_driver.load()

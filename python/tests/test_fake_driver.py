@@ -9,16 +9,10 @@ import ctypes
 
 import pytest
 
-import fake_driver
 import mlajit
 from mlajit import _capi
 
 pytestmark = pytest.mark.fake_driver
-
-
-@pytest.fixture(scope="module")
-def fake():
-    return fake_driver.load()
 
 
 @pytest.fixture

@@ -11,16 +11,10 @@ from conftest import NO_TORCH
 
 torch = pytest.importorskip("torch", reason=NO_TORCH)
 
-import fake_driver  # noqa: E402
 import mlajit  # noqa: E402
 from mlajit import _launch, flash_mla  # noqa: E402
 
 pytestmark = pytest.mark.fake_driver
-
-
-@pytest.fixture(scope="module")
-def fake():
-    return fake_driver.load()
 
 
 @pytest.fixture

@@ -19,11 +19,6 @@ from mlajit import _capi, _launch  # noqa: E402
 pytestmark = pytest.mark.fake_driver
 
 
-@pytest.fixture(scope="module")
-def fake():
-    return fake_driver.load()
-
-
 @pytest.fixture
 def ctx(fake, shared_cache_dir, monkeypatch):
     fake.fake_cuda_set_devices(1, None)
