@@ -68,7 +68,13 @@ def golden_dir():
 
 
 def golden_cases():
-    return sorted(os.path.dirname(p) for p in glob.glob(os.path.join(golden_dir(), "*", "case.json")))
+    """The full set's case directories; without it, the build's unpacked subset
+    (tests/golden, $MLAJIT_GOLDEN_SUBSET)."""
+    found = sorted(os.path.dirname(p) for p in glob.glob(os.path.join(golden_dir(), "*", "case.json")))
+    subset = os.environ.get("MLAJIT_GOLDEN_SUBSET")
+    if not found and subset:
+        found = sorted(os.path.dirname(p) for p in glob.glob(os.path.join(subset, "*", "case.json")))
+    return found
 
 
 def build_file(name, env):
