@@ -56,7 +56,7 @@ int main(void)
     FIELD(mlajit_context_info, pack_hits); FIELD(mlajit_context_info, disk_hits); FIELD(mlajit_context_info, compiles);
     FIELD(mlajit_context_info, corrupt); FIELD(mlajit_context_info, jit_refusals);
     FIELD(mlajit_context_info, compile_ms); FIELD(mlajit_context_info, l2_bytes);
-    FIELD(mlajit_context_info, no_device_reason);
+    FIELD(mlajit_context_info, no_device_reason); FIELD(mlajit_context_info, stale);
     END();
 
     BEGIN(mlajit_kernel_report);

@@ -153,7 +153,7 @@ case make garbage --out x                                  | is malformed
 case make v32.h0.p64 --out x                               | spec.h_q = 0
 case make v32.h16.p64 --out x --topk 0                     | --topk = '0'
 case make v32.h16.p64 --out x --extra-topk 8               | --extra-topk needs an extra cache
-case make dsv4.h16.p64.e64 --out x --batch 4097            | --batch = '4097'
+case make dsv4.h16.p64.e64 --out x --batch 65537           | --batch = '65537'
 case make v32.h16.p64 --out x --invalid 2                  | --invalid = '2'
 case make v32.h16.p64 --out x --page-pad 8                 | --page-pad = 8; allowed a multiple of 16
 case make v32.h16.p64.fx --out x                           | extra_page_size

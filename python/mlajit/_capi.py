@@ -139,6 +139,7 @@ class ContextInfo(Structure):
         ("compile_ms", c_double),
         ("l2_bytes", c_int64),
         ("no_device_reason", c_char * 256),
+        ("stale", c_int64),
     ]
 
 

@@ -46,6 +46,7 @@ class ContextInfo:
     compile_ms: float
     l2_bytes: int
     no_device_reason: str
+    stale: int  # stored entries refused as stale (another format, or a launch record not expected), recompiled
 
 
 @dataclasses.dataclass(frozen=True)
@@ -160,7 +161,7 @@ class Context:
             cache_writable=bool(i.cache_writable), pack_count=i.pack_count, jit_disabled=bool(i.jit_disabled),
             memory_hits=i.memory_hits, pack_hits=i.pack_hits, disk_hits=i.disk_hits, compiles=i.compiles,
             corrupt=i.corrupt, jit_refusals=i.jit_refusals, compile_ms=i.compile_ms, l2_bytes=i.l2_bytes,
-            no_device_reason=_text(i.no_device_reason))
+            no_device_reason=_text(i.no_device_reason), stale=i.stale)
 
     def prepare(self, spec: _capi.KernelSpec) -> KernelReport:
         """Look up or compile one kernel, and load it when the context has a GPU."""
