@@ -7,7 +7,7 @@ its own q and output; the layers share one cache here to keep memory small).
 
 Graphs: a SparseMLADecoder warmed up for every batch size in {1, 2, 4, ..., 256},
 then one CUDA graph per batch size, captured once and replayed each step with
-new indices and lengths written into the graph's input buffers (the graph
+new indices written into the graph's input buffer (the graph
 contract: pointers and shapes frozen, contents read fresh).
 
 Output: attention time per decode step (all layers) per batch size, and, when
@@ -32,7 +32,7 @@ SM_SCALE = D_QK ** -0.5
 def make_decoder(device=None):
     """The example's decoder: its envelope is what warm-up compiles or loads."""
     return mlajit.SparseMLADecoder(MODEL, HEADS, PAGE, max_batch_size=max(BATCH_SIZES), max_s_q=S_Q, max_topk=TOPK,
-                                   features=["topk_length"], device=device)
+                                   device=device)
 
 
 def warm_up(decoder):
@@ -66,7 +66,6 @@ class Step:
                   for _ in range(layers)]
         self.out = [torch.empty(batch, S_Q, heads, D_V, dtype=torch.bfloat16, device="cuda") for _ in range(layers)]
         self.indices = torch.empty(batch, S_Q, TOPK, dtype=torch.int32, device="cuda")
-        self.lengths = torch.full((batch,), TOPK, dtype=torch.int32, device="cuda")
         self.graph = torch.cuda.CUDAGraph()
 
 
@@ -86,7 +85,6 @@ def run_loop(name, batch_sizes, layers, steps, cache, gen, attend, heads):
         times = []
         for _ in range(steps):
             cache.indices(batch, gen, st.indices)  # what the indexer would write
-            st.lengths.random_(TOPK // 2, TOPK + 1, generator=gen)
             start.record()
             st.graph.replay()
             end.record()
@@ -117,7 +115,7 @@ def main():
     compiles = decoder.context.info().compiles
 
     def mlajit_layer(st, layer):
-        decoder.run(st.q[layer], cache.kv, st.indices, st.out[layer], SM_SCALE, topk_length=st.lengths)
+        decoder.run(st.q[layer], cache.kv, st.indices, st.out[layer], SM_SCALE)
 
     ours = run_loop("mlajit, 16 heads", BATCH_SIZES, args.layers, args.steps, cache, gen, mlajit_layer, HEADS)
     assert decoder.context.info().compiles == compiles, "nothing compiles after warm-up"
@@ -135,7 +133,7 @@ def main():
             metas[key] = flash_mla.get_mla_metadata()[0]
         out, _ = flash_mla.flash_mla_with_kvcache(st.q[layer], cache.kv, None, None, D_V, metas[key], None,
                                                   softmax_scale=SM_SCALE, causal=False, is_fp8_kvcache=True,
-                                                  indices=st.indices, topk_length=st.lengths)
+                                                  indices=st.indices)
         st.out[layer] = out
 
     theirs = run_loop("FlashMLA, 16 padded to 64", BATCH_SIZES, args.layers, args.steps, cache, gen, flashmla_layer,
