@@ -26,8 +26,8 @@ from .models import Model, ModelInfo, as_features, make_spec, model_info, spec_s
 _lib = _capi.lib
 _decode = _lib.mlajit_decode
 # mlajit_decode_args from q up to the workspace, written in one call per decode
+# (a leading field before q, such as a struct_size, stays as the Launcher set it)
 _ARGS_PACKER, _ARGS_PACK_OFFSET = _capi.packer(_capi.DecodeArgs, "q", "workspace")
-assert _ARGS_PACK_OFFSET == 0
 _pack_args = _ARGS_PACKER.pack_into
 _NO_EXTRA = (0, 0, 0, 0, 0, 0, 0)
 _NO_LSE = (0, 0, 0, 0)
@@ -224,7 +224,7 @@ class Launcher:
             lse_fields = (lse.data_ptr(), lb if b > 1 else 0, ls if s_q > 1 else 0, lh if h > 1 else 0)
         else:
             lse_fields = _NO_LSE
-        _pack_args(self.args, 0,
+        _pack_args(self.args, _ARGS_PACK_OFFSET,
                    q.data_ptr(), sb if b > 1 else 0, ss if s_q > 1 else 0, sh if h > 1 else 0,
                    kv.data_ptr(), stride[0] if pages > 1 else self.single_page_stride, pages,
                    indices.data_ptr(), ib if b > 1 else 0, is_ if s_q > 1 else 0,
