@@ -63,6 +63,29 @@ const char *mlajit_last_error(void);
 void mlajit_free(void *ptr);
 
 /* ------------------------------------------------------------------------- */
+/* Log lines                                                                  */
+/* ------------------------------------------------------------------------- */
+
+typedef enum mlajit_log_level {
+    MLAJIT_LOG_WARNING = 1, /* something was skipped or fell back (a damaged pack, an unwritable cache) */
+    MLAJIT_LOG_INFO = 2     /* progress: a line per compile and per pack opened */
+} mlajit_log_level;
+
+/* Receives one log line: level (mlajit_log_level) and the message, without the
+ * "mlajit: " prefix or a newline, valid during the call. Called from whichever
+ * thread logs (warmup's compile workers too), possibly from several at once. */
+typedef void (*mlajit_log_handler)(void *user, int level, const char *message);
+
+/* Send the library's log lines to handler (with user) instead of stderr; NULL
+ * restores stderr. Without a handler, warnings go to stderr unless MLAJIT_LOG=quiet
+ * and info lines only with MLAJIT_LOG=info. A handler gets every line of both
+ * levels whatever MLAJIT_LOG says, and filters them itself (the Python package
+ * passes them to its `logging` logger). Process-wide and thread-safe; a line
+ * already being delivered may still reach the handler it replaced, so keep user
+ * valid while the library may log. */
+void mlajit_set_log_handler(mlajit_log_handler handler, void *user);
+
+/* ------------------------------------------------------------------------- */
 /* Model types: KV-cache layouts (the numbers live in one descriptor table)    */
 /* ------------------------------------------------------------------------- */
 
@@ -122,8 +145,9 @@ int64_t mlajit_min_page_stride(mlajit_model model, int page_size);
 #define MLAJIT_MAX_HEADS 128
 #define MLAJIT_MAX_PAGE_SIZE 1024
 #define MLAJIT_MAX_TOPK 16384
-#define MLAJIT_MAX_SQ 16
-#define MLAJIT_MAX_BATCH 4096
+#define MLAJIT_MAX_SQ 64       /* query tokens per row (speculative decoding) */
+#define MLAJIT_MAX_BATCH 65536
+#define MLAJIT_MAX_ROWS 65536  /* batch x s_q: a whole mixed batch as (T, 1) or (T / s_q, s_q) */
 #define MLAJIT_ARCH_LEN 16
 
 typedef enum mlajit_variant {
@@ -381,8 +405,8 @@ int mlajit_warmup(mlajit_context *ctx, const mlajit_kernel_grid *grid, int threa
 typedef struct mlajit_plan mlajit_plan;
 
 typedef struct mlajit_decode_shape {
-    int batch;       /* b, 0..4096 */
-    int s_q;         /* query tokens per row, 0..16 */
+    int batch;       /* b, 0..MLAJIT_MAX_BATCH (65536) */
+    int s_q;         /* query tokens per row, 0..MLAJIT_MAX_SQ (64); batch x s_q at most MLAJIT_MAX_ROWS */
     int topk;        /* main candidates per (row, query token), 1..16384 */
     int extra_topk;  /* extra-cache candidates (0 without an extra cache), 0..16384 */
     int num_splits;  /* split-KV factor: 0 = planner's choice, else 1..64 (lowered

@@ -1,5 +1,7 @@
 #!/usr/bin/env bash
 # CI's second half, after tools/test.sh (the README's test command, ./build):
+#  0. `pip install .` from a fresh clone into a new venv (meson-python from PyPI),
+#     then the installed package and CLI answer (bounded: PIP_SECONDS, 900);
 #  1. a bounded `mlajit fuzz --cpu-only` on the normal build: random calls over
 #     the envelope, generated and NVRTC-compiled for four arch families;
 #  2. the sanitizer build (./build-asan: clang, AddressSanitizer +
@@ -17,6 +19,25 @@ scratch=$(mktemp -d /tmp/mlajit-ci-XXXXXX)
 trap 'rm -rf "$scratch"' EXIT
 
 step() { printf '\n== %s (%s)\n' "$1" "$(date -u +%H:%M:%S)"; }
+
+step "pip install . on a fresh clone (venv, meson-python), then the package and its CLI"
+git clone -q . "$scratch/clone"
+python3 -m venv "$scratch/venv"
+timeout "${PIP_SECONDS:-900}" "$scratch/venv/bin/python" -m pip install -q --disable-pip-version-check "$scratch/clone"
+(cd "$scratch" && MLAJIT_CACHE_DIR="$scratch/pip-cache" "$scratch/venv/bin/python" - "$scratch/venv" <<'PY'
+import sys
+import mlajit
+venv = sys.argv[1]
+assert mlajit.library_path().startswith(venv), mlajit.library_path()  # the wheel's own library
+ok, why = mlajit.supported("v32", 16, 64, 2048, batch_size=32768)
+assert ok, why
+assert mlajit.supported("v32", 129, 64)[1] == "spec.h_q = 129; allowed 1..128"
+ctx = mlajit.Context(no_device=True)
+plan = ctx.plan(mlajit.models.make_spec("dsv4", 8, 64), 2, 2, 128)
+print(f"pip install .: {mlajit.library_path()}: planned {plan.report.spec}, compiles {ctx.info().compiles}")
+PY
+)
+"$scratch/venv/bin/mlajit" envelope v32.h16.p64.t0.hc0.auto.sm_90a --batch 32768 --topk 2048 | tail -1
 
 step "fuzz --cpu-only, ${FUZZ_SECONDS} s, normal build"
 MLAJIT_CACHE_DIR=$scratch/cache ./build/mlajit fuzz --cpu-only --seconds "$FUZZ_SECONDS" --seed "$FUZZ_SEED" \

@@ -343,6 +343,9 @@ static int load_from_json(const char *dir, const mlajit_json *root, mlajit_case 
     if ((st = get_int(root, "s_q", 0, MLAJIT_MAX_SQ, "s_q", &x)) != MLAJIT_OK)
         return st;
     c->s_q = (int)x;
+    if ((int64_t)c->b * c->s_q > MLAJIT_MAX_ROWS)
+        return mlajit_fail(MLAJIT_ERR_CORRUPT, "case.json: b x s_q = %d x %d rows; allowed at most %d", c->b, c->s_q,
+                           MLAJIT_MAX_ROWS);
     if ((st = get_int(root, "h_q", 1, MLAJIT_MAX_HEADS, "h_q", &x)) != MLAJIT_OK)
         return st;
     c->h_q = (int)x;
@@ -553,8 +556,8 @@ static int check_savable(const mlajit_case *c, const mlajit_model_desc *d)
 {
     if (!d)
         return mlajit_fail(MLAJIT_ERR_INVALID_ARGUMENT, "case save: model %d is unknown", (int)c->model);
-    if (c->b < 0 || c->b > MLAJIT_MAX_BATCH || c->s_q < 0 || c->s_q > MLAJIT_MAX_SQ || c->h_q < 1 ||
-        c->h_q > MLAJIT_MAX_HEADS)
+    if (c->b < 0 || c->b > MLAJIT_MAX_BATCH || c->s_q < 0 || c->s_q > MLAJIT_MAX_SQ ||
+        (int64_t)c->b * c->s_q > MLAJIT_MAX_ROWS || c->h_q < 1 || c->h_q > MLAJIT_MAX_HEADS)
         return mlajit_fail(MLAJIT_ERR_INVALID_ARGUMENT, "case save: b %d, s_q %d or h_q %d out of range", c->b, c->s_q,
                            c->h_q);
     if (c->topk < 1 || c->topk > MLAJIT_MAX_TOPK || !c->indices || !c->q)
