@@ -295,6 +295,15 @@ typedef struct mlajit_context_info {
  * and miss counts per layer. */
 int mlajit_context_get_info(mlajit_context *ctx, mlajit_context_info *info);
 
+/* Add the context's lookup counts not yet recorded to the disk cache's (what
+ * `mlajit cache stats` reports) in one write transaction. A context records its
+ * counts in the writes it makes anyway (the store of each kernel it compiles)
+ * and never when destroyed, so a process that only hits never writes the
+ * cache; call this (at shutdown, say) to have a reading process's hits counted
+ * too. MLAJIT_OK (also when nothing is pending); MLAJIT_ERR_CACHE when the disk
+ * cache is off, read-only or cannot be written. */
+int mlajit_context_flush_counters(mlajit_context *ctx);
+
 /* ------------------------------------------------------------------------- */
 /* Kernels: generate, compile, cache                                           */
 /* ------------------------------------------------------------------------- */

@@ -58,6 +58,10 @@ struct mlajit_context {
     /* Lookups per layer (atomics: bumped outside the locks). */
     atomic_uint_fast64_t memory_hits, pack_hits, disk_hits, compiles, compile_us, corrupt, jit_refusals;
     atomic_int warned_store_write; /* one warning when the cache cannot be written */
+    /* The counts already added to the cache's (by the writes the context made
+     * anyway, or mlajit_context_flush_counters). */
+    pthread_mutex_t counters_lock;
+    mlajit_store_counters recorded;
     atomic_int programmatic_refused; /* the driver refused a programmatic dependent launch: launch plainly */
 };
 
