@@ -67,6 +67,7 @@ _Static_assert(sizeof(size_t) == 8, "LMDB's page numbers are 8 bytes on the host
 /* A bound on free pages past the end of the file (the map's own bound comes
  * from the meta, which may be damaged): it sizes the check's page map. */
 #define MAX_PAGES_PAST_END ((uint64_t)1 << 24)
+#define MAX_TXNID ((uint64_t)1 << 62)
 
 #define META_MAGIC_AT 16u
 #define META_VERSION_AT 20u
@@ -201,6 +202,12 @@ static int meta_parse(const uint8_t *p, int slot, mlajit_lmdb_meta *m, char *why
     if (m->psize < MIN_PSIZE || m->psize > MAX_PSIZE || (m->psize & (m->psize - 1))) {
         snprintf(why, n, "meta page %d gives a page size of %u; allowed a power of two in %u..%u", slot, m->psize,
                  MIN_PSIZE, MAX_PSIZE);
+        return -1;
+    }
+    /* Ids count commits from 0: one near the top would wrap in the next write. */
+    if (m->txnid > MAX_TXNID) {
+        snprintf(why, n, "meta page %d holds transaction %llu, past any count of commits", slot,
+                 (unsigned long long)m->txnid);
         return -1;
     }
     /* LMDB picks the meta of a transaction by the id's parity (slot = id & 1). */
@@ -969,6 +976,56 @@ int mlajit_lmdb_check(int fd, const mlajit_lmdb_meta *m, unsigned flags, mlajit_
 
 /* ---- salvage: every page that reads as a leaf ----------------------------------- */
 
+/* The value of a leaf node on a page of a file of `pages` pages: 1 and *v when
+ * its bytes can be read (an overflow run's header checked), 0 when not, -1 out
+ * of memory. */
+static int salvage_value(int fd, const page_node *nd, uint32_t psize, uint64_t pages, uint8_t **buf, size_t *cap,
+                         const uint8_t **v)
+{
+    char why[256];
+    *v = nd->data;
+    if (!(nd->flags & F_BIGDATA))
+        return 1;
+    uint64_t ov = ld64(nd->data), run;
+    if (overflow_check(fd, ov, nd->data_size, psize, pages - 1, &run, why, sizeof why))
+        return 0;
+    int r = overflow_read(fd, ov, nd->data_size, psize, buf, cap, why, sizeof why);
+    if (r == -2)
+        return mlajit_fail(MLAJIT_ERR_OUT_OF_MEMORY, "%s", why), -1;
+    *v = *buf;
+    return r == 0;
+}
+
+/* A leaf whose header names it but whose bounds are damaged (lower, upper):
+ * each slot of its offset array that points at a node which fits the page,
+ * with a key_len-byte key and plain or overflow data. The values are not
+ * trusted (the caller checks each); only those that read are passed on. */
+static int scan_damaged_leaf(int fd, const uint8_t *page, uint32_t psize, uint64_t pages, size_t key_len,
+                             mlajit_lmdb_entry_fn visit, void *arg, uint8_t **buf, size_t *cap)
+{
+    unsigned slots = (psize - PAGE_HEADER) / 2;
+    for (unsigned i = 0; i < slots; i++) {
+        unsigned at = ld16(page + PAGE_HEADER + 2 * i);
+        if (at < PAGE_HEADER + 2 * (i + 1) || at > psize - NODE_HEADER || (at & 1u))
+            continue;
+        const uint8_t *node = page + at;
+        unsigned flags = ld16(node + 4), klen = ld16(node + 6);
+        uint64_t dsize = (uint64_t)ld16(node) | (uint64_t)ld16(node + 2) << 16;
+        if (klen != key_len || (flags & ~F_BIGDATA) ||
+            NODE_HEADER + klen + ((flags & F_BIGDATA) ? 8u : dsize) > psize - at)
+            continue;
+        page_node nd = {.key = node + NODE_HEADER, .key_len = klen, .flags = flags, .data_size = dsize,
+                        .data = node + NODE_HEADER + klen};
+        const uint8_t *v;
+        int ok = salvage_value(fd, &nd, psize, pages, buf, cap, &v);
+        if (ok < 0)
+            return -1;
+        if (ok && visit(nd.key, nd.key_len, v, (size_t)dsize, 1, arg))
+            return 1;
+    }
+    return 0;
+}
+
 int mlajit_lmdb_scan_leaves(int fd, int64_t file_bytes, uint32_t psize, size_t key_len, mlajit_lmdb_entry_fn visit,
                             void *arg)
 {
@@ -987,27 +1044,24 @@ int mlajit_lmdb_scan_leaves(int fd, int64_t file_bytes, uint32_t psize, size_t k
     for (uint64_t pgno = FIRST_DATA_PAGE; pgno < pages && !stop; pgno++) {
         if (read_at(fd, page, psize, pgno * psize) != 0)
             break;
-        if (ld16(page + 10) != P_LEAF || page_check(page, pgno, psize, cover, why, sizeof why))
+        if (ld64(page) != pgno || ld16(page + 10) != P_LEAF)
             continue;
+        if (page_check(page, pgno, psize, cover, why, sizeof why)) {
+            int r = scan_damaged_leaf(fd, page, psize, pages, key_len, visit, arg, &value, &cap);
+            if (r < 0)
+                status = MLAJIT_ERR_OUT_OF_MEMORY;
+            stop = r != 0;
+            continue;
+        }
         for (unsigned i = 0; i < page_keys(page) && !stop; i++) {
             page_node nd = node_at(page, i);
             if (nd.key_len != key_len || (nd.flags & F_SUBDATA))
                 continue;
-            const uint8_t *v = nd.data;
-            int ok = 1;
-            if (nd.flags & F_BIGDATA) {
-                uint64_t ov = ld64(nd.data), run;
-                ok = overflow_check(fd, ov, nd.data_size, psize, pages - 1, &run, why, sizeof why) == 0;
-                if (ok) {
-                    int r = overflow_read(fd, ov, nd.data_size, psize, &value, &cap, why, sizeof why);
-                    if (r == -2) {
-                        status = mlajit_fail(MLAJIT_ERR_OUT_OF_MEMORY, "%s", why);
-                        stop = 1;
-                        break;
-                    }
-                    ok = r == 0;
-                    v = value;
-                }
+            const uint8_t *v;
+            int ok = salvage_value(fd, &nd, psize, pages, &value, &cap, &v);
+            if (ok < 0) {
+                status = MLAJIT_ERR_OUT_OF_MEMORY;
+                break;
             }
             if (visit(nd.key, nd.key_len, ok ? v : NULL, (size_t)nd.data_size, ok, arg))
                 stop = 1;

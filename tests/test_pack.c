@@ -1292,6 +1292,107 @@ Test(unwritable, cache_dir_that_cannot_be_written_is_one_warning_then_memory, .t
     cr_expect_eq(rc, 0, "child result %d (see unwritable_child)", rc);
 }
 
+/* A cache a fleet shares read-only: the kernels it holds are served as disk
+ * hits by a user who cannot write it, with no lock file and nothing written. */
+static int read_only_hit_child(void)
+{
+    snprintf(capture_path, sizeof capture_path, "%s", path_in_root("scratch/stderr-hit.txt"));
+    capture_begin();
+    mlajit_context *ctx;
+    mlajit_context_options o = {.cache_dir = path_in_root("shared-ro"), .flags = MLAJIT_CONTEXT_NO_DEVICE | MLAJIT_CONTEXT_NO_JIT,
+                                .packs = ""};
+    if (mlajit_context_create(&o, &ctx) != MLAJIT_OK)
+        return 10;
+    mlajit_kernel_report r;
+    int rc = mlajit_kernel_prepare(ctx, &three_specs()[0], &r);
+    mlajit_context_info info;
+    mlajit_context_get_info(ctx, &info);
+    mlajit_context_destroy(ctx);
+    const char *err = capture_end();
+    if (rc != MLAJIT_OK)
+        return 20;
+    if (r.source != MLAJIT_SOURCE_DISK)
+        return 30;
+    if (info.cache_writable || info.cache_entries != 1)
+        return 40;
+    if (count_of(err, "warning:") != 1 || !strstr(err, "reading it"))
+        return 50;
+    return 0;
+}
+
+Test(unwritable, a_read_only_cache_serves_its_kernels_to_another_user)
+{
+    cr_assert_eq(mkdir(path_in_root("scratch"), 0777), 0);
+    chmod(path_in_root("scratch"), 0777);
+    mlajit_context *k = keyer();
+    plant_in_cache(path_in_root("shared-ro"), k, &three_specs()[0], 3);
+    mlajit_context_destroy(k);
+    unlink(path_in_root("shared-ro/lock.mdb")); /* published as the data file alone */
+    unlink(path_in_root("shared-ro/compile.lock"));
+    chmod(path_in_root("shared-ro"), 0555);
+    chmod(path_in_root("shared-ro/data.mdb"), 0444);
+    uint8_t *before, *after;
+    size_t before_len, after_len;
+    read_file(path_in_root("shared-ro/data.mdb"), &before, &before_len);
+    int rc = run_unprivileged(read_only_hit_child);
+    if (rc == 90)
+        cr_skip_test("cannot drop to the user nobody here, so an unwritable cache cannot be tried");
+    cr_expect_eq(rc, 0, "child result %d (see read_only_hit_child)", rc);
+    cr_expect(!file_exists(path_in_root("shared-ro/lock.mdb")), "no lock file was made");
+    read_file(path_in_root("shared-ro/data.mdb"), &after, &after_len);
+    cr_expect(before_len == after_len && memcmp(before, after, before_len) == 0, "nothing was written");
+    free(before);
+    free(after);
+}
+
+/* A pack list naming a FIFO (or a directory) must not hang a library's
+ * start-up: refused at open, one warning each. */
+Test(unwritable, a_fifo_or_directory_as_a_pack_is_refused_at_once)
+{
+    cr_assert_eq(mkfifo(path_in_root("fifo.pack"), 0644), 0);
+    cr_assert_eq(mkdir(path_in_root("dir.pack"), 0755), 0);
+    char packs[1200];
+    snprintf(packs, sizeof packs, "%s:%s", path_in_root("fifo.pack"), path_in_root("dir.pack"));
+    alarm(30); /* a blocking open would hang: the alarm fails the test instead */
+    capture_begin();
+    mlajit_context *ctx = context_on(NULL, packs, MLAJIT_CONTEXT_NO_JIT);
+    const char *err = capture_end();
+    alarm(0);
+    cr_expect_eq(count_of(err, "warning:"), 2, "%s", err);
+    cr_expect(strstr(err, "is a FIFO, not a regular file") && strstr(err, "is a directory, not a regular file"),
+              "%s", err);
+    mlajit_context_info info;
+    mlajit_context_get_info(ctx, &info);
+    cr_expect_eq(info.pack_count, 0);
+    mlajit_context_destroy(ctx);
+}
+
+/* A cache directory too long to hold says why, not "not set". */
+Test(unwritable, a_very_long_cache_dir_says_why)
+{
+    char longdir[1500];
+    memset(longdir, 'x', sizeof longdir - 1);
+    longdir[0] = '/';
+    longdir[sizeof longdir - 1] = '\0';
+    setenv("MLAJIT_CACHE_DIR", longdir, 1);
+    capture_begin();
+    mlajit_context_options o = {.flags = MLAJIT_CONTEXT_NO_DEVICE | MLAJIT_CONTEXT_NO_JIT, .packs = ""};
+    mlajit_context *ctx;
+    int rc = mlajit_context_create(&o, &ctx);
+    const char *err = capture_end();
+    unsetenv("MLAJIT_CACHE_DIR");
+    cr_assert_eq(rc, MLAJIT_OK);
+    cr_expect_eq(count_of(err, "warning:"), 1, "%s", err);
+    cr_expect(strstr(err, "MLAJIT_CACHE_DIR is 1499 characters") && strstr(err, "at most 1023"), "%s", err);
+    mlajit_context_destroy(ctx);
+    /* and through options.cache_dir */
+    capture_begin();
+    ctx = context_on(longdir, "", MLAJIT_CONTEXT_NO_JIT);
+    err = capture_end();
+    cr_expect(strstr(err, "1499 characters") && strstr(err, "at most 1023"), "%s", err);
+    mlajit_context_destroy(ctx);
+}
+
 Test(unwritable, cache_dir_that_is_a_file_is_one_warning)
 {
     write_file(path_in_root("file"), (const uint8_t *)"x", 1);
