@@ -255,10 +255,14 @@ typedef struct mlajit_context_options {
  * checked when opened: a damaged pack, or one made for another arch or by a
  * generator / template set / NVRTC other than this one's, is skipped with a
  * warning), the writable disk cache, then NVRTC. A cache directory that cannot
- * be created or written (or no HOME) is one warning, never an error: the
- * context then runs on its packs and in-memory compiles. Environment:
- * MLAJIT_PACKS, MLAJIT_CACHE_DIR, MLAJIT_DISABLE_JIT=1 (as MLAJIT_CONTEXT_NO_JIT),
- * MLAJIT_LOG=info (a line per compile and per pack opened) or quiet. */
+ * be written is read (its kernels still hit; no lock file is needed and nothing
+ * is written) and new kernels stay in memory; one that cannot be created (or no
+ * HOME) leaves the packs and in-memory compiles: either is one warning, never an
+ * error. A damaged cache file is set aside with one warning (docs/packs.md).
+ * Environment: MLAJIT_PACKS, MLAJIT_CACHE_DIR, MLAJIT_DISABLE_JIT=1 (as
+ * MLAJIT_CONTEXT_NO_JIT), MLAJIT_COMPILE_WAIT_MS (how long a compile waits for
+ * another process compiling the same kernel; default 120000), MLAJIT_LOG=info (a
+ * line per compile and per pack opened) or quiet. */
 int mlajit_context_create(const mlajit_context_options *opts, mlajit_context **out);
 
 /* Destroy a context (NULL is allowed). Plans made from it must be destroyed first. */
