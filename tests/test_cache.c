@@ -4,6 +4,7 @@
 #include "cache/store.h"
 #include "common/error.h"
 #include "mlajit.h"
+#include "temp_tree.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -29,26 +30,9 @@
 
 static char test_root[64];
 
-static int remove_one(const char *path, const struct stat *st, int flag, struct FTW *ftw)
-{
-    (void)st;
-    (void)flag;
-    (void)ftw;
-    return remove(path);
-}
+static void make_test_root(void) { temp_tree_make(test_root, sizeof test_root, "mlajit-test-cache"); }
 
-static void make_test_root(void)
-{
-    strcpy(test_root, "/tmp/mlajit-test-cache-XXXXXX");
-    cr_assert_not_null(mkdtemp(test_root), "mkdtemp failed");
-}
-
-static void remove_test_root(void)
-{
-    if (test_root[0])
-        nftw(test_root, remove_one, 16, FTW_DEPTH | FTW_PHYS);
-    test_root[0] = '\0';
-}
+static void remove_test_root(void) { temp_tree_remove(test_root); }
 
 TestSuite(cache, .init = make_test_root, .fini = remove_test_root);
 
@@ -963,18 +947,7 @@ Test(cache, default_dir_is_usable_for_open)
 /* Damage, the stamp, read-only caches, the compile lock, odd files           */
 /* ------------------------------------------------------------------------- */
 
-static void read_bytes(const char *path, uint8_t **bytes, size_t *len)
-{
-    FILE *f = fopen(path, "rb");
-    cr_assert_not_null(f, "%s: %s", path, strerror(errno));
-    fseek(f, 0, SEEK_END);
-    long n = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    *bytes = malloc((size_t)n + 1);
-    cr_assert_eq(fread(*bytes, 1, (size_t)n, f), (size_t)n);
-    fclose(f);
-    *len = (size_t)n;
-}
+static void read_bytes(const char *path, uint8_t **bytes, size_t *len) { *bytes = read_whole_file(path, len); }
 
 /* Overwrite len bytes at offset of path in place (its size stays). */
 static void poke(const char *path, size_t offset, const void *bytes, size_t len)
@@ -983,12 +956,6 @@ static void poke(const char *path, size_t offset, const void *bytes, size_t len)
     cr_assert_geq(fd, 0);
     cr_assert_eq(pwrite(fd, bytes, len, (off_t)offset), (ssize_t)len);
     close(fd);
-}
-
-static int path_exists(const char *path)
-{
-    struct stat st;
-    return stat(path, &st) == 0;
 }
 
 /* A cache of n entries (sizes alternating small and overflow) in test_root/name. */

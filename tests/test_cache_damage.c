@@ -26,6 +26,7 @@
 
 #include "cache/lmdb_check.h"
 #include "mlajit.h"
+#include "temp_tree.h"
 
 #define PAGE 4096
 /* 200 seeds; the sanitizer build runs fewer (tests/meson.build sets
@@ -39,28 +40,14 @@ static int seeds(void)
 
 static char root[64];
 
-static int remove_one(const char *path, const struct stat *st, int flag, struct FTW *ftw)
-{
-    (void)st;
-    (void)flag;
-    (void)ftw;
-    return remove(path);
-}
-
 static void make_root(void)
 {
-    strcpy(root, "/tmp/mlajit-test-damage-XXXXXX");
-    cr_assert_not_null(mkdtemp(root));
+    temp_tree_make(root, sizeof root, "mlajit-test-damage");
     unsetenv("MLAJIT_PACKS");
     unsetenv("MLAJIT_DISABLE_JIT");
 }
 
-static void remove_root(void)
-{
-    if (root[0])
-        nftw(root, remove_one, 16, FTW_DEPTH | FTW_PHYS);
-    root[0] = '\0';
-}
+static void remove_root(void) { temp_tree_remove(root); }
 
 TestSuite(damage_cli, .init = make_root, .fini = remove_root, .timeout = 900);
 
@@ -79,34 +66,7 @@ static const char *in_root(const char *fmt, ...)
     return b;
 }
 
-static uint8_t *read_all(const char *path, size_t *len)
-{
-    FILE *f = fopen(path, "rb");
-    cr_assert_not_null(f, "%s: %s", path, strerror(errno));
-    fseek(f, 0, SEEK_END);
-    long n = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    uint8_t *b = malloc((size_t)n + 1);
-    cr_assert_eq(fread(b, 1, (size_t)n, f), (size_t)n);
-    b[n] = 0;
-    fclose(f);
-    *len = (size_t)n;
-    return b;
-}
-
-static void write_all(const char *path, const uint8_t *b, size_t len)
-{
-    FILE *f = fopen(path, "wb");
-    cr_assert_not_null(f, "%s: %s", path, strerror(errno));
-    cr_assert_eq(fwrite(b, 1, len, f), len);
-    fclose(f);
-}
-
-static int exists(const char *path)
-{
-    struct stat st;
-    return stat(path, &st) == 0;
-}
+static uint8_t *read_all(const char *path, size_t *len) { return read_whole_file(path, len); }
 
 static int count_of(const char *text, const char *needle)
 {
@@ -238,7 +198,7 @@ static const char *copy_of(const char *pristine, const char *name)
     uint8_t *b = read_all(pristine, &n);
     char path[600];
     snprintf(path, sizeof path, "%s/data.mdb", dir);
-    write_all(path, b, n);
+    write_whole_file(path, b, n);
     free(b);
     return dir;
 }
@@ -251,19 +211,27 @@ static void flip(const char *dir, size_t offset, uint8_t mask)
     uint8_t *b = read_all(path, &n);
     cr_assert_lt(offset, n);
     b[offset] ^= mask;
-    write_all(path, b, n);
+    write_whole_file(path, b, n);
     free(b);
+}
+
+/* The issue's cache: one v32.h16.p64 kernel, then a second transaction. Its
+ * directory; data (600 bytes) receives its data file's path. */
+static const char *one_kernel_fixture(char *data)
+{
+    const char *fixture = in_root("fixture");
+    mlajit_kernel_spec s = spec_of(MLAJIT_MODEL_V32, 16);
+    fill(fixture, &s, 1);
+    snprintf(data, 600, "%s/data.mdb", fixture);
+    return fixture;
 }
 
 /* ---- issue 50's three byte flips ------------------------------------------------ */
 
 Test(damage_cli, the_issues_three_byte_flips_are_set_aside_and_recompiled)
 {
-    const char *fixture = in_root("fixture");
-    mlajit_kernel_spec s = spec_of(MLAJIT_MODEL_V32, 16);
-    fill(fixture, &s, 1);
     char pristine[600];
-    snprintf(pristine, sizeof pristine, "%s/data.mdb", fixture);
+    one_kernel_fixture(pristine);
     /* The issue's offsets are bytes 13 and 14 (mp_lower's high byte and mp_upper's low
      * byte) of page 23, the main database's root leaf, and byte 13 of page 24, the
      * freelist's: wherever this NVRTC's cubin puts those pages, the same fields. */
@@ -308,7 +276,7 @@ Test(damage_cli, the_issues_three_byte_flips_are_set_aside_and_recompiled)
         cr_expect(strstr(c.err, "data.mdb.damaged.1"), "%s: %s", flips[f].what, c.err);
         kernel_lines(c.out, got, sizeof got);
         cr_expect_str_eq(got, want, "%s: the right kernel", flips[f].what);
-        cr_expect(exists(aside), "%s: set aside", flips[f].what);
+        cr_expect(path_exists(aside), "%s: set aside", flips[f].what);
         size_t aside_len;
         uint8_t *kept = read_all(aside, &aside_len);
         cr_expect(aside_len == damaged_len && memcmp(kept, damaged, aside_len) == 0,
@@ -349,11 +317,8 @@ Test(damage_cli, the_issues_three_byte_flips_are_set_aside_and_recompiled)
 /* A hit writes nothing: the file's bytes and time stay as they were. */
 Test(damage_cli, a_cli_hit_writes_nothing)
 {
-    const char *fixture = in_root("fixture");
-    mlajit_kernel_spec s = spec_of(MLAJIT_MODEL_V32, 16);
-    fill(fixture, &s, 1);
     char data[600];
-    snprintf(data, sizeof data, "%s/data.mdb", fixture);
+    const char *fixture = one_kernel_fixture(data);
     size_t before_len, after_len;
     uint8_t *before = read_all(data, &before_len);
     struct stat st0, st1;
@@ -416,7 +381,7 @@ static void damage_page(const char *dir, uint64_t seed, char *what, size_t what_
         b[at + next_random(&s) % 64] ^= (uint8_t)(1 + next_random(&s) % 255);
         break;
     }
-    write_all(path, b, n);
+    write_whole_file(path, b, n);
     free(b);
     snprintf(what, what_len, "seed %llu: page %zu of %zu, %s", (unsigned long long)seed, pg, pages, kinds[kind]);
 }
@@ -470,9 +435,9 @@ Test(damage_cli, two_hundred_random_page_damages_never_crash_and_serve_the_right
         }
 
         /* Afterwards the cache is intact, or its damaged file is set aside. */
-        int aside = exists(in_root("%s/data.mdb.damaged.1", name));
+        int aside = path_exists(in_root("%s/data.mdb.damaged.1", name));
         set_aside += aside;
-        if (aside && !exists(in_root("%s/data.mdb", name))) { /* set aside, and nothing stored since (JIT off) */
+        if (aside && !path_exists(in_root("%s/data.mdb", name))) { /* set aside, and nothing stored since (JIT off) */
             cr_assert(no_jit, "%s: a compile stores its kernel in a fresh file", what);
         } else {
             run v2 = cli(dir, 0, VERIFY);

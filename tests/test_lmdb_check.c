@@ -18,29 +18,13 @@
 
 #include "cache/lmdb_check.h"
 #include "mlajit.h"
+#include "temp_tree.h"
 
 static char root[64];
 
-static int remove_one(const char *path, const struct stat *st, int flag, struct FTW *ftw)
-{
-    (void)st;
-    (void)flag;
-    (void)ftw;
-    return remove(path);
-}
+static void make_root(void) { temp_tree_make(root, sizeof root, "mlajit-test-lmdb"); }
 
-static void make_root(void)
-{
-    strcpy(root, "/tmp/mlajit-test-lmdb-XXXXXX");
-    cr_assert_not_null(mkdtemp(root));
-}
-
-static void remove_root(void)
-{
-    if (root[0])
-        nftw(root, remove_one, 16, FTW_DEPTH | FTW_PHYS);
-    root[0] = '\0';
-}
+static void remove_root(void) { temp_tree_remove(root); }
 
 TestSuite(lmdb_check, .init = make_root, .fini = remove_root, .timeout = 300);
 
@@ -298,13 +282,10 @@ Test(lmdb_check, every_page_damaged_six_ways_is_read_safely, .timeout = 600)
     mdb_env_close(env);
     cr_assert(read_everything(path), "the undamaged file checks clean: %s", mlajit_last_error());
 
-    FILE *f = fopen(path, "rb");
-    fseek(f, 0, SEEK_END);
-    size_t size = (size_t)ftell(f), pages = size / 4096;
-    uint8_t *pristine = malloc(size), *b = malloc(size);
-    fseek(f, 0, SEEK_SET);
-    cr_assert_eq(fread(pristine, 1, size, f), size);
-    fclose(f);
+    size_t size;
+    uint8_t *pristine = read_whole_file(path, &size), *b = malloc(size);
+    size_t pages = size / 4096;
+    FILE *f;
     int fd = open(path, O_RDONLY);
     mlajit_lmdb_meta meta;
     cr_assert_eq(mlajit_lmdb_read_meta(fd, (int64_t)size, &meta), MLAJIT_OK);

@@ -28,6 +28,7 @@
 #include "common/error.h"
 #include "mlajit.h"
 #include "runtime/runtime.h"
+#include "temp_tree.h"
 
 /* ------------------------------------------------------------------------- */
 /* Fixture and helpers                                                        */
@@ -35,18 +36,9 @@
 
 static char root[64];
 
-static int remove_one(const char *path, const struct stat *st, int flag, struct FTW *ftw)
-{
-    (void)st;
-    (void)flag;
-    (void)ftw;
-    return remove(path);
-}
-
 static void make_root(void)
 {
-    strcpy(root, "/tmp/mlajit-test-pack-XXXXXX");
-    cr_assert_not_null(mkdtemp(root));
+    temp_tree_make(root, sizeof root, "mlajit-test-pack");
     chmod(root, 0755); /* tests that drop to another user must reach inside */
     /* Warnings are what several tests check; the suite's environment silences them. */
     setenv("MLAJIT_LOG", "warn", 1);
@@ -61,9 +53,8 @@ static void remove_root(void)
         snprintf(cmd, sizeof cmd, "chmod -R u+w '%s' 2>/dev/null", root);
         if (system(cmd) != 0) { /* best effort */
         }
-        nftw(root, remove_one, 16, FTW_DEPTH | FTW_PHYS);
     }
-    root[0] = '\0';
+    temp_tree_remove(root);
 }
 
 /* A path under the test's root, in one of 16 rotating buffers (copy it to keep it longer). */
@@ -216,32 +207,7 @@ static void write_fake_pack(const char *path, mlajit_context *keyer, const mlaji
 static mlajit_context *keyer(void) { return context_on(NULL, "", 0); }
 static const mlajit_kernel_spec *three_specs(void);
 
-static void read_file(const char *path, uint8_t **bytes, size_t *len)
-{
-    FILE *f = fopen(path, "rb");
-    cr_assert_not_null(f, "%s: %s", path, strerror(errno));
-    fseek(f, 0, SEEK_END);
-    long n = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    *bytes = malloc((size_t)n + 1);
-    cr_assert_eq(fread(*bytes, 1, (size_t)n, f), (size_t)n);
-    fclose(f);
-    *len = (size_t)n;
-}
-
-static void write_file(const char *path, const uint8_t *bytes, size_t len)
-{
-    FILE *f = fopen(path, "wb");
-    cr_assert_not_null(f, "%s: %s", path, strerror(errno));
-    cr_assert_eq(fwrite(bytes, 1, len, f), len);
-    fclose(f);
-}
-
-static int file_exists(const char *path)
-{
-    struct stat st;
-    return stat(path, &st) == 0;
-}
+static void read_file(const char *path, uint8_t **bytes, size_t *len) { *bytes = read_whole_file(path, len); }
 
 /* ------------------------------------------------------------------------- */
 /* One MDB_env per cache directory per process                                */
@@ -310,8 +276,6 @@ Test(registry, two_contexts_on_one_cache_directory)
     cr_expect_eq(info.compiles, 0);
     cr_expect_eq(info.cache_entries, 2);
     /* Hits never write: b's counts reach the cache only when asked. */
-    struct stat before, after;
-    cr_assert_eq(stat(path_in_root("cache/data.mdb"), &before), 0);
     cr_assert_eq(mlajit_context_flush_counters(b), MLAJIT_OK, "%s", mlajit_last_error());
     cr_assert_eq(mlajit_context_flush_counters(b), MLAJIT_OK, "nothing pending is no error");
     mlajit_context_destroy(b);
@@ -324,8 +288,6 @@ Test(registry, two_contexts_on_one_cache_directory)
     cr_expect_eq(c.disk_hits, 2, "b flushed its two hits; a, which only read, recorded nothing");
     cr_expect_eq(c.contexts, 1);
     mlajit_store_close(st);
-    cr_assert_eq(stat(path_in_root("cache/data.mdb"), &after), 0);
-    (void)before;
 }
 
 /* A process that only reads leaves the cache's files exactly as they were. */
@@ -434,7 +396,7 @@ Test(pack, write_open_get_and_verify_round_trip)
     mlajit_context *k = keyer();
     const char *path = path_in_root("a.pack");
     write_fake_pack(path, k, three_specs(), 3, NULL);
-    cr_expect(!file_exists(path_in_root("a.pack-lock")), "reading needs no lock file, writing leaves none");
+    cr_expect(!path_exists(path_in_root("a.pack-lock")), "reading needs no lock file, writing leaves none");
 
     mlajit_pack *pack;
     cr_assert_eq(mlajit_pack_open(path, &pack), MLAJIT_OK, "%s", mlajit_last_error());
@@ -556,7 +518,7 @@ Test(pack, damaged_files_are_refused_never_crash, .timeout = 120)
     /* a flipped bit anywhere: LMDB pages, values, the manifest, the trailer */
     for (size_t off = 0; off < len; off += len / 97 + 1) {
         bytes[off] ^= 0x10;
-        write_file(bad, bytes, len);
+        write_whole_file(bad, bytes, len);
         bytes[off] ^= 0x10;
         snprintf(what, sizeof what, "bit flipped at %zu", off);
         expect_refused(bad, what);
@@ -564,25 +526,25 @@ Test(pack, damaged_files_are_refused_never_crash, .timeout = 120)
     /* truncated, extended, zeroed, empty, random, and an LMDB file that is no pack */
     size_t cuts[] = {0, 1, 63, 64, 4096, 8192, len / 2, len - 65, len - 64, len - 1};
     for (size_t i = 0; i < sizeof cuts / sizeof cuts[0]; i++) {
-        write_file(bad, bytes, cuts[i]);
+        write_whole_file(bad, bytes, cuts[i]);
         snprintf(what, sizeof what, "truncated to %zu", cuts[i]);
         expect_refused(bad, what);
     }
     uint8_t *longer = malloc(len + 100);
     memcpy(longer, bytes, len);
     memset(longer + len, 0, 100);
-    write_file(bad, longer, len + 100);
+    write_whole_file(bad, longer, len + 100);
     expect_refused(bad, "extended by 100 bytes");
     memset(longer, 0, len);
-    write_file(bad, longer, len);
+    write_whole_file(bad, longer, len);
     expect_refused(bad, "all zero");
     for (size_t i = 0; i < len; i++)
         longer[i] = (uint8_t)(rand() >> 7);
-    write_file(bad, longer, len);
+    write_whole_file(bad, longer, len);
     expect_refused(bad, "random bytes");
     memcpy(longer, bytes, len);
     memset(longer + 3 * 4096, 0xEE, 4096); /* an overwritten page, with the trailer intact */
-    write_file(bad, longer, len);
+    write_whole_file(bad, longer, len);
     expect_refused(bad, "overwritten page");
     free(longer);
     mlajit_store *st;
@@ -731,7 +693,7 @@ Test(lookup, pack_from_another_recipe_or_arch_is_skipped_with_a_warning)
     mlajit_kernel_spec blackwell = spec_of(MLAJIT_MODEL_V32, 8, 64, 0);
     strcpy(blackwell.arch, "sm_100a");
     write_fake_pack(path_in_root("sm100.pack"), k, &blackwell, 1, NULL);
-    write_file(path_in_root("junk.pack"), (const uint8_t *)"not a pack", 10);
+    write_whole_file(path_in_root("junk.pack"), (const uint8_t *)"not a pack", 10);
 
     char list[2600];
     snprintf(list, sizeof list, "%s:%s:%s:%s:%s:%s", path_in_root("old-generator.pack"),
@@ -777,7 +739,7 @@ Test(lookup, damaged_entry_in_a_pack_falls_through_to_the_cache)
     uint64_t th = mlajit_hash64(t, 56);
     for (int i = 0; i < 8; i++)
         t[56 + i] = (uint8_t)(th >> (8 * i));
-    write_file(pack, bytes, len);
+    write_whole_file(pack, bytes, len);
     free(bytes);
     plant_in_cache(dir, k, &three_specs()[0], 9);
 
@@ -880,7 +842,7 @@ Test(damage, truncated_data_file_is_set_aside_and_the_kernel_recompiled, .timeou
     cr_expect_eq(count_of(err, "warning:"), 1, "%s", err);
     char aside[600];
     snprintf(aside, sizeof aside, "%s/data.mdb.damaged.1", dir);
-    cr_expect(file_exists(aside));
+    cr_expect(path_exists(aside));
     mlajit_context_info info;
     mlajit_context_get_info(ctx, &info);
     cr_expect_eq(info.cache_writable, 1, "a fresh cache was started");
@@ -901,7 +863,7 @@ Test(damage, overwritten_data_file_is_set_aside)
     read_file(data, &bytes, &len);
     for (size_t i = 0; i < len; i++)
         bytes[i] = (uint8_t)(i * 7 + 3);
-    write_file(data, bytes, len);
+    write_whole_file(data, bytes, len);
     free(bytes);
     capture_begin();
     mlajit_context *ctx = context_on(dir, "", MLAJIT_CONTEXT_NO_JIT);
@@ -950,7 +912,7 @@ Test(damage, damaged_cache_in_use_elsewhere_is_left_alone)
     cr_expect_eq(info.cache_writable, 0, "not repaired under another process");
     cr_expect(strstr(err, "in use by another process") != NULL, "%s", err);
     cr_expect_eq(count_of(err, "warning:"), 1, "%s", err);
-    cr_expect(!file_exists(path_in_root("cache/data.mdb.damaged.1")));
+    cr_expect(!path_exists(path_in_root("cache/data.mdb.damaged.1")));
     mlajit_context_destroy(ctx);
     cr_assert_eq(write(go[1], "x", 1), 1);
     int status;
@@ -974,7 +936,7 @@ Test(damage, flipped_byte_in_an_entry_is_a_miss_with_a_warning)
     uint8_t *hit = memmem(bytes, len, pattern, sizeof pattern);
     cr_assert_not_null(hit);
     hit[3] ^= 0x04;
-    write_file(data, bytes, len);
+    write_whole_file(data, bytes, len);
     free(bytes);
     write_fake_pack(path_in_root("a.pack"), k, three_specs(), 1, NULL);
 
@@ -1015,7 +977,7 @@ Test(damage, value_size_past_the_end_of_the_file_is_caught_before_reading)
     cr_assert_not_null(node_key);
     cr_assert_eq(node_key[-2], 16);
     node_key[-6] = 0x40; /* the value now claims 4 MiB more than the file holds */
-    write_file(data, bytes, len);
+    write_whole_file(data, bytes, len);
     free(bytes);
     pid_t pid = fork();
     if (pid == 0) {
@@ -1033,7 +995,7 @@ Test(damage, value_size_past_the_end_of_the_file_is_caught_before_reading)
             _exit(4);
         rc = mlajit_store_get(st, &key, &e);
         mlajit_store_close(st);
-        _exit(rc == MLAJIT_ERR_NOT_FOUND && file_exists(path_in_root("cache/data.mdb.damaged.1")) ? 0 : 5);
+        _exit(rc == MLAJIT_ERR_NOT_FOUND && path_exists(path_in_root("cache/data.mdb.damaged.1")) ? 0 : 5);
     }
     int status;
     waitpid(pid, &status, 0);
@@ -1338,7 +1300,7 @@ Test(unwritable, a_read_only_cache_serves_its_kernels_to_another_user)
     if (rc == 90)
         cr_skip_test("cannot drop to the user nobody here, so an unwritable cache cannot be tried");
     cr_expect_eq(rc, 0, "child result %d (see read_only_hit_child)", rc);
-    cr_expect(!file_exists(path_in_root("shared-ro/lock.mdb")), "no lock file was made");
+    cr_expect(!path_exists(path_in_root("shared-ro/lock.mdb")), "no lock file was made");
     read_file(path_in_root("shared-ro/data.mdb"), &after, &after_len);
     cr_expect(before_len == after_len && memcmp(before, after, before_len) == 0, "nothing was written");
     free(before);
@@ -1395,7 +1357,7 @@ Test(unwritable, a_very_long_cache_dir_says_why)
 
 Test(unwritable, cache_dir_that_is_a_file_is_one_warning)
 {
-    write_file(path_in_root("file"), (const uint8_t *)"x", 1);
+    write_whole_file(path_in_root("file"), (const uint8_t *)"x", 1);
     capture_begin();
     mlajit_context *ctx = context_on(path_in_root("file"), "", MLAJIT_CONTEXT_NO_JIT);
     const char *err = capture_end();
@@ -1567,7 +1529,7 @@ TestSuite(cli, .init = make_root, .fini = remove_root);
 static const char *cli_path(void)
 {
     const char *cli = getenv("MLAJIT_CLI");
-    if (!cli || !file_exists(cli))
+    if (!cli || !path_exists(cli))
         cr_skip_test("MLAJIT_CLI is not set to the built mlajit (tests/meson.build sets it)");
     return cli;
 }
@@ -1618,7 +1580,7 @@ Test(cli, pack_build_ls_verify_merge_bench_and_jit_disabled, .timeout = 300)
     cr_expect(strstr(out_text(), "usable here") != NULL, "%s", out_text());
 
     /* a spec list file; the kernel comes from the cache the first build filled */
-    write_file(path_in_root("specs.txt"), (const uint8_t *)"# one kernel\nv32.h16.p64.t64.hc16.sm90-narrow.sm_90a\n\n",
+    write_whole_file(path_in_root("specs.txt"), (const uint8_t *)"# one kernel\nv32.h16.p64.t64.hc16.sm90-narrow.sm_90a\n\n",
                strlen("# one kernel\nv32.h16.p64.t64.hc16.sm90-narrow.sm_90a\n\n"));
     cr_assert_eq(sh("MLAJIT_CACHE_DIR=cache %s pack build --specs specs.txt --out one.pack", cli), 0, "%s",
                  out_text());
@@ -1650,7 +1612,7 @@ Test(cli, pack_build_ls_verify_merge_bench_and_jit_disabled, .timeout = 300)
     size_t len;
     read_file(path_in_root("prod.pack"), &bytes, &len);
     bytes[len / 3] ^= 1;
-    write_file(path_in_root("bad.pack"), bytes, len);
+    write_whole_file(path_in_root("bad.pack"), bytes, len);
     free(bytes);
     cr_expect_eq(sh("%s pack verify bad.pack", cli), 1, "%s", out_text());
     cr_expect(strstr(out_text(), "checksum mismatch") != NULL, "%s", out_text());
