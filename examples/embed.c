@@ -2,8 +2,15 @@
  * public quantizer, plan a decode, run it on the GPU through the CUDA runtime,
  * and check it against the library's fp64 reference. Public API only.
  *
- *   cc embed.c $(pkg-config --cflags --libs mlajit) -lcudart -o embed && ./embed
- */
+ *   cuda=${CUDA_HOME:-/usr/local/cuda}
+ *   cc embed.c $(pkg-config --cflags --libs mlajit) -I$cuda/include -L$cuda/lib64 -Wl,-rpath,$cuda/lib64 \
+ *      -lcudart -lm -o embed && ./embed
+ *
+ * -lcudart and -lm are this program's own: mlajit needs no CUDA library at link
+ * time (it opens libcuda and NVRTC at run time). To link libmlajit.a instead, take
+ * `pkg-config --static --libs mlajit` with -lmlajit spelled -l:libmlajit.a.
+ * Without a GPU the program compiles and caches the kernel and says so.
+ * tests/install.sh runs the two lines above against an installed mlajit. */
 #include <cuda_runtime_api.h>
 #include <math.h>
 #include <stdio.h>

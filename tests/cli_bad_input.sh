@@ -1,13 +1,24 @@
 #!/usr/bin/env bash
-# The CLI's bad input, one row per case: each call must exit 2 (usage / invalid
-# argument) with a message on stderr that names the argument. Then the envelope
-# query's three answers: accepted (0), rejected with a reason (1), bad spec (2).
+# The CLI's conformance, checked for every command (src/cli/cli.h has the rule):
+#  - bad input exits 2 with a message on stderr that names the argument;
+#  - every command and subcommand takes --help: its own usage on stdout, exit 0,
+#    nothing else done (no cache written, no kernel compiled);
+#  - unknown options, extra arguments and numbers that overflow exit 2, naming them;
+#  - the envelope query's three answers: accepted (0), rejected with a reason (1),
+#    a SPEC that does not parse (2), for the canonical and the short spec forms;
+#  - case make writes a case that run-case reads, the same for the same seed.
 # Usage: cli_bad_input.sh path/to/mlajit
 set -u
 mlajit=$1
-export MLAJIT_CACHE_DIR=$(mktemp -d /tmp/mlajit-cli-XXXXXX)
-trap 'rm -rf "$MLAJIT_CACHE_DIR"' EXIT
+scratch=$(mktemp -d /tmp/mlajit-cli-XXXXXX)
+trap 'rm -rf "$scratch"' EXIT
+export MLAJIT_CACHE_DIR=$scratch/cache
 passed=0 failed=0
+
+fail() {
+  failed=$((failed + 1))
+  echo "FAIL: $*"
+}
 
 # expect STATUS WORD ARGS...: run mlajit ARGS, check the exit status and that
 # stdout + stderr contain WORD.
@@ -20,13 +31,26 @@ expect() {
   if [ "$rc" -eq "$want" ] && grep -qF -- "$word" <<<"$out"; then
     passed=$((passed + 1))
   else
-    failed=$((failed + 1))
-    echo "FAIL: mlajit $*: exit $rc (want $want), output should name '$word':"
+    fail "mlajit $*: exit $rc (want $want), output should name '$word':"
     head -5 <<<"$out" | sed 's/^/    /'
   fi
 }
 
-# ---- the table: arguments | the word the message must hold -----------------
+# expect_help ARGS...: mlajit ARGS --help prints a usage for that command on
+# stdout (its first line names it), nothing on stderr, and exits 0.
+expect_help() {
+  local out err rc
+  out=$("$mlajit" "$@" --help 2>"$scratch/err")
+  rc=$?
+  err=$(cat "$scratch/err")
+  if [ "$rc" -eq 0 ] && [ -z "$err" ] && [[ $(head -1 <<<"$out") == "usage: mlajit $*"* ]]; then
+    passed=$((passed + 1))
+  else
+    fail "mlajit $* --help: exit $rc, first line '$(head -1 <<<"$out")', stderr '$err'"
+  fi
+}
+
+# ---- the table: arguments | the word the message must hold (all exit 2) ------
 while IFS='|' read -r args word; do
   [ -z "${args// }" ] && continue
   [[ $args == \#* ]] && continue
@@ -36,11 +60,14 @@ while IFS='|' read -r args word; do
   expect 2 "$word" $args
 done <<'TABLE'
 bogus-command                                              | unknown command 'bogus-command'
-compile --heads 16 --page 64                               | --model
+--bogus                                                    | unknown option '--bogus'
+compile --heads 16 --page 64                               | needs --model
 compile --model llama --heads 16 --page 64                 | model 'llama' is unknown
 compile --model v32 --heads 0 --page 64                    | --heads = '0'
 compile --model v32 --heads 129 --page 64                  | --heads = '129'
 compile --model v32 --heads x --page 64                    | --heads = 'x'
+compile --model v32 --heads 16x --page 64                  | --heads = '16x'
+compile --model v32 --heads +16 --page 64                  | --heads = '+16'
 compile --model v32 --heads 16 --page 0                    | --page = '0'
 compile --model v32 --heads 16 --page 1025                 | --page = '1025'
 compile --model v32 --heads 16 --page 64 --extra-page 0    | --extra-page = '0'
@@ -51,9 +78,12 @@ compile --model v32 --heads 16 --page 64 --arch sm_70      | spec.arch = 'sm_70'
 compile --model v32 --heads 16 --page 64 --arch sm_9999999999999999 | --arch
 compile --model v32 --heads 16 --page 64 --features bogus  | --features: 'bogus' is unknown
 compile --model v32 --heads 16 --page 64 --features extra-topk-length | extra_page_size
-compile --model v32 --heads 16 --page 64 --bogus           | unknown option
-compile --model v32 --heads 16 --page 64 --variant fast   | --variant = 'fast'
-run-case                                                   | needs a case directory
+compile --model v32 --heads 16 --page 64 --variant sm90 --arch sm_80 | variant sm90 needs spec.arch = sm_90a
+compile --model v32 --heads 16 --page 64 --bogus           | unknown option '--bogus'
+compile --model v32 --heads 16 --page 64 --variant fast    | --variant = 'fast'
+compile --model v32 --heads 16 --page 64 --emit-source=1   | --emit-source takes no value
+compile --model v32 --heads                                | --heads needs a value
+run-case                                                   | needs one case directory DIR
 run-case --bogus dir                                       | '--bogus'
 run-case --tile                                            | --tile needs a value
 run-case --tile 65 dir                                     | --tile = '65'
@@ -67,34 +97,173 @@ fuzz --seed -1                                             | --seed = '-1'
 fuzz --seed 12x                                            | --seed = '12x'
 fuzz --call -3                                             | --call = '-3'
 fuzz --out=                                                | --out = ''
-fuzz leftover                                              | unexpected argument 'leftover'
-fuzz --bogus                                               | unknown option
+fuzz leftover                                              | extra argument 'leftover'
+fuzz --bogus                                               | unknown option '--bogus'
 bench --splits 65                                          | --splits = '65'
 bench --heads 0                                            | --heads = '0'
 bench --batch x                                            | --batch = 'x'
 bench --topk                                               | --topk needs a value
 bench --variant fast                                       | --variant = 'fast'
-bench --bogus                                              | bad argument '--bogus'
+bench --bogus                                              | unknown option '--bogus'
 bench --model glm_nsa                                      | --model = 'glm_nsa'; allowed: v32, dsv4
-bench --model nope                                         | --model = 'nope'; allowed: v32, dsv4
-bench --model                                              | bad argument '--model'
+bench --model nope                                         | model 'nope' is unknown
+bench --model                                              | --model needs a value
 envelope garbage                                           | is malformed
-envelope v32.h0.p64.t64.hc16.portable.sm_90a               | spec.h_q = 0
-envelope v32.h129.p64.t64.hc16.portable.sm_90a             | spec.h_q = 129
-envelope v32.h16.p0.t64.hc16.portable.sm_90a               | spec.page_size = 0
-envelope v32.h16.p64.t48.hc16.portable.sm_90a              | spec.tile = 48
-envelope v32.h16.p64.t64.hc16.portable.sm_70               | spec.arch = 'sm_70'
+envelope v32.h16.p64.bogus                                 | variant 'bogus' is unknown
+envelope v32.h16.p64.t64.hc16.portable.sm_90a.extra        | field 'extra' is out of place
+envelope v32.p64.h16                                       | is malformed
 envelope --topk 5                                          | need a SPEC
 envelope v32.h16.p64.t64.hc16.portable.sm_90a extra        | extra argument 'extra'
 envelope v32.h16.p64.t64.hc16.portable.sm_90a --topk x     | --topk = 'x'
-envelope v32.h16.p64.t64.hc16.portable.sm_90a --bogus 1    | unknown option
+envelope v32.h16.p64.t64.hc16.portable.sm_90a --bogus 1    | unknown option '--bogus'
+pack                                                       | needs a command: build, ls, verify, merge, bench
+pack bogus                                                 | unknown command 'bogus'
+pack build                                                 | give a grid
+pack build --models v32 --heads 16                         | a grid needs --models, --heads and --pages
+pack build --models v32 --heads 16 --pages 64 extra        | extra argument 'extra'
+pack build --heads 0,16                                    | --heads: '0' is not a number
+pack build --models v32,llama                              | 'llama' is unknown
+pack build --spec v32.h0.p64                               | spec.h_q = 0
+pack build --jobs 0 --spec v32.h16.p64                     | --jobs = '0'
+pack ls                                                    | needs one pack FILE
+pack ls a.pack b.pack                                      | extra argument 'b.pack'
+pack verify                                                | needs one pack FILE
+pack merge out.pack                                        | needs OUT and at least one IN
+pack bench a.pack --repeat 0                               | --repeat = '0'
+pack bench a.pack b.pack                                   | extra argument 'b.pack'
+cache                                                      | needs a command: ls, stats, gc, verify
+cache bogus                                                | unknown command 'bogus'
+cache ls --bogus                                           | unknown option '--bogus'
+cache ls extra                                             | extra argument 'extra'
+cache stats --repair                                       | unknown option '--repair'
+cache gc                                                   | needs --older-than, --max-bytes or --all
+cache gc --older-than -1                                   | --older-than = '-1'
+cache gc --older-than nan                                  | --older-than = 'nan'
+cache gc --older-than 1e3                                  | --older-than = '1e3'
+cache gc --max-bytes 5X                                    | --max-bytes = '5X'
+cache gc --max-bytes -5M                                   | --max-bytes = '-5M'
+cache gc --max-bytes .5M                                   | --max-bytes = '.5M'
+cache verify --repair=yes                                  | --repair takes no value
+case                                                       | needs a command: make
+case bogus                                                 | unknown command 'bogus'
+case make --out x                                          | needs one SPEC
+case make v32.h16.p64                                      | needs --out DIR
+case make v32.h16.p64 v32.h32.p64 --out x                  | extra argument 'v32.h32.p64'
+case make garbage --out x                                  | is malformed
+case make v32.h0.p64 --out x                               | spec.h_q = 0
+case make v32.h16.p64 --out x --topk 0                     | --topk = '0'
+case make v32.h16.p64 --out x --extra-topk 8               | --extra-topk needs an extra cache
+case make dsv4.h16.p64.e64 --out x --batch 4097            | --batch = '4097'
+case make v32.h16.p64 --out x --invalid 2                  | --invalid = '2'
+case make v32.h16.p64 --out x --page-pad 8                 | --page-pad = 8; allowed a multiple of 16
+case make v32.h16.p64.fx --out x                           | extra_page_size
 TABLE
+
+# ---- every command's --help, and nothing done by it -----------------------------
+export MLAJIT_CACHE_DIR=$scratch/help-cache
+for cmd in info compile run-case demo bench fuzz envelope "pack build" "pack ls" "pack verify" "pack merge" \
+  "pack bench" "cache ls" "cache stats" "cache gc" "cache verify" "case make" pack cache case; do
+  # shellcheck disable=SC2086 # the subcommands split on spaces
+  expect_help $cmd
+done
+# --help wins wherever it stands, over missing or bad arguments
+expect 0 "usage: mlajit compile" compile --model nope --help
+expect 0 "usage: mlajit run-case" run-case a b c --help
+expect 0 "usage: mlajit <command>" --help
+expect 0 "usage: mlajit <command>" -h
+expect 0 "mlajit 0." --version
+if [ -e "$MLAJIT_CACHE_DIR" ]; then
+  fail "a --help call touched the cache: $(ls -R "$MLAJIT_CACHE_DIR" | head -5 | tr '\n' ' ')"
+else
+  passed=$((passed + 1))
+fi
+export MLAJIT_CACHE_DIR=$scratch/cache
+
+# ---- unknown options and extra arguments, everywhere -------------------------------
+for cmd in info compile run-case demo bench fuzz envelope "pack build" "pack ls" "pack verify" "pack merge" \
+  "pack bench" "cache ls" "cache stats" "cache gc" "cache verify" "case make"; do
+  # shellcheck disable=SC2086
+  expect 2 "unknown option '--no-such-option'" $cmd --no-such-option
+  # shellcheck disable=SC2086
+  expect 2 "unknown option '--no-such-option'" $cmd --no-such-option=3
+done
+for cmd in info demo bench fuzz "cache ls" "cache stats" "cache verify"; do
+  # shellcheck disable=SC2086
+  expect 2 "extra argument 'surplus'" $cmd surplus
+done
+expect 2 "extra argument 'surplus'" cache gc --all surplus
+expect 2 "extra argument 'surplus'" compile --model v32 --heads 16 --page 64 surplus
+expect 2 "extra argument 'surplus'" envelope v32.h16.p64 surplus
+expect 2 "extra argument 'surplus'" run-case dir surplus
+expect 2 "extra argument 'surplus'" case make v32.h16.p64 surplus --out x
+# after --, an option-like word is an operand
+expect 2 "extra argument '--all'" cache ls -- --all
+
+# ---- numbers that overflow: every numeric option -----------------------------------------
+big=99999999999999999999     # past 2^64
+past=9223372036854775808     # 2^63
+neg=-9223372036854775809     # below -2^63
+# each row: the words before the option, the option, the words after it ('_'
+# joins words; '-' = none)
+while read -r prefix option suffix; do
+  [ -z "$prefix" ] && continue
+  [ "$suffix" = - ] && suffix=
+  for v in $big $past $neg; do
+    # shellcheck disable=SC2086 # the prefix and suffix split on spaces
+    expect 2 "$option = '$v'" ${prefix//_/ } "$option" "$v" ${suffix//_/ }
+  done
+done <<'NUMBERS'
+compile --heads --model_v32_--page_64
+compile --page --model_v32_--heads_16
+compile --extra-page -
+compile --tile -
+compile --heads-per-cta -
+run-case --tile dir
+run-case --heads-per-cta dir
+run-case --splits dir
+bench --heads -
+bench --batch -
+bench --topk -
+bench --tile -
+bench --heads-per-cta -
+bench --splits -
+fuzz --seconds -
+fuzz --call -
+envelope_v32.h16.p64 --batch -
+envelope_v32.h16.p64 --s-q -
+envelope_v32.h16.p64 --topk -
+envelope_v32.h16.p64 --extra-topk -
+envelope_v32.h16.p64 --splits -
+pack_bench_a.pack --repeat -
+pack_build --jobs -
+cache_gc --older-than -
+cache_gc --max-bytes -
+case_make_v32.h16.p64 --batch -
+case_make_v32.h16.p64 --s-q -
+case_make_v32.h16.p64 --topk -
+case_make_v32.h16.p64 --extra-topk -
+case_make_v32.h16.p64 --seqlen -
+case_make_v32.h16.p64 --extra-seqlen -
+case_make_v32.h16.p64 --invalid -
+case_make_v32.h16.p64 --page-pad -
+NUMBERS
+expect 2 "--seed = '18446744073709551616'" fuzz --seed 18446744073709551616
+expect 2 "--seed = '18446744073709551616'" case make v32.h16.p64 --out x --seed 18446744073709551616
+expect 2 "--heads: '99999999999999999999' is not a number" pack build --heads 99999999999999999999
+expect 2 "--max-bytes = '99999999999999999999G'" cache gc --max-bytes 99999999999999999999G
+expect 2 "--max-bytes = '9007199254740992K'" cache gc --max-bytes 9007199254740992K # 2^63 bytes
+expect 2 "--max-bytes = '8388608T'" cache gc --max-bytes 8388608T                   # 2^63 bytes
+# the largest values that fit are taken (the command then fails for want of a cache: 1)
+nocache=$scratch/no-cache
+expect 1 "holds no cache" cache gc --dir "$nocache" --max-bytes 8388607T
+expect 1 "holds no cache" cache gc --dir "$nocache" --max-bytes 9223372036854775807
+expect 1 "holds no cache" cache gc --dir "$nocache" --max-bytes 1.5G --older-than 0.5
+expect 1 "holds no cache" cache gc --dir="$nocache" --max-bytes=500m
 
 # ---- the envelope query's answers --------------------------------------------
 expect 0 "accepted: v32.h128.p64.t64.hc64.sm90.sm_90a" envelope v32.h128.p64.t0.hc0.auto.sm_90a
 expect 0 "accepted: v32.h16.p64.t64.hc16.portable.sm_90a" envelope v32.h16.p64.t0.hc16.auto.sm_90a
 expect 0 "accepted: v32.h128.p64.t64.hc32.portable.sm_80" envelope v32.h128.p64.t0.hc0.auto.sm_80
-expect 1 "variant sm90 needs spec.arch = sm_90a" compile --model v32 --heads 16 --page 64 --variant sm90 --arch sm_80
 expect 0 "accepted: dsv4.h8.p64.e3" envelope dsv4.h8.p64.e3.t0.hc0.auto.any --batch 2 --topk 33 --extra-topk 7
 expect 0 "plan on 132 SMs: v32.h64.p64.t64.hc16.sm90-narrow.sm_90a, 4 head groups x 1 rows x 32 splits = 128 CTAs; a CTA walks at most 1 tile of 64" envelope v32.h64.p64.t0.hc0.auto.sm_90a --batch 1 --topk 2048
 expect 0 "plan on 132 SMs: v32.h64.p64.t64.hc64.sm90-staged.sm_90a, 1 head groups x 128 rows x 1 splits = 128 CTAs; a CTA walks at most 32 tiles" envelope v32.h64.p64.t0.hc0.auto.sm_90a --batch 128 --topk 2048 --splits 1
@@ -102,13 +271,55 @@ expect 1 "shared memory" envelope v32.h128.p64.t64.hc32.portable.sm_86
 expect 1 "shape.batch = 4097" envelope v32.h16.p64.t0.hc0.auto.sm_90a --batch 4097
 expect 1 "shape.extra_topk" envelope v32.h16.p64.t0.hc0.auto.sm_90a --extra-topk 3
 expect 1 "shape.num_splits = 65" envelope v32.h16.p64.t0.hc0.auto.sm_90a --splits 65
+# a spec that parses but lies outside the envelope is an answer (1), not a usage error
+expect 1 "spec.h_q = 0" envelope v32.h0.p64.t64.hc16.portable.sm_90a
+expect 1 "spec.h_q = 129" envelope v32.h129.p64.t64.hc16.portable.sm_90a
+expect 1 "spec.page_size = 0" envelope v32.h16.p0.t64.hc16.portable.sm_90a
+expect 1 "spec.tile = 48" envelope v32.h16.p64.t48.hc16.portable.sm_90a
+expect 1 "spec.arch = 'sm_70'" envelope v32.h16.p64.t64.hc16.portable.sm_70
+# the short forms compile's options describe: fields left off take their defaults
+expect 0 "accepted: v32.h16.p64.t64.hc16.sm90-narrow.sm_90a" envelope v32.h16.p64
+expect 0 "accepted: v32.h128.p64.t64.hc32.portable.sm_80" envelope v32.h128.p64.sm_80
+expect 0 "accepted: v32.h16.p64.t64.hc16.portable.sm_90a" envelope v32.h16.p64.portable
+expect 0 "accepted: v32.h16.p64.t32.hc16.portable.sm_90a" envelope v32.h16.p64.t32
+expect 0 "accepted: dsv4.h64.p256.e64.fs" envelope dsv4.h64.p256.e64.fs --batch 2 --s-q 2 --topk 128 --extra-topk 512
+expect 0 "accepted: glm_nsa.h16.p61.t64.hc16" envelope glm_nsa.h16.p61.hc16.any
+expect 1 "spec.h_q = 129" envelope v32.h129.p64
+expect 1 "extra_page_size" envelope v32.h16.p64.fx
 expect 0 "arch targets" envelope
 # the envelope's table describes every variant a spec can name (MLAJIT_VARIANT_NAMES)
 for v in auto portable sm90 sliced sm90-staged sm90-unpaired sm90-narrow; do
   expect 0 "$v (" envelope
 done
 expect 0 "(and 8, 24 with variant sm90-narrow or sm90-narrow-long)" envelope
+expect 0 "usage: mlajit fuzz [--seconds N]" fuzz --help
 expect 0 "fuzz [--seconds N]" --help
+
+# ---- case make: a case run-case reads, reproducible from its seed ------------------------
+made=$scratch/made
+expect 0 "replay: mlajit run-case" case make dsv4.h16.p64.e32.fsl --out "$made/a" --batch 2 --s-q 2 --topk 100 \
+  --extra-topk 40 --seed 7 --invalid 0.1 --page-pad 32
+expect 0 "PASS" run-case --cpu "$made/a"
+expect 0 "dsv4 b 2 s_q 2 h_q 16 topk 100 extra_topk 40" run-case --cpu "$made/a"
+expect 0 "replay" case make dsv4.h16.p64.e32.fsl --out "$made/b" --batch 2 --s-q 2 --topk 100 --extra-topk 40 \
+  --seed 7 --invalid 0.1 --page-pad 32
+expect 0 "replay" case make dsv4.h16.p64.e32.fsl --out "$made/c" --batch 2 --s-q 2 --topk 100 --extra-topk 40 \
+  --seed 8 --invalid 0.1 --page-pad 32
+if diff -r "$made/a" "$made/b" >/dev/null; then passed=$((passed + 1)); else fail "case make: the same seed wrote different cases"; fi
+if ! cmp -s "$made/a/kv.u8" "$made/c/kv.u8"; then passed=$((passed + 1)); else fail "case make: seeds 7 and 8 wrote the same cache"; fi
+for f in case.json q.bf16 kv.u8 indices.i32 topk_length.i32 attn_sink.f32 extra_kv.u8 extra_indices.i32 \
+  out_ref.f32 lse_ref.f32; do
+  if [ -s "$made/a/$f" ]; then passed=$((passed + 1)); else fail "case make: no $f in the case"; fi
+done
+expect 0 "PASS" run-case --cpu "$(cd "$made" && pwd)/a"
+expect 1 "exists" case make v32.h16.p64 --out "$made/a"
+expect 0 "v32 b 3 s_q 1 h_q 128 topk 512 extra_topk 0" case make v32.h128.p61.fs --out "$made/v32" --batch 3 --topk 512
+expect 0 "PASS" run-case --cpu "$made/v32"
+# a damaged expected output is caught: run-case --cpu fails outside the bar
+printf '\x00\x00\xc0\x7f' | dd of="$made/v32/out_ref.f32" bs=1 seek=4096 conv=notrunc 2>/dev/null
+expect 1 "FAIL" run-case --cpu "$made/v32"
+# nothing is written for bad input
+if [ ! -e x ] && [ ! -e "$made/none" ]; then passed=$((passed + 1)); else fail "a refused case make wrote something"; fi
 
 echo "$passed passed, $failed failed"
 [ "$failed" -eq 0 ]

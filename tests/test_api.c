@@ -174,7 +174,7 @@ BAD(spec_string_short_buf, INVALID, "buf: 8 bytes is too short", mlajit_spec_str
 BAD(spec_string_bad_spec, INVALID, "spec.h_q = 0", mlajit_spec_string(SPEC(.h_q = 0), text_out, sizeof text_out))
 BAD(spec_parse_null_string, INVALID, "spec string or out: NULL", mlajit_spec_parse(NULL, &spec_out))
 BAD(spec_parse_null_out, INVALID, "spec string or out: NULL", mlajit_spec_parse("v32.h16.p64.t64.hc16.portable.sm_90a", NULL))
-BAD(spec_parse_truncated, INVALID, "is malformed", mlajit_spec_parse("v32.h16.p64", &spec_out))
+BAD(spec_parse_truncated, INVALID, "is malformed", mlajit_spec_parse("v32.h16", &spec_out))
 BAD(spec_parse_unknown_feature, INVALID, "unknown feature 'q'",
     mlajit_spec_parse("v32.h16.p64.fq.t64.hc16.portable.sm_90a", &spec_out))
 BAD(spec_parse_unknown_variant, INVALID, "variant 'fast'", mlajit_spec_parse("v32.h16.p64.t64.hc16.fast.sm_90a", &spec_out))

@@ -220,23 +220,23 @@ Test(golden, every_case_loads, .timeout = 60)
     list_golden_cases(&l);
     for (int k = 0; k < l.count; k++) {
         char path[2048];
-        snprintf(path, sizeof path, "%s/%s", l.dir, l.names[k]);
+        snprintf(path, sizeof path, "%s", l.cases[k].path);
         mlajit_case c;
         int st = mlajit_case_load(path, &c);
-        cr_expect_eq(st, MLAJIT_OK, "%s: %s", l.names[k], mlajit_last_error());
+        cr_expect_eq(st, MLAJIT_OK, "%s: %s", l.cases[k].name, mlajit_last_error());
         if (st != MLAJIT_OK)
             continue;
-        cr_expect_not_null(c.q, "%s", l.names[k]);
-        cr_expect_not_null(c.indices, "%s", l.names[k]);
-        cr_expect_not_null(c.expected_out, "%s", l.names[k]);
-        cr_expect_not_null(c.expected_lse, "%s", l.names[k]);
+        cr_expect_not_null(c.q, "%s", l.cases[k].name);
+        cr_expect_not_null(c.indices, "%s", l.cases[k].name);
+        cr_expect_not_null(c.expected_out, "%s", l.cases[k].name);
+        cr_expect_not_null(c.expected_lse, "%s", l.cases[k].name);
         cr_expect_gt(c.kv.num_pages, 0);
         cr_expect_geq(c.kv.page_stride, mlajit_min_page_stride(c.model, c.kv.page_size));
         cr_expect(c.sm_scale > 0.0 && isfinite(c.sm_scale));
-        if (strstr(l.names[k], "sink"))
-            cr_expect_not_null(c.attn_sink, "%s should have a sink", l.names[k]);
-        if (strstr(l.names[k], "_len"))
-            cr_expect_not_null(c.topk_length, "%s should have topk_length", l.names[k]);
+        if (strstr(l.cases[k].name, "sink"))
+            cr_expect_not_null(c.attn_sink, "%s should have a sink", l.cases[k].name);
+        if (strstr(l.cases[k].name, "_len"))
+            cr_expect_not_null(c.topk_length, "%s should have topk_length", l.cases[k].name);
 
         mlajit_kernel_spec spec;
         mlajit_decode_shape shape;
@@ -250,10 +250,87 @@ Test(golden, every_case_loads, .timeout = 60)
         cr_expect_eq(!!(spec.features & MLAJIT_FEATURE_EXTRA_TOPK_LENGTH), c.extra_topk_length != NULL);
         cr_expect_eq(shape.topk, c.topk);
         cr_expect_eq(shape.extra_topk, c.extra_topk);
-        cr_log_info("%s: %s b %d s_q %d h_q %d topk %d extra %d page %d stride %lld", l.names[k],
+        cr_log_info("%s: %s b %d s_q %d h_q %d topk %d extra %d page %d stride %lld", l.cases[k].name,
                     mlajit_model_describe(c.model)->name, c.b, c.s_q, c.h_q, c.topk, c.extra_topk, c.kv.page_size,
                     (long long)c.kv.page_stride);
         mlajit_case_free(&c);
+    }
+}
+
+/* The full set (its README's seven cases) where it is found; else skipped saying
+ * where it was looked for (the subset alone still runs every golden test). A
+ * MLAJIT_GOLDEN_DIR that holds no cases is a mistake, not a skip. */
+Test(golden, full_set_is_found)
+{
+    case_list l;
+    find_golden_cases(&l);
+    cr_assert(!l.explicit_dir_bad, "%s", l.why_no_full);
+    if (!l.full_dir[0])
+        cr_skip_test("%s", l.why_no_full);
+    int in_full = 0;
+    for (int k = 0; k < l.count; k++)
+        in_full += !l.cases[k].from_subset;
+    cr_expect_eq(in_full, GOLDEN_FULL_SET_CASES, "%s holds %d cases, the full set %d", l.full_dir, in_full,
+                 GOLDEN_FULL_SET_CASES);
+}
+
+/* tests/golden's subset holds two of the full set's cases, each with FlashMLA's
+ * output or the quantizer's source, and, where the full set is here too, the same
+ * bytes as its copy (they are to be used as they are). */
+static int files_equal(const char *a, const char *b)
+{
+    FILE *fa = fopen(a, "rb"), *fb = fopen(b, "rb");
+    int same = fa && fb;
+    while (same) {
+        int ca = fgetc(fa), cb = fgetc(fb);
+        same = ca == cb;
+        if (ca == EOF || cb == EOF)
+            break;
+    }
+    if (fa)
+        fclose(fa);
+    if (fb)
+        fclose(fb);
+    return same;
+}
+
+Test(golden, subset_is_the_full_sets_bytes)
+{
+    case_list l;
+    list_golden_cases(&l);
+    case_list subset = {.count = 0};
+    cr_assert_gt(golden_add_dir(&subset, l.subset_dir, 1), 0, "no case in the subset dir '%s'", l.subset_dir);
+    cr_expect_eq(subset.count, 2, "tests/golden should hold 2 cases, has %d", subset.count);
+    int with_flashmla = 0, with_source = 0;
+    for (int k = 0; k < subset.count; k++) {
+        mlajit_case c;
+        cr_assert_eq(mlajit_case_load(subset.cases[k].path, &c), MLAJIT_OK, "%s", mlajit_last_error());
+        with_flashmla += c.flashmla_out != NULL;
+        with_source += c.kv.source_bf16 != NULL;
+        mlajit_case_free(&c);
+    }
+    cr_expect(with_flashmla && with_source, "the subset keeps FlashMLA's output (%d) and a quantizer source (%d)",
+              with_flashmla, with_source);
+    if (!l.full_dir[0])
+        cr_skip_test("%s", l.why_no_full); /* the subset's sums were checked when it was unpacked */
+    for (int k = 0; k < subset.count; k++) {
+        char full_case[1400];
+        snprintf(full_case, sizeof full_case, "%s/%s", l.full_dir, subset.cases[k].name);
+        DIR *d = opendir(subset.cases[k].path);
+        cr_assert_not_null(d);
+        int files = 0;
+        struct dirent *e;
+        while ((e = readdir(d)) != NULL) {
+            if (e->d_name[0] == '.')
+                continue;
+            char a[2100], b[2100];
+            snprintf(a, sizeof a, "%s/%s", subset.cases[k].path, e->d_name);
+            snprintf(b, sizeof b, "%s/%s", full_case, e->d_name);
+            cr_expect(files_equal(a, b), "%s differs from %s", a, b);
+            files++;
+        }
+        closedir(d);
+        cr_expect_gt(files, 3, "%s", subset.cases[k].path);
     }
 }
 
@@ -263,7 +340,7 @@ Test(golden, save_and_reload_round_trip, .timeout = 60)
     list_golden_cases(&l);
     for (int k = 0; k < l.count; k++) {
         char path[2048];
-        snprintf(path, sizeof path, "%s/%s", l.dir, l.names[k]);
+        snprintf(path, sizeof path, "%s", l.cases[k].path);
         mlajit_case c, back;
         cr_assert_eq(mlajit_case_load(path, &c), MLAJIT_OK, "%s", mlajit_last_error());
         save_and_reload(&c, &back);

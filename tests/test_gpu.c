@@ -60,42 +60,34 @@ static void check_case(const mlajit_case *c, const mlajit_gpu_run_options *opts,
     mlajit_gpu_result_free(&res);
 }
 
-static const char *golden_dir(void)
-{
-    const char *d = getenv("MLAJIT_GOLDEN_DIR");
-    return d && *d ? d : "../shared/golden";
-}
+#include "golden_cases.h"
 
-/* Every golden case of the models in `models` (a bit per mlajit_model; 0: all)
- * with at most max_heads heads (0: any). */
+/* Every golden case found (golden_cases.h: the full set where it is here, and
+ * tests/golden's subset) of the models in `models` (a bit per mlajit_model; 0:
+ * all) with at most max_heads heads (0: any); `expected` of them with the full
+ * set, at least one without it. */
 static void for_each_golden_where(const mlajit_gpu_run_options *opts, const char *variant, unsigned models,
                                   int max_heads, int expected)
 {
-    DIR *dir = opendir(golden_dir());
-    cr_assert_not_null(dir, "golden dir %s is missing (set MLAJIT_GOLDEN_DIR)", golden_dir());
+    static case_list l; /* large: off the stack */
+    list_golden_cases(&l);
     int n = 0;
-    struct dirent *e;
-    while ((e = readdir(dir))) {
-        char path[1024];
-        snprintf(path, sizeof path, "%s/%s/case.json", golden_dir(), e->d_name);
-        struct stat st;
-        if (e->d_name[0] == '.' || stat(path, &st) != 0)
-            continue;
-        snprintf(path, sizeof path, "%s/%s", golden_dir(), e->d_name);
+    for (int k = 0; k < l.count; k++) {
         mlajit_case c;
-        cr_assert_eq(mlajit_case_load(path, &c), MLAJIT_OK, "%s: %s", path, mlajit_last_error());
+        cr_assert_eq(mlajit_case_load(l.cases[k].path, &c), MLAJIT_OK, "%s: %s", l.cases[k].path,
+                     mlajit_last_error());
         if ((models && !(models & (1u << c.model))) || (max_heads && c.h_q > max_heads)) {
             mlajit_case_free(&c);
             continue;
         }
         char label[1200];
-        snprintf(label, sizeof label, "%s (%s)", e->d_name, variant);
+        snprintf(label, sizeof label, "%s (%s)", l.cases[k].name, variant);
         check_case(&c, opts, label);
         mlajit_case_free(&c);
         n++;
     }
-    closedir(dir);
-    cr_expect_geq(n, expected, "expected %d golden cases, found %d", expected, n);
+    cr_expect_geq(n, golden_expected(&l, expected), "expected %d golden cases, found %d (full set: %s)",
+                  golden_expected(&l, expected), n, l.full_dir[0] ? l.full_dir : l.why_no_full);
 }
 
 static void for_each_golden_of(const mlajit_gpu_run_options *opts, const char *variant, unsigned models,
@@ -106,7 +98,7 @@ static void for_each_golden_of(const mlajit_gpu_run_options *opts, const char *v
 
 static void for_each_golden(const mlajit_gpu_run_options *opts, const char *variant)
 {
-    for_each_golden_of(opts, variant, 0, 7);
+    for_each_golden_of(opts, variant, 0, GOLDEN_FULL_SET_CASES);
 }
 
 Test(gpu, golden_cases)
@@ -600,7 +592,7 @@ Test(gpu, sm90_narrow_head_groups, .timeout = 300)
                                    .lse_head_major = 1, .pad_strides = 1};
     for_each_golden_where(&by16, "sm90-narrow, 16 heads per CTA, 3 splits, lse [b,h,s], padded strides", 0, 32, 1);
     mlajit_gpu_run_options wide16 = {.variant = MLAJIT_VARIANT_SM90_NARROW, .heads_per_cta = 16, .num_splits = 2};
-    for_each_golden_where(&wide16, "sm90-narrow, 16 heads per CTA, 2 splits", 0, 0, 7);
+    for_each_golden_where(&wide16, "sm90-narrow, 16 heads per CTA, 2 splits", 0, 0, GOLDEN_FULL_SET_CASES);
     const struct {
         mlajit_model model;
         int h_q, heads_per_cta, splits;

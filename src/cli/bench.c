@@ -1,4 +1,4 @@
-/* mlajit bench: shared/BENCH.md's protocol. Per configuration: synthesize the
+/* mlajit bench: docs/BENCH.md's protocol. Per configuration: synthesize the
  * cache (b sequences of seqlen tokens on randomly assigned pages), check the
  * first rows against the fp64 reference, time 100 eager calls (CUDA events
  * around each host call; the host call alone on the host's clock) and 20
@@ -234,6 +234,10 @@ int cli_bench(int argc, char **argv)
     static const char usage[] =
         "usage: mlajit bench [--json FILE] [--quick] [--model M] [--heads N] [--batch N] [--topk N]\n"
         "                    [--tile T] [--heads-per-cta H] [--splits S] [--variant V]\n"
+        "  docs/BENCH.md's protocol on the GPU: per row, GPU time (CUDA-graph replay), eager time,\n"
+        "  the host's time in the call, TFLOP/s, GB/s, FlashMLA's figure and the ratio; every row\n"
+        "  checked against the fp64 reference (exit 1 when one fails)\n"
+        "  --json FILE  the rows as JSON lines too, with the commit (MLAJIT_COMMIT) and date\n"
         "  --variant V  " MLAJIT_VARIANT_NAMES "\n"
         "  --quick      h_q 16/64/128 and the larger V3.2 rows only\n"
         "  --model M    only model M's rows: v32 or dsv4 (for profilers)\n"
@@ -241,38 +245,29 @@ int cli_bench(int argc, char **argv)
         "               BENCH.md has no row for runs the next larger one's rows at N heads\n"
         "  --tile/--heads-per-cta N   force a kernel variant on every row (compare variants)\n"
         "  --splits S   force S split-KV splits on every row (at most the row's tiles)\n";
-    /* the numeric options: where each goes, its value range */
-    const cli_int_option ints[] = {
-        {"--heads", &only_heads, 1, MLAJIT_MAX_HEADS},   {"--batch", &only_batch, 1, MLAJIT_MAX_BATCH},
-        {"--topk", &only_topk, 1, MLAJIT_MAX_TOPK},      {"--tile", &variant.tile, 0, 64},
-        {"--heads-per-cta", &variant.heads_per_cta, 0, 64}, {"--splits", &variant.splits, 0, MLAJIT_MAX_SPLITS},
+    mlajit_model model = MLAJIT_MODEL_V32;
+    int model_given = 0;
+    const cli_option options[] = {
+        {"--json", CLI_STRING, .target = &json_path},
+        {"--quick", CLI_FLAG, .target = &quick},
+        {"--model", CLI_CUSTOM, &model, .parse = cli_parse_model, .given = &model_given},
+        {"--heads", CLI_INT, &only_heads, .lo = 1, .hi = MLAJIT_MAX_HEADS},
+        {"--batch", CLI_INT, &only_batch, .lo = 1, .hi = MLAJIT_MAX_BATCH},
+        {"--topk", CLI_INT, &only_topk, .lo = 1, .hi = MLAJIT_MAX_TOPK},
+        {"--tile", CLI_INT, &variant.tile, .lo = 0, .hi = 64},
+        {"--heads-per-cta", CLI_INT, &variant.heads_per_cta, .lo = 0, .hi = 64},
+        {"--splits", CLI_INT, &variant.splits, .lo = 0, .hi = MLAJIT_MAX_SPLITS},
+        {"--variant", CLI_CUSTOM, &variant.variant, .parse = cli_parse_variant},
     };
-    for (int i = 1; i < argc; i++) {
-        const int matched = cli_match_int_option(argc, argv, &i, ints, sizeof ints / sizeof ints[0], "bench");
-        if (matched < 0) {
-            fputs(usage, stderr);
-            return CLI_USAGE;
-        }
-        if (matched) continue;
-        if (strcmp(argv[i], "--json") == 0 && i + 1 < argc) json_path = argv[++i];
-        else if (strcmp(argv[i], "--variant") == 0 && i + 1 < argc) {
-            if (!cli_parse_variant(argv[++i], &variant.variant))
-                return CLI_USAGE;
-        }
-        else if (strcmp(argv[i], "--model") == 0 && i + 1 < argc) {
-            mlajit_model m;
-            if (mlajit_model_from_name(argv[++i], &m) != MLAJIT_OK || (m != MLAJIT_MODEL_V32 && m != MLAJIT_MODEL_DSV4)) {
-                fprintf(stderr, "mlajit: bench: --model = '%s'; allowed: v32, dsv4 (the models BENCH.md has rows for)\n",
-                        argv[i]);
-                return CLI_USAGE;
-            }
-            only_model = (int)m;
-        }
-        else if (strcmp(argv[i], "--quick") == 0) quick = 1;
-        else {
-            fprintf(stderr, "mlajit: bench: bad argument '%s'\n%s", argv[i], usage);
-            return CLI_USAGE;
-        }
+    const cli_command cmd = {"bench", usage, options, sizeof options / sizeof options[0], 0, 0, NULL};
+    int n_operands, parsed = cli_parse(&cmd, argc, argv, &n_operands);
+    if (parsed != CLI_PARSED)
+        return parsed;
+    if (model_given) {
+        if (model != MLAJIT_MODEL_V32 && model != MLAJIT_MODEL_DSV4)
+            return cli_usage_error(&cmd, "--model = '%s'; allowed: v32, dsv4 (the models BENCH.md has rows for)",
+                                   mlajit_model_describe(model)->name);
+        only_model = (int)model;
     }
     mlajit_context *ctx;
     int rc = mlajit_context_create(NULL, &ctx);

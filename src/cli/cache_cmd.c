@@ -14,7 +14,7 @@
 #include "mlajit.h"
 
 static const char cache_usage[] =
-    "usage: mlajit cache <command> [--dir DIR]\n"
+    "usage: mlajit cache <command> [--dir DIR]      (mlajit cache <command> --help: its usage)\n"
     "\n"
     "  ls                          every entry: key, spec, cubin size, compile time, age\n"
     "  stats                       entries, sizes, total compile time, and the hits and misses\n"
@@ -32,11 +32,26 @@ static const char cache_usage[] =
     "\n"
     "DIR defaults to $MLAJIT_CACHE_DIR, else $XDG_CACHE_HOME/mlajit, else ~/.cache/mlajit.\n";
 
-static int cache_usage_error(const char *what)
-{
-    fprintf(stderr, "mlajit cache: %s\n\n%s", what, cache_usage);
-    return CLI_USAGE;
-}
+static const char ls_usage[] =
+    "usage: mlajit cache ls [--dir DIR]\n  every entry of the cache: key, spec, cubin size, compile time, age\n";
+static const char stats_usage[] =
+    "usage: mlajit cache stats [--dir DIR]\n"
+    "  entries, sizes, total compile time, and the hits and misses per layer that contexts\n"
+    "  using this cache recorded\n";
+static const char gc_usage[] =
+    "usage: mlajit cache gc [--dir DIR] [--older-than DAYS] [--max-bytes SIZE] [--all] [--dry-run]\n"
+    "  remove damaged entries, entries compiled more than DAYS ago (0..36500, fractions allowed),\n"
+    "  then the oldest until the entries hold at most SIZE bytes (N or N.F with an optional K, M,\n"
+    "  G or T: powers of 1024), or --all; --dry-run says what would go. One rule at least.\n"
+    "  The data file keeps its size and reuses the freed pages.\n";
+static const char verify_usage[] =
+    "usage: mlajit cache verify [--dir DIR] [--repair [--from FILE]]\n"
+    "  check the data file's structure (as a write does) and every entry's header and checksums;\n"
+    "  exit 1 when anything is damaged; a clean file is stamped when DIR can be written.\n"
+    "  --repair deletes the damaged entries (they are recompiled when next used), or, when the\n"
+    "  structure is damaged, moves data.mdb aside to a new data.mdb.damaged.N and recovers every\n"
+    "  entry that can still be read into a fresh data.mdb; exits 0 when it could.\n"
+    "  --repair --from FILE recovers the readable entries of FILE (a set-aside data file).\n";
 
 /* The CLI opens with MLAJIT_STORE_KEEP_DAMAGED: a damaged file is reported by
  * the command and left for `verify --repair`, never set aside under it. A
@@ -217,20 +232,6 @@ static int cmd_stats(mlajit_store *store, const char *dir)
     return CLI_OK;
 }
 
-static int parse_size(const char *s, int64_t *out)
-{
-    char *end;
-    double v = strtod(s, &end);
-    double unit = 1;
-    if (*end == 'K' || *end == 'k') unit = 1024.0, end++;
-    else if (*end == 'M' || *end == 'm') unit = 1024.0 * 1024, end++;
-    else if (*end == 'G' || *end == 'g') unit = 1024.0 * 1024 * 1024, end++;
-    if (end == s || *end || v < 0)
-        return 0;
-    *out = (int64_t)(v * unit);
-    return 1;
-}
-
 static int oldest_first(const void *a, const void *b)
 {
     const entry_row *x = a, *y = b;
@@ -350,57 +351,53 @@ static int cmd_verify(mlajit_store *store, const char *dir, int repair, const ch
 
 int cli_cache(int argc, char **argv)
 {
-    if (argc < 2 || strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "-h") == 0) {
-        fputs(cache_usage, argc < 2 ? stderr : stdout);
-        return argc < 2 ? CLI_USAGE : CLI_OK;
-    }
-    const char *cmd = argv[1], *dir = NULL, *from = NULL;
+    static const char *const names[] = {"ls", "stats", "gc", "verify"};
+    static const char *const usages[] = {ls_usage, stats_usage, gc_usage, verify_usage};
+    enum { LS, STATS, GC, VERIFY };
+    int status, which = cli_pick_subcommand("cache", cache_usage, names, 4, argc, argv, &status);
+    if (which < 0)
+        return status;
+    const char *dir = NULL, *from = NULL;
     double older_than = -1;
     int64_t max_bytes = -1;
     int all = 0, dry_run = 0, repair = 0;
-    int is_gc = strcmp(cmd, "gc") == 0, is_verify = strcmp(cmd, "verify") == 0;
-    if (!is_gc && !is_verify && strcmp(cmd, "ls") != 0 && strcmp(cmd, "stats") != 0)
-        return cache_usage_error("unknown cache command");
-    for (int i = 2; i < argc; i++) {
-        const char *a = argv[i];
-        if (strcmp(a, "--dir") == 0 && i + 1 < argc) {
-            dir = argv[++i];
-        } else if (is_gc && strcmp(a, "--older-than") == 0 && i + 1 < argc) {
-            char *end;
-            older_than = strtod(argv[++i], &end);
-            if (*end || older_than < 0)
-                return cache_usage_error("--older-than takes a number of days >= 0");
-        } else if (is_gc && strcmp(a, "--max-bytes") == 0 && i + 1 < argc) {
-            if (!parse_size(argv[++i], &max_bytes))
-                return cache_usage_error("--max-bytes takes a size such as 500M");
-        } else if (is_gc && strcmp(a, "--all") == 0) {
-            all = 1;
-        } else if (is_gc && strcmp(a, "--dry-run") == 0) {
-            dry_run = 1;
-        } else if (is_verify && strcmp(a, "--repair") == 0) {
-            repair = 1;
-        } else if (is_verify && strcmp(a, "--from") == 0 && i + 1 < argc) {
-            from = argv[++i];
-        } else {
-            fprintf(stderr, "mlajit cache %s: unknown argument '%s'\n\n%s", cmd, a, cache_usage);
-            return CLI_USAGE;
-        }
-    }
-    if (is_gc && older_than < 0 && max_bytes < 0 && !all)
-        return cache_usage_error("gc needs --older-than, --max-bytes or --all");
+    /* each subcommand's options; --dir first in every one */
+    const cli_option ls_options[] = {{"--dir", CLI_STRING, .target = &dir}};
+    const cli_option gc_options[] = {
+        {"--dir", CLI_STRING, .target = &dir},
+        {"--older-than", CLI_DOUBLE, &older_than, .lo = 0, .hi = 36500},
+        {"--max-bytes", CLI_SIZE, &max_bytes, .lo = 0, .hi = INT64_MAX},
+        {"--all", CLI_FLAG, .target = &all},
+        {"--dry-run", CLI_FLAG, .target = &dry_run},
+    };
+    const cli_option verify_options[] = {{"--dir", CLI_STRING, .target = &dir},
+                                         {"--repair", CLI_FLAG, .target = &repair},
+                                         {"--from", CLI_STRING, .target = &from}};
+    const struct { const cli_option *options; size_t count; } by_command[] = {
+        {ls_options, 1}, {ls_options, 1}, {gc_options, 5}, {verify_options, 3}};
+    char name[32];
+    snprintf(name, sizeof name, "cache %s", names[which]);
+    const cli_command cmd = {name, usages[which], by_command[which].options, by_command[which].count, 0, 0, NULL};
+    int n;
+    if ((status = cli_parse(&cmd, argc - 1, argv + 1, &n)) != CLI_PARSED)
+        return status;
+    if (which == GC && older_than < 0 && max_bytes < 0 && !all)
+        return cli_usage_error(&cmd, "needs --older-than, --max-bytes or --all");
     if (from && !repair)
-        return cache_usage_error("--from FILE goes with --repair");
+        return cli_usage_error(&cmd, "--from FILE goes with --repair");
 
-    int writes = (is_gc && !dry_run) || (is_verify && repair);
+    int writes = (which == GC && !dry_run) || (which == VERIFY && repair);
     char path[1024];
     mlajit_store *store = NULL;
-    int status = open_cache(dir, writes, is_verify, !from, &store, path, sizeof path);
+    status = open_cache(dir, writes, which == VERIFY, !from, &store, path, sizeof path);
     if (status != CLI_OK)
         return status;
-    if (strcmp(cmd, "ls") == 0) status = cmd_ls(store, path);
-    else if (strcmp(cmd, "stats") == 0) status = cmd_stats(store, path);
-    else if (is_gc) status = cmd_gc(store, path, older_than, max_bytes, all, dry_run);
-    else status = cmd_verify(store, path, repair, from);
+    switch (which) {
+    case LS: status = cmd_ls(store, path); break;
+    case STATS: status = cmd_stats(store, path); break;
+    case GC: status = cmd_gc(store, path, older_than, max_bytes, all, dry_run); break;
+    default: status = cmd_verify(store, path, repair, from); break;
+    }
     mlajit_store_close(store);
     return status;
 }

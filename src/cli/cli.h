@@ -1,35 +1,108 @@
-/* Internal: subcommands of the mlajit CLI. Exit codes: 0 ok, 1 failure, 2 usage. */
+/* Internal: subcommands of the mlajit CLI and the one option parser they share.
+ * Exit status: CLI_OK, CLI_FAIL (ran and failed, or the answer is no), CLI_USAGE
+ * (the command line cannot be acted on; nothing written); README's "The CLI"
+ * states the rule and which faults are which. */
 #ifndef MLAJIT_CLI_H
 #define MLAJIT_CLI_H
 
+#include <stddef.h>
+
 #include "mlajit.h"
 
-enum { CLI_OK = 0, CLI_FAIL = 1, CLI_USAGE = 2 };
+enum { CLI_OK = 0, CLI_FAIL = 1, CLI_USAGE = 2, CLI_PARSED = -1 /* cli_parse: go on and run */ };
 
-int cli_bench(int argc, char **argv);
+int cli_bench(int argc, char **argv);    /* bench.c */
 int cli_fuzz(int argc, char **argv);     /* fuzz.c */
 int cli_envelope(int argc, char **argv); /* envelope.c */
 int cli_pack(int argc, char **argv);     /* pack.c */
 int cli_cache(int argc, char **argv);    /* cache_cmd.c */
+int cli_case(int argc, char **argv);     /* case_cmd.c */
 
-/* Print "mlajit: <what>: <last error>" and return the exit code for status. */
+/* Print "mlajit: <what>: <last error> (<status>)" and return CLI_FAIL: the
+ * command ran and failed. */
 int cli_error(int status, const char *what);
-/* --variant (MLAJIT_VARIANT_NAMES); prints the allowed values and returns 0 when bad. */
-int cli_parse_variant(const char *s, mlajit_variant *out);
-/* Parse option `name`'s decimal value s into *out if it lies in lo..hi; else print
- * "mlajit: NAME = 'S'; allowed LO..HI" and return 0. */
-int cli_parse_int(const char *s, const char *name, int lo, int hi, int *out);
+/* The same message for an argument the library refused before any work (a spec
+ * outside the envelope given to compile): CLI_USAGE. */
+int cli_invalid(int status, const char *what);
 
-/* A numeric option of a command: its name, where its value goes, its range. */
-typedef struct cli_int_option {
-    const char *name;
-    int *target;
-    int lo, hi;
-} cli_int_option;
-/* When argv[*i] names one of the n options, parse its value (argv[*i + 1]) into its
- * target and step *i past it: 1. A missing or bad value prints
- * "mlajit: CMD: NAME needs a value" or cli_parse_int's message: -1. Another
- * argument: 0, nothing printed. */
-int cli_match_int_option(int argc, char **argv, int *i, const cli_int_option *opts, size_t n, const char *cmd);
+/* ---- the option parser ------------------------------------------------------ */
+
+/* What an option's value is and where it goes. Numbers are decimal, checked for
+ * overflow and against [lo, hi]; nothing may follow them. */
+typedef enum cli_value_kind {
+    CLI_FLAG,   /* no value; *(int *)target = 1 */
+    CLI_INT,    /* int */
+    CLI_INT64,  /* int64_t */
+    CLI_UINT64, /* uint64_t, 0..2^64-1 (lo and hi unused) */
+    CLI_SIZE,   /* int64_t bytes, 0..hi: N or N.F with an optional K, M, G or T (powers of 1024) */
+    CLI_DOUBLE, /* double, finite, in [lo, hi] */
+    CLI_STRING, /* const char *, not empty */
+    CLI_CUSTOM, /* parse(name, value, target): 1 when good, else 0 after printing why */
+} cli_value_kind;
+
+typedef struct cli_option {
+    const char *name; /* "--heads" */
+    cli_value_kind kind;
+    void *target;
+    long long lo, hi;
+    int (*parse)(const char *name, const char *value, void *target);
+    int *given; /* when not NULL: set to 1 when the option is on the command line */
+} cli_option;
+
+/* One command's options, operands and usage. */
+typedef struct cli_command {
+    const char *name;     /* "compile", "cache gc": names it in messages */
+    const char *usage;    /* the whole --help text */
+    const cli_option *options;
+    size_t num_options;
+    int min_operands, max_operands; /* max -1: any number */
+    const char *operands;           /* what they are, for "needs ...": "a case directory DIR" */
+} cli_command;
+
+/* Parse argv[1..argc) (argv[0] is the command's own name) against cmd: options
+ * (`--name value` or `--name=value`, anywhere; `--` ends them) into their
+ * targets, operands moved to argv[1..*num_operands] in order. Returns CLI_PARSED
+ * when the command should run; CLI_OK after --help or -h (cmd->usage on stdout,
+ * nothing else done); CLI_USAGE after a message on stderr that names the option
+ * or argument ("mlajit compile: unknown option '--bogus'", "--heads = '0';
+ * allowed 1..128", "extra argument 'x'") and where the usage is. */
+int cli_parse(const cli_command *cmd, int argc, char **argv, int *num_operands);
+
+/* cli_parse for a command that takes no options, only min..max operands
+ * (described by `operands`, e.g. "one pack FILE"): the same returns. */
+int cli_parse_operands(const char *name, const char *usage, int min, int max, const char *operands, int argc,
+                       char **argv);
+
+/* "mlajit CMD: <message>" and the pointer to CMD's --help on stderr: CLI_USAGE.
+ * For checks after cli_parse (options that need each other, ...). */
+int cli_usage_error(const cli_command *cmd, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+/* A group of subcommands (pack, cache, case): argv[1] picks one of names[0..n).
+ * Returns its index, or -1 with *status set: CLI_OK after --help (usage on
+ * stdout), CLI_USAGE for a missing or unknown subcommand (message on stderr). */
+int cli_pick_subcommand(const char *group, const char *usage, const char *const *names, int n, int argc,
+                        char **argv, int *status);
+
+/* A whole decimal integer (optionally negative; nothing else around it) in
+ * [lo, hi], overflow checked: 1 and *out, else 0 (nothing printed). */
+int cli_parse_integer(const char *s, long long lo, long long hi, long long *out);
+
+/* Value parsers for CLI_CUSTOM options (target types in brackets). */
+int cli_parse_variant(const char *name, const char *value, void *target);  /* [mlajit_variant] */
+int cli_parse_model(const char *name, const char *value, void *target);    /* [mlajit_model] */
+int cli_parse_features(const char *name, const char *value, void *target); /* [unsigned]: sink,topk-length,... */
+
+/* Call item(name, text, target) for each item of the list value, split at sep:
+ * 1 when there is one at least and item took each, else 0 (after a message). */
+int cli_each_item(const char *name, const char *value, char sep, int (*item)(const char *, const char *, void *),
+                  void *target);
+/* An item for cli_each_item: the feature called text ("none", "sink",
+ * "topk-length", "extra-topk-length") or'd into *(unsigned *)target. */
+int cli_add_feature(const char *name, const char *text, void *target);
+
+/* A kernel spec as `mlajit envelope` and `case make` take it: the canonical
+ * string or a short form (v32.h16.p64, dsv4.h64.p256.e64.fs), fields only, not
+ * checked against the envelope. 1 when it parses; else 0 after printing why. */
+int cli_parse_spec(const char *cmd, const char *text, mlajit_kernel_spec *spec);
 
 #endif

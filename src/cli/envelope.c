@@ -2,7 +2,6 @@
  * geometry) checked against it. Every "ok" or "no" printed here is the answer
  * of mlajit_envelope_check itself, so the table and the API cannot disagree.
  * Nothing here touches CUDA or compiles. */
-#include <getopt.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -91,7 +90,11 @@ static void print_tables(void)
     }
 
     mlajit_nvrtc_version(&major, &minor);
-    printf("\narch targets: NVRTC %d.%d, and each kernel variant's shared memory per block\n", major, minor);
+    char where[1200];
+    if (mlajit_nvrtc_where(where, sizeof where) == MLAJIT_OK)
+        printf("\narch targets: NVRTC %d.%d, and each kernel variant's shared memory per block\n", major, minor);
+    else
+        printf("\narch targets: no NVRTC (%s), and each kernel variant's shared memory per block\n", where);
     printf("(tile x heads per CTA; 'no' = over the arch's limit; auto = the generator's choice for h_q 16 / 128)\n");
     static const int variants[][2] = {{32, 16}, {32, 32}, {32, 64}, {64, 16}, {64, 32}, {64, 64}};
     const int nvariants = (int)(sizeof variants / sizeof variants[0]);
@@ -129,60 +132,47 @@ static void print_tables(void)
         }
     }
     printf("\ncheck one: mlajit envelope SPEC [--batch B] [--s-q S] [--topk K] [--extra-topk E] [--splits N]\n");
-    printf("           (SPEC as printed by mlajit compile, e.g. v32.h128.p64.t64.hc32.portable.sm_86)\n");
+    printf("           (SPEC as printed by mlajit compile, e.g. v32.h128.p64.t64.hc32.portable.sm_86, or a\n"
+           "           short form such as v32.h16.p64: fields left off take their defaults)\n");
 }
 
-static int parse_shape_int(const char *s, const char *name, int *out)
-{
-    char *end;
-    long v = strtol(s, &end, 10);
-    if (!*s || *end || v < -1000000 || v > 1000000) {
-        fprintf(stderr, "mlajit: %s = '%s'; allowed an integer (the envelope says which)\n", name, s);
-        return 0;
-    }
-    *out = (int)v;
-    return 1;
-}
+static const char envelope_usage[] =
+    "usage: mlajit envelope [SPEC [--batch B] [--s-q S] [--topk K] [--extra-topk E] [--splits N]]\n"
+    "  without SPEC: the supported envelope as tables (what mlajit_envelope_check accepts)\n"
+    "  with SPEC: whether that kernel spec (and, with a geometry, that call) is accepted, the\n"
+    "  reason when not, and with a geometry the kernel and grid its plan launches on an H200\n"
+    "  SPEC: model.hN.pN[.eN][.f<s|l|x>][.tN][.hcN][.variant][.arch]; fields left off take\n"
+    "        their defaults (e.g. v32.h16.p64, dsv4.h64.p256.e64.fs, v32.h128.p64.t64.hc64.sm90.sm_90a)\n"
+    "  --batch B, --s-q S, --topk K, --extra-topk E, --splits N   the call's geometry (defaults:\n"
+    "        batch 1, s_q 1, topk 2048, extra_topk 64 with an extra cache, the planner's splits)\n"
+    "exit status: 0 accepted, 1 rejected (the reason is printed), 2 usage or a SPEC that does not parse\n";
 
 int cli_envelope(int argc, char **argv)
 {
-    static const struct option longopts[] = {
-        {"batch", required_argument, 0, 'b'}, {"s-q", required_argument, 0, 's'},
-        {"topk", required_argument, 0, 'k'},  {"extra-topk", required_argument, 0, 'e'},
-        {"splits", required_argument, 0, 'n'}, {0, 0, 0, 0}};
     mlajit_decode_shape shape = {.batch = 1, .s_q = 1, .topk = 2048, .extra_topk = -1};
-    int with_shape = 0, c;
-    optind = 1;
-    while ((c = getopt_long(argc, argv, "", longopts, NULL)) != -1) {
-        with_shape = 1;
-        switch (c) {
-        case 'b': if (!parse_shape_int(optarg, "--batch", &shape.batch)) return CLI_USAGE; break;
-        case 's': if (!parse_shape_int(optarg, "--s-q", &shape.s_q)) return CLI_USAGE; break;
-        case 'k': if (!parse_shape_int(optarg, "--topk", &shape.topk)) return CLI_USAGE; break;
-        case 'e': if (!parse_shape_int(optarg, "--extra-topk", &shape.extra_topk)) return CLI_USAGE; break;
-        case 'n': if (!parse_shape_int(optarg, "--splits", &shape.num_splits)) return CLI_USAGE; break;
-        default:
-            fprintf(stderr, "mlajit: envelope: unknown option; usage: mlajit envelope [SPEC [--batch B] [--s-q S] "
-                            "[--topk K] [--extra-topk E] [--splits N]]\n");
-            return CLI_USAGE;
-        }
-    }
-    if (optind == argc) {
-        if (with_shape) {
-            fprintf(stderr, "mlajit: envelope: --batch, --s-q, --topk, --extra-topk and --splits need a SPEC\n");
-            return CLI_USAGE;
-        }
+    int with_shape = 0;
+    /* wide ranges: the envelope check itself says what is allowed, as the API would */
+    const cli_option options[] = {
+        {"--batch", CLI_INT, &shape.batch, -1000000, 1000000, .given = &with_shape},
+        {"--s-q", CLI_INT, &shape.s_q, -1000000, 1000000, .given = &with_shape},
+        {"--topk", CLI_INT, &shape.topk, -1000000, 1000000, .given = &with_shape},
+        {"--extra-topk", CLI_INT, &shape.extra_topk, -1000000, 1000000, .given = &with_shape},
+        {"--splits", CLI_INT, &shape.num_splits, -1000000, 1000000, .given = &with_shape},
+    };
+    const cli_command cmd = {"envelope", envelope_usage, options, sizeof options / sizeof options[0], 0, 1,
+                             "one SPEC at most"};
+    int n, rc = cli_parse(&cmd, argc, argv, &n);
+    if (rc != CLI_PARSED)
+        return rc;
+    if (n == 0) {
+        if (with_shape)
+            return cli_usage_error(&cmd, "--batch, --s-q, --topk, --extra-topk and --splits need a SPEC");
         print_tables();
         return CLI_OK;
     }
-    if (optind + 1 != argc) {
-        fprintf(stderr, "mlajit: envelope: one SPEC at most; extra argument '%s'\n", argv[optind + 1]);
-        return CLI_USAGE;
-    }
     mlajit_kernel_spec spec;
-    int rc = mlajit_spec_parse(argv[optind], &spec);
-    if (rc)
-        return cli_error(rc, "envelope");
+    if (!cli_parse_spec("envelope", argv[1], &spec))
+        return CLI_USAGE;
     if (shape.extra_topk < 0)
         shape.extra_topk = spec.extra_page_size ? 64 : 0;
     rc = mlajit_envelope_check(&spec, with_shape ? &shape : NULL);

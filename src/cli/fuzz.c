@@ -16,7 +16,7 @@
  * refused by the planner too, with a reason.
  *
  * A failure is shrunk (smaller b, s_q, topk while it still fails the same way),
- * written as a case directory in the shared/golden format with the reference's
+ * written as a case directory in the golden cases' format with the reference's
  * expected output, and printed with the command lines that replay it. */
 #include <errno.h>
 #include <getopt.h>
@@ -648,32 +648,6 @@ static int fuzz_gpu(const fuzz_options *opts, const char *cache_dir, fuzz_counts
 
 /* ---- the command ------------------------------------------------------------- */
 
-static int parse_u64(const char *s, const char *name, uint64_t *out)
-{
-    char *end;
-    errno = 0;
-    unsigned long long v = strtoull(s, &end, 10);
-    if (!*s || *end || errno || s[0] == '-') {
-        fprintf(stderr, "mlajit: %s = '%s'; allowed an integer 0..18446744073709551615\n", name, s);
-        return 0;
-    }
-    *out = v;
-    return 1;
-}
-
-static int parse_range(const char *s, const char *name, long long lo, long long hi, long long *out)
-{
-    char *end;
-    errno = 0;
-    long long v = strtoll(s, &end, 10);
-    if (!*s || *end || errno || v < lo || v > hi) {
-        fprintf(stderr, "mlajit: %s = '%s'; allowed %lld..%lld\n", name, s, lo, hi);
-        return 0;
-    }
-    *out = v;
-    return 1;
-}
-
 static void remove_tree(const char *dir)
 {
     if (!dir[0])
@@ -688,37 +662,33 @@ static void remove_tree(const char *dir)
         waitpid(pid, &status, 0);
 }
 
+static const char fuzz_usage[] =
+    "usage: mlajit fuzz [--seconds N] [--seed S] [--cpu-only] [--call N] [--out DIR]\n"
+    "  random decode calls over the whole envelope against the fp64 reference; a failing call\n"
+    "  is shrunk and saved as a case directory under DIR with its run-case replay line\n"
+    "  --seconds N  how long, 1..604800 (default 60)\n"
+    "  --seed S     the run's seed, 0..2^64-1 (default: from the clock; printed)\n"
+    "  --call N     redraw call N of the seed's run only\n"
+    "  --cpu-only   no GPU: generate and NVRTC-compile each call's kernel for sm_80, sm_90a,\n"
+    "               sm_100a and sm_120a, and round-trip its case directory\n"
+    "  --out DIR    where failing cases go (default fuzz-failures)\n"
+    "exit status: 0 every call passed, 1 one failed, 2 bad arguments (docs/fuzzing.md)\n";
+
 int cli_fuzz(int argc, char **argv)
 {
-    static const struct option longopts[] = {
-        {"seconds", required_argument, 0, 's'}, {"seed", required_argument, 0, 'S'},
-        {"cpu-only", no_argument, 0, 'c'},      {"call", required_argument, 0, 'n'},
-        {"out", required_argument, 0, 'o'},     {"help", no_argument, 0, 'h'},
-        {0, 0, 0, 0}};
     fuzz_options opts = {.seconds = 60, .only_call = -1, .out_dir = "fuzz-failures"};
-    int seeded = 0, c;
-    long long v;
-    optind = 1;
-    while ((c = getopt_long(argc, argv, "", longopts, NULL)) != -1) {
-        switch (c) {
-        case 's': if (!parse_range(optarg, "--seconds", 1, 7 * 86400, &v)) return CLI_USAGE; opts.seconds = (int)v; break;
-        case 'S': if (!parse_u64(optarg, "--seed", &opts.seed)) return CLI_USAGE; seeded = 1; break;
-        case 'c': opts.cpu_only = 1; break;
-        case 'n': if (!parse_range(optarg, "--call", 0, INT64_MAX, &v)) return CLI_USAGE; opts.only_call = v; break;
-        case 'o':
-            if (!optarg[0]) { fprintf(stderr, "mlajit: --out = ''; allowed a directory name\n"); return CLI_USAGE; }
-            opts.out_dir = optarg;
-            break;
-        case 'h':
-            printf("usage: mlajit fuzz [--seconds N] [--seed S] [--cpu-only] [--call N] [--out DIR]\n");
-            return CLI_OK;
-        default: fprintf(stderr, "mlajit: fuzz: unknown option; see mlajit fuzz --help\n"); return CLI_USAGE;
-        }
-    }
-    if (optind < argc) {
-        fprintf(stderr, "mlajit: fuzz: unexpected argument '%s'; see mlajit fuzz --help\n", argv[optind]);
-        return CLI_USAGE;
-    }
+    int seeded = 0;
+    const cli_option options[] = {
+        {"--seconds", CLI_INT, &opts.seconds, .lo = 1, .hi = 7 * 86400},
+        {"--seed", CLI_UINT64, &opts.seed, .given = &seeded},
+        {"--cpu-only", CLI_FLAG, .target = &opts.cpu_only},
+        {"--call", CLI_INT64, &opts.only_call, .lo = 0, .hi = INT64_MAX},
+        {"--out", CLI_STRING, .target = &opts.out_dir},
+    };
+    const cli_command cmd = {"fuzz", fuzz_usage, options, sizeof options / sizeof options[0], 0, 0, NULL};
+    int n_operands, parsed = cli_parse(&cmd, argc, argv, &n_operands);
+    if (parsed != CLI_PARSED)
+        return parsed;
     if (!seeded) {
         struct timespec ts;
         clock_gettime(CLOCK_REALTIME, &ts);

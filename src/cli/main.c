@@ -1,5 +1,6 @@
-/* mlajit - the command-line tool: info, compile, run-case, demo, bench. */
-#include <getopt.h>
+/* mlajit - the command-line tool: info, compile, run-case, demo, and the
+ * commands of the other files (cli.h). Every command parses its arguments with
+ * cli_parse (args.c), so --help, bad options and exit codes behave alike. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -9,9 +10,10 @@
 #include "common/error.h"
 #include "harness/harness.h"
 #include "mlajit.h"
+#include "runtime/nvrtc.h"
 
 static const char usage_text[] =
-    "usage: mlajit <command> [options]\n"
+    "usage: mlajit <command> [options]     (mlajit <command> --help: that command's usage)\n"
     "\n"
     "commands:\n"
     "  info                          version, NVRTC, driver and GPU, cache directory and size\n"
@@ -19,14 +21,16 @@ static const char usage_text[] =
     "          [--tile T] [--heads-per-cta H] [--variant V] [--arch sm_XX]\n"
     "          [--emit-source]\n"
     "                                generate, compile and cache one kernel\n"
-    "  run-case [--cpu] DIR          run a golden-format case directory and check it\n"
+    "  run-case [--cpu] DIR          run a case directory (tests/golden's format) and check it\n"
     "          [--variant V] [--tile T] [--heads-per-cta H] [--splits N] [--lse-head-major]\n"
     "          [--pad-strides]\n"
     "                                (kernel variant and argument layout of the GPU run)\n"
+    "  case make SPEC --out DIR [--batch B] [--s-q S] [--topk K] ...\n"
+    "                                write a synthetic case directory with its fp64 expected output\n"
     "  demo                          V3.2 decode end to end (b 4, seqlen 4096, topk 2048, h_q 128)\n"
-    "  bench [--json FILE] [--quick] the shared/BENCH.md protocol (needs a GPU)\n"
-    "  pack build|ls|verify|merge|bench  cubin packs for deployment (`mlajit pack --help`)\n"
-    "  cache ls|stats|gc|verify      the writable kernel cache (`mlajit cache --help`)\n"
+    "  bench [--json FILE] [--quick] docs/BENCH.md's protocol (needs a GPU)\n"
+    "  pack build|ls|verify|merge|bench  cubin packs for deployment\n"
+    "  cache ls|stats|gc|verify      the writable kernel cache\n"
     "  fuzz [--seconds N] [--seed S] [--cpu-only] [--call N] [--out DIR]\n"
     "                                random decode calls over the envelope against the reference;\n"
     "                                --cpu-only: generate + NVRTC for sm_80/90a/100a/120a, no launch\n"
@@ -36,69 +40,31 @@ static const char usage_text[] =
     "\n"
     "models: v32, dsv4, glm_nsa; features: sink, topk-length, extra-topk-length\n"
     "variants (V): " MLAJIT_VARIANT_NAMES "\n"
-    "exit status: 0 ok, 1 failure, 2 usage or invalid arguments\n";
+    "SPEC: model.hN.pN[.eN][.f<s|l|x>][.tN][.hcN][.variant][.arch], e.g. v32.h16.p64 or\n"
+    "      v32.h128.p64.t64.hc64.sm90.sm_90a (as mlajit compile prints it)\n"
+    "exit status: 0 ok, 1 failure (or the answer no), 2 usage or invalid arguments\n";
 
-int cli_error(int status, const char *what)
-{
-    fprintf(stderr, "mlajit: %s: %s (%s)\n", what, mlajit_last_error(), mlajit_status_string(status));
-    return status == MLAJIT_ERR_INVALID_ARGUMENT ? CLI_USAGE : CLI_FAIL;
-}
+static const char info_usage[] =
+    "usage: mlajit info\n"
+    "  the version, NVRTC (its version and the library file in use), the driver and GPU\n"
+    "  found or not, the cache directory and its size, the packs in use, whether JIT is on\n";
 
-static int usage_error(const char *fmt, const char *arg)
+static int cmd_info(int argc, char **argv)
 {
-    fprintf(stderr, "mlajit: ");
-    fprintf(stderr, fmt, arg);
-    fprintf(stderr, "\n\n%s", usage_text);
-    return CLI_USAGE;
-}
-
-int cli_parse_int(const char *s, const char *name, int lo, int hi, int *out)
-{
-    char *end;
-    long v = strtol(s, &end, 10);
-    if (!*s || *end || v < lo || v > hi) {
-        fprintf(stderr, "mlajit: %s = '%s'; allowed %d..%d\n", name, s, lo, hi);
-        return 0;
-    }
-    *out = (int)v;
-    return 1;
-}
-
-int cli_match_int_option(int argc, char **argv, int *i, const cli_int_option *opts, size_t n, const char *cmd)
-{
-    for (size_t k = 0; k < n; k++) {
-        if (strcmp(argv[*i], opts[k].name) != 0)
-            continue;
-        if (*i + 1 == argc) {
-            fprintf(stderr, "mlajit: %s: %s needs a value\n", cmd, opts[k].name);
-            return -1;
-        }
-        if (!cli_parse_int(argv[*i + 1], opts[k].name, opts[k].lo, opts[k].hi, opts[k].target))
-            return -1;
-        (*i)++;
-        return 1;
-    }
-    return 0;
-}
-
-int cli_parse_variant(const char *s, mlajit_variant *out)
-{
-    if (mlajit_variant_from_name(s, out))
-        return 1;
-    fprintf(stderr, "mlajit: --variant = '%s'; allowed " MLAJIT_VARIANT_NAMES "\n", s);
-    return 0;
-}
-
-static int cmd_info(void)
-{
+    int rc = cli_parse_operands("info", info_usage, 0, 0, NULL, argc, argv);
+    if (rc != CLI_PARSED)
+        return rc;
     mlajit_context *ctx;
-    int rc = mlajit_context_create(NULL, &ctx);
-    if (rc)
+    if ((rc = mlajit_context_create(NULL, &ctx)))
         return cli_error(rc, "info");
     mlajit_context_info info;
     mlajit_context_get_info(ctx, &info);
     printf("mlajit        %s\n", MLAJIT_VERSION_STRING);
-    printf("nvrtc         %d.%d\n", info.nvrtc_major, info.nvrtc_minor);
+    char nvrtc_where[1200];
+    if (mlajit_nvrtc_where(nvrtc_where, sizeof nvrtc_where) == MLAJIT_OK)
+        printf("nvrtc         %d.%d (%s)\n", info.nvrtc_major, info.nvrtc_minor, nvrtc_where);
+    else
+        printf("nvrtc         none: %s\n", nvrtc_where);
     if (info.has_device) {
         printf("driver        %d.%d\n", info.driver_version / 1000, (info.driver_version % 1000) / 10);
         printf("gpu           %s (%s, %d SMs, %.0f MB L2)\n", info.device_name, info.device_arch, info.sm_count,
@@ -124,72 +90,62 @@ static int cmd_info(void)
     return CLI_OK;
 }
 
-static int parse_features(const char *list, unsigned *out)
-{
-    char buf[256];
-    snprintf(buf, sizeof buf, "%s", list);
-    *out = 0;
-    for (char *save = NULL, *t = strtok_r(buf, ",", &save); t; t = strtok_r(NULL, ",", &save)) {
-        if (strcmp(t, "sink") == 0) *out |= MLAJIT_FEATURE_SINK;
-        else if (strcmp(t, "topk-length") == 0) *out |= MLAJIT_FEATURE_TOPK_LENGTH;
-        else if (strcmp(t, "extra-topk-length") == 0) *out |= MLAJIT_FEATURE_EXTRA_TOPK_LENGTH;
-        else {
-            fprintf(stderr, "mlajit: --features: '%s' is unknown; allowed sink, topk-length, extra-topk-length\n", t);
-            return 0;
-        }
-    }
-    return 1;
-}
+static const char compile_usage[] =
+    "usage: mlajit compile --model M --heads N --page P [--extra-page P2] [--features LIST]\n"
+    "                      [--tile T] [--heads-per-cta H] [--variant V] [--arch sm_XX] [--emit-source]\n"
+    "  generate, compile (NVRTC) and cache one kernel; prints its key, compile time, registers,\n"
+    "  shared memory, spills and whether it was a cache hit\n"
+    "  --model M          v32, dsv4, glm_nsa\n"
+    "  --heads N          query heads, 1..128\n"
+    "  --page P           tokens per page of the main cache, 1..1024\n"
+    "  --extra-page P2    tokens per page of the extra cache (DeepSeek-V4's dual cache), 1..1024\n"
+    "  --features LIST    comma-separated: sink, topk-length, extra-topk-length\n"
+    "  --tile T           0 (auto), 32 or 64 candidates per tile\n"
+    "  --heads-per-cta H  0 (auto), 8, 16, 24, 32, 64 (mlajit envelope says which fit)\n"
+    "  --variant V        " MLAJIT_VARIANT_NAMES "\n"
+    "  --arch sm_XX       the target (default: the GPU's, sm_90a without one)\n"
+    "  --emit-source      print the generated CUDA source instead of compiling\n"
+    "exit status: 0 compiled or found, 1 the compile failed, 2 bad arguments or a spec outside the envelope\n";
 
 static int cmd_compile(int argc, char **argv)
 {
-    static const struct option longopts[] = {
-        {"model", required_argument, 0, 'm'}, {"heads", required_argument, 0, 'h'},
-        {"page", required_argument, 0, 'p'},  {"extra-page", required_argument, 0, 'e'},
-        {"arch", required_argument, 0, 'a'},  {"emit-source", no_argument, 0, 's'},
-        {"features", required_argument, 0, 'f'}, {"tile", required_argument, 0, 't'},
-        {"heads-per-cta", required_argument, 0, 'c'}, {"variant", required_argument, 0, 'v'},
-        {0, 0, 0, 0}};
-    const char *model_name = NULL, *arch = "";
+    const char *arch = "";
     int heads = 0, page = 0, extra_page = 0, tile = 0, heads_per_cta = 0, emit = 0;
+    mlajit_model model = MLAJIT_MODEL_V32;
+    int have_model = 0;
     mlajit_variant variant = MLAJIT_VARIANT_AUTO;
     unsigned features = 0;
-    int c;
-    optind = 1;
-    while ((c = getopt_long(argc, argv, "", longopts, NULL)) != -1) {
-        switch (c) {
-        case 'm': model_name = optarg; break;
-        case 'h': if (!cli_parse_int(optarg, "--heads", 1, MLAJIT_MAX_HEADS, &heads)) return CLI_USAGE; break;
-        case 'p': if (!cli_parse_int(optarg, "--page", 1, MLAJIT_MAX_PAGE_SIZE, &page)) return CLI_USAGE; break;
-        case 'e': if (!cli_parse_int(optarg, "--extra-page", 1, MLAJIT_MAX_PAGE_SIZE, &extra_page)) return CLI_USAGE; break;
-        case 't': if (!cli_parse_int(optarg, "--tile", 0, 64, &tile)) return CLI_USAGE; break;
-        case 'c': if (!cli_parse_int(optarg, "--heads-per-cta", 0, 64, &heads_per_cta)) return CLI_USAGE; break;
-        case 'a': arch = optarg; break;
-        case 'v': if (!cli_parse_variant(optarg, &variant)) return CLI_USAGE; break;
-        case 's': emit = 1; break;
-        case 'f': if (!parse_features(optarg, &features)) return CLI_USAGE; break;
-        default: return usage_error("compile: unknown option%s", "");
-        }
-    }
-    if (!model_name || !heads || !page)
-        return usage_error("compile needs --model, --heads and --page%s", "");
-    mlajit_model model;
-    int rc = mlajit_model_from_name(model_name, &model);
-    if (rc)
-        return cli_error(rc, "--model");
+    const cli_option options[] = {
+        {"--model", CLI_CUSTOM, &model, .parse = cli_parse_model, .given = &have_model},
+        {"--heads", CLI_INT, &heads, .lo = 1, .hi = MLAJIT_MAX_HEADS},
+        {"--page", CLI_INT, &page, .lo = 1, .hi = MLAJIT_MAX_PAGE_SIZE},
+        {"--extra-page", CLI_INT, &extra_page, .lo = 1, .hi = MLAJIT_MAX_PAGE_SIZE},
+        {"--features", CLI_CUSTOM, &features, .parse = cli_parse_features},
+        {"--tile", CLI_INT, &tile, .lo = 0, .hi = 64},
+        {"--heads-per-cta", CLI_INT, &heads_per_cta, .lo = 0, .hi = 64},
+        {"--variant", CLI_CUSTOM, &variant, .parse = cli_parse_variant},
+        {"--arch", CLI_STRING, .target = &arch},
+        {"--emit-source", CLI_FLAG, .target = &emit},
+    };
+    const cli_command cmd = {"compile", compile_usage, options, sizeof options / sizeof options[0], 0, 0, NULL};
+    int n, rc = cli_parse(&cmd, argc, argv, &n);
+    if (rc != CLI_PARSED)
+        return rc;
+    if (!have_model || !heads || !page)
+        return cli_usage_error(&cmd, "needs --model, --heads and --page");
     mlajit_kernel_spec spec;
     if ((rc = mlajit_spec_init(&spec, model, heads, page)))
-        return cli_error(rc, "compile");
+        return cli_invalid(rc, "compile");
     spec.extra_page_size = extra_page;
     spec.features = features;
     spec.tile = tile;
     spec.heads_per_cta = heads_per_cta;
     spec.variant = variant;
     if (strlen(arch) >= sizeof spec.arch)
-        return usage_error("--arch '%s' is too long", arch);
+        return cli_usage_error(&cmd, "--arch = '%s' is too long; allowed an arch such as sm_90a (mlajit envelope lists them)", arch);
     strcpy(spec.arch, arch);
     if ((rc = mlajit_spec_validate(&spec)))
-        return cli_error(rc, "compile");
+        return cli_invalid(rc, "compile");
     mlajit_context *ctx;
     if ((rc = mlajit_context_create(NULL, &ctx)))
         return cli_error(rc, "compile");
@@ -197,6 +153,12 @@ static int cmd_compile(int argc, char **argv)
         mlajit_context_info info;
         mlajit_context_get_info(ctx, &info);
         strcpy(spec.arch, info.device_arch);
+    }
+    /* a spec outside the envelope for its arch is a bad argument (2); whether this
+     * NVRTC can target the arch is the machine's (prepare's failure: 1) */
+    if ((rc = mlajit_envelope_check_with(&spec, NULL, NULL))) {
+        mlajit_context_destroy(ctx);
+        return cli_invalid(rc, "compile");
     }
     if (emit) {
         char *src;
@@ -234,38 +196,40 @@ static void print_compare(const char *label, const mlajit_compare_result *r)
            (long long)r->lse_violations, r->pass ? "PASS" : "FAIL");
 }
 
+static const char run_case_usage[] =
+    "usage: mlajit run-case [--cpu] [--variant V] [--tile T] [--heads-per-cta H] [--splits N]\n"
+    "                       [--lse-head-major] [--pad-strides] DIR\n"
+    "  run the case directory DIR (tests/golden's format; mlajit case make writes one) through\n"
+    "  the library on the GPU, or with --cpu through the fp64 CPU reference, and print the\n"
+    "  errors against its expected output and FlashMLA's where the case has it\n"
+    "  --variant V        " MLAJIT_VARIANT_NAMES "\n"
+    "  --tile T, --heads-per-cta H   force the kernel's tile (0, 32, 64) and heads per CTA (0..64)\n"
+    "  --splits N         force N split-KV splits (0: the planner's choice; at most 64)\n"
+    "  --lse-head-major   lse laid out [b, h_q, s_q] (FlashMLA's order) through its strides\n"
+    "  --pad-strides      q, out and indices with padded row strides\n"
+    "exit status: 0 within SPEC's bar, 1 outside it or the run failed, 2 bad arguments\n";
+
 static int cmd_run_case(int argc, char **argv)
 {
     int cpu = 0;
-    const char *dir = NULL;
     mlajit_gpu_run_options run = {0}; /* what `mlajit fuzz` prints for a failing call */
-    const cli_int_option ints[] = {
-        {"--tile", &run.tile, 0, 64},
-        {"--heads-per-cta", &run.heads_per_cta, 0, 64},
-        {"--splits", &run.num_splits, 0, MLAJIT_MAX_SPLITS},
+    const cli_option options[] = {
+        {"--cpu", CLI_FLAG, .target = &cpu},
+        {"--variant", CLI_CUSTOM, &run.variant, .parse = cli_parse_variant},
+        {"--tile", CLI_INT, &run.tile, .lo = 0, .hi = 64},
+        {"--heads-per-cta", CLI_INT, &run.heads_per_cta, .lo = 0, .hi = 64},
+        {"--splits", CLI_INT, &run.num_splits, .lo = 0, .hi = MLAJIT_MAX_SPLITS},
+        {"--lse-head-major", CLI_FLAG, .target = &run.lse_head_major},
+        {"--pad-strides", CLI_FLAG, .target = &run.pad_strides},
     };
-    for (int i = 1; i < argc; i++) {
-        int matched = cli_match_int_option(argc, argv, &i, ints, sizeof ints / sizeof ints[0], "run-case");
-        if (matched < 0) return CLI_USAGE;
-        else if (matched) continue;
-        else if (strcmp(argv[i], "--cpu") == 0) cpu = 1;
-        else if (strcmp(argv[i], "--lse-head-major") == 0) run.lse_head_major = 1;
-        else if (strcmp(argv[i], "--pad-strides") == 0) run.pad_strides = 1;
-        else if (strcmp(argv[i], "--variant") == 0) {
-            if (i + 1 == argc)
-                return usage_error("run-case: %s needs a value", argv[i]);
-            if (!cli_parse_variant(argv[++i], &run.variant))
-                return CLI_USAGE;
-        }
-        else if (argv[i][0] == '-') return usage_error("run-case: unknown option '%s'", argv[i]);
-        else if (!dir) dir = argv[i];
-        else return usage_error("run-case takes one directory; extra argument '%s'", argv[i]);
-    }
-    if (!dir)
-        return usage_error("run-case needs a case directory%s", "");
+    const cli_command cmd = {"run-case", run_case_usage, options, sizeof options / sizeof options[0], 1, 1,
+                             "one case directory DIR"};
+    int n, rc = cli_parse(&cmd, argc, argv, &n);
+    if (rc != CLI_PARSED)
+        return rc;
+    const char *dir = argv[1];
     mlajit_case c;
-    int rc = mlajit_case_load(dir, &c);
-    if (rc)
+    if ((rc = mlajit_case_load(dir, &c)))
         return cli_error(rc, "run-case");
     const mlajit_model_desc *m = mlajit_model_describe(c.model);
     size_t n_lse = (size_t)c.b * c.s_q * c.h_q, n_out = n_lse * m->d_v;
@@ -321,9 +285,19 @@ static int cmd_run_case(int argc, char **argv)
     return r.pass ? CLI_OK : CLI_FAIL;
 }
 
+static const char demo_usage[] =
+    "usage: mlajit demo\n"
+    "  the main job end to end on a V3.2 cache (b 4, seqlen 4096, topk 2048, h_q 128, page 64):\n"
+    "  build and quantize the cache, plan, JIT (a second run is a cache hit), decode on the GPU\n"
+    "  and check against the fp64 CPU reference, with each stage's time. Without a GPU it\n"
+    "  generates, compiles and caches the kernel for sm_90a and says so.\n";
+
 /* The main job on an embedded default: a V3.2 cache, JIT, decode, check. */
-static int cmd_demo(void)
+static int cmd_demo(int argc, char **argv)
 {
+    int parsed = cli_parse_operands("demo", demo_usage, 0, 0, NULL, argc, argv);
+    if (parsed != CLI_PARSED)
+        return parsed;
     const mlajit_synth_params params = {
         .model = MLAJIT_MODEL_V32, .b = 4, .s_q = 1, .h_q = 128, .topk = 2048,
         .page_size = 64, .seqlen = 4096, .seed = 20261130,
@@ -398,20 +372,32 @@ static int cmd_demo(void)
 
 int main(int argc, char **argv)
 {
-    if (argc < 2 || strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "-h") == 0) {
-        fputs(usage_text, argc < 2 ? stderr : stdout);
-        return argc < 2 ? CLI_USAGE : CLI_OK;
+    if (argc < 2) {
+        fputs(usage_text, stderr);
+        return CLI_USAGE;
     }
     const char *cmd = argv[1];
-    if (strcmp(cmd, "info") == 0) return cmd_info();
-    if (strcmp(cmd, "compile") == 0) return cmd_compile(argc - 1, argv + 1);
-    if (strcmp(cmd, "run-case") == 0) return cmd_run_case(argc - 1, argv + 1);
-    if (strcmp(cmd, "demo") == 0) return cmd_demo();
-    if (strcmp(cmd, "bench") == 0) return cli_bench(argc - 1, argv + 1);
-    if (strcmp(cmd, "fuzz") == 0) return cli_fuzz(argc - 1, argv + 1);
-    if (strcmp(cmd, "envelope") == 0) return cli_envelope(argc - 1, argv + 1);
-    if (strcmp(cmd, "pack") == 0) return cli_pack(argc - 1, argv + 1);
-    if (strcmp(cmd, "cache") == 0) return cli_cache(argc - 1, argv + 1);
-    if (strcmp(cmd, "--version") == 0) { printf("mlajit %s\n", MLAJIT_VERSION_STRING); return CLI_OK; }
-    return usage_error("unknown command '%s'", cmd);
+    if (strcmp(cmd, "--help") == 0 || strcmp(cmd, "-h") == 0) {
+        fputs(usage_text, stdout);
+        return CLI_OK;
+    }
+    if (strcmp(cmd, "--version") == 0) {
+        printf("mlajit %s\n", MLAJIT_VERSION_STRING);
+        return CLI_OK;
+    }
+    static const struct {
+        const char *name;
+        int (*run)(int argc, char **argv);
+    } commands[] = {
+        {"info", cmd_info},         {"compile", cmd_compile},   {"run-case", cmd_run_case}, {"case", cli_case},
+        {"demo", cmd_demo},         {"bench", cli_bench},       {"fuzz", cli_fuzz},         {"envelope", cli_envelope},
+        {"pack", cli_pack},         {"cache", cli_cache},
+    };
+    for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)
+        if (strcmp(cmd, commands[i].name) == 0)
+            return commands[i].run(argc - 1, argv + 1);
+    fprintf(stderr, "mlajit: unknown %s '%s'; allowed info, compile, run-case, case, demo, bench, fuzz, envelope, "
+                    "pack, cache\n(mlajit --help prints the usage)\n",
+            cmd[0] == '-' ? "option" : "command", cmd);
+    return CLI_USAGE;
 }

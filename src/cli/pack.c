@@ -1,6 +1,5 @@
 /* mlajit pack: build, list, verify, merge and time cubin packs (cache/pack.h). */
 #include <errno.h>
-#include <getopt.h>
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -15,103 +14,122 @@
 #include "runtime/runtime.h"
 
 static const char pack_usage[] =
-    "usage: mlajit pack <command>\n"
+    "usage: mlajit pack <command>      (mlajit pack <command> --help: its usage)\n"
     "\n"
     "  build [--models LIST] [--heads LIST] [--pages LIST] [--extra-pages LIST]\n"
     "        [--features SETS] [--archs LIST] [--spec SPEC]... [--specs FILE]\n"
     "        [--out FILE] [--jobs N] [--no-cache]\n"
-    "        compile the grid (models x heads x pages x extra pages x feature sets x archs)\n"
-    "        and the listed specs in parallel, and write one pack (default mlajit.pack).\n"
-    "        LISTs are comma-separated; a feature set joins names with '+', e.g.\n"
-    "        --features none,sink+topk-length. FILE for --specs holds canonical spec\n"
-    "        strings, one a line ('#' starts a comment). Kernels already in the cache\n"
-    "        are reused unless --no-cache.\n"
+    "                             compile a grid and specs in parallel into one pack\n"
     "  ls FILE                    the manifest and every kernel\n"
     "  verify FILE                check the file, the manifest and every entry\n"
     "  merge OUT IN...            one pack holding every kernel of the inputs\n"
     "  bench FILE [--repeat N]    time a fresh process's open, lookup and (with a GPU)\n"
     "                             load of the pack's first kernel, and repeat lookups\n"
     "\n"
-    "Packs are read at run time from MLAJIT_PACKS (':'-separated), before the cache.\n";
+    "Packs are read at run time from MLAJIT_PACKS (':'-separated), before the cache (docs/packs.md).\n";
 
-static int pack_usage_error(const char *what)
+static const char build_usage[] =
+    "usage: mlajit pack build [--models LIST] [--heads LIST] [--pages LIST] [--extra-pages LIST]\n"
+    "                         [--features SETS] [--archs LIST] [--spec SPEC]... [--specs FILE]\n"
+    "                         [--out FILE] [--jobs N] [--no-cache]\n"
+    "  compile the grid (models x heads x pages x extra pages x feature sets x archs) and the\n"
+    "  listed specs in parallel, and write one pack (default mlajit.pack). LISTs are\n"
+    "  comma-separated; a feature set joins names with '+', e.g. --features none,sink+topk-length.\n"
+    "  FILE for --specs holds spec strings, one a line ('#' starts a comment). Kernels already\n"
+    "  in the cache are reused unless --no-cache. --jobs N: 1..256 workers (default: the cores).\n";
+static const char ls_usage[] = "usage: mlajit pack ls FILE\n  the pack's manifest and every kernel in it\n";
+static const char verify_usage[] =
+    "usage: mlajit pack verify FILE\n"
+    "  check the file's checksum, trailer and manifest and every entry's checksums, and (with\n"
+    "  this build's recipe) that every key matches its spec; exit 1 on any damage\n";
+static const char merge_usage[] =
+    "usage: mlajit pack merge OUT IN...\n  write OUT holding every kernel of the packs IN (one recipe)\n";
+static const char bench_usage[] =
+    "usage: mlajit pack bench FILE [--repeat N]\n"
+    "  time a fresh process's open, lookup and (with a GPU) load of the pack's first kernel,\n"
+    "  and N repeat lookups (1..1000000000, default 100000)\n";
+
+/* ---- list parsing: CLI_CUSTOM parsers of pack build's options ----------------- */
+
+/* 0 after "at most N values" when a list already holds max of them. */
+static int room_for(const char *name, int count, int max)
 {
-    fprintf(stderr, "mlajit pack: %s\n\n%s", what, pack_usage);
-    return CLI_USAGE;
+    if (count < max)
+        return 1;
+    fprintf(stderr, "mlajit: %s: at most %d values\n", name, max);
+    return 0;
 }
 
-/* ---- list parsing ---------------------------------------------------------- */
-
 typedef struct int_list {
+    int lo, hi; /* the values' range */
     int values[64];
     int count;
 } int_list;
 
-static int parse_int_list(const char *s, const char *name, int lo, int hi, int_list *out)
+static int add_int(const char *name, const char *text, void *target)
 {
-    char buf[512];
-    snprintf(buf, sizeof buf, "%s", s);
-    out->count = 0;
-    for (char *save = NULL, *t = strtok_r(buf, ",", &save); t; t = strtok_r(NULL, ",", &save)) {
-        char *end;
-        long v = strtol(t, &end, 10);
-        if (!*t || *end || v < lo || v > hi) {
-            fprintf(stderr, "mlajit pack build: %s: '%s' is not a number in %d..%d\n", name, t, lo, hi);
-            return 0;
-        }
-        if (out->count == (int)(sizeof out->values / sizeof out->values[0])) {
-            fprintf(stderr, "mlajit pack build: %s: at most 64 values\n", name);
-            return 0;
-        }
-        out->values[out->count++] = (int)v;
-    }
-    if (out->count == 0) {
-        fprintf(stderr, "mlajit pack build: %s: empty list\n", name);
+    int_list *l = target;
+    long long v;
+    if (!cli_parse_integer(text, l->lo, l->hi, &v)) {
+        fprintf(stderr, "mlajit: %s: '%s' is not a number in %d..%d\n", name, text, l->lo, l->hi);
         return 0;
     }
+    if (!room_for(name, l->count, 64))
+        return 0;
+    l->values[l->count++] = (int)v;
     return 1;
 }
 
-static int parse_model_list(const char *s, mlajit_model *models, int *count)
+static int parse_int_list(const char *name, const char *value, void *target)
 {
-    char buf[256];
-    snprintf(buf, sizeof buf, "%s", s);
-    *count = 0;
-    for (char *save = NULL, *t = strtok_r(buf, ",", &save); t && *count < 8; t = strtok_r(NULL, ",", &save)) {
-        if (mlajit_model_from_name(t, &models[*count]) != MLAJIT_OK) {
-            fprintf(stderr, "mlajit pack build: --models: '%s' is unknown; allowed v32, dsv4, glm_nsa\n", t);
-            return 0;
-        }
-        (*count)++;
-    }
-    if (*count == 0) {
-        fprintf(stderr, "mlajit pack build: --models: empty list\n");
+    ((int_list *)target)->count = 0;
+    return cli_each_item(name, value, ',', add_int, target);
+}
+
+typedef struct model_list {
+    mlajit_model models[8];
+    int count;
+} model_list;
+
+static int add_model(const char *name, const char *text, void *target)
+{
+    model_list *l = target;
+    if (!room_for(name, l->count, 8))
+        return 0;
+    if (mlajit_model_from_name(text, &l->models[l->count]) != MLAJIT_OK) {
+        fprintf(stderr, "mlajit: %s: '%s' is unknown; allowed v32, dsv4, glm_nsa\n", name, text);
         return 0;
     }
+    l->count++;
     return 1;
 }
 
-static int parse_feature_sets(const char *s, unsigned *sets, int *count)
+static int parse_model_list(const char *name, const char *value, void *target)
 {
-    char buf[512];
-    snprintf(buf, sizeof buf, "%s", s);
-    *count = 0;
-    for (char *save = NULL, *set = strtok_r(buf, ",", &save); set && *count < 16; set = strtok_r(NULL, ",", &save)) {
-        unsigned f = 0;
-        for (char *save2 = NULL, *t = strtok_r(set, "+", &save2); t; t = strtok_r(NULL, "+", &save2)) {
-            if (strcmp(t, "none") == 0) continue;
-            else if (strcmp(t, "sink") == 0) f |= MLAJIT_FEATURE_SINK;
-            else if (strcmp(t, "topk-length") == 0) f |= MLAJIT_FEATURE_TOPK_LENGTH;
-            else if (strcmp(t, "extra-topk-length") == 0) f |= MLAJIT_FEATURE_EXTRA_TOPK_LENGTH;
-            else {
-                fprintf(stderr, "mlajit pack build: --features: '%s' is unknown; allowed none, sink, topk-length, "
-                                "extra-topk-length (joined with '+')\n", t);
-                return 0;
-            }
-        }
-        sets[(*count)++] = f;
-    }
-    return *count > 0;
+    ((model_list *)target)->count = 0;
+    return cli_each_item(name, value, ',', add_model, target);
+}
+
+typedef struct feature_sets {
+    unsigned sets[16];
+    int count;
+} feature_sets;
+
+/* One set: feature names joined with '+' ("none" for the empty set). */
+static int add_feature_set(const char *name, const char *text, void *target)
+{
+    feature_sets *l = target;
+    unsigned features = 0;
+    if (!room_for(name, l->count, 16) || !cli_each_item(name, text, '+', cli_add_feature, &features))
+        return 0;
+    l->sets[l->count++] = features;
+    return 1;
+}
+
+static int parse_feature_sets(const char *name, const char *value, void *target)
+{
+    ((feature_sets *)target)->count = 0;
+    return cli_each_item(name, value, ',', add_feature_set, target);
 }
 
 typedef struct string_list {
@@ -143,11 +161,25 @@ static void string_list_free(string_list *l)
     memset(l, 0, sizeof *l);
 }
 
-static int read_spec_file(const char *path, string_list *specs)
+static int add_spec(const char *name, const char *value, void *target)
 {
+    if (string_list_add(target, value))
+        return 1;
+    fprintf(stderr, "mlajit pack build: %s: out of memory\n", name);
+    return 0;
+}
+
+static int add_archs(const char *name, const char *value, void *target)
+{
+    return cli_each_item(name, value, ',', add_spec, target);
+}
+
+static int read_spec_file(const char *name, const char *path, void *target)
+{
+    string_list *specs = target;
     FILE *f = fopen(path, "r");
     if (!f) {
-        fprintf(stderr, "mlajit pack build: --specs %s: cannot open: %s\n", path, strerror(errno));
+        fprintf(stderr, "mlajit pack build: %s %s: cannot open: %s\n", name, path, strerror(errno));
         return 0;
     }
     char line[512];
@@ -162,7 +194,7 @@ static int read_spec_file(const char *path, string_list *specs)
         size_t n = strcspn(p, " \t\r\n");
         p[n] = '\0';
         if (*p)
-            ok = string_list_add(specs, p);
+            ok = add_spec(name, p, specs);
     }
     fclose(f);
     return ok;
@@ -190,59 +222,41 @@ static void build_progress(void *arg, int done, int total, const mlajit_kernel_r
 
 static int cmd_build(int argc, char **argv)
 {
-    static const struct option longopts[] = {
-        {"models", required_argument, 0, 'm'},      {"heads", required_argument, 0, 'h'},
-        {"pages", required_argument, 0, 'p'},       {"extra-pages", required_argument, 0, 'e'},
-        {"features", required_argument, 0, 'f'},    {"archs", required_argument, 0, 'a'},
-        {"spec", required_argument, 0, 's'},        {"specs", required_argument, 0, 'S'},
-        {"out", required_argument, 0, 'o'},         {"jobs", required_argument, 0, 'j'},
-        {"no-cache", no_argument, 0, 'n'},          {0, 0, 0, 0}};
-    mlajit_model models[8];
-    int num_models = 0, num_features = 0, jobs = 0, no_cache = 0;
-    int_list heads = {.count = 0}, pages = {.count = 0}, extra = {.count = 0};
-    unsigned features[16];
+    model_list model_set = {.count = 0};
+    feature_sets feature_set = {.count = 0};
+    int jobs = 0, no_cache = 0;
+    int_list heads = {.lo = 1, .hi = MLAJIT_MAX_HEADS}, pages = {.lo = 1, .hi = MLAJIT_MAX_PAGE_SIZE},
+             extra = {.lo = 0, .hi = MLAJIT_MAX_PAGE_SIZE};
     string_list archs = {0}, spec_strings = {0};
     const char *out_path = "mlajit.pack";
-    int c, status = CLI_USAGE;
-    optind = 1;
-    while ((c = getopt_long(argc, argv, "", longopts, NULL)) != -1) {
-        switch (c) {
-        case 'm': if (!parse_model_list(optarg, models, &num_models)) goto done; break;
-        case 'h': if (!parse_int_list(optarg, "--heads", 1, MLAJIT_MAX_HEADS, &heads)) goto done; break;
-        case 'p': if (!parse_int_list(optarg, "--pages", 1, MLAJIT_MAX_PAGE_SIZE, &pages)) goto done; break;
-        case 'e': if (!parse_int_list(optarg, "--extra-pages", 0, MLAJIT_MAX_PAGE_SIZE, &extra)) goto done; break;
-        case 'f': if (!parse_feature_sets(optarg, features, &num_features)) goto done; break;
-        case 'a': {
-            char buf[256];
-            snprintf(buf, sizeof buf, "%s", optarg);
-            for (char *save = NULL, *t = strtok_r(buf, ",", &save); t; t = strtok_r(NULL, ",", &save))
-                if (!string_list_add(&archs, t)) goto done;
-            break;
-        }
-        case 's': if (!string_list_add(&spec_strings, optarg)) goto done; break;
-        case 'S': if (!read_spec_file(optarg, &spec_strings)) goto done; break;
-        case 'o': out_path = optarg; break;
-        case 'j': {
-            int_list j;
-            if (!parse_int_list(optarg, "--jobs", 1, 256, &j)) goto done;
-            jobs = j.values[0];
-            break;
-        }
-        case 'n': no_cache = 1; break;
-        default: status = pack_usage_error("build: unknown option"); goto done;
-        }
-    }
-    if (optind < argc) {
-        status = pack_usage_error("build takes options only");
+    const cli_option options[] = {
+        {"--models", CLI_CUSTOM, &model_set, .parse = parse_model_list},
+        {"--heads", CLI_CUSTOM, &heads, .parse = parse_int_list},
+        {"--pages", CLI_CUSTOM, &pages, .parse = parse_int_list},
+        {"--extra-pages", CLI_CUSTOM, &extra, .parse = parse_int_list},
+        {"--features", CLI_CUSTOM, &feature_set, .parse = parse_feature_sets},
+        {"--archs", CLI_CUSTOM, &archs, .parse = add_archs},
+        {"--spec", CLI_CUSTOM, &spec_strings, .parse = add_spec},
+        {"--specs", CLI_CUSTOM, &spec_strings, .parse = read_spec_file},
+        {"--out", CLI_STRING, .target = &out_path},
+        {"--jobs", CLI_INT, &jobs, .lo = 1, .hi = 256},
+        {"--no-cache", CLI_FLAG, .target = &no_cache},
+    };
+    const cli_command cmd = {"pack build", build_usage, options, sizeof options / sizeof options[0], 0, 0, NULL};
+    int n_operands, status = cli_parse(&cmd, argc, argv, &n_operands);
+    if (status != CLI_PARSED)
         goto done;
-    }
+    status = CLI_USAGE;
+    const mlajit_model *models = model_set.models;
+    const int num_models = model_set.count, num_features = feature_set.count;
+    const unsigned *features = feature_set.sets;
     int grid_given = num_models || heads.count || pages.count;
     if (grid_given && !(num_models && heads.count && pages.count)) {
-        status = pack_usage_error("build: a grid needs --models, --heads and --pages together");
+        status = cli_usage_error(&cmd, "a grid needs --models, --heads and --pages together");
         goto done;
     }
     if (!grid_given && spec_strings.count == 0) {
-        status = pack_usage_error("build: give a grid (--models, --heads, --pages) or --spec / --specs");
+        status = cli_usage_error(&cmd, "give a grid (--models, --heads, --pages) or --spec / --specs");
         goto done;
     }
 
@@ -323,27 +337,16 @@ static int cmd_build(int argc, char **argv)
         status = cli_error(rc, "pack build");
     } else {
         for (int i = 0; i < count; i++) {
-            const mlajit_kernel *k = kernels[i];
-            mlajit_cache_entry *e = &entries[i];
-            snprintf(e->spec_string, sizeof e->spec_string, "%s", k->report.spec);
-            snprintf(e->entry_names, sizeof e->entry_names, "%s,%s", MLAJIT_ENTRY_MAIN, MLAJIT_ENTRY_COMBINE);
-            e->compile_ms = k->report.compile_ms;
-            e->registers = k->report.registers;
-            e->shared_bytes = k->report.shared_bytes;
-            e->spill_bytes = k->report.spill_bytes;
-            e->created_unix = (uint64_t)time(NULL);
-            e->cubin = k->cubin; /* borrowed from the context */
-            e->cubin_size = k->cubin_size;
-            items[i].key = k->key;
-            items[i].entry = e;
+            mlajit_kernel_entry_of(kernels[i], &entries[i]); /* the cubin borrowed from the context */
+            items[i].key = kernels[i]->key;
+            items[i].entry = &entries[i];
         }
         mlajit_context_info info;
         mlajit_context_get_info(ctx, &info);
-        mlajit_pack_manifest recipe = {.templates_hash = mlajit_templates_hash(),
+        mlajit_pack_manifest recipe = {.key_recipe = MLAJIT_KEY_RECIPE,
                                        .nvrtc_major = info.nvrtc_major,
                                        .nvrtc_minor = info.nvrtc_minor};
         snprintf(recipe.tool, sizeof recipe.tool, "mlajit %s", MLAJIT_VERSION_STRING);
-        snprintf(recipe.generator, sizeof recipe.generator, "%s", MLAJIT_GENERATOR_VERSION);
         rc = mlajit_pack_write(out_path, &recipe, items, (size_t)count);
         if (rc) {
             status = cli_error(rc, "pack build");
@@ -387,7 +390,7 @@ static void print_manifest_header(const char *path, const mlajit_pack *pack)
     printf("pack          %s (%lld bytes, format %u)\n", path, (long long)mlajit_pack_file_bytes(pack),
            m->format_version);
     printf("tool          %s\n", m->tool);
-    printf("generator     %s, templates %016" PRIx64 "\n", m->generator, m->templates_hash);
+    printf("key recipe    %s\n", m->key_recipe);
     printf("nvrtc         %d.%d\n", m->nvrtc_major, m->nvrtc_minor);
     printf("created       %s\n", date);
     printf("archs         %s\n", m->archs);
@@ -418,8 +421,9 @@ static int ls_visit(const mlajit_cache_key *key, const void *value, size_t len, 
 
 static int cmd_ls(int argc, char **argv)
 {
-    if (argc != 2)
-        return pack_usage_error("ls takes one pack file");
+    int parsed = cli_parse_operands("pack ls", ls_usage, 1, 1, "one pack FILE", argc, argv);
+    if (parsed != CLI_PARSED)
+        return parsed;
     mlajit_pack *pack;
     int rc = mlajit_pack_open(argv[1], &pack);
     if (rc)
@@ -437,8 +441,9 @@ static int cmd_ls(int argc, char **argv)
 
 static int cmd_verify(int argc, char **argv)
 {
-    if (argc != 2)
-        return pack_usage_error("verify takes one pack file");
+    int parsed = cli_parse_operands("pack verify", verify_usage, 1, 1, "one pack FILE", argc, argv);
+    if (parsed != CLI_PARSED)
+        return parsed;
     const char *path = argv[1];
     mlajit_pack *pack;
     int rc = mlajit_pack_open(path, &pack);
@@ -461,16 +466,15 @@ static int cmd_verify(int argc, char **argv)
         mlajit_pack_close(pack);
         return cli_error(rc, "pack verify");
     }
-    mlajit_pack_manifest mine = {.templates_hash = ctx->templates_hash,
+    mlajit_pack_manifest mine = {.key_recipe = MLAJIT_KEY_RECIPE,
                                  .nvrtc_major = ctx->nvrtc_major,
                                  .nvrtc_minor = ctx->nvrtc_minor};
-    snprintf(mine.generator, sizeof mine.generator, "%s", MLAJIT_GENERATOR_VERSION);
     int status = CLI_OK;
     if (!mlajit_pack_manifest_same_recipe(m, &mine)) {
-        printf("%s: made by %s (generator %s, templates %016" PRIx64 ", NVRTC %d.%d); this mlajit cannot use it "
-               "(generator %s, templates %016" PRIx64 ", NVRTC %d.%d), so its keys were not recomputed\n",
-               path, m->tool, m->generator, m->templates_hash, m->nvrtc_major, m->nvrtc_minor,
-               MLAJIT_GENERATOR_VERSION, ctx->templates_hash, ctx->nvrtc_major, ctx->nvrtc_minor);
+        printf("%s: made by %s (key recipe %s, NVRTC %d.%d); this mlajit cannot use it (key recipe %s, NVRTC "
+               "%d.%d), so its keys were not recomputed\n",
+               path, m->tool, m->key_recipe, m->nvrtc_major, m->nvrtc_minor, MLAJIT_KEY_RECIPE, ctx->nvrtc_major,
+               ctx->nvrtc_minor);
     } else {
         size_t bad = 0;
         for (size_t i = 0; i < m->kernel_count; i++) {
@@ -485,12 +489,28 @@ static int cmd_verify(int argc, char **argv)
                 fprintf(stderr, "mlajit pack verify: %s: key %s does not match its spec %s\n", path, hex,
                         m->kernels[i].spec_string);
                 bad++;
+                continue;
             }
+            /* and what its launch needs is what this generator launches it with */
+            mlajit_kernel_layout layout;
+            mlajit_cache_entry e;
+            if ((rc = mlajit_codegen_layout(&r, &layout)) || (rc = mlajit_pack_get(pack, &key, &e))) {
+                fprintf(stderr, "mlajit pack verify: %s: %s\n", path, mlajit_last_error());
+                bad++;
+                continue;
+            }
+            if (mlajit_entry_launch_check(&e, &layout)) {
+                fprintf(stderr, "mlajit pack verify: %s: the entry for %s is stale: %s\n", path,
+                        m->kernels[i].spec_string, mlajit_last_error());
+                bad++;
+            }
+            mlajit_cache_entry_clear(&e);
         }
         if (bad) {
             status = CLI_FAIL;
         } else {
-            printf("%s: every key matches its spec under this mlajit (usable here)\n", path);
+            printf("%s: every key matches its spec and every launch record this generator's, under this mlajit "
+                   "(usable here)\n", path);
         }
     }
     mlajit_context_destroy(ctx);
@@ -543,8 +563,11 @@ static int merge_visit(const mlajit_cache_key *key, const void *value, size_t le
 
 static int cmd_merge(int argc, char **argv)
 {
-    if (argc < 3)
-        return pack_usage_error("merge needs OUT and at least one IN");
+    const cli_command cmd = {"pack merge", merge_usage, NULL, 0, 2, -1, "OUT and at least one IN"};
+    int n, parsed = cli_parse(&cmd, argc, argv, &n);
+    if (parsed != CLI_PARSED)
+        return parsed;
+    argc = n + 1; /* the operands, OUT first */
     const char *out_path = argv[1];
     merge_state s = {0};
     mlajit_pack_manifest recipe;
@@ -564,11 +587,10 @@ static int cmd_merge(int argc, char **argv)
             recipe.kernel_count = 0;
         } else if (!mlajit_pack_manifest_same_recipe(&recipe, m)) {
             fprintf(stderr,
-                    "mlajit pack merge: %s was made with generator %s, templates %016" PRIx64 ", NVRTC %d.%d but %s "
-                    "with generator %s, templates %016" PRIx64 ", NVRTC %d.%d; a pack holds one recipe: rebuild one "
-                    "of them\n",
-                    argv[i], m->generator, m->templates_hash, m->nvrtc_major, m->nvrtc_minor, argv[2],
-                    recipe.generator, recipe.templates_hash, recipe.nvrtc_major, recipe.nvrtc_minor);
+                    "mlajit pack merge: %s was made with key recipe %s, NVRTC %d.%d but %s with key recipe %s, "
+                    "NVRTC %d.%d; a pack holds one recipe: rebuild one of them\n",
+                    argv[i], m->key_recipe, m->nvrtc_major, m->nvrtc_minor, argv[2], recipe.key_recipe,
+                    recipe.nvrtc_major, recipe.nvrtc_minor);
             status = CLI_FAIL;
         }
         if (status == CLI_OK && (mlajit_pack_verify(pack, NULL) != MLAJIT_OK ||
@@ -605,21 +627,13 @@ static int cmd_merge(int argc, char **argv)
 
 static int cmd_bench(int argc, char **argv)
 {
-    const char *path = NULL;
     int repeat = 100000;
-    for (int i = 1; i < argc; i++) {
-        if (strcmp(argv[i], "--repeat") == 0 && i + 1 < argc) {
-            repeat = atoi(argv[++i]);
-            if (repeat < 1)
-                return pack_usage_error("bench: --repeat must be at least 1");
-        } else if (!path && argv[i][0] != '-') {
-            path = argv[i];
-        } else {
-            return pack_usage_error("bench takes FILE [--repeat N]");
-        }
-    }
-    if (!path)
-        return pack_usage_error("bench needs a pack file");
+    const cli_option options[] = {{"--repeat", CLI_INT, &repeat, .lo = 1, .hi = 1000000000}};
+    const cli_command cmd = {"pack bench", bench_usage, options, 1, 1, 1, "one pack FILE"};
+    int n, parsed = cli_parse(&cmd, argc, argv, &n);
+    if (parsed != CLI_PARSED)
+        return parsed;
+    const char *path = argv[1];
 
     /* The context (device, driver) exists before serving starts, so it is not
      * part of a first launch; what is timed is what a first call adds. */
@@ -668,7 +682,8 @@ static int cmd_bench(int argc, char **argv)
         mlajit_context_destroy(ctx);
         return cli_error(rc, "pack bench");
     }
-    printf("lookup        %9.3f ms  (%s: key, pack read, entry checksums, %zu-byte cubin copied)\n", lookup_ms,
+    printf("lookup        %9.3f ms  (%s: source generated and keyed, pack read, entry checksums and launch record, "
+           "%zu-byte cubin copied)\n", lookup_ms,
            rep.spec, rep.cubin_bytes);
     double load_ms = 0;
     if (info.has_device) {
@@ -706,15 +721,8 @@ static int cmd_bench(int argc, char **argv)
 
 int cli_pack(int argc, char **argv)
 {
-    if (argc < 2 || strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "-h") == 0) {
-        fputs(pack_usage, argc < 2 ? stderr : stdout);
-        return argc < 2 ? CLI_USAGE : CLI_OK;
-    }
-    const char *cmd = argv[1];
-    if (strcmp(cmd, "build") == 0) return cmd_build(argc - 1, argv + 1);
-    if (strcmp(cmd, "ls") == 0) return cmd_ls(argc - 1, argv + 1);
-    if (strcmp(cmd, "verify") == 0) return cmd_verify(argc - 1, argv + 1);
-    if (strcmp(cmd, "merge") == 0) return cmd_merge(argc - 1, argv + 1);
-    if (strcmp(cmd, "bench") == 0) return cmd_bench(argc - 1, argv + 1);
-    return pack_usage_error("unknown pack command");
+    static const char *const names[] = {"build", "ls", "verify", "merge", "bench"};
+    static int (*const run[])(int, char **) = {cmd_build, cmd_ls, cmd_verify, cmd_merge, cmd_bench};
+    int status, k = cli_pick_subcommand("pack", pack_usage, names, 5, argc, argv, &status);
+    return k < 0 ? status : run[k](argc - 1, argv + 1);
 }

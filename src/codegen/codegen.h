@@ -6,7 +6,6 @@
 
 #include "mlajit.h"
 
-#define MLAJIT_GENERATOR_VERSION "mlajit-codegen-1"
 #define MLAJIT_ENTRY_MAIN "mlajit_decode_main"
 #define MLAJIT_ENTRY_COMBINE "mlajit_decode_combine"
 
@@ -27,6 +26,11 @@ typedef struct mlajit_kernel_layout {
                                stream order only */
     int single_split;       /* 1: the kernel writes no split partials, so its plans never split (sm90-staged) */
 } mlajit_kernel_layout;
+
+/* mlajit_spec_parse without the envelope check: the string's fields only (the
+ * short forms too: v32.h16.p64 leaves tile, heads per CTA, variant and arch to
+ * their defaults). MLAJIT_ERR_INVALID_ARGUMENT naming the form when malformed. */
+int mlajit_spec_parse_fields(const char *str, mlajit_kernel_spec *out);
 
 /* The variants' names, as spec strings and the CLI spell them. */
 #define MLAJIT_VARIANT_NAMES "auto, portable, sm90, sliced, sm90-staged, sm90-unpaired, sm90-narrow, sm90-narrow-long, sm90-narrow-scores"
@@ -200,9 +204,5 @@ typedef struct mlajit_target_probe {
  * probe, and checks shape when it is not NULL. */
 int mlajit_envelope_check_with(const mlajit_kernel_spec *spec, const mlajit_decode_shape *shape,
                                const mlajit_target_probe *probe);
-
-/* XXH3-64 over the embedded templates, in table order;
- * enters every cache key so a template edit invalidates old cubins. */
-uint64_t mlajit_templates_hash(void);
 
 #endif

@@ -471,7 +471,13 @@ static int parse_field(const char *tok, const char *prefix, int *out)
     return 1;
 }
 
-int mlajit_spec_parse(const char *str, mlajit_kernel_spec *out)
+/* The spec string's grammar; the fields after the page (and the extra page and
+ * features) may be left off from the right or singly: they default to t0, hc0,
+ * auto, any (the generator's choices, the device's arch). */
+#define SPEC_FORM                                                                                                  \
+    "<model>.h<heads>.p<page>[.e<extra page>][.f<s|l|x>][.t<tile>][.hc<heads per cta>][.<variant>][.<arch|any>]"
+
+int mlajit_spec_parse_fields(const char *str, mlajit_kernel_spec *out)
 {
     if (!str || !out)
         return mlajit_fail(MLAJIT_ERR_INVALID_ARGUMENT, "spec string or out: NULL");
@@ -479,21 +485,20 @@ int mlajit_spec_parse(const char *str, mlajit_kernel_spec *out)
     if (strlen(str) >= sizeof copy)
         return mlajit_fail(MLAJIT_ERR_INVALID_ARGUMENT, "spec string is longer than %zu characters", sizeof copy - 1);
     strcpy(copy, str);
-    const char *form = "<model>.h<heads>.p<page>[.e<extra page>][.f<s|l|x>].t<tile>.hc<heads per cta>.<variant>.<arch|any>";
     char *toks[10];
     int nt = 0;
     for (char *save = NULL, *t = strtok_r(copy, ".", &save); t; t = strtok_r(NULL, ".", &save)) {
         if (nt == 10)
-            return mlajit_fail(MLAJIT_ERR_INVALID_ARGUMENT, "spec string '%s' has too many fields; form: %s", str, form);
+            return mlajit_fail(MLAJIT_ERR_INVALID_ARGUMENT, "spec string '%s' has too many fields; form: %s", str,
+                               SPEC_FORM);
         toks[nt++] = t;
     }
     mlajit_kernel_spec s;
     memset(&s, 0, sizeof s);
     int i = 0;
-    if (nt < 7 || mlajit_model_from_name(toks[i++], &s.model) != MLAJIT_OK)
-        return mlajit_fail(MLAJIT_ERR_INVALID_ARGUMENT, "spec string '%s' is malformed; form: %s", str, form);
-    if (!parse_field(toks[i++], "h", &s.h_q) || !parse_field(toks[i++], "p", &s.page_size))
-        return mlajit_fail(MLAJIT_ERR_INVALID_ARGUMENT, "spec string '%s' is malformed; form: %s", str, form);
+    if (nt < 3 || mlajit_model_from_name(toks[i++], &s.model) != MLAJIT_OK || !parse_field(toks[i++], "h", &s.h_q) ||
+        !parse_field(toks[i++], "p", &s.page_size))
+        return mlajit_fail(MLAJIT_ERR_INVALID_ARGUMENT, "spec string '%s' is malformed; form: %s", str, SPEC_FORM);
     if (i < nt && parse_field(toks[i], "e", &s.extra_page_size))
         i++;
     if (i < nt && toks[i][0] == 'f') {
@@ -505,18 +510,50 @@ int mlajit_spec_parse(const char *str, mlajit_kernel_spec *out)
         }
         i++;
     }
-    if (nt - i != 4 || !parse_field(toks[i], "t", &s.tile) || !parse_field(toks[i + 1], "hc", &s.heads_per_cta))
-        return mlajit_fail(MLAJIT_ERR_INVALID_ARGUMENT, "spec string '%s' is malformed; form: %s", str, form);
-    if (!mlajit_variant_from_name(toks[i + 2], &s.variant))
-        return mlajit_fail(MLAJIT_ERR_INVALID_ARGUMENT, "spec string '%s': variant '%s'; allowed " MLAJIT_VARIANT_NAMES,
-                           str, toks[i + 2]);
-    if (strcmp(toks[i + 3], "any") != 0) {
-        if (strlen(toks[i + 3]) >= sizeof s.arch)
-            return mlajit_fail(MLAJIT_ERR_INVALID_ARGUMENT, "spec string '%s': arch too long", str);
-        strcpy(s.arch, toks[i + 3]);
+    if (i < nt && parse_field(toks[i], "t", &s.tile))
+        i++;
+    if (i < nt && parse_field(toks[i], "hc", &s.heads_per_cta))
+        i++;
+    if (i < nt && mlajit_variant_from_name(toks[i], &s.variant))
+        i++;
+    int arch_given = 0;
+    if (i < nt && (strcmp(toks[i], "any") == 0 || strncmp(toks[i], "sm_", 3) == 0)) {
+        if (strcmp(toks[i], "any") != 0) {
+            if (strlen(toks[i]) >= sizeof s.arch)
+                return mlajit_fail(MLAJIT_ERR_INVALID_ARGUMENT, "spec string '%s': arch too long", str);
+            strcpy(s.arch, toks[i]);
+        }
+        arch_given = 1;
+        i++;
     }
-    int rc = mlajit_spec_validate(&s);
+    if (i < nt) {
+        const char *t = toks[i];
+        mlajit_variant v;
+        int x;
+        int field_like = parse_field(t, "t", &x) || parse_field(t, "e", &x) || parse_field(t, "hc", &x) ||
+                         (t[0] == 'f' && t[1] && strspn(t + 1, "slx") == strlen(t + 1)) ||
+                         strncmp(t, "sm_", 3) == 0 || strcmp(t, "any") == 0 || mlajit_variant_from_name(t, &v);
+        if (field_like || arch_given)
+            return mlajit_fail(MLAJIT_ERR_INVALID_ARGUMENT, "spec string '%s': field '%s' is out of place; form: %s",
+                               str, t, SPEC_FORM);
+        return mlajit_fail(MLAJIT_ERR_INVALID_ARGUMENT,
+                           "spec string '%s': variant '%s' is unknown; allowed " MLAJIT_VARIANT_NAMES
+                           " (or an arch: sm_XX, any)",
+                           str, t);
+    }
+    *out = s;
+    return MLAJIT_OK;
+}
+
+int mlajit_spec_parse(const char *str, mlajit_kernel_spec *out)
+{
+    if (!str || !out)
+        return mlajit_fail(MLAJIT_ERR_INVALID_ARGUMENT, "spec string or out: NULL");
+    mlajit_kernel_spec s;
+    int rc = mlajit_spec_parse_fields(str, &s);
     if (rc)
+        return rc;
+    if ((rc = mlajit_spec_validate(&s)))
         return mlajit_fail_prefix(rc, "spec string '%s': ", str);
     *out = s;
     return MLAJIT_OK;

@@ -1,5 +1,5 @@
 /* Decode cases on disk: a directory with case.json and raw little-endian arrays,
- * the format of shared/golden (see golden/README.md).
+ * the golden cases' format (tests/golden/README.md).
  *
  * Loading treats the directory as untrusted: every number is range-checked,
  * every file name must be a plain name inside the directory, and every file's

@@ -1,6 +1,7 @@
 /* Internal harness shared by the CLI, the tests and the examples: decode cases in
- * the shared/golden directory format, synthetic cases, the SPEC.md numerical bar,
- * and running a case through the library on the GPU. Not part of the public API. */
+ * the golden case directory format (tests/golden/README.md), synthetic cases,
+ * docs/SPEC.md's numerical bar, and running a case through the library on the
+ * GPU. Not part of the public API. */
 #ifndef MLAJIT_HARNESS_H
 #define MLAJIT_HARNESS_H
 

@@ -12,8 +12,11 @@ int mlajit_envelope_check(const mlajit_kernel_spec *spec, const mlajit_decode_sh
     mlajit_clear_error();
     int major = 0, minor = 0;
     mlajit_nvrtc_version(&major, &minor);
-    char name[32];
-    snprintf(name, sizeof name, "NVRTC %d.%d", major, minor);
+    char name[64], where[8];
+    if (mlajit_nvrtc_where(where, sizeof where) == MLAJIT_OK)
+        snprintf(name, sizeof name, "NVRTC %d.%d", major, minor);
+    else
+        snprintf(name, sizeof name, "NVRTC (not found: mlajit info says why)");
     const mlajit_target_probe nvrtc = {.supports = mlajit_nvrtc_supports, .compiler_name = name};
     return mlajit_envelope_check_with(spec, shape, &nvrtc);
 }

@@ -23,6 +23,12 @@ void mlajit_compiled_free(mlajit_compiled *c);
  * serialized a function's wgmma: on sm90 kernels a silent slowdown). */
 void mlajit_ptxas_log_parse(const char *log, mlajit_compiled *out);
 
+/* The NVRTC in use (nvrtc.c's search, run once per process): MLAJIT_OK and
+ * the library file's path in buf, or MLAJIT_ERR_NOT_FOUND and why none was
+ * found (what was tried, what to install or set). */
+int mlajit_nvrtc_where(char *buf, size_t len);
+
+/* NVRTC's version; 0.0 without one. */
 void mlajit_nvrtc_version(int *major, int *minor);
 
 /* The NVRTC options for an arch, joined by spaces (for the cache key); buf >= 256. */
