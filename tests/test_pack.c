@@ -169,6 +169,17 @@ Test(registry, handles_on_one_directory_hold_no_environment_between_writes)
     mlajit_context_destroy(k);
 }
 
+/* The counters the cache at dir holds. */
+static mlajit_store_counters stored_counters(const char *dir)
+{
+    mlajit_store *st;
+    mlajit_store_counters c;
+    cr_assert_eq(mlajit_store_open(dir, 1, &st), MLAJIT_OK, "%s", mlajit_last_error());
+    cr_assert_eq(mlajit_store_counters_get(st, &c), MLAJIT_OK);
+    mlajit_store_close(st);
+    return c;
+}
+
 Test(registry, two_contexts_on_one_cache_directory)
 {
     const char *dir = path_in_root("cache");
@@ -198,13 +209,9 @@ Test(registry, two_contexts_on_one_cache_directory)
     mlajit_context_destroy(b);
     mlajit_context_destroy(k);
 
-    mlajit_store *st;
-    mlajit_store_counters c;
-    cr_assert_eq(mlajit_store_open(dir, 1, &st), MLAJIT_OK);
-    cr_assert_eq(mlajit_store_counters_get(st, &c), MLAJIT_OK);
+    mlajit_store_counters c = stored_counters(dir);
     cr_expect_eq(c.disk_hits, 2, "b flushed its two hits; a, which only read, recorded nothing");
     cr_expect_eq(c.contexts, 1);
-    mlajit_store_close(st);
 }
 
 /* A process that only reads leaves the cache's files exactly as they were. */
@@ -235,12 +242,7 @@ Test(registry, contexts_that_only_hit_write_nothing)
               "data.mdb's bytes changed");
     free(bytes_before);
     free(bytes_after);
-    mlajit_store *st;
-    mlajit_store_counters c;
-    cr_assert_eq(mlajit_store_open(dir, 1, &st), MLAJIT_OK);
-    cr_assert_eq(mlajit_store_counters_get(st, &c), MLAJIT_OK);
-    cr_expect_eq(c.contexts, 0, "no context recorded anything");
-    mlajit_store_close(st);
+    cr_expect_eq(stored_counters(dir).contexts, 0, "no context recorded anything");
     mlajit_context_destroy(k);
 }
 
