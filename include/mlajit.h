@@ -283,11 +283,15 @@ typedef struct mlajit_context_options {
  * key recipe / NVRTC other than this one's, is skipped with a warning), the
  * writable disk cache, then NVRTC. A stored kernel whose recorded launch
  * geometry is not what this build launches it with is stale: refused with a
- * warning and recompiled, never launched. A cache directory that cannot
- * be created or written (or no HOME) is one warning, never an error: the
- * context then runs on its packs and in-memory compiles. Environment:
- * MLAJIT_PACKS, MLAJIT_CACHE_DIR, MLAJIT_DISABLE_JIT=1 (as MLAJIT_CONTEXT_NO_JIT),
- * MLAJIT_LOG=info (a line per compile and per pack opened) or quiet. */
+ * warning and recompiled, never launched. A cache directory that cannot be
+ * written is read (its kernels still hit; no lock file is needed and nothing is
+ * written) and new kernels stay in memory; one that cannot be created (or no
+ * HOME) leaves the packs and in-memory compiles: either is one warning, never an
+ * error. A damaged cache file is set aside with one warning (docs/packs.md).
+ * Environment: MLAJIT_PACKS, MLAJIT_CACHE_DIR, MLAJIT_DISABLE_JIT=1 (as
+ * MLAJIT_CONTEXT_NO_JIT), MLAJIT_COMPILE_WAIT_MS (how long a compile waits for
+ * another process compiling the same kernel; default 120000), MLAJIT_LOG=info (a
+ * line per compile and per pack opened) or quiet. */
 int mlajit_context_create(const mlajit_context_options *opts, mlajit_context **out);
 
 /* Destroy a context (NULL is allowed). Plans made from it must be destroyed first. */
@@ -325,6 +329,15 @@ typedef struct mlajit_context_info {
 /* Describe a context: the GPU, the compiler, the cache, the packs, and the hit
  * and miss counts per layer. */
 int mlajit_context_get_info(mlajit_context *ctx, mlajit_context_info *info);
+
+/* Add the context's lookup counts not yet recorded to the disk cache's (what
+ * `mlajit cache stats` reports) in one write transaction. A context records its
+ * counts in the writes it makes anyway (the store of each kernel it compiles)
+ * and never when destroyed, so a process that only hits never writes the
+ * cache; call this (at shutdown, say) to have a reading process's hits counted
+ * too. MLAJIT_OK (also when nothing is pending); MLAJIT_ERR_CACHE when the disk
+ * cache is off, read-only or cannot be written. */
+int mlajit_context_flush_counters(mlajit_context *ctx);
 
 /* ------------------------------------------------------------------------- */
 /* Kernels: generate, compile, cache                                           */

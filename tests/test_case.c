@@ -481,6 +481,28 @@ Test(bad_input, data_files_of_the_wrong_size)
     remove_tree(dir);
 }
 
+/* A FIFO (or a device) where a case file should be is refused at once: an
+ * open that waited for a writer would hang the caller. */
+Test(bad_input, fifos_and_devices_are_refused_not_waited_on)
+{
+    char dir[64], path[512];
+    make_base_case(dir, sizeof dir);
+    alarm(30); /* a blocking open would hang: the alarm fails the test instead */
+    snprintf(path, sizeof path, "%s/q.bf16", dir);
+    cr_assert_eq(remove(path), 0);
+    cr_assert_eq(mkfifo(path, 0644), 0);
+    expect_load_error(dir, "is a FIFO, not a regular file");
+    cr_assert_eq(remove(path), 0);
+    cr_assert_eq(symlink("/dev/zero", path), 0);
+    expect_load_error(dir, "is a character device");
+    case_json_path(path, sizeof path, dir);
+    cr_assert_eq(remove(path), 0);
+    cr_assert_eq(mkfifo(path, 0644), 0);
+    expect_load_error(dir, "is a FIFO");
+    alarm(0);
+    remove_tree(dir);
+}
+
 Test(bad_input, negative_and_huge_sizes)
 {
     static const char *const edits[][3] = {

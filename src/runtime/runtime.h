@@ -59,6 +59,10 @@ struct mlajit_context {
      * expect (not damage: corrupt counts that). */
     atomic_uint_fast64_t memory_hits, pack_hits, disk_hits, compiles, compile_us, corrupt, stale, jit_refusals;
     atomic_int warned_store_write; /* one warning when the cache cannot be written */
+    /* The counts already added to the cache's (by the writes the context made
+     * anyway, or mlajit_context_flush_counters). */
+    pthread_mutex_t counters_lock;
+    mlajit_store_counters recorded;
     atomic_int programmatic_refused; /* the driver refused a programmatic dependent launch: launch plainly */
 };
 
