@@ -606,6 +606,109 @@ int mlajit_lmdb_lookup(int fd, const mlajit_lmdb_meta *m, const void *key, size_
     return status;
 }
 
+/* ---- prefix scans --------------------------------------------------------------- */
+
+typedef struct prefix_scan {
+    int fd;
+    const mlajit_lmdb_meta *m;
+    const uint8_t *prefix;
+    size_t prefix_len;
+    mlajit_lmdb_entry_fn visit;
+    void *arg;
+    uint8_t *level[MAX_DEPTH + 1]; /* one page buffer per level */
+    uint8_t *cover;
+    uint8_t *value;
+    size_t value_cap;
+    uint64_t pages_read; /* at most the file's pages: a damaged tree cannot loop */
+    int stop;
+} prefix_scan;
+
+static int has_prefix(const page_node *nd, const uint8_t *prefix, size_t prefix_len)
+{
+    return nd->key_len >= prefix_len && memcmp(nd->key, prefix, prefix_len) == 0;
+}
+
+/* The subtree at pgno, level depth: MLAJIT_OK or the error that ends the scan. */
+static int scan_page(prefix_scan *s, uint64_t pgno, unsigned depth)
+{
+    const mlajit_lmdb_db *db = &s->m->main_db;
+    uint32_t psize = s->m->psize;
+    if (pgno < FIRST_DATA_PAGE || pgno > s->m->last_pg)
+        return mlajit_fail(MLAJIT_ERR_CORRUPT, "page %llu at level %u is outside pages 2..%llu",
+                           (unsigned long long)pgno, depth, (unsigned long long)s->m->last_pg);
+    if (depth > db->depth || depth > MAX_DEPTH)
+        return mlajit_fail(MLAJIT_ERR_CORRUPT, "the main database is deeper than its %u levels", db->depth);
+    if (++s->pages_read > s->m->last_pg + 1)
+        return mlajit_fail(MLAJIT_ERR_CORRUPT, "the main database reaches more pages than the file has (a page is "
+                           "reached twice)");
+    if (!s->level[depth] && !(s->level[depth] = malloc(psize)))
+        return mlajit_fail(MLAJIT_ERR_OUT_OF_MEMORY, "lmdb scan: a page buffer");
+    uint8_t *page = s->level[depth];
+    int r = read_at(s->fd, page, psize, pgno * psize);
+    if (r != 0)
+        return r < 0 ? mlajit_fail(MLAJIT_ERR_IO, "reading page %llu: %s", (unsigned long long)pgno, strerror(errno))
+                     : mlajit_fail(MLAJIT_ERR_CORRUPT, "page %llu lies past the end of the file",
+                                   (unsigned long long)pgno);
+    char why[256];
+    if (page_check(page, pgno, psize, s->cover, why, sizeof why))
+        return mlajit_fail(MLAJIT_ERR_CORRUPT, "%s", why);
+    int is_leaf = ld16(page + 10) == P_LEAF;
+    if (is_leaf != (depth == db->depth))
+        return mlajit_fail(MLAJIT_ERR_CORRUPT, "page %llu is a %s at level %u of a %u-level tree",
+                           (unsigned long long)pgno, is_leaf ? "leaf" : "branch", depth, db->depth);
+    unsigned count = page_keys(page);
+    if (!is_leaf) {
+        /* Child i holds the keys from node i's key up to node i + 1's: the
+         * first that can hold the prefix, then those whose bound has it. */
+        unsigned first = branch_search(page, s->prefix, s->prefix_len);
+        for (unsigned i = first; i < count && !s->stop; i++) {
+            page_node nd = node_at(page, i);
+            if (i > first && !has_prefix(&nd, s->prefix, s->prefix_len))
+                break;
+            int status = scan_page(s, nd.child, depth + 1);
+            if (status != MLAJIT_OK)
+                return status;
+        }
+        return MLAJIT_OK;
+    }
+    for (unsigned i = 0; i < count && !s->stop; i++) {
+        page_node nd = node_at(page, i);
+        if (!has_prefix(&nd, s->prefix, s->prefix_len) || (nd.flags & F_SUBDATA))
+            continue;
+        const uint8_t *value = nd.data;
+        if (nd.flags & F_BIGDATA) {
+            uint64_t ov = ld64(nd.data), pages;
+            r = overflow_check(s->fd, ov, nd.data_size, psize, s->m->last_pg, &pages, why, sizeof why);
+            if (r == 0)
+                r = overflow_read(s->fd, ov, nd.data_size, psize, &s->value, &s->value_cap, why, sizeof why);
+            if (r != 0)
+                return mlajit_fail(r == -2 ? MLAJIT_ERR_OUT_OF_MEMORY : MLAJIT_ERR_CORRUPT, "%s", why);
+            value = s->value;
+        }
+        if (s->visit(nd.key, nd.key_len, value, (size_t)nd.data_size, 1, s->arg))
+            s->stop = 1;
+    }
+    return MLAJIT_OK;
+}
+
+int mlajit_lmdb_scan_prefix(int fd, const mlajit_lmdb_meta *m, const void *prefix, size_t prefix_len,
+                            mlajit_lmdb_entry_fn visit, void *arg)
+{
+    if (!m || !visit || !prefix || prefix_len == 0 || prefix_len > MAX_KEY)
+        return mlajit_fail(MLAJIT_ERR_INVALID_ARGUMENT, "lmdb scan: a prefix of %zu bytes and a visitor; allowed "
+                           "1..%u bytes", prefix_len, MAX_KEY);
+    if (m->main_db.root == NO_PAGE)
+        return MLAJIT_OK;
+    prefix_scan s = {.fd = fd, .m = m, .prefix = prefix, .prefix_len = prefix_len, .visit = visit, .arg = arg};
+    int status = (s.cover = malloc(m->psize)) ? scan_page(&s, m->main_db.root, 1)
+                                              : mlajit_fail(MLAJIT_ERR_OUT_OF_MEMORY, "lmdb scan: a page buffer");
+    for (int d = 0; d <= MAX_DEPTH; d++)
+        free(s.level[d]);
+    free(s.cover);
+    free(s.value);
+    return status;
+}
+
 /* ---- the structural check ----------------------------------------------------- */
 
 enum { DB_FREE, DB_MAIN, DB_NAMED };

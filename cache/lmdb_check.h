@@ -8,6 +8,8 @@
  * serves three things:
  *  - look-ups (mlajit_lmdb_lookup): the path from the root to one key, each
  *    page checked on the way, so a cache hit never runs LMDB on the file;
+ *    and prefix scans (mlajit_lmdb_scan_prefix): the paths to every key that
+ *    starts with some bytes (a tactic look-up reads all buckets of a spec);
  *  - the structural check (mlajit_lmdb_check): every tree and the freelist,
  *    which the store runs before LMDB itself may touch the file (in each write
  *    transaction, and at open when the file changed since it was last checked);
@@ -78,6 +80,16 @@ int mlajit_lmdb_lookup(int fd, const mlajit_lmdb_meta *m, const void *key, size_
  * value's overflow pages fail their checks. Return nonzero to stop. */
 typedef int (*mlajit_lmdb_entry_fn)(const void *key, size_t key_len, const void *value, size_t len, int value_ok,
                                     void *arg);
+
+/* Visit every key of the main database of snapshot m that starts with the
+ * prefix_len bytes at prefix, in key order, with its value (visit's value_ok
+ * is 1). Only the subtrees that can hold such keys are read, each page checked
+ * as a look-up checks it, and no page more often than the file has pages (a
+ * damaged tree that reaches one page twice is refused, not walked forever).
+ * MLAJIT_OK (also when the visitor stopped the scan); MLAJIT_ERR_CORRUPT with a
+ * message; MLAJIT_ERR_IO; MLAJIT_ERR_OUT_OF_MEMORY. prefix_len 1..511. */
+int mlajit_lmdb_scan_prefix(int fd, const mlajit_lmdb_meta *m, const void *prefix, size_t prefix_len,
+                            mlajit_lmdb_entry_fn visit, void *arg);
 
 enum {
     MLAJIT_LMDB_VALUES = 1,  /* read every main-database value and pass it to the visitor */

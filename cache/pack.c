@@ -2,6 +2,7 @@
  * The file format is described in pack.h. */
 #include "cache/pack.h"
 
+#include "cache/codec.h"
 #include "cache/env_registry.h"
 #include "common/error.h"
 #include "common/file.h"
@@ -25,36 +26,9 @@ static const char TRAILER_MAGIC[8] = {'M', 'L', 'A', 'J', 'I', 'T', 'P', 'K'};
 static const char MANIFEST_KEY[] = "manifest";
 static const char KERNELS_DB[] = "kernels";
 static const char MANIFEST_DB[] = "manifest";
+static const char TACTICS_DB[] = "tactics";
 #define MANIFEST_FIRST_LINE "mlajit-pack"
 #define MANIFEST_MAX_BYTES ((size_t)MLAJIT_PACK_MAX_KERNELS * 180u + 4096u)
-
-static void put_u32le(uint8_t *p, uint32_t v)
-{
-    for (int i = 0; i < 4; i++)
-        p[i] = (uint8_t)(v >> (8 * i));
-}
-
-static void put_u64le(uint8_t *p, uint64_t v)
-{
-    for (int i = 0; i < 8; i++)
-        p[i] = (uint8_t)(v >> (8 * i));
-}
-
-static uint32_t get_u32le(const uint8_t *p)
-{
-    uint32_t v = 0;
-    for (int i = 0; i < 4; i++)
-        v |= (uint32_t)p[i] << (8 * i);
-    return v;
-}
-
-static uint64_t get_u64le(const uint8_t *p)
-{
-    uint64_t v = 0;
-    for (int i = 0; i < 8; i++)
-        v |= (uint64_t)p[i] << (8 * i);
-    return v;
-}
 
 /* ------------------------------------------------------------------------- */
 /* The manifest                                                               */
@@ -106,6 +80,10 @@ int mlajit_pack_manifest_format(const mlajit_pack_manifest *m, char **text, size
     if (m->kernel_count > MLAJIT_PACK_MAX_KERNELS)
         return mlajit_fail(MLAJIT_ERR_INVALID_ARGUMENT, "pack manifest: %zu kernels; at most %u", m->kernel_count,
                            MLAJIT_PACK_MAX_KERNELS);
+    unsigned version = m->format_version == MLAJIT_PACK_OLDEST_FORMAT ? m->format_version : MLAJIT_PACK_FORMAT_VERSION;
+    if (m->tactic_count > (version >= 3 ? MLAJIT_PACK_MAX_TACTICS : 0u))
+        return mlajit_fail(MLAJIT_ERR_INVALID_ARGUMENT, "pack manifest: %zu tactic records; at most %u in format %u",
+                           m->tactic_count, version >= 3 ? MLAJIT_PACK_MAX_TACTICS : 0u, version);
 
     mlajit_strbuf b = {0};
     char date[32] = "";
@@ -113,7 +91,7 @@ int mlajit_pack_manifest_format(const mlajit_pack_manifest *m, char **text, size
     struct tm tm;
     if (gmtime_r(&t, &tm))
         strftime(date, sizeof date, "%Y-%m-%dT%H:%M:%SZ", &tm);
-    mlajit_strbuf_printf(&b, "%s %u\n", MANIFEST_FIRST_LINE, MLAJIT_PACK_FORMAT_VERSION);
+    mlajit_strbuf_printf(&b, "%s %u\n", MANIFEST_FIRST_LINE, version);
     mlajit_strbuf_printf(&b, "tool %s\n", m->tool);
     mlajit_strbuf_printf(&b, "key-recipe %s\n", m->key_recipe);
     mlajit_strbuf_printf(&b, "nvrtc %d.%d\n", m->nvrtc_major, m->nvrtc_minor);
@@ -131,6 +109,8 @@ int mlajit_pack_manifest_format(const mlajit_pack_manifest *m, char **text, size
         mlajit_cache_key_hex(&m->kernels[i].key, hex);
         mlajit_strbuf_printf(&b, "%s %s\n", hex, spec);
     }
+    if (version >= 3)
+        mlajit_strbuf_printf(&b, "tactics %zu\n", m->tactic_count);
     if (!b.failed) {
         uint64_t sum = mlajit_hash64(b.data, b.len);
         mlajit_strbuf_printf(&b, "checksum %016" PRIx64 "\n", sum);
@@ -263,10 +243,10 @@ int mlajit_pack_manifest_parse(const void *text, size_t len, mlajit_pack_manifes
         status = manifest_fail(&r, "the format version is not a number");
         goto fail;
     }
-    if (u != MLAJIT_PACK_FORMAT_VERSION) {
+    if (u < MLAJIT_PACK_OLDEST_FORMAT || u > MLAJIT_PACK_FORMAT_VERSION) {
         status = mlajit_fail(MLAJIT_ERR_CORRUPT, "pack manifest has format version %" PRIu64
-                             "; this build reads version %u (rebuild the pack with this mlajit)",
-                             u, MLAJIT_PACK_FORMAT_VERSION);
+                             "; this build reads versions %u..%u (rebuild the pack with this mlajit)",
+                             u, MLAJIT_PACK_OLDEST_FORMAT, MLAJIT_PACK_FORMAT_VERSION);
         goto fail;
     }
     m.format_version = (unsigned)u;
@@ -346,6 +326,14 @@ int mlajit_pack_manifest_parse(const void *text, size_t len, mlajit_pack_manifes
             }
         }
     }
+    if (m.format_version >= 3) {
+        EXPECT_LINE("tactics");
+        if (!parse_dec_u64(v, n, MLAJIT_PACK_MAX_TACTICS, &u)) {
+            status = manifest_fail(&r, "the tactic count is not a number up to 1048576");
+            goto fail;
+        }
+        m.tactic_count = (size_t)u;
+    }
     size_t checksum_at = r.pos;
     EXPECT_LINE("checksum");
     if (!parse_hex_u64(v, n, &u)) {
@@ -418,11 +406,21 @@ static int collect_archs(const mlajit_pack_item *items, size_t count, char *out,
     return status;
 }
 
+/* One tactic record to write: its key and encoded value. */
+typedef struct tactic_item {
+    uint8_t key[MLAJIT_TACTIC_KEY_BYTES];
+    void *value;
+    size_t len;
+} tactic_item;
+
 /* Write the LMDB contents into a scratch environment at build_path. */
-static int write_scratch_env(const char *build_path, const mlajit_pack_item *items, size_t count, const char *manifest,
+static int write_scratch_env(const char *build_path, const mlajit_pack_item *items, size_t count,
+                             const tactic_item *tactics, size_t tactic_count, const char *manifest,
                              size_t manifest_len, MDB_env **env_out)
 {
     size_t value_bytes = manifest_len;
+    for (size_t i = 0; i < tactic_count; i++)
+        value_bytes += tactics[i].len + 64;
     for (size_t i = 0; i < count; i++)
         value_bytes += items[i].entry->cubin_size + 512;
     /* Room for the values, their overflow-page rounding and the tree. */
@@ -437,7 +435,7 @@ static int write_scratch_env(const char *build_path, const mlajit_pack_item *ite
     }
     if (rc == 0) {
         step = "mdb_env_set_maxdbs";
-        rc = mdb_env_set_maxdbs(env, 2);
+        rc = mdb_env_set_maxdbs(env, 3);
     }
     if (rc == 0) {
         step = "mdb_env_open";
@@ -445,7 +443,7 @@ static int write_scratch_env(const char *build_path, const mlajit_pack_item *ite
         rc = mdb_env_open(env, build_path, MDB_NOSUBDIR | MDB_NOLOCK | MDB_NOSYNC, 0644);
     }
     MDB_txn *txn = NULL;
-    MDB_dbi kernels_dbi, manifest_dbi;
+    MDB_dbi kernels_dbi, manifest_dbi, tactics_dbi;
     if (rc == 0) {
         step = "beginning the write transaction";
         rc = mdb_txn_begin(env, NULL, 0, &txn);
@@ -455,6 +453,8 @@ static int write_scratch_env(const char *build_path, const mlajit_pack_item *ite
         rc = mdb_dbi_open(txn, KERNELS_DB, MDB_CREATE, &kernels_dbi);
         if (rc == 0)
             rc = mdb_dbi_open(txn, MANIFEST_DB, MDB_CREATE, &manifest_dbi);
+        if (rc == 0)
+            rc = mdb_dbi_open(txn, TACTICS_DB, MDB_CREATE, &tactics_dbi);
     }
     int status = MLAJIT_OK;
     for (size_t i = 0; rc == 0 && status == MLAJIT_OK && i < count; i++) {
@@ -469,6 +469,12 @@ static int write_scratch_env(const char *build_path, const mlajit_pack_item *ite
         step = "storing a kernel";
         rc = mdb_put(txn, kernels_dbi, &k, &v, 0);
         free(value);
+    }
+    for (size_t i = 0; rc == 0 && status == MLAJIT_OK && i < tactic_count; i++) {
+        MDB_val k = {.mv_size = sizeof tactics[i].key, .mv_data = (void *)tactics[i].key},
+                v = {.mv_size = tactics[i].len, .mv_data = tactics[i].value};
+        step = "storing a tactic record";
+        rc = mdb_put(txn, tactics_dbi, &k, &v, 0);
     }
     if (rc == 0 && status == MLAJIT_OK) {
         MDB_val k = {.mv_size = sizeof MANIFEST_KEY - 1, .mv_data = (void *)MANIFEST_KEY},
@@ -511,23 +517,75 @@ static int hash_file_prefix(int fd, uint64_t len, uint64_t *out)
 }
 
 static void trailer_encode(uint8_t t[MLAJIT_PACK_TRAILER_BYTES], uint64_t lmdb_bytes, uint64_t lmdb_hash,
-                           uint64_t kernels)
+                           uint64_t kernels, uint64_t tactics)
 {
     memset(t, 0, MLAJIT_PACK_TRAILER_BYTES);
     memcpy(t, TRAILER_MAGIC, sizeof TRAILER_MAGIC);
-    put_u32le(t + 8, MLAJIT_PACK_FORMAT_VERSION);
-    put_u32le(t + 12, MLAJIT_PACK_TRAILER_BYTES);
-    put_u64le(t + 16, lmdb_bytes);
-    put_u64le(t + 24, lmdb_hash);
-    put_u64le(t + 32, kernels);
-    put_u64le(t + 56, mlajit_hash64(t, 56));
+    mlajit_put_u32le(t + 8, MLAJIT_PACK_FORMAT_VERSION);
+    mlajit_put_u32le(t + 12, MLAJIT_PACK_TRAILER_BYTES);
+    mlajit_put_u64le(t + 16, lmdb_bytes);
+    mlajit_put_u64le(t + 24, lmdb_hash);
+    mlajit_put_u64le(t + 32, kernels);
+    mlajit_put_u64le(t + 40, tactics);
+    mlajit_put_u64le(t + 56, mlajit_hash64(t, 56));
+}
+
+/* By key, then by place in the caller's list: the first of equal keys leads. */
+static int tactic_item_compare(const void *a, const void *b)
+{
+    const tactic_item *x = a, *y = b;
+    int d = memcmp(x->key, y->key, sizeof x->key);
+    if (d)
+        return d;
+    return x->len < y->len ? -1 : x->len > y->len; /* len holds the place until the values are made */
+}
+
+/* The tactic records to write: checked, encoded, sorted and distinct by key
+ * (the first of the caller's list wins). *out is malloc'd; free each value. */
+static int tactic_items_make(const mlajit_tactic_record *tactics, size_t count, tactic_item **out, size_t *distinct)
+{
+    *out = NULL;
+    *distinct = 0;
+    if (count > MLAJIT_PACK_MAX_TACTICS)
+        return mlajit_fail(MLAJIT_ERR_INVALID_ARGUMENT, "pack write: %zu tactic records; at most %u", count,
+                           MLAJIT_PACK_MAX_TACTICS);
+    tactic_item *t = calloc(count ? count : 1, sizeof *t);
+    if (!t)
+        return mlajit_fail(MLAJIT_ERR_OUT_OF_MEMORY, "pack write: %zu tactic records", count);
+    for (size_t i = 0; i < count; i++) {
+        int status = mlajit_tactic_record_check(&tactics[i]);
+        if (status != MLAJIT_OK) {
+            free(t);
+            return mlajit_fail_prefix(status, "pack write: tactic record %zu: ", i);
+        }
+        mlajit_tactic_key_of(&tactics[i], t[i].key);
+        t[i].len = i;
+    }
+    qsort(t, count, sizeof *t, tactic_item_compare);
+    size_t n = 0;
+    for (size_t i = 0; i < count; i++)
+        if (n == 0 || memcmp(t[n - 1].key, t[i].key, sizeof t[i].key) != 0)
+            t[n++] = t[i];
+    for (size_t i = 0; i < n; i++) {
+        size_t place = t[i].len;
+        int status = mlajit_tactic_encode(&tactics[place], &t[i].value, &t[i].len);
+        if (status != MLAJIT_OK) {
+            for (size_t k = 0; k < i; k++)
+                free(t[k].value);
+            free(t);
+            return status;
+        }
+    }
+    *out = t;
+    *distinct = n;
+    return MLAJIT_OK;
 }
 
 int mlajit_pack_write(const char *path, const mlajit_pack_manifest *recipe, const mlajit_pack_item *items,
-                      size_t count)
+                      size_t count, const mlajit_tactic_record *tactics, size_t tactic_count)
 {
-    if (!path || !path[0] || !recipe || (count && !items))
-        return mlajit_fail(MLAJIT_ERR_INVALID_ARGUMENT, "pack write: path, recipe and items must be given");
+    if (!path || !path[0] || !recipe || (count && !items) || (tactic_count && !tactics))
+        return mlajit_fail(MLAJIT_ERR_INVALID_ARGUMENT, "pack write: path, recipe, items and tactics must be given");
     for (size_t i = 0; i < count; i++)
         if (!items[i].entry)
             return mlajit_fail(MLAJIT_ERR_INVALID_ARGUMENT, "pack write: item %zu has no entry", i);
@@ -536,12 +594,17 @@ int mlajit_pack_write(const char *path, const mlajit_pack_manifest *recipe, cons
                            MLAJIT_PACK_MAX_KERNELS);
 
     /* Sorted, distinct items: the manifest lists keys in ascending order. */
+    tactic_item *tactic_items = NULL;
+    size_t tactics_distinct = 0;
+    int status = tactic_items_make(tactics, tactic_count, &tactic_items, &tactics_distinct);
+    if (status != MLAJIT_OK)
+        return status;
     mlajit_pack_item *sorted = malloc((count ? count : 1) * sizeof *sorted);
     mlajit_pack_manifest m = *recipe;
     m.kernels = calloc(count ? count : 1, sizeof *m.kernels);
     char *manifest = NULL, *build_path = NULL, *part_path = NULL;
     MDB_env *env = NULL;
-    int fd = -1, status = MLAJIT_OK;
+    int fd = -1;
     if (!sorted || !m.kernels) {
         status = mlajit_fail(MLAJIT_ERR_OUT_OF_MEMORY, "pack write: %zu kernels", count);
         goto out;
@@ -558,6 +621,7 @@ int mlajit_pack_write(const char *path, const mlajit_pack_manifest *recipe, cons
         snprintf(m.kernels[i].spec_string, sizeof m.kernels[i].spec_string, "%s", sorted[i].entry->spec_string);
     }
     m.kernel_count = distinct;
+    m.tactic_count = tactics_distinct;
     m.format_version = MLAJIT_PACK_FORMAT_VERSION;
     if (!m.created_unix)
         m.created_unix = (uint64_t)time(NULL);
@@ -577,7 +641,8 @@ int mlajit_pack_write(const char *path, const mlajit_pack_manifest *recipe, cons
     snprintf(build_path, n, "%s.build-%ld", path, (long)getpid());
     snprintf(part_path, n, "%s.part-%ld", path, (long)getpid());
     unlink(build_path);
-    if ((status = write_scratch_env(build_path, sorted, distinct, manifest, manifest_len, &env)) != MLAJIT_OK)
+    if ((status = write_scratch_env(build_path, sorted, distinct, tactic_items, tactics_distinct, manifest,
+                                    manifest_len, &env)) != MLAJIT_OK)
         goto out;
 
     fd = open(part_path, O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
@@ -599,7 +664,7 @@ int mlajit_pack_write(const char *path, const mlajit_pack_manifest *recipe, cons
         goto out;
     }
     uint8_t trailer[MLAJIT_PACK_TRAILER_BYTES];
-    trailer_encode(trailer, (uint64_t)st.st_size, lmdb_hash, distinct);
+    trailer_encode(trailer, (uint64_t)st.st_size, lmdb_hash, distinct, tactics_distinct);
     if (pwrite(fd, trailer, sizeof trailer, st.st_size) != (ssize_t)sizeof trailer || fsync(fd) != 0) {
         status = mlajit_fail(MLAJIT_ERR_IO, "pack %s: writing the trailer to %s failed: %s", path, part_path,
                              strerror(errno));
@@ -626,6 +691,9 @@ out:
     free(manifest);
     free(sorted);
     free(m.kernels);
+    for (size_t i = 0; i < tactics_distinct; i++)
+        free(tactic_items[i].value);
+    free(tactic_items);
     return status;
 }
 
@@ -633,13 +701,14 @@ out:
 /* Reading                                                                    */
 /* ------------------------------------------------------------------------- */
 
-enum { PACK_DBI_KERNELS = 0, PACK_DBI_MANIFEST = 1 };
+enum { PACK_DBI_KERNELS = 0, PACK_DBI_MANIFEST = 1, PACK_DBI_TACTICS = 2 };
 
 struct mlajit_pack {
     mlajit_shared_env *shared;
     char *path;
     int64_t file_bytes;  /* the whole file */
     int64_t lmdb_bytes;  /* the LMDB part: every value must lie within it */
+    unsigned format;     /* the trailer's format version */
     mlajit_pack_manifest manifest;
 };
 
@@ -647,6 +716,7 @@ typedef struct pack_init_args {
     dev_t dev;
     ino_t ino;
     int64_t lmdb_bytes;
+    unsigned format;     /* 3: a tactics database is required; 2: none may be there */
 } pack_init_args;
 
 static int pack_env_init(mlajit_shared_env *shared, void *arg)
@@ -670,20 +740,31 @@ static int pack_env_init(mlajit_shared_env *shared, void *arg)
     rc = mdb_dbi_open(txn, KERNELS_DB, 0, &shared->dbi[PACK_DBI_KERNELS]);
     if (rc == 0)
         rc = mdb_dbi_open(txn, MANIFEST_DB, 0, &shared->dbi[PACK_DBI_MANIFEST]);
+    int tactics_rc = rc == 0 ? mdb_dbi_open(txn, TACTICS_DB, 0, &shared->dbi[PACK_DBI_TACTICS]) : 0;
+    if (rc == 0 && expect->format >= 3)
+        rc = tactics_rc;
+    if (rc == 0 && expect->format < 3 && tactics_rc != MDB_NOTFOUND) {
+        mdb_txn_abort(txn);
+        mlajit_fail(MLAJIT_ERR_CORRUPT, "pack %s is format %u but has a \"%s\" database", shared->real_path,
+                    expect->format, TACTICS_DB);
+        return MDB_INVALID;
+    }
     if (rc == 0)
         rc = mdb_txn_commit(txn);
     else
         mdb_txn_abort(txn);
     if (rc == MDB_NOTFOUND) {
-        mlajit_fail(MLAJIT_ERR_CORRUPT, "pack %s has no \"%s\" or \"%s\" database (not an mlajit pack)",
-                    shared->real_path, KERNELS_DB, MANIFEST_DB);
+        mlajit_fail(MLAJIT_ERR_CORRUPT, "pack %s has no \"%s\", \"%s\"%s database (not an mlajit pack of format %u)",
+                    shared->real_path, KERNELS_DB, MANIFEST_DB, expect->format >= 3 ? " or \"tactics\"" : "",
+                    expect->format);
         return MDB_INVALID;
     }
     return rc;
 }
 
 /* Check the trailer and the checksum of the LMDB part; fills *args. */
-static int pack_check_file(const char *path, pack_init_args *args, int64_t *file_bytes, uint64_t *kernels)
+static int pack_check_file(const char *path, pack_init_args *args, int64_t *file_bytes, uint64_t *kernels,
+                           uint64_t *tactics)
 {
     /* A FIFO or a device is refused here, never waited on (a pack list comes
      * from the environment at start-up). */
@@ -713,22 +794,32 @@ static int pack_check_file(const char *path, pack_init_args *args, int64_t *file
                              path);
         goto out;
     }
-    if (get_u64le(t + 56) != mlajit_hash64(t, 56)) {
+    if (mlajit_get_u64le(t + 56) != mlajit_hash64(t, 56)) {
         status = mlajit_fail(MLAJIT_ERR_CORRUPT, "pack %s: the trailer fails its checksum (damaged file)", path);
         goto out;
     }
-    if (get_u32le(t + 8) != MLAJIT_PACK_FORMAT_VERSION) { /* intact (its trailer checks), made by another mlajit */
+    uint32_t format = mlajit_get_u32le(t + 8);
+    if (format < MLAJIT_PACK_OLDEST_FORMAT || format > MLAJIT_PACK_FORMAT_VERSION) {
+        /* intact (its trailer checks), made by another mlajit */
         status = mlajit_fail(MLAJIT_CACHE_STALE,
-                             "pack %s: format version %" PRIu32 "; this build reads version %u (rebuild the pack "
-                             "with this mlajit)",
-                             path, get_u32le(t + 8), MLAJIT_PACK_FORMAT_VERSION);
+                             "pack %s: format version %" PRIu32 "; this build reads versions %u..%u (rebuild the "
+                             "pack with this mlajit)",
+                             path, format, MLAJIT_PACK_OLDEST_FORMAT, MLAJIT_PACK_FORMAT_VERSION);
         goto out;
     }
-    if (get_u32le(t + 12) != MLAJIT_PACK_TRAILER_BYTES || get_u64le(t + 16) != (uint64_t)lmdb_len) {
+    /* Format 2 left bytes 40..56 zero; format 3 counts the tactics at 40. */
+    static const uint8_t zero[16] = {0};
+    size_t zero_from = format >= 3 ? 48 : 40;
+    if (memcmp(t + zero_from, zero, 56 - zero_from) != 0) {
+        status = mlajit_fail(MLAJIT_ERR_CORRUPT, "pack %s: the trailer's reserved bytes %zu..55 are not zero", path,
+                             zero_from);
+        goto out;
+    }
+    if (mlajit_get_u32le(t + 12) != MLAJIT_PACK_TRAILER_BYTES || mlajit_get_u64le(t + 16) != (uint64_t)lmdb_len) {
         status = mlajit_fail(MLAJIT_ERR_CORRUPT,
                              "pack %s: the trailer says %" PRIu64 " bytes of data but the file holds %lld (truncated "
                              "or extended)",
-                             path, get_u64le(t + 16), (long long)lmdb_len);
+                             path, mlajit_get_u64le(t + 16), (long long)lmdb_len);
         goto out;
     }
     uint64_t hash = 0;
@@ -737,18 +828,20 @@ static int pack_check_file(const char *path, pack_init_args *args, int64_t *file
         status = mlajit_fail(MLAJIT_ERR_IO, "pack %s: cannot map it: %s", path, strerror(rc));
         goto out;
     }
-    if (hash != get_u64le(t + 24)) {
+    if (hash != mlajit_get_u64le(t + 24)) {
         status = mlajit_fail(MLAJIT_ERR_CORRUPT,
                              "pack %s: checksum mismatch (stored %016" PRIx64 ", computed %016" PRIx64
                              "): the file is damaged; rebuild or copy it again",
-                             path, get_u64le(t + 24), hash);
+                             path, mlajit_get_u64le(t + 24), hash);
         goto out;
     }
     args->dev = st.st_dev;
     args->ino = st.st_ino;
     args->lmdb_bytes = (int64_t)lmdb_len;
+    args->format = format;
     *file_bytes = (int64_t)st.st_size;
-    *kernels = get_u64le(t + 32);
+    *kernels = mlajit_get_u64le(t + 32);
+    *tactics = format >= 3 ? mlajit_get_u64le(t + 40) : 0;
 out:
     close(fd);
     return status;
@@ -776,6 +869,18 @@ static int pack_read_manifest(mlajit_pack *pack)
     else if (status == MLAJIT_OK && st.ms_entries != pack->manifest.kernel_count)
         status = mlajit_fail(MLAJIT_ERR_CORRUPT, "pack %s: the manifest lists %zu kernels but the file holds %zu",
                              pack->path, pack->manifest.kernel_count, (size_t)st.ms_entries);
+    if (status == MLAJIT_OK && pack->manifest.format_version != pack->format)
+        status = mlajit_fail(MLAJIT_ERR_CORRUPT, "pack %s: the trailer says format %u, the manifest %u", pack->path,
+                             pack->format, pack->manifest.format_version);
+    if (status == MLAJIT_OK && pack->format >= 3) {
+        if ((rc = mdb_stat(txn, pack->shared->dbi[PACK_DBI_TACTICS], &st)) != 0)
+            status = mlajit_fail(MLAJIT_ERR_CORRUPT, "pack %s: cannot count its tactic records: %s", pack->path,
+                                 mdb_strerror(rc));
+        else if (st.ms_entries != pack->manifest.tactic_count)
+            status = mlajit_fail(MLAJIT_ERR_CORRUPT,
+                                 "pack %s: the manifest counts %zu tactic records but the file holds %zu", pack->path,
+                                 pack->manifest.tactic_count, (size_t)st.ms_entries);
+    }
     mdb_txn_abort(txn);
     return status;
 }
@@ -794,17 +899,18 @@ int mlajit_pack_open(const char *path, mlajit_pack **out)
         return mlajit_fail(MLAJIT_ERR_OUT_OF_MEMORY, "pack %s: out of memory", path);
     }
     pack_init_args args;
-    uint64_t trailer_kernels = 0;
-    int status = pack_check_file(path, &args, &pack->file_bytes, &trailer_kernels);
+    uint64_t trailer_kernels = 0, trailer_tactics = 0;
+    int status = pack_check_file(path, &args, &pack->file_bytes, &trailer_kernels, &trailer_tactics);
     if (status == MLAJIT_OK) {
         pack->lmdb_bytes = args.lmdb_bytes;
+        pack->format = args.format;
         long page = sysconf(_SC_PAGESIZE);
         size_t map_size = (size_t)args.lmdb_bytes;
         if (page > 0)
             map_size = (map_size + (size_t)page - 1) / (size_t)page * (size_t)page;
         mlajit_env_request req = {
             .path = path, .env_flags = MDB_RDONLY | MDB_NOLOCK | MDB_NOSUBDIR, .map_size = map_size,
-            .max_dbs = 2, .init = pack_env_init, .init_arg = &args, .trusted_bytes = 1,
+            .max_dbs = 3, .init = pack_env_init, .init_arg = &args, .trusted_bytes = 1,
         };
         status = mlajit_env_acquire(&req, &pack->shared, NULL);
         if (status == MLAJIT_ERR_CACHE) /* its LMDB part does not open: the message names the file */
@@ -815,6 +921,10 @@ int mlajit_pack_open(const char *path, mlajit_pack **out)
     if (status == MLAJIT_OK && trailer_kernels != pack->manifest.kernel_count)
         status = mlajit_fail(MLAJIT_ERR_CORRUPT, "pack %s: the trailer counts %" PRIu64 " kernels, the manifest %zu",
                              path, trailer_kernels, pack->manifest.kernel_count);
+    if (status == MLAJIT_OK && trailer_tactics != pack->manifest.tactic_count)
+        status = mlajit_fail(MLAJIT_ERR_CORRUPT,
+                             "pack %s: the trailer counts %" PRIu64 " tactic records, the manifest %zu", path,
+                             trailer_tactics, pack->manifest.tactic_count);
     if (status != MLAJIT_OK) {
         mlajit_pack_close(pack);
         return status;
@@ -956,6 +1066,8 @@ static int verify_visit(const mlajit_cache_key *key, const void *value, size_t l
     return s->status != MLAJIT_OK;
 }
 
+static int verify_tactics(mlajit_pack *pack);
+
 int mlajit_pack_verify(mlajit_pack *pack, size_t *checked)
 {
     if (checked)
@@ -971,7 +1083,129 @@ int mlajit_pack_verify(mlajit_pack *pack, size_t *checked)
     if (status == MLAJIT_OK && s.checked != pack->manifest.kernel_count)
         status = mlajit_fail(MLAJIT_ERR_CORRUPT, "pack %s: %zu entries but the manifest lists %zu", pack->path,
                              s.checked, pack->manifest.kernel_count);
+    if (status == MLAJIT_OK)
+        status = verify_tactics(pack);
     if (checked)
         *checked = s.checked;
+    return status;
+}
+
+/* ---- tactics ------------------------------------------------------------------ */
+
+/* Called with each record of the tactics database whose key starts with
+ * prefix (prefix_len 0: every record), in key order; nonzero stops. */
+typedef int (*pack_record_fn)(const MDB_val *key, const MDB_val *value, int inside, void *arg);
+
+static int pack_tactics_scan(mlajit_pack *pack, const uint8_t *prefix, size_t prefix_len, pack_record_fn fn,
+                             void *arg)
+{
+    if (pack->format < 3)
+        return MLAJIT_OK;
+    MDB_txn *txn;
+    int rc = mdb_txn_begin(pack->shared->env, NULL, MDB_RDONLY, &txn);
+    if (rc != 0)
+        return mlajit_fail(MLAJIT_ERR_CORRUPT, "pack %s: cannot begin a read: %s", pack->path, mdb_strerror(rc));
+    MDB_cursor *cursor;
+    if ((rc = mdb_cursor_open(txn, pack->shared->dbi[PACK_DBI_TACTICS], &cursor)) != 0) {
+        mdb_txn_abort(txn);
+        return mlajit_fail(MLAJIT_ERR_CORRUPT, "pack %s: cannot read its tactics: %s", pack->path, mdb_strerror(rc));
+    }
+    MDB_val k = {.mv_size = prefix_len, .mv_data = (void *)prefix}, v = {0};
+    for (rc = mdb_cursor_get(cursor, &k, &v, prefix_len ? MDB_SET_RANGE : MDB_FIRST); rc == 0;
+         rc = mdb_cursor_get(cursor, &k, &v, MDB_NEXT)) {
+        if (prefix_len && (k.mv_size < prefix_len || memcmp(k.mv_data, prefix, prefix_len) != 0))
+            break;
+        if (fn(&k, &v, mlajit_env_value_in_file(pack->shared, &v, pack->lmdb_bytes), arg))
+            break;
+    }
+    mdb_cursor_close(cursor);
+    mdb_txn_abort(txn);
+    if (rc != 0 && rc != MDB_NOTFOUND)
+        return mlajit_fail(MLAJIT_ERR_CORRUPT, "pack %s: reading its tactics failed: %s", pack->path,
+                           mdb_strerror(rc));
+    return MLAJIT_OK;
+}
+
+static int nearest_fn(const MDB_val *key, const MDB_val *value, int inside, void *arg)
+{
+    mlajit_tactic_chooser *c = arg;
+    if (!inside) {
+        mlajit_fail(MLAJIT_ERR_CORRUPT, "a tactic record lies outside the pack");
+        mlajit_tactic_skipped_note(c->skipped, MLAJIT_ERR_CORRUPT);
+        return 0;
+    }
+    mlajit_tactic_chooser_offer(c, key->mv_data, key->mv_size, value->mv_data, value->mv_size);
+    return 0;
+}
+
+int mlajit_pack_tactic_nearest(mlajit_pack *pack, mlajit_tactic_chooser *c)
+{
+    uint8_t key[MLAJIT_TACTIC_KEY_BYTES];
+    int status = pack ? mlajit_tactic_chooser_start(c, key)
+                      : mlajit_fail(MLAJIT_ERR_INVALID_ARGUMENT, "pack tactic look-up: pack must not be NULL");
+    if (status == MLAJIT_OK)
+        status = pack_tactics_scan(pack, key, MLAJIT_TACTIC_PREFIX_BYTES, nearest_fn, c);
+    char where[600];
+    snprintf(where, sizeof where, "pack %s", pack ? pack->path : "");
+    return mlajit_tactic_chooser_end(c, status, where);
+}
+
+typedef struct tactic_foreach_job {
+    mlajit_tactic_visit_fn visit;
+    void *arg;
+    size_t seen;
+} tactic_foreach_job;
+
+static int foreach_fn(const MDB_val *key, const MDB_val *value, int inside, void *arg)
+{
+    tactic_foreach_job *j = arg;
+    mlajit_tactic_record r;
+    int status = inside ? mlajit_tactic_decode_keyed(key->mv_data, key->mv_size, value->mv_data, value->mv_size, &r)
+                        : mlajit_fail(MLAJIT_ERR_CORRUPT, "the record lies outside the pack");
+    char why[256] = "";
+    if (status != MLAJIT_OK)
+        snprintf(why, sizeof why, "%s", mlajit_last_error());
+    j->seen++;
+    return j->visit(key->mv_data, key->mv_size, status == MLAJIT_OK ? &r : NULL, status, why, j->arg);
+}
+
+int mlajit_pack_tactic_foreach(mlajit_pack *pack, mlajit_tactic_visit_fn visit, void *arg)
+{
+    if (!pack || !visit)
+        return mlajit_fail(MLAJIT_ERR_INVALID_ARGUMENT, "pack tactic foreach: pack and visit must not be NULL");
+    tactic_foreach_job j = {.visit = visit, .arg = arg};
+    return pack_tactics_scan(pack, NULL, 0, foreach_fn, &j);
+}
+
+typedef struct tactic_verify_job {
+    mlajit_pack *pack;
+    size_t checked;
+    int status;
+} tactic_verify_job;
+
+static int verify_tactic_visit(const uint8_t *key, size_t key_len, const mlajit_tactic_record *record, int status,
+                               const char *why, void *arg)
+{
+    (void)key;
+    (void)key_len;
+    tactic_verify_job *j = arg;
+    if (!record) {
+        j->status = mlajit_fail(status, "pack %s: tactic record %zu: %s", j->pack->path, j->checked, why);
+        return 1;
+    }
+    j->checked++;
+    return 0;
+}
+
+/* Every tactic record decodes and is its key's, and the manifest counts them. */
+static int verify_tactics(mlajit_pack *pack)
+{
+    tactic_verify_job j = {.pack = pack, .status = MLAJIT_OK};
+    int status = mlajit_pack_tactic_foreach(pack, verify_tactic_visit, &j);
+    if (status == MLAJIT_OK)
+        status = j.status;
+    if (status == MLAJIT_OK && j.checked != pack->manifest.tactic_count)
+        status = mlajit_fail(MLAJIT_ERR_CORRUPT, "pack %s: %zu tactic records but the manifest counts %zu", pack->path,
+                             j.checked, pack->manifest.tactic_count);
     return status;
 }

@@ -6,21 +6,25 @@
  *
  *   [0, L)      the LMDB file: database "kernels" maps a 16-byte content key
  *               (mlajit_cache_key_to_bytes) to a cache entry value (store.h's
- *               self-checking format); database "manifest" holds one value,
- *               under key "manifest": the text described below.
+ *               self-checking format); database "tactics" (format 3) maps a
+ *               27-byte tactic key to a tactic record (cache/tactics.h: the
+ *               same key and self-checking value as in the writable cache);
+ *               database "manifest" holds one value, under key "manifest":
+ *               the text described below.
  *   [L, L+64)   trailer, integers little-endian:
  *               0  8  magic "MLAJITPK"
- *               8  4  u32 trailer format version (2)
+ *               8  4  u32 trailer format version (3; 2 is read too)
  *               12 4  u32 trailer length (64)
  *               16 8  u64 L, the LMDB part's length
  *               24 8  u64 XXH3-64 of bytes [0, L)
  *               32 8  u64 number of kernels
- *               40 16 zero
+ *               40 8  u64 number of tactic records (format 3; zero in format 2)
+ *               48 8  zero
  *               56 8  u64 XXH3-64 of trailer bytes [0, 56)
  *
  * The manifest (text, one field a line, "\n" endings, no NULs):
  *
- *   mlajit-pack 2
+ *   mlajit-pack 3                            (2: a format-2 pack, no tactics line)
  *   tool mlajit 0.1.0                        the tool that wrote it
  *   key-recipe mlajit-key-2                  } how every key in the pack was made
  *   nvrtc 12.8                               } (MLAJIT_KEY_RECIPE over the generated
@@ -31,11 +35,15 @@
  *   kernels 2
  *   <32 hex key> <canonical spec string>     one line per kernel, in key order
  *   ...
+ *   tactics 3                                format 3: the tactic records' count
  *   checksum <16 hex>                        XXH3-64 of every byte before this line
  *
  * Opening checks the trailer, the whole-file checksum (so LMDB never reads a
- * damaged byte), the LMDB meta pages and the manifest; every entry is checked
- * again (header and cubin checksums) when it is read. No CUDA here. */
+ * damaged byte), the LMDB meta pages and the manifest, and that the kernel and
+ * tactic counts of trailer, manifest and databases agree; every entry and
+ * tactic record is checked again (its own checksums and fields) when it is
+ * read. A format-2 pack (an older mlajit's) opens with no tactics. No CUDA
+ * here. */
 #ifndef MLAJIT_CACHE_PACK_H
 #define MLAJIT_CACHE_PACK_H
 
@@ -43,10 +51,13 @@
 #include <stdint.h>
 
 #include "cache/store.h"
+#include "cache/tactics.h"
 
-#define MLAJIT_PACK_FORMAT_VERSION 2u
+#define MLAJIT_PACK_FORMAT_VERSION 3u /* what mlajit_pack_write writes */
+#define MLAJIT_PACK_OLDEST_FORMAT 2u  /* the oldest an open reads: no tactics */
 #define MLAJIT_PACK_TRAILER_BYTES 64u
 #define MLAJIT_PACK_MAX_KERNELS (1u << 20)
+#define MLAJIT_PACK_MAX_TACTICS (1u << 20)
 
 typedef struct mlajit_pack mlajit_pack;
 
@@ -57,7 +68,7 @@ typedef struct mlajit_pack_kernel {
 } mlajit_pack_kernel;
 
 typedef struct mlajit_pack_manifest {
-    unsigned format_version;     /* MLAJIT_PACK_FORMAT_VERSION */
+    unsigned format_version;     /* MLAJIT_PACK_OLDEST_FORMAT..MLAJIT_PACK_FORMAT_VERSION */
     char tool[64];               /* "mlajit 0.1.0" */
     char key_recipe[64];         /* MLAJIT_KEY_RECIPE of the build that made the keys */
     int nvrtc_major, nvrtc_minor;
@@ -65,12 +76,15 @@ typedef struct mlajit_pack_manifest {
     char archs[256];             /* comma-separated, sorted, distinct */
     size_t kernel_count;
     mlajit_pack_kernel *kernels; /* malloc'd, kernel_count long, ascending keys */
+    size_t tactic_count;         /* tactic records (0 in format 2) */
 } mlajit_pack_manifest;
 
 /* Free the kernels array and zero the manifest. NULL is allowed. */
 void mlajit_pack_manifest_clear(mlajit_pack_manifest *m);
 
-/* The manifest's text (malloc'd, NUL-terminated; *len excludes the NUL). */
+/* The manifest's text (malloc'd, NUL-terminated; *len excludes the NUL), in
+ * format 2 when m->format_version is 2 (for round trips of an old manifest;
+ * it must then hold no tactics), else in the current format. */
 int mlajit_pack_manifest_format(const mlajit_pack_manifest *m, char **text, size_t *len);
 
 /* Parse manifest text of len bytes (need not be NUL-terminated). Strict: every
@@ -87,12 +101,15 @@ typedef struct mlajit_pack_item {
     const mlajit_cache_entry *entry;
 } mlajit_pack_item;
 
-/* Write a pack to path atomically (a temporary file beside it, then rename).
- * recipe supplies tool, key_recipe and nvrtc; the kernel list,
+/* Write a pack (format 3) to path atomically (a temporary file beside it,
+ * then rename). recipe supplies tool, key_recipe and nvrtc; the kernel list,
  * archs and date are made from the items (duplicate keys are written once).
- * The arch of an item is the last '.'-separated part of its spec string. */
+ * The arch of an item is the last '.'-separated part of its spec string.
+ * tactics (tactic_count records, may be NULL when 0) go into the tactics
+ * database, each checked first (mlajit_tactic_record_check); of records with
+ * the same key (GPU, spec, bucket) the first in the list is kept. */
 int mlajit_pack_write(const char *path, const mlajit_pack_manifest *recipe, const mlajit_pack_item *items,
-                      size_t count);
+                      size_t count, const mlajit_tactic_record *tactics, size_t tactic_count);
 
 /* Open and check a pack (see above). MLAJIT_ERR_IO when it cannot be read,
  * MLAJIT_ERR_CORRUPT when a check fails, MLAJIT_CACHE_STALE for an intact pack
@@ -119,8 +136,23 @@ int mlajit_pack_foreach(mlajit_pack *pack, mlajit_store_visit_fn visit, void *ar
 
 /* Check every entry: it decodes (header, checksums), its spec string is the
  * manifest's for its key, and the manifest and the database list the same
- * keys. *checked (may be NULL) receives the entries checked. MLAJIT_OK or the
- * first failure (MLAJIT_ERR_CORRUPT) with a message naming the key. */
+ * keys; and every tactic record: it decodes and is the record its key names.
+ * *checked (may be NULL) receives the entries checked. MLAJIT_OK or the
+ * first failure (MLAJIT_ERR_CORRUPT, or MLAJIT_CACHE_STALE for a tactic record
+ * of another format version) with a message naming the key. */
 int mlajit_pack_verify(mlajit_pack *pack, size_t *checked);
+
+/* ---- tactics ------------------------------------------------------------------ */
+
+/* The pack's record for the chooser's shape, measured on its GPU for its
+ * spec (the nearest bucket, as mlajit_tactic_nearest): MLAJIT_OK with
+ * c->found and c->best, or MLAJIT_ERR_NOT_FOUND (a format-2 pack has none).
+ * Records that fail their checks are counted in c->skipped and never used.
+ * Another GPU's records are never found: the key holds the GPU, and the
+ * record's GPU must equal the chooser's. Thread-safe. */
+int mlajit_pack_tactic_nearest(mlajit_pack *pack, mlajit_tactic_chooser *c);
+
+/* Visit every tactic record of the pack (see mlajit_tactic_visit_fn). */
+int mlajit_pack_tactic_foreach(mlajit_pack *pack, mlajit_tactic_visit_fn visit, void *arg);
 
 #endif

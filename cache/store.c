@@ -31,6 +31,7 @@
  */
 #include "cache/store.h"
 
+#include "cache/codec.h"
 #include "cache/env_registry.h"
 #include "cache/lmdb_check.h"
 #include "common/error.h"
@@ -58,52 +59,20 @@
 #include <xxhash.h>
 
 /* ------------------------------------------------------------------------- */
-/* Little-endian helpers                                                      */
-/* ------------------------------------------------------------------------- */
-
-static void store_u32le(uint8_t *p, uint32_t v)
-{
-    for (int i = 0; i < 4; i++)
-        p[i] = (uint8_t)(v >> (8 * i));
-}
-
-static void store_u64le(uint8_t *p, uint64_t v)
-{
-    for (int i = 0; i < 8; i++)
-        p[i] = (uint8_t)(v >> (8 * i));
-}
-
-static uint32_t load_u32le(const uint8_t *p)
-{
-    uint32_t v = 0;
-    for (int i = 0; i < 4; i++)
-        v |= (uint32_t)p[i] << (8 * i);
-    return v;
-}
-
-static uint64_t load_u64le(const uint8_t *p)
-{
-    uint64_t v = 0;
-    for (int i = 0; i < 8; i++)
-        v |= (uint64_t)p[i] << (8 * i);
-    return v;
-}
-
-/* ------------------------------------------------------------------------- */
 /* Keys                                                                       */
 /* ------------------------------------------------------------------------- */
 
 static void key_feed_u32(XXH3_state_t *state, uint32_t v)
 {
     uint8_t bytes[4];
-    store_u32le(bytes, v);
+    mlajit_put_u32le(bytes, v);
     XXH3_128bits_update(state, bytes, sizeof bytes);
 }
 
 static void key_feed_u64(XXH3_state_t *state, uint64_t v)
 {
     uint8_t bytes[8];
-    store_u64le(bytes, v);
+    mlajit_put_u64le(bytes, v);
     XXH3_128bits_update(state, bytes, sizeof bytes);
 }
 
@@ -214,101 +183,43 @@ int mlajit_cache_entry_encode(const mlajit_cache_entry *entry, void **value, siz
     uint8_t *p = out;
     memcpy(p, ENTRY_MAGIC, sizeof ENTRY_MAGIC);
     p += sizeof ENTRY_MAGIC;
-    store_u32le(p, ENTRY_FORMAT_VERSION);
+    mlajit_put_u32le(p, ENTRY_FORMAT_VERSION);
     p += 4;
-    store_u32le(p, (uint32_t)header_len);
+    mlajit_put_u32le(p, (uint32_t)header_len);
     p += 4;
-    store_u32le(p, (uint32_t)spec_len);
-    p += 4;
-    memcpy(p, entry->spec_string, spec_len);
-    p += spec_len;
-    store_u32le(p, (uint32_t)names_len);
-    p += 4;
-    memcpy(p, entry->entry_names, names_len);
-    p += names_len;
+    mlajit_put_string(&p, entry->spec_string, spec_len);
+    mlajit_put_string(&p, entry->entry_names, names_len);
     uint64_t compile_ms_bits;
     memcpy(&compile_ms_bits, &entry->compile_ms, sizeof compile_ms_bits);
-    store_u64le(p, compile_ms_bits);
+    mlajit_put_u64le(p, compile_ms_bits);
     p += 8;
-    store_u32le(p, (uint32_t)entry->registers);
+    mlajit_put_u32le(p, (uint32_t)entry->registers);
     p += 4;
-    store_u32le(p, (uint32_t)entry->shared_bytes);
+    mlajit_put_u32le(p, (uint32_t)entry->shared_bytes);
     p += 4;
-    store_u32le(p, (uint32_t)entry->spill_bytes);
+    mlajit_put_u32le(p, (uint32_t)entry->spill_bytes);
     p += 4;
     const mlajit_launch_record *launch = &entry->launch;
     const int launch_ints[] = {launch->threads,         launch->smem_bytes,      launch->combine_threads,
                                launch->combine_smem_bytes, launch->cluster_dims[0], launch->cluster_dims[1],
                                launch->cluster_dims[2]};
     for (size_t i = 0; i < sizeof launch_ints / sizeof launch_ints[0]; i++, p += 4)
-        store_u32le(p, (uint32_t)launch_ints[i]);
-    store_u64le(p, launch->params_layout_hash);
+        mlajit_put_u32le(p, (uint32_t)launch_ints[i]);
+    mlajit_put_u64le(p, launch->params_layout_hash);
     p += 8;
-    store_u64le(p, entry->created_unix);
+    mlajit_put_u64le(p, entry->created_unix);
     p += 8;
-    store_u64le(p, (uint64_t)entry->cubin_size);
+    mlajit_put_u64le(p, (uint64_t)entry->cubin_size);
     p += 8;
-    store_u64le(p, mlajit_hash64(entry->cubin, entry->cubin_size));
+    mlajit_put_u64le(p, mlajit_hash64(entry->cubin, entry->cubin_size));
     p += 8;
-    store_u64le(p, mlajit_hash64(out, header_len - 8));
+    mlajit_put_u64le(p, mlajit_hash64(out, header_len - 8));
     p += 8;
     if (entry->cubin_size)
         memcpy(p, entry->cubin, entry->cubin_size);
 
     *value = out;
     *len = total;
-    return MLAJIT_OK;
-}
-
-/* A bounds-checked cursor over the header: every read either fits or fails. */
-typedef struct byte_reader {
-    const uint8_t *bytes;
-    size_t pos, end;
-} byte_reader;
-
-static bool reader_take(byte_reader *r, size_t n, const uint8_t **out)
-{
-    if (n > r->end - r->pos)
-        return false;
-    *out = r->bytes + r->pos;
-    r->pos += n;
-    return true;
-}
-
-static bool reader_u32(byte_reader *r, uint32_t *v)
-{
-    const uint8_t *p;
-    if (!reader_take(r, 4, &p))
-        return false;
-    *v = load_u32le(p);
-    return true;
-}
-
-static bool reader_u64(byte_reader *r, uint64_t *v)
-{
-    const uint8_t *p;
-    if (!reader_take(r, 8, &p))
-        return false;
-    *v = load_u64le(p);
-    return true;
-}
-
-/* Read a length-prefixed string of at most max_len bytes without NULs into dst. */
-static int reader_string(byte_reader *r, const char *what, char *dst, size_t max_len)
-{
-    uint32_t n;
-    const uint8_t *p;
-    if (!reader_u32(r, &n))
-        return mlajit_fail(MLAJIT_ERR_CORRUPT, "header ends before the length of %s", what);
-    if (n > max_len)
-        return mlajit_fail(MLAJIT_ERR_CORRUPT, "%s length %" PRIu32 " exceeds the limit of %zu",
-                           what, n, max_len);
-    if (!reader_take(r, n, &p))
-        return mlajit_fail(MLAJIT_ERR_CORRUPT, "%s length %" PRIu32 " runs past the header", what, n);
-    if (memchr(p, '\0', n))
-        return mlajit_fail(MLAJIT_ERR_CORRUPT, "%s contains a NUL byte", what);
-    memcpy(dst, p, n);
-    dst[n] = '\0';
     return MLAJIT_OK;
 }
 
@@ -326,13 +237,13 @@ int mlajit_cache_entry_decode(const void *value, size_t len, mlajit_cache_entry 
     const uint8_t *bytes = value;
     if (memcmp(bytes, ENTRY_MAGIC, sizeof ENTRY_MAGIC) != 0)
         return mlajit_fail(MLAJIT_ERR_CORRUPT, "cache entry has a bad magic (expected \"MLAJITC1\")");
-    uint32_t version = load_u32le(bytes + 8);
-    uint32_t header_len = load_u32le(bytes + 12);
+    uint32_t version = mlajit_get_u32le(bytes + 8);
+    uint32_t header_len = mlajit_get_u32le(bytes + 12);
     if (version != ENTRY_FORMAT_VERSION) {
         /* Every version keeps the prefix and the header checksum's place: an
          * intact entry of another version is stale (another mlajit wrote it). */
         int intact = header_len >= ENTRY_PREFIX_BYTES + 8 && header_len <= len &&
-                     load_u64le(bytes + header_len - 8) == mlajit_hash64(bytes, header_len - 8);
+                     mlajit_get_u64le(bytes + header_len - 8) == mlajit_hash64(bytes, header_len - 8);
         if (intact)
             return mlajit_fail(MLAJIT_CACHE_STALE,
                                "cache entry has format version %" PRIu32 " (written by %s mlajit); this build reads "
@@ -354,7 +265,7 @@ int mlajit_cache_entry_decode(const void *value, size_t len, mlajit_cache_entry 
 
     /* Check the header checksum before trusting any field behind it. */
     size_t checked_len = header_len - 8;
-    uint64_t header_hash_stored = load_u64le(bytes + checked_len);
+    uint64_t header_hash_stored = mlajit_get_u64le(bytes + checked_len);
     uint64_t header_hash_actual = mlajit_hash64(bytes, checked_len);
     if (header_hash_stored != header_hash_actual)
         return mlajit_fail(MLAJIT_ERR_CORRUPT,
@@ -364,21 +275,21 @@ int mlajit_cache_entry_decode(const void *value, size_t len, mlajit_cache_entry 
 
     mlajit_cache_entry parsed;
     memset(&parsed, 0, sizeof parsed);
-    byte_reader r = {.bytes = bytes, .pos = ENTRY_PREFIX_BYTES, .end = checked_len};
-    int status = reader_string(&r, "spec_string", parsed.spec_string, SPEC_MAX_LEN);
+    mlajit_byte_reader r = {.bytes = bytes, .pos = ENTRY_PREFIX_BYTES, .end = checked_len};
+    int status = mlajit_reader_string(&r, "spec_string", parsed.spec_string, SPEC_MAX_LEN);
     if (status == MLAJIT_OK)
-        status = reader_string(&r, "entry_names", parsed.entry_names, NAMES_MAX_LEN);
+        status = mlajit_reader_string(&r, "entry_names", parsed.entry_names, NAMES_MAX_LEN);
     if (status != MLAJIT_OK)
         return mlajit_fail_prefix(status, "cache entry: ");
 
     uint64_t compile_ms_bits = 0, cubin_size = 0, cubin_hash = 0;
     uint32_t registers = 0, shared_bytes = 0, spill_bytes = 0, launch_ints[7] = {0};
-    bool fixed_fields = reader_u64(&r, &compile_ms_bits) && reader_u32(&r, &registers) &&
-                        reader_u32(&r, &shared_bytes) && reader_u32(&r, &spill_bytes);
+    bool fixed_fields = mlajit_reader_u64(&r, &compile_ms_bits) && mlajit_reader_u32(&r, &registers) &&
+                        mlajit_reader_u32(&r, &shared_bytes) && mlajit_reader_u32(&r, &spill_bytes);
     for (size_t i = 0; i < sizeof launch_ints / sizeof launch_ints[0]; i++)
-        fixed_fields = fixed_fields && reader_u32(&r, &launch_ints[i]);
-    fixed_fields = fixed_fields && reader_u64(&r, &parsed.launch.params_layout_hash) &&
-                   reader_u64(&r, &parsed.created_unix) && reader_u64(&r, &cubin_size) && reader_u64(&r, &cubin_hash);
+        fixed_fields = fixed_fields && mlajit_reader_u32(&r, &launch_ints[i]);
+    fixed_fields = fixed_fields && mlajit_reader_u64(&r, &parsed.launch.params_layout_hash) &&
+                   mlajit_reader_u64(&r, &parsed.created_unix) && mlajit_reader_u64(&r, &cubin_size) && mlajit_reader_u64(&r, &cubin_hash);
     if (!fixed_fields)
         return mlajit_fail(MLAJIT_ERR_CORRUPT, "cache entry header ends before its fixed fields");
     if (r.pos != r.end)
@@ -620,14 +531,14 @@ static int data_open(const mlajit_store *s, int *fd, struct stat *st)
 static void stamp_encode(const struct stat *st, const mlajit_lmdb_meta *m, uint8_t out[STAMP_BYTES])
 {
     memcpy(out, STAMP_MAGIC, sizeof STAMP_MAGIC);
-    store_u32le(out + 8, STAMP_VERSION);
-    store_u32le(out + 12, m->psize);
-    store_u64le(out + 16, (uint64_t)st->st_size);
-    store_u64le(out + 24, (uint64_t)st->st_mtim.tv_sec);
-    store_u64le(out + 32, (uint64_t)st->st_mtim.tv_nsec);
-    store_u64le(out + 40, m->txnid);
-    store_u64le(out + 48, m->hash);
-    store_u64le(out + 56, mlajit_hash64(out, 56));
+    mlajit_put_u32le(out + 8, STAMP_VERSION);
+    mlajit_put_u32le(out + 12, m->psize);
+    mlajit_put_u64le(out + 16, (uint64_t)st->st_size);
+    mlajit_put_u64le(out + 24, (uint64_t)st->st_mtim.tv_sec);
+    mlajit_put_u64le(out + 32, (uint64_t)st->st_mtim.tv_nsec);
+    mlajit_put_u64le(out + 40, m->txnid);
+    mlajit_put_u64le(out + 48, m->hash);
+    mlajit_put_u64le(out + 56, mlajit_hash64(out, 56));
 }
 
 static int stamp_matches(const mlajit_store *s, const struct stat *st, const mlajit_lmdb_meta *m)
@@ -1241,10 +1152,10 @@ static int counters_parse(const void *bytes, size_t len, uint64_t a[COUNTERS_FIE
     if (len != COUNTERS_VALUE_BYTES)
         return 0;
     const uint8_t *p = bytes;
-    if (load_u64le(p + 8 * COUNTERS_FIELDS) != mlajit_hash64(p, 8 * COUNTERS_FIELDS))
+    if (mlajit_get_u64le(p + 8 * COUNTERS_FIELDS) != mlajit_hash64(p, 8 * COUNTERS_FIELDS))
         return 0;
     for (int i = 0; i < COUNTERS_FIELDS; i++)
-        a[i] = load_u64le(p + 8 * i);
+        a[i] = mlajit_get_u64le(p + 8 * i);
     return 1;
 }
 
@@ -1259,8 +1170,8 @@ static int counters_add_in(mlajit_store *s, MDB_txn *txn, MDB_dbi dbi, const mla
     counters_to_array(delta, add);
     uint8_t bytes[COUNTERS_VALUE_BYTES];
     for (int i = 0; i < COUNTERS_FIELDS; i++)
-        store_u64le(bytes + 8 * i, sum[i] + add[i]);
-    store_u64le(bytes + 8 * COUNTERS_FIELDS, mlajit_hash64(bytes, 8 * COUNTERS_FIELDS));
+        mlajit_put_u64le(bytes + 8 * i, sum[i] + add[i]);
+    mlajit_put_u64le(bytes + 8 * COUNTERS_FIELDS, mlajit_hash64(bytes, 8 * COUNTERS_FIELDS));
     v.mv_size = sizeof bytes;
     v.mv_data = bytes;
     int rc = mdb_put(txn, dbi, &k, &v, 0);
@@ -1321,27 +1232,199 @@ int mlajit_store_put_raw(mlajit_store *store, const mlajit_cache_key *key, const
     return store_write_txn(store, put_fn, &job);
 }
 
-typedef struct delete_job {
-    const mlajit_cache_key *keys;
-    size_t count, gone;
-} delete_job;
+/* ---- records beside the entries ---------------------------------------------------- */
 
-static int delete_fn(mlajit_store *s, MDB_txn *txn, MDB_dbi dbi, void *arg)
+#define RECORD_KEY_MAX 511u /* LMDB's key limit */
+
+static int record_key_ok(const char *what, const void *key, size_t key_len)
 {
-    delete_job *job = arg;
+    if (!key || key_len == 0 || key_len > RECORD_KEY_MAX || key_len == 16)
+        return mlajit_fail(MLAJIT_ERR_INVALID_ARGUMENT,
+                           "cache %s: a record key of %zu bytes; allowed 1..%u bytes, but not 16 (the entries' keys)",
+                           what, key ? key_len : 0, RECORD_KEY_MAX);
+    return MLAJIT_OK;
+}
+
+int mlajit_store_record_get(mlajit_store *store, const void *key, size_t key_len, void **value, size_t *len)
+{
+    if (!store || !value || !len)
+        return mlajit_fail(MLAJIT_ERR_INVALID_ARGUMENT, "cache record get: store, value and len must not be NULL");
+    *value = NULL;
+    *len = 0;
+    int status = record_key_ok("record get", key, key_len);
+    if (status != MLAJIT_OK)
+        return status;
+    int damaged;
+    status = store_read_value(store, key, key_len, value, len, &damaged);
+    if (status == MLAJIT_ERR_NOT_FOUND && !damaged)
+        return mlajit_fail(MLAJIT_ERR_NOT_FOUND, "cache %s: no such record", store->dir);
+    return status;
+}
+
+typedef struct record_copy {
+    uint8_t *key;
+    size_t key_len;
+    uint8_t *value;
+    size_t len;
+} record_copy;
+
+typedef struct record_scan_job {
+    const void *prefix;
+    size_t prefix_len;
+    record_copy *found;
+    size_t count, cap;
+    int oom;
+} record_scan_job;
+
+static void record_scan_reset(record_scan_job *j)
+{
+    for (size_t i = 0; i < j->count; i++)
+        free(j->found[i].key); /* the value shares its allocation */
+    j->count = 0;
+    j->oom = 0;
+}
+
+static int record_scan_visit(const void *key, size_t key_len, const void *value, size_t len, int value_ok, void *arg)
+{
+    record_scan_job *j = arg;
+    if (key_len == 16 || !value_ok)
+        return 0;
+    if (j->count == j->cap) {
+        size_t cap = j->cap ? 2 * j->cap : 16;
+        record_copy *grown = realloc(j->found, cap * sizeof *grown);
+        if (!grown) {
+            j->oom = 1;
+            return 1;
+        }
+        j->found = grown;
+        j->cap = cap;
+    }
+    uint8_t *bytes = malloc(key_len + (len ? len : 1));
+    if (!bytes) {
+        j->oom = 1;
+        return 1;
+    }
+    memcpy(bytes, key, key_len);
+    if (len)
+        memcpy(bytes + key_len, value, len);
+    j->found[j->count++] = (record_copy){.key = bytes, .key_len = key_len, .value = bytes + key_len, .len = len};
+    return 0;
+}
+
+/* Collected first and visited after: a snapshot read again after a writer
+ * raced it must not show the visitor a record twice. */
+static int record_scan_fn(int fd, const mlajit_lmdb_meta *m, void *arg)
+{
+    record_scan_job *j = arg;
+    record_scan_reset(j);
+    int status = mlajit_lmdb_scan_prefix(fd, m, j->prefix, j->prefix_len, record_scan_visit, j);
+    if (status == MLAJIT_OK && j->oom)
+        status = mlajit_fail(MLAJIT_ERR_OUT_OF_MEMORY, "cache: a scan of %zu records", j->cap);
+    return status;
+}
+
+int mlajit_store_record_scan(mlajit_store *store, const void *prefix, size_t prefix_len,
+                             mlajit_store_record_fn visit, void *arg)
+{
+    if (!store || !visit || !prefix || prefix_len == 0 || prefix_len > RECORD_KEY_MAX)
+        return mlajit_fail(MLAJIT_ERR_INVALID_ARGUMENT,
+                           "cache record scan: store, visit and a prefix of 1..%u bytes must be given", RECORD_KEY_MAX);
+    record_scan_job j = {.prefix = prefix, .prefix_len = prefix_len};
+    int damaged;
+    int status = store_read(store, record_scan_fn, &j, &damaged);
+    if (status == MLAJIT_ERR_NOT_FOUND && !damaged)
+        status = MLAJIT_OK; /* no data file: no records */
+    for (size_t i = 0; i < j.count && status == MLAJIT_OK; i++)
+        if (visit(j.found[i].key, j.found[i].key_len, j.found[i].value, j.found[i].len, arg))
+            break;
+    record_scan_reset(&j);
+    free(j.found);
+    if (status == MLAJIT_OK)
+        mlajit_clear_error();
+    return status;
+}
+
+typedef struct record_job {
+    const mlajit_store_record *records;
+    size_t count, gone;
+} record_job;
+
+static int record_put_fn(mlajit_store *s, MDB_txn *txn, MDB_dbi dbi, void *arg)
+{
+    record_job *job = arg;
+    static const uint8_t nothing = 0;
+    for (size_t i = 0; i < job->count; i++) {
+        const mlajit_store_record *r = &job->records[i];
+        MDB_val k = {.mv_size = r->key_len, .mv_data = (void *)r->key};
+        MDB_val v = {.mv_size = r->len, .mv_data = r->len ? (void *)r->value : (void *)&nothing};
+        int rc = mdb_put(txn, dbi, &k, &v, 0);
+        if (rc != 0)
+            return store_lmdb_fail(s, "mdb_put of a record", rc);
+    }
+    return MLAJIT_OK;
+}
+
+/* Deletes the records' keys (entries' too: mlajit_store_delete_many); an
+ * absent key was removed by another process first. */
+static int record_delete_fn(mlajit_store *s, MDB_txn *txn, MDB_dbi dbi, void *arg)
+{
+    record_job *job = arg;
     job->gone = 0;
     for (size_t i = 0; i < job->count; i++) {
-        uint8_t key_bytes[16];
-        mlajit_cache_key_to_bytes(&job->keys[i], key_bytes);
-        MDB_val k = {.mv_size = sizeof key_bytes, .mv_data = key_bytes};
+        MDB_val k = {.mv_size = job->records[i].key_len, .mv_data = (void *)job->records[i].key};
         int rc = mdb_del(txn, dbi, &k, NULL);
         if (rc == MDB_NOTFOUND)
-            continue; /* another process removed it first */
+            continue;
         if (rc != 0)
             return store_lmdb_fail(s, "mdb_del", rc);
         job->gone++;
     }
     return MLAJIT_OK;
+}
+
+static int records_ok(const char *what, const mlajit_store_record *records, size_t count, int with_values)
+{
+    if (!records && count)
+        return mlajit_fail(MLAJIT_ERR_INVALID_ARGUMENT, "cache %s: records must not be NULL", what);
+    for (size_t i = 0; i < count; i++) {
+        int status = record_key_ok(what, records[i].key, records[i].key_len);
+        if (status != MLAJIT_OK)
+            return status;
+        if (with_values && !records[i].value && records[i].len)
+            return mlajit_fail(MLAJIT_ERR_INVALID_ARGUMENT, "cache %s: record %zu has no value but %zu bytes", what,
+                               i, records[i].len);
+    }
+    return MLAJIT_OK;
+}
+
+int mlajit_store_record_put(mlajit_store *store, const mlajit_store_record *records, size_t count)
+{
+    if (!store)
+        return mlajit_fail(MLAJIT_ERR_INVALID_ARGUMENT, "cache record put: store must not be NULL");
+    int status = records_ok("record put", records, count, 1);
+    if (status != MLAJIT_OK || count == 0)
+        return status;
+    record_job job = {.records = records, .count = count};
+    return store_write_txn(store, record_put_fn, &job);
+}
+
+int mlajit_store_record_delete(mlajit_store *store, const mlajit_store_record *records, size_t count,
+                               size_t *deleted)
+{
+    if (deleted)
+        *deleted = 0;
+    if (!store)
+        return mlajit_fail(MLAJIT_ERR_INVALID_ARGUMENT, "cache record delete: store must not be NULL");
+    int status = records_ok("record delete", records, count, 0);
+    if (status != MLAJIT_OK || count == 0)
+        return status;
+    if (store->readonly)
+        return mlajit_fail(MLAJIT_ERR_CACHE, "cache %s: opened read-only; cannot delete", store->dir);
+    record_job job = {.records = records, .count = count};
+    status = store_write_txn(store, record_delete_fn, &job);
+    if (status == MLAJIT_OK && deleted)
+        *deleted = job.gone;
+    return status;
 }
 
 int mlajit_store_delete_many(mlajit_store *store, const mlajit_cache_key *keys, size_t count, size_t *deleted)
@@ -1352,10 +1435,21 @@ int mlajit_store_delete_many(mlajit_store *store, const mlajit_cache_key *keys, 
         return mlajit_fail(MLAJIT_ERR_INVALID_ARGUMENT, "cache delete: store and keys must not be NULL");
     if (store->readonly)
         return mlajit_fail(MLAJIT_ERR_CACHE, "cache %s: opened read-only; cannot delete", store->dir);
-    delete_job job = {.keys = keys, .count = count};
-    int status = store_write_txn(store, delete_fn, &job);
+    /* The keys as stored, deleted as records of 16 bytes are. */
+    uint8_t(*bytes)[16] = malloc((count ? count : 1) * sizeof *bytes);
+    mlajit_store_record *rows = malloc((count ? count : 1) * sizeof *rows);
+    int status = bytes && rows ? MLAJIT_OK : mlajit_fail(MLAJIT_ERR_OUT_OF_MEMORY, "cache delete: %zu keys", count);
+    for (size_t i = 0; i < count && status == MLAJIT_OK; i++) {
+        mlajit_cache_key_to_bytes(&keys[i], bytes[i]);
+        rows[i] = (mlajit_store_record){.key = bytes[i], .key_len = sizeof bytes[i]};
+    }
+    record_job job = {.records = rows, .count = count};
+    if (status == MLAJIT_OK)
+        status = store_write_txn(store, record_delete_fn, &job);
     if (status == MLAJIT_OK && deleted)
         *deleted = job.gone;
+    free(bytes);
+    free(rows);
     return status;
 }
 
@@ -1516,7 +1610,8 @@ int mlajit_store_counters_add(mlajit_store *store, const mlajit_store_counters *
 /* ---- salvage --------------------------------------------------------------------- */
 
 typedef struct salvaged {
-    uint8_t key[16];
+    uint8_t *key; /* key_len bytes, then the value, in one allocation */
+    size_t key_len;
     void *value;
     size_t len;
 } salvaged;
@@ -1529,7 +1624,7 @@ typedef struct key_set {
     size_t cap, count;
 } key_set;
 
-static size_t key_slot(const uint8_t key[16], size_t cap) { return (size_t)load_u64le(key + 8) & (cap - 1); }
+static size_t key_slot(const uint8_t key[16], size_t cap) { return (size_t)mlajit_get_u64le(key + 8) & (cap - 1); }
 
 static int key_set_has(const key_set *set, const uint8_t key[16])
 {
@@ -1590,6 +1685,9 @@ typedef struct salvage_job {
     mlajit_store_salvage_report *rep;
     key_set taken; /* the first intact copy of a key wins over stale ones in older leaves */
     key_set bad;   /* keys met with bytes that failed their checks */
+    const mlajit_store_record_kind *kinds;
+    size_t kind_count;
+    key_set records_taken, records_bad; /* the same for records, by a digest of their keys */
     salvaged *batch;
     size_t batch_count, batch_cap, batch_bytes;
     int status;
@@ -1599,16 +1697,17 @@ static int salvage_put_fn(mlajit_store *s, MDB_txn *txn, MDB_dbi dbi, void *arg)
 {
     salvage_job *j = arg;
     for (size_t i = 0; i < j->batch_count; i++) {
-        MDB_val k = {.mv_size = 16, .mv_data = j->batch[i].key};
+        int entry = j->batch[i].key_len == 16;
+        MDB_val k = {.mv_size = j->batch[i].key_len, .mv_data = j->batch[i].key};
         MDB_val v = {.mv_size = j->batch[i].len, .mv_data = j->batch[i].value};
         int rc = mdb_put(txn, dbi, &k, &v, MDB_NOOVERWRITE);
         if (rc == MDB_KEYEXIST) {
-            j->rep->present++;
+            (*(entry ? &j->rep->present : &j->rep->records_present))++;
             continue;
         }
         if (rc != 0)
-            return store_lmdb_fail(s, "mdb_put of a recovered entry", rc);
-        j->rep->recovered++;
+            return store_lmdb_fail(s, entry ? "mdb_put of a recovered entry" : "mdb_put of a recovered record", rc);
+        (*(entry ? &j->rep->recovered : &j->rep->records_recovered))++;
     }
     return MLAJIT_OK;
 }
@@ -1616,35 +1715,68 @@ static int salvage_put_fn(mlajit_store *s, MDB_txn *txn, MDB_dbi dbi, void *arg)
 static void salvage_flush(salvage_job *j)
 {
     if (j->batch_count && j->status == MLAJIT_OK) {
-        uint64_t recovered = j->rep->recovered, present = j->rep->present;
+        mlajit_store_salvage_report before = *j->rep;
         j->status = store_write_txn(j->s, salvage_put_fn, j);
-        if (j->status != MLAJIT_OK) { /* the transaction did not commit: its counts do not stand */
-            j->rep->recovered = recovered;
-            j->rep->present = present;
-        }
+        if (j->status != MLAJIT_OK) /* the transaction did not commit: its counts do not stand */
+            *j->rep = before;
     }
     for (size_t i = 0; i < j->batch_count; i++)
-        free(j->batch[i].value);
+        free(j->batch[i].key);
     j->batch_count = 0;
     j->batch_bytes = 0;
+}
+
+/* The kind of record a key of key_len bytes is, or NULL. */
+static const mlajit_store_record_kind *record_kind_of(const salvage_job *j, const void *key, size_t key_len)
+{
+    for (size_t i = 0; i < j->kind_count; i++) {
+        const mlajit_store_record_kind *k = &j->kinds[i];
+        if (key_len == k->key_len && key_len >= k->prefix_len && memcmp(key, k->prefix, k->prefix_len) == 0)
+            return k;
+    }
+    return NULL;
+}
+
+/* A record's key as a set member: its XXH3-128 (the sets hold 16 bytes). */
+static void record_digest(const void *key, size_t key_len, uint8_t out[16])
+{
+    XXH128_hash_t h = XXH3_128bits(key, key_len);
+    mlajit_cache_key k = {.hi = h.high64, .lo = h.low64};
+    mlajit_cache_key_to_bytes(&k, out);
 }
 
 static int salvage_visit(const void *key, size_t key_len, const void *value, size_t len, int value_ok, void *arg)
 {
     salvage_job *j = arg;
-    if (key_len != 16)
-        return 0;
-    mlajit_cache_entry e;
-    if (!value_ok || !value || mlajit_cache_entry_decode(value, len, &e) != MLAJIT_OK) {
-        mlajit_clear_error();
-        if (key_set_add(&j->bad, key) < 0) {
+    const mlajit_store_record_kind *kind = key_len == 16 ? NULL : record_kind_of(j, key, key_len);
+    if (key_len != 16 && !kind)
+        return 0; /* the counters, or a kind not asked for */
+    uint8_t digest[16];
+    const uint8_t *member = key;
+    key_set *taken = &j->taken, *bad = &j->bad;
+    if (kind) {
+        record_digest(key, key_len, digest);
+        member = digest;
+        taken = &j->records_taken;
+        bad = &j->records_bad;
+    }
+    int intact = value_ok && value;
+    if (intact && kind) {
+        intact = kind->intact(key, key_len, value, len);
+    } else if (intact) {
+        mlajit_cache_entry e;
+        intact = mlajit_cache_entry_decode(value, len, &e) == MLAJIT_OK;
+        mlajit_cache_entry_clear(&e);
+    }
+    mlajit_clear_error();
+    if (!intact) {
+        if (key_set_add(bad, member) < 0) {
             j->status = mlajit_fail(MLAJIT_ERR_OUT_OF_MEMORY, "cache salvage: the set of damaged keys");
             return 1;
         }
         return 0;
     }
-    mlajit_cache_entry_clear(&e);
-    int fresh = key_set_add(&j->taken, key);
+    int fresh = key_set_add(taken, member);
     if (fresh < 0)
         j->status = mlajit_fail(MLAJIT_ERR_OUT_OF_MEMORY, "cache salvage: the set of recovered keys");
     if (fresh <= 0)
@@ -1660,11 +1792,13 @@ static int salvage_visit(const void *key, size_t key_len, const void *value, siz
         j->batch_cap = cap;
     }
     salvaged *it = &j->batch[j->batch_count];
-    if (!(it->value = malloc(len))) {
-        j->status = mlajit_fail(MLAJIT_ERR_OUT_OF_MEMORY, "cache salvage: a %zu-byte entry", len);
+    if (!(it->key = malloc(key_len + (len ? len : 1)))) {
+        j->status = mlajit_fail(MLAJIT_ERR_OUT_OF_MEMORY, "cache salvage: a %zu-byte value", len);
         return 1;
     }
-    memcpy(it->key, key, 16);
+    memcpy(it->key, key, key_len);
+    it->key_len = key_len;
+    it->value = it->key + key_len;
     memcpy(it->value, value, len);
     it->len = len;
     j->batch_count++;
@@ -1674,14 +1808,35 @@ static int salvage_visit(const void *key, size_t key_len, const void *value, siz
     return j->status != MLAJIT_OK;
 }
 
+/* Keys found only damaged: no intact copy was taken. */
+static uint64_t unreadable_keys(const key_set *bad, const key_set *taken)
+{
+    uint64_t n = 0;
+    for (size_t i = 0; i < bad->cap; i++)
+        n += bad->used[i] && !key_set_has(taken, bad->keys[i]);
+    return n;
+}
+
 int mlajit_store_salvage(mlajit_store *store, const char *from, mlajit_store_salvage_report *report)
+{
+    return mlajit_store_salvage_ex(store, from, NULL, 0, report);
+}
+
+int mlajit_store_salvage_ex(mlajit_store *store, const char *from, const mlajit_store_record_kind *kinds,
+                            size_t kind_count, mlajit_store_salvage_report *report)
 {
     mlajit_store_salvage_report mine;
     if (!report)
         report = &mine;
     memset(report, 0, sizeof *report);
-    if (!store)
-        return mlajit_fail(MLAJIT_ERR_INVALID_ARGUMENT, "cache salvage: store must not be NULL");
+    if (!store || (!kinds && kind_count))
+        return mlajit_fail(MLAJIT_ERR_INVALID_ARGUMENT, "cache salvage: store (and kinds, with a count) must be given");
+    for (size_t i = 0; i < kind_count; i++)
+        if (!kinds[i].intact || kinds[i].key_len == 16 || kinds[i].key_len == 0 || kinds[i].key_len > RECORD_KEY_MAX ||
+            kinds[i].prefix_len > kinds[i].key_len || (!kinds[i].prefix && kinds[i].prefix_len))
+            return mlajit_fail(MLAJIT_ERR_INVALID_ARGUMENT,
+                               "cache salvage: record kind %zu needs a check and keys of 1..%u bytes, not 16, that "
+                               "hold its prefix", i, RECORD_KEY_MAX);
     if (store->readonly)
         return mlajit_fail(MLAJIT_ERR_CACHE, "cache %s: opened read-only; cannot recover entries into it",
                            store->dir);
@@ -1715,7 +1870,7 @@ int mlajit_store_salvage(mlajit_store *store, const char *from, mlajit_store_sal
         free(source);
         return status;
     }
-    salvage_job j = {.s = store, .rep = report, .status = MLAJIT_OK};
+    salvage_job j = {.s = store, .rep = report, .kinds = kinds, .kind_count = kind_count, .status = MLAJIT_OK};
     mlajit_lmdb_meta m;
     uint32_t psize = 4096;
     if (mlajit_lmdb_read_meta(fd, (int64_t)st.st_size, &m) == MLAJIT_OK) {
@@ -1725,17 +1880,26 @@ int mlajit_store_salvage(mlajit_store *store, const char *from, mlajit_store_sal
     }
     if (j.status == MLAJIT_OK)
         mlajit_lmdb_scan_leaves(fd, (int64_t)st.st_size, psize, 16, salvage_visit, &j);
+    for (size_t i = 0; i < kind_count && j.status == MLAJIT_OK; i++) {
+        int scanned = 0; /* one scan per key length */
+        for (size_t k = 0; k < i; k++)
+            scanned |= kinds[k].key_len == kinds[i].key_len;
+        if (!scanned)
+            mlajit_lmdb_scan_leaves(fd, (int64_t)st.st_size, psize, kinds[i].key_len, salvage_visit, &j);
+    }
     /* Unreadable: keys no intact copy was found for. */
-    for (size_t i = 0; i < j.bad.cap; i++)
-        report->unreadable += j.bad.used[i] && !key_set_has(&j.taken, j.bad.keys[i]);
+    report->unreadable = unreadable_keys(&j.bad, &j.taken);
+    report->records_unreadable = unreadable_keys(&j.records_bad, &j.records_taken);
     salvage_flush(&j);
     close(fd);
     free(source);
     for (size_t i = 0; i < j.batch_count; i++)
-        free(j.batch[i].value);
+        free(j.batch[i].key);
     free(j.batch);
     key_set_free(&j.taken);
     key_set_free(&j.bad);
+    key_set_free(&j.records_taken);
+    key_set_free(&j.records_bad);
     if (j.status != MLAJIT_OK)
         return mlajit_fail_prefix(j.status, "cache %s: recovering entries: ", store->dir);
     mlajit_clear_error();

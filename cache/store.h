@@ -195,6 +195,46 @@ int mlajit_store_stats_get(mlajit_store *store, mlajit_store_stats *stats);
 /* Test hook: overwrite the stored value of key with raw bytes (to plant corruption). */
 int mlajit_store_put_raw(mlajit_store *store, const mlajit_cache_key *key, const void *value, size_t len);
 
+/* ---- records beside the entries ------------------------------------------------- */
+/* The data file's one database holds the kernel entries under 16-byte keys and,
+ * under keys of any other length, records of other kinds, each self-checking
+ * in its own way and each kind under its own key prefix: the counters (above)
+ * and tactic records (cache/tactics.h, prefix "MLAJITTK"). Entry listing,
+ * stats, foreach, delete and gc see only the 16-byte keys, so records never
+ * count as entries; these calls reach the records. Keys are 1..511 bytes and
+ * never 16. */
+
+typedef struct mlajit_store_record {
+    const void *key;
+    size_t key_len;
+    const void *value; /* put only */
+    size_t len;
+} mlajit_store_record;
+
+/* The stored bytes of one record (malloc'd into *value; free it):
+ * MLAJIT_OK; MLAJIT_ERR_NOT_FOUND (also when a damaged page on the way was
+ * dealt with as mlajit_store_get does); or an error. */
+int mlajit_store_record_get(mlajit_store *store, const void *key, size_t key_len, void **value, size_t *len);
+
+/* Called for each record whose key starts with the scan's prefix, in key
+ * order; key and value are valid during the call only. Nonzero stops. */
+typedef int (*mlajit_store_record_fn)(const void *key, size_t key_len, const void *value, size_t len, void *arg);
+
+/* Visit the records whose keys start with prefix (prefix_len 1..511 bytes),
+ * from one consistent snapshot, reading only the pages that can hold them
+ * (mlajit_lmdb_scan_prefix). MLAJIT_OK (also for no data file); a damaged page
+ * on the way is handled as a get's is, and the scan is MLAJIT_ERR_CORRUPT. */
+int mlajit_store_record_scan(mlajit_store *store, const void *prefix, size_t prefix_len,
+                             mlajit_store_record_fn visit, void *arg);
+
+/* Put count records (overwriting) in one write transaction. */
+int mlajit_store_record_put(mlajit_store *store, const mlajit_store_record *records, size_t count);
+
+/* Delete the records named by records[i].key in one write transaction; absent
+ * keys are skipped. *deleted (may be NULL) receives how many were removed. */
+int mlajit_store_record_delete(mlajit_store *store, const mlajit_store_record *records, size_t count,
+                               size_t *deleted);
+
 /* ---- checking and repairing the data file ---------------------------------- */
 
 typedef struct mlajit_store_check_report {
@@ -216,7 +256,20 @@ typedef struct mlajit_store_salvage_report {
     uint64_t present;     /* readable, but the store already held the key */
     uint64_t unreadable;  /* found, but the bytes failed their checks */
     char set_aside[64];   /* the name the damaged file was moved to ("" if none) */
+    /* the same for the records of the kinds asked for (mlajit_store_salvage_ex) */
+    uint64_t records_recovered, records_present, records_unreadable;
 } mlajit_store_salvage_report;
+
+/* A kind of record salvage recovers beside the entries: its keys are key_len
+ * bytes starting with the prefix, and intact says whether a value found under
+ * such a key passes the kind's own checks for that key (1) or not (0). */
+typedef struct mlajit_store_record_kind {
+    const char *name; /* "tactic record", for messages */
+    const void *prefix;
+    size_t prefix_len;
+    size_t key_len;   /* 1..511, never 16 */
+    int (*intact)(const void *key, size_t key_len, const void *value, size_t len);
+} mlajit_store_record_kind;
 
 /* Recover every entry that can still be read from the data file at from
  * (NULL: the store's own damaged data.mdb, which is first moved aside to a new
@@ -226,6 +279,12 @@ typedef struct mlajit_store_salvage_report {
  * checks (mlajit_cache_entry_decode) and the first intact copy of a key wins.
  * MLAJIT_ERR_CACHE when from is NULL and another process holds the cache open. */
 int mlajit_store_salvage(mlajit_store *store, const char *from, mlajit_store_salvage_report *report);
+
+/* The same, also recovering the records of kind_count kinds (the first intact
+ * copy of each key wins, as for entries; records of other kinds, such as the
+ * counters, are left behind). */
+int mlajit_store_salvage_ex(mlajit_store *store, const char *from, const mlajit_store_record_kind *kinds,
+                            size_t kind_count, mlajit_store_salvage_report *report);
 
 /* ---- one compile per kernel across processes -------------------------------- */
 
