@@ -94,7 +94,7 @@ Test(device, each_compute_capability_gets_its_target)
         {10, 0, "sm_100a"}, {10, 3, "sm_103a"}, {12, 0, "sm_120a"}, {7, 5, "sm_75"},
     };
     for (size_t i = 0; i < sizeof rows / sizeof rows[0]; i++) {
-        fake_cuda_device d = {"Fake GPU", rows[i].major, rows[i].minor, 100, 40 << 20, 166912};
+        fake_cuda_device d = {"Fake GPU", rows[i].major, rows[i].minor, 100, 40 << 20, 166912, 1500000};
         fake_cuda_set_devices(1, &d);
         mlajit_context *ctx = open_context(0);
         mlajit_context_info info;
@@ -107,7 +107,7 @@ Test(device, each_compute_capability_gets_its_target)
 
 Test(device, a_gpu_older_than_every_target_is_refused_by_name)
 {
-    fake_cuda_device d = {"Fake T4", 7, 5, 40, 4 << 20, 65536};
+    fake_cuda_device d = {"Fake T4", 7, 5, 40, 4 << 20, 65536, 1590000};
     fake_cuda_set_devices(1, &d);
     mlajit_context *ctx = open_context(0);
     mlajit_kernel_spec s = v32_spec(64);

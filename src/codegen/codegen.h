@@ -148,6 +148,12 @@ int mlajit_spec_walk_alternatives(const mlajit_kernel_spec *spec, const char *de
 
 int mlajit_codegen_layout(const mlajit_kernel_spec *resolved, mlajit_kernel_layout *layout);
 
+/* The canonical string of a spec as it is asked for: its fields as given, the
+ * generator's choices NOT resolved ("v32.h32.p64.t0.hc0.auto.sm_90a"), arch ""
+ * replaced by default_arch (NULL: left as "any"). What a plan knows before it
+ * has chosen its kernel: the key of its tactics (cache/tactics.h). */
+int mlajit_spec_string_as_asked(const mlajit_kernel_spec *spec, const char *default_arch, char *buf, size_t len);
+
 /* The combine's dynamic shared memory at num_splits splits: the split rows it
  * stages per round, at most layout->combine_staged_splits of them. */
 int mlajit_combine_smem_bytes(const mlajit_kernel_layout *layout, int num_splits);

@@ -427,6 +427,24 @@ int mlajit_variant_from_name(const char *name, mlajit_variant *out)
     return 0;
 }
 
+/* The string of a spec's fields as they are (nothing resolved). */
+static int spec_fields_string(const mlajit_kernel_spec *r, char *buf, size_t len)
+{
+    char extra[16] = "", feats[8], fpart[16] = "";
+    if (r->extra_page_size)
+        snprintf(extra, sizeof extra, ".e%d", r->extra_page_size);
+    feature_letters(r->features, feats);
+    if (feats[0])
+        snprintf(fpart, sizeof fpart, ".f%s", feats);
+    int n = snprintf(buf, len, "%s.h%d.p%d%s%s.t%d.hc%d.%s.%s", mlajit_model_describe(r->model)->name, r->h_q,
+                     r->page_size, extra, fpart, r->tile, r->heads_per_cta, mlajit_variant_name(r->variant),
+                     r->arch[0] ? r->arch : "any");
+    if (n < 0 || (size_t)n >= len)
+        return mlajit_fail(MLAJIT_ERR_INVALID_ARGUMENT, "buf: %zu bytes is too short for the spec string (needs %d)",
+                           len, n + 1);
+    return MLAJIT_OK;
+}
+
 int mlajit_spec_string(const mlajit_kernel_spec *spec, char *buf, size_t len)
 {
     mlajit_kernel_spec r;
@@ -442,19 +460,20 @@ int mlajit_spec_string(const mlajit_kernel_spec *spec, char *buf, size_t len)
     } else {
         r = *spec; /* no arch: the choices that depend on it stay "auto" */
     }
-    char extra[16] = "", feats[8], fpart[16] = "";
-    if (r.extra_page_size)
-        snprintf(extra, sizeof extra, ".e%d", r.extra_page_size);
-    feature_letters(r.features, feats);
-    if (feats[0])
-        snprintf(fpart, sizeof fpart, ".f%s", feats);
-    int n = snprintf(buf, len, "%s.h%d.p%d%s%s.t%d.hc%d.%s.%s", mlajit_model_describe(r.model)->name, r.h_q,
-                     r.page_size, extra, fpart, r.tile, r.heads_per_cta, mlajit_variant_name(r.variant),
-                     r.arch[0] ? r.arch : "any");
-    if (n < 0 || (size_t)n >= len)
-        return mlajit_fail(MLAJIT_ERR_INVALID_ARGUMENT, "buf: %zu bytes is too short for the spec string (needs %d)",
-                           len, n + 1);
-    return MLAJIT_OK;
+    return spec_fields_string(&r, buf, len);
+}
+
+int mlajit_spec_string_as_asked(const mlajit_kernel_spec *spec, const char *default_arch, char *buf, size_t len)
+{
+    int rc = mlajit_spec_validate(spec);
+    if (rc)
+        return rc;
+    if (!buf)
+        return mlajit_fail(MLAJIT_ERR_INVALID_ARGUMENT, "buf: NULL");
+    mlajit_kernel_spec asked = *spec;
+    if (!asked.arch[0] && default_arch)
+        snprintf(asked.arch, sizeof asked.arch, "%s", default_arch);
+    return spec_fields_string(&asked, buf, len);
 }
 
 /* Parse "<prefix><int>" into *out; returns 1 on success. */

@@ -46,6 +46,10 @@ static int open_device(mlajit_context *ctx)
     drv->cuDeviceGetAttribute(&ctx->l2_bytes, MLAJIT_CU_ATTR_L2_CACHE_SIZE, ctx->device);
     drv->cuDeviceGetAttribute(&ctx->max_smem_optin, MLAJIT_CU_ATTR_MAX_SMEM_OPTIN, ctx->device);
     drv->cuDeviceGetName(ctx->device_name, sizeof ctx->device_name, ctx->device);
+    int clock_khz = 0;
+    if (drv->cuDeviceGetAttribute(&clock_khz, MLAJIT_CU_ATTR_CLOCK_RATE, ctx->device) != MLAJIT_CU_SUCCESS)
+        clock_khz = 0; /* unknown: the clocks class is 0 */
+    mlajit_context_gpu_set(ctx, clock_khz);
     drv->cuDriverGetVersion(&ctx->driver_version);
     if ((r = drv->cuDevicePrimaryCtxRetain(&ctx->primary, ctx->device)) != MLAJIT_CU_SUCCESS)
         return mlajit_cuda_fail(drv, r, "cuDevicePrimaryCtxRetain");
@@ -65,6 +69,40 @@ static int pack_serves_arch(const mlajit_pack *pack, const char *device_arch)
         if (mlajit_arch_runs_on(a, device_arch))
             return 1;
     return 0;
+}
+
+typedef struct gpu_count {
+    const mlajit_gpu_identity *gpu;
+    size_t count;
+} gpu_count;
+
+static int count_gpu_visit(const uint8_t *key, size_t key_len, const mlajit_tactic_record *record, int status,
+                           const char *why, void *arg)
+{
+    (void)key, (void)key_len, (void)status, (void)why;
+    gpu_count *c = arg;
+    c->count += record && mlajit_gpu_identity_equal(&record->gpu, c->gpu);
+    return 0;
+}
+
+/* The pack's tactic records measured on this context's GPU; a pack whose
+ * tactics are all another GPU's says so once (its kernels still serve). */
+static size_t pack_tactics_for_this_gpu(mlajit_context *ctx, mlajit_pack *pack)
+{
+    const mlajit_pack_manifest *m = mlajit_pack_manifest_of(pack);
+    if (!m->tactic_count || !ctx->drv)
+        return 0;
+    gpu_count c = {.gpu = &ctx->gpu};
+    if (mlajit_pack_tactic_foreach(pack, count_gpu_visit, &c) != MLAJIT_OK)
+        return 0; /* a look-up meets the damage and warns */
+    if (!c.count) {
+        char gpu[200];
+        mlajit_gpu_identity_describe(&ctx->gpu, gpu, sizeof gpu);
+        mlajit_warn("pack %s: its %zu tactic records were measured on other GPUs than this one (%s), so plans here "
+                    "use the default rules (tune on this GPU to measure its own)", mlajit_pack_path(pack),
+                    m->tactic_count, gpu);
+    }
+    return c.count;
 }
 
 /* Open one pack and decide whether this context can use it; a pack that
@@ -104,8 +142,10 @@ int mlajit_context_attach_pack(mlajit_context *ctx, const char *path)
     }
     ctx->packs = grown;
     ctx->packs[ctx->pack_count++] = pack;
-    mlajit_info("pack %s: %zu kernels for %s, %lld bytes, opened and checked in %.2f ms", path, m->kernel_count,
-                m->archs, (long long)mlajit_pack_file_bytes(pack), mlajit_now_ms() - t0);
+    size_t ours = pack_tactics_for_this_gpu(ctx, pack);
+    mlajit_info("pack %s: %zu kernels for %s, %zu tactic records (%zu for this GPU), %lld bytes, opened and checked "
+                "in %.2f ms", path, m->kernel_count, m->archs, m->tactic_count, ours,
+                (long long)mlajit_pack_file_bytes(pack), mlajit_now_ms() - t0);
     return MLAJIT_OK;
 }
 

@@ -20,6 +20,7 @@ typedef unsigned long long CUdeviceptr;
 
 enum {
     MLAJIT_CU_SUCCESS = 0,
+    MLAJIT_CU_ATTR_CLOCK_RATE = 13, /* the max SM clock, kHz: a tactic's GPU identity (cache/tactics.h) */
     MLAJIT_CU_ATTR_MULTIPROCESSOR_COUNT = 16,
     MLAJIT_CU_ATTR_L2_CACHE_SIZE = 38,
     MLAJIT_CU_ATTR_CC_MAJOR = 75,

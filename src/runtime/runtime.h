@@ -6,6 +6,7 @@
 
 #include "cache/pack.h"
 #include "cache/store.h"
+#include "cache/tactics.h"
 #include "codegen/codegen.h"
 #include "mlajit.h"
 #include "runtime/driver.h"
@@ -34,6 +35,7 @@ struct mlajit_context {
     char device_name[128];
     char no_device_reason[256]; /* why drv is NULL, for the errors of calls that need the GPU */
     int sm_count;
+    mlajit_gpu_identity gpu;     /* what its tactics are keyed by (with a device; tactics.c) */
     int l2_bytes;                /* the device's L2 in bytes (the plans' prefetch hint) */
     int max_smem_optin;
     int driver_version;
@@ -64,6 +66,7 @@ struct mlajit_context {
     pthread_mutex_t counters_lock;
     mlajit_store_counters recorded;
     atomic_int programmatic_refused; /* the driver refused a programmatic dependent launch: launch plainly */
+    atomic_int warned_tactics;   /* one warning for tactic records that fail their checks */
 };
 
 struct mlajit_plan {
@@ -179,6 +182,62 @@ int mlajit_acquire_batch(mlajit_context *ctx, const mlajit_kernel_spec *specs, i
  * where it has them (mlajit_spec_walk_alternatives). */
 int mlajit_grid_expand(const mlajit_kernel_grid *grid, const char *default_arch, mlajit_kernel_spec **specs,
                        int *count);
+
+/* ---- tactics: measured choices per (GPU, spec, bucket) (tactics.c) -------------- */
+
+/* Fill ctx->gpu from the opened device (its name and SM count, read already)
+ * and its max SM clock in kHz (0: unknown). */
+void mlajit_context_gpu_set(mlajit_context *ctx, int clock_khz);
+
+/* The context's GPU identity: MLAJIT_OK, or MLAJIT_ERR_NO_DEVICE (tactics are
+ * measurements of a GPU: without one there are none). */
+int mlajit_context_gpu(const mlajit_context *ctx, mlajit_gpu_identity *out);
+
+/* What mlajit_tactic_lookup found for a shape. */
+typedef struct mlajit_tactic_match {
+    int found;                          /* 1: record holds the tactic to use */
+    int exact;                          /* it was measured at the shape's own bucket */
+    int source;                         /* MLAJIT_SOURCE_PACK or MLAJIT_SOURCE_DISK */
+    int pack_index;                     /* the pack it came from (ctx's order); -1: the cache */
+    char spec[128];                     /* the key's spec string: the spec as asked, arch filled in */
+    mlajit_tactic_bucket shape_bucket;  /* the shape's bucket */
+    mlajit_tactic_record record;        /* record.bucket: where it was measured */
+} mlajit_tactic_match;
+
+/* The tactic for a plan of spec (as the caller asks it; arch "" is the
+ * context's) at shape on this context's GPU: the nearest bucket
+ * (cache/tactics.h) among the packs' records and the cache's, ties to the
+ * earlier layer (the packs in order, then the cache). MLAJIT_OK with found 0
+ * when there is none - also without a device (nothing is measured without a
+ * GPU), for a shape of no rows, or when the layers cannot be read (a warning
+ * says why). A record that fails its checks, or whose kernel is not a kernel
+ * of spec, is never used: one warning per context names the first.
+ * MLAJIT_ERR_INVALID_ARGUMENT for a NULL argument or an invalid spec or shape. */
+int mlajit_tactic_lookup(mlajit_context *ctx, const mlajit_kernel_spec *spec, const mlajit_decode_shape *shape,
+                         mlajit_tactic_match *out);
+
+/* What a tuner measured for one (spec, shape). */
+typedef struct mlajit_tactic_choice {
+    mlajit_kernel_spec kernel; /* the winner: a kernel of the spec (same model, heads, pages, features, arch) */
+    int num_splits;            /* 0: the planner's own; else 1..MLAJIT_MAX_SPLITS */
+    double tuned_us;           /* the winner's time */
+    double rules_us;           /* the default rule's plan's (0: not measured) */
+    double runner_up_us;       /* the best other candidate's (0: none) */
+    int candidates;            /* candidates measured */
+} mlajit_tactic_choice;
+
+/* The record of a choice measured on this context's GPU for spec at shape
+ * (its bucket: a tuner measures at a bucket's lower edge): checked and ready
+ * for mlajit_tactic_put or mlajit_pack_write. MLAJIT_ERR_NO_DEVICE without a
+ * device; MLAJIT_ERR_INVALID_ARGUMENT naming what is wrong. */
+int mlajit_tactic_record_make(const mlajit_context *ctx, const mlajit_kernel_spec *spec,
+                              const mlajit_decode_shape *shape, const mlajit_tactic_choice *choice,
+                              mlajit_tactic_record *out);
+
+/* mlajit_tactic_record_make, then put it into the context's writable cache
+ * (MLAJIT_ERR_CACHE when there is none). */
+int mlajit_tactic_store(mlajit_context *ctx, const mlajit_kernel_spec *spec, const mlajit_decode_shape *shape,
+                        const mlajit_tactic_choice *choice);
 
 /* Make the context's primary CUDA context current on this thread if no context
  * is; returns 1 when it pushed one (pop it with mlajit_context_leave). */

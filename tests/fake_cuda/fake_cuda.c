@@ -86,7 +86,7 @@ static __thread int context_depth;
 
 static const fake_cuda_device default_device = {
     .name = "Fake NVIDIA H200", .cc_major = 9, .cc_minor = 0, .sm_count = 132,
-    .l2_bytes = 50 * 1024 * 1024, .max_smem_optin = 232448,
+    .l2_bytes = 50 * 1024 * 1024, .max_smem_optin = 232448, .clock_khz = 1980000,
 };
 
 static void set_device_locked(const fake_cuda_device *d)
@@ -288,6 +288,11 @@ CUresult cuDeviceGetAttribute(int *value, CUdevice_attribute attribute, CUdevice
     case CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT: *value = device.sm_count; break;
     case CU_DEVICE_ATTRIBUTE_L2_CACHE_SIZE: *value = device.l2_bytes; break;
     case CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN: *value = device.max_smem_optin; break;
+    case CU_DEVICE_ATTRIBUTE_CLOCK_RATE:
+        if (!device.clock_khz)
+            LEAVE(CUDA_ERROR_INVALID_VALUE);
+        *value = device.clock_khz;
+        break;
     default: LEAVE(CUDA_ERROR_INVALID_VALUE);
     }
     LEAVE(CUDA_SUCCESS);

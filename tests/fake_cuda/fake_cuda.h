@@ -41,6 +41,7 @@ typedef struct fake_cuda_device {
     int sm_count;
     int l2_bytes;
     int max_smem_optin; /* per block, opt-in */
+    int clock_khz;      /* CU_DEVICE_ATTRIBUTE_CLOCK_RATE, the max SM clock; 0: the attribute fails */
 } fake_cuda_device;
 
 /* One recorded launch. */
@@ -67,8 +68,8 @@ typedef struct fake_cuda_counts {
 } fake_cuda_counts;
 
 /* The state starts with one default device (an H200: sm_90, 132 SMs, 50 MiB L2,
- * 227 KiB opt-in shared memory), no failures, nothing recorded; each test runs in
- * its own process, so it starts there. */
+ * 227 KiB opt-in shared memory, 1980 MHz), no failures, nothing recorded; each
+ * test runs in its own process, so it starts there. */
 
 /* count devices (0..8), all like *device (NULL: the default). */
 void fake_cuda_set_devices(int count, const fake_cuda_device *device);

@@ -1,0 +1,186 @@
+/* Tactics at run time: the context's GPU identity, the look-up a plan makes
+ * (the packs, then the cache, for the nearest measured bucket on this GPU) and
+ * the store a tuner makes. The records, keys and buckets are cache/tactics.h's. */
+#include <stdatomic.h>
+#include <stdio.h>
+#include <string.h>
+#include <time.h>
+
+#include "common/error.h"
+#include "runtime/runtime.h"
+
+void mlajit_context_gpu_set(mlajit_context *ctx, int clock_khz)
+{
+    memset(&ctx->gpu, 0, sizeof ctx->gpu);
+    snprintf(ctx->gpu.name, sizeof ctx->gpu.name, "%s", ctx->device_name);
+    ctx->gpu.sm_count = ctx->sm_count;
+    ctx->gpu.clock_class_mhz = mlajit_gpu_clock_class(clock_khz);
+}
+
+int mlajit_context_gpu(const mlajit_context *ctx, mlajit_gpu_identity *out)
+{
+    memset(out, 0, sizeof *out);
+    if (!ctx->drv)
+        return mlajit_fail(MLAJIT_ERR_NO_DEVICE, "tactics are measurements of a GPU, and this context has none: %s",
+                           ctx->no_device_reason);
+    *out = ctx->gpu;
+    return MLAJIT_OK;
+}
+
+/* The key's spec string and the shape's bucket. */
+static int tactic_key_parts(const mlajit_context *ctx, const mlajit_kernel_spec *spec,
+                            const mlajit_decode_shape *shape, char spec_string[128], mlajit_tactic_bucket *bucket)
+{
+    int rc = mlajit_spec_string_as_asked(spec, ctx->arch, spec_string, 128);
+    if (rc)
+        return rc;
+    rc = mlajit_tactic_bucket_of((long long)shape->batch * shape->s_q, shape->topk, shape->extra_topk, bucket);
+    return rc ? mlajit_fail_prefix(rc, "shape: ") : MLAJIT_OK;
+}
+
+/* MLAJIT_OK when kernel_string names a kernel of the spec asked (arch filled
+ * in): the same model, heads, pages, features and arch, whatever it chose. */
+static int kernel_of_spec(const char *kernel_string, const mlajit_kernel_spec *asked)
+{
+    mlajit_kernel_spec k;
+    if (mlajit_spec_parse(kernel_string, &k) != MLAJIT_OK)
+        return mlajit_fail_prefix(MLAJIT_ERR_INVALID_ARGUMENT, "kernel: ");
+    if (k.model != asked->model || k.h_q != asked->h_q || k.page_size != asked->page_size ||
+        k.extra_page_size != asked->extra_page_size || k.features != asked->features ||
+        strcmp(k.arch, asked->arch) != 0)
+        return mlajit_fail(MLAJIT_ERR_INVALID_ARGUMENT,
+                           "kernel %s is not a kernel of the spec (another model, head count, page size, extra page "
+                           "size, feature set or arch)", kernel_string);
+    return MLAJIT_OK;
+}
+
+/* The chooser's accept: the record's kernel must be one of the asked spec's. */
+static int kernel_accept(const mlajit_tactic_record *r, void *asked)
+{
+    return kernel_of_spec(r->kernel, asked) != MLAJIT_OK;
+}
+
+/* One warning per context for records that cannot be used (they stay until
+ * `mlajit cache gc` or `verify --repair` removes them, so every look-up would
+ * meet them again); they are counted once too. */
+static void warn_skipped(mlajit_context *ctx, const char *where, const mlajit_tactic_skipped *skipped)
+{
+    int n = skipped->damaged + skipped->stale;
+    if (!n || atomic_exchange(&ctx->warned_tactics, 1) != 0)
+        return;
+    atomic_fetch_add(&ctx->corrupt, (uint64_t)skipped->damaged);
+    atomic_fetch_add(&ctx->stale, (uint64_t)skipped->stale);
+    mlajit_warn("%s: %d tactic record%s failed %s checks and %s not used (%s); plans take the next nearest tactic "
+                "or the default rule (`mlajit cache verify --repair` removes damaged records from a cache)",
+                where, n, n == 1 ? "" : "s", n == 1 ? "its" : "their", n == 1 ? "is" : "are", skipped->first);
+}
+
+/* One layer's answer, taken into *out when it serves better (ties keep the
+ * earlier layer). */
+static void consider(mlajit_context *ctx, const char *where, int rc, const mlajit_tactic_chooser *c, int source,
+                     int pack_index, mlajit_tactic_match *out)
+{
+    warn_skipped(ctx, where, c->skipped);
+    if (rc != MLAJIT_OK && rc != MLAJIT_ERR_NOT_FOUND)
+        mlajit_warn("%s: reading its tactics failed (%s); plans use the other layers' tactics or the default rule",
+                    where, mlajit_last_error());
+    if (rc != MLAJIT_OK || !c->found)
+        return;
+    if (out->found && !mlajit_tactic_bucket_better(&out->shape_bucket, &c->best.bucket, &out->record.bucket))
+        return;
+    out->found = 1;
+    out->record = c->best;
+    out->source = source;
+    out->pack_index = pack_index;
+}
+
+int mlajit_tactic_lookup(mlajit_context *ctx, const mlajit_kernel_spec *spec, const mlajit_decode_shape *shape,
+                         mlajit_tactic_match *out)
+{
+    if (!ctx || !spec || !shape || !out)
+        return mlajit_fail(MLAJIT_ERR_INVALID_ARGUMENT, "tactic lookup: ctx, spec, shape and out must not be NULL");
+    memset(out, 0, sizeof *out);
+    out->pack_index = -1;
+    int rc = mlajit_spec_validate(spec);
+    if (rc)
+        return rc;
+    if (shape->batch < 0 || shape->s_q < 0 || shape->topk < 1 || shape->extra_topk < 0)
+        return mlajit_fail(MLAJIT_ERR_INVALID_ARGUMENT,
+                           "tactic lookup: shape batch %d, s_q %d, topk %d, extra_topk %d; allowed batch and s_q 0 "
+                           "or more, topk 1 or more, extra_topk 0 or more",
+                           shape->batch, shape->s_q, shape->topk, shape->extra_topk);
+    if (!ctx->drv || (long long)shape->batch * shape->s_q == 0)
+        return MLAJIT_OK; /* no GPU measured here, or nothing to plan */
+    if ((rc = tactic_key_parts(ctx, spec, shape, out->spec, &out->shape_bucket)))
+        return rc;
+    mlajit_kernel_spec asked = *spec;
+    if (!asked.arch[0])
+        snprintf(asked.arch, sizeof asked.arch, "%s", ctx->arch);
+    for (int i = 0; i <= ctx->pack_count; i++) {
+        int in_pack = i < ctx->pack_count;
+        if (!in_pack && !ctx->store)
+            break;
+        mlajit_tactic_skipped skipped = {0};
+        mlajit_tactic_chooser c = {.gpu = &ctx->gpu, .spec = out->spec, .shape = &out->shape_bucket,
+                                   .skipped = &skipped, .accept = kernel_accept, .accept_arg = &asked};
+        char where[1100];
+        if (in_pack) {
+            rc = mlajit_pack_tactic_nearest(ctx->packs[i], &c);
+            snprintf(where, sizeof where, "pack %s", mlajit_pack_path(ctx->packs[i]));
+        } else {
+            rc = mlajit_tactic_nearest(ctx->store, &c);
+            snprintf(where, sizeof where, "cache %s", ctx->cache_dir);
+        }
+        consider(ctx, where, rc, &c, in_pack ? MLAJIT_SOURCE_PACK : MLAJIT_SOURCE_DISK, in_pack ? i : -1, out);
+    }
+    out->exact = out->found && mlajit_tactic_bucket_distance(&out->shape_bucket, &out->record.bucket) == 0;
+    mlajit_clear_error();
+    return MLAJIT_OK;
+}
+
+int mlajit_tactic_record_make(const mlajit_context *ctx, const mlajit_kernel_spec *spec,
+                              const mlajit_decode_shape *shape, const mlajit_tactic_choice *choice,
+                              mlajit_tactic_record *out)
+{
+    if (!ctx || !spec || !shape || !choice || !out)
+        return mlajit_fail(MLAJIT_ERR_INVALID_ARGUMENT,
+                           "tactic record: ctx, spec, shape, choice and out must not be NULL");
+    memset(out, 0, sizeof *out);
+    int rc = mlajit_context_gpu(ctx, &out->gpu);
+    if (rc)
+        return rc;
+    if ((rc = mlajit_spec_validate(spec)) || (rc = tactic_key_parts(ctx, spec, shape, out->spec, &out->bucket)))
+        return rc;
+    mlajit_kernel_spec asked = *spec, kernel = choice->kernel, resolved;
+    if (!asked.arch[0])
+        snprintf(asked.arch, sizeof asked.arch, "%s", ctx->arch);
+    if (!kernel.arch[0])
+        snprintf(kernel.arch, sizeof kernel.arch, "%s", asked.arch);
+    if ((rc = mlajit_spec_resolve(&kernel, &resolved)) ||
+        (rc = mlajit_spec_string(&resolved, out->kernel, sizeof out->kernel)))
+        return mlajit_fail_prefix(rc, "choice.kernel: ");
+    if ((rc = kernel_of_spec(out->kernel, &asked)))
+        return mlajit_fail_prefix(rc, "choice.kernel for %s: ", out->spec);
+    out->num_splits = choice->num_splits;
+    out->tuned_us = choice->tuned_us;
+    out->rules_us = choice->rules_us;
+    out->runner_up_us = choice->runner_up_us;
+    out->candidates = choice->candidates;
+    snprintf(out->version, sizeof out->version, "%s", MLAJIT_VERSION_STRING);
+    snprintf(out->key_recipe, sizeof out->key_recipe, "%s", MLAJIT_TACTIC_KEY_RECIPE);
+    out->created_unix = (uint64_t)time(NULL);
+    return mlajit_tactic_record_check(out);
+}
+
+int mlajit_tactic_store(mlajit_context *ctx, const mlajit_kernel_spec *spec, const mlajit_decode_shape *shape,
+                        const mlajit_tactic_choice *choice)
+{
+    mlajit_tactic_record r;
+    int rc = mlajit_tactic_record_make(ctx, spec, shape, choice, &r);
+    if (rc)
+        return rc;
+    if (!ctx->store || !ctx->store_writable)
+        return mlajit_fail(MLAJIT_ERR_CACHE, "no writable disk cache to store the tactic for %s in (%s)", r.spec,
+                           ctx->cache_dir[0] ? ctx->cache_dir : "the cache is off");
+    return mlajit_tactic_put(ctx->store, &r, 1);
+}
