@@ -125,6 +125,7 @@ pack build --heads 0,16                                    | --heads: '0' is not
 pack build --models v32,llama                              | 'llama' is unknown
 pack build --spec v32.h0.p64                               | spec.h_q = 0
 pack build --jobs 0 --spec v32.h16.p64                     | --jobs = '0'
+pack build --tactics-from                                  | --tactics-from needs a value
 pack ls                                                    | needs one pack FILE
 pack ls a.pack b.pack                                      | extra argument 'b.pack'
 pack verify                                                | needs one pack FILE
@@ -137,6 +138,7 @@ cache ls --bogus                                           | unknown option '--b
 cache ls extra                                             | extra argument 'extra'
 cache stats --repair                                       | unknown option '--repair'
 cache gc                                                   | needs --older-than, --max-bytes or --all
+cache gc --tactics                                         | needs --older-than, --max-bytes or --all
 cache gc --older-than -1                                   | --older-than = '-1'
 cache gc --older-than nan                                  | --older-than = 'nan'
 cache gc --older-than 1e3                                  | --older-than = '1e3'

@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include "cache/store.h"
+#include "cache/tactics.h"
 #include "cli/cli.h"
 #include "common/error.h"
 #include "mlajit.h"
@@ -16,42 +17,51 @@
 static const char cache_usage[] =
     "usage: mlajit cache <command> [--dir DIR]      (mlajit cache <command> --help: its usage)\n"
     "\n"
-    "  ls                          every entry: key, spec, cubin size, compile time, age\n"
-    "  stats                       entries, sizes, total compile time, and the hits and misses\n"
-    "                              per layer that contexts using this cache recorded\n"
-    "  gc [--older-than DAYS] [--max-bytes SIZE] [--all] [--dry-run]\n"
+    "  ls                          every entry: key, spec, cubin size, compile time, age; and every\n"
+    "                              tactic record: GPU, spec, bucket, kernel, splits, tuned vs rules\n"
+    "  stats                       entries, sizes, total compile time, tactic records, and the hits\n"
+    "                              and misses per layer that contexts using this cache recorded\n"
+    "  gc [--older-than DAYS] [--max-bytes SIZE] [--all] [--tactics] [--dry-run]\n"
     "                              remove entries compiled more than DAYS ago, then the oldest\n"
     "                              until the entries hold at most SIZE bytes (K, M, G suffixes);\n"
-    "                              the data file keeps its size and reuses the freed pages\n"
+    "                              tactic records stay unless --tactics (then DAYS and --all apply\n"
+    "                              to them too); the data file keeps its size and reuses the pages\n"
     "  verify [--repair [--from FILE]]\n"
-    "                              check the data file's structure and every entry; --repair\n"
-    "                              deletes damaged entries, or, when the structure is damaged,\n"
-    "                              moves data.mdb aside (data.mdb.damaged.N) and recovers every\n"
-    "                              entry that can still be read into a fresh one; --from FILE\n"
-    "                              recovers the readable entries of a set-aside FILE into the cache\n"
+    "                              check the data file's structure, every entry and every tactic\n"
+    "                              record; --repair deletes damaged ones, or, when the structure is\n"
+    "                              damaged, moves data.mdb aside (data.mdb.damaged.N) and recovers\n"
+    "                              every entry and tactic record that can still be read into a\n"
+    "                              fresh one; --from FILE recovers those of a set-aside FILE\n"
     "\n"
     "DIR defaults to $MLAJIT_CACHE_DIR, else $XDG_CACHE_HOME/mlajit, else ~/.cache/mlajit.\n";
 
 static const char ls_usage[] =
-    "usage: mlajit cache ls [--dir DIR]\n  every entry of the cache: key, spec, cubin size, compile time, age\n";
+    "usage: mlajit cache ls [--dir DIR]\n"
+    "  every entry of the cache: key, spec, cubin size, compile time, age; then every tactic\n"
+    "  record: the GPU it was measured on, the spec as asked, its bucket (rows, topk and extra\n"
+    "  topk at least), the kernel and split count chosen, its time against the default rule's\n";
 static const char stats_usage[] =
     "usage: mlajit cache stats [--dir DIR]\n"
-    "  entries, sizes, total compile time, and the hits and misses per layer that contexts\n"
-    "  using this cache recorded\n";
+    "  entries, sizes, total compile time, tactic records, and the hits and misses per layer\n"
+    "  that contexts using this cache recorded\n";
 static const char gc_usage[] =
-    "usage: mlajit cache gc [--dir DIR] [--older-than DAYS] [--max-bytes SIZE] [--all] [--dry-run]\n"
+    "usage: mlajit cache gc [--dir DIR] [--older-than DAYS] [--max-bytes SIZE] [--all] [--tactics] [--dry-run]\n"
     "  remove damaged entries, entries compiled more than DAYS ago (0..36500, fractions allowed),\n"
     "  then the oldest until the entries hold at most SIZE bytes (N or N.F with an optional K, M,\n"
     "  G or T: powers of 1024), or --all; --dry-run says what would go. One rule at least.\n"
+    "  Tactic records (measured choices) stay, but for damaged or stale ones, which are never\n"
+    "  used; with --tactics, --older-than and --all remove them too (--max-bytes counts entries).\n"
     "  The data file keeps its size and reuses the freed pages.\n";
 static const char verify_usage[] =
     "usage: mlajit cache verify [--dir DIR] [--repair [--from FILE]]\n"
-    "  check the data file's structure (as a write does) and every entry's header and checksums;\n"
-    "  exit 1 when anything is damaged; a clean file is stamped when DIR can be written.\n"
-    "  --repair deletes the damaged entries (they are recompiled when next used), or, when the\n"
-    "  structure is damaged, moves data.mdb aside to a new data.mdb.damaged.N and recovers every\n"
-    "  entry that can still be read into a fresh data.mdb; exits 0 when it could.\n"
-    "  --repair --from FILE recovers the readable entries of FILE (a set-aside data file).\n";
+    "  check the data file's structure (as a write does), every entry's header and checksums and\n"
+    "  every tactic record's; exit 1 when anything is damaged; a clean file is stamped when DIR\n"
+    "  can be written. --repair deletes the damaged entries (they are recompiled when next used)\n"
+    "  and tactic records, or, when the structure is damaged, moves data.mdb aside to a new\n"
+    "  data.mdb.damaged.N and recovers every entry and tactic record that can still be read into\n"
+    "  a fresh data.mdb; exits 0 when it could.\n"
+    "  --repair --from FILE recovers the readable entries and tactic records of FILE (a set-aside\n"
+    "  data file).\n";
 
 /* The CLI opens with MLAJIT_STORE_KEEP_DAMAGED: a damaged file is reported by
  * the command and left for `verify --repair`, never set aside under it. A
@@ -106,6 +116,87 @@ static void format_age(uint64_t created, char *buf, size_t len)
         snprintf(buf, len, "%.0f d", age / 86400);
 }
 
+/* ---- tactic records ---------------------------------------------------------- */
+
+/* Room for one more row of size bytes in *rows (count used of *cap): 1, or 0
+ * with *status set when out of memory. */
+static int room_for_row(void **rows, size_t count, size_t *cap, size_t size, int *status, const char *what)
+{
+    if (count < *cap)
+        return 1;
+    size_t grown = *cap ? *cap * 2 : 64;
+    void *p = realloc(*rows, grown * size);
+    if (!p) {
+        *status = mlajit_fail(MLAJIT_ERR_OUT_OF_MEMORY, "cache: %zu %s", grown, what);
+        return 0;
+    }
+    *rows = p;
+    *cap = grown;
+    return 1;
+}
+
+int cli_tactic_collect(const uint8_t *key, size_t key_len, const mlajit_tactic_record *record, int status,
+                       const char *why, void *arg)
+{
+    cli_tactic_rows *l = arg;
+    if (!room_for_row((void **)&l->rows, l->count, &l->cap, sizeof *l->rows, &l->status, "tactic records"))
+        return 1;
+    cli_tactic_row *r = &l->rows[l->count++];
+    memset(r, 0, sizeof *r);
+    r->key_len = key_len < sizeof r->key ? key_len : sizeof r->key;
+    memcpy(r->key, key, r->key_len);
+    r->status = record ? MLAJIT_OK : status;
+    snprintf(r->why, sizeof r->why, "%s", record ? "" : why);
+    if (record)
+        r->record = *record;
+    else
+        l->unusable++;
+    return 0;
+}
+
+void cli_tactic_rows_free(cli_tactic_rows *l)
+{
+    free(l->rows);
+    memset(l, 0, sizeof *l);
+}
+
+void cli_tactic_rows_print(const cli_tactic_rows *l)
+{
+    printf("tactics       %zu records (%zu damaged or stale)\n", l->count, l->unusable);
+    if (!l->count)
+        return;
+    printf("  %-34s  %-34s %6s %5s %5s  %-42s %6s %9s %9s %6s %6s\n", "gpu (SMs, clocks class)", "spec as asked",
+           "rows", "topk", "extra", "kernel chosen", "splits", "tuned", "rules", "gain", "age");
+    for (size_t i = 0; i < l->count; i++) {
+        const cli_tactic_row *row = &l->rows[i];
+        if (row->status != MLAJIT_OK) {
+            char hex[2 * MLAJIT_TACTIC_KEY_BYTES + 1] = "";
+            for (size_t k = 0; k < row->key_len; k++)
+                snprintf(hex + 2 * k, 3, "%02x", row->key[k]);
+            printf("  %s  %s: %s\n", hex, row->status == MLAJIT_CACHE_STALE ? "STALE" : "DAMAGED", row->why);
+            continue;
+        }
+        const mlajit_tactic_record *r = &row->record;
+        char gpu[200], splits[16], rules[24] = "-", gain[16] = "-", age[32];
+        snprintf(gpu, sizeof gpu, "%s (%d, %d MHz)", r->gpu.name, r->gpu.sm_count, r->gpu.clock_class_mhz);
+        snprintf(splits, sizeof splits, r->num_splits ? "%d" : "planner", r->num_splits);
+        if (r->rules_us > 0) {
+            snprintf(rules, sizeof rules, "%.2f us", r->rules_us);
+            snprintf(gain, sizeof gain, "%.1f%%", 100.0 * (r->rules_us - r->tuned_us) / r->rules_us);
+        }
+        format_age(r->created_unix, age, sizeof age);
+        printf("  %-34s  %-34s %6d %5d %5d  %-42s %6s %6.2f us %9s %6s %6s\n", gpu, r->spec, r->bucket.rows,
+               r->bucket.topk, r->bucket.extra_topk, r->kernel, splits, r->tuned_us, rules, gain, age);
+    }
+}
+
+static int collect_tactics(mlajit_store *store, cli_tactic_rows *l)
+{
+    memset(l, 0, sizeof *l);
+    int rc = mlajit_tactic_foreach(store, cli_tactic_collect, l);
+    return rc ? rc : l->status;
+}
+
 /* ---- collecting the entries ------------------------------------------------- */
 
 typedef struct entry_row {
@@ -128,16 +219,8 @@ typedef struct row_list {
 static int collect_visit(const mlajit_cache_key *key, const void *value, size_t len, void *arg)
 {
     row_list *l = arg;
-    if (l->count == l->cap) {
-        size_t cap = l->cap ? l->cap * 2 : 64;
-        entry_row *p = realloc(l->rows, cap * sizeof *p);
-        if (!p) {
-            l->status = mlajit_fail(MLAJIT_ERR_OUT_OF_MEMORY, "cache: %zu entries", cap);
-            return 1;
-        }
-        l->rows = p;
-        l->cap = cap;
-    }
+    if (!room_for_row((void **)&l->rows, l->count, &l->cap, sizeof *l->rows, &l->status, "entries"))
+        return 1;
     entry_row *r = &l->rows[l->count++];
     memset(r, 0, sizeof *r);
     r->key = *key;
@@ -191,6 +274,13 @@ static int cmd_ls(mlajit_store *store, const char *dir)
                l.rows[i].compile_ms, age);
     }
     free(l.rows);
+    cli_tactic_rows t;
+    if ((rc = collect_tactics(store, &t))) {
+        cli_tactic_rows_free(&t);
+        return cache_error(rc, "cache ls");
+    }
+    cli_tactic_rows_print(&t);
+    cli_tactic_rows_free(&t);
     return CLI_OK;
 }
 
@@ -200,8 +290,11 @@ static int cmd_stats(mlajit_store *store, const char *dir)
     int rc = collect(store, &l);
     mlajit_store_stats st;
     mlajit_store_counters c;
-    if (rc || (rc = mlajit_store_stats_get(store, &st)) || (rc = mlajit_store_counters_get(store, &c))) {
+    cli_tactic_rows t = {0};
+    if (rc || (rc = mlajit_store_stats_get(store, &st)) || (rc = mlajit_store_counters_get(store, &c)) ||
+        (rc = collect_tactics(store, &t))) {
         free(l.rows);
+        cli_tactic_rows_free(&t);
         return cache_error(rc, "cache stats");
     }
     double compile_ms = 0;
@@ -216,6 +309,9 @@ static int cmd_stats(mlajit_store *store, const char *dir)
     printf("bytes          %lld in entries (%zu of cubins), %lld in data.mdb\n", (long long)st.value_bytes,
            cubin_bytes, (long long)st.data_file_bytes);
     printf("compile time   %.1f s to compile what is stored\n", compile_ms / 1000.0);
+    printf("tactics        %zu records (%zu damaged or stale): measured choices of kernel and splits\n", t.count,
+           t.unusable);
+    cli_tactic_rows_free(&t);
     uint64_t lookups = c.memory_hits + c.pack_hits + c.disk_hits + c.compiles + c.jit_refusals;
     printf("recorded by    %" PRIu64 " contexts (a context adds its counts with each kernel it stores, or with\n"
            "               mlajit_context_flush_counters; one that only hit writes nothing)\n", c.contexts);
@@ -238,8 +334,55 @@ static int oldest_first(const void *a, const void *b)
     return x->created_unix < y->created_unix ? -1 : x->created_unix > y->created_unix;
 }
 
+/* Delete the rows' records that pick(row) says go; prints what went. */
+static int delete_tactics(mlajit_store *store, const char *dir, const cli_tactic_rows *t, const char *what,
+                          int (*pick)(const cli_tactic_row *row, const void *arg), const void *arg, int dry_run,
+                          size_t *gone)
+{
+    const uint8_t **keys = malloc((t->count ? t->count : 1) * sizeof *keys);
+    size_t *lens = malloc((t->count ? t->count : 1) * sizeof *lens);
+    if (!keys || !lens) {
+        free(keys);
+        free(lens);
+        return mlajit_fail(MLAJIT_ERR_OUT_OF_MEMORY, "%zu tactic records", t->count);
+    }
+    size_t n = 0;
+    for (size_t i = 0; i < t->count; i++) {
+        if (!pick(&t->rows[i], arg))
+            continue;
+        keys[n] = t->rows[i].key;
+        lens[n++] = t->rows[i].key_len;
+    }
+    size_t deleted = n;
+    int rc = !dry_run && n ? mlajit_tactic_delete(store, keys, lens, n, &deleted) : MLAJIT_OK;
+    if (rc == MLAJIT_OK)
+        printf("cache %s: %s %zu of %zu tactic records (%s); %zu remain\n", dir, dry_run ? "would remove" : "removed",
+               deleted, t->count, what, t->count - n);
+    if (gone)
+        *gone = deleted;
+    free(keys);
+    free(lens);
+    return rc;
+}
+
+typedef struct tactic_rule {
+    int tactics; /* --tactics: the rules apply to usable records too */
+    int all;
+    double older_than_days, now;
+} tactic_rule;
+
+static int tactic_doomed(const cli_tactic_row *row, const void *arg)
+{
+    const tactic_rule *rule = arg;
+    if (row->status != MLAJIT_OK)
+        return 1; /* damaged or stale: never used */
+    int old = rule->older_than_days >= 0 &&
+              (rule->now - (double)row->record.created_unix) > rule->older_than_days * 86400.0;
+    return rule->tactics && (rule->all || old);
+}
+
 static int cmd_gc(mlajit_store *store, const char *dir, double older_than_days, int64_t max_bytes, int all,
-                  int dry_run)
+                  int tactics, int dry_run)
 {
     row_list l;
     int rc = collect(store, &l);
@@ -247,7 +390,8 @@ static int cmd_gc(mlajit_store *store, const char *dir, double older_than_days, 
         free(l.rows);
         return cache_error(rc, "cache gc");
     }
-    qsort(l.rows, l.count, sizeof *l.rows, oldest_first);
+    if (l.count) /* no entries: no array (qsort wants one) */
+        qsort(l.rows, l.count, sizeof *l.rows, oldest_first);
     mlajit_cache_key *doomed = malloc((l.count ? l.count : 1) * sizeof *doomed);
     if (!doomed) {
         free(l.rows);
@@ -279,13 +423,20 @@ static int cmd_gc(mlajit_store *store, const char *dir, double older_than_days, 
            (long long)kept_bytes);
     free(doomed);
     free(l.rows);
-    return CLI_OK;
+    cli_tactic_rows t;
+    tactic_rule rule = {.tactics = tactics, .all = all, .older_than_days = older_than_days, .now = now};
+    if ((rc = collect_tactics(store, &t)) == MLAJIT_OK)
+        rc = delete_tactics(store, dir, &t,
+                            tactics ? "damaged, stale, and by the rules" : "damaged or stale; --tactics for the rules",
+                            tactic_doomed, &rule, dry_run, NULL);
+    cli_tactic_rows_free(&t);
+    return rc ? cache_error(rc, "cache gc") : CLI_OK;
 }
 
 static int cmd_salvage(mlajit_store *store, const char *dir, const char *from)
 {
     mlajit_store_salvage_report rep;
-    int rc = mlajit_store_salvage(store, from, &rep);
+    int rc = mlajit_store_salvage_ex(store, from, &mlajit_tactic_record_kind, 1, &rep);
     if (rc)
         return cli_error(rc, "cache verify --repair");
     if (rep.set_aside[0])
@@ -293,7 +444,16 @@ static int cmd_salvage(mlajit_store *store, const char *dir, const char *from)
     printf("cache %s: recovered %" PRIu64 " entries from %s (%" PRIu64 " already present, %" PRIu64
            " unreadable: they are recompiled when next used)\n",
            dir, rep.recovered, from ? from : rep.set_aside, rep.present, rep.unreadable);
+    printf("cache %s: recovered %" PRIu64 " tactic records (%" PRIu64 " already present, %" PRIu64
+           " unreadable: those buckets take the default rule until tuned again)\n",
+           dir, rep.records_recovered, rep.records_present, rep.records_unreadable);
     return CLI_OK;
+}
+
+static int tactic_unusable(const cli_tactic_row *row, const void *arg)
+{
+    (void)arg;
+    return row->status != MLAJIT_OK;
 }
 
 static int cmd_verify(mlajit_store *store, const char *dir, int repair, const char *from)
@@ -346,6 +506,24 @@ static int cmd_verify(mlajit_store *store, const char *dir, int repair, const ch
            dir, check.pages, check.tree_pages, check.free_pages, l.count, damaged);
     free(bad);
     free(l.rows);
+
+    cli_tactic_rows t;
+    if ((rc = collect_tactics(store, &t))) {
+        cli_tactic_rows_free(&t);
+        return cache_error(rc, "cache verify");
+    }
+    for (size_t i = 0; i < t.count; i++)
+        if (t.rows[i].status != MLAJIT_OK)
+            printf("  tactic record %zu  %s: %s\n", i, t.rows[i].status == MLAJIT_CACHE_STALE ? "STALE" : "DAMAGED",
+                   t.rows[i].why);
+    printf("cache %s: %zu tactic records checked, %zu damaged or stale\n", dir, t.count, t.unusable);
+    if (t.unusable && !repair)
+        status = CLI_FAIL;
+    if (t.unusable && repair) {
+        if ((rc = delete_tactics(store, dir, &t, "damaged or stale", tactic_unusable, NULL, 0, NULL)))
+            status = cli_error(rc, "cache verify --repair");
+    }
+    cli_tactic_rows_free(&t);
     return status;
 }
 
@@ -360,7 +538,7 @@ int cli_cache(int argc, char **argv)
     const char *dir = NULL, *from = NULL;
     double older_than = -1;
     int64_t max_bytes = -1;
-    int all = 0, dry_run = 0, repair = 0;
+    int all = 0, dry_run = 0, repair = 0, tactics = 0;
     /* each subcommand's options; --dir first in every one */
     const cli_option ls_options[] = {{"--dir", CLI_STRING, .target = &dir}};
     const cli_option gc_options[] = {
@@ -368,13 +546,14 @@ int cli_cache(int argc, char **argv)
         {"--older-than", CLI_DOUBLE, &older_than, .lo = 0, .hi = 36500},
         {"--max-bytes", CLI_SIZE, &max_bytes, .lo = 0, .hi = INT64_MAX},
         {"--all", CLI_FLAG, .target = &all},
+        {"--tactics", CLI_FLAG, .target = &tactics},
         {"--dry-run", CLI_FLAG, .target = &dry_run},
     };
     const cli_option verify_options[] = {{"--dir", CLI_STRING, .target = &dir},
                                          {"--repair", CLI_FLAG, .target = &repair},
                                          {"--from", CLI_STRING, .target = &from}};
     const struct { const cli_option *options; size_t count; } by_command[] = {
-        {ls_options, 1}, {ls_options, 1}, {gc_options, 5}, {verify_options, 3}};
+        {ls_options, 1}, {ls_options, 1}, {gc_options, 6}, {verify_options, 3}};
     char name[32];
     snprintf(name, sizeof name, "cache %s", names[which]);
     const cli_command cmd = {name, usages[which], by_command[which].options, by_command[which].count, 0, 0, NULL};
@@ -395,7 +574,7 @@ int cli_cache(int argc, char **argv)
     switch (which) {
     case LS: status = cmd_ls(store, path); break;
     case STATS: status = cmd_stats(store, path); break;
-    case GC: status = cmd_gc(store, path, older_than, max_bytes, all, dry_run); break;
+    case GC: status = cmd_gc(store, path, older_than, max_bytes, all, tactics, dry_run); break;
     default: status = cmd_verify(store, path, repair, from); break;
     }
     mlajit_store_close(store);

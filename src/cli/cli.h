@@ -7,6 +7,7 @@
 
 #include <stddef.h>
 
+#include "cache/tactics.h"
 #include "mlajit.h"
 
 enum { CLI_OK = 0, CLI_FAIL = 1, CLI_USAGE = 2, CLI_PARSED = -1 /* cli_parse: go on and run */ };
@@ -24,6 +25,29 @@ int cli_error(int status, const char *what);
 /* The same message for an argument the library refused before any work (a spec
  * outside the envelope given to compile): CLI_USAGE. */
 int cli_invalid(int status, const char *what);
+
+/* ---- tactic records, as cache ls and pack ls list them (cache_cmd.c) ---------- */
+
+typedef struct cli_tactic_row {
+    uint8_t key[MLAJIT_TACTIC_KEY_BYTES]; /* the first key_len bytes of its key */
+    size_t key_len;
+    int status;                           /* MLAJIT_OK, or why it cannot be used: */
+    char why[200];
+    mlajit_tactic_record record;          /* when status is MLAJIT_OK */
+} cli_tactic_row;
+
+typedef struct cli_tactic_rows {
+    cli_tactic_row *rows;
+    size_t count, cap, unusable;
+    int status;                           /* MLAJIT_ERR_OUT_OF_MEMORY when a row could not be kept */
+} cli_tactic_rows;
+
+/* A visitor (mlajit_tactic_visit_fn) that keeps every record in a cli_tactic_rows. */
+int cli_tactic_collect(const uint8_t *key, size_t key_len, const mlajit_tactic_record *record, int status,
+                       const char *why, void *arg);
+/* "tactics  N records" and a table: GPU, spec as asked, bucket, kernel, splits, tuned vs rules, age. */
+void cli_tactic_rows_print(const cli_tactic_rows *rows);
+void cli_tactic_rows_free(cli_tactic_rows *rows);
 
 /* ---- the option parser ------------------------------------------------------ */
 

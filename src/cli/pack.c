@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include "cache/pack.h"
+#include "cache/tactics.h"
 #include "cli/cli.h"
 #include "common/error.h"
 #include "mlajit.h"
@@ -18,11 +19,12 @@ static const char pack_usage[] =
     "\n"
     "  build [--models LIST] [--heads LIST] [--pages LIST] [--extra-pages LIST]\n"
     "        [--features SETS] [--archs LIST] [--spec SPEC]... [--specs FILE]\n"
-    "        [--out FILE] [--jobs N] [--no-cache]\n"
-    "                             compile a grid and specs in parallel into one pack\n"
-    "  ls FILE                    the manifest and every kernel\n"
-    "  verify FILE                check the file, the manifest and every entry\n"
-    "  merge OUT IN...            one pack holding every kernel of the inputs\n"
+    "        [--tactics-from DIR] [--out FILE] [--jobs N] [--no-cache]\n"
+    "                             compile a grid and specs in parallel into one pack, with the\n"
+    "                             tactic records of the cache DIR and the kernels they choose\n"
+    "  ls FILE                    the manifest, every kernel and every tactic record\n"
+    "  verify FILE                check the file, the manifest, every entry and tactic record\n"
+    "  merge OUT IN...            one pack holding every kernel and tactic record of the inputs\n"
     "  bench FILE [--repeat N]    time a fresh process's open, lookup and (with a GPU)\n"
     "                             load of the pack's first kernel, and repeat lookups\n"
     "\n"
@@ -31,19 +33,24 @@ static const char pack_usage[] =
 static const char build_usage[] =
     "usage: mlajit pack build [--models LIST] [--heads LIST] [--pages LIST] [--extra-pages LIST]\n"
     "                         [--features SETS] [--archs LIST] [--spec SPEC]... [--specs FILE]\n"
-    "                         [--out FILE] [--jobs N] [--no-cache]\n"
+    "                         [--tactics-from DIR] [--out FILE] [--jobs N] [--no-cache]\n"
     "  compile the grid (models x heads x pages x extra pages x feature sets x archs) and the\n"
     "  listed specs in parallel, and write one pack (default mlajit.pack). LISTs are\n"
     "  comma-separated; a feature set joins names with '+', e.g. --features none,sink+topk-length.\n"
     "  FILE for --specs holds spec strings, one a line ('#' starts a comment). Kernels already\n"
-    "  in the cache are reused unless --no-cache. --jobs N: 1..256 workers (default: the cores).\n";
-static const char ls_usage[] = "usage: mlajit pack ls FILE\n  the pack's manifest and every kernel in it\n";
+    "  in the cache are reused unless --no-cache. --jobs N: 1..256 workers (default: the cores).\n"
+    "  --tactics-from DIR copies every usable tactic record of the cache DIR (measured choices,\n"
+    "  used only on the GPU they were measured on) into the pack, and the kernels they choose.\n";
+static const char ls_usage[] =
+    "usage: mlajit pack ls FILE\n  the pack's manifest, every kernel and every tactic record in it\n";
 static const char verify_usage[] =
     "usage: mlajit pack verify FILE\n"
     "  check the file's checksum, trailer and manifest and every entry's checksums, and (with\n"
     "  this build's recipe) that every key matches its spec; exit 1 on any damage\n";
 static const char merge_usage[] =
-    "usage: mlajit pack merge OUT IN...\n  write OUT holding every kernel of the packs IN (one recipe)\n";
+    "usage: mlajit pack merge OUT IN...\n"
+    "  write OUT holding every kernel and tactic record of the packs IN (one recipe; of tactic\n"
+    "  records for the same GPU, spec and bucket the first IN's is kept)\n";
 static const char bench_usage[] =
     "usage: mlajit pack bench FILE [--repeat N]\n"
     "  time a fresh process's open, lookup and (with a GPU) load of the pack's first kernel,\n"
@@ -202,6 +209,52 @@ static int read_spec_file(const char *name, const char *path, void *target)
 
 /* ---- build ----------------------------------------------------------------- */
 
+/* The usable tactic records of the cache at dir (malloc'd into *records), each
+ * unusable one named on stderr; and the kernels they choose added to specs. */
+static int read_tactics(const char *dir, string_list *specs, mlajit_tactic_record **records, size_t *count)
+{
+    *records = NULL;
+    *count = 0;
+    mlajit_store *store;
+    int rc = mlajit_store_open_ex(dir, MLAJIT_STORE_READONLY | MLAJIT_STORE_KEEP_DAMAGED, &store);
+    if (rc)
+        return cli_error(rc, "pack build --tactics-from");
+    cli_tactic_rows rows = {0};
+    rc = mlajit_tactic_foreach(store, cli_tactic_collect, &rows);
+    mlajit_store_close(store);
+    if (rc || rows.status) {
+        cli_tactic_rows_free(&rows);
+        return cli_error(rc ? rc : rows.status, "pack build --tactics-from");
+    }
+    mlajit_tactic_record *out = calloc(rows.count ? rows.count : 1, sizeof *out);
+    if (!out) {
+        cli_tactic_rows_free(&rows);
+        return cli_error(mlajit_fail(MLAJIT_ERR_OUT_OF_MEMORY, "%zu tactic records", rows.count),
+                         "pack build --tactics-from");
+    }
+    size_t n = 0;
+    int status = CLI_OK;
+    for (size_t i = 0; i < rows.count && status == CLI_OK; i++) {
+        if (rows.rows[i].status != MLAJIT_OK) {
+            fprintf(stderr, "mlajit pack build: %s: a tactic record is %s and left out: %s\n", dir,
+                    rows.rows[i].status == MLAJIT_CACHE_STALE ? "stale" : "damaged", rows.rows[i].why);
+            continue;
+        }
+        out[n] = rows.rows[i].record;
+        if (!add_spec("--tactics-from", out[n].kernel, specs))
+            status = CLI_FAIL;
+        n++;
+    }
+    cli_tactic_rows_free(&rows);
+    if (status != CLI_OK) {
+        free(out);
+        return status;
+    }
+    *records = out;
+    *count = n;
+    return CLI_OK;
+}
+
 typedef struct progress_state {
     int tty;
     double t0;
@@ -228,7 +281,9 @@ static int cmd_build(int argc, char **argv)
     int_list heads = {.lo = 1, .hi = MLAJIT_MAX_HEADS}, pages = {.lo = 1, .hi = MLAJIT_MAX_PAGE_SIZE},
              extra = {.lo = 0, .hi = MLAJIT_MAX_PAGE_SIZE};
     string_list archs = {0}, spec_strings = {0};
-    const char *out_path = "mlajit.pack";
+    const char *out_path = "mlajit.pack", *tactics_from = NULL;
+    mlajit_tactic_record *tactics = NULL;
+    size_t tactic_count = 0;
     const cli_option options[] = {
         {"--models", CLI_CUSTOM, &model_set, .parse = parse_model_list},
         {"--heads", CLI_CUSTOM, &heads, .parse = parse_int_list},
@@ -238,6 +293,7 @@ static int cmd_build(int argc, char **argv)
         {"--archs", CLI_CUSTOM, &archs, .parse = add_archs},
         {"--spec", CLI_CUSTOM, &spec_strings, .parse = add_spec},
         {"--specs", CLI_CUSTOM, &spec_strings, .parse = read_spec_file},
+        {"--tactics-from", CLI_STRING, .target = &tactics_from},
         {"--out", CLI_STRING, .target = &out_path},
         {"--jobs", CLI_INT, &jobs, .lo = 1, .hi = 256},
         {"--no-cache", CLI_FLAG, .target = &no_cache},
@@ -255,8 +311,16 @@ static int cmd_build(int argc, char **argv)
         status = cli_usage_error(&cmd, "a grid needs --models, --heads and --pages together");
         goto done;
     }
+    if (!grid_given && spec_strings.count == 0 && !tactics_from) {
+        status = cli_usage_error(&cmd, "give a grid (--models, --heads, --pages), --spec / --specs or --tactics-from");
+        goto done;
+    }
+    if (tactics_from && (status = read_tactics(tactics_from, &spec_strings, &tactics, &tactic_count)) != CLI_OK)
+        goto done;
     if (!grid_given && spec_strings.count == 0) {
-        status = cli_usage_error(&cmd, "give a grid (--models, --heads, --pages) or --spec / --specs");
+        fprintf(stderr, "mlajit pack build: %s holds no usable tactic records, and no grid or spec was given\n",
+                tactics_from);
+        status = CLI_FAIL;
         goto done;
     }
 
@@ -347,21 +411,22 @@ static int cmd_build(int argc, char **argv)
                                        .nvrtc_major = info.nvrtc_major,
                                        .nvrtc_minor = info.nvrtc_minor};
         snprintf(recipe.tool, sizeof recipe.tool, "mlajit %s", MLAJIT_VERSION_STRING);
-        rc = mlajit_pack_write(out_path, &recipe, items, (size_t)count);
+        rc = mlajit_pack_write(out_path, &recipe, items, (size_t)count, tactics, tactic_count);
         if (rc) {
             status = cli_error(rc, "pack build");
         } else {
             mlajit_pack *pack;
             int64_t bytes = 0;
-            size_t distinct = 0;
+            size_t distinct = 0, distinct_tactics = 0;
             if (mlajit_pack_open(out_path, &pack) == MLAJIT_OK) {
                 bytes = mlajit_pack_file_bytes(pack);
                 distinct = mlajit_pack_manifest_of(pack)->kernel_count;
+                distinct_tactics = mlajit_pack_manifest_of(pack)->tactic_count;
                 mlajit_pack_close(pack);
             }
-            printf("pack %s: %zu kernels, %lld bytes; %d compiled (NVRTC %.1f s total), %d from the cache; "
-                   "%.1f s wall\n",
-                   out_path, distinct, (long long)bytes, rep.compiled, rep.compile_ms / 1000.0,
+            printf("pack %s: %zu kernels, %zu tactic records, %lld bytes; %d compiled (NVRTC %.1f s total), %d from "
+                   "the cache; %.1f s wall\n",
+                   out_path, distinct, distinct_tactics, (long long)bytes, rep.compiled, rep.compile_ms / 1000.0,
                    rep.from_disk + rep.from_memory + rep.from_packs, (mlajit_now_ms() - progress.t0) / 1000.0);
             status = CLI_OK;
         }
@@ -374,6 +439,7 @@ static int cmd_build(int argc, char **argv)
 done:
     string_list_free(&archs);
     string_list_free(&spec_strings);
+    free(tactics);
     return status;
 }
 
@@ -395,6 +461,8 @@ static void print_manifest_header(const char *path, const mlajit_pack *pack)
     printf("created       %s\n", date);
     printf("archs         %s\n", m->archs);
     printf("kernels       %zu\n", m->kernel_count);
+    if (m->format_version < 3)
+        printf("tactics       none (format %u packs carry none)\n", m->format_version);
 }
 
 typedef struct ls_state {
@@ -432,10 +500,19 @@ static int cmd_ls(int argc, char **argv)
     printf("  %-32s  %-44s %9s  %9s  %9s\n", "key", "spec", "cubin", "registers", "compiled");
     ls_state s = {0, 0};
     rc = mlajit_pack_foreach(pack, ls_visit, &s);
+    cli_tactic_rows t = {0};
+    unsigned format = mlajit_pack_manifest_of(pack)->format_version;
+    if (rc == MLAJIT_OK && (rc = mlajit_pack_tactic_foreach(pack, cli_tactic_collect, &t)) == MLAJIT_OK)
+        rc = t.status;
     mlajit_pack_close(pack);
-    if (rc)
+    if (rc) {
+        cli_tactic_rows_free(&t);
         return cli_error(rc, "pack ls");
+    }
     printf("total         %zu kernels, %lld cubin bytes\n", s.shown, (long long)s.cubin_bytes);
+    if (format >= 3)
+        cli_tactic_rows_print(&t);
+    cli_tactic_rows_free(&t);
     return CLI_OK;
 }
 
@@ -455,8 +532,9 @@ static int cmd_verify(int argc, char **argv)
         mlajit_pack_close(pack);
         return cli_error(rc, "pack verify");
     }
-    printf("%s: file checksum, trailer and manifest ok; %zu entries decode with good header and cubin checksums\n",
-           path, checked);
+    printf("%s: file checksum, trailer and manifest ok; %zu entries decode with good header and cubin checksums; "
+           "%zu tactic records decode with good checksums under their keys\n",
+           path, checked, mlajit_pack_manifest_of(pack)->tactic_count);
 
     /* With this build's recipe the keys can be recomputed from the specs. */
     const mlajit_pack_manifest *m = mlajit_pack_manifest_of(pack);
@@ -571,6 +649,7 @@ static int cmd_merge(int argc, char **argv)
     argc = n + 1; /* the operands, OUT first */
     const char *out_path = argv[1];
     merge_state s = {0};
+    cli_tactic_rows tactic_rows = {0};
     mlajit_pack_manifest recipe;
     memset(&recipe, 0, sizeof recipe);
     int status = CLI_OK;
@@ -594,15 +673,24 @@ static int cmd_merge(int argc, char **argv)
                     recipe.nvrtc_major, recipe.nvrtc_minor);
             status = CLI_FAIL;
         }
+        /* verify refuses a pack with a damaged tactic record, so every row collected is usable */
         if (status == CLI_OK && (mlajit_pack_verify(pack, NULL) != MLAJIT_OK ||
-                                 mlajit_pack_foreach(pack, merge_visit, &s) != MLAJIT_OK || s.status != MLAJIT_OK))
-            status = cli_error(s.status ? s.status : MLAJIT_ERR_CORRUPT, "pack merge");
+                                 mlajit_pack_foreach(pack, merge_visit, &s) != MLAJIT_OK || s.status != MLAJIT_OK ||
+                                 mlajit_pack_tactic_foreach(pack, cli_tactic_collect, &tactic_rows) != MLAJIT_OK ||
+                                 tactic_rows.status != MLAJIT_OK || tactic_rows.unusable))
+            status = cli_error(s.status ? s.status : tactic_rows.status ? tactic_rows.status : MLAJIT_ERR_CORRUPT,
+                               "pack merge");
         mlajit_pack_close(pack);
     }
+    mlajit_tactic_record *tactics = calloc(tactic_rows.count ? tactic_rows.count : 1, sizeof *tactics);
+    if (status == CLI_OK && !tactics)
+        status = cli_error(mlajit_fail(MLAJIT_ERR_OUT_OF_MEMORY, "merge: tactic records"), "pack merge");
+    for (size_t i = 0; tactics && i < tactic_rows.count; i++)
+        tactics[i] = tactic_rows.rows[i].record; /* in the inputs' order: the first IN's wins */
     if (status == CLI_OK) {
         snprintf(recipe.tool, sizeof recipe.tool, "mlajit %s", MLAJIT_VERSION_STRING);
         recipe.created_unix = 0;
-        int rc = mlajit_pack_write(out_path, &recipe, s.items, s.count);
+        int rc = mlajit_pack_write(out_path, &recipe, s.items, s.count, tactics, tactic_rows.count);
         if (rc) {
             status = cli_error(rc, "pack merge");
         } else {
@@ -610,9 +698,9 @@ static int cmd_merge(int argc, char **argv)
             if ((rc = mlajit_pack_open(out_path, &pack))) {
                 status = cli_error(rc, "pack merge");
             } else {
-                printf("pack %s: %zu kernels from %d packs, %lld bytes\n", out_path,
-                       mlajit_pack_manifest_of(pack)->kernel_count, argc - 2,
-                       (long long)mlajit_pack_file_bytes(pack));
+                printf("pack %s: %zu kernels and %zu tactic records from %d packs, %lld bytes\n", out_path,
+                       mlajit_pack_manifest_of(pack)->kernel_count, mlajit_pack_manifest_of(pack)->tactic_count,
+                       argc - 2, (long long)mlajit_pack_file_bytes(pack));
                 mlajit_pack_close(pack);
             }
         }
@@ -621,6 +709,8 @@ static int cmd_merge(int argc, char **argv)
         mlajit_cache_entry_clear(&s.entries[i]);
     free(s.entries);
     free(s.items);
+    free(tactics);
+    cli_tactic_rows_free(&tactic_rows);
     return status;
 }
 
