@@ -1,17 +1,20 @@
-/* The fixture of the suites that look kernels up through the layers (test_pack.c,
- * test_keys.c): a scratch directory per test, stderr captured to read the
- * warnings a call gives, and contexts without a device. Include once per suite,
- * after defining LOOKUP_FIXTURE_ROOT, the mkdtemp template of the directory. */
+/* The fixture of the suites that look kernels and tactics up through the layers
+ * (test_pack.c, test_keys.c, test_tactics.c): a scratch directory per test,
+ * stderr captured to read the warnings a call gives, contexts without a device,
+ * and the CLI run in the directory. Include once per suite, after defining
+ * LOOKUP_FIXTURE_ROOT, the mkdtemp template of the directory. */
 #ifndef MLAJIT_TESTS_LOOKUP_FIXTURE_H
 #define MLAJIT_TESTS_LOOKUP_FIXTURE_H
 #include <criterion/criterion.h>
 
 #include <fcntl.h>
 #include <ftw.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "mlajit.h"
@@ -102,6 +105,46 @@ static mlajit_context *context_on(const char *cache_dir, const char *packs, unsi
     mlajit_context *ctx = NULL;
     cr_assert_eq(mlajit_context_create(&o, &ctx), MLAJIT_OK, "%s", mlajit_last_error());
     return ctx;
+}
+
+/* The built CLI (tests/meson.build sets MLAJIT_CLI), or the test is skipped
+ * (after removing its directory: a skipped test's fini does not run). */
+static inline const char *cli_path(void)
+{
+    const char *cli = getenv("MLAJIT_CLI");
+    if (!cli || !path_exists(cli)) {
+        remove_root();
+        cr_skip_test("MLAJIT_CLI is not set to the built mlajit (tests/meson.build sets it)");
+    }
+    return cli;
+}
+
+/* Run a shell command in the test's directory; its exit status. Output goes to
+ * root/out.txt (out_text). */
+static inline int sh(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+static inline int sh(const char *fmt, ...)
+{
+    char cmd[4096];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(cmd, sizeof cmd, fmt, ap);
+    va_end(ap);
+    char full[4400];
+    snprintf(full, sizeof full, "cd '%s' && (%s) >out.txt 2>&1", root, cmd);
+    int status = system(full);
+    return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+}
+
+/* What the last sh() printed (static buffer). */
+static inline const char *out_text(void)
+{
+    static char text[65536];
+    FILE *f = fopen(path_in_root("out.txt"), "r");
+    size_t n = f ? fread(text, 1, sizeof text - 1, f) : 0;
+    if (f)
+        fclose(f);
+    text[n] = '\0';
+    return text;
 }
 
 #endif

@@ -457,7 +457,7 @@ Test(stale, in_a_pack_a_stale_entry_falls_through_and_an_older_pack_is_skipped)
     old.launch.threads += 128;
     mlajit_pack_item item = {.key = key, .entry = &old};
     const char *pack = path_in_root("stale.pack");
-    cr_assert_eq(mlajit_pack_write(pack, &recipe, &item, 1), MLAJIT_OK, "%s", mlajit_last_error());
+    cr_assert_eq(mlajit_pack_write(pack, &recipe, &item, 1, NULL, 0), MLAJIT_OK, "%s", mlajit_last_error());
     mlajit_cache_entry_clear(&old);
     const char *dir = path_in_root("cache");
     mlajit_cache_entry good = forged_entry(STALE_SPEC, 5000);
