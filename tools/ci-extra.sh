@@ -6,16 +6,18 @@
 #     the envelope, generated and NVRTC-compiled for four arch families;
 #  2. the sanitizer build (./build-asan: clang, AddressSanitizer +
 #     UndefinedBehaviorSanitizer, the libFuzzer harnesses): the CPU suites, each
-#     harness over its kept corpus, a bounded fuzz --cpu-only under it, and a
-#     bounded run of fuzz_cache_file (whole damaged cache data files).
-# Fuzz time in all: FUZZ_SECONDS + ASAN_FUZZ_SECONDS + CACHE_FUZZ_SECONDS
-# (default 60 + 30 + 60 s).
+#     harness over its kept corpus, a bounded fuzz --cpu-only under it, and
+#     bounded runs of fuzz_cache_file (whole damaged cache data files) and
+#     fuzz_tactic (tactic records).
+# Fuzz time in all: FUZZ_SECONDS + ASAN_FUZZ_SECONDS + CACHE_FUZZ_SECONDS +
+# TACTIC_FUZZ_SECONDS (default 60 + 30 + 60 + 20 s).
 # Installs clang and its sanitizer runtimes when missing. See docs/fuzzing.md.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 FUZZ_SECONDS=${FUZZ_SECONDS:-60}
 ASAN_FUZZ_SECONDS=${ASAN_FUZZ_SECONDS:-30}
 CACHE_FUZZ_SECONDS=${CACHE_FUZZ_SECONDS:-60}
+TACTIC_FUZZ_SECONDS=${TACTIC_FUZZ_SECONDS:-20}
 FUZZ_SEED=${FUZZ_SEED:-20261130} # fixed: CI is repeatable; run `mlajit fuzz` by hand for new seeds
 export MLAJIT_LOG=quiet
 scratch=$(mktemp -d /tmp/mlajit-ci-XXXXXX)
@@ -70,16 +72,23 @@ UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
   MLAJIT_CACHE_DIR=$scratch/cache-asan \
   ./build-asan/mlajit fuzz --cpu-only --seconds "$ASAN_FUZZ_SECONDS" --seed "$((FUZZ_SEED + 1))" \
   --out "$scratch/failures-asan"
+# A bounded libFuzzer run of harness NAME for SECONDS over its kept corpus. New
+# inputs go to a scratch directory (the kept corpus is read only); a crash or a
+# broken property leaves its input in build-asan/fuzz-artifacts/.
+run_fuzzer() {
+  local name=$1 seconds=$2
+  mkdir -p "$scratch/$name" build-asan/fuzz-artifacts
+  if ! LSAN_OPTIONS=suppressions=$PWD/tests/sanitizer/lsan.supp \
+    "./build-asan/tests/fuzz/$name" -max_total_time="$seconds" -timeout=30 -seed="$FUZZ_SEED" \
+    -print_final_stats=1 -artifact_prefix=build-asan/fuzz-artifacts/ "$scratch/$name" \
+    "tests/fuzz/corpus/$name" >"$scratch/$name.log" 2>&1; then
+    tail -60 "$scratch/$name.log"
+    exit 1
+  fi
+  grep -E '^(Done|stat::number_of_executed_units|stat::new_units_added)' "$scratch/$name.log" || true
+}
 step "fuzz_cache_file, ${CACHE_FUZZ_SECONDS} s: mutated cache data files under the sanitizers"
-# New inputs go to a scratch directory (the kept corpus is read only); a crash
-# or a broken property leaves its input in build-asan/fuzz-artifacts/.
-mkdir -p "$scratch/fuzz-cache-file" build-asan/fuzz-artifacts
-if ! LSAN_OPTIONS=suppressions=$PWD/tests/sanitizer/lsan.supp \
-  ./build-asan/tests/fuzz/fuzz_cache_file -max_total_time="$CACHE_FUZZ_SECONDS" -timeout=30 -seed="$FUZZ_SEED" \
-  -print_final_stats=1 -artifact_prefix=build-asan/fuzz-artifacts/ "$scratch/fuzz-cache-file" \
-  tests/fuzz/corpus/fuzz_cache_file >"$scratch/fuzz-cache-file.log" 2>&1; then
-  tail -60 "$scratch/fuzz-cache-file.log"
-  exit 1
-fi
-grep -E '^(Done|stat::number_of_executed_units|stat::new_units_added)' "$scratch/fuzz-cache-file.log" || true
+run_fuzzer fuzz_cache_file "$CACHE_FUZZ_SECONDS"
+step "fuzz_tactic, ${TACTIC_FUZZ_SECONDS} s: mutated tactic records under the sanitizers"
+run_fuzzer fuzz_tactic "$TACTIC_FUZZ_SECONDS"
 step "ci-extra done"

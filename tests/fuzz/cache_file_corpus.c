@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include "cache/store.h"
+#include "cache/tactics.h"
 #include "mlajit.h"
 
 static mlajit_cache_key key_of(unsigned n)
@@ -101,6 +102,35 @@ static void overwrites(mlajit_store *st)
             put(st, 400 + i, 4500 + round * 1000 + i, NULL);
 }
 
+/* Entries and, beside them, tactic records of several specs and buckets. */
+static void tactics_beside_entries(mlajit_store *st)
+{
+    for (unsigned i = 0; i < 12; i++)
+        put(st, 500 + i, 300 + i * 50, NULL);
+    mlajit_tactic_record rs[48];
+    int n = 0;
+    for (int spec = 0; spec < 4; spec++)
+        for (int rows = 0; rows < 12; rows++) {
+            mlajit_tactic_record *r = &rs[n++];
+            memset(r, 0, sizeof *r);
+            snprintf(r->gpu.name, sizeof r->gpu.name, "NVIDIA H200");
+            r->gpu.sm_count = 132;
+            r->gpu.clock_class_mhz = 2000;
+            snprintf(r->spec, sizeof r->spec, "v32.h%d.p64.t0.hc0.auto.sm_90a", 8 << spec);
+            r->bucket = (mlajit_tactic_bucket){1 << rows, 2048, rows % 3 ? 0 : 64};
+            snprintf(r->kernel, sizeof r->kernel, "v32.h%d.p64.t64.hc%d.sm90-narrow.sm_90a", 8 << spec, 8);
+            r->num_splits = rows % 5;
+            r->tuned_us = 10 + rows;
+            r->candidates = 8;
+            snprintf(r->version, sizeof r->version, "0.1.0");
+            snprintf(r->key_recipe, sizeof r->key_recipe, "%s", MLAJIT_TACTIC_KEY_RECIPE);
+        }
+    if (mlajit_tactic_put(st, rs, (size_t)n) != MLAJIT_OK) {
+        fprintf(stderr, "tactic put: %s\n", mlajit_last_error());
+        exit(1);
+    }
+}
+
 int main(int argc, char **argv)
 {
     if (argc != 2) {
@@ -113,5 +143,6 @@ int main(int argc, char **argv)
     make(argv[1], "one-overflow-then-counters.mdb", one_overflow_then_counters);
     make(argv[1], "two-levels-with-freelist.mdb", two_levels);
     make(argv[1], "overwrites.mdb", overwrites);
+    make(argv[1], "tactics-beside-entries.mdb", tactics_beside_entries);
     return 0;
 }

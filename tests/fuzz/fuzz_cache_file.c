@@ -1,17 +1,21 @@
 /* libFuzzer harness: a whole cache data file (data.mdb), as LMDB lays out its
  * pages, through everything that reads or writes one: mlajit's checked reader
- * (meta pages, the structural check, look-ups, the leaf scan), the store (open,
- * every entry, stats, counters, its check, a put and a delete), setting a
- * damaged file aside, and salvage. Nothing may crash or read out of bounds,
- * and three properties must hold:
+ * (meta pages, the structural check, look-ups, prefix scans, the leaf scan),
+ * the store (open, every entry, stats, counters, its check, a put and a
+ * delete, the tactic records' listing and look-ups), setting a damaged file
+ * aside, and salvage (tactic records too). Nothing may crash or read out of
+ * bounds, and these properties must hold:
  *  - the check and a look-up agree: every entry the check visits is found by
- *    a look-up with the same bytes;
+ *    a look-up with the same bytes, and every key (of any length) by a prefix
+ *    scan of its first bytes, with the same bytes;
+ *  - on a file that checks clean, every tactic record the listing decodes is
+ *    what a look-up for its own GPU, spec and bucket finds;
  *  - LMDB never writes a file that failed the check (the put is refused);
  *  - a write on a file that passed the check leaves a file that passes it,
  *    holding what was written (else the check missed something LMDB trips on).
  * The corpus (tests/fuzz/corpus/fuzz_cache_file) holds small files written
  * through the store by cache_file_corpus.c: an empty one, inline and overflow
- * values, a two-level tree, freelist records. */
+ * values, a two-level tree, freelist records, tactic records beside entries. */
 #include <dirent.h>
 #include <fcntl.h>
 #include <stdint.h>
@@ -23,6 +27,7 @@
 
 #include "cache/lmdb_check.h"
 #include "cache/store.h"
+#include "cache/tactics.h"
 #include "mlajit.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
@@ -99,6 +104,66 @@ static int count_leaf_entry(const void *key, size_t key_len, const void *value, 
     return 0;
 }
 
+/* Up to MAX_KEYS keys of any length the check visits, for the prefix scans. */
+typedef struct any_keys {
+    uint8_t key[MAX_KEYS][511];
+    size_t key_len[MAX_KEYS];
+    uint8_t *value[MAX_KEYS];
+    size_t len[MAX_KEYS];
+    int count;
+} any_keys;
+
+static int keep_any(const void *key, size_t key_len, const void *value, size_t len, int value_ok, void *arg)
+{
+    any_keys *k = arg;
+    if (!value_ok || !value || k->count == MAX_KEYS || key_len > sizeof k->key[0])
+        return 0;
+    memcpy(k->key[k->count], key, key_len);
+    k->key_len[k->count] = key_len;
+    if (!(k->value[k->count] = malloc(len ? len : 1)))
+        abort();
+    memcpy(k->value[k->count], value, len);
+    k->len[k->count++] = len;
+    return 0;
+}
+
+typedef struct scan_find {
+    const uint8_t *key, *value;
+    size_t key_len, len;
+    int found, visited;
+} scan_find;
+
+static int find_in_scan(const void *key, size_t key_len, const void *value, size_t len, int value_ok, void *arg)
+{
+    scan_find *f = arg;
+    f->visited++;
+    if (!value_ok)
+        abort(); /* a scan hands over checked values only */
+    if (key_len == f->key_len && memcmp(key, f->key, key_len) == 0)
+        f->found += len == f->len && memcmp(value, f->value, len) == 0;
+    return 0;
+}
+
+/* Every key a clean check visited is found by a scan of its first bytes. */
+static void scan_prefixes(int fd, const mlajit_lmdb_meta *m, int clean)
+{
+    any_keys *k = calloc(1, sizeof *k);
+    if (!k)
+        abort();
+    mlajit_lmdb_check(fd, m, MLAJIT_LMDB_VALUES, keep_any, k, NULL);
+    for (int i = 0; i < k->count; i++) {
+        size_t prefix = k->key_len[i] < 24 ? k->key_len[i] : 24;
+        scan_find f = {.key = k->key[i], .key_len = k->key_len[i], .value = k->value[i], .len = k->len[i]};
+        int rc = mlajit_lmdb_scan_prefix(fd, m, k->key[i], prefix, find_in_scan, &f);
+        if (clean && (rc != MLAJIT_OK || f.found != 1))
+            abort();
+        free(k->value[i]);
+    }
+    scan_find none = {.key = (const uint8_t *)"", .key_len = 0};
+    mlajit_lmdb_scan_prefix(fd, m, mlajit_tactic_key_magic, MLAJIT_TACTIC_MAGIC_BYTES, find_in_scan, &none);
+    free(k);
+}
+
 static void free_seen(seen *s)
 {
     for (int i = 0; i < s->count; i++)
@@ -128,6 +193,7 @@ static void read_file_checked(seen *s)
                 abort();
             free(v);
         }
+        scan_prefixes(fd, &m, clean);
         seen salvage = {0};
         mlajit_lmdb_check(fd, &m, MLAJIT_LMDB_VALUES | MLAJIT_LMDB_SALVAGE, count_leaf_entry, &salvage, NULL);
         uint8_t absent[16] = {0xff, 1, 2, 3};
@@ -148,6 +214,23 @@ static int decode_visit(const mlajit_cache_key *key, const void *value, size_t l
     mlajit_cache_entry e;
     if (value && mlajit_cache_entry_decode(value, len, &e) == MLAJIT_OK)
         mlajit_cache_entry_clear(&e);
+    return 0;
+}
+
+/* Each usable tactic record is found by a look-up for its own GPU, spec and bucket. */
+static int tactic_visit(const uint8_t *key, size_t key_len, const mlajit_tactic_record *record, int status,
+                        const char *why, void *arg)
+{
+    (void)key, (void)key_len, (void)status;
+    mlajit_store *st = arg;
+    if (!record) {
+        if (!why[0])
+            abort(); /* a refusal must say why */
+        return 0;
+    }
+    mlajit_tactic_chooser c = {.gpu = &record->gpu, .spec = record->spec, .shape = &record->bucket};
+    if (mlajit_tactic_nearest(st, &c) != MLAJIT_OK || memcmp(&c.best.bucket, &record->bucket, sizeof record->bucket))
+        abort();
     return 0;
 }
 
@@ -185,7 +268,8 @@ static void use_store(const seen *s)
             mlajit_cache_entry_clear(&e);
     }
     mlajit_store_check_report rep;
-    mlajit_store_check(st, &rep);
+    if (mlajit_store_check(st, &rep) == MLAJIT_OK)
+        mlajit_tactic_foreach(st, tactic_visit, st);
     static uint8_t cubin[6000];
     mlajit_cache_entry e = new_entry(cubin, sizeof cubin);
     mlajit_cache_key fresh = {0x0123456789abcdefull, 0xfedcba9876543210ull};
@@ -224,7 +308,7 @@ static void set_aside_and_salvage(const uint8_t *data, size_t size)
     struct stat sb;
     if (stat(aside, &sb) == 0) {
         mlajit_store_salvage_report rep;
-        mlajit_store_salvage(st, aside, &rep);
+        mlajit_store_salvage_ex(st, aside, &mlajit_tactic_record_kind, 1, &rep);
         mlajit_store_check_report check;
         if (mlajit_store_check(st, &check) == MLAJIT_ERR_CORRUPT)
             abort(); /* salvage writes through LMDB into a fresh file: it must check clean */

@@ -2,8 +2,9 @@
  * pack file reader. Parsing and opening must accept or refuse any bytes, with
  * a message, without reading past them; what they accept must hold together
  * (a manifest formats back to text that parses to the same manifest; an open
- * pack verifies or refuses, and every kernel its manifest lists can be looked
- * up or is refused with a message).
+ * pack verifies or refuses, every kernel its manifest lists can be looked
+ * up or is refused with a message, and every tactic record it lists is found
+ * by a look-up for its own GPU, spec and bucket).
  *
  * The first input byte picks the mode (its low two bits):
  *   0  the rest is manifest text, parsed as it is;
@@ -17,9 +18,10 @@
  * liblmdb within seconds). An intact pack is trusted as a shared library is:
  * it is GPU code.
  *
- * The corpus (corpus/fuzz_pack) holds a manifest of each shape and a small
- * pack of made-up kernels in modes 2 and 3, written by make_corpus.c with
- * mlajit_pack_manifest_format and mlajit_pack_write. */
+ * The corpus (corpus/fuzz_pack) holds a manifest of each shape and small
+ * packs of made-up kernels (one with tactic records) in modes 2 and 3, written
+ * by make_corpus.c with mlajit_pack_manifest_format and mlajit_pack_write,
+ * and a format-2 pack (pack-format-2*) that the format-2 writer made. */
 #include <fcntl.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -78,7 +80,8 @@ static void fuzz_manifest(const uint8_t *text, size_t len)
     mlajit_pack_manifest back;
     if (mlajit_pack_manifest_parse(again, again_len, &back) != MLAJIT_OK || !mlajit_pack_manifest_same_recipe(&m, &back) ||
         back.kernel_count != m.kernel_count || back.created_unix != m.created_unix || strcmp(back.tool, m.tool) != 0 ||
-        strcmp(back.archs, m.archs) != 0)
+        strcmp(back.archs, m.archs) != 0 || back.format_version != m.format_version ||
+        back.tactic_count != m.tactic_count)
         abort();
     for (size_t i = 0; i < m.kernel_count; i++)
         if (back.kernels[i].key.hi != m.kernels[i].key.hi || back.kernels[i].key.lo != m.kernels[i].key.lo ||
@@ -87,6 +90,30 @@ static void fuzz_manifest(const uint8_t *text, size_t len)
     mlajit_pack_manifest_clear(&back);
     mlajit_pack_manifest_clear(&m);
     free(again);
+}
+
+typedef struct tactic_walk {
+    mlajit_pack *pack;
+    size_t seen;
+} tactic_walk;
+
+/* Each usable record is what a look-up for its own (GPU, spec, bucket) finds. */
+static int tactic_visit(const uint8_t *key, size_t key_len, const mlajit_tactic_record *record, int status,
+                        const char *why, void *arg)
+{
+    (void)key, (void)key_len, (void)status;
+    tactic_walk *w = arg;
+    w->seen++;
+    if (!record) {
+        if (!why[0])
+            abort(); /* a refusal must say why */
+        return 0;
+    }
+    mlajit_tactic_chooser c = {.gpu = &record->gpu, .spec = record->spec, .shape = &record->bucket};
+    if (mlajit_pack_tactic_nearest(w->pack, &c) != MLAJIT_OK ||
+        memcmp(&c.best.bucket, &record->bucket, sizeof record->bucket) != 0)
+        abort();
+    return 0;
 }
 
 static void fuzz_pack_file(const uint8_t *bytes, size_t len)
@@ -122,6 +149,13 @@ static void fuzz_pack_file(const uint8_t *bytes, size_t len)
             mlajit_cache_entry_clear(&e);
         else if (mlajit_last_error()[0] == '\0')
             abort();
+    }
+    tactic_walk walk = {.pack = pack};
+    if (mlajit_pack_tactic_foreach(pack, tactic_visit, &walk) != MLAJIT_OK) {
+        if (mlajit_last_error()[0] == '\0')
+            abort();
+    } else if (walk.seen != m->tactic_count) {
+        abort(); /* the open checked the count against the database */
     }
     (void)mlajit_pack_has_arch(pack, "sm_90a");
     mlajit_pack_close(pack);

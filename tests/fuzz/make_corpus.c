@@ -1,14 +1,18 @@
-/* Writes the seed inputs of the fuzz_pack and fuzz_cache_entry corpora with the
- * library's own writers, so the seeds follow the formats when they change:
+/* Writes the seed inputs of the fuzz_pack, fuzz_cache_entry and fuzz_tactic
+ * corpora with the library's own writers, so the seeds follow the formats when
+ * they change:
  *
- *   make_corpus PACK_CORPUS_DIR ENTRY_CORPUS_DIR
+ *   make_corpus PACK_CORPUS_DIR ENTRY_CORPUS_DIR TACTIC_CORPUS_DIR
  *
  * (built with -Dfuzzers=true; docs/fuzzing.md). Each file starts with the
  * harness's mode byte. fuzz_pack: manifests of each shape (mode 1 recomputes the
- * checksum line, so mutations reach the fields), a small pack of made-up kernels
- * as it is (mode 2) and with its trailer re-sealed (mode 3). fuzz_cache_entry:
- * entries of each shape (odd: as they are; even: checksums recomputed), and an
- * intact entry of the older format (version 1), which decodes as stale. */
+ * checksum line, so mutations reach the fields), small packs of made-up kernels,
+ * one with tactic records, as they are (mode 2) and with their trailers re-sealed
+ * (mode 3); the format-2 pack (pack-format-2*) was written by the format-2 writer
+ * and is kept by hand. fuzz_cache_entry: entries of each shape (odd: as they are;
+ * even: checksums recomputed), and an intact entry of the older format (version
+ * 1), which decodes as stale. fuzz_tactic: records of each shape, alone (modes 0
+ * and 1) and after their keys (modes 2 and 3), and one of another version. */
 #include <errno.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -18,6 +22,7 @@
 
 #include "cache/pack.h"
 #include "cache/store.h"
+#include "cache/tactics.h"
 #include "mlajit.h"
 
 static int write_seed(const char *dir, const char *name, uint8_t mode, const void *bytes, size_t len)
@@ -67,6 +72,28 @@ static mlajit_cache_entry made_up_entry(const char *spec, unsigned seed, size_t 
     return e;
 }
 
+static mlajit_tactic_record made_up_record(const char *gpu, const char *spec, int rows, int topk, int extra,
+                                           const char *kernel, int splits)
+{
+    mlajit_tactic_record r;
+    memset(&r, 0, sizeof r);
+    snprintf(r.gpu.name, sizeof r.gpu.name, "%s", gpu);
+    r.gpu.sm_count = 132;
+    r.gpu.clock_class_mhz = 2000;
+    snprintf(r.spec, sizeof r.spec, "%s", spec);
+    r.bucket = (mlajit_tactic_bucket){rows, topk, extra};
+    snprintf(r.kernel, sizeof r.kernel, "%s", kernel);
+    r.num_splits = splits;
+    r.tuned_us = 12.25;
+    r.rules_us = 13.5;
+    r.runner_up_us = 12.75;
+    r.candidates = 18;
+    snprintf(r.version, sizeof r.version, "0.1.0");
+    snprintf(r.key_recipe, sizeof r.key_recipe, "%s", MLAJIT_TACTIC_KEY_RECIPE);
+    r.created_unix = 1764522000u;
+    return r;
+}
+
 static int manifests(const char *dir)
 {
     mlajit_pack_kernel kernels[2] = {{{0x0123456789abcdefull, 0x1111111111111111ull},
@@ -76,16 +103,21 @@ static int manifests(const char *dir)
     mlajit_pack_manifest m = {.format_version = MLAJIT_PACK_FORMAT_VERSION, .tool = "mlajit 0.1.0",
                               .key_recipe = MLAJIT_KEY_RECIPE, .nvrtc_major = 13, .nvrtc_minor = 0,
                               .created_unix = 1764522000u, .archs = "sm_100a,sm_90a"};
-    static const struct { const char *name; uint8_t mode; size_t kernels; uint64_t created; } shapes[] = {
-        {"manifest-empty", 0, 0, 1764522000u},
-        {"manifest-two-kernels", 1, 2, 1764522000u},
-        {"manifest-date-past-gmtime", 1, 2, 17690440011111111200ull},
+    static const struct { const char *name; uint8_t mode; size_t kernels; uint64_t created; unsigned format;
+                          size_t tactics; } shapes[] = {
+        {"manifest-empty", 0, 0, 1764522000u, 3, 0},
+        {"manifest-two-kernels", 1, 2, 1764522000u, 3, 0},
+        {"manifest-date-past-gmtime", 1, 2, 17690440011111111200ull, 3, 0},
+        {"manifest-tactics", 1, 2, 1764522000u, 3, 3},
+        {"manifest-format-2", 1, 2, 1764522000u, 2, 0},
     };
     int failed = 0;
     for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++) {
         m.kernel_count = shapes[i].kernels;
         m.kernels = shapes[i].kernels ? kernels : NULL;
         m.created_unix = shapes[i].created;
+        m.format_version = shapes[i].format;
+        m.tactic_count = shapes[i].tactics;
         char *text;
         size_t len;
         if (mlajit_pack_manifest_format(&m, &text, &len) != MLAJIT_OK) {
@@ -106,20 +138,35 @@ static int pack(const char *dir)
                                  {{0x2222222222222222ull, 0x3333333333333333ull}, &entries[1]}};
     mlajit_pack_manifest recipe = {.tool = "mlajit 0.1.0", .key_recipe = MLAJIT_KEY_RECIPE, .nvrtc_major = 13,
                                    .created_unix = 1764522000u};
-    char path[64];
-    snprintf(path, sizeof path, "/tmp/mlajit-corpus-%ld.pack", (long)getpid());
-    int failed = mlajit_pack_write(path, &recipe, items, 2) != MLAJIT_OK;
-    uint8_t *bytes = NULL;
-    size_t len = 0;
-    if (failed || read_all(path, &bytes, &len)) {
-        fprintf(stderr, "make_corpus: pack: %s\n", mlajit_last_error());
-        failed = 1;
-    } else {
-        failed |= write_seed(dir, "pack-two-kernels", 2, bytes, len);
-        failed |= write_seed(dir, "pack-two-kernels-sealed", 3, bytes, len);
+    mlajit_tactic_record tactics[3] = {
+        made_up_record("NVIDIA H200", "v32.h8.p64.t0.hc0.auto.sm_90a", 64, 2048, 0,
+                       "v32.h8.p64.t64.hc8.sm90-narrow.sm_90a", 0),
+        made_up_record("NVIDIA H200", "v32.h8.p64.t0.hc0.auto.sm_90a", 1, 2048, 0,
+                       "v32.h8.p64.t64.hc8.sm90-narrow.sm_90a", 16),
+        made_up_record("NVIDIA B200", "dsv4.h16.p64.e64.fsl.t0.hc0.auto.sm_100a", 4096, 128, 64,
+                       "dsv4.h16.p64.e64.fsl.t64.hc16.portable.sm_100a", 2),
+    };
+    static const struct { const char *name; size_t tactics; } packs[] = {{"pack-two-kernels", 0},
+                                                                         {"pack-tactics", 3}};
+    int failed = 0;
+    for (size_t p = 0; p < 2; p++) {
+        char path[64];
+        snprintf(path, sizeof path, "/tmp/mlajit-corpus-%ld.pack", (long)getpid());
+        int bad = mlajit_pack_write(path, &recipe, items, 2, tactics, packs[p].tactics) != MLAJIT_OK;
+        uint8_t *bytes = NULL;
+        size_t len = 0;
+        if (bad || read_all(path, &bytes, &len)) {
+            fprintf(stderr, "make_corpus: pack: %s\n", mlajit_last_error());
+            failed = 1;
+        } else {
+            char sealed[64];
+            snprintf(sealed, sizeof sealed, "%s-sealed", packs[p].name);
+            failed |= write_seed(dir, packs[p].name, 2, bytes, len);
+            failed |= write_seed(dir, sealed, 3, bytes, len);
+        }
+        free(bytes);
+        unlink(path);
     }
-    free(bytes);
-    unlink(path);
     for (int i = 0; i < 2; i++)
         mlajit_cache_entry_clear(&entries[i]);
     return failed;
@@ -167,11 +214,53 @@ static int entries(const char *dir)
     return failed;
 }
 
+static int tactic_records(const char *dir)
+{
+    static const struct { const char *name; const char *gpu, *spec; int rows, topk, extra; const char *kernel;
+                          int splits; } shapes[] = {
+        {"tactic-narrow", "NVIDIA H200", "v32.h32.p64.t0.hc0.auto.sm_90a", 64, 2048, 0,
+         "v32.h32.p64.t64.hc16.sm90-narrow.sm_90a", 0},
+        {"tactic-extra", "NVIDIA H200", "dsv4.h64.p256.e64.fs.t0.hc0.auto.sm_90a", 1, 128, 512,
+         "dsv4.h64.p256.e64.fs.t64.hc64.sm90.sm_90a", 64},
+        {"tactic-short", "x", "s", 1, 1, 0, "k", 1},
+    };
+    int failed = 0;
+    for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++) {
+        mlajit_tactic_record r = made_up_record(shapes[i].gpu, shapes[i].spec, shapes[i].rows, shapes[i].topk,
+                                                shapes[i].extra, shapes[i].kernel, shapes[i].splits);
+        void *value;
+        size_t len;
+        if (mlajit_tactic_encode(&r, &value, &len) != MLAJIT_OK) {
+            fprintf(stderr, "make_corpus: %s: %s\n", shapes[i].name, mlajit_last_error());
+            return 1;
+        }
+        uint8_t keyed[MLAJIT_TACTIC_KEY_BYTES + 1024];
+        mlajit_tactic_key_of(&r, keyed);
+        memcpy(keyed + MLAJIT_TACTIC_KEY_BYTES, value, len);
+        char name[64];
+        for (uint8_t mode = 0; mode < 4; mode++) {
+            snprintf(name, sizeof name, "%s-%u", shapes[i].name, mode);
+            failed |= mode < 2 ? write_seed(dir, name, mode, value, len)
+                               : write_seed(dir, name, mode, keyed, MLAJIT_TACTIC_KEY_BYTES + len);
+        }
+        if (i == 0) { /* intact, of another format version: stale */
+            uint8_t *v = value;
+            v[8] = 2;
+            uint64_t h = mlajit_hash64(v, len - 8);
+            for (int k = 0; k < 8; k++)
+                v[len - 8 + k] = (uint8_t)(h >> (8 * k));
+            failed |= write_seed(dir, "tactic-version-2", 0, v, len);
+        }
+        free(value);
+    }
+    return failed;
+}
+
 int main(int argc, char **argv)
 {
-    if (argc != 3) {
-        fprintf(stderr, "usage: make_corpus PACK_CORPUS_DIR ENTRY_CORPUS_DIR\n");
+    if (argc != 4) {
+        fprintf(stderr, "usage: make_corpus PACK_CORPUS_DIR ENTRY_CORPUS_DIR TACTIC_CORPUS_DIR\n");
         return 2;
     }
-    return manifests(argv[1]) | pack(argv[1]) | entries(argv[2]);
+    return manifests(argv[1]) | pack(argv[1]) | entries(argv[2]) | tactic_records(argv[3]);
 }
