@@ -28,10 +28,32 @@
 extern "C" {
 #endif
 
-#define MLAJIT_VERSION_MAJOR 0
-#define MLAJIT_VERSION_MINOR 1
+/* MLAJIT_API marks the library's public functions, the only symbols
+ * libmlajit.so exports (it is built with hidden visibility; tests/abi_exports.py
+ * checks that its exports are exactly the functions declared here). */
+#if defined(__GNUC__)
+#define MLAJIT_API __attribute__((visibility("default")))
+#else
+#define MLAJIT_API
+#endif
+
+/* ------------------------------------------------------------------------- */
+/* Versions                                                                   */
+/* ------------------------------------------------------------------------- */
+
+/* The version of this header. The major number is the shared library's SONAME
+ * (libmlajit.so.1). 1.0 is the first version with a stable ABI: 0.1
+ * (libmlajit.so.0) had no struct_size in its structs, so its programs must be
+ * rebuilt, and the SONAME changed with them. */
+#define MLAJIT_VERSION_MAJOR 1
+#define MLAJIT_VERSION_MINOR 0
 #define MLAJIT_VERSION_PATCH 0
-#define MLAJIT_VERSION_STRING "0.1.0"
+#define MLAJIT_VERSION_STRING "1.0.0"
+
+/* The version of the library loaded, which may be newer than the header a
+ * program was built with: its numbers through major, minor and patch (each may
+ * be NULL), and the string, e.g. "1.0.0". Never NULL. */
+MLAJIT_API const char *mlajit_version(int *major, int *minor, int *patch);
 
 /* ------------------------------------------------------------------------- */
 /* Status codes                                                               */
@@ -53,14 +75,14 @@ enum mlajit_status {
 };
 
 /* The fixed description of a status code ("invalid argument", ...). Never NULL. */
-const char *mlajit_status_string(int status);
+MLAJIT_API const char *mlajit_status_string(int status);
 
 /* The message of the last failure in the calling thread, naming the argument and
  * the allowed values ("" when none). Valid until the thread's next mlajit call. */
-const char *mlajit_last_error(void);
+MLAJIT_API const char *mlajit_last_error(void);
 
 /* Release memory the library returned (generated source, reports' strings). */
-void mlajit_free(void *ptr);
+MLAJIT_API void mlajit_free(void *ptr);
 
 /* ------------------------------------------------------------------------- */
 /* Model types: KV-cache layouts (the numbers live in one descriptor table)    */
@@ -100,14 +122,14 @@ typedef struct mlajit_model_desc {
 } mlajit_model_desc;
 
 /* The descriptor of a model, or NULL for an unknown value. */
-const mlajit_model_desc *mlajit_model_describe(mlajit_model model);
+MLAJIT_API const mlajit_model_desc *mlajit_model_describe(mlajit_model model);
 
 /* Find a model by name ("v32", "dsv4", "glm_nsa"; case-insensitive). */
-int mlajit_model_from_name(const char *name, mlajit_model *out);
+MLAJIT_API int mlajit_model_from_name(const char *name, mlajit_model *out);
 
 /* Minimum page stride in bytes for a model and page size (what the layout needs;
  * larger strides are allowed and must be multiples of 16). */
-int64_t mlajit_min_page_stride(mlajit_model model, int page_size);
+MLAJIT_API int64_t mlajit_min_page_stride(mlajit_model model, int page_size);
 
 /* ------------------------------------------------------------------------- */
 /* Kernel specs: everything a generated kernel is specialized on               */
@@ -193,38 +215,38 @@ typedef struct mlajit_kernel_spec {
 
 /* Fill a spec with defaults: no extra cache, no features, generator's choices,
  * arch "" (the device's). Returns MLAJIT_ERR_INVALID_ARGUMENT for bad values. */
-int mlajit_spec_init(mlajit_kernel_spec *spec, mlajit_model model, int h_q, int page_size);
+MLAJIT_API int mlajit_spec_init(mlajit_kernel_spec *spec, mlajit_model model, int h_q, int page_size);
 
 /* Check a spec against the envelope without CUDA or compiling. MLAJIT_OK, or a
  * status whose message (mlajit_last_error) says which field and what is allowed. */
-int mlajit_spec_validate(const mlajit_kernel_spec *spec);
+MLAJIT_API int mlajit_spec_validate(const mlajit_kernel_spec *spec);
 
 /* The canonical, stable, human-readable name of a resolved spec, e.g.
  * "v32.h128.p64.t64.hc64.sm90.sm_90a". Generator choices (tile = 0, ...) are
  * resolved first, so equal kernels have equal strings. Writes at most len bytes
  * including the terminating NUL; returns MLAJIT_ERR_INVALID_ARGUMENT if too short. */
-int mlajit_spec_string(const mlajit_kernel_spec *spec, char *buf, size_t len);
+MLAJIT_API int mlajit_spec_string(const mlajit_kernel_spec *spec, char *buf, size_t len);
 
 /* Parse a spec string into a spec and check it (mlajit_spec_validate): the
  * canonical form mlajit_spec_string writes, or a short form that leaves fields
  * off from the right, e.g. "v32.h16.p64" or "dsv4.h64.p256.e64.fs" (tile, heads
  * per CTA, variant and arch then take their defaults: t0, hc0, auto, any). */
-int mlajit_spec_parse(const char *str, mlajit_kernel_spec *out);
+MLAJIT_API int mlajit_spec_parse(const char *str, mlajit_kernel_spec *out);
 
 /* Resolve the generator's choices (tile, heads per CTA, variant) for spec->arch,
  * which must be set. The result has no zero "auto" fields. */
-int mlajit_spec_resolve(const mlajit_kernel_spec *spec, mlajit_kernel_spec *resolved);
+MLAJIT_API int mlajit_spec_resolve(const mlajit_kernel_spec *spec, mlajit_kernel_spec *resolved);
 
 /* Generate the CUDA source for a spec (arch must be set). *source is released
  * with mlajit_free(). Pure: no CUDA, no compiler. */
-int mlajit_generate_source(const mlajit_kernel_spec *spec, char **source);
+MLAJIT_API int mlajit_generate_source(const mlajit_kernel_spec *spec, char **source);
 
 /* The envelope query: would this spec (and, when shape is not NULL, this
  * geometry) compile and run? Answered without CUDA and without compiling: checks
  * the ranges, the generator's choices for spec->arch ("" = sm_90a) and that this
  * NVRTC can target the arch. MLAJIT_OK, or a status whose message says why not. */
 struct mlajit_decode_shape;
-int mlajit_envelope_check(const mlajit_kernel_spec *spec, const struct mlajit_decode_shape *shape);
+MLAJIT_API int mlajit_envelope_check(const mlajit_kernel_spec *spec, const struct mlajit_decode_shape *shape);
 
 /* ------------------------------------------------------------------------- */
 /* Context                                                                    */
@@ -262,10 +284,10 @@ typedef struct mlajit_context_options {
  * context then runs on its packs and in-memory compiles. Environment:
  * MLAJIT_PACKS, MLAJIT_CACHE_DIR, MLAJIT_DISABLE_JIT=1 (as MLAJIT_CONTEXT_NO_JIT),
  * MLAJIT_LOG=info (a line per compile and per pack opened) or quiet. */
-int mlajit_context_create(const mlajit_context_options *opts, mlajit_context **out);
+MLAJIT_API int mlajit_context_create(const mlajit_context_options *opts, mlajit_context **out);
 
 /* Destroy a context (NULL is allowed). Plans made from it must be destroyed first. */
-void mlajit_context_destroy(mlajit_context *ctx);
+MLAJIT_API void mlajit_context_destroy(mlajit_context *ctx);
 
 typedef struct mlajit_context_info {
     int has_device;          /* 1 when a GPU was opened */
@@ -296,7 +318,7 @@ typedef struct mlajit_context_info {
 
 /* Describe a context: the GPU, the compiler, the cache, the packs, and the hit
  * and miss counts per layer. */
-int mlajit_context_get_info(mlajit_context *ctx, mlajit_context_info *info);
+MLAJIT_API int mlajit_context_get_info(mlajit_context *ctx, mlajit_context_info *info);
 
 /* ------------------------------------------------------------------------- */
 /* Kernels: generate, compile, cache                                           */
@@ -331,8 +353,8 @@ typedef enum mlajit_kernel_source {
  * threads (and processes) asking for the same new kernel may each compile it.
  * With JIT disabled a miss is MLAJIT_ERR_NOT_FOUND, and the message names the
  * spec and the `mlajit pack build` line that would cover it. */
-int mlajit_kernel_prepare(mlajit_context *ctx, const mlajit_kernel_spec *spec,
-                          mlajit_kernel_report *report);
+MLAJIT_API int mlajit_kernel_prepare(mlajit_context *ctx, const mlajit_kernel_spec *spec,
+                                     mlajit_kernel_report *report);
 
 /* A set of kernels: the product of its lists (models x head counts x page sizes
  * x extra page sizes x feature sets x archs), plus, for each spec whose plans
@@ -367,8 +389,8 @@ typedef struct mlajit_warmup_report {
  * work, naming the spec. A kernel that fails to compile (or is missing with JIT
  * disabled) fails the call after the others finish; report (may be NULL) then
  * still counts what was done. Thread-safe. */
-int mlajit_warmup(mlajit_context *ctx, const mlajit_kernel_grid *grid, int threads,
-                  mlajit_warmup_report *report);
+MLAJIT_API int mlajit_warmup(mlajit_context *ctx, const mlajit_kernel_grid *grid, int threads,
+                             mlajit_warmup_report *report);
 
 /* ------------------------------------------------------------------------- */
 /* Plans                                                                      */
@@ -391,19 +413,19 @@ typedef struct mlajit_decode_shape {
  * arguments, then returns MLAJIT_ERR_NO_DEVICE. After
  * this, mlajit_decode compiles nothing, allocates nothing and never synchronizes,
  * so it can be captured in a CUDA graph. */
-int mlajit_plan_create(mlajit_context *ctx, const mlajit_kernel_spec *spec,
-                       const mlajit_decode_shape *shape, mlajit_plan **out);
+MLAJIT_API int mlajit_plan_create(mlajit_context *ctx, const mlajit_kernel_spec *spec,
+                                  const mlajit_decode_shape *shape, mlajit_plan **out);
 
-void mlajit_plan_destroy(mlajit_plan *plan);
+MLAJIT_API void mlajit_plan_destroy(mlajit_plan *plan);
 
 /* Device workspace bytes mlajit_decode needs with this plan (0 is possible). */
-size_t mlajit_plan_workspace_size(const mlajit_plan *plan);
+MLAJIT_API size_t mlajit_plan_workspace_size(const mlajit_plan *plan);
 
 /* The split count the plan chose. */
-int mlajit_plan_num_splits(const mlajit_plan *plan);
+MLAJIT_API int mlajit_plan_num_splits(const mlajit_plan *plan);
 
 /* The report of the plan's kernel (spec string, key, cache hit, compile time...). */
-const mlajit_kernel_report *mlajit_plan_report(const mlajit_plan *plan);
+MLAJIT_API const mlajit_kernel_report *mlajit_plan_report(const mlajit_plan *plan);
 
 /* What a plan of a geometry would launch (mlajit_plan_describe). */
 typedef struct mlajit_plan_outline {
@@ -426,8 +448,8 @@ typedef struct mlajit_plan_outline {
  * grid. mlajit_plan_create runs the spec's own kernel instead where the other
  * cannot be had (no JIT, and neither a pack nor the cache holds it). On an invalid
  * spec or shape, a status naming the field; *out is then unchanged. */
-int mlajit_plan_describe(const mlajit_kernel_spec *spec, const mlajit_decode_shape *shape, int sm_count,
-                         mlajit_plan_outline *out);
+MLAJIT_API int mlajit_plan_describe(const mlajit_kernel_spec *spec, const mlajit_decode_shape *shape, int sm_count,
+                                    mlajit_plan_outline *out);
 
 /* ------------------------------------------------------------------------- */
 /* Decode                                                                     */
@@ -482,7 +504,7 @@ typedef struct mlajit_decode_args {
  * waits on the device for that kernel's completion and writes before it reads
  * any argument, so inputs written by the previous kernel are safe. Stream capture
  * records programmatic graph edges. */
-int mlajit_decode(const mlajit_plan *plan, const mlajit_decode_args *args, void *stream);
+MLAJIT_API int mlajit_decode(const mlajit_plan *plan, const mlajit_decode_args *args, void *stream);
 
 /* ------------------------------------------------------------------------- */
 /* Host-side reference and quantizer (no GPU)                                  */
@@ -490,19 +512,19 @@ int mlajit_decode(const mlajit_plan *plan, const mlajit_decode_args *args, void 
 
 /* Quantize one token's d_qk bf16 values (raw 16-bit patterns) into its slot of a
  * page (page_base = start of the page, host memory) per SPEC.md's rule. */
-int mlajit_quantize_token(mlajit_model model, const uint16_t *values_bf16,
-                          void *page_base, int page_size, int token_in_page);
+MLAJIT_API int mlajit_quantize_token(mlajit_model model, const uint16_t *values_bf16,
+                                     void *page_base, int page_size, int token_in_page);
 
 /* Dequantize one token of a page into d_qk floats (the exact values the kernels
  * use: bf16(fp8 * scale) for the NoPE dims, the stored bf16 for RoPE). */
-int mlajit_dequantize_token(mlajit_model model, const void *page_base, int page_size,
-                            int token_in_page, float *out);
+MLAJIT_API int mlajit_dequantize_token(mlajit_model model, const void *page_base, int page_size,
+                                       int token_in_page, float *out);
 
 /* The SPEC.md operation in double precision on host memory. args holds host
  * pointers (its out, lse and workspace fields are ignored); writes out_ref
  * [b, s_q, h_q, d_v] and lse_ref [b, s_q, h_q] contiguous. */
-int mlajit_reference_decode(const mlajit_kernel_spec *spec, const mlajit_decode_shape *shape,
-                            const mlajit_decode_args *args, double *out_ref, double *lse_ref);
+MLAJIT_API int mlajit_reference_decode(const mlajit_kernel_spec *spec, const mlajit_decode_shape *shape,
+                                       const mlajit_decode_args *args, double *out_ref, double *lse_ref);
 
 #ifdef __cplusplus
 }
