@@ -2,21 +2,38 @@
  * mlajit.h - run-time generated sparse-MLA attention decode kernels.
  *
  * mlajit takes a decode call on an FP8 KV cache (DeepSeek-V3.2, DeepSeek-V4 and
- * related layouts, see SPEC.md), generates CUDA source specialized for its shape
+ * related layouts, see docs/SPEC.md), generates CUDA source specialized for its shape
  * (model, head count, page size, features, target arch), compiles it with NVRTC,
  * keeps the cubin in an on-disk LMDB cache under a content key, and launches it
  * through the CUDA Driver API on the caller's stream.
  *
  * Conventions:
- *  - Every function that can fail returns an int status (MLAJIT_OK == 0). On a
- *    failure mlajit_last_error() returns a message for the calling thread that
- *    names the argument at fault and what is allowed.
+ *  - A function that can fail returns an int status (MLAJIT_OK == 0, else one of
+ *    enum mlajit_status). On a failure mlajit_last_error() returns a message for
+ *    the calling thread that names the argument at fault and what is allowed.
+ *    The functions that cannot fail return their answer instead and say, where
+ *    they are declared, what a bad argument gives (NULL, 0 or -1): the version,
+ *    status and model look-ups, mlajit_min_page_stride, the plan's accessors, and
+ *    the destroy and free functions (void; NULL is allowed).
  *  - Handles are opaque. A context is created once and may be used from many
  *    threads at once; a plan is read-only after creation and may be shared too.
- *  - Nothing is global but the thread-local error message and the lazily opened
- *    driver library (libcuda.so.1 is opened with dlopen at first GPU use, so the
- *    library loads and generates / compiles / caches on machines without a GPU).
+ *  - Process-wide state: the thread-local error message; the driver library
+ *    (libcuda.so.1) and NVRTC, each opened with dlopen at its first use, so the
+ *    library loads, generates and caches on machines without a GPU or toolkit;
+ *    and one LMDB environment per cache directory or pack file, shared by the
+ *    contexts that open it (LMDB allows one per process).
  *  - Memory returned by the library is released with mlajit_free().
+ *
+ * What is stable: this header is the whole ABI (libmlajit.so exports its
+ * MLAJIT_API functions and nothing else). Within a major version (the SONAME),
+ *  - functions are only added; a function's documented behaviour is kept (what
+ *    it accepts may widen: a value that was an error may become valid);
+ *  - status codes, enum values and flag bits keep their numbers; new ones may
+ *    be added, so treat an unknown status as a failure and pass through what
+ *    you do not know;
+ *  - MLAJIT_MAX_* limits may grow;
+ *  - spec strings (mlajit_spec_string) stay parseable;
+ *  - which kernel auto picks, and its speed, is not part of the ABI.
  */
 #ifndef MLAJIT_H
 #define MLAJIT_H
@@ -128,7 +145,8 @@ MLAJIT_API const mlajit_model_desc *mlajit_model_describe(mlajit_model model);
 MLAJIT_API int mlajit_model_from_name(const char *name, mlajit_model *out);
 
 /* Minimum page stride in bytes for a model and page size (what the layout needs;
- * larger strides are allowed and must be multiples of 16). */
+ * larger strides are allowed and must be multiples of 16); -1 for an unknown
+ * model or a page size below 1. */
 MLAJIT_API int64_t mlajit_min_page_stride(mlajit_model model, int page_size);
 
 /* ------------------------------------------------------------------------- */
@@ -148,56 +166,28 @@ MLAJIT_API int64_t mlajit_min_page_stride(mlajit_model model, int page_size);
 #define MLAJIT_MAX_BATCH 4096
 #define MLAJIT_ARCH_LEN 16
 
+/* The kernel family. Leave it at MLAJIT_VARIANT_AUTO: the generator and the
+ * planner choose per arch and call shape (docs/kernels.md says what they choose
+ * and why). The other values are benchmarking overrides (mlajit bench --variant,
+ * tests) that force one kernel; which kernel is fastest where is measured on the
+ * H200, not promised, and changes with the kernels. A forced variant the arch,
+ * model or head count cannot run is MLAJIT_ERR_UNSUPPORTED, saying why; a few
+ * resolve to a sibling where theirs has nothing to add (docs/kernels.md). */
 typedef enum mlajit_variant {
-    MLAJIT_VARIANT_AUTO = 0,     /* the generator picks, on sm_90a: sm90-narrow at most 32 heads with
-                                  * power-of-two scales when tile is 0 or 64 and heads_per_cta 0;
-                                  * else sm90 when tile and heads_per_cta are 0 or 64; elsewhere
-                                  * portable. A plan takes sm90-staged where it would run sm90 on
-                                  * a short walk, sm90-unpaired where it would walk one tile per
-                                  * CTA at 65-128 heads, sm90-narrow-scores at 8 heads where
-                                  * sm90-narrow would walk at least 4 tiles per CTA (v32), else
-                                  * sm90-narrow-long where it would walk at least 16 (below),
-                                  * sm90-narrow with its
-                                  * heads in two groups (9-32 heads) where every head in one CTA
-                                  * would leave half of the SMs idle, sm90-narrow in head groups
-                                  * of 32 (or 16) past 32 heads where its grid fits one wave and
-                                  * each CTA's walk is short, where that kernel can be had (the
-                                  * faster on the H200 there; bench/NOTES.md) */
-    MLAJIT_VARIANT_PORTABLE = 1, /* mma.sync bf16 family, sm_80 and newer */
-    MLAJIT_VARIANT_SM90 = 2,     /* wgmma, warp-specialized; sm_90a only, 64 heads per CTA, tile 64 */
-    MLAJIT_VARIANT_SLICED = 3,   /* mma.sync, each warp gathers and multiplies one 64-dim slice of
-                                  * every candidate in registers; sm_80 and newer; models whose V is
-                                  * the NoPE part with inline scales (v32, glm_nsa); 16 or 32 heads
-                                  * per CTA, tile 32 */
-    MLAJIT_VARIANT_SM90_STAGED = 4, /* sm90 whose bf16 output rows go through shared memory, written
-                                  * back 512 contiguous bytes per warp instruction; never splits;
-                                  * power-of-two scales (v32, dsv4); auto takes it on sm_90a for more
-                                  * than 32 heads where a plan does not split and, at 65-128 heads (a
-                                  * CTA pair), walks fewer than 20 tiles of 64 per CTA (bench/NOTES.md) */
-    MLAJIT_VARIANT_SM90_UNPAIRED = 5, /* sm90 without the CTA pair: at 65-128 heads each of the two
-                                  * head groups' CTAs gathers every tile itself (at 64 heads and
-                                  * fewer sm90 has no pair, and this resolves to sm90); auto takes it
-                                  * on sm_90a where sm90's plan splits down to one tile per CTA, so
-                                  * the pair's start-up is not paid for one tile (bench/NOTES.md) */
-    MLAJIT_VARIANT_SM90_NARROW = 6, /* wgmma with the products transposed (candidates are wgmma's M,
-                                  * heads its N): at most 32 heads per CTA, h_q rounded up to 8 (or
-                                  * heads_per_cta 8, 16, 24 or 32 up to that: head groups; past 32
-                                  * heads heads_per_cta is required), no math padded to 64 heads,
-                                  * two warp groups gathering; sm_90a, power-of-two scales (v32,
-                                  * dsv4), tile 64. auto's kernel at 32 heads and fewer (faster
-                                  * than sm90 on every such row measured; bench/NOTES.md) */
-    MLAJIT_VARIANT_SM90_NARROW_LONG = 7, /* sm90-narrow with three warp groups gathering (512
-                                  * threads) where the third one's row-ring slot fits in shared
-                                  * memory (v32 at 16 heads per CTA and fewer; elsewhere this resolves to
-                                  * sm90-narrow); auto takes it on sm_90a where sm90-narrow's plan
-                                  * walks at least 16 tiles per CTA (bench/NOTES.md) */
-    MLAJIT_VARIANT_SM90_NARROW_SCORES = 8 /* sm90-narrow whose two gathering warp groups compute the
-                                  * scores themselves (S^T's A operand from registers; only V goes
-                                  * through shared memory) and a copier warp group fills their row
-                                  * ring (512 threads); v32's inline scales at 8 heads per CTA, where
-                                  * its shared memory fits (elsewhere this resolves to sm90-narrow);
-                                  * auto takes it on sm_90a at 8 heads where sm90-narrow's plan
-                                  * walks at least 4 tiles per CTA (bench/NOTES.md) */
+    MLAJIT_VARIANT_AUTO = 0,               /* the generator's and the planner's choice */
+    MLAJIT_VARIANT_PORTABLE = 1,           /* mma.sync bf16, sm_80 and newer */
+    MLAJIT_VARIANT_SM90 = 2,               /* wgmma, warp-specialized; sm_90a, 64 heads per CTA, tile 64 */
+    MLAJIT_VARIANT_SLICED = 3,             /* mma.sync, a 64-dim slice per warp; sm_80 on; v32, glm_nsa;
+                                            * 16 or 32 heads per CTA, tile 32 */
+    MLAJIT_VARIANT_SM90_STAGED = 4,        /* sm90, output rows staged through shared memory; never splits;
+                                            * power-of-two scales (v32, dsv4) */
+    MLAJIT_VARIANT_SM90_UNPAIRED = 5,      /* sm90 without the CTA pair at 65-128 heads */
+    MLAJIT_VARIANT_SM90_NARROW = 6,        /* wgmma with heads as N: at most 32 heads per CTA (8, 16, 24
+                                            * or 32; required past 32 heads); sm_90a, power-of-two
+                                            * scales (v32, dsv4), tile 64 */
+    MLAJIT_VARIANT_SM90_NARROW_LONG = 7,   /* sm90-narrow with three gathering warp groups */
+    MLAJIT_VARIANT_SM90_NARROW_SCORES = 8  /* sm90-narrow whose gathering groups compute the scores; v32,
+                                            * 8 heads per CTA */
 } mlajit_variant;
 
 typedef struct mlajit_kernel_spec {
@@ -358,9 +348,8 @@ MLAJIT_API int mlajit_kernel_prepare(mlajit_context *ctx, const mlajit_kernel_sp
 
 /* A set of kernels: the product of its lists (models x head counts x page sizes
  * x extra page sizes x feature sets x archs), plus, for each spec whose plans
- * switch kernels by their walk (sm90-staged, sm90-unpaired; see
- * MLAJIT_VARIANT_AUTO), those kernels too. A NULL list or a count of 0 takes the
- * default named on the field. */
+ * switch kernels by their walk or heads (docs/kernels.md), those kernels too. A
+ * NULL list or a count of 0 takes the default named on the field. */
 typedef struct mlajit_kernel_grid {
     const mlajit_model *models;     int num_models;           /* required */
     const int *head_counts;         int num_head_counts;      /* required */
@@ -416,15 +405,20 @@ typedef struct mlajit_decode_shape {
 MLAJIT_API int mlajit_plan_create(mlajit_context *ctx, const mlajit_kernel_spec *spec,
                                   const mlajit_decode_shape *shape, mlajit_plan **out);
 
+/* Destroy a plan (NULL is allowed). It holds no device memory; its kernel
+ * belongs to the context, so destroying the plan does not wait for decodes
+ * enqueued with it (the context must outlive those). */
 MLAJIT_API void mlajit_plan_destroy(mlajit_plan *plan);
 
-/* Device workspace bytes mlajit_decode needs with this plan (0 is possible). */
+/* Device workspace bytes mlajit_decode needs with this plan (0 is possible; 0
+ * for a NULL plan). */
 MLAJIT_API size_t mlajit_plan_workspace_size(const mlajit_plan *plan);
 
-/* The split count the plan chose. */
+/* The split count the plan chose (0 for a NULL plan). */
 MLAJIT_API int mlajit_plan_num_splits(const mlajit_plan *plan);
 
-/* The report of the plan's kernel (spec string, key, cache hit, compile time...). */
+/* The report of the plan's kernel (spec string, key, cache hit, compile time...),
+ * owned by the context and valid while it lives; NULL for a NULL plan. */
 MLAJIT_API const mlajit_kernel_report *mlajit_plan_report(const mlajit_plan *plan);
 
 /* What a plan of a geometry would launch (mlajit_plan_describe). */
