@@ -342,7 +342,8 @@ typedef enum mlajit_kernel_source {
  * loaded. report may be NULL. Thread-safe; no lock is held while compiling, so
  * threads (and processes) asking for the same new kernel may each compile it.
  * With JIT disabled a miss is MLAJIT_ERR_NOT_FOUND, and the message names the
- * spec and the `mlajit pack build` line that would cover it. */
+ * spec and where it was looked for (`mlajit compile` adds the `mlajit pack
+ * build` line whose pack would hold it). */
 MLAJIT_API int mlajit_kernel_prepare(mlajit_context *ctx, const mlajit_kernel_spec *spec,
                                      mlajit_kernel_report *report);
 

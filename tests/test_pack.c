@@ -586,50 +586,40 @@ Test(lookup, packs_come_before_the_cache_and_hits_are_counted)
     mlajit_context_destroy(k);
 }
 
-/* A walk alternative missing with JIT off: the message names it and the grid
- * (its auto spec's) whose pack build brings it along. */
-static void expect_missing_alternative_names_its_grid(mlajit_context *ctx, const mlajit_kernel_spec *alt,
-                                                      const char *name, const char *grid_line)
+/* A miss with JIT off: the message names the spec and what would serve it, in
+ * the library's terms (the CLI adds the pack build line: Test(cli, ...) below). */
+static void expect_miss_in_library_terms(mlajit_context *ctx, const mlajit_kernel_spec *spec, const char *name)
 {
     mlajit_kernel_report r;
-    cr_assert_eq(mlajit_kernel_prepare(ctx, alt, &r), MLAJIT_ERR_NOT_FOUND);
+    cr_assert_eq(mlajit_kernel_prepare(ctx, spec, &r), MLAJIT_ERR_NOT_FOUND);
     const char *msg = mlajit_last_error();
     cr_expect(strstr(msg, name) != NULL, "%s", msg);
-    cr_expect(strstr(msg, grid_line) != NULL, "%s", msg);
+    cr_expect(strstr(msg, "add a pack that holds") && strstr(msg, "MLAJIT_PACKS or mlajit_context_options.packs"),
+              "%s", msg);
+    cr_expect(strstr(msg, "mlajit pack") == NULL && strstr(msg, "--") == NULL, "no CLI syntax: %s", msg);
 }
 
-Test(lookup, jit_disabled_without_the_kernel_names_spec_and_pack_build_line)
+Test(lookup, jit_disabled_without_the_kernel_names_spec_and_what_serves_it)
 {
     mlajit_kernel_spec s = spec_of(MLAJIT_MODEL_V32, 24, 64, MLAJIT_FEATURE_SINK | MLAJIT_FEATURE_TOPK_LENGTH);
     mlajit_context *ctx = context_on(path_in_root("cache"), "", MLAJIT_CONTEXT_NO_JIT);
-    mlajit_kernel_report r;
-    cr_assert_eq(mlajit_kernel_prepare(ctx, &s, &r), MLAJIT_ERR_NOT_FOUND);
-    const char *msg = mlajit_last_error();
-    cr_expect(strstr(msg, "no kernel for v32.h24.p64.") != NULL, "%s", msg);
-    cr_expect(strstr(msg, "mlajit pack build --models v32 --heads 24 --pages 64 --features sink+topk-length "
-                          "--archs sm_90a") != NULL,
-              "%s", msg);
+    expect_miss_in_library_terms(ctx, &s, "no kernel for v32.h24.p64.");
+    cr_expect(strstr(mlajit_last_error(), "MLAJIT_CONTEXT_NO_JIT") != NULL, "%s", mlajit_last_error());
     mlajit_context_info info;
     mlajit_context_get_info(ctx, &info);
     cr_expect_eq(info.jit_refusals, 1);
     cr_expect_eq(info.compiles, 0);
     mlajit_context_destroy(ctx);
 
-    /* the same from the environment; a non-default tile needs the exact spec */
+    /* the same from the environment; a walk's kernel is named as itself */
     setenv("MLAJIT_DISABLE_JIT", "1", 1);
     ctx = context_on(NULL, "", 0);
     s.tile = 32;
-    cr_assert_eq(mlajit_kernel_prepare(ctx, &s, &r), MLAJIT_ERR_NOT_FOUND);
-    msg = mlajit_last_error();
-    cr_expect(strstr(msg, "MLAJIT_DISABLE_JIT=1") != NULL, "%s", msg);
-    cr_expect(strstr(msg, "mlajit pack build --spec v32.h24.p64.") != NULL, "%s", msg);
-    /* a walk's kernel comes with its auto spec's grid: the one-tile kernel (sm90
-     * without the CTA pair) */
+    expect_miss_in_library_terms(ctx, &s, "no kernel for v32.h24.p64.fsl.t32.");
+    cr_expect(strstr(mlajit_last_error(), "MLAJIT_DISABLE_JIT=1") != NULL, "%s", mlajit_last_error());
     mlajit_kernel_spec h128 = spec_of(MLAJIT_MODEL_V32, 128, 64, 0), h128_one_tile;
     cr_assert(mlajit_spec_one_tile_alternative(&h128, "sm_90a", &h128_one_tile));
-    expect_missing_alternative_names_its_grid(ctx, &h128_one_tile,
-                                              "no kernel for v32.h128.p64.t64.hc64.sm90-unpaired.sm_90a",
-                                              "mlajit pack build --models v32 --heads 128 --pages 64 --archs sm_90a");
+    expect_miss_in_library_terms(ctx, &h128_one_tile, "no kernel for v32.h128.p64.t64.hc64.sm90-unpaired.sm_90a");
     mlajit_context_destroy(ctx);
     setenv("MLAJIT_DISABLE_JIT", "0", 1);
     ctx = context_on(NULL, "", 0);
@@ -1463,8 +1453,35 @@ Test(cli, pack_build_ls_verify_merge_bench_and_jit_disabled, .timeout = 300)
                  0, "%s", out_text());
     cr_expect_eq(sh("MLAJIT_DISABLE_JIT=1 MLAJIT_CACHE_DIR=empty %s compile --model dsv4 --heads 16 --page 64", cli),
                  1, "%s", out_text());
-    cr_expect(strstr(out_text(), "mlajit pack build --models dsv4 --heads 16 --pages 64 --archs sm_90a") != NULL,
+    cr_expect(strstr(out_text(), "build a pack that holds it with `mlajit pack build --models dsv4 --heads 16 "
+                                 "--pages 64 --archs sm_90a --out FILE` and add FILE to MLAJIT_PACKS") != NULL,
               "%s", out_text());
+    /* the grid form names the features; a spec off the generator's choices needs --spec; a walk's kernel comes
+     * with its auto spec's grid (the one-tile kernel, sm90 without the CTA pair) */
+    cr_expect_eq(sh("MLAJIT_DISABLE_JIT=1 MLAJIT_CACHE_DIR=empty %s compile --model v32 --heads 24 --page 64 "
+                    "--features sink,topk-length",
+                    cli),
+                 1, "%s", out_text());
+    cr_expect(strstr(out_text(), "mlajit pack build --models v32 --heads 24 --pages 64 --features sink+topk-length "
+                                 "--archs sm_90a --out FILE") != NULL,
+              "%s", out_text());
+    cr_expect_eq(sh("MLAJIT_DISABLE_JIT=1 MLAJIT_CACHE_DIR=empty %s compile --model v32 --heads 24 --page 64 --tile 32",
+                    cli),
+                 1, "%s", out_text());
+    cr_expect(strstr(out_text(), "mlajit pack build --spec v32.h24.p64.t32.") != NULL, "%s", out_text());
+    cr_expect_eq(sh("MLAJIT_DISABLE_JIT=1 MLAJIT_CACHE_DIR=empty %s compile --model v32 --heads 128 --page 64 "
+                    "--variant sm90-unpaired",
+                    cli),
+                 1, "%s", out_text());
+    cr_expect(strstr(out_text(), "no kernel for v32.h128.p64.t64.hc64.sm90-unpaired.sm_90a") &&
+                  strstr(out_text(), "mlajit pack build --models v32 --heads 128 --pages 64 --archs sm_90a"),
+              "%s", out_text());
+    cr_expect_eq(sh("MLAJIT_DISABLE_JIT=1 MLAJIT_CACHE_DIR=empty %s compile --model v32 --heads 8 --page 64 "
+                    "--arch sm_90",
+                    cli),
+                 1, "%s", out_text());
+    cr_expect(strstr(out_text(), "mlajit pack build --models v32 --heads 8 --pages 64 --archs sm_90 --out FILE") != NULL,
+              "the arch asked for: %s", out_text());
 
     /* merge with a pack of made-up kernels (same recipe) */
     mlajit_context *k = keyer();

@@ -173,9 +173,13 @@ static int cmd_compile(int argc, char **argv)
     }
     mlajit_kernel_report rep;
     rc = mlajit_kernel_prepare(ctx, &spec, &rep);
+    if (rc) {
+        cli_error(rc, "compile");
+        cli_missing_kernel_hint(rc, ctx, &spec);
+        mlajit_context_destroy(ctx);
+        return CLI_FAIL;
+    }
     mlajit_context_destroy(ctx);
-    if (rc)
-        return cli_error(rc, "compile");
     printf("spec          %s\n", rep.spec);
     printf("key           %s\n", rep.key);
     if (rep.cache_hit)
@@ -250,9 +254,13 @@ static int cmd_run_case(int argc, char **argv)
         }
     } else {
         if ((rc = mlajit_context_create(NULL, &ctx)) || (rc = mlajit_case_run_gpu(ctx, &c, &run, &res))) {
+            cli_error(rc, "run-case");
+            mlajit_kernel_spec spec;
+            mlajit_gpu_run_spec(&c, &run, &spec);
+            cli_missing_kernel_hint(rc, ctx, &spec);
             mlajit_context_destroy(ctx);
             mlajit_case_free(&c);
-            return cli_error(rc, "run-case");
+            return CLI_FAIL;
         }
         out = res.out;
         lse = res.lse;
@@ -328,9 +336,11 @@ static int cmd_demo(int argc, char **argv)
     mlajit_kernel_report rep;
     t = mlajit_now_ms();
     if ((rc = mlajit_kernel_prepare(ctx, &spec, &rep))) {
+        cli_error(rc, "demo: JIT");
+        cli_missing_kernel_hint(rc, ctx, &spec);
         mlajit_case_free(&c);
         mlajit_context_destroy(ctx);
-        return cli_error(rc, "demo: JIT");
+        return CLI_FAIL;
     }
     printf("  %-28s %9.2f ms  (%s: %s; %d registers, %d spill bytes)\n", "JIT (generate, NVRTC, cache)",
            mlajit_now_ms() - t, rep.cache_hit ? "cache hit" : "compiled and cached", rep.spec, rep.registers,

@@ -9,6 +9,7 @@
 
 #include "cache/pack.h"
 #include "cli/cli.h"
+#include "codegen/codegen.h"
 #include "common/error.h"
 #include "mlajit.h"
 #include "runtime/runtime.h"
@@ -477,16 +478,18 @@ static int cmd_verify(int argc, char **argv)
         mlajit_pack_close(pack);
         return cli_error(rc, "pack verify");
     }
-    mlajit_pack_manifest mine = {.templates_hash = ctx->templates_hash,
-                                 .nvrtc_major = ctx->nvrtc_major,
-                                 .nvrtc_minor = ctx->nvrtc_minor};
+    mlajit_context_info info;
+    mlajit_context_get_info(ctx, &info);
+    mlajit_pack_manifest mine = {.templates_hash = mlajit_templates_hash(),
+                                 .nvrtc_major = info.nvrtc_major,
+                                 .nvrtc_minor = info.nvrtc_minor};
     snprintf(mine.generator, sizeof mine.generator, "%s", MLAJIT_GENERATOR_VERSION);
     int status = CLI_OK;
     if (!mlajit_pack_manifest_same_recipe(m, &mine)) {
         printf("%s: made by %s (generator %s, templates %016" PRIx64 ", NVRTC %d.%d); this mlajit cannot use it "
                "(generator %s, templates %016" PRIx64 ", NVRTC %d.%d), so its keys were not recomputed\n",
                path, m->tool, m->generator, m->templates_hash, m->nvrtc_major, m->nvrtc_minor,
-               MLAJIT_GENERATOR_VERSION, ctx->templates_hash, ctx->nvrtc_major, ctx->nvrtc_minor);
+               MLAJIT_GENERATOR_VERSION, mine.templates_hash, info.nvrtc_major, info.nvrtc_minor);
     } else {
         size_t bad = 0;
         for (size_t i = 0; i < m->kernel_count; i++) {
@@ -653,9 +656,10 @@ static int cmd_bench(int argc, char **argv)
         mlajit_context_destroy(ctx);
         return cli_error(rc ? rc : MLAJIT_ERR_UNSUPPORTED, "pack bench");
     }
-    const mlajit_pack_manifest *m = mlajit_pack_manifest_of(ctx->packs[0]);
+    const mlajit_pack *pack = mlajit_context_pack(ctx, 0); /* the one just attached: the context had none */
+    const mlajit_pack_manifest *m = mlajit_pack_manifest_of(pack);
     printf("pack open     %9.3f ms  (%zu kernels, %lld bytes: trailer, whole-file checksum, manifest)\n", open_ms,
-           m->kernel_count, (long long)mlajit_pack_file_bytes(ctx->packs[0]));
+           m->kernel_count, (long long)mlajit_pack_file_bytes(pack));
 
     /* The first kernel of the pack that this context targets. */
     mlajit_kernel_spec spec;
@@ -713,6 +717,75 @@ static int cmd_bench(int argc, char **argv)
     printf("decode        plans hold their kernel: mlajit_decode does no lookup at all\n");
     mlajit_context_destroy(ctx);
     return CLI_OK;
+}
+
+/* ---- the pack build line for a missing kernel -------------------------------- */
+
+/* Feature names as `pack build --features` spells them, joined by '+'. */
+static void feature_set_name(unsigned features, char *buf, size_t len)
+{
+    static const struct { unsigned bit; const char *name; } names[] = {
+        {MLAJIT_FEATURE_SINK, "sink"},
+        {MLAJIT_FEATURE_TOPK_LENGTH, "topk-length"},
+        {MLAJIT_FEATURE_EXTRA_TOPK_LENGTH, "extra-topk-length"},
+    };
+    snprintf(buf, len, "%s", features ? "" : "none");
+    for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
+        size_t used = strlen(buf);
+        if (features & names[i].bit)
+            snprintf(buf + used, len - used, "%s%s", used ? "+" : "", names[i].name);
+    }
+}
+
+/* The grid form when the resolved spec is what the generator picks for its
+ * shape, or one of the walk alternatives a grid brings along with it (so the
+ * pack also serves the plans that switch kernels); else --spec. */
+void cli_pack_build_line(const mlajit_kernel_spec *r, char *buf, size_t len)
+{
+    char spec_string[128] = "", auto_string[128], alt_string[128];
+    mlajit_spec_string(r, spec_string, sizeof spec_string);
+    mlajit_kernel_spec auto_spec = *r, auto_resolved, alts[MLAJIT_WALK_ALTERNATIVES];
+    auto_spec.tile = 0;
+    auto_spec.heads_per_cta = 0;
+    auto_spec.variant = MLAJIT_VARIANT_AUTO;
+    int by_grid = mlajit_spec_resolve(&auto_spec, &auto_resolved) == MLAJIT_OK &&
+                  mlajit_spec_string(&auto_resolved, auto_string, sizeof auto_string) == MLAJIT_OK &&
+                  strcmp(auto_string, spec_string) == 0;
+    const int n_alts = by_grid ? 0 : mlajit_spec_walk_alternatives(&auto_spec, r->arch, alts);
+    for (int i = 0; i < n_alts && !by_grid; i++)
+        by_grid = mlajit_spec_string(&alts[i], alt_string, sizeof alt_string) == MLAJIT_OK &&
+                  strcmp(alt_string, spec_string) == 0;
+    if (!by_grid) {
+        snprintf(buf, len, "mlajit pack build --spec %s --out FILE", spec_string);
+        return;
+    }
+    const mlajit_model_desc *m = mlajit_model_describe(r->model);
+    char extra[32] = "", features[64] = "";
+    if (r->extra_page_size)
+        snprintf(extra, sizeof extra, " --extra-pages %d", r->extra_page_size);
+    if (r->features) {
+        char names[48];
+        feature_set_name(r->features, names, sizeof names);
+        snprintf(features, sizeof features, " --features %s", names);
+    }
+    snprintf(buf, len, "mlajit pack build --models %s --heads %d --pages %d%s%s --archs %s --out FILE",
+             m ? m->name : "?", r->h_q, r->page_size, extra, features, r->arch);
+}
+
+void cli_missing_kernel_hint(int status, mlajit_context *ctx, const mlajit_kernel_spec *spec)
+{
+    mlajit_context_info info;
+    if (status != MLAJIT_ERR_NOT_FOUND || !ctx || mlajit_context_get_info(ctx, &info) != MLAJIT_OK ||
+        !info.jit_disabled)
+        return;
+    mlajit_kernel_spec with_arch = *spec, resolved;
+    if (!with_arch.arch[0])
+        snprintf(with_arch.arch, sizeof with_arch.arch, "%s", info.device_arch);
+    char line[384];
+    if (mlajit_spec_resolve(&with_arch, &resolved) != MLAJIT_OK)
+        return;
+    cli_pack_build_line(&resolved, line, sizeof line);
+    fprintf(stderr, "mlajit: build a pack that holds it with `%s` and add FILE to MLAJIT_PACKS\n", line);
 }
 
 int cli_pack(int argc, char **argv)

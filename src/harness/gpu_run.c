@@ -10,9 +10,19 @@
 
 enum { kMaxBuffers = 16 };
 
+/* MLAJIT_ERR_NO_DEVICE, with the context's reason, when it has no GPU. */
+static int need_device(mlajit_context *ctx)
+{
+    if (mlajit_context_driver(ctx))
+        return MLAJIT_OK;
+    mlajit_context_info info;
+    mlajit_context_get_info(ctx, &info);
+    return mlajit_fail(MLAJIT_ERR_NO_DEVICE, "no GPU: %s", info.no_device_reason);
+}
+
 static int device_alloc(mlajit_device_case *dc, size_t bytes, CUdeviceptr *out)
 {
-    const mlajit_driver *drv = dc->ctx->drv;
+    const mlajit_driver *drv = mlajit_context_driver(dc->ctx);
     *out = 0;
     if (dc->count == kMaxBuffers)
         return mlajit_fail(MLAJIT_ERR_INTERNAL, "device case: too many buffers");
@@ -31,8 +41,9 @@ static int upload(mlajit_device_case *dc, const void *host, size_t bytes, CUdevi
     int rc = device_alloc(dc, bytes, out);
     if (rc)
         return rc;
-    CUresult r = dc->ctx->drv->cuMemcpyHtoD(*out, host, bytes);
-    return r == MLAJIT_CU_SUCCESS ? MLAJIT_OK : mlajit_cuda_fail(dc->ctx->drv, r, "cuMemcpyHtoD");
+    const mlajit_driver *drv = mlajit_context_driver(dc->ctx);
+    CUresult r = drv->cuMemcpyHtoD(*out, host, bytes);
+    return r == MLAJIT_CU_SUCCESS ? MLAJIT_OK : mlajit_cuda_fail(drv, r, "cuMemcpyHtoD");
 }
 
 static int alloc_poisoned(mlajit_device_case *dc, size_t bytes, CUdeviceptr *out)
@@ -40,8 +51,9 @@ static int alloc_poisoned(mlajit_device_case *dc, size_t bytes, CUdeviceptr *out
     int rc = device_alloc(dc, bytes, out);
     if (rc)
         return rc;
-    CUresult r = dc->ctx->drv->cuMemsetD8(*out, 0xff, bytes ? bytes : 16); /* NaN in bf16 and fp32 */
-    return r == MLAJIT_CU_SUCCESS ? MLAJIT_OK : mlajit_cuda_fail(dc->ctx->drv, r, "cuMemsetD8");
+    const mlajit_driver *drv = mlajit_context_driver(dc->ctx);
+    CUresult r = drv->cuMemsetD8(*out, 0xff, bytes ? bytes : 16); /* NaN in bf16 and fp32 */
+    return r == MLAJIT_CU_SUCCESS ? MLAJIT_OK : mlajit_cuda_fail(drv, r, "cuMemsetD8");
 }
 
 int mlajit_device_case_alloc(mlajit_device_case *dc, size_t bytes, void **ptr)
@@ -76,8 +88,9 @@ int mlajit_device_case_upload(mlajit_context *ctx, const mlajit_case *c, const m
         opts = &none;
     memset(dc, 0, sizeof *dc);
     dc->ctx = ctx;
-    if (!ctx->drv)
-        return mlajit_fail(MLAJIT_ERR_NO_DEVICE, "no GPU: %s", ctx->no_device_reason);
+    int rc = need_device(ctx);
+    if (rc)
+        return rc;
     const mlajit_model_desc *m = mlajit_model_describe(c->model);
     size_t rows = (size_t)c->b * c->s_q;
     int pad = opts->pad_strides ? 8 : 0;
@@ -89,7 +102,6 @@ int mlajit_device_case_upload(mlajit_context *ctx, const mlajit_case *c, const m
     void *eidx_host = c->has_extra ? pad_rows(c->extra_indices, rows, c->extra_topk, eidx_row, 4, (uint32_t)-7777)
                                    : NULL;
     int pushed = mlajit_context_enter(ctx);
-    int rc = MLAJIT_OK;
     CUdeviceptr d_q, d_kv, d_idx, d_len = 0, d_sink = 0, d_ekv = 0, d_eidx = 0, d_elen = 0, d_out, d_lse;
     if (!q_host || !idx_host || (c->has_extra && !eidx_host)) {
         rc = mlajit_fail(MLAJIT_ERR_OUT_OF_MEMORY, "host staging buffers");
@@ -153,7 +165,7 @@ done:
 int mlajit_device_case_download(mlajit_device_case *dc, const mlajit_case *c, const mlajit_gpu_run_options *opts,
                                 size_t n_rows, float *out, float *lse)
 {
-    const mlajit_driver *drv = dc->ctx->drv;
+    const mlajit_driver *drv = mlajit_context_driver(dc->ctx);
     const mlajit_model_desc *m = mlajit_model_describe(c->model);
     size_t rows = (size_t)c->b * c->s_q, out_bytes = n_rows * c->h_q * dc->out_row * 2;
     uint16_t *out_padded = malloc(out_bytes + 16);
@@ -193,13 +205,26 @@ int mlajit_device_case_download(mlajit_device_case *dc, const mlajit_case *c, co
 
 void mlajit_device_case_free(mlajit_device_case *dc)
 {
-    if (!dc || !dc->ctx || !dc->ctx->drv)
+    const mlajit_driver *drv = dc ? mlajit_context_driver(dc->ctx) : NULL;
+    if (!drv)
         return;
     int pushed = mlajit_context_enter(dc->ctx);
     for (int i = 0; i < dc->count; i++)
-        dc->ctx->drv->cuMemFree(dc->ptrs[i]);
+        drv->cuMemFree(dc->ptrs[i]);
     mlajit_context_leave(dc->ctx, pushed);
     dc->count = 0;
+}
+
+void mlajit_gpu_run_spec(const mlajit_case *c, const mlajit_gpu_run_options *opts, mlajit_kernel_spec *spec)
+{
+    mlajit_case_spec(c, spec);
+    if (!opts)
+        return;
+    if (opts->arch)
+        snprintf(spec->arch, sizeof spec->arch, "%s", opts->arch);
+    spec->tile = opts->tile;
+    spec->heads_per_cta = opts->heads_per_cta;
+    spec->variant = opts->variant;
 }
 
 int mlajit_case_run_gpu(mlajit_context *ctx, const mlajit_case *c, const mlajit_gpu_run_options *opts,
@@ -211,20 +236,15 @@ int mlajit_case_run_gpu(mlajit_context *ctx, const mlajit_case *c, const mlajit_
     memset(res, 0, sizeof *res);
     mlajit_kernel_spec spec;
     mlajit_decode_shape shape;
-    mlajit_case_spec(c, &spec);
+    mlajit_gpu_run_spec(c, opts, &spec);
     mlajit_case_shape(c, &shape);
-    if (opts->arch)
-        snprintf(spec.arch, sizeof spec.arch, "%s", opts->arch);
-    spec.tile = opts->tile;
-    spec.heads_per_cta = opts->heads_per_cta;
-    spec.variant = opts->variant;
     shape.num_splits = opts->num_splits;
-    if (!ctx->drv)
-        return mlajit_fail(MLAJIT_ERR_NO_DEVICE, "no GPU: %s", ctx->no_device_reason);
+    int rc = need_device(ctx);
+    if (rc)
+        return rc;
 
     mlajit_plan *plan = NULL;
-    int rc = mlajit_plan_create(ctx, &spec, &shape, &plan);
-    if (rc)
+    if ((rc = mlajit_plan_create(ctx, &spec, &shape, &plan)))
         return rc;
     res->report = *mlajit_plan_report(plan);
     res->num_splits = mlajit_plan_num_splits(plan);

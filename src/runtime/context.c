@@ -272,6 +272,13 @@ void mlajit_context_destroy(mlajit_context *ctx)
     free(ctx);
 }
 
+const mlajit_driver *mlajit_context_driver(const mlajit_context *ctx) { return ctx ? ctx->drv : NULL; }
+
+const mlajit_pack *mlajit_context_pack(const mlajit_context *ctx, int i)
+{
+    return ctx && i >= 0 && i < ctx->pack_count ? ctx->packs[i] : NULL;
+}
+
 int mlajit_context_enter(mlajit_context *ctx)
 {
     CUcontext cur = NULL;
@@ -562,71 +569,22 @@ static int kernel_load(mlajit_context *ctx, mlajit_kernel *k)
     return rc;
 }
 
-/* Feature names as `mlajit pack build --features` spells them, joined by '+'. */
-static void feature_set_name(unsigned features, char *buf, size_t len)
-{
-    static const struct { unsigned bit; const char *name; } names[] = {
-        {MLAJIT_FEATURE_SINK, "sink"},
-        {MLAJIT_FEATURE_TOPK_LENGTH, "topk-length"},
-        {MLAJIT_FEATURE_EXTRA_TOPK_LENGTH, "extra-topk-length"},
-    };
-    snprintf(buf, len, "%s", features ? "" : "none");
-    for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
-        size_t used = strlen(buf);
-        if (features & names[i].bit)
-            snprintf(buf + used, len - used, "%s%s", used ? "+" : "", names[i].name);
-    }
-}
-
-/* The `mlajit pack build` line that covers a resolved spec: the grid form when
- * the spec is what the generator picks for its shape, or one of the walk
- * alternatives a grid brings along with it, else --spec. */
-static void pack_build_line(const mlajit_kernel_spec *r, const char *spec_string, char *buf, size_t len)
-{
-    mlajit_kernel_spec auto_spec = *r, auto_resolved, alts[MLAJIT_WALK_ALTERNATIVES];
-    auto_spec.tile = 0;
-    auto_spec.heads_per_cta = 0;
-    auto_spec.variant = MLAJIT_VARIANT_AUTO;
-    char auto_string[128], alt_string[128];
-    int by_grid = mlajit_spec_resolve(&auto_spec, &auto_resolved) == MLAJIT_OK &&
-                  mlajit_spec_string(&auto_resolved, auto_string, sizeof auto_string) == MLAJIT_OK &&
-                  strcmp(auto_string, spec_string) == 0;
-    const int n_alts = by_grid ? 0 : mlajit_spec_walk_alternatives(&auto_spec, r->arch, alts);
-    for (int i = 0; i < n_alts && !by_grid; i++)
-        by_grid = mlajit_spec_string(&alts[i], alt_string, sizeof alt_string) == MLAJIT_OK &&
-                  strcmp(alt_string, spec_string) == 0;
-    mlajit_clear_error();
-    if (!by_grid) {
-        snprintf(buf, len, "mlajit pack build --spec %s --out FILE", spec_string);
-        return;
-    }
-    const mlajit_model_desc *m = mlajit_model_describe(r->model);
-    char extra[32] = "", features[64] = "";
-    if (r->extra_page_size)
-        snprintf(extra, sizeof extra, " --extra-pages %d", r->extra_page_size);
-    if (r->features) {
-        char names[48];
-        feature_set_name(r->features, names, sizeof names);
-        snprintf(features, sizeof features, " --features %s", names);
-    }
-    snprintf(buf, len, "mlajit pack build --models %s --heads %d --pages %d%s%s --archs %s --out FILE",
-             m ? m->name : "?", r->h_q, r->page_size, extra, features, r->arch);
-}
-
-static int jit_refused(mlajit_context *ctx, const mlajit_kernel_spec *r, const char *spec_string)
+/* A miss with JIT disabled, said in the library's terms: the spec, where it was
+ * looked for and what would serve it (the CLI adds the `pack build` line). */
+static int jit_refused(mlajit_context *ctx, const char *spec_string)
 {
     atomic_fetch_add(&ctx->jit_refusals, 1);
-    char line[384], packs[256] = "";
-    pack_build_line(r, spec_string, line, sizeof line);
+    char packs[256] = "";
     for (int i = 0; i < ctx->pack_count; i++) {
         size_t used = strlen(packs);
         snprintf(packs + used, sizeof packs - used, "%s%s", i ? ":" : "", mlajit_pack_path(ctx->packs[i]));
     }
     return mlajit_fail(MLAJIT_ERR_NOT_FOUND,
-                       "no kernel for %s in the packs (%s) or the cache (%s), and JIT is disabled (%s); "
-                       "build a pack that holds it with `%s` and add FILE to MLAJIT_PACKS",
+                       "no kernel for %s in the packs (%s) or the cache (%s), and JIT is disabled (%s); add a pack "
+                       "that holds %s to MLAJIT_PACKS or mlajit_context_options.packs, or allow JIT",
                        spec_string, ctx->pack_count ? packs : "none open", ctx->cache_dir[0] ? ctx->cache_dir : "off",
-                       (ctx->flags & MLAJIT_CONTEXT_NO_JIT) ? "MLAJIT_CONTEXT_NO_JIT" : "MLAJIT_DISABLE_JIT=1", line);
+                       (ctx->flags & MLAJIT_CONTEXT_NO_JIT) ? "MLAJIT_CONTEXT_NO_JIT" : "MLAJIT_DISABLE_JIT=1",
+                       spec_string);
 }
 
 /* Take a looked-up entry into the kernel record, if it is the kernel asked
@@ -740,7 +698,7 @@ static int kernel_build(mlajit_context *ctx, const mlajit_kernel_spec *r, const 
     k->report.lookup_ms = mlajit_now_ms() - t0;
     if (ctx->jit_disabled) {
         free(k);
-        return jit_refused(ctx, r, spec_string);
+        return jit_refused(ctx, spec_string);
     }
 
     char *source = NULL;

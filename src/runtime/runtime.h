@@ -140,6 +140,13 @@ int mlajit_acquire_batch(mlajit_context *ctx, const mlajit_kernel_spec *specs, i
 int mlajit_grid_expand(const mlajit_kernel_grid *grid, const char *default_arch, mlajit_kernel_spec **specs,
                        int *count);
 
+/* Internal accessors for the CLI and the harness, which never read a
+ * context's fields (mlajit_context_get_info says the rest). */
+/* The driver table of a context with a device; NULL without one. */
+const mlajit_driver *mlajit_context_driver(const mlajit_context *ctx);
+/* The context's pack i (0 .. pack_count - 1, in look-up order), else NULL. */
+const mlajit_pack *mlajit_context_pack(const mlajit_context *ctx, int i);
+
 /* Make the context's primary CUDA context current on this thread if no context
  * is; returns 1 when it pushed one (pop it with mlajit_context_leave). */
 int mlajit_context_enter(mlajit_context *ctx);
