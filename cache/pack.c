@@ -69,10 +69,9 @@ void mlajit_pack_manifest_clear(mlajit_pack_manifest *m)
 
 int mlajit_pack_manifest_same_recipe(const mlajit_pack_manifest *a, const mlajit_pack_manifest *b)
 {
-    return a && b && strcmp(a->generator, b->generator) == 0 && a->templates_hash == b->templates_hash &&
-           a->nvrtc_major == b->nvrtc_major && a->nvrtc_minor == b->nvrtc_minor;
+    return a && b && strcmp(a->key_recipe, b->key_recipe) == 0 && a->nvrtc_major == b->nvrtc_major &&
+           a->nvrtc_minor == b->nvrtc_minor;
 }
-
 
 /* Printable ASCII without spaces (a token) or with them (a value). */
 static bool is_token(const char *s, size_t n)
@@ -99,10 +98,10 @@ int mlajit_pack_manifest_format(const mlajit_pack_manifest *m, char **text, size
         return mlajit_fail(MLAJIT_ERR_INVALID_ARGUMENT, "pack manifest: m, text and len must not be NULL");
     *text = NULL;
     *len = 0;
-    if (!is_printable(m->tool, strlen(m->tool)) || !is_token(m->generator, strlen(m->generator)) ||
+    if (!is_printable(m->tool, strlen(m->tool)) || !is_token(m->key_recipe, strlen(m->key_recipe)) ||
         !is_token(m->archs, strlen(m->archs)))
         return mlajit_fail(MLAJIT_ERR_INVALID_ARGUMENT,
-                           "pack manifest: tool must be printable, generator and archs non-empty tokens");
+                           "pack manifest: tool must be printable, key_recipe and archs non-empty tokens");
     if (m->kernel_count > MLAJIT_PACK_MAX_KERNELS)
         return mlajit_fail(MLAJIT_ERR_INVALID_ARGUMENT, "pack manifest: %zu kernels; at most %u", m->kernel_count,
                            MLAJIT_PACK_MAX_KERNELS);
@@ -115,8 +114,7 @@ int mlajit_pack_manifest_format(const mlajit_pack_manifest *m, char **text, size
         strftime(date, sizeof date, "%Y-%m-%dT%H:%M:%SZ", &tm);
     mlajit_strbuf_printf(&b, "%s %u\n", MANIFEST_FIRST_LINE, MLAJIT_PACK_FORMAT_VERSION);
     mlajit_strbuf_printf(&b, "tool %s\n", m->tool);
-    mlajit_strbuf_printf(&b, "generator %s\n", m->generator);
-    mlajit_strbuf_printf(&b, "templates %016" PRIx64 "\n", m->templates_hash);
+    mlajit_strbuf_printf(&b, "key-recipe %s\n", m->key_recipe);
     mlajit_strbuf_printf(&b, "nvrtc %d.%d\n", m->nvrtc_major, m->nvrtc_minor);
     mlajit_strbuf_printf(&b, "created %" PRIu64 "%s%s\n", m->created_unix, date[0] ? " " : "", date);
     mlajit_strbuf_printf(&b, "archs %s\n", m->archs);
@@ -277,14 +275,9 @@ int mlajit_pack_manifest_parse(const void *text, size_t len, mlajit_pack_manifes
         status = manifest_fail(&r, "the tool is not printable text of at most 63 bytes");
         goto fail;
     }
-    EXPECT_LINE("generator");
-    if (!copy_value(m.generator, sizeof m.generator, v, n, is_token)) {
-        status = manifest_fail(&r, "the generator is not a token of at most 63 bytes");
-        goto fail;
-    }
-    EXPECT_LINE("templates");
-    if (!parse_hex_u64(v, n, &m.templates_hash)) {
-        status = manifest_fail(&r, "the templates hash is not 16 lowercase hex digits");
+    EXPECT_LINE("key-recipe");
+    if (!copy_value(m.key_recipe, sizeof m.key_recipe, v, n, is_token)) {
+        status = manifest_fail(&r, "the key recipe is not a token of at most 63 bytes");
         goto fail;
     }
     EXPECT_LINE("nvrtc");
@@ -727,8 +720,8 @@ static int pack_check_file(const char *path, pack_init_args *args, int64_t *file
         status = mlajit_fail(MLAJIT_ERR_CORRUPT, "pack %s: the trailer fails its checksum (damaged file)", path);
         goto out;
     }
-    if (get_u32le(t + 8) != MLAJIT_PACK_FORMAT_VERSION) {
-        status = mlajit_fail(MLAJIT_ERR_CORRUPT,
+    if (get_u32le(t + 8) != MLAJIT_PACK_FORMAT_VERSION) { /* intact (its trailer checks), made by another mlajit */
+        status = mlajit_fail(MLAJIT_CACHE_STALE,
                              "pack %s: format version %" PRIu32 "; this build reads version %u (rebuild the pack "
                              "with this mlajit)",
                              path, get_u32le(t + 8), MLAJIT_PACK_FORMAT_VERSION);

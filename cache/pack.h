@@ -10,7 +10,7 @@
  *               under key "manifest": the text described below.
  *   [L, L+64)   trailer, integers little-endian:
  *               0  8  magic "MLAJITPK"
- *               8  4  u32 trailer format version (1)
+ *               8  4  u32 trailer format version (2)
  *               12 4  u32 trailer length (64)
  *               16 8  u64 L, the LMDB part's length
  *               24 8  u64 XXH3-64 of bytes [0, L)
@@ -20,11 +20,12 @@
  *
  * The manifest (text, one field a line, "\n" endings, no NULs):
  *
- *   mlajit-pack 1
+ *   mlajit-pack 2
  *   tool mlajit 0.1.0                        the tool that wrote it
- *   generator mlajit-codegen-1               } the key recipe: every key in the
- *   templates 0123456789abcdef               } pack was made from these, so a
- *   nvrtc 12.8                               } runtime with others cannot use it
+ *   key-recipe mlajit-key-2                  } how every key in the pack was made
+ *   nvrtc 12.8                               } (MLAJIT_KEY_RECIPE over the generated
+ *                                            } source, with this NVRTC): a runtime
+ *                                            } with another cannot use the pack
  *   created 1764522000 2025-11-30T17:00:00Z
  *   archs sm_90a                             comma-separated, sorted
  *   kernels 2
@@ -43,7 +44,7 @@
 
 #include "cache/store.h"
 
-#define MLAJIT_PACK_FORMAT_VERSION 1u
+#define MLAJIT_PACK_FORMAT_VERSION 2u
 #define MLAJIT_PACK_TRAILER_BYTES 64u
 #define MLAJIT_PACK_MAX_KERNELS (1u << 20)
 
@@ -58,8 +59,7 @@ typedef struct mlajit_pack_kernel {
 typedef struct mlajit_pack_manifest {
     unsigned format_version;     /* MLAJIT_PACK_FORMAT_VERSION */
     char tool[64];               /* "mlajit 0.1.0" */
-    char generator[64];          /* the codegen's version string */
-    uint64_t templates_hash;
+    char key_recipe[64];         /* MLAJIT_KEY_RECIPE of the build that made the keys */
     int nvrtc_major, nvrtc_minor;
     uint64_t created_unix;
     char archs[256];             /* comma-separated, sorted, distinct */
@@ -78,7 +78,7 @@ int mlajit_pack_manifest_format(const mlajit_pack_manifest *m, char **text, size
  * MLAJIT_ERR_CORRUPT naming the line at fault. out is cleared first. */
 int mlajit_pack_manifest_parse(const void *text, size_t len, mlajit_pack_manifest *out);
 
-/* 1 when both manifests name the same key recipe (generator, templates, NVRTC). */
+/* 1 when both manifests name the same key recipe and NVRTC version. */
 int mlajit_pack_manifest_same_recipe(const mlajit_pack_manifest *a, const mlajit_pack_manifest *b);
 
 /* One kernel to write. */
@@ -88,15 +88,17 @@ typedef struct mlajit_pack_item {
 } mlajit_pack_item;
 
 /* Write a pack to path atomically (a temporary file beside it, then rename).
- * recipe supplies tool, generator, templates_hash and nvrtc; the kernel list,
+ * recipe supplies tool, key_recipe and nvrtc; the kernel list,
  * archs and date are made from the items (duplicate keys are written once).
  * The arch of an item is the last '.'-separated part of its spec string. */
 int mlajit_pack_write(const char *path, const mlajit_pack_manifest *recipe, const mlajit_pack_item *items,
                       size_t count);
 
 /* Open and check a pack (see above). MLAJIT_ERR_IO when it cannot be read,
- * MLAJIT_ERR_CORRUPT when a check fails; the message names the file, the check
- * and what to do. Packs opened twice in one process share one MDB_env. */
+ * MLAJIT_ERR_CORRUPT when a check fails, MLAJIT_CACHE_STALE for an intact pack
+ * of another format version (made by another mlajit); the message names the
+ * file, the check and what to do. Packs opened twice in one process share one
+ * MDB_env. */
 int mlajit_pack_open(const char *path, mlajit_pack **out);
 void mlajit_pack_close(mlajit_pack *pack);
 
@@ -108,8 +110,8 @@ int64_t mlajit_pack_file_bytes(const mlajit_pack *pack);
 int mlajit_pack_has_arch(const mlajit_pack *pack, const char *arch);
 
 /* Look a key up: MLAJIT_OK and a decoded entry (free with
- * mlajit_cache_entry_clear), MLAJIT_ERR_NOT_FOUND, or MLAJIT_ERR_CORRUPT.
- * Thread-safe. */
+ * mlajit_cache_entry_clear), MLAJIT_ERR_NOT_FOUND, MLAJIT_CACHE_STALE (an
+ * entry of another format version) or MLAJIT_ERR_CORRUPT. Thread-safe. */
 int mlajit_pack_get(mlajit_pack *pack, const mlajit_cache_key *key, mlajit_cache_entry *entry);
 
 /* Visit every kernel entry (see mlajit_store_visit_fn). */

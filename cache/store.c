@@ -1,11 +1,11 @@
 /* cache/store.c - the cubin store: content keys, the self-checking value format
  * and the LMDB environment that holds them. No CUDA here.
  *
- * Value format, version 1 (all integers little-endian, no padding):
+ * Value format, version 2 (all integers little-endian, no padding):
  *
  *   offset  size  field
  *   0       8     magic "MLAJITC1"
- *   8       4     u32 format version (1)
+ *   8       4     u32 format version (2)
  *   12      4     u32 header length H: bytes from offset 0 up to the cubin
  *   16      4+n   u32 n, spec_string bytes (no NUL; n < 128)
  *   ..      4+m   u32 m, entry_names bytes (no NUL; m < 256)
@@ -13,11 +13,21 @@
  *   ..      4     registers     (i32)
  *   ..      4     shared_bytes  (i32)
  *   ..      4     spill_bytes   (i32)
+ *   ..      4     launch: threads             (i32)
+ *   ..      4     launch: smem_bytes          (i32)
+ *   ..      4     launch: combine_threads     (i32)
+ *   ..      4     launch: combine_smem_bytes  (i32)
+ *   ..      12    launch: cluster_dims x, y, z (3 x i32)
+ *   ..      8     launch: u64 params_layout_hash
  *   ..      8     u64 created_unix
  *   ..      8     u64 cubin_size (== total length - H)
  *   ..      8     u64 XXH3-64 of the cubin
  *   H-8     8     u64 XXH3-64 of bytes [0, H-8)  (the header checksum)
  *   H       ..    the cubin
+ *
+ * Every version keeps the first 16 bytes and the header checksum at H-8, so an
+ * intact entry of another version (version 1 had no launch record) is told from
+ * a damaged one: it is stale, not corrupt.
  */
 #include "cache/store.h"
 
@@ -77,8 +87,6 @@ static uint64_t load_u64le(const uint8_t *p)
 /* Keys                                                                       */
 /* ------------------------------------------------------------------------- */
 
-#define KEY_DOMAIN "mlajit-key-v1"
-
 static void key_feed_u32(XXH3_state_t *state, uint32_t v)
 {
     uint8_t bytes[4];
@@ -114,10 +122,8 @@ mlajit_cache_key mlajit_cache_key_make(const mlajit_key_inputs *in)
 
     XXH3_state_t state;
     XXH3_128bits_reset(&state);
-    key_feed_string(&state, KEY_DOMAIN);
-    key_feed_string(&state, in->generator_version);
-    key_feed_u64(&state, in->templates_hash);
-    key_feed_string(&state, in->spec_string);
+    key_feed_string(&state, MLAJIT_KEY_RECIPE);
+    key_feed_string(&state, in->source);
     key_feed_string(&state, in->arch);
     key_feed_u32(&state, (uint32_t)in->nvrtc_major);
     key_feed_u32(&state, (uint32_t)in->nvrtc_minor);
@@ -149,12 +155,13 @@ uint64_t mlajit_hash64(const void *data, size_t len)
 /* ------------------------------------------------------------------------- */
 
 static const char ENTRY_MAGIC[8] = {'M', 'L', 'A', 'J', 'I', 'T', 'C', '1'};
-#define ENTRY_FORMAT_VERSION 1u
+#define ENTRY_FORMAT_VERSION 2u
 #define ENTRY_PREFIX_BYTES 16u /* magic + version + header length */
 #define SPEC_MAX_LEN (sizeof(((mlajit_cache_entry *)0)->spec_string) - 1)
 #define NAMES_MAX_LEN (sizeof(((mlajit_cache_entry *)0)->entry_names) - 1)
 /* Everything in the header but the two strings' bytes. */
-#define HEADER_FIXED_BYTES (ENTRY_PREFIX_BYTES + 4 + 4 + 8 + 4 + 4 + 4 + 8 + 8 + 8 + 8)
+#define LAUNCH_RECORD_BYTES (4 + 4 + 4 + 4 + 3 * 4 + 8)
+#define HEADER_FIXED_BYTES (ENTRY_PREFIX_BYTES + 4 + 4 + 8 + 4 + 4 + 4 + LAUNCH_RECORD_BYTES + 8 + 8 + 8 + 8)
 #define HEADER_MAX_BYTES (HEADER_FIXED_BYTES + SPEC_MAX_LEN + NAMES_MAX_LEN)
 
 void mlajit_cache_entry_clear(mlajit_cache_entry *entry)
@@ -223,6 +230,14 @@ int mlajit_cache_entry_encode(const mlajit_cache_entry *entry, void **value, siz
     p += 4;
     store_u32le(p, (uint32_t)entry->spill_bytes);
     p += 4;
+    const mlajit_launch_record *launch = &entry->launch;
+    const int launch_ints[] = {launch->threads,         launch->smem_bytes,      launch->combine_threads,
+                               launch->combine_smem_bytes, launch->cluster_dims[0], launch->cluster_dims[1],
+                               launch->cluster_dims[2]};
+    for (size_t i = 0; i < sizeof launch_ints / sizeof launch_ints[0]; i++, p += 4)
+        store_u32le(p, (uint32_t)launch_ints[i]);
+    store_u64le(p, launch->params_layout_hash);
+    p += 8;
     store_u64le(p, entry->created_unix);
     p += 8;
     store_u64le(p, (uint64_t)entry->cubin_size);
@@ -306,11 +321,22 @@ int mlajit_cache_entry_decode(const void *value, size_t len, mlajit_cache_entry 
     if (memcmp(bytes, ENTRY_MAGIC, sizeof ENTRY_MAGIC) != 0)
         return mlajit_fail(MLAJIT_ERR_CORRUPT, "cache entry has a bad magic (expected \"MLAJITC1\")");
     uint32_t version = load_u32le(bytes + 8);
-    if (version != ENTRY_FORMAT_VERSION)
-        return mlajit_fail(MLAJIT_ERR_CORRUPT,
-                           "cache entry has format version %" PRIu32 "; this build reads version %u",
-                           version, ENTRY_FORMAT_VERSION);
     uint32_t header_len = load_u32le(bytes + 12);
+    if (version != ENTRY_FORMAT_VERSION) {
+        /* Every version keeps the prefix and the header checksum's place: an
+         * intact entry of another version is stale (another mlajit wrote it). */
+        int intact = header_len >= ENTRY_PREFIX_BYTES + 8 && header_len <= len &&
+                     load_u64le(bytes + header_len - 8) == mlajit_hash64(bytes, header_len - 8);
+        if (intact)
+            return mlajit_fail(MLAJIT_CACHE_STALE,
+                               "cache entry has format version %" PRIu32 " (written by %s mlajit); this build reads "
+                               "version %u",
+                               version, version < ENTRY_FORMAT_VERSION ? "an older" : "a newer", ENTRY_FORMAT_VERSION);
+        return mlajit_fail(MLAJIT_ERR_CORRUPT,
+                           "cache entry has format version %" PRIu32 " and fails its header checksum; this build "
+                           "reads version %u",
+                           version, ENTRY_FORMAT_VERSION);
+    }
     if (header_len < HEADER_FIXED_BYTES || header_len > HEADER_MAX_BYTES)
         return mlajit_fail(MLAJIT_ERR_CORRUPT,
                            "cache entry header length %" PRIu32 " is outside %zu..%zu",
@@ -339,12 +365,15 @@ int mlajit_cache_entry_decode(const void *value, size_t len, mlajit_cache_entry 
     if (status != MLAJIT_OK)
         return mlajit_fail_prefix(status, "cache entry: ");
 
-    uint64_t compile_ms_bits, cubin_size, cubin_hash;
-    uint32_t registers, shared_bytes, spill_bytes;
-    if (!reader_u64(&r, &compile_ms_bits) || !reader_u32(&r, &registers) ||
-        !reader_u32(&r, &shared_bytes) || !reader_u32(&r, &spill_bytes) ||
-        !reader_u64(&r, &parsed.created_unix) || !reader_u64(&r, &cubin_size) ||
-        !reader_u64(&r, &cubin_hash))
+    uint64_t compile_ms_bits = 0, cubin_size = 0, cubin_hash = 0;
+    uint32_t registers = 0, shared_bytes = 0, spill_bytes = 0, launch_ints[7] = {0};
+    bool fixed_fields = reader_u64(&r, &compile_ms_bits) && reader_u32(&r, &registers) &&
+                        reader_u32(&r, &shared_bytes) && reader_u32(&r, &spill_bytes);
+    for (size_t i = 0; i < sizeof launch_ints / sizeof launch_ints[0]; i++)
+        fixed_fields = fixed_fields && reader_u32(&r, &launch_ints[i]);
+    fixed_fields = fixed_fields && reader_u64(&r, &parsed.launch.params_layout_hash) &&
+                   reader_u64(&r, &parsed.created_unix) && reader_u64(&r, &cubin_size) && reader_u64(&r, &cubin_hash);
+    if (!fixed_fields)
         return mlajit_fail(MLAJIT_ERR_CORRUPT, "cache entry header ends before its fixed fields");
     if (r.pos != r.end)
         return mlajit_fail(MLAJIT_ERR_CORRUPT,
@@ -376,6 +405,12 @@ int mlajit_cache_entry_decode(const void *value, size_t len, mlajit_cache_entry 
     parsed.registers = (int32_t)registers;
     parsed.shared_bytes = (int32_t)shared_bytes;
     parsed.spill_bytes = (int32_t)spill_bytes;
+    parsed.launch.threads = (int32_t)launch_ints[0];
+    parsed.launch.smem_bytes = (int32_t)launch_ints[1];
+    parsed.launch.combine_threads = (int32_t)launch_ints[2];
+    parsed.launch.combine_smem_bytes = (int32_t)launch_ints[3];
+    for (int i = 0; i < 3; i++)
+        parsed.launch.cluster_dims[i] = (int32_t)launch_ints[4 + i];
 
     *entry = parsed;
     return MLAJIT_OK;

@@ -14,12 +14,18 @@ typedef struct mlajit_cache_key {
     uint64_t hi, lo;
 } mlajit_cache_key;
 
-/* Everything a compiled kernel depends on. Changing any field changes the key;
- * nothing else (paths, time, host name) enters it. */
+/* The key recipe: the name of what mlajit_cache_key_make hashes and how. Packs
+ * record it, and a runtime uses a pack only when the pack's recipe and NVRTC are
+ * its own. Change it whenever mlajit_cache_key_make changes. */
+#define MLAJIT_KEY_RECIPE "mlajit-key-2"
+
+/* Everything a compiled kernel depends on: the source NVRTC compiles (it holds
+ * every constant the kernel is specialized on, its spec string included, and
+ * no comment), the arch, the compiler and its options. Changing any of them
+ * changes the key; nothing else (paths, time, host name, the wording of a
+ * template's comments) enters it. */
 typedef struct mlajit_key_inputs {
-    const char *generator_version; /* the codegen's version string */
-    uint64_t templates_hash;       /* XXH3-64 over the embedded template texts */
-    const char *spec_string;       /* canonical spec string */
+    const char *source;            /* the generated CUDA source, NUL-terminated */
     const char *arch;              /* "sm_90a" */
     int nvrtc_major, nvrtc_minor;
     const char *compile_options;   /* NVRTC options joined by spaces */
@@ -30,8 +36,21 @@ mlajit_cache_key mlajit_cache_key_make(const mlajit_key_inputs *in);
 /* 32 lowercase hex digits + NUL into buf[33]. */
 void mlajit_cache_key_hex(const mlajit_cache_key *key, char buf[33]);
 
-/* XXH3-64 of a buffer (exposed so the runtime hashes templates the same way). */
+/* XXH3-64 of a buffer (the checksum of entries and packs; the runtime hashes with it too). */
 uint64_t mlajit_hash64(const void *data, size_t len);
+
+/* What a launch of a stored kernel needs, recorded when it was compiled. The
+ * runtime compares it on load with what the current generator expects for the
+ * entry's spec, so a cubin made for another launch geometry or parameter block
+ * is refused (and recompiled), never launched. */
+typedef struct mlajit_launch_record {
+    int threads;                 /* the main kernel's block size */
+    int smem_bytes;              /* its dynamic shared memory */
+    int combine_threads;         /* the combine's block size */
+    int combine_smem_bytes;      /* the combine's largest dynamic shared memory */
+    int cluster_dims[3];         /* the main kernel's cluster shape; {1, 1, 1}: none */
+    uint64_t params_layout_hash; /* of the parameter block it was compiled with */
+} mlajit_launch_record;
 
 /* One stored kernel. */
 typedef struct mlajit_cache_entry {
@@ -41,6 +60,7 @@ typedef struct mlajit_cache_entry {
     int registers;           /* ptxas report of the main entry */
     int shared_bytes;
     int spill_bytes;
+    mlajit_launch_record launch;
     uint64_t created_unix;   /* seconds since the epoch */
     void *cubin;             /* owned by the entry after a get: free with mlajit_cache_entry_clear */
     size_t cubin_size;
@@ -48,9 +68,17 @@ typedef struct mlajit_cache_entry {
 
 void mlajit_cache_entry_clear(mlajit_cache_entry *entry);
 
+/* A stored value that is intact but not for this build to use: an entry of
+ * another format version (store.c), or one whose launch record the current
+ * generator does not expect (the runtime's check). Not damage: the caller warns,
+ * counts it as stale, recompiles and overwrites it. */
+#define MLAJIT_CACHE_STALE MLAJIT_ERR_UNSUPPORTED
+
 /* Serialize an entry into a malloc'd value (header + cubin) / parse one back.
- * Parsing checks the magic, the format version, the sizes and the checksum;
- * it never reads past len. Returns MLAJIT_OK or MLAJIT_ERR_CORRUPT (with a message). */
+ * Parsing checks the magic, the format version, the sizes and the checksums;
+ * it never reads past len. Returns MLAJIT_OK, MLAJIT_CACHE_STALE for an intact
+ * entry of another format version (its header checksum holds), or
+ * MLAJIT_ERR_CORRUPT, each with a message. */
 int mlajit_cache_entry_encode(const mlajit_cache_entry *entry, void **value, size_t *len);
 int mlajit_cache_entry_decode(const void *value, size_t len, mlajit_cache_entry *entry);
 
@@ -78,9 +106,10 @@ int mlajit_store_is_readonly(const mlajit_store *store);
 /* The directory the store was opened with. */
 const char *mlajit_store_dir(const mlajit_store *store);
 
-/* Look a key up. MLAJIT_OK and a filled entry; MLAJIT_ERR_NOT_FOUND; or
- * MLAJIT_ERR_CORRUPT when the stored value fails its checks (the caller warns,
- * recompiles and overwrites it with put). Thread-safe. */
+/* Look a key up. MLAJIT_OK and a filled entry; MLAJIT_ERR_NOT_FOUND;
+ * MLAJIT_CACHE_STALE for an entry of another format version; or
+ * MLAJIT_ERR_CORRUPT when the stored value fails its checks (for the last two
+ * the caller warns, recompiles and overwrites it with put). Thread-safe. */
 int mlajit_store_get(mlajit_store *store, const mlajit_cache_key *key, mlajit_cache_entry *entry);
 
 /* Store an entry under key in one short write transaction (overwrites). */

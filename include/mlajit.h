@@ -267,9 +267,11 @@ typedef struct mlajit_context_options {
  * a spec that leaves the arch to it is MLAJIT_ERR_UNSUPPORTED.
  *
  * Kernels are looked up in this order: the context's own map, the packs (each
- * checked when opened: a damaged pack, or one made for another arch or by a
- * generator / template set / NVRTC other than this one's, is skipped with a
- * warning), the writable disk cache, then NVRTC. A cache directory that cannot
+ * checked when opened: a damaged pack, or one made for another arch or with a
+ * key recipe / NVRTC other than this one's, is skipped with a warning), the
+ * writable disk cache, then NVRTC. A stored kernel whose recorded launch
+ * geometry is not what this build launches it with is stale: refused with a
+ * warning and recompiled, never launched. A cache directory that cannot
  * be created or written (or no HOME) is one warning, never an error: the
  * context then runs on its packs and in-memory compiles. Environment:
  * MLAJIT_PACKS, MLAJIT_CACHE_DIR, MLAJIT_DISABLE_JIT=1 (as MLAJIT_CONTEXT_NO_JIT),
@@ -304,6 +306,8 @@ typedef struct mlajit_context_info {
                                 decode gathers against it: 1.5x or more, the L2 prefetches are evict-last) */
     char no_device_reason[256]; /* without a device, why: no driver, cuInit's error, no device, or
                                    MLAJIT_CONTEXT_NO_DEVICE; "" with one */
+    int64_t stale;           /* stored entries refused as stale (another format version, or a launch
+                                record this generator does not expect), each recompiled */
 } mlajit_context_info;
 
 /* Describe a context: the GPU, the compiler, the cache, the packs, and the hit
@@ -319,7 +323,7 @@ typedef struct mlajit_kernel_report {
     char key[33];         /* the cache key, 32 hex digits */
     int cache_hit;        /* 1: from the process map or the disk cache; 0: compiled now */
     int loaded;           /* 1: loaded onto the device */
-    double generate_ms;   /* source generation */
+    double generate_ms;   /* source generation and its key (0 when the spec was asked before) */
     double compile_ms;    /* NVRTC, when compiled now; else the stored compile time */
     double lookup_ms;     /* cache lookup (and load onto the device when loaded) */
     int registers;        /* per thread, main kernel (from the ptxas log) */

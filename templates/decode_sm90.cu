@@ -86,8 +86,11 @@ constexpr bool kPvInFlight = cfg::kPvInFlight;
 static_assert(!kPvInFlight || (kPairCtas > 1 && !kExactScalesOnly), "P V in flight: the pair's score registers");
 
 enum NamedBarrier {
-    kBarKFull = 1, kBarKEmpty = 3, kBarPReady = 5, kBarPFree = 6, kBarRowStats = 7, kBarRoundStored = 8, kBarQReady = 9
+    kBarKFull = 1, kBarKEmpty = 3, kBarPReady = 5, kBarPFree = 6, kBarRowStats = 7, kBarRoundStored = 8, kBarQReady = 9,
+    kBarEnd
 };
+static_assert(kBarKFull + 2 <= kBarKEmpty && kBarKEmpty + 2 <= kBarPReady, "an id per K buffer (two)");
+static_assert(kBarEnd <= kHardwareNamedBarriers, "more named barriers than a CTA has");
 
 // CTA pair: which rounds of a tile this CTA's producer gathers, and the exchange.
 constexpr int kRoundsGathered = kRoundsPerTile / kPairCtas;       // per producer and tile

@@ -127,8 +127,11 @@ static_assert(kConsumerRegisters + kProducerGroups * kProducerRegisters <= (1 + 
               "setmaxnreg: the increase must be covered by the decreases");
 
 enum NamedBarrier {
-    kBarKFull = 1, kBarKEmpty = 3, kBarColumns = 5, kBarPReady = 6, kBarStaged = 7, kBarQReady = 8, kBarRingRead = 9
+    kBarKFull = 1, kBarKEmpty = 3, kBarColumns = 5, kBarPReady = 6, kBarStaged = 7, kBarQReady = 8, kBarRingRead = 9,
+    kBarEnd = kBarRingRead + kProducerGroups
 };
+static_assert(kBarKFull + 2 <= kBarKEmpty && kBarKEmpty + 2 <= kBarColumns, "an id per K buffer (two)");
+static_assert(kBarEnd <= kHardwareNamedBarriers, "more named barriers than a CTA has");
 
 static_assert(cfg::kThreads == kCtaThreads, "the generator's thread count must match the roles");
 static_assert(kHeadsN % 8 == 0 && kHeadsN >= 8 && kHeadsN <= 32, "wgmma N: a head group of 8-32 heads");

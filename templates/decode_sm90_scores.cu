@@ -97,8 +97,12 @@ static_assert(kValueRegisters + kScoreGroups * kScoreRegisters + kCopierRegister
 enum Role { kValueGroup = 0, kFirstScoreGroup = 1, kCopierGroup = 1 + kScoreGroups };
 enum NamedBarrier {
     kBarColumns = 1, kBarMaxPublished = 3, kBarPReady = 5, kBarVEmpty = 7, kBarQReady = 9, kBarStats = 10,
-    kBarStaged = 11, kBarScalesChecked = 12
+    kBarStaged = 11, kBarScalesChecked = 12, kBarEnd = kBarScalesChecked + kScoreGroups
 };
+static_assert(kBarColumns + kScoreGroups <= kBarMaxPublished && kBarMaxPublished + kScoreGroups <= kBarPReady &&
+                  kBarPReady + kScoreGroups <= kBarVEmpty && kBarVEmpty + kScoreGroups <= kBarQReady,
+              "an id per score group");
+static_assert(kBarEnd <= kHardwareNamedBarriers, "more named barriers than a CTA has");
 // The ring slot's two parts (see the top): part 1 holds the codes of the first
 // kPart1Blocks blocks, the row's first bytes; part 0 the rest of the row.
 constexpr int kRingParts = 2;

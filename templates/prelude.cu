@@ -13,36 +13,9 @@ struct __align__(16) U32x4 { u32 x, y, z, w; };
 struct __align__(8) U32x2 { u32 x, y; };
 struct __align__(16) F32x4 { float x, y, z, w; };
 
-// The host's mlajit_decode_params (src/codegen/kernel_abi.h), field for field.
-struct DecodeParams {
-    const u16* q;
-    i64 q_stride_b, q_stride_s, q_stride_h;
-    const u8* kv;
-    i64 kv_page_stride;
-    i64 kv_num_slots;
-    const int* indices;
-    i64 indices_stride_b, indices_stride_s;
-    const int* topk_length;
-    const float* attn_sink;
-    const u8* extra_kv;
-    i64 extra_page_stride;
-    i64 extra_num_slots;
-    const int* extra_indices;
-    i64 extra_indices_stride_b, extra_indices_stride_s;
-    const int* extra_topk_length;
-    u16* out;
-    i64 out_stride_b, out_stride_s, out_stride_h;
-    float* lse;
-    i64 lse_stride_b, lse_stride_s, lse_stride_h;
-    float* partial_out;
-    float* partial_lse;
-    float sm_scale_log2;
-    int batch, s_q, topk, extra_topk;
-    int num_splits, tiles_per_split;
-    int release_dependent_early;
-    int prefetch_evict_last;
-};
-static_assert(sizeof(DecodeParams) == cfg::kParamsBytes, "DecodeParams drifted from mlajit_decode_params");
+// DecodeParams, the kernels' parameter block, comes before this file: the
+// generator writes it from src/codegen/kernel_abi.h's list of fields, each
+// offset checked against the host's struct.
 
 __device__ __forceinline__ float bits_to_float(u32 b) { float f; asm("mov.b32 %0, %1;" : "=f"(f) : "r"(b)); return f; }
 __device__ __forceinline__ u32 float_to_bits(float f) { u32 b; asm("mov.b32 %0, %1;" : "=r"(b) : "f"(f)); return b; }

@@ -73,6 +73,11 @@ __device__ __forceinline__ void fence_smem_for_async_proxy()
     asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
 }
 
+// The named barriers a CTA has: ids 0-15, 0 being __syncthreads'. Each kernel's
+// NamedBarrier enum ends with kBarEnd, one past the last id it uses, checked
+// against this.
+constexpr int kHardwareNamedBarriers = 16;
+
 __device__ __forceinline__ void named_barrier_sync(int id, int threads)
 {
     asm volatile("bar.sync %0, %1;\n" :: "r"(id), "r"(threads) : "memory");

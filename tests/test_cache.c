@@ -74,6 +74,10 @@ static mlajit_cache_entry make_entry(unsigned seed, size_t cubin_size)
     e.registers = 168 + (int)seed;
     e.shared_bytes = 65536 + (int)seed;
     e.spill_bytes = (int)seed % 7;
+    e.launch = (mlajit_launch_record){.threads = 384 + (int)seed, .smem_bytes = 201040 + (int)seed,
+                                      .combine_threads = 128 + (int)seed, .combine_smem_bytes = 65536 - (int)seed,
+                                      .cluster_dims = {1, 1 + (int)seed % 2, 1},
+                                      .params_layout_hash = 0x0123456789abcdefull * (seed + 1)};
     e.created_unix = 1700000000ull + seed;
     e.cubin_size = cubin_size;
     e.cubin = malloc(cubin_size ? cubin_size : 1);
@@ -93,6 +97,7 @@ static void assert_entries_equal(const mlajit_cache_entry *got, const mlajit_cac
     cr_assert_eq(got->registers, want->registers);
     cr_assert_eq(got->shared_bytes, want->shared_bytes);
     cr_assert_eq(got->spill_bytes, want->spill_bytes);
+    cr_assert_eq(memcmp(&got->launch, &want->launch, sizeof got->launch), 0, "the launch record differs");
     cr_assert_eq(got->created_unix, want->created_unix);
     cr_assert_eq(got->cubin_size, want->cubin_size);
     cr_assert_not_null(got->cubin);
@@ -101,11 +106,10 @@ static void assert_entries_equal(const mlajit_cache_entry *got, const mlajit_cac
 
 static mlajit_cache_key key_of(unsigned n)
 {
-    char spec[64];
-    snprintf(spec, sizeof spec, "spec-%u", n);
+    char source[64];
+    snprintf(source, sizeof source, "constexpr int kSource = %u;", n);
     mlajit_key_inputs in = {
-        .generator_version = "gen-1", .templates_hash = 42, .spec_string = spec,
-        .arch = "sm_90a", .nvrtc_major = 12, .nvrtc_minor = 8, .compile_options = "-O3",
+        .source = source, .arch = "sm_90a", .nvrtc_major = 12, .nvrtc_minor = 8, .compile_options = "-O3",
     };
     return mlajit_cache_key_make(&in);
 }
@@ -126,17 +130,17 @@ static void rewrite_header_checksum(uint8_t *value)
         value[h - 8 + i] = (uint8_t)(sum >> (8 * i));
 }
 
-/* Plant raw bytes under key, expect CORRUPT with a message, then repair with a put. */
-static void expect_corrupt_then_repair(mlajit_store *store, const mlajit_cache_key *key,
-                                       const void *raw, size_t raw_len, const mlajit_cache_entry *good,
-                                       const char *what)
+/* Plant raw bytes under key, expect the refusal (CORRUPT, or STALE for an intact
+ * entry of another format) with a message, then repair with a put. */
+static void expect_refused_then_repair(mlajit_store *store, const mlajit_cache_key *key, const void *raw,
+                                       size_t raw_len, const mlajit_cache_entry *good, const char *what, int refusal)
 {
     cr_assert_eq(mlajit_store_put_raw(store, key, raw, raw_len), MLAJIT_OK, "%s: put_raw: %s", what,
                  mlajit_last_error());
     mlajit_cache_entry got;
     mlajit_clear_error();
     int status = mlajit_store_get(store, key, &got);
-    cr_assert_eq(status, MLAJIT_ERR_CORRUPT, "%s: get returned %d, want CORRUPT", what, status);
+    cr_assert_eq(status, refusal, "%s: get returned %d, want %d", what, status, refusal);
     cr_assert_gt(strlen(mlajit_last_error()), 0, "%s: no error message", what);
     cr_assert_null(got.cubin, "%s: a failed get must not hand back a cubin", what);
 
@@ -148,6 +152,12 @@ static void expect_corrupt_then_repair(mlajit_store *store, const mlajit_cache_k
     mlajit_cache_entry_clear(&got);
 }
 
+static void expect_corrupt_then_repair(mlajit_store *store, const mlajit_cache_key *key, const void *raw,
+                                       size_t raw_len, const mlajit_cache_entry *good, const char *what)
+{
+    expect_refused_then_repair(store, key, raw, raw_len, good, what, MLAJIT_ERR_CORRUPT);
+}
+
 /* ------------------------------------------------------------------------- */
 /* Keys                                                                       */
 /* ------------------------------------------------------------------------- */
@@ -155,9 +165,7 @@ static void expect_corrupt_then_repair(mlajit_store *store, const mlajit_cache_k
 static mlajit_key_inputs base_inputs(void)
 {
     mlajit_key_inputs in = {
-        .generator_version = "mlajit-gen-0.1.0",
-        .templates_hash = 0x0123456789abcdefull,
-        .spec_string = "v32.h128.p64.t64.hc32.portable.sm_90a",
+        .source = "#define MLAJIT_SPEC \"v32.h128.p64.t64.hc32.portable.sm_90a\"\nnamespace cfg {\n}\n",
         .arch = "sm_90a",
         .nvrtc_major = 12,
         .nvrtc_minor = 8,
@@ -169,22 +177,19 @@ static mlajit_key_inputs base_inputs(void)
 Test(cache, key_equal_for_equal_inputs_at_distinct_pointers)
 {
     mlajit_key_inputs a = base_inputs();
-    char *gen = strdup(a.generator_version), *spec = strdup(a.spec_string), *arch = strdup(a.arch),
-         *opts = strdup(a.compile_options);
-    cr_assert(gen && spec && arch && opts);
+    char *source = strdup(a.source), *arch = strdup(a.arch), *opts = strdup(a.compile_options);
+    cr_assert(source && arch && opts);
     mlajit_key_inputs b = a;
-    b.generator_version = gen;
-    b.spec_string = spec;
+    b.source = source;
     b.arch = arch;
     b.compile_options = opts;
-    cr_assert_neq(a.spec_string, b.spec_string);
+    cr_assert_neq(a.source, b.source);
 
     mlajit_cache_key ka = mlajit_cache_key_make(&a), kb = mlajit_cache_key_make(&b);
     cr_assert_eq(ka.hi, kb.hi);
     cr_assert_eq(ka.lo, kb.lo);
     cr_assert(ka.hi != 0 || ka.lo != 0);
-    free(gen);
-    free(spec);
+    free(source);
     free(arch);
     free(opts);
 }
@@ -195,9 +200,9 @@ Test(cache, key_changes_with_every_input)
     mlajit_key_inputs variants[VARIANTS];
     for (int i = 0; i < VARIANTS; i++)
         variants[i] = base_inputs();
-    variants[1].generator_version = "mlajit-gen-0.1.1";
-    variants[2].templates_hash ^= 1;
-    variants[3].spec_string = "v32.h128.p64.t64.hc16.portable.sm_90a";
+    variants[1].source = "#define MLAJIT_SPEC \"v32.h128.p64.t64.hc16.portable.sm_90a\"\nnamespace cfg {\n}\n";
+    variants[2].source = "#define MLAJIT_SPEC \"v32.h128.p64.t64.hc32.portable.sm_90a\"\nnamespace cfg {\n}\n\n";
+    variants[3].source = "";
     variants[4].arch = "sm_80";
     variants[5].nvrtc_major = 13;
     variants[6].nvrtc_minor = 9;
@@ -214,17 +219,17 @@ Test(cache, key_changes_with_every_input)
 Test(cache, key_separates_adjacent_strings)
 {
     mlajit_key_inputs a = base_inputs(), b = base_inputs();
-    a.generator_version = "ab";
-    a.spec_string = "c";
-    b.generator_version = "a";
-    b.spec_string = "bc";
+    a.source = "ab";
+    a.arch = "c";
+    b.source = "a";
+    b.arch = "bc";
     cr_assert(!keys_equal(mlajit_cache_key_make(&a), mlajit_cache_key_make(&b)));
 
     mlajit_key_inputs c = base_inputs(), d = base_inputs();
-    c.spec_string = "ab";
-    c.arch = "c";
-    d.spec_string = "a";
-    d.arch = "bc";
+    c.arch = "ab";
+    c.compile_options = "c";
+    d.arch = "a";
+    d.compile_options = "bc";
     cr_assert(!keys_equal(mlajit_cache_key_make(&c), mlajit_cache_key_make(&d)));
 
     mlajit_key_inputs e = base_inputs(), f = base_inputs();
@@ -370,12 +375,18 @@ Test(cache, decode_names_the_failed_check)
     uint8_t *bytes = value;
     mlajit_cache_entry got;
 
-    /* A newer format version with a valid header checksum is still refused. */
-    bytes[8] = 2;
+    /* A newer format version with a valid header checksum is refused as stale;
+     * without one, as damage. */
+    bytes[8] = 3;
     rewrite_header_checksum(bytes);
+    cr_assert_eq(mlajit_cache_entry_decode(bytes, len, &got), MLAJIT_CACHE_STALE);
+    cr_assert_not_null(strstr(mlajit_last_error(), "format version 3 (written by a newer mlajit)"), "message: %s",
+                       mlajit_last_error());
+    bytes[20] ^= 0x01;
     cr_assert_eq(mlajit_cache_entry_decode(bytes, len, &got), MLAJIT_ERR_CORRUPT);
-    cr_assert_not_null(strstr(mlajit_last_error(), "version"), "message: %s", mlajit_last_error());
-    bytes[8] = 1;
+    cr_assert_not_null(strstr(mlajit_last_error(), "header checksum"), "message: %s", mlajit_last_error());
+    bytes[20] ^= 0x01;
+    bytes[8] = 2;
     rewrite_header_checksum(bytes);
     cr_assert_eq(mlajit_cache_entry_decode(bytes, len, &got), MLAJIT_OK);
     mlajit_cache_entry_clear(&got);
@@ -440,7 +451,7 @@ Test(cache, decode_survives_random_garbage)
             bytes[i] = (uint8_t)next_random(&rng);
         /* Every other buffer gets a valid prefix so the parse goes deeper. */
         if (len >= 16 && len % 2 == 0) {
-            memcpy(bytes, "MLAJITC1\x01\0\0\0", 12);
+            memcpy(bytes, "MLAJITC1\x02\0\0\0", 12);
             size_t h = 16 + next_random(&rng) % (len - 15);
             bytes[12] = (uint8_t)h;
             bytes[13] = (uint8_t)(h >> 8);
@@ -618,8 +629,9 @@ Test(cache, corrupted_entries_are_reported_and_repaired)
 
     memcpy(bad, value, len);
     bad[8] = 7;
+    expect_corrupt_then_repair(store, &key, bad, len, &good, "wrong version, header checksum failing");
     rewrite_header_checksum(bad);
-    expect_corrupt_then_repair(store, &key, bad, len, &good, "wrong version");
+    expect_refused_then_repair(store, &key, bad, len, &good, "another version, intact", MLAJIT_CACHE_STALE);
 
     expect_corrupt_then_repair(store, &key, NULL, 0, &good, "zero-length value");
 

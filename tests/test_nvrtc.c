@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "cache/store.h"
+#include "codegen/codegen.h"
 #include "mlajit.h"
 #include "runtime/cubin.h"
 #include "runtime/driver.h"
@@ -42,13 +43,12 @@ static void compile_variant_ok(mlajit_model model, int h, int page, int extra_pa
     if (variant == MLAJIT_VARIANT_SM90_STAGED)
         cr_expect(strstr(src, "wgmma.mma_async") && strstr(src, "kStagedOutput = true"), "%s: sm90, staged", name);
     if (variant == MLAJIT_VARIANT_SM90_NARROW)
-        cr_expect(strstr(src, "decode_sm90_narrow.cu") && strstr(name, ".sm90-narrow.sm_90a"), "%s: the narrow kernel",
-                  name);
+        cr_expect(strstr(src, "kBarRingRead") && strstr(name, ".sm90-narrow.sm_90a"), "%s: the narrow kernel", name);
     if (variant == MLAJIT_VARIANT_SM90_NARROW_SCORES)
-        cr_expect(strstr(src, "decode_sm90_scores.cu") && strstr(name, ".sm90-narrow-scores.sm_90a"),
+        cr_expect(strstr(src, "kBarScalesChecked") && strstr(name, ".sm90-narrow-scores.sm_90a"),
                   "%s: the scores kernel (it fits here, so it is not sm90-narrow)", name);
     if (variant == MLAJIT_VARIANT_SM90_NARROW_LONG)
-        cr_expect(strstr(src, "decode_sm90_narrow.cu") && strstr(src, "kProducerGroups = 3") &&
+        cr_expect(strstr(src, "kBarRingRead") && strstr(src, "kProducerGroups = 3") &&
                       strstr(name, ".sm90-narrow-long.sm_90a"),
                   "%s: the narrow kernel with three producer groups", name);
     mlajit_compiled c;
@@ -442,4 +442,89 @@ Test(prepare, unwritable_cache_dir_still_compiles, .timeout = 300)
     mlajit_kernel_report r;
     cr_expect_eq(mlajit_kernel_prepare(ctx, &s, &r), MLAJIT_OK, "%s", mlajit_last_error());
     mlajit_context_destroy(ctx);
+}
+
+/* One list makes both parameter structs (src/codegen/kernel_abi.h), and the
+ * emitted one checks every field's offset against the host's. Simulating the
+ * drift that list rules out - the CUDA struct with two fields of one type
+ * swapped, which the old size-only check let through - NVRTC refuses the source,
+ * naming the field; the source as generated compiles (the tests above). The C
+ * side's checks get the same test from tests/test_params_abi.py. */
+static void expect_swap_refused(const char *first, const char *second, const char *named)
+{
+    mlajit_kernel_spec s;
+    mlajit_spec_init(&s, MLAJIT_MODEL_V32, 16, 64);
+    strcpy(s.arch, "sm_90a");
+    char *src;
+    cr_assert_eq(mlajit_generate_source(&s, &src), MLAJIT_OK, "%s", mlajit_last_error());
+    char *a = strstr(src, first), *b = strstr(src, second);
+    const char *block = strstr(src, "struct DecodeParams {\n");
+    cr_assert(block && a && b && a > block && b > a, "the emitted struct declares %s then %s", first, second);
+    size_t la = strlen(first), lb = strlen(second);
+    cr_assert(a + la <= b, "the two lines do not overlap");
+    /* rebuild the text with the two lines exchanged */
+    size_t n = strlen(src);
+    char *swapped = malloc(n + 1);
+    cr_assert_not_null(swapped);
+    size_t pa = (size_t)(a - src), pb = (size_t)(b - src);
+    memcpy(swapped, src, pa);
+    memcpy(swapped + pa, second, lb);
+    memcpy(swapped + pa + lb, a + la, pb - pa - la);
+    memcpy(swapped + pb - la + lb, first, la);
+    memcpy(swapped + pb + lb, b + lb, n - pb - lb + 1);
+    cr_assert_eq(strlen(swapped), n);
+    mlajit_compiled c;
+    int rc = mlajit_nvrtc_compile(swapped, "swapped_params", "sm_90a", &c);
+    cr_expect_eq(rc, MLAJIT_ERR_COMPILE, "%s swapped with %s must not compile", first, second);
+    cr_expect(strstr(mlajit_last_error(), named) != NULL, "the error names the field (%s): %s", named,
+              mlajit_last_error());
+    if (rc == MLAJIT_OK)
+        mlajit_compiled_free(&c);
+    free(swapped);
+    mlajit_free(src);
+}
+
+Test(params, a_cuda_struct_with_two_fields_swapped_does_not_compile, .timeout = 120)
+{
+    expect_swap_refused("    long long q_stride_b;\n", "    long long q_stride_s;\n",
+                        "DecodeParams::q_stride_b is not at the host's byte 8");
+    expect_swap_refused("    int batch;\n", "    int s_q;\n", "DecodeParams::batch is not at the host's byte 236");
+    expect_swap_refused("    const unsigned char * kv;\n", "    long long kv_page_stride;\n",
+                        "DecodeParams::kv is not at the host's byte 32");
+}
+
+/* Each wgmma kernel's named barriers end with kBarEnd, checked against the 16 a
+ * CTA has: an id moved past them does not compile. */
+static void expect_barrier_overflow_refused(mlajit_variant variant, int h_q, const char *from, const char *to)
+{
+    mlajit_kernel_spec s;
+    mlajit_spec_init(&s, MLAJIT_MODEL_V32, h_q, 64);
+    s.variant = variant;
+    strcpy(s.arch, "sm_90a");
+    char *src;
+    cr_assert_eq(mlajit_generate_source(&s, &src), MLAJIT_OK, "%s", mlajit_last_error());
+    char *at = strstr(src, from);
+    cr_assert_not_null(at, "%s: the enum has %s", mlajit_variant_name(variant), from);
+    size_t n = strlen(src), lf = strlen(from), lt = strlen(to);
+    char *moved = malloc(n - lf + lt + 1);
+    cr_assert_not_null(moved);
+    memcpy(moved, src, (size_t)(at - src));
+    memcpy(moved + (at - src), to, lt);
+    strcpy(moved + (at - src) + lt, at + lf);
+    mlajit_compiled c;
+    int rc = mlajit_nvrtc_compile(moved, "barriers", "sm_90a", &c);
+    cr_expect_eq(rc, MLAJIT_ERR_COMPILE, "%s with %s must not compile", mlajit_variant_name(variant), to);
+    cr_expect(strstr(mlajit_last_error(), "more named barriers than a CTA has") != NULL, "%s", mlajit_last_error());
+    if (rc == MLAJIT_OK)
+        mlajit_compiled_free(&c);
+    free(moved);
+    mlajit_free(src);
+}
+
+Test(params, named_barriers_past_the_sixteen_do_not_compile, .timeout = 120)
+{
+    expect_barrier_overflow_refused(MLAJIT_VARIANT_SM90, 128, "kBarQReady = 9,", "kBarQReady = 16,");
+    expect_barrier_overflow_refused(MLAJIT_VARIANT_SM90_NARROW, 16, "kBarRingRead = 9,", "kBarRingRead = 15,");
+    expect_barrier_overflow_refused(MLAJIT_VARIANT_SM90_NARROW_SCORES, 8, "kBarScalesChecked = 12,",
+                                    "kBarScalesChecked = 15,");
 }

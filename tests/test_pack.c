@@ -29,105 +29,8 @@
 #include "mlajit.h"
 #include "runtime/runtime.h"
 
-/* ------------------------------------------------------------------------- */
-/* Fixture and helpers                                                        */
-/* ------------------------------------------------------------------------- */
-
-static char root[64];
-
-static int remove_one(const char *path, const struct stat *st, int flag, struct FTW *ftw)
-{
-    (void)st;
-    (void)flag;
-    (void)ftw;
-    return remove(path);
-}
-
-static void make_root(void)
-{
-    strcpy(root, "/tmp/mlajit-test-pack-XXXXXX");
-    cr_assert_not_null(mkdtemp(root));
-    chmod(root, 0755); /* tests that drop to another user must reach inside */
-    /* Warnings are what several tests check; the suite's environment silences them. */
-    setenv("MLAJIT_LOG", "warn", 1);
-    unsetenv("MLAJIT_PACKS");
-    unsetenv("MLAJIT_DISABLE_JIT");
-}
-
-static void remove_root(void)
-{
-    if (root[0]) {
-        char cmd[128];
-        snprintf(cmd, sizeof cmd, "chmod -R u+w '%s' 2>/dev/null", root);
-        if (system(cmd) != 0) { /* best effort */
-        }
-        nftw(root, remove_one, 16, FTW_DEPTH | FTW_PHYS);
-    }
-    root[0] = '\0';
-}
-
-/* A path under the test's root, in one of 16 rotating buffers (copy it to keep it longer). */
-static const char *path_in_root(const char *name)
-{
-    static _Thread_local char bufs[16][512];
-    static _Thread_local int next;
-    char *b = bufs[next++ & 15];
-    snprintf(b, sizeof bufs[0], "%s/%s", root, name);
-    return b;
-}
-
-/* stderr into a file for the length of a block, to count warnings. */
-static int saved_stderr = -1;
-static char capture_path[600]; /* "" = root/stderr.txt */
-
-static void capture_begin(void)
-{
-    fflush(stderr);
-    if (!capture_path[0])
-        snprintf(capture_path, sizeof capture_path, "%s", path_in_root("stderr.txt"));
-    int fd = open(capture_path, O_CREAT | O_TRUNC | O_WRONLY, 0644);
-    saved_stderr = dup(2);
-    if (fd >= 0) {
-        dup2(fd, 2);
-        close(fd);
-    }
-}
-
-/* The captured text (static buffer). */
-static const char *capture_end(void)
-{
-    static char text[16384];
-    fflush(stderr);
-    dup2(saved_stderr, 2);
-    close(saved_stderr);
-    FILE *f = fopen(capture_path, "r");
-    size_t n = f ? fread(text, 1, sizeof text - 1, f) : 0;
-    if (f)
-        fclose(f);
-    text[n] = '\0';
-    return text;
-}
-
-static int count_of(const char *text, const char *needle)
-{
-    int n = 0;
-    for (const char *p = strstr(text, needle); p; p = strstr(p + 1, needle))
-        n++;
-    return n;
-}
-
-/* A context without a device: it compiles and caches, never loads. */
-static mlajit_context *context_on(const char *cache_dir, const char *packs, unsigned flags)
-{
-    mlajit_context_options o = {
-        .cache_dir = cache_dir,
-        .flags = MLAJIT_CONTEXT_NO_DEVICE | flags | (cache_dir ? 0u : MLAJIT_CONTEXT_NO_DISK_CACHE),
-        .packs = packs ? packs : "",
-    };
-    mlajit_context *ctx = NULL;
-    cr_assert_eq(mlajit_context_create(&o, &ctx), MLAJIT_OK, "%s", mlajit_last_error());
-    return ctx;
-}
+#define LOOKUP_FIXTURE_ROOT "/tmp/mlajit-test-pack-XXXXXX"
+#include "lookup_fixture.h"
 
 static mlajit_kernel_spec spec_of(mlajit_model model, int h_q, int page, unsigned features)
 {
@@ -148,13 +51,18 @@ static mlajit_cache_key key_for(mlajit_context *ctx, const mlajit_kernel_spec *s
     return key;
 }
 
-/* A made-up cubin of size bytes for spec_string (owned by the caller). */
+/* A made-up cubin of size bytes for spec_string (owned by the caller), with the
+ * launch record this generator expects for the spec. */
 static mlajit_cache_entry fake_entry(const char *spec_string, unsigned seed, size_t size)
 {
     mlajit_cache_entry e;
     memset(&e, 0, sizeof e);
     snprintf(e.spec_string, sizeof e.spec_string, "%s", spec_string);
-    snprintf(e.entry_names, sizeof e.entry_names, "%s,%s", MLAJIT_ENTRY_MAIN, MLAJIT_ENTRY_COMBINE);
+    snprintf(e.entry_names, sizeof e.entry_names, "%s", MLAJIT_ENTRY_NAMES);
+    mlajit_kernel_spec s, r;
+    cr_assert_eq(mlajit_spec_parse(spec_string, &s), MLAJIT_OK, "%s", mlajit_last_error());
+    cr_assert_eq(mlajit_spec_resolve(&s, &r), MLAJIT_OK, "%s", mlajit_last_error());
+    cr_assert_eq(mlajit_spec_launch_record(&r, &e.launch), MLAJIT_OK, "%s", mlajit_last_error());
     e.compile_ms = 500 + seed;
     e.registers = 100 + (int)seed % 50;
     e.created_unix = 1700000000u + seed;
@@ -185,8 +93,7 @@ static mlajit_pack_manifest this_recipe(mlajit_context *ctx)
     mlajit_pack_manifest m;
     memset(&m, 0, sizeof m);
     snprintf(m.tool, sizeof m.tool, "mlajit %s", MLAJIT_VERSION_STRING);
-    snprintf(m.generator, sizeof m.generator, "%s", MLAJIT_GENERATOR_VERSION);
-    m.templates_hash = ctx->templates_hash;
+    snprintf(m.key_recipe, sizeof m.key_recipe, "%s", MLAJIT_KEY_RECIPE);
     m.nvrtc_major = ctx->nvrtc_major;
     m.nvrtc_minor = ctx->nvrtc_minor;
     return m;
@@ -385,8 +292,7 @@ Test(pack, write_open_get_and_verify_round_trip)
     const mlajit_pack_manifest *m = mlajit_pack_manifest_of(pack);
     cr_expect_eq(m->kernel_count, 3u);
     cr_expect_str_eq(m->archs, "sm_90a");
-    cr_expect_str_eq(m->generator, MLAJIT_GENERATOR_VERSION);
-    cr_expect_eq(m->templates_hash, k->templates_hash);
+    cr_expect_str_eq(m->key_recipe, MLAJIT_KEY_RECIPE);
     cr_expect(strstr(m->tool, MLAJIT_VERSION_STRING) != NULL);
     cr_expect_gt(m->created_unix, 1700000000u);
     cr_expect(mlajit_pack_has_arch(pack, "sm_90a"));
@@ -422,7 +328,7 @@ Test(pack, manifest_round_trip_and_strict_parsing)
     mlajit_pack_kernel kernels[2] = {{{1, 2}, "v32.h8.p64.t64.hc16.portable.sm_90a"},
                                      {{3, 4}, "dsv4.h16.p64.t64.hc16.portable.sm_90a"}};
     mlajit_pack_manifest m = {.format_version = MLAJIT_PACK_FORMAT_VERSION, .tool = "mlajit 0.1.0",
-                              .generator = "gen-1", .templates_hash = 0x0123456789abcdefull,
+                              .key_recipe = "mlajit-key-0",
                               .nvrtc_major = 13, .nvrtc_minor = 0, .created_unix = 1764522000u,
                               .archs = "sm_90a", .kernel_count = 2, .kernels = kernels};
     char *text;
@@ -458,9 +364,10 @@ Test(pack, manifest_round_trip_and_strict_parsing)
     cr_expect_eq(mlajit_pack_manifest_parse(longer, len + 2, &back), MLAJIT_ERR_CORRUPT);
     free(longer);
     /* another format version is named in the message */
-    text[12] = '2';
+    cr_assert_eq(text[12], '0' + MLAJIT_PACK_FORMAT_VERSION, "%.16s", text);
+    text[12] = '1';
     cr_expect_eq(mlajit_pack_manifest_parse(text, len, &back), MLAJIT_ERR_CORRUPT);
-    cr_expect(strstr(mlajit_last_error(), "format version 2") != NULL, "%s", mlajit_last_error());
+    cr_expect(strstr(mlajit_last_error(), "format version 1") != NULL, "%s", mlajit_last_error());
     free(text);
 }
 
@@ -654,11 +561,8 @@ Test(lookup, pack_from_another_recipe_or_arch_is_skipped_with_a_warning)
 {
     mlajit_context *k = keyer();
     mlajit_pack_manifest other = this_recipe(k);
-    snprintf(other.generator, sizeof other.generator, "mlajit-codegen-0");
-    write_fake_pack(path_in_root("old-generator.pack"), k, three_specs(), 1, &other);
-    other = this_recipe(k);
-    other.templates_hash ^= 1;
-    write_fake_pack(path_in_root("old-templates.pack"), k, three_specs(), 1, &other);
+    snprintf(other.key_recipe, sizeof other.key_recipe, "mlajit-key-1");
+    write_fake_pack(path_in_root("old-recipe.pack"), k, three_specs(), 1, &other);
     other = this_recipe(k);
     other.nvrtc_minor += 1;
     write_fake_pack(path_in_root("other-nvrtc.pack"), k, three_specs(), 1, &other);
@@ -668,17 +572,16 @@ Test(lookup, pack_from_another_recipe_or_arch_is_skipped_with_a_warning)
     write_file(path_in_root("junk.pack"), (const uint8_t *)"not a pack", 10);
 
     char list[2600];
-    snprintf(list, sizeof list, "%s:%s:%s:%s:%s:%s", path_in_root("old-generator.pack"),
-             path_in_root("old-templates.pack"), path_in_root("other-nvrtc.pack"), path_in_root("sm100.pack"),
-             path_in_root("junk.pack"), path_in_root("missing.pack"));
+    snprintf(list, sizeof list, "%s:%s:%s:%s:%s", path_in_root("old-recipe.pack"), path_in_root("other-nvrtc.pack"),
+             path_in_root("sm100.pack"), path_in_root("junk.pack"), path_in_root("missing.pack"));
     capture_begin();
     mlajit_context *ctx = context_on(NULL, list, MLAJIT_CONTEXT_NO_JIT);
     const char *err = capture_end();
     mlajit_context_info info;
     mlajit_context_get_info(ctx, &info);
     cr_expect_eq(info.pack_count, 0, "no pack can serve this context");
-    cr_expect_eq(count_of(err, "warning:"), 6, "one warning per pack:\n%s", err);
-    cr_expect(strstr(err, "generator mlajit-codegen-0") != NULL, "%s", err);
+    cr_expect_eq(count_of(err, "warning:"), 5, "one warning per pack:\n%s", err);
+    cr_expect(strstr(err, "key recipe mlajit-key-1") != NULL, "%s", err);
     cr_expect(strstr(err, "holds kernels for sm_100a; this context targets sm_90a") != NULL, "%s", err);
     cr_expect(strstr(err, "junk.pack") != NULL, "%s", err);
     cr_expect_eq(mlajit_kernel_prepare(ctx, &three_specs()[0], NULL), MLAJIT_ERR_NOT_FOUND,
@@ -753,10 +656,6 @@ Test(lookup, keys_are_content_not_places)
     /* what the kernel is made from does change the key */
     char spec_string[128];
     mlajit_cache_key base = key_for(ctx, &three_specs()[0], spec_string), changed;
-    ctx->templates_hash ^= 1; /* a template edit */
-    changed = key_for(ctx, &three_specs()[0], spec_string);
-    cr_expect(changed.hi != base.hi || changed.lo != base.lo, "templates enter the key");
-    ctx->templates_hash ^= 1;
     ctx->nvrtc_minor += 1; /* another NVRTC */
     changed = key_for(ctx, &three_specs()[0], spec_string);
     cr_expect(changed.hi != base.hi || changed.lo != base.lo, "the NVRTC version enters the key");

@@ -421,6 +421,76 @@ Test(launch, a_split_plan_launches_the_main_kernel_then_the_combine)
     split_call_close(&c);
 }
 
+/* A cached kernel whose launch record is not the generator's (a real cubin under
+ * the kernel's key with an older geometry, as a build before a layout change
+ * stored it) is never loaded or launched: it is refused as stale, the kernel is
+ * recompiled and stored over it, and the launch takes the generator's geometry. */
+Test(launch, a_stale_cached_kernel_is_recompiled_never_loaded)
+{
+    char dir[] = "/tmp/mlajit-runtime-stale-XXXXXX";
+    cr_assert_not_null(mkdtemp(dir));
+    mlajit_kernel_spec s = v32_spec(64), other = v32_spec(16), r;
+    s.variant = MLAJIT_VARIANT_SM90;
+    strcpy(s.arch, "sm_90a");
+    strcpy(other.arch, "sm_90a");
+    /* the forged entry: another kernel's real cubin, this kernel's key, 128 threads more */
+    mlajit_context *shared = open_context(0);
+    const mlajit_kernel *donor;
+    cr_assert_eq(mlajit_kernel_acquire(shared, &other, 0, &donor, NULL), MLAJIT_OK, "%s", mlajit_last_error());
+    cr_assert_eq(mlajit_spec_resolve(&s, &r), MLAJIT_OK, "%s", mlajit_last_error());
+    mlajit_cache_key key;
+    char spec_string[128];
+    cr_assert_eq(mlajit_kernel_key(shared, &r, &key, spec_string, sizeof spec_string), MLAJIT_OK);
+    mlajit_cache_entry stale;
+    mlajit_kernel_entry_of(donor, &stale);
+    snprintf(stale.spec_string, sizeof stale.spec_string, "%s", spec_string);
+    cr_assert_eq(mlajit_spec_launch_record(&r, &stale.launch), MLAJIT_OK);
+    stale.launch.threads += 128;
+    mlajit_store *st;
+    cr_assert_eq(mlajit_store_open(dir, 0, &st), MLAJIT_OK, "%s", mlajit_last_error());
+    cr_assert_eq(mlajit_store_put(st, &key, &stale), MLAJIT_OK, "%s", mlajit_last_error());
+    mlajit_store_close(st);
+    size_t stale_bytes = stale.cubin_size;
+    mlajit_context_destroy(shared);
+    fake_cuda_counts before = fake_cuda_counts_get();
+
+    mlajit_context_options o = {.cache_dir = dir, .packs = ""};
+    mlajit_context *ctx;
+    cr_assert_eq(mlajit_context_create(&o, &ctx), MLAJIT_OK, "%s", mlajit_last_error());
+    mlajit_decode_shape shape = {.batch = 4, .s_q = 1, .topk = 2048};
+    mlajit_plan *plan;
+    cr_assert_eq(mlajit_plan_create(ctx, &s, &shape, &plan), MLAJIT_OK, "%s", mlajit_last_error());
+    const mlajit_kernel *k = plan->kernel;
+    cr_expect_str_eq(k->report.spec, spec_string);
+    cr_expect_eq(k->report.source, MLAJIT_SOURCE_COMPILED, "the stale entry was not taken");
+    cr_expect_neq(k->cubin_size, stale_bytes);
+    cr_expect_eq(fake_cuda_counts_get().images_loaded - before.images_loaded, 1, "one image: the recompiled one");
+    mlajit_context_info info;
+    mlajit_context_get_info(ctx, &info);
+    cr_expect(info.stale == 1 && info.corrupt == 0 && info.compiles == 1, "stale %lld, corrupt %lld, compiles %lld",
+              (long long)info.stale, (long long)info.corrupt, (long long)info.compiles);
+    mlajit_decode_args a = v32_args(plan);
+    cr_assert_eq(mlajit_decode(plan, &a, NULL), MLAJIT_OK, "%s", mlajit_last_error());
+    const fake_cuda_launch *l = fake_cuda_launch_at(0);
+    cr_assert_not_null(l);
+    cr_expect_eq(l->block[0], (unsigned)stale.launch.threads - 128u, "launched with the generator's threads");
+    expect_main_launch(l, plan, NULL);
+    mlajit_plan_destroy(plan);
+    mlajit_context_destroy(ctx);
+    /* the cache now holds the recompiled kernel with the generator's record */
+    cr_assert_eq(mlajit_store_open(dir, 1, &st), MLAJIT_OK);
+    mlajit_cache_entry e;
+    cr_assert_eq(mlajit_store_get(st, &key, &e), MLAJIT_OK, "%s", mlajit_last_error());
+    cr_expect_eq(e.launch.threads, stale.launch.threads - 128);
+    cr_expect_neq(e.cubin_size, stale_bytes);
+    mlajit_cache_entry_clear(&e);
+    mlajit_store_close(st);
+    char cmd[96];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+    cr_expect_eq(system(cmd), 0);
+    expect_all_released();
+}
+
 /* A decode can be captured in a graph: it launches into the capture and calls
  * nothing that would synchronize or allocate (the fake fails those while a stream
  * captures, as the sync below shows). */

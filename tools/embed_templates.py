@@ -1,10 +1,183 @@
 #!/usr/bin/env python3
-"""Embed CUDA template files as C string arrays: embed_templates.py OUT.c IN.cu...
+"""Embed CUDA template files as C string arrays, their comments stripped.
+
+    embed_templates.py OUT.c IN.cu...   write the C file
+    embed_templates.py --strip IN.cu    print IN.cu as it would be embedded
 
 Each template becomes `const char mlajit_template_<stem>[]` (NUL-terminated) and
-the table `mlajit_templates[]` lists them, so the runtime can hash them all."""
+the table `mlajit_templates[]` lists them. The generated source is the cache
+key, so what is embedded is the code alone: comments are removed (a
+documentation edit then keeps every cached cubin and shipped pack), trailing
+blanks are trimmed and blank lines dropped. Anything NVRTC compiles is kept
+byte for byte: string and character literals (a // inside one is not a
+comment), raw strings, digit separators (1'000), preprocessor lines and line
+splices. A construct whose reading depends on the compiler (a backslash with
+blanks after it at the end of a line) or an unterminated comment or literal
+fails the build, naming the file and line."""
 import os
 import sys
+
+IDENTIFIER = set("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_")
+RAW_PREFIXES = {"R", "u8R", "uR", "UR", "LR"}
+
+
+class StripError(Exception):
+    pass
+
+
+def _splice_len(s, i):
+    """Length of the line splice (backslash-newline) at i, else 0."""
+    if s.startswith("\\\n", i):
+        return 2
+    if s.startswith("\\\r\n", i):
+        return 3
+    return 0
+
+
+def _skip_splices(s, i):
+    """The first index at or after i that is not inside a line splice."""
+    while True:
+        n = _splice_len(s, i)
+        if not n:
+            return i
+        i += n
+
+
+def _trailing_run(out, chars):
+    """The longest run at the end of out (a list of 1-char strings) of chars."""
+    k = len(out)
+    while k > 0 and out[k - 1] in chars:
+        k -= 1
+    return "".join(out[k:])
+
+
+def _starts_pp_number(run):
+    return bool(run) and (run[0].isdigit() or (run[0] == "." and len(run) > 1 and run[1].isdigit()))
+
+
+def strip_comments(text, name="<text>"):
+    """text with its C/C++ comments removed (see the module's doc)."""
+    s, n, out = text, len(text), []
+    line = 1  # of the position being read, for messages
+
+    def fail(what):
+        raise StripError(f"{name}:{line}: {what}")
+
+    def comment_removed(next_char):
+        # The blanks before a comment go with it; a space stays only where the
+        # comment separated two tokens on one line ("a/**/b" is "a b").
+        while out and out[-1] in " \t":
+            out.pop()
+        if out and out[-1] != "\n" and next_char not in ("", " ", "\t", "\r", "\n"):
+            out.append(" ")
+
+    i = 0
+    while i < n:
+        c = s[i]
+        splice = _splice_len(s, i)
+        if splice:
+            out.append(s[i:i + splice])
+            i += splice
+            line += 1
+            continue
+        if c == "\\" and s[i + 1:i + 2] in (" ", "\t"):
+            k = i + 1
+            while k < n and s[k] in " \t":
+                k += 1
+            if k == n or s[k] in "\r\n":
+                fail("a backslash followed by blanks ends the line: whether it splices the lines depends "
+                     "on the compiler; remove the blanks or the backslash")
+        if c == "\n":
+            while out and out[-1] in " \t\r":
+                out.pop()
+            blank = not out or out[-1] == "\n"
+            continued = len(out) >= 2 and out[-1] == "\n" and out[-2] == "\\"
+            if not blank or continued:
+                out.append("\n")
+            i += 1
+            line += 1
+            continue
+        if c == "/":
+            j = _skip_splices(s, i + 1)
+            if j < n and s[j] == "/":
+                k = j + 1
+                while k < n and s[k] != "\n":
+                    if s[k] == "\\":
+                        splice = _splice_len(s, k)
+                        if splice:  # the comment goes on over the next line
+                            line += 1
+                            k += splice
+                            continue
+                        rest = k + 1
+                        while rest < n and s[rest] in " \t":
+                            rest += 1
+                        if rest > k + 1 and (rest == n or s[rest] in "\r\n"):
+                            fail("a // comment ends in a backslash followed by blanks: whether the next "
+                                 "line is part of the comment depends on the compiler")
+                    k += 1
+                comment_removed(s[k:k + 1])
+                i = k
+                continue
+            if j < n and s[j] == "*":
+                k = j + 1
+                while True:
+                    if k >= n:
+                        fail("a /* comment is not closed")
+                    if s[k] == "\n":
+                        line += 1
+                    if s[k] == "*":
+                        after = _skip_splices(s, k + 1)
+                        if after < n and s[after] == "/":
+                            k = after + 1
+                            break
+                    k += 1
+                comment_removed(s[k:k + 1])
+                i = k
+                continue
+            out.append(c)
+            i += 1
+            continue
+        if c == '"' and _trailing_run(out, IDENTIFIER) in RAW_PREFIXES:
+            open_paren = s.find("(", i + 1)
+            delimiter = s[i + 1:open_paren] if open_paren >= 0 else None
+            if delimiter is None or len(delimiter) > 16 or any(ch in delimiter for ch in ' ()\\\t\n'):
+                fail("a raw string literal has no valid delimiter")
+            end = s.find(")" + delimiter + '"', open_paren + 1)
+            if end < 0:
+                fail("a raw string literal is not closed")
+            end += len(delimiter) + 2
+            out.extend(s[i:end])
+            line += s.count("\n", i, end)
+            i = end
+            continue
+        if c == "'" and _starts_pp_number(_trailing_run(out, IDENTIFIER | set(".'"))) and \
+                s[i + 1:i + 2] in IDENTIFIER:
+            out.append(c)  # a digit separator (1'000), not a character literal
+            i += 1
+            continue
+        if c in "\"'":
+            k = i + 1
+            while True:
+                if k >= n or s[k] == "\n":
+                    fail(f"a {'string' if c == chr(34) else 'character'} literal is not closed on its line")
+                if s[k] == "\\":
+                    if s[k + 1:k + 2] == "\n":
+                        line += 1
+                    k += 2 if s[k + 1:k + 3] != "\r\n" else 3
+                    continue
+                if s[k] == c:
+                    break
+                k += 1
+            out.extend(s[i:k + 1])
+            i = k + 1
+            continue
+        out.append(c)
+        i += 1
+    while out and out[-1] in " \t\r":
+        out.pop()
+    if out and out[-1] != "\n":
+        out.append("\n")
+    return "".join(out)
 
 
 def c_array(data: bytes) -> str:
@@ -14,19 +187,34 @@ def c_array(data: bytes) -> str:
     return "\n".join(out)
 
 
+def read_stripped(path):
+    # latin-1 maps every byte to one character and back: the bytes stay as they are
+    with open(path, "rb") as f:
+        return strip_comments(f.read().decode("latin-1"), path).encode("latin-1")
+
+
 def main() -> int:
-    out_path, inputs = sys.argv[1], sys.argv[2:]
-    parts = ["/* Generated by tools/embed_templates.py; do not edit. */",
-             "#include <stddef.h>", '#include "codegen/templates.h"', ""]
-    names = []
-    for path in inputs:
-        stem = os.path.splitext(os.path.basename(path))[0]
-        with open(path, "rb") as f:
-            data = f.read()
-        names.append((stem, len(data)))
-        parts.append(f"const char mlajit_template_{stem}[{len(data) + 1}] = {{")
-        parts.append(c_array(data + b"\0"))
-        parts.append("};\n")
+    try:
+        if len(sys.argv) == 3 and sys.argv[1] == "--strip":
+            sys.stdout.buffer.write(read_stripped(sys.argv[2]))
+            return 0
+        if len(sys.argv) < 3 or sys.argv[1].startswith("-"):
+            sys.stderr.write(__doc__)
+            return 2
+        out_path, inputs = sys.argv[1], sys.argv[2:]
+        parts = ["/* Generated by tools/embed_templates.py from templates/ (comments stripped); do not edit. */",
+                 "#include <stddef.h>", '#include "codegen/templates.h"', ""]
+        names = []
+        for path in inputs:
+            stem = os.path.splitext(os.path.basename(path))[0]
+            data = read_stripped(path)
+            names.append((stem, len(data)))
+            parts.append(f"const char mlajit_template_{stem}[{len(data) + 1}] = {{")
+            parts.append(c_array(data + b"\0"))
+            parts.append("};\n")
+    except StripError as e:
+        sys.stderr.write(f"embed_templates.py: {e}\n")
+        return 1
     parts.append("const mlajit_template mlajit_templates[] = {")
     for stem, size in names:
         parts.append(f'    {{"{stem}", mlajit_template_{stem}, {size}}},')

@@ -338,27 +338,16 @@ static int cmd_build(int argc, char **argv)
         status = cli_error(rc, "pack build");
     } else {
         for (int i = 0; i < count; i++) {
-            const mlajit_kernel *k = kernels[i];
-            mlajit_cache_entry *e = &entries[i];
-            snprintf(e->spec_string, sizeof e->spec_string, "%s", k->report.spec);
-            snprintf(e->entry_names, sizeof e->entry_names, "%s,%s", MLAJIT_ENTRY_MAIN, MLAJIT_ENTRY_COMBINE);
-            e->compile_ms = k->report.compile_ms;
-            e->registers = k->report.registers;
-            e->shared_bytes = k->report.shared_bytes;
-            e->spill_bytes = k->report.spill_bytes;
-            e->created_unix = (uint64_t)time(NULL);
-            e->cubin = k->cubin; /* borrowed from the context */
-            e->cubin_size = k->cubin_size;
-            items[i].key = k->key;
-            items[i].entry = e;
+            mlajit_kernel_entry_of(kernels[i], &entries[i]); /* the cubin borrowed from the context */
+            items[i].key = kernels[i]->key;
+            items[i].entry = &entries[i];
         }
         mlajit_context_info info;
         mlajit_context_get_info(ctx, &info);
-        mlajit_pack_manifest recipe = {.templates_hash = mlajit_templates_hash(),
+        mlajit_pack_manifest recipe = {.key_recipe = MLAJIT_KEY_RECIPE,
                                        .nvrtc_major = info.nvrtc_major,
                                        .nvrtc_minor = info.nvrtc_minor};
         snprintf(recipe.tool, sizeof recipe.tool, "mlajit %s", MLAJIT_VERSION_STRING);
-        snprintf(recipe.generator, sizeof recipe.generator, "%s", MLAJIT_GENERATOR_VERSION);
         rc = mlajit_pack_write(out_path, &recipe, items, (size_t)count);
         if (rc) {
             status = cli_error(rc, "pack build");
@@ -402,7 +391,7 @@ static void print_manifest_header(const char *path, const mlajit_pack *pack)
     printf("pack          %s (%lld bytes, format %u)\n", path, (long long)mlajit_pack_file_bytes(pack),
            m->format_version);
     printf("tool          %s\n", m->tool);
-    printf("generator     %s, templates %016" PRIx64 "\n", m->generator, m->templates_hash);
+    printf("key recipe    %s\n", m->key_recipe);
     printf("nvrtc         %d.%d\n", m->nvrtc_major, m->nvrtc_minor);
     printf("created       %s\n", date);
     printf("archs         %s\n", m->archs);
@@ -480,16 +469,15 @@ static int cmd_verify(int argc, char **argv)
     }
     mlajit_context_info info;
     mlajit_context_get_info(ctx, &info);
-    mlajit_pack_manifest mine = {.templates_hash = mlajit_templates_hash(),
+    mlajit_pack_manifest mine = {.key_recipe = MLAJIT_KEY_RECIPE,
                                  .nvrtc_major = info.nvrtc_major,
                                  .nvrtc_minor = info.nvrtc_minor};
-    snprintf(mine.generator, sizeof mine.generator, "%s", MLAJIT_GENERATOR_VERSION);
     int status = CLI_OK;
     if (!mlajit_pack_manifest_same_recipe(m, &mine)) {
-        printf("%s: made by %s (generator %s, templates %016" PRIx64 ", NVRTC %d.%d); this mlajit cannot use it "
-               "(generator %s, templates %016" PRIx64 ", NVRTC %d.%d), so its keys were not recomputed\n",
-               path, m->tool, m->generator, m->templates_hash, m->nvrtc_major, m->nvrtc_minor,
-               MLAJIT_GENERATOR_VERSION, mine.templates_hash, info.nvrtc_major, info.nvrtc_minor);
+        printf("%s: made by %s (key recipe %s, NVRTC %d.%d); this mlajit cannot use it (key recipe %s, NVRTC "
+               "%d.%d), so its keys were not recomputed\n",
+               path, m->tool, m->key_recipe, m->nvrtc_major, m->nvrtc_minor, MLAJIT_KEY_RECIPE, info.nvrtc_major,
+               info.nvrtc_minor);
     } else {
         size_t bad = 0;
         for (size_t i = 0; i < m->kernel_count; i++) {
@@ -504,12 +492,28 @@ static int cmd_verify(int argc, char **argv)
                 fprintf(stderr, "mlajit pack verify: %s: key %s does not match its spec %s\n", path, hex,
                         m->kernels[i].spec_string);
                 bad++;
+                continue;
             }
+            /* and what its launch needs is what this generator launches it with */
+            mlajit_kernel_layout layout;
+            mlajit_cache_entry e;
+            if ((rc = mlajit_codegen_layout(&r, &layout)) || (rc = mlajit_pack_get(pack, &key, &e))) {
+                fprintf(stderr, "mlajit pack verify: %s: %s\n", path, mlajit_last_error());
+                bad++;
+                continue;
+            }
+            if (mlajit_entry_launch_check(&e, &layout)) {
+                fprintf(stderr, "mlajit pack verify: %s: the entry for %s is stale: %s\n", path,
+                        m->kernels[i].spec_string, mlajit_last_error());
+                bad++;
+            }
+            mlajit_cache_entry_clear(&e);
         }
         if (bad) {
             status = CLI_FAIL;
         } else {
-            printf("%s: every key matches its spec under this mlajit (usable here)\n", path);
+            printf("%s: every key matches its spec and every launch record this generator's, under this mlajit "
+                   "(usable here)\n", path);
         }
     }
     mlajit_context_destroy(ctx);
@@ -586,11 +590,10 @@ static int cmd_merge(int argc, char **argv)
             recipe.kernel_count = 0;
         } else if (!mlajit_pack_manifest_same_recipe(&recipe, m)) {
             fprintf(stderr,
-                    "mlajit pack merge: %s was made with generator %s, templates %016" PRIx64 ", NVRTC %d.%d but %s "
-                    "with generator %s, templates %016" PRIx64 ", NVRTC %d.%d; a pack holds one recipe: rebuild one "
-                    "of them\n",
-                    argv[i], m->generator, m->templates_hash, m->nvrtc_major, m->nvrtc_minor, argv[2],
-                    recipe.generator, recipe.templates_hash, recipe.nvrtc_major, recipe.nvrtc_minor);
+                    "mlajit pack merge: %s was made with key recipe %s, NVRTC %d.%d but %s with key recipe %s, "
+                    "NVRTC %d.%d; a pack holds one recipe: rebuild one of them\n",
+                    argv[i], m->key_recipe, m->nvrtc_major, m->nvrtc_minor, argv[2], recipe.key_recipe,
+                    recipe.nvrtc_major, recipe.nvrtc_minor);
             status = CLI_FAIL;
         }
         if (status == CLI_OK && (mlajit_pack_verify(pack, NULL) != MLAJIT_OK ||
@@ -683,7 +686,8 @@ static int cmd_bench(int argc, char **argv)
         mlajit_context_destroy(ctx);
         return cli_error(rc, "pack bench");
     }
-    printf("lookup        %9.3f ms  (%s: key, pack read, entry checksums, %zu-byte cubin copied)\n", lookup_ms,
+    printf("lookup        %9.3f ms  (%s: source generated and keyed, pack read, entry checksums and launch record, "
+           "%zu-byte cubin copied)\n", lookup_ms,
            rep.spec, rep.cubin_bytes);
     double load_ms = 0;
     if (info.has_device) {

@@ -6,7 +6,6 @@
 
 #include "mlajit.h"
 
-#define MLAJIT_GENERATOR_VERSION "mlajit-codegen-1"
 #define MLAJIT_ENTRY_MAIN "mlajit_decode_main"
 #define MLAJIT_ENTRY_COMBINE "mlajit_decode_combine"
 
@@ -205,9 +204,5 @@ typedef struct mlajit_target_probe {
  * probe, and checks shape when it is not NULL. */
 int mlajit_envelope_check_with(const mlajit_kernel_spec *spec, const mlajit_decode_shape *shape,
                                const mlajit_target_probe *probe);
-
-/* XXH3-64 over the embedded templates, in table order;
- * enters every cache key so a template edit invalidates old cubins. */
-uint64_t mlajit_templates_hash(void);
 
 #endif

@@ -7,6 +7,18 @@
 #include <stdlib.h>
 #include <string.h>
 
+static int grow_to(mlajit_strbuf *b, size_t cap)
+{
+    char *p = realloc(b->data, cap);
+    if (!p) {
+        b->failed = 1;
+        return 0;
+    }
+    b->data = p;
+    b->cap = cap;
+    return 1;
+}
+
 /* Room for `more` bytes plus the NUL; capacity doubles (from 256). */
 static int reserve(mlajit_strbuf *b, size_t more)
 {
@@ -17,14 +29,13 @@ static int reserve(mlajit_strbuf *b, size_t more)
     size_t cap = b->cap ? b->cap : 256;
     while (cap < b->len + more + 1)
         cap *= 2;
-    char *p = realloc(b->data, cap);
-    if (!p) {
-        b->failed = 1;
-        return 0;
-    }
-    b->data = p;
-    b->cap = cap;
-    return 1;
+    return grow_to(b, cap);
+}
+
+void mlajit_strbuf_reserve(mlajit_strbuf *b, size_t more)
+{
+    if (!b->failed && !(b->data && b->len + more + 1 <= b->cap))
+        grow_to(b, b->len + more + 1);
 }
 
 void mlajit_strbuf_append(mlajit_strbuf *b, const char *text, size_t len)

@@ -13,6 +13,9 @@ typedef struct mlajit_strbuf {
     int failed;
 } mlajit_strbuf;
 
+/* Room for `more` bytes past the text in one allocation (a writer that knows its
+ * size spares the doublings' copies and the pages they touch). */
+void mlajit_strbuf_reserve(mlajit_strbuf *b, size_t more);
 void mlajit_strbuf_append(mlajit_strbuf *b, const char *text, size_t len);
 void mlajit_strbuf_printf(mlajit_strbuf *b, const char *fmt, ...) MLAJIT_PRINTF(2, 3);
 

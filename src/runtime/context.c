@@ -6,7 +6,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
-#include <time.h>
 
 #include "common/error.h"
 #include "runtime/nvrtc.h"
@@ -82,18 +81,15 @@ int mlajit_context_attach_pack(mlajit_context *ctx, const char *path)
         return rc;
     }
     const mlajit_pack_manifest *m = mlajit_pack_manifest_of(pack);
-    mlajit_pack_manifest mine = {.templates_hash = ctx->templates_hash,
+    mlajit_pack_manifest mine = {.key_recipe = MLAJIT_KEY_RECIPE,
                                  .nvrtc_major = ctx->nvrtc_major,
                                  .nvrtc_minor = ctx->nvrtc_minor};
-    snprintf(mine.generator, sizeof mine.generator, "%s", MLAJIT_GENERATOR_VERSION);
     if (!mlajit_pack_manifest_same_recipe(m, &mine)) {
         /* Its keys were made from another recipe, so none can match: say why. */
-        mlajit_warn("pack %s skipped: it was built by %s with generator %s, templates %016llx, NVRTC %d.%d; "
-                    "this is mlajit %s with generator %s, templates %016llx, NVRTC %d.%d; rebuild it with "
-                    "`mlajit pack build`",
-                    path, m->tool, m->generator, (unsigned long long)m->templates_hash, m->nvrtc_major,
-                    m->nvrtc_minor, MLAJIT_VERSION_STRING, MLAJIT_GENERATOR_VERSION,
-                    (unsigned long long)ctx->templates_hash, ctx->nvrtc_major, ctx->nvrtc_minor);
+        mlajit_warn("pack %s skipped: it was built by %s with key recipe %s, NVRTC %d.%d; "
+                    "this is mlajit %s with key recipe %s, NVRTC %d.%d; rebuild it with `mlajit pack build`",
+                    path, m->tool, m->key_recipe, m->nvrtc_major, m->nvrtc_minor, MLAJIT_VERSION_STRING,
+                    MLAJIT_KEY_RECIPE, ctx->nvrtc_major, ctx->nvrtc_minor);
         mlajit_pack_close(pack);
         return MLAJIT_ERR_UNSUPPORTED;
     }
@@ -200,7 +196,6 @@ int mlajit_context_create(const mlajit_context_options *opts, mlajit_context **o
     pthread_mutex_init(&ctx->lock, NULL);
     pthread_rwlock_init(&ctx->map_lock, NULL);
     mlajit_nvrtc_version(&ctx->nvrtc_major, &ctx->nvrtc_minor);
-    ctx->templates_hash = mlajit_templates_hash();
     ctx->jit_disabled = (opts->flags & MLAJIT_CONTEXT_NO_JIT) || env_flag_set("MLAJIT_DISABLE_JIT");
     strcpy(ctx->arch, MLAJIT_DEFAULT_ARCH); /* the target without a device */
     if (!(opts->flags & MLAJIT_CONTEXT_NO_DEVICE)) {
@@ -328,6 +323,7 @@ int mlajit_context_get_info(mlajit_context *ctx, mlajit_context_info *info)
     info->disk_hits = (int64_t)atomic_load(&ctx->disk_hits);
     info->compiles = (int64_t)atomic_load(&ctx->compiles);
     info->corrupt = (int64_t)atomic_load(&ctx->corrupt);
+    info->stale = (int64_t)atomic_load(&ctx->stale);
     info->jit_refusals = (int64_t)atomic_load(&ctx->jit_refusals);
     info->compile_ms = (double)atomic_load(&ctx->compile_us) / 1000.0;
     mlajit_clear_error();
@@ -468,21 +464,30 @@ int mlajit_arch_runs_on(const char *arch, const char *device_arch)
     return a / 10 == d / 10 && a <= d;
 }
 
-int mlajit_kernel_key(const mlajit_context *ctx, const mlajit_kernel_spec *r, mlajit_cache_key *key,
-                      char *spec_string, size_t spec_string_len)
+int mlajit_kernel_key_and_source(const mlajit_context *ctx, const mlajit_kernel_spec *r, mlajit_cache_key *key,
+                                 char *spec_string, size_t spec_string_len, char **source)
 {
+    *source = NULL;
     int rc = mlajit_spec_string(r, spec_string, spec_string_len);
-    if (rc)
+    if (rc || (rc = mlajit_generate_source(r, source)))
         return rc;
     char options[256];
     mlajit_nvrtc_options_string(r->arch, options, sizeof options);
     mlajit_key_inputs in = {
-        .generator_version = MLAJIT_GENERATOR_VERSION, .templates_hash = ctx->templates_hash,
-        .spec_string = spec_string, .arch = r->arch,
+        .source = *source, .arch = r->arch,
         .nvrtc_major = ctx->nvrtc_major, .nvrtc_minor = ctx->nvrtc_minor, .compile_options = options,
     };
     *key = mlajit_cache_key_make(&in);
     return MLAJIT_OK;
+}
+
+int mlajit_kernel_key(const mlajit_context *ctx, const mlajit_kernel_spec *r, mlajit_cache_key *key,
+                      char *spec_string, size_t spec_string_len)
+{
+    char *source;
+    int rc = mlajit_kernel_key_and_source(ctx, r, key, spec_string, spec_string_len, &source);
+    free(source);
+    return rc;
 }
 
 static const char *source_name(int source)
@@ -588,13 +593,19 @@ static int jit_refused(mlajit_context *ctx, const char *spec_string)
 }
 
 /* Take a looked-up entry into the kernel record, if it is the kernel asked
- * for (a content key names its spec, so a mismatch is damage). */
+ * for (a content key names its spec, so a mismatch is damage) and its launch
+ * record is what this generator expects for it (else it is stale). */
 static int kernel_take_entry(mlajit_kernel *k, mlajit_cache_entry *e, const char *spec_string, int source)
 {
     if (strcmp(e->spec_string, spec_string) != 0) {
         mlajit_fail(MLAJIT_ERR_CORRUPT, "the entry for key %s holds %s", k->report.key, e->spec_string);
         mlajit_cache_entry_clear(e);
         return MLAJIT_ERR_CORRUPT;
+    }
+    int rc = mlajit_entry_launch_check(e, &k->layout);
+    if (rc) {
+        mlajit_cache_entry_clear(e);
+        return rc;
     }
     k->cubin = e->cubin;
     k->cubin_size = e->cubin_size;
@@ -624,9 +635,9 @@ static int lookup_packs(mlajit_context *ctx, mlajit_kernel *k, const char *spec_
         }
         if (rc == MLAJIT_ERR_NOT_FOUND)
             continue;
-        atomic_fetch_add(&ctx->corrupt, 1);
-        mlajit_warn("pack %s: the entry for %s is unusable (%s); trying the next layer",
-                    mlajit_pack_path(ctx->packs[i]), spec_string, mlajit_last_error());
+        atomic_fetch_add(rc == MLAJIT_CACHE_STALE ? &ctx->stale : &ctx->corrupt, 1);
+        mlajit_warn("pack %s: the entry for %s is %s (%s); trying the next layer", mlajit_pack_path(ctx->packs[i]),
+                    spec_string, rc == MLAJIT_CACHE_STALE ? "stale" : "unusable", mlajit_last_error());
     }
     return MLAJIT_ERR_NOT_FOUND;
 }
@@ -647,6 +658,10 @@ static int lookup_disk(mlajit_context *ctx, mlajit_kernel *k, const char *spec_s
         atomic_fetch_add(&ctx->corrupt, 1);
         mlajit_warn("cache entry %s for %s is corrupt (%s); recompiling", k->report.key, spec_string,
                     mlajit_last_error());
+    } else if (rc == MLAJIT_CACHE_STALE) {
+        atomic_fetch_add(&ctx->stale, 1);
+        mlajit_warn("cache entry %s for %s is stale (%s); recompiling it", k->report.key, spec_string,
+                    mlajit_last_error());
     } else if (rc != MLAJIT_ERR_NOT_FOUND) {
         mlajit_warn("cache %s: lookup of %s failed (%s); compiling", ctx->cache_dir, spec_string,
                     mlajit_last_error());
@@ -659,26 +674,18 @@ static void store_compiled(mlajit_context *ctx, const mlajit_kernel *k, const ch
     if (!ctx->store || !ctx->store_writable)
         return;
     mlajit_cache_entry e;
-    memset(&e, 0, sizeof e);
-    snprintf(e.spec_string, sizeof e.spec_string, "%s", spec_string);
-    snprintf(e.entry_names, sizeof e.entry_names, "%s,%s", MLAJIT_ENTRY_MAIN, MLAJIT_ENTRY_COMBINE);
-    e.compile_ms = k->report.compile_ms;
-    e.registers = k->report.registers;
-    e.shared_bytes = k->report.shared_bytes;
-    e.spill_bytes = k->report.spill_bytes;
-    e.created_unix = (uint64_t)time(NULL);
-    e.cubin = k->cubin;
-    e.cubin_size = k->cubin_size;
+    mlajit_kernel_entry_of(k, &e);
     /* A cache that cannot be written never fails the call: one warning. */
     if (mlajit_store_put(ctx->store, &k->key, &e) != MLAJIT_OK && atomic_exchange(&ctx->warned_store_write, 1) == 0)
         mlajit_warn("could not store %s in %s (%s); new kernels stay in memory", spec_string, ctx->cache_dir,
                     mlajit_last_error());
 }
 
-/* Build a kernel record from a pack, the disk cache or NVRTC (no lock held:
- * two threads may both compile a new kernel; the map keeps the first). */
+/* Build a kernel record from a pack, the disk cache or NVRTC, which compiles
+ * source, the source the key was made of (no lock held: two threads may both
+ * compile a new kernel; the map keeps the first). */
 static int kernel_build(mlajit_context *ctx, const mlajit_kernel_spec *r, const mlajit_cache_key *key,
-                        const char *spec_string, mlajit_kernel **out)
+                        const char *spec_string, const char *source, double generate_ms, mlajit_kernel **out)
 {
     mlajit_kernel *k = calloc(1, sizeof *k);
     if (!k)
@@ -688,6 +695,7 @@ static int kernel_build(mlajit_context *ctx, const mlajit_kernel_spec *r, const 
     mlajit_codegen_layout(r, &k->layout);
     snprintf(k->report.spec, sizeof k->report.spec, "%s", spec_string);
     mlajit_cache_key_hex(key, k->report.key);
+    k->report.generate_ms = generate_ms;
 
     double t0 = mlajit_now_ms();
     if (lookup_packs(ctx, k, spec_string) == MLAJIT_OK || lookup_disk(ctx, k, spec_string) == MLAJIT_OK) {
@@ -701,17 +709,8 @@ static int kernel_build(mlajit_context *ctx, const mlajit_kernel_spec *r, const 
         return jit_refused(ctx, spec_string);
     }
 
-    char *source = NULL;
-    double g0 = mlajit_now_ms();
-    int rc = mlajit_generate_source(r, &source);
-    k->report.generate_ms = mlajit_now_ms() - g0;
-    if (rc) {
-        free(k);
-        return rc;
-    }
     mlajit_compiled c;
-    rc = mlajit_nvrtc_compile(source, spec_string, r->arch, &c);
-    free(source);
+    int rc = mlajit_nvrtc_compile(source, spec_string, r->arch, &c);
     if (rc) {
         free(k);
         return rc;
@@ -796,16 +795,26 @@ int mlajit_kernel_acquire_ex(mlajit_context *ctx, const mlajit_kernel_spec *spec
     if (load && !mlajit_arch_runs_on(r.arch, ctx->arch))
         return mlajit_fail(MLAJIT_ERR_INVALID_ARGUMENT, "spec.arch = %s cannot run on this %s device; use \"\" or %s",
                            r.arch, ctx->arch, ctx->arch);
-    char spec_string[128];
+    /* A spec not asked for before (a known one is here to be loaded): its key is
+     * the generated source's. */
+    char spec_string[128], *source = NULL;
     mlajit_cache_key key;
-    if ((rc = mlajit_kernel_key(ctx, &r, &key, spec_string, sizeof spec_string)))
-        return rc;
-
-    pthread_rwlock_rdlock(&ctx->map_lock);
-    mlajit_kernel *k = map_find(ctx, &key);
-    pthread_rwlock_unlock(&ctx->map_lock);
+    double generate_ms = 0;
+    mlajit_kernel *k = known;
+    if (!k) {
+        double g0 = mlajit_now_ms();
+        if ((rc = mlajit_kernel_key_and_source(ctx, &r, &key, spec_string, sizeof spec_string, &source))) {
+            free(source);
+            return rc;
+        }
+        generate_ms = mlajit_now_ms() - g0;
+        pthread_rwlock_rdlock(&ctx->map_lock);
+        k = map_find(ctx, &key);
+        pthread_rwlock_unlock(&ctx->map_lock);
+    }
     int from_map = k != NULL;
     if (from_map) {
+        free(source);
         atomic_fetch_add(&ctx->memory_hits, 1);
         if (!known) { /* the same kernel asked for another way: remember this way too */
             pthread_rwlock_wrlock(&ctx->map_lock);
@@ -814,7 +823,9 @@ int mlajit_kernel_acquire_ex(mlajit_context *ctx, const mlajit_kernel_spec *spec
         }
     } else {
         mlajit_kernel *built = NULL;
-        if ((rc = kernel_build(ctx, &r, &key, spec_string, &built)))
+        rc = kernel_build(ctx, &r, &key, spec_string, source, generate_ms, &built);
+        free(source);
+        if (rc)
             return rc;
         pthread_rwlock_wrlock(&ctx->map_lock);
         k = map_find(ctx, &key); /* another thread may have won the race */

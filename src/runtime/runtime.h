@@ -38,7 +38,6 @@ struct mlajit_context {
     int max_smem_optin;
     int driver_version;
     int nvrtc_major, nvrtc_minor;
-    uint64_t templates_hash;
     mlajit_store *store;         /* NULL when the disk cache is off or unusable */
     int store_writable;          /* 0: read-only fallback, compiled kernels stay in memory */
     char cache_dir[1024];
@@ -55,8 +54,10 @@ struct mlajit_context {
      * asked (arch filled in) maps straight to its kernel. Also under map_lock. */
     struct mlajit_spec_memo *memo_slots;
     size_t memo_cap, memo_count;
-    /* Lookups per layer (atomics: bumped outside the locks). */
-    atomic_uint_fast64_t memory_hits, pack_hits, disk_hits, compiles, compile_us, corrupt, jit_refusals;
+    /* Lookups per layer (atomics: bumped outside the locks); stale: entries refused
+     * as another format version or for a launch record this generator does not
+     * expect (not damage: corrupt counts that). */
+    atomic_uint_fast64_t memory_hits, pack_hits, disk_hits, compiles, compile_us, corrupt, stale, jit_refusals;
     atomic_int warned_store_write; /* one warning when the cache cannot be written */
     atomic_int programmatic_refused; /* the driver refused a programmatic dependent launch: launch plainly */
 };
@@ -100,9 +101,38 @@ int mlajit_kernel_acquire_ex(mlajit_context *ctx, const mlajit_kernel_spec *spec
                              const mlajit_kernel **out, mlajit_kernel_report *report, int *loaded_here);
 
 /* The content key of a resolved spec (arch set) in this context, and its
- * canonical string (spec_string[128]). */
+ * canonical string (spec_string[128]): XXH3-128 over the key recipe, the source
+ * the generator writes for it, the arch, NVRTC's version and options
+ * (store.h's mlajit_cache_key_make), so it generates the source (about 10 us;
+ * repeat lookups skip it: the spec memo). */
 int mlajit_kernel_key(const mlajit_context *ctx, const mlajit_kernel_spec *resolved, mlajit_cache_key *key,
                       char *spec_string, size_t spec_string_len);
+
+/* The same, and the generated source, malloc'd into *source (free it). */
+int mlajit_kernel_key_and_source(const mlajit_context *ctx, const mlajit_kernel_spec *resolved,
+                                 mlajit_cache_key *key, char *spec_string, size_t spec_string_len, char **source);
+
+/* ---- what an entry records (entry.c) ---------------------------------------- */
+
+/* The kernel entry names an entry lists, as the runtime looks them up. */
+#define MLAJIT_ENTRY_NAMES MLAJIT_ENTRY_MAIN "," MLAJIT_ENTRY_COMBINE
+
+/* What a launch of a kernel of this layout needs, as an entry records it: the
+ * layout's threads, dynamic shared memory (the combine's at MLAJIT_MAX_SPLITS),
+ * cluster shape and the parameter block's layout hash. */
+void mlajit_launch_record_of(const mlajit_kernel_layout *layout, mlajit_launch_record *out);
+
+/* The launch record the current generator expects for a resolved spec. */
+int mlajit_spec_launch_record(const mlajit_kernel_spec *resolved, mlajit_launch_record *out);
+
+/* MLAJIT_OK when an entry's launch record and entry names are what the current
+ * generator expects for layout; else MLAJIT_CACHE_STALE with a message naming
+ * each difference (the entry is refused and its kernel recompiled). */
+int mlajit_entry_launch_check(const mlajit_cache_entry *entry, const mlajit_kernel_layout *layout);
+
+/* The entry that stores kernel k: its report, launch record and cubin (borrowed
+ * from k: do not clear the entry). */
+void mlajit_kernel_entry_of(const mlajit_kernel *k, mlajit_cache_entry *entry);
 
 /* Open a pack and add it after the context's packs, as if it were listed in
  * MLAJIT_PACKS (same checks; a pack that cannot serve the context is skipped

@@ -5,7 +5,8 @@
  * The first input byte picks the mode. Odd: the rest is decoded as it is. Even:
  * the two XXH3 checksums are recomputed first (header length at byte 12, the
  * cubin's hash 16 bytes and the header's hash 8 bytes before the header's end,
- * as store.c lays them out), so mutations reach the fields behind the checks. */
+ * as store.c lays them out), so mutations reach the fields behind the checks.
+ * The corpus's seeds are written by make_corpus.c. */
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -65,7 +66,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         memcmp(back.cubin, entry.cubin, entry.cubin_size) != 0 || strcmp(back.spec_string, entry.spec_string) != 0 ||
         strcmp(back.entry_names, entry.entry_names) != 0 || back.registers != entry.registers ||
         back.shared_bytes != entry.shared_bytes || back.spill_bytes != entry.spill_bytes ||
-        back.created_unix != entry.created_unix)
+        memcmp(&back.launch, &entry.launch, sizeof entry.launch) != 0 || back.created_unix != entry.created_unix)
         abort();
     mlajit_cache_entry_clear(&back);
     mlajit_cache_entry_clear(&entry);

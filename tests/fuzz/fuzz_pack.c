@@ -18,7 +18,7 @@
  * it is GPU code.
  *
  * The corpus (corpus/fuzz_pack) holds a manifest of each shape and a small
- * pack of made-up kernels in modes 2 and 3; it was written with
+ * pack of made-up kernels in modes 2 and 3, written by make_corpus.c with
  * mlajit_pack_manifest_format and mlajit_pack_write. */
 #include <fcntl.h>
 #include <stdint.h>
