@@ -87,15 +87,15 @@ int mlajit_context_attach_pack(mlajit_context *ctx, const char *path)
     if (!mlajit_pack_manifest_same_recipe(m, &mine)) {
         /* Its keys were made from another recipe, so none can match: say why. */
         mlajit_warn("pack %s skipped: it was built by %s with key recipe %s, NVRTC %d.%d; "
-                    "this is mlajit %s with key recipe %s, NVRTC %d.%d; rebuild it with `mlajit pack build`",
+                    "this is mlajit %s with key recipe %s, NVRTC %d.%d; rebuild it with this mlajit and NVRTC",
                     path, m->tool, m->key_recipe, m->nvrtc_major, m->nvrtc_minor, MLAJIT_VERSION_STRING,
                     MLAJIT_KEY_RECIPE, ctx->nvrtc_major, ctx->nvrtc_minor);
         mlajit_pack_close(pack);
         return MLAJIT_ERR_UNSUPPORTED;
     }
     if (!pack_serves_arch(pack, ctx->arch)) {
-        mlajit_warn("pack %s skipped: it holds kernels for %s; this context targets %s (build one with "
-                    "`mlajit pack build --archs %s`)",
+        mlajit_warn("pack %s skipped: it holds kernels for %s; this context targets %s (a pack built for %s "
+                    "serves it)",
                     path, m->archs, ctx->arch, ctx->arch);
         mlajit_pack_close(pack);
         return MLAJIT_ERR_UNSUPPORTED;
