@@ -31,6 +31,8 @@
  *  - status codes, enum values and flag bits keep their numbers; new ones may
  *    be added, so treat an unknown status as a failure and pass through what
  *    you do not know;
+ *  - structs grow only at their end, by the struct_size rule below; the one
+ *    struct embedded by value in another, mlajit_cache_view, never changes;
  *  - MLAJIT_MAX_* limits may grow;
  *  - spec strings (mlajit_spec_string) stay parseable;
  *  - which kernel auto picks, and its speed, is not part of the ABI.
@@ -71,6 +73,50 @@ extern "C" {
  * program was built with: its numbers through major, minor and patch (each may
  * be NULL), and the string, e.g. "1.0.0". Never NULL. */
 MLAJIT_API const char *mlajit_version(int *major, int *minor, int *patch);
+
+/* ------------------------------------------------------------------------- */
+/* Structs that can grow: struct_size                                         */
+/* ------------------------------------------------------------------------- */
+
+/* Every struct a caller hands the library (options, specs, shapes, grids,
+ * decode arguments, and the reports and infos it fills) starts with
+ * `size_t struct_size`: the caller sets it to sizeof the struct in the header
+ * it was built with, before any call, in or out (the MLAJIT_*_INIT initialisers
+ * below do, or `{.struct_size = sizeof(T), ...}`; the library never writes it).
+ * A later minor version adds fields only at the end, so
+ *  - a struct_size of 0, or smaller than the struct's 1.0 fields, is
+ *    MLAJIT_ERR_INVALID_ARGUMENT naming the struct and how to set it, and
+ *    nothing is read or written;
+ *  - the library reads and writes only the first struct_size bytes: a program
+ *    built with an older header gets the fields it knows filled and nothing
+ *    past them touched, and its structs' later fields read as their defaults
+ *    (every field added after 1.0 defaults to 0, 1.0's behaviour);
+ *  - a program built with a newer header may pass its larger structs: the
+ *    fields this library does not have are ignored on input and left as they
+ *    were on output (mlajit_version says which version is loaded).
+ * The structs the library returns by pointer (mlajit_model_describe,
+ * mlajit_plan_report) carry the library's own struct_size: read a field only
+ * where struct_size covers it.
+ * Why sizes and not setters on opaque objects (LMDB's way): these are plain
+ * per-call values (a spec is a value that names a kernel, decode arguments
+ * change every call), filled with designated initialisers, copied, compared and
+ * mapped field for field by other languages' bindings; setters would cost a call
+ * per field and an allocation on mlajit_decode's path, which must not allocate.
+ * Only the context and the plan, which own resources, are opaque. */
+#if defined(__cplusplus)
+#define MLAJIT_STRUCT_INIT(type) {sizeof(type)}
+#else
+#define MLAJIT_STRUCT_INIT(type) {.struct_size = sizeof(type)}
+#endif
+#define MLAJIT_KERNEL_SPEC_INIT MLAJIT_STRUCT_INIT(mlajit_kernel_spec)
+#define MLAJIT_CONTEXT_OPTIONS_INIT MLAJIT_STRUCT_INIT(mlajit_context_options)
+#define MLAJIT_CONTEXT_INFO_INIT MLAJIT_STRUCT_INIT(mlajit_context_info)
+#define MLAJIT_KERNEL_REPORT_INIT MLAJIT_STRUCT_INIT(mlajit_kernel_report)
+#define MLAJIT_KERNEL_GRID_INIT MLAJIT_STRUCT_INIT(mlajit_kernel_grid)
+#define MLAJIT_WARMUP_REPORT_INIT MLAJIT_STRUCT_INIT(mlajit_warmup_report)
+#define MLAJIT_DECODE_SHAPE_INIT MLAJIT_STRUCT_INIT(mlajit_decode_shape)
+#define MLAJIT_PLAN_OUTLINE_INIT MLAJIT_STRUCT_INIT(mlajit_plan_outline)
+#define MLAJIT_DECODE_ARGS_INIT MLAJIT_STRUCT_INIT(mlajit_decode_args)
 
 /* ------------------------------------------------------------------------- */
 /* Status codes                                                               */
@@ -123,6 +169,7 @@ typedef enum mlajit_scale_place {
 } mlajit_scale_place;
 
 typedef struct mlajit_model_desc {
+    size_t struct_size;     /* the library's sizeof (the descriptor is the library's) */
     mlajit_model model;
     const char *name;       /* "v32", "dsv4", "glm_nsa": what the CLI and spec strings use */
     int d_qk;               /* query/key width */
@@ -138,7 +185,8 @@ typedef struct mlajit_model_desc {
     int bytes_per_token;    /* row_bytes + footer_bytes: what one attended token reads */
 } mlajit_model_desc;
 
-/* The descriptor of a model, or NULL for an unknown value. */
+/* The descriptor of a model (read-only, the library's), or NULL for an unknown
+ * value. */
 MLAJIT_API const mlajit_model_desc *mlajit_model_describe(mlajit_model model);
 
 /* Find a model by name ("v32", "dsv4", "glm_nsa"; case-insensitive). */
@@ -190,7 +238,10 @@ typedef enum mlajit_variant {
                                             * 8 heads per CTA */
 } mlajit_variant;
 
+/* A kernel spec. Specs will grow (a run-time layout description is planned),
+ * so it carries struct_size like every struct here. */
 typedef struct mlajit_kernel_spec {
+    size_t struct_size;  /* sizeof(mlajit_kernel_spec): MLAJIT_KERNEL_SPEC_INIT */
     mlajit_model model;
     int h_q;             /* query heads, 1..128 */
     int page_size;       /* tokens per page of the main cache, 1..1024 */
@@ -203,8 +254,10 @@ typedef struct mlajit_kernel_spec {
     char arch[MLAJIT_ARCH_LEN]; /* "sm_80", "sm_90a", ...; "" = the context's device (sm_90a without one) */
 } mlajit_kernel_spec;
 
-/* Fill a spec with defaults: no extra cache, no features, generator's choices,
- * arch "" (the device's). Returns MLAJIT_ERR_INVALID_ARGUMENT for bad values. */
+/* Fill a spec (its struct_size set: MLAJIT_KERNEL_SPEC_INIT) with a model, head
+ * count and page size and the defaults: no extra cache, no features, the
+ * generator's choices, arch "" (the device's). Then validates it:
+ * MLAJIT_ERR_INVALID_ARGUMENT for bad values (the spec is filled even so). */
 MLAJIT_API int mlajit_spec_init(mlajit_kernel_spec *spec, mlajit_model model, int h_q, int page_size);
 
 /* Check a spec against the envelope without CUDA or compiling. MLAJIT_OK, or a
@@ -217,14 +270,16 @@ MLAJIT_API int mlajit_spec_validate(const mlajit_kernel_spec *spec);
  * including the terminating NUL; returns MLAJIT_ERR_INVALID_ARGUMENT if too short. */
 MLAJIT_API int mlajit_spec_string(const mlajit_kernel_spec *spec, char *buf, size_t len);
 
-/* Parse a spec string into a spec and check it (mlajit_spec_validate): the
+/* Parse a spec string into *out (its struct_size set) and check it
+ * (mlajit_spec_validate); *out is unchanged on a failure. The string is the
  * canonical form mlajit_spec_string writes, or a short form that leaves fields
  * off from the right, e.g. "v32.h16.p64" or "dsv4.h64.p256.e64.fs" (tile, heads
  * per CTA, variant and arch then take their defaults: t0, hc0, auto, any). */
 MLAJIT_API int mlajit_spec_parse(const char *str, mlajit_kernel_spec *out);
 
 /* Resolve the generator's choices (tile, heads per CTA, variant) for spec->arch,
- * which must be set. The result has no zero "auto" fields. */
+ * which must be set, into *resolved (its struct_size set; it may be spec). The
+ * result has no zero "auto" fields. */
 MLAJIT_API int mlajit_spec_resolve(const mlajit_kernel_spec *spec, mlajit_kernel_spec *resolved);
 
 /* Generate the CUDA source for a spec (arch must be set). *source is released
@@ -251,6 +306,7 @@ typedef struct mlajit_context mlajit_context;
                                            cache is an error (as is MLAJIT_DISABLE_JIT=1) */
 
 typedef struct mlajit_context_options {
+    size_t struct_size;    /* sizeof(mlajit_context_options): MLAJIT_CONTEXT_OPTIONS_INIT */
     int device;            /* CUDA device ordinal (default 0) */
     const char *cache_dir; /* NULL: $MLAJIT_CACHE_DIR, else $XDG_CACHE_HOME/mlajit, else ~/.cache/mlajit */
     unsigned flags;        /* MLAJIT_CONTEXT_* */
@@ -282,6 +338,7 @@ MLAJIT_API int mlajit_context_create(const mlajit_context_options *opts, mlajit_
 MLAJIT_API void mlajit_context_destroy(mlajit_context *ctx);
 
 typedef struct mlajit_context_info {
+    size_t struct_size;      /* sizeof(mlajit_context_info), set by the caller: MLAJIT_CONTEXT_INFO_INIT */
     int has_device;          /* 1 when a GPU was opened */
     char device_name[128];
     char device_arch[MLAJIT_ARCH_LEN]; /* e.g. "sm_90a"; the default target */
@@ -291,7 +348,7 @@ typedef struct mlajit_context_info {
     char cache_dir[1024];    /* "" when the disk cache is off */
     int64_t cache_bytes;     /* bytes in the cache's data file */
     int64_t cache_entries;
-    /* Added in 0.2: what the context found where, since it was made. */
+    /* What the context found where, since it was made. */
     int cache_writable;      /* 1 when compiled kernels are stored on disk */
     int pack_count;          /* packs in use (those that passed their checks) */
     int jit_disabled;        /* 1 with MLAJIT_CONTEXT_NO_JIT or MLAJIT_DISABLE_JIT=1 */
@@ -311,7 +368,7 @@ typedef struct mlajit_context_info {
 } mlajit_context_info;
 
 /* Describe a context: the GPU, the compiler, the cache, the packs, and the hit
- * and miss counts per layer. */
+ * and miss counts per layer, into *info up to its struct_size. */
 MLAJIT_API int mlajit_context_get_info(mlajit_context *ctx, mlajit_context_info *info);
 
 /* ------------------------------------------------------------------------- */
@@ -319,6 +376,7 @@ MLAJIT_API int mlajit_context_get_info(mlajit_context *ctx, mlajit_context_info 
 /* ------------------------------------------------------------------------- */
 
 typedef struct mlajit_kernel_report {
+    size_t struct_size;   /* sizeof(mlajit_kernel_report), set by the caller: MLAJIT_KERNEL_REPORT_INIT */
     char spec[128];       /* canonical spec string */
     char key[33];         /* the cache key, 32 hex digits */
     int cache_hit;        /* 1: from the process map or the disk cache; 0: compiled now */
@@ -330,7 +388,7 @@ typedef struct mlajit_kernel_report {
     int shared_bytes;     /* static + dynamic shared memory of the main kernel */
     int spill_bytes;      /* spill stores + loads of the main kernel */
     size_t cubin_bytes;
-    int source;           /* added in 0.2: where the kernel came from (mlajit_kernel_source) */
+    int source;           /* where the kernel came from (mlajit_kernel_source) */
 } mlajit_kernel_report;
 
 typedef enum mlajit_kernel_source {
@@ -343,7 +401,7 @@ typedef enum mlajit_kernel_source {
 /* Make the kernel for a spec available: look it up in the context's map, the
  * packs and the disk cache, else generate and compile it with NVRTC and store
  * it. With a device (and an arch that is the device's), the kernel is also
- * loaded. report may be NULL. Thread-safe; no lock is held while compiling, so
+ * loaded. report (its struct_size set) may be NULL. Thread-safe; no lock is held while compiling, so
  * threads (and processes) asking for the same new kernel may each compile it.
  * With JIT disabled a miss is MLAJIT_ERR_NOT_FOUND, and the message names the
  * spec and where it was looked for (`mlajit compile` adds the `mlajit pack
@@ -356,6 +414,7 @@ MLAJIT_API int mlajit_kernel_prepare(mlajit_context *ctx, const mlajit_kernel_sp
  * switch kernels by their walk or heads (docs/kernels.md), those kernels too. A
  * NULL list or a count of 0 takes the default named on the field. */
 typedef struct mlajit_kernel_grid {
+    size_t struct_size;             /* sizeof(mlajit_kernel_grid): MLAJIT_KERNEL_GRID_INIT */
     const mlajit_model *models;     int num_models;           /* required */
     const int *head_counts;         int num_head_counts;      /* required */
     const int *page_sizes;          int num_page_sizes;       /* required */
@@ -365,6 +424,7 @@ typedef struct mlajit_kernel_grid {
 } mlajit_kernel_grid;
 
 typedef struct mlajit_warmup_report {
+    size_t struct_size;   /* sizeof(mlajit_warmup_report), set by the caller: MLAJIT_WARMUP_REPORT_INIT */
     int kernels;          /* kernels in the grid */
     int from_memory;      /* already in the context */
     int from_packs;       /* read from a pack */
@@ -393,6 +453,7 @@ MLAJIT_API int mlajit_warmup(mlajit_context *ctx, const mlajit_kernel_grid *grid
 typedef struct mlajit_plan mlajit_plan;
 
 typedef struct mlajit_decode_shape {
+    size_t struct_size; /* sizeof(mlajit_decode_shape): MLAJIT_DECODE_SHAPE_INIT */
     int batch;       /* b, 0..4096 */
     int s_q;         /* query tokens per row, 0..16 */
     int topk;        /* main candidates per (row, query token), 1..16384 */
@@ -426,9 +487,16 @@ MLAJIT_API int mlajit_plan_num_splits(const mlajit_plan *plan);
  * owned by the context and valid while it lives; NULL for a NULL plan. */
 MLAJIT_API const mlajit_kernel_report *mlajit_plan_report(const mlajit_plan *plan);
 
-/* What a plan of a geometry would launch (mlajit_plan_describe). */
+/* What a plan of a geometry would launch (mlajit_plan_describe). The kernel is
+ * named by its string and its resolved choices, not held as a spec: a spec
+ * embedded by value would fix the spec's size inside the outline, and neither
+ * could grow. */
 typedef struct mlajit_plan_outline {
-    mlajit_kernel_spec kernel; /* the kernel, resolved (mlajit_spec_string names it) */
+    size_t struct_size;        /* sizeof(mlajit_plan_outline), set by the caller: MLAJIT_PLAN_OUTLINE_INIT */
+    char kernel[128];          /* the kernel's canonical spec string (mlajit_spec_parse reads it) */
+    mlajit_variant variant;    /* the kernel's resolved variant, tile and heads per CTA */
+    int tile;
+    int heads_per_cta;
     int num_splits;            /* split-KV splits (1: no combine) */
     int head_groups;           /* CTAs per (row, split): h_q over the kernel's heads per CTA */
     int rows;                  /* batch x s_q */
@@ -440,11 +508,11 @@ typedef struct mlajit_plan_outline {
 #define MLAJIT_DEFAULT_SM_COUNT 132
 
 /* What mlajit_plan_create would launch for this spec and geometry on a device of
- * sm_count SMs (0: MLAJIT_DEFAULT_SM_COUNT, an H100 or H200) and spec->arch ("" = sm_90a), answered
- * without CUDA and without compiling: for an auto spec the kernel its plan switches
- * to where the shape suits one (a short or long walk, one tile per CTA, heads in
- * groups; docs/ARCHITECTURE.md), else the spec's own, with the split count and
- * grid. mlajit_plan_create runs the spec's own kernel instead where the other
+ * sm_count SMs (0: MLAJIT_DEFAULT_SM_COUNT, an H100 or H200) and spec->arch ("" =
+ * sm_90a), answered without CUDA and without compiling: for an auto spec the
+ * kernel its plan switches to where the shape suits one (a short or long walk,
+ * one tile per CTA, heads in groups; docs/kernels.md), else the spec's own, with
+ * the split count and grid, into *out up to its struct_size. mlajit_plan_create runs the spec's own kernel instead where the other
  * cannot be had (no JIT, and neither a pack nor the cache holds it). On an invalid
  * spec or shape, a status naming the field; *out is then unchanged. */
 MLAJIT_API int mlajit_plan_describe(const mlajit_kernel_spec *spec, const mlajit_decode_shape *shape, int sm_count,
@@ -454,7 +522,9 @@ MLAJIT_API int mlajit_plan_describe(const mlajit_kernel_spec *spec, const mlajit
 /* Decode                                                                     */
 /* ------------------------------------------------------------------------- */
 
-/* One KV cache: pages of page_size tokens, page p at data + p * page_stride. */
+/* One KV cache: pages of page_size tokens, page p at data + p * page_stride.
+ * Embedded by value in mlajit_decode_args, so it has no struct_size and never
+ * changes. */
 typedef struct mlajit_cache_view {
     const void *data;     /* device pointer, 16-byte aligned */
     int64_t page_stride;  /* bytes; >= mlajit_min_page_stride(), multiple of 16 */
@@ -468,6 +538,7 @@ typedef struct mlajit_cache_view {
  * not overlap: taken by increasing stride, each dimension of more than one
  * entry steps past the rows inside it. */
 typedef struct mlajit_decode_args {
+    size_t struct_size;          /* sizeof(mlajit_decode_args): MLAJIT_DECODE_ARGS_INIT */
     const void *q;               /* bf16 [b, s_q, h_q, d_qk], last dim contiguous, 16-byte aligned */
     int64_t q_stride_b, q_stride_s, q_stride_h;
 

@@ -130,8 +130,8 @@ static int run_config(mlajit_context *ctx, const bench_config *cfg, const bench_
     int rc = mlajit_case_synthesize(&sp, &c);
     if (rc)
         return rc;
-    mlajit_kernel_spec spec;
-    mlajit_decode_shape shape;
+    mlajit_kernel_spec spec = MLAJIT_KERNEL_SPEC_INIT;
+    mlajit_decode_shape shape = MLAJIT_DECODE_SHAPE_INIT;
     mlajit_case_spec(&c, &spec);
     spec.tile = variant->tile;
     spec.heads_per_cta = variant->heads_per_cta;
@@ -273,7 +273,7 @@ int cli_bench(int argc, char **argv)
     int rc = mlajit_context_create(NULL, &ctx);
     if (rc)
         return cli_error(rc, "bench");
-    mlajit_context_info info;
+    mlajit_context_info info = MLAJIT_CONTEXT_INFO_INIT;
     mlajit_context_get_info(ctx, &info);
     if (!info.has_device) {
         fprintf(stderr, "mlajit: bench needs a GPU: %s\n", info.no_device_reason);

@@ -264,6 +264,7 @@ static int cmd_build(int argc, char **argv)
     /* pack build's job is to compile, whatever the environment says. */
     unsetenv("MLAJIT_DISABLE_JIT");
     mlajit_context_options opts = {
+        .struct_size = sizeof opts,
         .flags = MLAJIT_CONTEXT_NO_DEVICE | (no_cache ? MLAJIT_CONTEXT_NO_DISK_CACHE : 0u), .packs = "",
     };
     mlajit_context *ctx = NULL;
@@ -281,6 +282,7 @@ static int cmd_build(int argc, char **argv)
         for (int i = 0; i < num_archs; i++)
             arch_ptrs[i] = archs.items[i];
         mlajit_kernel_grid grid = {
+            .struct_size = sizeof grid,
             .models = models, .num_models = num_models, .head_counts = heads.values, .num_head_counts = heads.count,
             .page_sizes = pages.values, .num_page_sizes = pages.count,
             .extra_page_sizes = extra.count ? extra.values : NULL, .num_extra_page_sizes = extra.count,
@@ -304,6 +306,7 @@ static int cmd_build(int argc, char **argv)
         specs = grown;
         for (int i = 0; i < spec_strings.count; i++) {
             mlajit_kernel_spec *s = &specs[count];
+            *s = (mlajit_kernel_spec)MLAJIT_KERNEL_SPEC_INIT;
             if ((rc = mlajit_spec_parse(spec_strings.items[i], s)) || (rc = mlajit_spec_validate(s))) {
                 fprintf(stderr, "mlajit pack build: spec '%s': %s\n", spec_strings.items[i], mlajit_last_error());
                 free(specs);
@@ -332,7 +335,7 @@ static int cmd_build(int argc, char **argv)
     progress_state progress = {.tty = isatty(STDERR_FILENO), .t0 = mlajit_now_ms()};
     int workers = jobs ? jobs : (int)sysconf(_SC_NPROCESSORS_ONLN);
     fprintf(stderr, "mlajit pack build: %d kernels on %d worker%s\n", count, workers, workers == 1 ? "" : "s");
-    mlajit_warmup_report rep;
+    mlajit_warmup_report rep = MLAJIT_WARMUP_REPORT_INIT;
     rc = mlajit_acquire_batch(ctx, specs, count, jobs, build_progress, &progress, kernels, &rep);
     if (rc) {
         status = cli_error(rc, "pack build");
@@ -342,7 +345,7 @@ static int cmd_build(int argc, char **argv)
             items[i].key = kernels[i]->key;
             items[i].entry = &entries[i];
         }
-        mlajit_context_info info;
+        mlajit_context_info info = MLAJIT_CONTEXT_INFO_INIT;
         mlajit_context_get_info(ctx, &info);
         mlajit_pack_manifest recipe = {.key_recipe = MLAJIT_KEY_RECIPE,
                                        .nvrtc_major = info.nvrtc_major,
@@ -461,13 +464,14 @@ static int cmd_verify(int argc, char **argv)
 
     /* With this build's recipe the keys can be recomputed from the specs. */
     const mlajit_pack_manifest *m = mlajit_pack_manifest_of(pack);
-    mlajit_context_options opts = {.flags = MLAJIT_CONTEXT_NO_DEVICE | MLAJIT_CONTEXT_NO_DISK_CACHE, .packs = ""};
+    mlajit_context_options opts = {.struct_size = sizeof opts,
+                                   .flags = MLAJIT_CONTEXT_NO_DEVICE | MLAJIT_CONTEXT_NO_DISK_CACHE, .packs = ""};
     mlajit_context *ctx;
     if ((rc = mlajit_context_create(&opts, &ctx))) {
         mlajit_pack_close(pack);
         return cli_error(rc, "pack verify");
     }
-    mlajit_context_info info;
+    mlajit_context_info info = MLAJIT_CONTEXT_INFO_INIT;
     mlajit_context_get_info(ctx, &info);
     mlajit_pack_manifest mine = {.key_recipe = MLAJIT_KEY_RECIPE,
                                  .nvrtc_major = info.nvrtc_major,
@@ -481,7 +485,7 @@ static int cmd_verify(int argc, char **argv)
     } else {
         size_t bad = 0;
         for (size_t i = 0; i < m->kernel_count; i++) {
-            mlajit_kernel_spec s, r;
+            mlajit_kernel_spec s = MLAJIT_KERNEL_SPEC_INIT, r = MLAJIT_KERNEL_SPEC_INIT;
             mlajit_cache_key key;
             char again[128];
             if (mlajit_spec_parse(m->kernels[i].spec_string, &s) || mlajit_spec_resolve(&s, &r) ||
@@ -641,13 +645,14 @@ static int cmd_bench(int argc, char **argv)
     /* The context (device, driver) exists before serving starts, so it is not
      * part of a first launch; what is timed is what a first call adds. */
     double t = mlajit_now_ms();
-    mlajit_context_options opts = {.flags = MLAJIT_CONTEXT_NO_DISK_CACHE | MLAJIT_CONTEXT_NO_JIT, .packs = ""};
+    mlajit_context_options opts = {.struct_size = sizeof opts,
+                                   .flags = MLAJIT_CONTEXT_NO_DISK_CACHE | MLAJIT_CONTEXT_NO_JIT, .packs = ""};
     mlajit_context *ctx;
     int rc = mlajit_context_create(&opts, &ctx);
     if (rc)
         return cli_error(rc, "pack bench");
     double context_ms = mlajit_now_ms() - t;
-    mlajit_context_info info;
+    mlajit_context_info info = MLAJIT_CONTEXT_INFO_INIT;
     mlajit_context_get_info(ctx, &info);
     printf("device        %s\n", info.has_device ? info.device_name : "none (load is not timed)");
     printf("context       %9.3f ms  (device and driver set-up; before serving, not counted)\n", context_ms);
@@ -665,7 +670,7 @@ static int cmd_bench(int argc, char **argv)
            m->kernel_count, (long long)mlajit_pack_file_bytes(pack));
 
     /* The first kernel of the pack that this context targets. */
-    mlajit_kernel_spec spec;
+    mlajit_kernel_spec spec = MLAJIT_KERNEL_SPEC_INIT;
     int found = 0;
     for (size_t i = 0; i < m->kernel_count && !found; i++) {
         if (mlajit_spec_parse(m->kernels[i].spec_string, &spec) == MLAJIT_OK &&
@@ -678,7 +683,7 @@ static int cmd_bench(int argc, char **argv)
         return CLI_FAIL;
     }
     const mlajit_kernel *k;
-    mlajit_kernel_report rep;
+    mlajit_kernel_report rep = MLAJIT_KERNEL_REPORT_INIT;
     t = mlajit_now_ms();
     rc = mlajit_kernel_acquire(ctx, &spec, 0, &k, &rep);
     double lookup_ms = mlajit_now_ms() - t;
@@ -748,7 +753,7 @@ void cli_pack_build_line(const mlajit_kernel_spec *r, char *buf, size_t len)
 {
     char spec_string[128] = "", auto_string[128], alt_string[128];
     mlajit_spec_string(r, spec_string, sizeof spec_string);
-    mlajit_kernel_spec auto_spec = *r, auto_resolved, alts[MLAJIT_WALK_ALTERNATIVES];
+    mlajit_kernel_spec auto_spec = *r, auto_resolved = MLAJIT_KERNEL_SPEC_INIT, alts[MLAJIT_WALK_ALTERNATIVES];
     auto_spec.tile = 0;
     auto_spec.heads_per_cta = 0;
     auto_spec.variant = MLAJIT_VARIANT_AUTO;
@@ -778,11 +783,11 @@ void cli_pack_build_line(const mlajit_kernel_spec *r, char *buf, size_t len)
 
 void cli_missing_kernel_hint(int status, mlajit_context *ctx, const mlajit_kernel_spec *spec)
 {
-    mlajit_context_info info;
+    mlajit_context_info info = MLAJIT_CONTEXT_INFO_INIT;
     if (status != MLAJIT_ERR_NOT_FOUND || !ctx || mlajit_context_get_info(ctx, &info) != MLAJIT_OK ||
         !info.jit_disabled)
         return;
-    mlajit_kernel_spec with_arch = *spec, resolved;
+    mlajit_kernel_spec with_arch = *spec, resolved = MLAJIT_KERNEL_SPEC_INIT;
     if (!with_arch.arch[0])
         snprintf(with_arch.arch, sizeof with_arch.arch, "%s", info.device_arch);
     char line[384];

@@ -457,7 +457,7 @@ uint64_t mlajit_decode_params_layout_hash(void)
 
 int mlajit_generate_source(const mlajit_kernel_spec *spec, char **source)
 {
-    mlajit_kernel_spec r;
+    mlajit_kernel_spec r = MLAJIT_KERNEL_SPEC_INIT;
     if (!source)
         return mlajit_fail(MLAJIT_ERR_INVALID_ARGUMENT, "source: NULL");
     *source = NULL;

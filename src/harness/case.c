@@ -708,6 +708,7 @@ int mlajit_case_save(const char *dir, const mlajit_case *c)
 void mlajit_case_spec(const mlajit_case *c, mlajit_kernel_spec *spec)
 {
     memset(spec, 0, sizeof *spec);
+    spec->struct_size = sizeof *spec;
     spec->model = c->model;
     spec->h_q = c->h_q;
     spec->page_size = c->kv.page_size;
@@ -727,6 +728,7 @@ void mlajit_case_spec(const mlajit_case *c, mlajit_kernel_spec *spec)
 void mlajit_case_shape(const mlajit_case *c, mlajit_decode_shape *shape)
 {
     memset(shape, 0, sizeof *shape);
+    shape->struct_size = sizeof *shape;
     shape->batch = c->b;
     shape->s_q = c->s_q;
     shape->topk = c->topk;
@@ -737,6 +739,7 @@ void mlajit_case_shape(const mlajit_case *c, mlajit_decode_shape *shape)
 void mlajit_case_host_args(const mlajit_case *c, mlajit_decode_args *args)
 {
     memset(args, 0, sizeof *args);
+    args->struct_size = sizeof *args;
     const mlajit_model_desc *d = mlajit_model_describe(c->model);
     const int64_t d_qk = d ? d->d_qk : 0, d_v = d ? d->d_v : 0;
     const int64_t h_q = c->h_q, s_q = c->s_q;
@@ -782,9 +785,9 @@ int mlajit_case_reference(const mlajit_case *c, int batch, float **out_f, float 
         return mlajit_fail(MLAJIT_ERR_INVALID_ARGUMENT, "case: model %d is unknown", (int)c->model);
     if (batch < 0 || batch > c->b)
         return mlajit_fail(MLAJIT_ERR_INVALID_ARGUMENT, "case reference: batch = %d; allowed 0..%d", batch, c->b);
-    mlajit_kernel_spec spec;
-    mlajit_decode_shape shape;
-    mlajit_decode_args args;
+    mlajit_kernel_spec spec = MLAJIT_KERNEL_SPEC_INIT;
+    mlajit_decode_shape shape = MLAJIT_DECODE_SHAPE_INIT;
+    mlajit_decode_args args = MLAJIT_DECODE_ARGS_INIT;
     mlajit_case_spec(c, &spec);
     mlajit_case_shape(c, &shape);
     mlajit_case_host_args(c, &args);

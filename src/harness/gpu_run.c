@@ -15,7 +15,7 @@ static int need_device(mlajit_context *ctx)
 {
     if (mlajit_context_driver(ctx))
         return MLAJIT_OK;
-    mlajit_context_info info;
+    mlajit_context_info info = MLAJIT_CONTEXT_INFO_INIT;
     mlajit_context_get_info(ctx, &info);
     return mlajit_fail(MLAJIT_ERR_NO_DEVICE, "no GPU: %s", info.no_device_reason);
 }
@@ -88,6 +88,7 @@ int mlajit_device_case_upload(mlajit_context *ctx, const mlajit_case *c, const m
         opts = &none;
     memset(dc, 0, sizeof *dc);
     dc->ctx = ctx;
+    dc->args.struct_size = sizeof dc->args;
     int rc = need_device(ctx);
     if (rc)
         return rc;
@@ -234,8 +235,8 @@ int mlajit_case_run_gpu(mlajit_context *ctx, const mlajit_case *c, const mlajit_
     if (!opts)
         opts = &none;
     memset(res, 0, sizeof *res);
-    mlajit_kernel_spec spec;
-    mlajit_decode_shape shape;
+    mlajit_kernel_spec spec = MLAJIT_KERNEL_SPEC_INIT;
+    mlajit_decode_shape shape = MLAJIT_DECODE_SHAPE_INIT;
     mlajit_gpu_run_spec(c, opts, &spec);
     mlajit_case_shape(c, &shape);
     shape.num_splits = opts->num_splits;

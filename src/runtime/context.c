@@ -7,6 +7,7 @@
 #include <string.h>
 #include <sys/stat.h>
 
+#include "common/abi.h"
 #include "common/error.h"
 #include "runtime/nvrtc.h"
 #include "runtime/runtime.h"
@@ -178,9 +179,11 @@ int mlajit_context_create(const mlajit_context_options *opts, mlajit_context **o
     if (!out)
         return mlajit_fail(MLAJIT_ERR_INVALID_ARGUMENT, "out: NULL; pass the address of a mlajit_context *");
     *out = NULL;
-    mlajit_context_options defaults = {0};
+    mlajit_context_options defaults = MLAJIT_CONTEXT_OPTIONS_INIT, local;
     if (!opts)
         opts = &defaults;
+    else if (!(opts = mlajit_abi_in(MLAJIT_ABI_CONTEXT_OPTIONS, "options", opts, &local)))
+        return MLAJIT_ERR_INVALID_ARGUMENT;
     const unsigned known = MLAJIT_CONTEXT_NO_DEVICE | MLAJIT_CONTEXT_NO_DISK_CACHE | MLAJIT_CONTEXT_NO_JIT;
     if (opts->flags & ~known)
         return mlajit_fail(MLAJIT_ERR_INVALID_ARGUMENT,
@@ -292,12 +295,15 @@ void mlajit_context_leave(mlajit_context *ctx, int pushed)
         ctx->drv->cuCtxPopCurrent(&popped);
 }
 
-int mlajit_context_get_info(mlajit_context *ctx, mlajit_context_info *info)
+int mlajit_context_get_info(mlajit_context *ctx, mlajit_context_info *caller_info)
 {
     mlajit_clear_error();
-    if (!ctx || !info)
-        return mlajit_fail(MLAJIT_ERR_INVALID_ARGUMENT, "ctx or info: NULL");
-    memset(info, 0, sizeof *info);
+    if (!ctx)
+        return mlajit_fail(MLAJIT_ERR_INVALID_ARGUMENT, "ctx: NULL");
+    int rc = mlajit_abi_check(MLAJIT_ABI_CONTEXT_INFO, "info", caller_info);
+    if (rc)
+        return rc;
+    mlajit_context_info whole = MLAJIT_CONTEXT_INFO_INIT, *info = &whole;
     info->has_device = ctx->drv != NULL;
     snprintf(info->device_name, sizeof info->device_name, "%s", ctx->drv ? ctx->device_name : "");
     snprintf(info->device_arch, sizeof info->device_arch, "%s", ctx->arch);
@@ -326,6 +332,7 @@ int mlajit_context_get_info(mlajit_context *ctx, mlajit_context_info *info)
     info->stale = (int64_t)atomic_load(&ctx->stale);
     info->jit_refusals = (int64_t)atomic_load(&ctx->jit_refusals);
     info->compile_ms = (double)atomic_load(&ctx->compile_us) / 1000.0;
+    mlajit_abi_out(MLAJIT_ABI_CONTEXT_INFO, caller_info, info);
     mlajit_clear_error();
     return MLAJIT_OK;
 }
@@ -693,6 +700,7 @@ static int kernel_build(mlajit_context *ctx, const mlajit_kernel_spec *r, const 
     k->key = *key;
     k->spec = *r;
     mlajit_codegen_layout(r, &k->layout);
+    k->report.struct_size = sizeof k->report; /* mlajit_plan_report hands it out */
     snprintf(k->report.spec, sizeof k->report.spec, "%s", spec_string);
     mlajit_cache_key_hex(key, k->report.key);
     k->report.generate_ms = generate_ms;
@@ -758,7 +766,7 @@ int mlajit_kernel_acquire_ex(mlajit_context *ctx, const mlajit_kernel_spec *spec
     if (loaded_here)
         *loaded_here = 0;
     double t0 = report ? mlajit_now_ms() : 0;
-    mlajit_kernel_spec with_arch = *spec, r;
+    mlajit_kernel_spec with_arch = *spec, r = MLAJIT_KERNEL_SPEC_INIT;
     if (!with_arch.arch[0])
         snprintf(with_arch.arch, sizeof with_arch.arch, "%s", ctx->arch);
 
@@ -863,16 +871,26 @@ int mlajit_kernel_acquire_ex(mlajit_context *ctx, const mlajit_kernel_spec *spec
     return MLAJIT_OK;
 }
 
-int mlajit_kernel_prepare(mlajit_context *ctx, const mlajit_kernel_spec *spec, mlajit_kernel_report *report)
+int mlajit_kernel_prepare(mlajit_context *ctx, const mlajit_kernel_spec *caller_spec,
+                          mlajit_kernel_report *caller_report)
 {
     mlajit_clear_error();
-    if (!ctx || !spec)
+    if (!ctx || !caller_spec)
         return mlajit_fail(MLAJIT_ERR_INVALID_ARGUMENT, "ctx or spec: NULL");
+    mlajit_kernel_spec local;
+    const mlajit_kernel_spec *spec = mlajit_abi_in(MLAJIT_ABI_KERNEL_SPEC, "spec", caller_spec, &local);
+    if (!spec || (caller_report && mlajit_abi_check(MLAJIT_ABI_KERNEL_REPORT, "report", caller_report)))
+        return MLAJIT_ERR_INVALID_ARGUMENT;
     int rc = mlajit_spec_validate(spec);
     if (rc)
         return rc;
     const mlajit_kernel *k;
     /* arch "" stays for acquire, which fills in the device's (and checks it) */
     int load = ctx->drv && mlajit_arch_runs_on(spec->arch[0] ? spec->arch : ctx->arch, ctx->arch);
-    return mlajit_kernel_acquire(ctx, spec, load, &k, report);
+    mlajit_kernel_report report;
+    if ((rc = mlajit_kernel_acquire(ctx, spec, load, &k, caller_report ? &report : NULL)))
+        return rc;
+    if (caller_report)
+        mlajit_abi_out(MLAJIT_ABI_KERNEL_REPORT, caller_report, &report);
+    return MLAJIT_OK;
 }
