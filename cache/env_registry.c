@@ -233,6 +233,16 @@ void mlajit_env_release(mlajit_shared_env *shared)
     free(shared);
 }
 
+int mlajit_env_run_if_unused(const char *path, int (*fn)(void *arg), void *arg)
+{
+    struct stat st;
+    int have = stat(path, &st) == 0;
+    pthread_mutex_lock(&registry_lock);
+    int rc = have && registry_find(st.st_dev, st.st_ino) ? -1 : fn(arg);
+    pthread_mutex_unlock(&registry_lock);
+    return rc;
+}
+
 int mlajit_env_open_count(void)
 {
     int n = 0;

@@ -65,6 +65,13 @@ void mlajit_env_release(mlajit_shared_env *shared);
  * the file, and touching that is SIGBUS, so values are checked before use. */
 int mlajit_env_value_in_file(const mlajit_shared_env *shared, const MDB_val *v, int64_t file_bytes);
 
+/* Run fn(arg) under the registry's lock when this process holds no
+ * environment on path, so none can be opened meanwhile; returns fn's result,
+ * or -1 (fn not run) when one is open. For work on LMDB's files that must not
+ * overlap this process's own use of them: opening and closing lock.mdb drops
+ * every POSIX lock the process holds on it, LMDB's included. */
+int mlajit_env_run_if_unused(const char *path, int (*fn)(void *arg), void *arg);
+
 /* How many environments this process holds open (for tests). */
 int mlajit_env_open_count(void);
 

@@ -4,6 +4,7 @@
 
 #include "cache/env_registry.h"
 #include "common/error.h"
+#include "common/file.h"
 #include "common/strbuf.h"
 #include "mlajit.h"
 
@@ -684,19 +685,15 @@ static int pack_env_init(mlajit_shared_env *shared, void *arg)
 /* Check the trailer and the checksum of the LMDB part; fills *args. */
 static int pack_check_file(const char *path, pack_init_args *args, int64_t *file_bytes, uint64_t *kernels)
 {
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0)
-        return mlajit_fail(MLAJIT_ERR_IO, "pack %s: cannot open: %s", path, strerror(errno));
+    /* A FIFO or a device is refused here, never waited on (a pack list comes
+     * from the environment at start-up). */
+    char what[64];
+    snprintf(what, sizeof what, "pack %.58s", path);
+    int fd;
     struct stat st;
-    int status = MLAJIT_OK;
-    if (fstat(fd, &st) != 0) {
-        status = mlajit_fail(MLAJIT_ERR_IO, "pack %s: cannot stat: %s", path, strerror(errno));
-        goto out;
-    }
-    if (!S_ISREG(st.st_mode)) {
-        status = mlajit_fail(MLAJIT_ERR_IO, "pack %s: not a regular file", path);
-        goto out;
-    }
+    int status = mlajit_open_regular(path, O_RDONLY, 0, what, &fd, &st);
+    if (status != MLAJIT_OK)
+        return status;
     /* At least LMDB's two meta pages and the trailer. */
     if (st.st_size < (off_t)(2 * 4096 + MLAJIT_PACK_TRAILER_BYTES)) {
         status = mlajit_fail(MLAJIT_ERR_CORRUPT, "pack %s: %lld bytes is too small to be a pack (truncated?)", path,

@@ -32,19 +32,25 @@
 #include "cache/store.h"
 
 #include "cache/env_registry.h"
+#include "cache/lmdb_check.h"
 #include "common/error.h"
+#include "common/file.h"
 #include "mlajit.h"
 
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
+#include <limits.h>
 #include <lmdb.h>
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <sys/types.h>
+#include <time.h>
 #include <unistd.h>
 
 /* The streaming XXH3 state is only declared (and stack-allocatable) with this. */
@@ -419,6 +425,22 @@ int mlajit_cache_entry_decode(const void *value, size_t len, mlajit_cache_entry 
 /* ------------------------------------------------------------------------- */
 /* The LMDB store                                                             */
 /* ------------------------------------------------------------------------- */
+/*
+ * Why the store reads with its own code and checks before LMDB writes:
+ * LMDB 0.9 does not check its pages, so a damaged page (a flipped bit, a
+ * partial copy, a stray write) makes it read or write out of bounds inside
+ * the process that embeds mlajit. Three designs were weighed: a whole-file
+ * checksum (a hit in a fresh process would read the whole file, and every
+ * commit would rewrite it), a structural check in a child process (a fork or
+ * exec per open), and the one here: reads never run LMDB - mlajit's reader
+ * (lmdb_check.c) walks the pages with pread and checks each before use, so a
+ * hit costs a few small reads, takes no lock, maps nothing (no SIGBUS when a
+ * file shrinks) and serves from read-only files; writes run LMDB only on a
+ * file that passed the whole structural check inside the same write
+ * transaction, where LMDB's writer lock keeps every other writer out and
+ * the snapshot's pages cannot be reused, so nothing changes between the check
+ * and LMDB's use. The open-time check (stamp-gated, see mlajit_store_open_ex)
+ * finds damage a hit would not touch, so it is set aside early. */
 
 /* The map is reserved address space, not disk: the data file grows as used. */
 #if SIZE_MAX > 0xffffffffu
@@ -426,22 +448,36 @@ int mlajit_cache_entry_decode(const void *value, size_t len, mlajit_cache_entry 
 #else
 #define STORE_MAP_SIZE ((size_t)1 << 30)
 #endif
-/* MDB_NOTLS gives every live read transaction its own slot; leave headroom for
- * many threads (and processes) reading at once. */
 #define STORE_MAX_READERS 512
-/* Where a damaged data file is moved so the next open starts afresh. */
-#define DAMAGED_DATA_NAME "data.mdb.damaged"
+#define DATA_NAME "data.mdb"
+#define LOCK_NAME "lock.mdb"
+/* The stamp of the last clean check: see stamp_* below. */
+#define STAMP_NAME "data.mdb.verified"
+/* Damaged data files are moved to DAMAGED_PREFIX N, N = 1, 2, ... */
+#define DAMAGED_PREFIX "data.mdb.damaged."
+#define COMPILE_LOCK_NAME "compile.lock"
+/* Reads of a snapshot a writer may have reused meanwhile are done again. */
+#define SNAPSHOT_TRIES 8
+/* A stamp vouches for a file only once the file is this old: a change made
+ * within the file system's timestamp granularity of the last one would leave
+ * the modification time as it was (the "racy clean" problem of git's index). */
+#define STAMP_SETTLED_NS 1000000000LL
+#define STAMP_BYTES 64u
+static const char STAMP_MAGIC[8] = {'M', 'L', 'A', 'J', 'I', 'T', 'V', 'S'};
+#define STAMP_VERSION 1u
+/* Salvage writes what it recovered in transactions of at most this much. */
+#define SALVAGE_BATCH_BYTES ((size_t)64 << 20)
 /* Metadata lives beside the entries under keys that are not 16 bytes long. */
 static const char COUNTERS_KEY[] = "mlajit-counters-v1";
 #define COUNTERS_FIELDS 8
 #define COUNTERS_VALUE_BYTES (8 * COUNTERS_FIELDS + 8)
 
 struct mlajit_store {
-    mlajit_shared_env *shared; /* the process's one environment for this directory */
-    MDB_env *env;
-    MDB_dbi dbi;
-    int readonly;
     char *dir;
+    char *data_path;
+    int readonly;
+    int keep_damaged;
+    atomic_int warned_damage; /* one warning per store for damage it cannot set aside */
 };
 
 void mlajit_cache_key_to_bytes(const mlajit_cache_key *key, uint8_t bytes[16])
@@ -483,9 +519,22 @@ static int store_lmdb_fail(const mlajit_store *store, const char *what, int rc)
     return mlajit_fail(MLAJIT_ERR_CACHE, "cache %s: %s failed: %s", store->dir, what, mdb_strerror(rc));
 }
 
+/* dir + "/" + name, malloc'd (NULL when out of memory). */
+static char *path_in(const char *dir, const char *name)
+{
+    size_t n = strlen(dir) + 1 + strlen(name) + 1;
+    char *p = malloc(n);
+    if (p)
+        snprintf(p, n, "%s/%s", dir, name);
+    return p;
+}
+
 /* mkdir -p with mode 0755; an existing directory is fine. */
 static int make_directories(const char *dir)
 {
+    struct stat st;
+    if (stat(dir, &st) == 0 && S_ISDIR(st.st_mode))
+        return MLAJIT_OK;
     size_t n = strlen(dir);
     char *path = malloc(n + 1);
     if (!path)
@@ -507,23 +556,11 @@ static int make_directories(const char *dir)
     if (status != MLAJIT_OK)
         return status;
 
-    struct stat st;
     if (stat(dir, &st) != 0)
         return mlajit_fail(MLAJIT_ERR_IO, "cache %s: cannot stat the directory: %s", dir, strerror(errno));
     if (!S_ISDIR(st.st_mode))
         return mlajit_fail(MLAJIT_ERR_IO, "cache %s: exists and is not a directory", dir);
     return MLAJIT_OK;
-}
-
-/* Bytes of the data file now (it only grows while open; other processes may
- * grow it too). -1 when it cannot be read. */
-static int64_t env_data_file_bytes(MDB_env *env)
-{
-    int fd = -1;
-    struct stat st;
-    if (mdb_env_get_fd(env, &fd) != 0 || fd < 0 || fstat(fd, &st) != 0)
-        return -1;
-    return (int64_t)st.st_size;
 }
 
 int mlajit_lmdb_check_size(MDB_env *env, int64_t file_bytes, const char *what)
@@ -545,21 +582,306 @@ int mlajit_lmdb_check_size(MDB_env *env, int64_t file_bytes, const char *what)
     return 0;
 }
 
+/* ---- the data file ------------------------------------------------------------ */
+
+/* Open data.mdb for reading. MLAJIT_OK and *fd, *st; MLAJIT_ERR_NOT_FOUND when
+ * there is none (or it is empty: LMDB starts an empty file afresh); else an
+ * error (MLAJIT_ERR_IO for a FIFO, a device, a directory, ...). */
+static int data_open(const mlajit_store *s, int *fd, struct stat *st)
+{
+    char what[64 + 16];
+    snprintf(what, sizeof what, "cache %.60s: data.mdb", s->dir);
+    int status = mlajit_open_regular(s->data_path, O_RDONLY, 0, what, fd, st);
+    if (status != MLAJIT_OK) {
+        if (errno == ENOENT)
+            return mlajit_fail(MLAJIT_ERR_NOT_FOUND, "cache %s: no data file yet", s->dir);
+        return status;
+    }
+    if (st->st_size == 0) {
+        close(*fd);
+        *fd = -1;
+        return mlajit_fail(MLAJIT_ERR_NOT_FOUND, "cache %s: the data file is empty", s->dir);
+    }
+    return MLAJIT_OK;
+}
+
+/* ---- the stamp of the last clean check ------------------------------------------ */
+/*
+ * data.mdb.verified, 64 bytes, little-endian: magic "MLAJITVS", u32 version 1,
+ * u32 page size, u64 file size, i64 mtime seconds, i64 mtime nanoseconds, u64
+ * snapshot transaction id, u64 XXH3-64 of both meta records, u64 XXH3-64 of the
+ * 56 bytes before it. It says: a file of this size, modification time and meta
+ * pages passed the structural check. The file's identity (device, inode) is
+ * left out so a copy made with its times kept (cp -a, rsync -a, an image
+ * layer) needs no new check. Written only by a clean check of a file at least
+ * STAMP_SETTLED_NS old, replaced atomically (rename); a missing, damaged or
+ * stale stamp only costs a check. */
+
+static void stamp_encode(const struct stat *st, const mlajit_lmdb_meta *m, uint8_t out[STAMP_BYTES])
+{
+    memcpy(out, STAMP_MAGIC, sizeof STAMP_MAGIC);
+    store_u32le(out + 8, STAMP_VERSION);
+    store_u32le(out + 12, m->psize);
+    store_u64le(out + 16, (uint64_t)st->st_size);
+    store_u64le(out + 24, (uint64_t)st->st_mtim.tv_sec);
+    store_u64le(out + 32, (uint64_t)st->st_mtim.tv_nsec);
+    store_u64le(out + 40, m->txnid);
+    store_u64le(out + 48, m->hash);
+    store_u64le(out + 56, mlajit_hash64(out, 56));
+}
+
+static int stamp_matches(const mlajit_store *s, const struct stat *st, const mlajit_lmdb_meta *m)
+{
+    char *path = path_in(s->dir, STAMP_NAME);
+    int fd = -1, match = 0;
+    if (path && mlajit_open_regular(path, O_RDONLY, 0, "stamp", &fd, NULL) == MLAJIT_OK) {
+        uint8_t have[STAMP_BYTES], want[STAMP_BYTES];
+        stamp_encode(st, m, want);
+        match = pread(fd, have, sizeof have, 0) == (ssize_t)sizeof have && memcmp(have, want, sizeof have) == 0;
+        close(fd);
+    }
+    mlajit_clear_error();
+    free(path);
+    return match;
+}
+
+static void stamp_write(const mlajit_store *s, const struct stat *st, const mlajit_lmdb_meta *m)
+{
+    struct timespec now;
+    clock_gettime(CLOCK_REALTIME, &now);
+    int64_t age = ((int64_t)now.tv_sec - (int64_t)st->st_mtim.tv_sec) * 1000000000LL +
+                  ((int64_t)now.tv_nsec - (int64_t)st->st_mtim.tv_nsec);
+    if (age < STAMP_SETTLED_NS || s->readonly)
+        return;
+    char *path = path_in(s->dir, STAMP_NAME), *tmp = NULL;
+    if (path) {
+        size_t n = strlen(path) + 32;
+        if ((tmp = malloc(n)))
+            snprintf(tmp, n, "%s.tmp.%ld", path, (long)getpid());
+    }
+    uint8_t bytes[STAMP_BYTES];
+    stamp_encode(st, m, bytes);
+    int fd = tmp ? open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0644) : -1;
+    if (fd >= 0) {
+        int ok = write(fd, bytes, sizeof bytes) == (ssize_t)sizeof bytes;
+        close(fd);
+        if (!ok || rename(tmp, path) != 0)
+            unlink(tmp);
+    }
+    free(tmp);
+    free(path);
+}
+
+static void stamp_remove(const mlajit_store *s)
+{
+    char *path = path_in(s->dir, STAMP_NAME);
+    if (path)
+        unlink(path);
+    free(path);
+}
+
+/* ---- damage: moving a data file aside ---------------------------------------- */
+
+typedef struct set_aside_job {
+    const mlajit_store *s;
+    dev_t dev;    /* the damaged file: another process may have replaced it already */
+    ino_t ino;
+    char name[64];
+    int in_use;
+} set_aside_job;
+
+/* Move data.mdb to the first free DAMAGED_PREFIX N, never replacing a file:
+ * link() fails on an existing name; renameat2(RENAME_NOREPLACE) where the
+ * file system has no hard links. 1 when moved. */
+static int move_to_new_name(const char *dir, const char *data_path, char *name, size_t name_len)
+{
+    for (unsigned n = 1; n < 100000; n++) {
+        snprintf(name, name_len, DAMAGED_PREFIX "%u", n);
+        char *aside = path_in(dir, name);
+        if (!aside)
+            return 0;
+        int rc = link(data_path, aside), err = errno;
+        if (rc == 0) {
+            rc = unlink(data_path);
+            if (rc != 0)
+                unlink(aside);
+        } else if (err != EEXIST) {
+            rc = (int)syscall(SYS_renameat2, AT_FDCWD, data_path, AT_FDCWD, aside, 1 /* RENAME_NOREPLACE */);
+            err = errno;
+        }
+        free(aside);
+        if (rc == 0)
+            return 1;
+        if (err != EEXIST)
+            return 0;
+    }
+    return 0;
+}
+
+/* Runs with no LMDB environment of this process on the directory (and none
+ * can be opened meanwhile): so opening lock.mdb here drops no lock of ours.
+ * 1: moved; 2: data.mdb is no longer the damaged file; 0: not moved (in_use
+ * when another process holds the environment). */
+static int set_aside_unused(void *arg)
+{
+    set_aside_job *job = arg;
+    const mlajit_store *s = job->s;
+    char *lock_path = path_in(s->dir, LOCK_NAME);
+    if (!lock_path)
+        return 0;
+    /* LMDB's first opener holds a write lock on byte 0 of lock.mdb and every
+     * process with the environment open a read lock there: taking a write lock
+     * says no process has it open, and holding it keeps new openers waiting
+     * until the file has moved. An OFD lock conflicts with those POSIX locks. */
+    int fd = open(lock_path, O_RDWR | O_NONBLOCK | O_CLOEXEC | O_NOFOLLOW);
+    free(lock_path);
+    if (fd < 0 && errno != ENOENT)
+        return 0;
+    if (fd >= 0) {
+        struct stat ls;
+        struct flock excl = {.l_type = F_WRLCK, .l_whence = SEEK_SET, .l_start = 0, .l_len = 1, .l_pid = 0};
+        int locked = fstat(fd, &ls) == 0 && S_ISREG(ls.st_mode) &&
+                     (fcntl(fd, F_OFD_SETLK, &excl) == 0 || (errno == EINVAL && fcntl(fd, F_SETLK, &excl) == 0));
+        if (!locked) {
+            job->in_use = 1;
+            close(fd);
+            return 0;
+        }
+    }
+    int moved = 0;
+    struct stat ds;
+    if (stat(s->data_path, &ds) != 0 || ds.st_dev != job->dev || ds.st_ino != job->ino)
+        moved = 2; /* already moved or replaced by another process: nothing to do */
+    else if (move_to_new_name(s->dir, s->data_path, job->name, sizeof job->name))
+        moved = 1;
+    if (moved == 1)
+        stamp_remove(s);
+    if (fd >= 0)
+        close(fd); /* releases the lock; the next LMDB opener initializes lock.mdb afresh */
+    return moved;
+}
+
+/* Structural damage (why) in the data file with device dev, inode ino. Sets
+ * it aside (one warning) where this store may and no process holds it open;
+ * else warns once per store that only what is intact is served. Returns 1 when
+ * the file is gone from data.mdb (moved now, or already by another process). */
+static int store_damaged(mlajit_store *s, const char *why, dev_t dev, ino_t ino)
+{
+    char reason[300];
+    snprintf(reason, sizeof reason, "%s", why);
+    if (!s->readonly && !s->keep_damaged) {
+        set_aside_job job = {.s = s, .dev = dev, .ino = ino};
+        int moved = mlajit_env_run_if_unused(s->dir, set_aside_unused, &job);
+        if (moved == 1)
+            mlajit_warn("cache %s: data.mdb is damaged (%s); moved it to %s and starting an empty cache "
+                        "(`mlajit cache verify --repair --from %s/%s` recovers its intact entries)",
+                        s->dir, reason, job.name, s->dir, job.name);
+        if (moved == 1 || moved == 2)
+            return 1;
+        if (atomic_exchange(&s->warned_damage, 1) == 0)
+            mlajit_warn("cache %s: data.mdb is damaged (%s) and in use by %s, so it stays; serving the entries "
+                        "that can still be read and storing nothing (it is set aside when no process has it "
+                        "open)",
+                        s->dir, reason, moved == -1 ? "this process" : "another process");
+        return 0;
+    }
+    if (!s->keep_damaged && atomic_exchange(&s->warned_damage, 1) == 0)
+        mlajit_warn("cache %s: data.mdb is damaged (%s); serving the entries that can still be read (a writable "
+                    "open or `mlajit cache verify --repair` sets it aside)",
+                    s->dir, reason);
+    return 0;
+}
+
+/* ---- reading: mlajit's checked reader ----------------------------------------- */
+
+typedef int (*snapshot_fn)(int fd, const mlajit_lmdb_meta *m, void *arg);
+
+/* Run fn on a consistent snapshot of the data file: again when a writer may
+ * have reused its pages meanwhile. fn's MLAJIT_ERR_CORRUPT on a held snapshot
+ * (or damaged meta pages) is damage: handed to store_damaged, and returned as
+ * MLAJIT_ERR_CORRUPT with the message (*damaged set to 1; 2 when the file was
+ * set aside). */
+static int store_read(mlajit_store *s, snapshot_fn fn, void *arg, int *damaged)
+{
+    *damaged = 0;
+    int meta_failures = 0;
+    for (int attempt = 0; attempt < SNAPSHOT_TRIES; attempt++) {
+        int fd;
+        struct stat st;
+        int status = data_open(s, &fd, &st);
+        if (status != MLAJIT_OK)
+            return status;
+        mlajit_lmdb_meta m;
+        status = mlajit_lmdb_read_meta(fd, (int64_t)st.st_size, &m);
+        int held = 1;
+        if (status == MLAJIT_OK) {
+            status = fn(fd, &m, arg);
+            held = mlajit_lmdb_snapshot_held(fd, &m);
+        } else if (status == MLAJIT_ERR_CORRUPT && meta_failures++ == 0) {
+            held = 0; /* a meta page read while a writer wrote it: read once more */
+            struct timespec pause = {0, 2000000};
+            nanosleep(&pause, NULL);
+        }
+        close(fd);
+        if (!held)
+            continue;
+        if (status == MLAJIT_ERR_CORRUPT) {
+            char why[512];
+            snprintf(why, sizeof why, "%s", mlajit_last_error());
+            *damaged = 1 + store_damaged(s, why, st.st_dev, st.st_ino);
+            return mlajit_fail(MLAJIT_ERR_CORRUPT, "cache %s: data.mdb is damaged: %s", s->dir, why);
+        }
+        return status;
+    }
+    return mlajit_fail(MLAJIT_ERR_CACHE, "cache %s: the data file changed under each of %d reads; try again",
+                       s->dir, SNAPSHOT_TRIES);
+}
+
+typedef struct value_read {
+    const void *key;
+    size_t key_len;
+    void *value;
+    size_t len;
+} value_read;
+
+static int value_read_fn(int fd, const mlajit_lmdb_meta *m, void *arg)
+{
+    value_read *r = arg;
+    free(r->value);
+    r->value = NULL;
+    return mlajit_lmdb_lookup(fd, m, r->key, r->key_len, &r->value, &r->len);
+}
+
+/* The stored bytes of key (malloc'd), or NOT_FOUND / an error. A damaged
+ * file is a miss once store_damaged has dealt with it. */
+static int store_read_value(mlajit_store *s, const void *key, size_t key_len, void **value, size_t *len,
+                            int *damaged)
+{
+    value_read r = {.key = key, .key_len = key_len};
+    int status = store_read(s, value_read_fn, &r, damaged);
+    if (status != MLAJIT_OK) {
+        free(r.value);
+        if (*damaged)
+            return MLAJIT_ERR_NOT_FOUND; /* a miss; the message says why */
+        return status;
+    }
+    *value = r.value;
+    *len = r.len;
+    return MLAJIT_OK;
+}
+
+/* ---- writing: LMDB, on a checked file ---------------------------------------- */
+
 static int store_env_init(mlajit_shared_env *shared, void *arg)
 {
     (void)arg;
-    int rc = mlajit_lmdb_check_size(shared->env, env_data_file_bytes(shared->env), shared->real_path);
-    if (rc != 0)
-        return rc;
-    if (!(shared->env_flags & MDB_RDONLY)) {
-        /* Free reader slots left behind by processes that died mid-read. */
-        int dead_readers = 0;
-        mdb_reader_check(shared->env, &dead_readers);
-    }
-    /* The unnamed database always exists, so a read transaction opens it and
-     * opening never waits for another process's writer. */
+    /* Free reader slots left behind by processes that died mid-read (mlajit
+     * itself holds none; older versions and other tools may). */
+    int dead_readers = 0;
+    mdb_reader_check(shared->env, &dead_readers);
+    /* The unnamed database needs no page read to open. */
     MDB_txn *txn;
-    rc = mdb_txn_begin(shared->env, NULL, MDB_RDONLY, &txn);
+    int rc = mdb_txn_begin(shared->env, NULL, MDB_RDONLY, &txn);
     if (rc != 0)
         return rc;
     rc = mdb_dbi_open(txn, NULL, 0, &shared->dbi[0]);
@@ -570,51 +892,202 @@ static int store_env_init(mlajit_shared_env *shared, void *arg)
     return rc;
 }
 
-/* Move a damaged data file aside so the next open starts a fresh one, but only
- * when no process has the cache open: LMDB's first opener holds an exclusive
- * fcntl lock on byte 0 of lock.mdb, and every later one a shared lock there. */
-static int store_set_aside_damaged(const char *dir, const char *why)
+/* What LMDB reads when it opens the file, before any transaction of ours
+ * could check it: the meta pages (a page size of 0 would divide by zero in
+ * LMDB), and that data.mdb and lock.mdb are regular files. */
+static int store_precheck(mlajit_store *s, int *damaged)
 {
-    size_t n = strlen(dir) + sizeof "/" DAMAGED_DATA_NAME;
-    char *lock_path = malloc(n), *data_path = malloc(n), *aside_path = malloc(n);
-    int repaired = 0;
-    if (!lock_path || !data_path || !aside_path)
-        goto out;
-    snprintf(lock_path, n, "%s/lock.mdb", dir);
-    snprintf(data_path, n, "%s/data.mdb", dir);
-    snprintf(aside_path, n, "%s/" DAMAGED_DATA_NAME, dir);
-    int fd = open(lock_path, O_RDWR | O_CLOEXEC);
-    if (fd < 0 && errno != ENOENT)
-        goto out;
-    if (fd >= 0) {
-        struct flock exclusive = {.l_type = F_WRLCK, .l_whence = SEEK_SET, .l_start = 0, .l_len = 1};
-        if (fcntl(fd, F_SETLK, &exclusive) != 0) {
-            close(fd); /* another process has it open: leave the file alone */
-            goto out;
-        }
-    }
-    if (rename(data_path, aside_path) == 0) {
-        repaired = 1;
-        mlajit_warn("cache %s: data.mdb was damaged (%s); moved it to %s and starting an empty cache", dir, why,
-                    DAMAGED_DATA_NAME);
-    }
-    if (fd >= 0)
-        close(fd); /* releases the lock; the next LMDB opener re-initializes lock.mdb */
-out:
+    *damaged = 0;
+    char *lock_path = path_in(s->dir, LOCK_NAME);
+    struct stat st;
+    if (!lock_path)
+        return mlajit_fail(MLAJIT_ERR_OUT_OF_MEMORY, "cache %s: out of memory", s->dir);
+    int lock_ok = stat(lock_path, &st) != 0 || S_ISREG(st.st_mode);
     free(lock_path);
-    free(data_path);
-    free(aside_path);
-    return repaired;
+    if (!lock_ok)
+        return mlajit_fail(MLAJIT_ERR_IO, "cache %s: lock.mdb is %s, not a regular file; remove it", s->dir,
+                           mlajit_file_kind(st.st_mode));
+    int fd;
+    int status = data_open(s, &fd, &st);
+    if (status == MLAJIT_ERR_NOT_FOUND)
+        return MLAJIT_OK; /* LMDB creates it */
+    if (status != MLAJIT_OK)
+        return status;
+    mlajit_lmdb_meta m;
+    status = mlajit_lmdb_read_meta(fd, (int64_t)st.st_size, &m);
+    close(fd);
+    if (status == MLAJIT_ERR_CORRUPT) {
+        char why[512];
+        snprintf(why, sizeof why, "%s", mlajit_last_error());
+        *damaged = 1 + store_damaged(s, why, st.st_dev, st.st_ino);
+        return mlajit_fail(MLAJIT_ERR_CORRUPT, "cache %s: data.mdb is damaged: %s", s->dir, why);
+    }
+    return status;
 }
 
-int mlajit_store_open(const char *dir, int readonly, mlajit_store **out)
+typedef int (*txn_fn)(mlajit_store *s, MDB_txn *txn, MDB_dbi dbi, void *arg);
+
+/* One write transaction: LMDB runs fn only after the whole snapshot passed
+ * the structural check inside the transaction. Damage found there sets the
+ * file aside (where this store may) and the write is made again, once, on the
+ * fresh file. */
+static int store_write_txn(mlajit_store *s, txn_fn fn, void *arg)
+{
+    if (s->readonly)
+        return mlajit_fail(MLAJIT_ERR_CACHE, "cache %s: opened read-only; cannot write", s->dir);
+    mlajit_env_request req = {
+        .path = s->dir, .env_flags = 0, .map_size = STORE_MAP_SIZE, .max_readers = STORE_MAX_READERS,
+        .trusted_bytes = 1, /* every read of it is checked here first */
+        .init = store_env_init,
+    };
+    int status = MLAJIT_OK;
+    for (int attempt = 0; attempt < 2; attempt++) {
+        int damaged;
+        status = store_precheck(s, &damaged);
+        if (status != MLAJIT_OK) {
+            if (damaged == 2)
+                continue;
+            return status;
+        }
+        mlajit_shared_env *shared = NULL;
+        int lmdb_rc = 0;
+        status = mlajit_env_acquire(&req, &shared, &lmdb_rc);
+        if (status != MLAJIT_OK)
+            return status;
+        MDB_txn *txn;
+        int rc = mdb_txn_begin(shared->env, NULL, 0, &txn);
+        if (rc != 0) {
+            mlajit_env_release(shared);
+            return store_lmdb_fail(s, "beginning a write transaction", rc);
+        }
+        /* The snapshot this transaction starts from, read as LMDB will. */
+        int fd = -1;
+        struct stat st;
+        mlajit_lmdb_meta m;
+        uint64_t snapshot = (uint64_t)mdb_txn_id(txn) - 1;
+        if (mdb_env_get_fd(shared->env, &fd) != 0 || fstat(fd, &st) != 0)
+            status = mlajit_fail(MLAJIT_ERR_IO, "cache %s: cannot stat data.mdb: %s", s->dir, strerror(errno));
+        else if ((status = mlajit_lmdb_read_meta_of(fd, (int64_t)st.st_size, snapshot, &m)) == MLAJIT_OK)
+            status = mlajit_lmdb_check(fd, &m, 0, NULL, NULL, NULL);
+        if (status != MLAJIT_OK) {
+            char why[512];
+            snprintf(why, sizeof why, "%s", mlajit_last_error());
+            mdb_txn_abort(txn);
+            mlajit_env_release(shared); /* before setting it aside: see set_aside_unused */
+            if (status == MLAJIT_ERR_CORRUPT && store_damaged(s, why, st.st_dev, st.st_ino))
+                continue;
+            return mlajit_fail(status, "cache %s: data.mdb %s: %s", s->dir,
+                               status == MLAJIT_ERR_CORRUPT ? "is damaged" : "cannot be checked", why);
+        }
+        status = fn(s, txn, shared->dbi[0], arg);
+        if (status != MLAJIT_OK) {
+            mdb_txn_abort(txn);
+            mlajit_env_release(shared);
+            return status;
+        }
+        rc = mdb_txn_commit(txn); /* frees txn even on failure */
+        mlajit_env_release(shared);
+        if (rc != 0)
+            return store_lmdb_fail(s, "committing a write", rc);
+        return MLAJIT_OK;
+    }
+    return status;
+}
+
+/* ---- opening ------------------------------------------------------------------------ */
+
+/* A file that is there must be writable for a writable store. */
+static int check_writable(const char *dir, const char *name)
+{
+    char *path = path_in(dir, name);
+    if (!path)
+        return mlajit_fail(MLAJIT_ERR_OUT_OF_MEMORY, "cache %s: out of memory", dir);
+    struct stat st;
+    int status = MLAJIT_OK;
+    if (stat(path, &st) == 0) {
+        if (!S_ISREG(st.st_mode))
+            status = mlajit_fail(MLAJIT_ERR_IO, "cache %s: %s is %s, not a regular file; remove it", dir, name,
+                                 mlajit_file_kind(st.st_mode));
+        else if (faccessat(AT_FDCWD, path, W_OK, AT_EACCESS) != 0)
+            status = mlajit_fail(MLAJIT_ERR_IO, "cache %s: cannot write %s: %s", dir, name, strerror(errno));
+    }
+    free(path);
+    return status;
+}
+
+/* The open-time check: the whole file, unless the stamp says it is unchanged
+ * since a clean check. Damage goes to store_damaged. */
+static int open_check_fn(int fd, const mlajit_lmdb_meta *m, void *arg)
+{
+    mlajit_store_check_report *rep = arg;
+    mlajit_lmdb_report lr;
+    int status = mlajit_lmdb_check(fd, m, 0, NULL, NULL, &lr);
+    rep->pages = lr.pages;
+    rep->tree_pages = lr.tree_pages;
+    rep->free_pages = lr.free_pages;
+    rep->entries = lr.entries;
+    return status;
+}
+
+typedef struct check_job {
+    const mlajit_store *s;
+    mlajit_store_check_report *rep;
+    int use_stamp;
+    int stamped_ok; /* the stamp matched: nothing was walked */
+    struct stat st;
+    mlajit_lmdb_meta m;
+} check_job;
+
+static int check_job_fn(int fd, const mlajit_lmdb_meta *m, void *arg)
+{
+    check_job *job = arg;
+    struct stat st;
+    if (fstat(fd, &st) != 0)
+        return mlajit_fail(MLAJIT_ERR_IO, "cannot stat data.mdb: %s", strerror(errno));
+    job->st = st;
+    job->m = *m;
+    job->rep->data_file_bytes = (int64_t)st.st_size;
+    if (job->use_stamp && stamp_matches(job->s, &st, m)) {
+        job->stamped_ok = 1;
+        return MLAJIT_OK;
+    }
+    int status = open_check_fn(fd, m, job->rep);
+    if (status == MLAJIT_ERR_CORRUPT)
+        snprintf(job->rep->problem, sizeof job->rep->problem, "%s", mlajit_last_error());
+    return status;
+}
+
+static int store_check_whole(mlajit_store *s, int use_stamp, mlajit_store_check_report *rep)
+{
+    memset(rep, 0, sizeof *rep);
+    check_job job = {.s = s, .rep = rep, .use_stamp = use_stamp};
+    int damaged;
+    int status = store_read(s, check_job_fn, &job, &damaged);
+    if (status == MLAJIT_ERR_CORRUPT) {
+        rep->damaged = 1;
+        if (!rep->problem[0]) /* damaged meta pages: the message says */
+            snprintf(rep->problem, sizeof rep->problem, "%s", mlajit_last_error());
+    } else if (status == MLAJIT_OK && !job.stamped_ok) {
+        stamp_write(s, &job.st, &job.m);
+    }
+    return status;
+}
+
+int mlajit_store_open_ex(const char *dir, unsigned flags, mlajit_store **out)
 {
     if (!out)
         return mlajit_fail(MLAJIT_ERR_INVALID_ARGUMENT, "cache open: out must not be NULL");
     *out = NULL;
     if (!dir || !dir[0])
         return mlajit_fail(MLAJIT_ERR_INVALID_ARGUMENT, "cache open: dir must be a non-empty path");
-
+    if (flags & ~(unsigned)(MLAJIT_STORE_READONLY | MLAJIT_STORE_KEEP_DAMAGED))
+        return mlajit_fail(MLAJIT_ERR_INVALID_ARGUMENT, "cache open: flags 0x%x has unknown bits", flags);
+    size_t dir_len = strlen(dir);
+    if (dir_len + sizeof "/" DAMAGED_PREFIX "99999" > PATH_MAX)
+        return mlajit_fail(MLAJIT_ERR_INVALID_ARGUMENT,
+                           "cache open: the directory path is %zu characters; with the cache's file names it "
+                           "must fit PATH_MAX (%d)", dir_len, PATH_MAX);
+    int readonly = (flags & MLAJIT_STORE_READONLY) != 0;
     if (readonly) {
         struct stat st;
         if (stat(dir, &st) != 0)
@@ -623,6 +1096,12 @@ int mlajit_store_open(const char *dir, int readonly, mlajit_store **out)
             return mlajit_fail(MLAJIT_ERR_IO, "cache %s: is not a directory", dir);
     } else {
         int status = make_directories(dir);
+        if (status == MLAJIT_OK && faccessat(AT_FDCWD, dir, W_OK | X_OK, AT_EACCESS) != 0)
+            status = mlajit_fail(MLAJIT_ERR_IO, "cache %s: cannot write the directory: %s", dir, strerror(errno));
+        if (status == MLAJIT_OK)
+            status = check_writable(dir, DATA_NAME);
+        if (status == MLAJIT_OK)
+            status = check_writable(dir, LOCK_NAME);
         if (status != MLAJIT_OK)
             return status;
     }
@@ -630,47 +1109,65 @@ int mlajit_store_open(const char *dir, int readonly, mlajit_store **out)
     mlajit_store *store = calloc(1, sizeof *store);
     if (!store)
         return mlajit_fail(MLAJIT_ERR_OUT_OF_MEMORY, "cache %s: out of memory", dir);
-    store->readonly = readonly != 0;
+    store->readonly = readonly;
+    store->keep_damaged = (flags & MLAJIT_STORE_KEEP_DAMAGED) != 0;
     store->dir = strdup(dir);
-    if (!store->dir) {
-        free(store);
+    store->data_path = path_in(dir, DATA_NAME);
+    if (!store->dir || !store->data_path) {
+        mlajit_store_close(store);
         return mlajit_fail(MLAJIT_ERR_OUT_OF_MEMORY, "cache %s: out of memory", dir);
     }
-
-    mlajit_env_request req = {
-        .path = dir, .env_flags = store->readonly ? MDB_RDONLY : 0u, .map_size = STORE_MAP_SIZE,
-        .max_readers = STORE_MAX_READERS, .init = store_env_init,
-    };
-    int lmdb_rc = 0;
-    int status = mlajit_env_acquire(&req, &store->shared, &lmdb_rc);
-    if (status != MLAJIT_OK && !store->readonly && mlajit_lmdb_rc_is_damage(lmdb_rc)) {
-        char why[512];
-        snprintf(why, sizeof why, "%s", mlajit_last_error());
-        if (store_set_aside_damaged(dir, why))
-            status = mlajit_env_acquire(&req, &store->shared, &lmdb_rc);
-        else
-            mlajit_fail(status, "%s", why); /* keep the reason for the message below */
-    }
-    if (status != MLAJIT_OK) {
-        if (mlajit_lmdb_rc_is_damage(lmdb_rc))
-            status = mlajit_fail_prefix(MLAJIT_ERR_CORRUPT, "%s", store->readonly
-                                            ? "damaged cache (a writable open sets it aside): "
-                                            : "damaged cache, in use by another process (it is set aside when "
-                                              "no process has it open): ");
+    /* A data file that is not a regular file is refused here, never opened by LMDB. */
+    int fd;
+    struct stat st;
+    int status = data_open(store, &fd, &st);
+    if (status == MLAJIT_OK)
+        close(fd);
+    else if (status != MLAJIT_ERR_NOT_FOUND) {
         mlajit_store_close(store);
         return status;
     }
-    store->env = store->shared->env;
-    store->dbi = store->shared->dbi[0];
+    /* Reads are checked page by page whatever the file holds; the whole-file
+     * check finds damage a hit would not touch, so it is set aside before a
+     * write or a later look-up meets it. A read-only store cannot set a file
+     * aside, so it leaves the file to its checked reads; the CLI
+     * (MLAJIT_STORE_KEEP_DAMAGED) checks in each command. */
+    if (status == MLAJIT_OK && !readonly && !store->keep_damaged) {
+        mlajit_store_check_report rep;
+        atomic_store(&store->warned_damage, 1); /* a file in use elsewhere fails the open: the caller says */
+        status = store_check_whole(store, 1, &rep);
+        atomic_store(&store->warned_damage, 0);
+        if (status == MLAJIT_ERR_CORRUPT) {
+            /* store_damaged set it aside (the store goes on empty), or it is in use elsewhere */
+            struct stat now;
+            if (stat(store->data_path, &now) == 0 && now.st_ino == st.st_ino && now.st_dev == st.st_dev) {
+                char why[512];
+                snprintf(why, sizeof why, "%s", mlajit_last_error());
+                mlajit_store_close(store);
+                return mlajit_fail(MLAJIT_ERR_CORRUPT,
+                                   "%s (damaged, and in use by another process: it is set aside when no process "
+                                   "has it open)", why);
+            }
+        } else if (status != MLAJIT_OK && status != MLAJIT_ERR_NOT_FOUND) {
+            mlajit_store_close(store);
+            return status;
+        }
+    }
+    mlajit_clear_error();
     *out = store;
     return MLAJIT_OK;
+}
+
+int mlajit_store_open(const char *dir, int readonly, mlajit_store **out)
+{
+    return mlajit_store_open_ex(dir, readonly ? MLAJIT_STORE_READONLY : 0u, out);
 }
 
 void mlajit_store_close(mlajit_store *store)
 {
     if (!store)
         return;
-    mlajit_env_release(store->shared);
+    free(store->data_path);
     free(store->dir);
     free(store);
 }
@@ -679,208 +1176,42 @@ int mlajit_store_is_readonly(const mlajit_store *store) { return store ? store->
 
 const char *mlajit_store_dir(const mlajit_store *store) { return store ? store->dir : ""; }
 
+int mlajit_store_check(mlajit_store *store, mlajit_store_check_report *report)
+{
+    mlajit_store_check_report mine;
+    if (!report)
+        report = &mine;
+    memset(report, 0, sizeof *report);
+    if (!store)
+        return mlajit_fail(MLAJIT_ERR_INVALID_ARGUMENT, "cache check: store must not be NULL");
+    return store_check_whole(store, 0, report);
+}
+
+/* ---- entries --------------------------------------------------------------------- */
+
 int mlajit_store_get(mlajit_store *store, const mlajit_cache_key *key, mlajit_cache_entry *entry)
 {
     if (!store || !key || !entry)
         return mlajit_fail(MLAJIT_ERR_INVALID_ARGUMENT, "cache get: store, key and entry must not be NULL");
     memset(entry, 0, sizeof *entry);
-
     uint8_t key_bytes[16];
     mlajit_cache_key_to_bytes(key, key_bytes);
-    MDB_val k = {.mv_size = sizeof key_bytes, .mv_data = key_bytes};
-    MDB_val v;
-
-    MDB_txn *txn;
-    int rc = mdb_txn_begin(store->env, NULL, MDB_RDONLY, &txn);
-    if (rc != 0)
-        return store_lmdb_fail(store, "beginning a read transaction", rc);
-    rc = mdb_get(txn, store->dbi, &k, &v);
-    if (rc != 0) {
-        mdb_txn_abort(txn);
-        char hex[33];
-        mlajit_cache_key_hex(key, hex);
-        if (rc == MDB_NOTFOUND)
-            return mlajit_fail(MLAJIT_ERR_NOT_FOUND, "cache %s: no entry for key %s", store->dir, hex);
-        return store_lmdb_fail(store, "mdb_get", rc);
-    }
-    int status;
-    if (!mlajit_env_value_in_file(store->shared, &v, env_data_file_bytes(store->env)))
-        status = mlajit_fail(MLAJIT_ERR_CORRUPT, "the stored value (%zu bytes) lies outside the data file",
-                             v.mv_size);
-    else /* decoding copies the cubin out of the map, so the transaction can end right after */
-        status = mlajit_cache_entry_decode(v.mv_data, v.mv_size, entry);
-    mdb_txn_abort(txn);
-    if (status != MLAJIT_OK) {
-        char hex[33];
-        mlajit_cache_key_hex(key, hex);
-        return mlajit_fail_prefix(status, "cache %s: key %s: ", store->dir, hex);
-    }
-    return MLAJIT_OK;
-}
-
-/* One short write transaction: put and commit. */
-static int store_write(mlajit_store *store, const void *key_bytes, size_t key_len, const void *value, size_t len)
-{
-    if (store->readonly)
-        return mlajit_fail(MLAJIT_ERR_CACHE, "cache %s: opened read-only; cannot write", store->dir);
-
-    MDB_val k = {.mv_size = key_len, .mv_data = (void *)key_bytes};
-    MDB_val v = {.mv_size = len, .mv_data = (void *)value};
-
-    MDB_txn *txn;
-    int rc = mdb_txn_begin(store->env, NULL, 0, &txn);
-    if (rc != 0)
-        return store_lmdb_fail(store, "beginning a write transaction", rc);
-    rc = mdb_put(txn, store->dbi, &k, &v, 0);
-    if (rc != 0) {
-        mdb_txn_abort(txn);
-        return store_lmdb_fail(store, "mdb_put", rc);
-    }
-    rc = mdb_txn_commit(txn); /* frees txn even on failure */
-    if (rc != 0)
-        return store_lmdb_fail(store, "committing a write", rc);
-    return MLAJIT_OK;
-}
-
-int mlajit_store_put(mlajit_store *store, const mlajit_cache_key *key, const mlajit_cache_entry *entry)
-{
-    if (!store || !key || !entry)
-        return mlajit_fail(MLAJIT_ERR_INVALID_ARGUMENT, "cache put: store, key and entry must not be NULL");
+    char hex[33];
+    mlajit_cache_key_hex(key, hex);
     void *value;
     size_t len;
-    int status = mlajit_cache_entry_encode(entry, &value, &len);
-    if (status != MLAJIT_OK)
-        return status;
-    uint8_t key_bytes[16];
-    mlajit_cache_key_to_bytes(key, key_bytes);
-    status = store_write(store, key_bytes, sizeof key_bytes, value, len);
-    free(value);
-    return status;
-}
-
-int mlajit_store_put_raw(mlajit_store *store, const mlajit_cache_key *key, const void *value, size_t len)
-{
-    if (!store || !key || (!value && len > 0))
-        return mlajit_fail(MLAJIT_ERR_INVALID_ARGUMENT,
-                           "cache put_raw: store and key must not be NULL, nor value when len > 0");
-    static const uint8_t nothing = 0;
-    uint8_t key_bytes[16];
-    mlajit_cache_key_to_bytes(key, key_bytes);
-    return store_write(store, key_bytes, sizeof key_bytes, len ? value : &nothing, len);
-}
-
-int mlajit_store_delete_many(mlajit_store *store, const mlajit_cache_key *keys, size_t count, size_t *deleted)
-{
-    if (deleted)
-        *deleted = 0;
-    if (!store || (!keys && count > 0))
-        return mlajit_fail(MLAJIT_ERR_INVALID_ARGUMENT, "cache delete: store and keys must not be NULL");
-    if (store->readonly)
-        return mlajit_fail(MLAJIT_ERR_CACHE, "cache %s: opened read-only; cannot delete", store->dir);
-
-    MDB_txn *txn;
-    int rc = mdb_txn_begin(store->env, NULL, 0, &txn);
-    if (rc != 0)
-        return store_lmdb_fail(store, "beginning a write transaction", rc);
-    size_t gone = 0;
-    for (size_t i = 0; i < count; i++) {
-        uint8_t key_bytes[16];
-        mlajit_cache_key_to_bytes(&keys[i], key_bytes);
-        MDB_val k = {.mv_size = sizeof key_bytes, .mv_data = key_bytes};
-        rc = mdb_del(txn, store->dbi, &k, NULL);
-        if (rc == MDB_NOTFOUND)
-            continue; /* another process removed it first */
-        if (rc != 0) {
-            mdb_txn_abort(txn);
-            return store_lmdb_fail(store, "mdb_del", rc);
-        }
-        gone++;
-    }
-    rc = mdb_txn_commit(txn);
-    if (rc != 0)
-        return store_lmdb_fail(store, "committing a delete", rc);
-    if (deleted)
-        *deleted = gone;
-    return MLAJIT_OK;
-}
-
-int mlajit_store_delete(mlajit_store *store, const mlajit_cache_key *key)
-{
-    if (!store || !key)
-        return mlajit_fail(MLAJIT_ERR_INVALID_ARGUMENT, "cache delete: store and key must not be NULL");
-    size_t deleted = 0;
-    int status = mlajit_store_delete_many(store, key, 1, &deleted);
-    if (status == MLAJIT_OK && deleted == 0) {
-        char hex[33];
-        mlajit_cache_key_hex(key, hex);
+    int damaged;
+    int status = store_read_value(store, key_bytes, sizeof key_bytes, &value, &len, &damaged);
+    if (status == MLAJIT_ERR_NOT_FOUND && damaged)
+        return mlajit_fail_prefix(MLAJIT_ERR_NOT_FOUND, "key %s: a miss: ", hex);
+    if (status == MLAJIT_ERR_NOT_FOUND)
         return mlajit_fail(MLAJIT_ERR_NOT_FOUND, "cache %s: no entry for key %s", store->dir, hex);
-    }
-    return status;
-}
-
-int mlajit_store_foreach(mlajit_store *store, mlajit_store_visit_fn visit, void *arg)
-{
-    if (!store || !visit)
-        return mlajit_fail(MLAJIT_ERR_INVALID_ARGUMENT, "cache foreach: store and visit must not be NULL");
-    MDB_txn *txn;
-    int rc = mdb_txn_begin(store->env, NULL, MDB_RDONLY, &txn);
-    if (rc != 0)
-        return store_lmdb_fail(store, "beginning a read transaction", rc);
-    MDB_cursor *cursor;
-    rc = mdb_cursor_open(txn, store->dbi, &cursor);
-    if (rc != 0) {
-        mdb_txn_abort(txn);
-        return store_lmdb_fail(store, "mdb_cursor_open", rc);
-    }
-    int64_t file_bytes = env_data_file_bytes(store->env);
-    int status = MLAJIT_OK;
-    MDB_val k, v;
-    for (rc = mdb_cursor_get(cursor, &k, &v, MDB_FIRST); rc == 0; rc = mdb_cursor_get(cursor, &k, &v, MDB_NEXT)) {
-        if (k.mv_size != 16)
-            continue; /* metadata, not an entry */
-        mlajit_cache_key key = mlajit_cache_key_from_bytes(k.mv_data);
-        int inside = mlajit_env_value_in_file(store->shared, &v, file_bytes);
-        if (visit(&key, inside ? v.mv_data : NULL, v.mv_size, arg) != 0) {
-            rc = MDB_NOTFOUND;
-            break;
-        }
-    }
-    mdb_cursor_close(cursor);
-    mdb_txn_abort(txn);
-    if (rc != MDB_NOTFOUND)
-        status = store_lmdb_fail(store, "iterating the entries", rc);
-    return status;
-}
-
-typedef struct stats_sum {
-    int64_t entries, value_bytes;
-} stats_sum;
-
-static int stats_visit(const mlajit_cache_key *key, const void *value, size_t len, void *arg)
-{
-    (void)key;
-    (void)value;
-    stats_sum *sum = arg;
-    sum->entries++;
-    sum->value_bytes += (int64_t)len;
-    return 0;
-}
-
-int mlajit_store_stats_get(mlajit_store *store, mlajit_store_stats *stats)
-{
-    if (!store || !stats)
-        return mlajit_fail(MLAJIT_ERR_INVALID_ARGUMENT, "cache stats: store and stats must not be NULL");
-    memset(stats, 0, sizeof *stats);
-    stats_sum sum = {0, 0};
-    int status = mlajit_store_foreach(store, stats_visit, &sum);
     if (status != MLAJIT_OK)
         return status;
-    int64_t file_bytes = env_data_file_bytes(store->env);
-    if (file_bytes < 0)
-        return mlajit_fail(MLAJIT_ERR_IO, "cache %s: cannot stat data.mdb: %s", store->dir, strerror(errno));
-    stats->entries = sum.entries;
-    stats->data_file_bytes = file_bytes;
-    stats->value_bytes = sum.value_bytes;
+    status = mlajit_cache_entry_decode(value, len, entry);
+    free(value);
+    if (status != MLAJIT_OK)
+        return mlajit_fail_prefix(status, "cache %s: key %s: ", store->dir, hex);
     return MLAJIT_OK;
 }
 
@@ -904,12 +1235,12 @@ static void counters_from_array(const uint64_t a[COUNTERS_FIELDS], mlajit_store_
     c->contexts = a[7];
 }
 
-/* 1 and the fields when v holds a well-formed counters value, else 0. */
-static int counters_parse(const MDB_val *v, uint64_t a[COUNTERS_FIELDS])
+/* 1 and the fields when bytes hold a well-formed counters value, else 0. */
+static int counters_parse(const void *bytes, size_t len, uint64_t a[COUNTERS_FIELDS])
 {
-    if (v->mv_size != COUNTERS_VALUE_BYTES)
+    if (len != COUNTERS_VALUE_BYTES)
         return 0;
-    const uint8_t *p = v->mv_data;
+    const uint8_t *p = bytes;
     if (load_u64le(p + 8 * COUNTERS_FIELDS) != mlajit_hash64(p, 8 * COUNTERS_FIELDS))
         return 0;
     for (int i = 0; i < COUNTERS_FIELDS; i++)
@@ -917,41 +1248,14 @@ static int counters_parse(const MDB_val *v, uint64_t a[COUNTERS_FIELDS])
     return 1;
 }
 
-int mlajit_store_counters_get(mlajit_store *store, mlajit_store_counters *out)
+/* Read-add-write of the counters inside a write transaction (writers are
+ * serialized across processes, so concurrent contexts never lose counts). */
+static int counters_add_in(mlajit_store *s, MDB_txn *txn, MDB_dbi dbi, const mlajit_store_counters *delta)
 {
-    if (!store || !out)
-        return mlajit_fail(MLAJIT_ERR_INVALID_ARGUMENT, "cache counters: store and out must not be NULL");
-    memset(out, 0, sizeof *out);
-    MDB_txn *txn;
-    int rc = mdb_txn_begin(store->env, NULL, MDB_RDONLY, &txn);
-    if (rc != 0)
-        return store_lmdb_fail(store, "beginning a read transaction", rc);
-    MDB_val k = {.mv_size = sizeof COUNTERS_KEY - 1, .mv_data = (void *)COUNTERS_KEY}, v;
-    uint64_t a[COUNTERS_FIELDS];
-    rc = mdb_get(txn, store->dbi, &k, &v);
-    if (rc == 0 && mlajit_env_value_in_file(store->shared, &v, env_data_file_bytes(store->env)) &&
-        counters_parse(&v, a))
-        counters_from_array(a, out);
-    mdb_txn_abort(txn);
-    return MLAJIT_OK; /* absent or damaged counters read as zero */
-}
-
-int mlajit_store_counters_add(mlajit_store *store, const mlajit_store_counters *delta)
-{
-    if (!store || !delta)
-        return mlajit_fail(MLAJIT_ERR_INVALID_ARGUMENT, "cache counters: store and delta must not be NULL");
-    if (store->readonly)
-        return mlajit_fail(MLAJIT_ERR_CACHE, "cache %s: opened read-only; cannot write", store->dir);
-    MDB_txn *txn;
-    int rc = mdb_txn_begin(store->env, NULL, 0, &txn);
-    if (rc != 0)
-        return store_lmdb_fail(store, "beginning a write transaction", rc);
     MDB_val k = {.mv_size = sizeof COUNTERS_KEY - 1, .mv_data = (void *)COUNTERS_KEY}, v;
     uint64_t sum[COUNTERS_FIELDS] = {0}, add[COUNTERS_FIELDS];
-    /* Read-add-write inside one write transaction: writers are serialized across
-     * processes, so concurrent contexts never lose each other's counts. */
-    if (mdb_get(txn, store->dbi, &k, &v) == 0 && mlajit_env_value_in_file(store->shared, &v, env_data_file_bytes(store->env)))
-        counters_parse(&v, sum);
+    if (mdb_get(txn, dbi, &k, &v) == 0) /* a checked snapshot: the value lies within its page */
+        counters_parse(v.mv_data, v.mv_size, sum);
     counters_to_array(delta, add);
     uint8_t bytes[COUNTERS_VALUE_BYTES];
     for (int i = 0; i < COUNTERS_FIELDS; i++)
@@ -959,29 +1263,571 @@ int mlajit_store_counters_add(mlajit_store *store, const mlajit_store_counters *
     store_u64le(bytes + 8 * COUNTERS_FIELDS, mlajit_hash64(bytes, 8 * COUNTERS_FIELDS));
     v.mv_size = sizeof bytes;
     v.mv_data = bytes;
-    rc = mdb_put(txn, store->dbi, &k, &v, 0);
-    if (rc != 0) {
-        mdb_txn_abort(txn);
-        return store_lmdb_fail(store, "mdb_put of the counters", rc);
-    }
-    rc = mdb_txn_commit(txn);
+    int rc = mdb_put(txn, dbi, &k, &v, 0);
+    return rc ? store_lmdb_fail(s, "mdb_put of the counters", rc) : MLAJIT_OK;
+}
+
+typedef struct put_job {
+    const uint8_t *key;
+    size_t key_len;
+    const void *value;
+    size_t len;
+    const mlajit_store_counters *delta;
+} put_job;
+
+static int put_fn(mlajit_store *s, MDB_txn *txn, MDB_dbi dbi, void *arg)
+{
+    put_job *job = arg;
+    MDB_val k = {.mv_size = job->key_len, .mv_data = (void *)job->key};
+    MDB_val v = {.mv_size = job->len, .mv_data = (void *)job->value};
+    int rc = mdb_put(txn, dbi, &k, &v, 0);
     if (rc != 0)
-        return store_lmdb_fail(store, "committing the counters", rc);
+        return store_lmdb_fail(s, "mdb_put", rc);
+    return job->delta ? counters_add_in(s, txn, dbi, job->delta) : MLAJIT_OK;
+}
+
+int mlajit_store_put_counted(mlajit_store *store, const mlajit_cache_key *key, const mlajit_cache_entry *entry,
+                             const mlajit_store_counters *delta)
+{
+    if (!store || !key || !entry)
+        return mlajit_fail(MLAJIT_ERR_INVALID_ARGUMENT, "cache put: store, key and entry must not be NULL");
+    void *value;
+    size_t len;
+    int status = mlajit_cache_entry_encode(entry, &value, &len);
+    if (status != MLAJIT_OK)
+        return status;
+    uint8_t key_bytes[16];
+    mlajit_cache_key_to_bytes(key, key_bytes);
+    put_job job = {.key = key_bytes, .key_len = sizeof key_bytes, .value = value, .len = len, .delta = delta};
+    status = store_write_txn(store, put_fn, &job);
+    free(value);
+    return status;
+}
+
+int mlajit_store_put(mlajit_store *store, const mlajit_cache_key *key, const mlajit_cache_entry *entry)
+{
+    return mlajit_store_put_counted(store, key, entry, NULL);
+}
+
+int mlajit_store_put_raw(mlajit_store *store, const mlajit_cache_key *key, const void *value, size_t len)
+{
+    if (!store || !key || (!value && len > 0))
+        return mlajit_fail(MLAJIT_ERR_INVALID_ARGUMENT,
+                           "cache put_raw: store and key must not be NULL, nor value when len > 0");
+    static const uint8_t nothing = 0;
+    uint8_t key_bytes[16];
+    mlajit_cache_key_to_bytes(key, key_bytes);
+    put_job job = {.key = key_bytes, .key_len = sizeof key_bytes, .value = len ? value : &nothing, .len = len};
+    return store_write_txn(store, put_fn, &job);
+}
+
+typedef struct delete_job {
+    const mlajit_cache_key *keys;
+    size_t count, gone;
+} delete_job;
+
+static int delete_fn(mlajit_store *s, MDB_txn *txn, MDB_dbi dbi, void *arg)
+{
+    delete_job *job = arg;
+    job->gone = 0;
+    for (size_t i = 0; i < job->count; i++) {
+        uint8_t key_bytes[16];
+        mlajit_cache_key_to_bytes(&job->keys[i], key_bytes);
+        MDB_val k = {.mv_size = sizeof key_bytes, .mv_data = key_bytes};
+        int rc = mdb_del(txn, dbi, &k, NULL);
+        if (rc == MDB_NOTFOUND)
+            continue; /* another process removed it first */
+        if (rc != 0)
+            return store_lmdb_fail(s, "mdb_del", rc);
+        job->gone++;
+    }
     return MLAJIT_OK;
+}
+
+int mlajit_store_delete_many(mlajit_store *store, const mlajit_cache_key *keys, size_t count, size_t *deleted)
+{
+    if (deleted)
+        *deleted = 0;
+    if (!store || (!keys && count > 0))
+        return mlajit_fail(MLAJIT_ERR_INVALID_ARGUMENT, "cache delete: store and keys must not be NULL");
+    if (store->readonly)
+        return mlajit_fail(MLAJIT_ERR_CACHE, "cache %s: opened read-only; cannot delete", store->dir);
+    delete_job job = {.keys = keys, .count = count};
+    int status = store_write_txn(store, delete_fn, &job);
+    if (status == MLAJIT_OK && deleted)
+        *deleted = job.gone;
+    return status;
+}
+
+int mlajit_store_delete(mlajit_store *store, const mlajit_cache_key *key)
+{
+    if (!store || !key)
+        return mlajit_fail(MLAJIT_ERR_INVALID_ARGUMENT, "cache delete: store and key must not be NULL");
+    size_t deleted = 0;
+    int status = mlajit_store_delete_many(store, key, 1, &deleted);
+    if (status == MLAJIT_OK && deleted == 0) {
+        char hex[33];
+        mlajit_cache_key_hex(key, hex);
+        return mlajit_fail(MLAJIT_ERR_NOT_FOUND, "cache %s: no entry for key %s", store->dir, hex);
+    }
+    return status;
+}
+
+/* ---- walking every entry ----------------------------------------------------------- */
+
+typedef struct key_list {
+    uint8_t (*keys)[16];
+    uint64_t *sizes;
+    size_t count, cap;
+    int oom;
+} key_list;
+
+static int key_list_visit(const void *key, size_t key_len, const void *value, size_t len, int value_ok, void *arg)
+{
+    (void)value;
+    (void)value_ok;
+    key_list *l = arg;
+    if (key_len != 16)
+        return 0; /* metadata, not an entry */
+    if (l->count == l->cap) {
+        size_t cap = l->cap ? 2 * l->cap : 64;
+        uint8_t(*keys)[16] = realloc(l->keys, cap * sizeof *keys);
+        if (keys)
+            l->keys = keys;
+        uint64_t *sizes = keys ? realloc(l->sizes, cap * sizeof *sizes) : NULL;
+        if (!sizes) {
+            l->oom = 1;
+            return 1;
+        }
+        l->sizes = sizes;
+        l->cap = cap;
+    }
+    memcpy(l->keys[l->count], key, 16);
+    l->sizes[l->count++] = len;
+    return 0;
+}
+
+static int key_list_fn(int fd, const mlajit_lmdb_meta *m, void *arg)
+{
+    key_list *l = arg;
+    l->count = 0;
+    l->oom = 0;
+    int status = mlajit_lmdb_check(fd, m, 0, key_list_visit, l, NULL);
+    if (status == MLAJIT_OK && l->oom)
+        status = mlajit_fail(MLAJIT_ERR_OUT_OF_MEMORY, "cache: a list of %zu keys", l->cap);
+    return status;
+}
+
+/* The entries' keys and value sizes, from one checked walk of the whole file. */
+static int store_keys(mlajit_store *s, key_list *l)
+{
+    memset(l, 0, sizeof *l);
+    int damaged;
+    int status = store_read(s, key_list_fn, l, &damaged);
+    if (status == MLAJIT_ERR_NOT_FOUND) {
+        l->count = 0;
+        return MLAJIT_OK; /* no data file: no entries */
+    }
+    return status;
+}
+
+int mlajit_store_foreach(mlajit_store *store, mlajit_store_visit_fn visit, void *arg)
+{
+    if (!store || !visit)
+        return mlajit_fail(MLAJIT_ERR_INVALID_ARGUMENT, "cache foreach: store and visit must not be NULL");
+    key_list l;
+    int status = store_keys(store, &l);
+    for (size_t i = 0; i < l.count && status == MLAJIT_OK; i++) {
+        void *value = NULL;
+        size_t len = (size_t)l.sizes[i];
+        int damaged;
+        int rc = store_read_value(store, l.keys[i], 16, &value, &len, &damaged);
+        if (rc == MLAJIT_ERR_NOT_FOUND)
+            continue; /* deleted (or its file set aside) since the walk */
+        if (rc != MLAJIT_OK) {
+            status = rc;
+            break;
+        }
+        mlajit_cache_key key = mlajit_cache_key_from_bytes(l.keys[i]);
+        int stop = visit(&key, value, len, arg);
+        free(value);
+        if (stop)
+            break;
+    }
+    free(l.keys);
+    free(l.sizes);
+    return status;
+}
+
+int mlajit_store_stats_get(mlajit_store *store, mlajit_store_stats *stats)
+{
+    if (!store || !stats)
+        return mlajit_fail(MLAJIT_ERR_INVALID_ARGUMENT, "cache stats: store and stats must not be NULL");
+    memset(stats, 0, sizeof *stats);
+    key_list l;
+    int status = store_keys(store, &l);
+    if (status == MLAJIT_OK) {
+        stats->entries = (int64_t)l.count;
+        for (size_t i = 0; i < l.count; i++)
+            stats->value_bytes += (int64_t)l.sizes[i];
+        struct stat st;
+        stats->data_file_bytes = stat(store->data_path, &st) == 0 ? (int64_t)st.st_size : 0;
+    }
+    free(l.keys);
+    free(l.sizes);
+    return status;
+}
+
+int mlajit_store_counters_get(mlajit_store *store, mlajit_store_counters *out)
+{
+    if (!store || !out)
+        return mlajit_fail(MLAJIT_ERR_INVALID_ARGUMENT, "cache counters: store and out must not be NULL");
+    memset(out, 0, sizeof *out);
+    void *value;
+    size_t len;
+    uint64_t a[COUNTERS_FIELDS];
+    int damaged;
+    if (store_read_value(store, COUNTERS_KEY, sizeof COUNTERS_KEY - 1, &value, &len, &damaged) == MLAJIT_OK) {
+        if (counters_parse(value, len, a))
+            counters_from_array(a, out);
+        free(value);
+    }
+    mlajit_clear_error();
+    return MLAJIT_OK; /* absent or damaged counters read as zero */
+}
+
+typedef struct counters_job {
+    const mlajit_store_counters *delta;
+} counters_job;
+
+static int counters_fn(mlajit_store *s, MDB_txn *txn, MDB_dbi dbi, void *arg)
+{
+    return counters_add_in(s, txn, dbi, ((counters_job *)arg)->delta);
+}
+
+int mlajit_store_counters_add(mlajit_store *store, const mlajit_store_counters *delta)
+{
+    if (!store || !delta)
+        return mlajit_fail(MLAJIT_ERR_INVALID_ARGUMENT, "cache counters: store and delta must not be NULL");
+    counters_job job = {.delta = delta};
+    return store_write_txn(store, counters_fn, &job);
+}
+
+/* ---- salvage --------------------------------------------------------------------- */
+
+typedef struct salvaged {
+    uint8_t key[16];
+    void *value;
+    size_t len;
+} salvaged;
+
+/* A set of 16-byte keys (open addressing on their low bytes, which are
+ * uniform: keys are digests). */
+typedef struct key_set {
+    uint8_t (*keys)[16];
+    uint8_t *used;
+    size_t cap, count;
+} key_set;
+
+static size_t key_slot(const uint8_t key[16], size_t cap) { return (size_t)load_u64le(key + 8) & (cap - 1); }
+
+static int key_set_has(const key_set *set, const uint8_t key[16])
+{
+    if (!set->cap)
+        return 0;
+    for (size_t at = key_slot(key, set->cap); set->used[at]; at = (at + 1) & (set->cap - 1))
+        if (memcmp(set->keys[at], key, 16) == 0)
+            return 1;
+    return 0;
+}
+
+/* 1 when key is new (and now in the set), 0 when present, -1 out of memory. */
+static int key_set_add(key_set *set, const uint8_t key[16])
+{
+    if (key_set_has(set, key))
+        return 0;
+    if (2 * (set->count + 1) > set->cap) {
+        size_t cap = set->cap ? 2 * set->cap : 256;
+        uint8_t(*keys)[16] = calloc(cap, sizeof *keys);
+        uint8_t *used = calloc(cap, 1);
+        if (!keys || !used) {
+            free(keys);
+            free(used);
+            return -1;
+        }
+        for (size_t i = 0; i < set->cap; i++) {
+            if (!set->used[i])
+                continue;
+            size_t at = key_slot(set->keys[i], cap);
+            while (used[at])
+                at = (at + 1) & (cap - 1);
+            memcpy(keys[at], set->keys[i], 16);
+            used[at] = 1;
+        }
+        free(set->keys);
+        free(set->used);
+        set->keys = keys;
+        set->used = used;
+        set->cap = cap;
+    }
+    size_t at = key_slot(key, set->cap);
+    while (set->used[at])
+        at = (at + 1) & (set->cap - 1);
+    memcpy(set->keys[at], key, 16);
+    set->used[at] = 1;
+    set->count++;
+    return 1;
+}
+
+static void key_set_free(key_set *set)
+{
+    free(set->keys);
+    free(set->used);
+}
+
+typedef struct salvage_job {
+    mlajit_store *s;
+    mlajit_store_salvage_report *rep;
+    key_set taken; /* the first intact copy of a key wins over stale ones in older leaves */
+    key_set bad;   /* keys met with bytes that failed their checks */
+    salvaged *batch;
+    size_t batch_count, batch_cap, batch_bytes;
+    int status;
+} salvage_job;
+
+static int salvage_put_fn(mlajit_store *s, MDB_txn *txn, MDB_dbi dbi, void *arg)
+{
+    salvage_job *j = arg;
+    for (size_t i = 0; i < j->batch_count; i++) {
+        MDB_val k = {.mv_size = 16, .mv_data = j->batch[i].key};
+        MDB_val v = {.mv_size = j->batch[i].len, .mv_data = j->batch[i].value};
+        int rc = mdb_put(txn, dbi, &k, &v, MDB_NOOVERWRITE);
+        if (rc == MDB_KEYEXIST) {
+            j->rep->present++;
+            continue;
+        }
+        if (rc != 0)
+            return store_lmdb_fail(s, "mdb_put of a recovered entry", rc);
+        j->rep->recovered++;
+    }
+    return MLAJIT_OK;
+}
+
+static void salvage_flush(salvage_job *j)
+{
+    if (j->batch_count && j->status == MLAJIT_OK) {
+        uint64_t recovered = j->rep->recovered, present = j->rep->present;
+        j->status = store_write_txn(j->s, salvage_put_fn, j);
+        if (j->status != MLAJIT_OK) { /* the transaction did not commit: its counts do not stand */
+            j->rep->recovered = recovered;
+            j->rep->present = present;
+        }
+    }
+    for (size_t i = 0; i < j->batch_count; i++)
+        free(j->batch[i].value);
+    j->batch_count = 0;
+    j->batch_bytes = 0;
+}
+
+static int salvage_visit(const void *key, size_t key_len, const void *value, size_t len, int value_ok, void *arg)
+{
+    salvage_job *j = arg;
+    if (key_len != 16)
+        return 0;
+    mlajit_cache_entry e;
+    if (!value_ok || !value || mlajit_cache_entry_decode(value, len, &e) != MLAJIT_OK) {
+        mlajit_clear_error();
+        if (key_set_add(&j->bad, key) < 0) {
+            j->status = mlajit_fail(MLAJIT_ERR_OUT_OF_MEMORY, "cache salvage: the set of damaged keys");
+            return 1;
+        }
+        return 0;
+    }
+    mlajit_cache_entry_clear(&e);
+    int fresh = key_set_add(&j->taken, key);
+    if (fresh < 0)
+        j->status = mlajit_fail(MLAJIT_ERR_OUT_OF_MEMORY, "cache salvage: the set of recovered keys");
+    if (fresh <= 0)
+        return fresh < 0;
+    if (j->batch_count == j->batch_cap) {
+        size_t cap = j->batch_cap ? 2 * j->batch_cap : 64;
+        salvaged *b = realloc(j->batch, cap * sizeof *b);
+        if (!b) {
+            j->status = mlajit_fail(MLAJIT_ERR_OUT_OF_MEMORY, "cache salvage: a batch of entries");
+            return 1;
+        }
+        j->batch = b;
+        j->batch_cap = cap;
+    }
+    salvaged *it = &j->batch[j->batch_count];
+    if (!(it->value = malloc(len))) {
+        j->status = mlajit_fail(MLAJIT_ERR_OUT_OF_MEMORY, "cache salvage: a %zu-byte entry", len);
+        return 1;
+    }
+    memcpy(it->key, key, 16);
+    memcpy(it->value, value, len);
+    it->len = len;
+    j->batch_count++;
+    j->batch_bytes += len;
+    if (j->batch_bytes >= SALVAGE_BATCH_BYTES)
+        salvage_flush(j);
+    return j->status != MLAJIT_OK;
+}
+
+int mlajit_store_salvage(mlajit_store *store, const char *from, mlajit_store_salvage_report *report)
+{
+    mlajit_store_salvage_report mine;
+    if (!report)
+        report = &mine;
+    memset(report, 0, sizeof *report);
+    if (!store)
+        return mlajit_fail(MLAJIT_ERR_INVALID_ARGUMENT, "cache salvage: store must not be NULL");
+    if (store->readonly)
+        return mlajit_fail(MLAJIT_ERR_CACHE, "cache %s: opened read-only; cannot recover entries into it",
+                           store->dir);
+    char *source = NULL;
+    if (!from) {
+        /* Move the damaged file aside first: the fresh data.mdb receives what it held. */
+        int fd;
+        struct stat st;
+        int status = data_open(store, &fd, &st);
+        if (status != MLAJIT_OK)
+            return status;
+        close(fd);
+        set_aside_job job = {.s = store, .dev = st.st_dev, .ino = st.st_ino};
+        int moved = mlajit_env_run_if_unused(store->dir, set_aside_unused, &job);
+        if (moved != 1)
+            return mlajit_fail(MLAJIT_ERR_CACHE, "cache %s: data.mdb %s; try again", store->dir,
+                               moved == 2    ? "was just replaced by another process"
+                               : moved == -1 ? "is in use by this process"
+                                             : "is in use by another process: close it first");
+        snprintf(report->set_aside, sizeof report->set_aside, "%s", job.name);
+        source = path_in(store->dir, job.name);
+    } else {
+        source = strdup(from);
+    }
+    if (!source)
+        return mlajit_fail(MLAJIT_ERR_OUT_OF_MEMORY, "cache salvage: out of memory");
+    int fd;
+    struct stat st;
+    int status = mlajit_open_regular(source, O_RDONLY, 0, source, &fd, &st);
+    if (status != MLAJIT_OK) {
+        free(source);
+        return status;
+    }
+    salvage_job j = {.s = store, .rep = report, .status = MLAJIT_OK};
+    mlajit_lmdb_meta m;
+    uint32_t psize = 4096;
+    if (mlajit_lmdb_read_meta(fd, (int64_t)st.st_size, &m) == MLAJIT_OK) {
+        psize = m.psize;
+        /* The current tree first: its entries win over stale copies. */
+        mlajit_lmdb_check(fd, &m, MLAJIT_LMDB_VALUES | MLAJIT_LMDB_SALVAGE, salvage_visit, &j, NULL);
+    }
+    if (j.status == MLAJIT_OK)
+        mlajit_lmdb_scan_leaves(fd, (int64_t)st.st_size, psize, 16, salvage_visit, &j);
+    /* Unreadable: keys no intact copy was found for. */
+    for (size_t i = 0; i < j.bad.cap; i++)
+        report->unreadable += j.bad.used[i] && !key_set_has(&j.taken, j.bad.keys[i]);
+    salvage_flush(&j);
+    close(fd);
+    free(source);
+    for (size_t i = 0; i < j.batch_count; i++)
+        free(j.batch[i].value);
+    free(j.batch);
+    key_set_free(&j.taken);
+    key_set_free(&j.bad);
+    if (j.status != MLAJIT_OK)
+        return mlajit_fail_prefix(j.status, "cache %s: recovering entries: ", store->dir);
+    mlajit_clear_error();
+    return MLAJIT_OK;
+}
+
+/* ---- one compile per kernel across processes ----------------------------------- */
+
+struct mlajit_compile_lock {
+    int fd;
+};
+
+int mlajit_compile_lock_take(mlajit_store *store, const mlajit_cache_key *key, int timeout_ms,
+                             mlajit_compile_lock **lock, int *waited)
+{
+    *lock = NULL;
+    *waited = 0;
+    if (!store || !key)
+        return mlajit_fail(MLAJIT_ERR_INVALID_ARGUMENT, "compile lock: store and key must not be NULL");
+    if (store->readonly)
+        return mlajit_fail(MLAJIT_ERR_CACHE, "cache %s: read-only, so no compile lock", store->dir);
+    char *path = path_in(store->dir, COMPILE_LOCK_NAME);
+    if (!path)
+        return mlajit_fail(MLAJIT_ERR_OUT_OF_MEMORY, "compile lock: out of memory");
+    int fd;
+    int status = mlajit_open_regular(path, O_RDWR | O_CREAT, 0644, path, &fd, NULL);
+    free(path);
+    if (status != MLAJIT_OK)
+        return MLAJIT_ERR_CACHE; /* the message names the file */
+    /* One byte per key, at an offset from the key's low bits: distinct new
+     * kernels never wait for each other (the file stays empty; locks need no data). */
+    struct flock fl = {.l_type = F_WRLCK, .l_whence = SEEK_SET,
+                       .l_start = (off_t)(key->lo & ((uint64_t)INT64_MAX >> 1)), .l_len = 1, .l_pid = 0};
+    double deadline = mlajit_now_ms() + (timeout_ms > 0 ? timeout_ms : 0);
+    long pause_us = 1000;
+    for (;;) {
+        if (fcntl(fd, F_OFD_SETLK, &fl) == 0)
+            break;
+        int err = errno;
+        if (err != EAGAIN && err != EACCES) {
+            close(fd);
+            return mlajit_fail(MLAJIT_ERR_CACHE, "cache %s: no compile lock here: %s", store->dir, strerror(err));
+        }
+        *waited = 1;
+        double left = deadline - mlajit_now_ms();
+        if (left <= 0) {
+            close(fd);
+            return mlajit_fail(MLAJIT_ERR_CACHE,
+                               "cache %s: another process has compiled this kernel for more than %d ms; "
+                               "compiling it here too (MLAJIT_COMPILE_WAIT_MS sets the wait)",
+                               store->dir, timeout_ms);
+        }
+        long us = pause_us < (long)(left * 1000.0) ? pause_us : (long)(left * 1000.0) + 1;
+        struct timespec pause = {us / 1000000, (us % 1000000) * 1000};
+        nanosleep(&pause, NULL);
+        if (pause_us < 50000)
+            pause_us *= 2;
+    }
+    mlajit_compile_lock *l = malloc(sizeof *l);
+    if (!l) {
+        close(fd);
+        return mlajit_fail(MLAJIT_ERR_OUT_OF_MEMORY, "compile lock: out of memory");
+    }
+    l->fd = fd;
+    *lock = l;
+    return MLAJIT_OK;
+}
+
+void mlajit_compile_lock_release(mlajit_compile_lock *lock)
+{
+    if (!lock)
+        return;
+    close(lock->fd); /* drops the OFD lock */
+    free(lock);
 }
 
 /* ------------------------------------------------------------------------- */
 /* Default directory                                                          */
 /* ------------------------------------------------------------------------- */
 
-static int format_dir(char *buf, size_t len, const char *base, const char *suffix)
+/* base + suffix into buf; a path that does not fit is refused with a message
+ * naming where it came from (source) and the limit, not reported as unset. */
+static int format_dir(char *buf, size_t len, const char *base, const char *suffix, const char *source)
 {
     int n = snprintf(buf, len, "%s%s", base, suffix);
     if (n < 0 || (size_t)n >= len) {
         buf[0] = '\0';
         return mlajit_fail(MLAJIT_ERR_INVALID_ARGUMENT,
-                           "cache default dir: \"%s%s\" needs %d bytes; the buffer holds %zu", base, suffix,
-                           n + 1, len);
+                           "%s is %zu characters (\"%.40s...\"), too long for the cache directory%s%s%s: at most "
+                           "%zu characters fit; use a shorter path",
+                           source, strlen(base), base, suffix[0] ? " (with \"" : "", suffix,
+                           suffix[0] ? "\" appended)" : "", len - 1);
     }
     return MLAJIT_OK;
 }
@@ -993,14 +1839,14 @@ int mlajit_cache_default_dir(char *buf, size_t len)
 
     const char *explicit_dir = getenv("MLAJIT_CACHE_DIR");
     if (explicit_dir && explicit_dir[0])
-        return format_dir(buf, len, explicit_dir, "");
+        return format_dir(buf, len, explicit_dir, "", "MLAJIT_CACHE_DIR");
     /* The XDG spec says relative values are invalid and must be ignored. */
     const char *xdg = getenv("XDG_CACHE_HOME");
     if (xdg && xdg[0] == '/')
-        return format_dir(buf, len, xdg, "/mlajit");
+        return format_dir(buf, len, xdg, "/mlajit", "XDG_CACHE_HOME");
     const char *home = getenv("HOME");
     if (home && home[0])
-        return format_dir(buf, len, home, "/.cache/mlajit");
+        return format_dir(buf, len, home, "/.cache/mlajit", "HOME");
 
     buf[0] = '\0';
     return mlajit_fail(MLAJIT_ERR_NOT_FOUND,

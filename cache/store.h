@@ -82,17 +82,38 @@ void mlajit_cache_entry_clear(mlajit_cache_entry *entry);
 int mlajit_cache_entry_encode(const mlajit_cache_entry *entry, void **value, size_t *len);
 int mlajit_cache_entry_decode(const void *value, size_t len, mlajit_cache_entry *entry);
 
-/* Open (creating the directory and environment if needed) the store in dir.
- * readonly opens an existing store without writing. Returns MLAJIT_OK,
- * MLAJIT_ERR_IO or MLAJIT_ERR_CACHE with a message naming the directory.
+/* Open the store in dir (creating the directory unless read-only).
  *
- * Handles on the same directory within one process share one MDB_env (LMDB
- * allows one per process; see env_registry.h): opening it twice is fine, but a
- * writable open while it is open read-only in this process is refused.
+ * A store holds no LMDB environment and no lock between calls. Reads (get,
+ * foreach, stats, counters) go through mlajit's own checked reader of the data
+ * file (cache/lmdb_check.h): pread, never a map, every page checked before
+ * use, so a hit runs no LMDB code, takes no lock and writes nothing, and a
+ * read-only directory or file serves as well as a writable one. Each write
+ * opens the process's one environment for the directory (env_registry.h),
+ * checks the whole file's structure inside its write transaction (where no
+ * other writer can change it) before LMDB touches a page, and closes it again.
  *
- * A damaged data file (bad meta pages, or shorter than its meta page says) is
- * moved aside to data.mdb.damaged with a warning and a fresh store is started,
- * when no other process has the cache open; otherwise MLAJIT_ERR_CORRUPT. */
+ * At a writable open, a data file that changed since it was last checked (its
+ * size, modification time or meta pages differ from the stamp data.mdb.verified
+ * beside it) is checked whole; a clean one is stamped once it is a second old
+ * (a change within the file system's time granularity could hide behind a
+ * fresher stamp). A damaged data file is moved aside to data.mdb.damaged.N (a
+ * new N each time, never overwriting one) with one warning, and the store goes
+ * on empty - when no process holds an LMDB environment on it (LMDB's lock on
+ * lock.mdb says; two data files under one lock file would corrupt both);
+ * otherwise MLAJIT_ERR_CORRUPT naming the damage. With
+ * MLAJIT_STORE_KEEP_DAMAGED damage is reported and the file left in place (the
+ * CLI, so `mlajit cache verify --repair` can recover from it).
+ *
+ * Returns MLAJIT_OK, MLAJIT_ERR_IO (cannot create or write the directory, or
+ * data.mdb / lock.mdb is not a regular file), MLAJIT_ERR_CORRUPT or
+ * MLAJIT_ERR_CACHE, with a message naming the directory. */
+enum {
+    MLAJIT_STORE_READONLY = 1,     /* never write; the directory must exist */
+    MLAJIT_STORE_KEEP_DAMAGED = 2, /* report damage; do not set the file aside */
+};
+int mlajit_store_open_ex(const char *dir, unsigned flags, mlajit_store **out);
+/* mlajit_store_open_ex(dir, readonly ? MLAJIT_STORE_READONLY : 0, out). */
 int mlajit_store_open(const char *dir, int readonly, mlajit_store **out);
 void mlajit_store_close(mlajit_store *store);
 
@@ -109,11 +130,19 @@ const char *mlajit_store_dir(const mlajit_store *store);
 /* Look a key up. MLAJIT_OK and a filled entry; MLAJIT_ERR_NOT_FOUND;
  * MLAJIT_CACHE_STALE for an entry of another format version; or
  * MLAJIT_ERR_CORRUPT when the stored value fails its checks (for the last two
- * the caller warns, recompiles and overwrites it with put). Thread-safe. */
+ * the caller warns, recompiles and overwrites it with put). A damaged page on
+ * the way to it is handled by the store (one warning; the file is set aside
+ * where it can be) and the look-up is a miss: MLAJIT_ERR_NOT_FOUND. Thread-safe. */
 int mlajit_store_get(mlajit_store *store, const mlajit_cache_key *key, mlajit_cache_entry *entry);
 
 /* Store an entry under key in one short write transaction (overwrites). */
 int mlajit_store_put(mlajit_store *store, const mlajit_cache_key *key, const mlajit_cache_entry *entry);
+
+/* The same, adding delta (may be NULL) to the stored counters in the same
+ * transaction: how a context records its counts without a write of its own. */
+typedef struct mlajit_store_counters mlajit_store_counters;
+int mlajit_store_put_counted(mlajit_store *store, const mlajit_cache_key *key, const mlajit_cache_entry *entry,
+                             const mlajit_store_counters *delta);
 
 /* Delete a key (MLAJIT_ERR_NOT_FOUND if absent). */
 int mlajit_store_delete(mlajit_store *store, const mlajit_cache_key *key);
@@ -122,17 +151,22 @@ int mlajit_store_delete(mlajit_store *store, const mlajit_cache_key *key);
  * be NULL) receives how many were removed. */
 int mlajit_store_delete_many(mlajit_store *store, const mlajit_cache_key *keys, size_t count, size_t *deleted);
 
-/* Called for each entry in key order inside one read transaction. value points
- * into the map (valid during the call only) and is NULL when the stored bytes
- * lie outside the data file (damaged). Return nonzero to stop. */
+/* Called for each entry in key order. value (valid during the call only) is
+ * NULL when the entry's bytes cannot be read back intact (a damaged overflow
+ * run). Return nonzero to stop. The keys come from one checked walk of the
+ * file and each value from its own checked read, so a writer in another
+ * process never makes a value read torn. */
 typedef int (*mlajit_store_visit_fn)(const mlajit_cache_key *key, const void *value, size_t len, void *arg);
 
 /* Visit every entry (metadata records are skipped). */
 int mlajit_store_foreach(mlajit_store *store, mlajit_store_visit_fn visit, void *arg);
 
 /* Lookup counters accumulated by the contexts that used a store. Kept in the
- * store (under a metadata key) so `mlajit cache stats` can report them. */
-typedef struct mlajit_store_counters {
+ * store (under a metadata key) so `mlajit cache stats` can report them. A
+ * context adds its counts in the transactions it makes anyway (its compiles'
+ * puts) or when asked (mlajit_context_flush_counters): never at the end of a
+ * process that only read. */
+struct mlajit_store_counters {
     uint64_t memory_hits;  /* served from a context's own map */
     uint64_t pack_hits;    /* served from a pack */
     uint64_t disk_hits;    /* served from this store */
@@ -141,7 +175,7 @@ typedef struct mlajit_store_counters {
     uint64_t corrupt;      /* entries or packs rejected by their checks */
     uint64_t jit_refusals; /* misses refused with MLAJIT_DISABLE_JIT */
     uint64_t contexts;     /* contexts that added their counts */
-} mlajit_store_counters;
+};
 
 /* Add delta to the stored counters in one write transaction (atomic across
  * processes). MLAJIT_ERR_CACHE on a read-only store. */
@@ -160,6 +194,56 @@ int mlajit_store_stats_get(mlajit_store *store, mlajit_store_stats *stats);
 
 /* Test hook: overwrite the stored value of key with raw bytes (to plant corruption). */
 int mlajit_store_put_raw(mlajit_store *store, const mlajit_cache_key *key, const void *value, size_t len);
+
+/* ---- checking and repairing the data file ---------------------------------- */
+
+typedef struct mlajit_store_check_report {
+    int64_t data_file_bytes;
+    uint64_t pages, tree_pages, free_pages, entries;
+    int damaged;          /* the structure failed its check: problem says where */
+    char problem[256];
+} mlajit_store_check_report;
+
+/* The structural check of the whole data file (mlajit_lmdb_check), without
+ * setting anything aside: MLAJIT_OK (report->damaged 0), MLAJIT_ERR_CORRUPT
+ * (report->damaged 1, the problem as the message), MLAJIT_ERR_NOT_FOUND when
+ * there is no data file, or an I/O error. A clean file is stamped (when the
+ * directory can be written), so the next open does not check it again. */
+int mlajit_store_check(mlajit_store *store, mlajit_store_check_report *report);
+
+typedef struct mlajit_store_salvage_report {
+    uint64_t recovered;   /* entries put into the store */
+    uint64_t present;     /* readable, but the store already held the key */
+    uint64_t unreadable;  /* found, but the bytes failed their checks */
+    char set_aside[64];   /* the name the damaged file was moved to ("" if none) */
+} mlajit_store_salvage_report;
+
+/* Recover every entry that can still be read from the data file at from
+ * (NULL: the store's own damaged data.mdb, which is first moved aside to a new
+ * data.mdb.damaged.N, so nothing is lost if this is interrupted) into the
+ * store. Entries are found by walking the trees as far as they read, then by
+ * reading every page that checks as a leaf; each value must pass the entry
+ * checks (mlajit_cache_entry_decode) and the first intact copy of a key wins.
+ * MLAJIT_ERR_CACHE when from is NULL and another process holds the cache open. */
+int mlajit_store_salvage(mlajit_store *store, const char *from, mlajit_store_salvage_report *report);
+
+/* ---- one compile per kernel across processes -------------------------------- */
+
+/* A per-key lock that processes (and threads) compiling the same new kernel
+ * take around NVRTC: an OFD byte-range lock on compile.lock in the cache
+ * directory, at an offset derived from the key. The kernel drops it when its
+ * holder exits or dies, so it never outlives a crashed compile. */
+typedef struct mlajit_compile_lock mlajit_compile_lock;
+
+/* Take key's lock, waiting at most timeout_ms (0: do not wait). *waited is 1
+ * when another holder had it (look the key up again before compiling).
+ * MLAJIT_OK and *lock (release it with mlajit_compile_lock_release);
+ * MLAJIT_ERR_CACHE with *lock NULL when the wait timed out or no lock can be
+ * taken here (a read-only cache, or a file system without OFD locks): the
+ * caller compiles without it. */
+int mlajit_compile_lock_take(mlajit_store *store, const mlajit_cache_key *key, int timeout_ms,
+                             mlajit_compile_lock **lock, int *waited);
+void mlajit_compile_lock_release(mlajit_compile_lock *lock);
 
 /* LMDB checks shared with the pack reader (the structs are only declared here,
  * so this header does not need lmdb.h). */

@@ -20,8 +20,9 @@
  *  - Process-wide state: the thread-local error message; the driver library
  *    (libcuda.so.1) and NVRTC, each opened with dlopen at its first use, so the
  *    library loads, generates and caches on machines without a GPU or toolkit;
- *    and one LMDB environment per cache directory or pack file, shared by the
- *    contexts that open it (LMDB allows one per process).
+ *    one LMDB environment per cache directory or pack file, shared by the
+ *    contexts that open it (LMDB allows one per process); and the log handler
+ *    (mlajit_set_log_handler).
  *  - Memory returned by the library is released with mlajit_free().
  *
  * What is stable: this header is the whole ABI (libmlajit.so exports its
@@ -148,6 +149,29 @@ MLAJIT_API const char *mlajit_last_error(void);
 MLAJIT_API void mlajit_free(void *ptr);
 
 /* ------------------------------------------------------------------------- */
+/* Log lines                                                                  */
+/* ------------------------------------------------------------------------- */
+
+typedef enum mlajit_log_level {
+    MLAJIT_LOG_WARNING = 1, /* something was skipped or fell back (a damaged pack, an unwritable cache) */
+    MLAJIT_LOG_INFO = 2     /* progress: a line per compile and per pack opened */
+} mlajit_log_level;
+
+/* Receives one log line: level (mlajit_log_level) and the message, without the
+ * "mlajit: " prefix or a newline, valid during the call. Called from whichever
+ * thread logs (warmup's compile workers too), possibly from several at once. */
+typedef void (*mlajit_log_handler)(void *user, int level, const char *message);
+
+/* Send the library's log lines to handler (with user) instead of stderr; NULL
+ * restores stderr. Without a handler, warnings go to stderr unless MLAJIT_LOG=quiet
+ * and info lines only with MLAJIT_LOG=info. A handler gets every line of both
+ * levels whatever MLAJIT_LOG says, and filters them itself (the Python package
+ * passes them to its `logging` logger). Process-wide and thread-safe; a line
+ * already being delivered may still reach the handler it replaced, so keep user
+ * valid while the library may log. */
+MLAJIT_API void mlajit_set_log_handler(mlajit_log_handler handler, void *user);
+
+/* ------------------------------------------------------------------------- */
 /* Model types: KV-cache layouts (the numbers live in one descriptor table)    */
 /* ------------------------------------------------------------------------- */
 
@@ -210,8 +234,9 @@ MLAJIT_API int64_t mlajit_min_page_stride(mlajit_model model, int page_size);
 #define MLAJIT_MAX_HEADS 128
 #define MLAJIT_MAX_PAGE_SIZE 1024
 #define MLAJIT_MAX_TOPK 16384
-#define MLAJIT_MAX_SQ 16
-#define MLAJIT_MAX_BATCH 4096
+#define MLAJIT_MAX_SQ 64       /* query tokens per row (speculative decoding) */
+#define MLAJIT_MAX_BATCH 65536
+#define MLAJIT_MAX_ROWS 65536  /* batch x s_q: a whole mixed batch as (T, 1) or (T / s_q, s_q) */
 #define MLAJIT_ARCH_LEN 16
 
 /* The kernel family. Leave it at MLAJIT_VARIANT_AUTO: the generator and the
@@ -327,11 +352,15 @@ typedef struct mlajit_context_options {
  * key recipe / NVRTC other than this one's, is skipped with a warning), the
  * writable disk cache, then NVRTC. A stored kernel whose recorded launch
  * geometry is not what this build launches it with is stale: refused with a
- * warning and recompiled, never launched. A cache directory that cannot
- * be created or written (or no HOME) is one warning, never an error: the
- * context then runs on its packs and in-memory compiles. Environment:
- * MLAJIT_PACKS, MLAJIT_CACHE_DIR, MLAJIT_DISABLE_JIT=1 (as MLAJIT_CONTEXT_NO_JIT),
- * MLAJIT_LOG=info (a line per compile and per pack opened) or quiet. */
+ * warning and recompiled, never launched. A cache directory that cannot be
+ * written is read (its kernels still hit; no lock file is needed and nothing is
+ * written) and new kernels stay in memory; one that cannot be created (or no
+ * HOME) leaves the packs and in-memory compiles: either is one warning, never an
+ * error. A damaged cache file is set aside with one warning (docs/packs.md).
+ * Environment: MLAJIT_PACKS, MLAJIT_CACHE_DIR, MLAJIT_DISABLE_JIT=1 (as
+ * MLAJIT_CONTEXT_NO_JIT), MLAJIT_COMPILE_WAIT_MS (how long a compile waits for
+ * another process compiling the same kernel; default 120000), MLAJIT_LOG=info (a
+ * line per compile and per pack opened) or quiet. */
 MLAJIT_API int mlajit_context_create(const mlajit_context_options *opts, mlajit_context **out);
 
 /* Destroy a context (NULL is allowed). Plans made from it must be destroyed first. */
@@ -370,6 +399,15 @@ typedef struct mlajit_context_info {
 /* Describe a context: the GPU, the compiler, the cache, the packs, and the hit
  * and miss counts per layer, into *info up to its struct_size. */
 MLAJIT_API int mlajit_context_get_info(mlajit_context *ctx, mlajit_context_info *info);
+
+/* Add the context's lookup counts not yet recorded to the disk cache's (what
+ * `mlajit cache stats` reports) in one write transaction. A context records its
+ * counts in the writes it makes anyway (the store of each kernel it compiles)
+ * and never when destroyed, so a process that only hits never writes the
+ * cache; call this (at shutdown, say) to have a reading process's hits counted
+ * too. MLAJIT_OK (also when nothing is pending); MLAJIT_ERR_CACHE when the disk
+ * cache is off, read-only or cannot be written. */
+MLAJIT_API int mlajit_context_flush_counters(mlajit_context *ctx);
 
 /* ------------------------------------------------------------------------- */
 /* Kernels: generate, compile, cache                                           */
@@ -454,8 +492,8 @@ typedef struct mlajit_plan mlajit_plan;
 
 typedef struct mlajit_decode_shape {
     size_t struct_size; /* sizeof(mlajit_decode_shape): MLAJIT_DECODE_SHAPE_INIT */
-    int batch;       /* b, 0..4096 */
-    int s_q;         /* query tokens per row, 0..16 */
+    int batch;       /* b, 0..MLAJIT_MAX_BATCH (65536) */
+    int s_q;         /* query tokens per row, 0..MLAJIT_MAX_SQ (64); batch x s_q at most MLAJIT_MAX_ROWS */
     int topk;        /* main candidates per (row, query token), 1..16384 */
     int extra_topk;  /* extra-cache candidates (0 without an extra cache), 0..16384 */
     int num_splits;  /* split-KV factor: 0 = planner's choice, else 1..64 (lowered
@@ -512,9 +550,10 @@ typedef struct mlajit_plan_outline {
  * sm_90a), answered without CUDA and without compiling: for an auto spec the
  * kernel its plan switches to where the shape suits one (a short or long walk,
  * one tile per CTA, heads in groups; docs/kernels.md), else the spec's own, with
- * the split count and grid, into *out up to its struct_size. mlajit_plan_create runs the spec's own kernel instead where the other
- * cannot be had (no JIT, and neither a pack nor the cache holds it). On an invalid
- * spec or shape, a status naming the field; *out is then unchanged. */
+ * the split count and grid, into *out up to its struct_size. mlajit_plan_create
+ * runs the spec's own kernel instead where the other cannot be had (no JIT, and
+ * neither a pack nor the cache holds it). On an invalid spec or shape, a status
+ * naming the field; *out is then unchanged. */
 MLAJIT_API int mlajit_plan_describe(const mlajit_kernel_spec *spec, const mlajit_decode_shape *shape, int sm_count,
                                     mlajit_plan_outline *out);
 

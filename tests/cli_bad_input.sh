@@ -153,7 +153,7 @@ case make garbage --out x                                  | is malformed
 case make v32.h0.p64 --out x                               | spec.h_q = 0
 case make v32.h16.p64 --out x --topk 0                     | --topk = '0'
 case make v32.h16.p64 --out x --extra-topk 8               | --extra-topk needs an extra cache
-case make dsv4.h16.p64.e64 --out x --batch 4097            | --batch = '4097'
+case make dsv4.h16.p64.e64 --out x --batch 65537           | --batch = '65537'
 case make v32.h16.p64 --out x --invalid 2                  | --invalid = '2'
 case make v32.h16.p64 --out x --page-pad 8                 | --page-pad = 8; allowed a multiple of 16
 case make v32.h16.p64.fx --out x                           | extra_page_size
@@ -268,7 +268,7 @@ expect 0 "accepted: dsv4.h8.p64.e3" envelope dsv4.h8.p64.e3.t0.hc0.auto.any --ba
 expect 0 "plan on 132 SMs: v32.h64.p64.t64.hc16.sm90-narrow.sm_90a, 4 head groups x 1 rows x 32 splits = 128 CTAs; a CTA walks at most 1 tile of 64" envelope v32.h64.p64.t0.hc0.auto.sm_90a --batch 1 --topk 2048
 expect 0 "plan on 132 SMs: v32.h64.p64.t64.hc64.sm90-staged.sm_90a, 1 head groups x 128 rows x 1 splits = 128 CTAs; a CTA walks at most 32 tiles" envelope v32.h64.p64.t0.hc0.auto.sm_90a --batch 128 --topk 2048 --splits 1
 expect 1 "shared memory" envelope v32.h128.p64.t64.hc32.portable.sm_86
-expect 1 "shape.batch = 4097" envelope v32.h16.p64.t0.hc0.auto.sm_90a --batch 4097
+expect 1 "shape.batch = 65537" envelope v32.h16.p64.t0.hc0.auto.sm_90a --batch 65537
 expect 1 "shape.extra_topk" envelope v32.h16.p64.t0.hc0.auto.sm_90a --extra-topk 3
 expect 1 "shape.num_splits = 65" envelope v32.h16.p64.t0.hc0.auto.sm_90a --splits 65
 # a spec that parses but lies outside the envelope is an answer (1), not a usage error

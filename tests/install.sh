@@ -157,6 +157,17 @@ else
   if [ "$rc" -eq 1 ] && grep -q "MLAJIT_NVRTC=/nonexistent/libnvrtc.so is not a usable NVRTC" "$scratch/out"; then ok; else
     fail "compile without NVRTC: exit $rc (want 1 and the reason):"; head -5 "$scratch/out" | sed 's/^/    /'
   fi
+  # ... but a pack made where NVRTC is serves there (looked up under its own NVRTC's keys)
+  env -i PATH=/usr/bin:/bin HOME="$scratch" MLAJIT_CACHE_DIR="$scratch/cache3" LD_LIBRARY_PATH="$deps" \
+    "$loader" --inhibit-cache "$cli" pack build --spec v32.h8.p64.t64.hc8.sm90-narrow.sm_90a \
+    --out "$scratch/h8.pack" >"$scratch/out" 2>&1 &&
+    env -i PATH=/usr/bin:/bin HOME="$scratch" MLAJIT_CACHE_DIR="$scratch/cache4" LD_LIBRARY_PATH="$deps" \
+      MLAJIT_NVRTC=/nonexistent/libnvrtc.so MLAJIT_PACKS="$scratch/h8.pack" "$loader" --inhibit-cache "$cli" \
+      compile --model v32 --heads 8 --page 64 --variant sm90-narrow >"$scratch/out" 2>&1
+  rc=$?
+  if [ "$rc" -eq 0 ] && grep -q "^cache  *hit in a pack" "$scratch/out"; then ok; else
+    fail "a pack without NVRTC: exit $rc (want 0, served from the pack):"; cat "$scratch/out" | sed 's/^/    /'
+  fi
   env -i PATH=/usr/bin:/bin LD_LIBRARY_PATH="$deps" MLAJIT_NVRTC=/nonexistent/libnvrtc.so "$loader" \
     --inhibit-cache "$cli" envelope v32.h16.p64 >"$scratch/out" 2>&1
   rc=$?

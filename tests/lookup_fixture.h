@@ -15,16 +15,9 @@
 #include <unistd.h>
 
 #include "mlajit.h"
+#include "temp_tree.h"
 
 static char root[64];
-
-static int remove_one(const char *path, const struct stat *st, int flag, struct FTW *ftw)
-{
-    (void)st;
-    (void)flag;
-    (void)ftw;
-    return remove(path);
-}
 
 static void make_root(void)
 {
@@ -44,9 +37,8 @@ static void remove_root(void)
         snprintf(cmd, sizeof cmd, "chmod -R u+w '%s' 2>/dev/null", root);
         if (system(cmd) != 0) { /* best effort */
         }
-        nftw(root, remove_one, 16, FTW_DEPTH | FTW_PHYS);
     }
-    root[0] = '\0';
+    temp_tree_remove(root);
 }
 
 /* A path under the test's root, in one of 16 rotating buffers (copy it to keep it longer). */

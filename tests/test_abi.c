@@ -140,8 +140,8 @@ static void small_args(mlajit_decode_args *a, const mlajit_plan *plan)
 
 static mlajit_plan *small_plan(void)
 {
-    mlajit_kernel_spec s;
-    mlajit_decode_shape shape;
+    mlajit_kernel_spec s = MLAJIT_KERNEL_SPEC_INIT;
+    mlajit_decode_shape shape = MLAJIT_DECODE_SHAPE_INIT;
     small_spec(&s);
     small_shape(&shape);
     mlajit_plan *plan = NULL;
@@ -167,8 +167,8 @@ Test(struct_size, zero_or_too_small_is_refused_at_every_entry_point)
     mlajit_plan *plan = small_plan();
     for (int round = 0; round < 2; round++) {
         const size_t bad = round == 0 ? 0 : sizeof(size_t) + 4; /* unset, then too small */
-        mlajit_kernel_spec spec, good_spec;
-        mlajit_decode_shape shape, good_shape;
+        mlajit_kernel_spec spec = MLAJIT_KERNEL_SPEC_INIT, good_spec = MLAJIT_KERNEL_SPEC_INIT;
+        mlajit_decode_shape shape = MLAJIT_DECODE_SHAPE_INIT, good_shape = MLAJIT_DECODE_SHAPE_INIT;
         small_spec(&good_spec);
         small_shape(&good_shape);
         spec = good_spec;
@@ -197,7 +197,7 @@ Test(struct_size, zero_or_too_small_is_refused_at_every_entry_point)
         mlajit_kernel_grid grid = {.struct_size = bad, .models = models, .num_models = 1, .head_counts = heads,
                                    .num_head_counts = 1, .page_sizes = pages, .num_page_sizes = 1};
         expect_refused(mlajit_warmup(ctx, &grid, 1, NULL), "grid", "MLAJIT_KERNEL_GRID_INIT");
-        mlajit_decode_args args;
+        mlajit_decode_args args = MLAJIT_DECODE_ARGS_INIT;
         small_args(&args, plan);
         args.struct_size = bad;
         expect_refused(mlajit_decode(plan, &args, NULL), "args", "MLAJIT_DECODE_ARGS_INIT");
@@ -216,7 +216,7 @@ Test(struct_size, zero_or_too_small_is_refused_at_every_entry_point)
                 break;
             }
         free(out);
-        mlajit_kernel_spec s_out;
+        mlajit_kernel_spec s_out = MLAJIT_KERNEL_SPEC_INIT;
         memset(&s_out, 0x3c, sizeof s_out);
         s_out.struct_size = bad;
         const mlajit_kernel_spec before = s_out;
@@ -242,7 +242,7 @@ Test(struct_size, outputs_are_filled_up_to_struct_size_and_untouched_past_it)
     if (OLDER)
         cr_expect_gt(mlajit_abi_size(MLAJIT_ABI_CONTEXT_INFO), sizeof(mlajit_context_info),
                      "the library's structs are the grown header's");
-    mlajit_kernel_spec good;
+    mlajit_kernel_spec good = MLAJIT_KERNEL_SPEC_INIT;
     small_spec(&good);
 
     mlajit_kernel_spec *spec = with_canary(sizeof *spec);
@@ -289,7 +289,7 @@ Test(struct_size, outputs_are_filled_up_to_struct_size_and_untouched_past_it)
     expect_canary(wrep, sizeof *wrep, "mlajit_warmup");
     free(wrep);
 
-    mlajit_decode_shape shape;
+    mlajit_decode_shape shape = MLAJIT_DECODE_SHAPE_INIT;
     small_shape(&shape);
     mlajit_plan_outline *o = with_canary(sizeof *o);
     o->struct_size = sizeof *o;
@@ -304,7 +304,7 @@ Test(struct_size, outputs_are_filled_up_to_struct_size_and_untouched_past_it)
  * struct_size faults. */
 Test(struct_size, outputs_ending_at_a_guard_page)
 {
-    mlajit_kernel_spec good;
+    mlajit_kernel_spec good = MLAJIT_KERNEL_SPEC_INIT;
     small_spec(&good);
     guarded g;
     mlajit_kernel_spec *spec = guarded_alloc(&g, sizeof *spec);
@@ -321,7 +321,7 @@ Test(struct_size, outputs_ending_at_a_guard_page)
     rep->struct_size = sizeof *rep;
     cr_expect_eq(mlajit_kernel_prepare(ctx, &good, rep), MLAJIT_OK, "%s", mlajit_last_error());
     guarded_free(&g);
-    mlajit_decode_shape shape;
+    mlajit_decode_shape shape = MLAJIT_DECODE_SHAPE_INIT;
     small_shape(&shape);
     mlajit_plan_outline *o = guarded_alloc(&g, sizeof *o);
     o->struct_size = sizeof *o;

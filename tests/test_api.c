@@ -228,8 +228,10 @@ BAD(envelope_unknown_arch, INVALID, "spec.arch = 'sm_75'", mlajit_envelope_check
 BAD(envelope_shared_memory, UNSUPPORTED, "shared memory",
     mlajit_envelope_check(SPEC(.tile = 64, .heads_per_cta = 32, .arch = "sm_120a"), NULL))
 BAD(envelope_batch_negative, INVALID, "shape.batch = -1", mlajit_envelope_check(SPEC(), SHAPE(.batch = -1)))
-BAD(envelope_batch_4097, INVALID, "shape.batch = 4097", mlajit_envelope_check(SPEC(), SHAPE(.batch = 4097)))
-BAD(envelope_s_q_17, INVALID, "shape.s_q = 17", mlajit_envelope_check(SPEC(), SHAPE(.s_q = 17)))
+BAD(envelope_batch_65537, INVALID, "shape.batch = 65537", mlajit_envelope_check(SPEC(), SHAPE(.batch = 65537)))
+BAD(envelope_s_q_65, INVALID, "shape.s_q = 65", mlajit_envelope_check(SPEC(), SHAPE(.s_q = 65)))
+BAD(envelope_rows_65600, INVALID, "shape.batch x shape.s_q = 1025 x 64 = 65600 rows",
+    mlajit_envelope_check(SPEC(), SHAPE(.batch = 1025, .s_q = 64)))
 BAD(envelope_topk_0, INVALID, "shape.topk = 0", mlajit_envelope_check(SPEC(), SHAPE(.topk = 0)))
 BAD(envelope_topk_16385, INVALID, "shape.topk = 16385", mlajit_envelope_check(SPEC(), SHAPE(.topk = 16385)))
 BAD(envelope_extra_topk_without_extra, INVALID, "shape.extra_topk = 5", mlajit_envelope_check(SPEC(), SHAPE(.extra_topk = 5)))
@@ -270,9 +272,10 @@ BAD(plan_unknown_arch, INVALID, "spec.arch = 'sm_70'", mlajit_plan_create(ctx, S
 BAD(plan_shared_memory, UNSUPPORTED, "shared memory",
     mlajit_plan_create(ctx, SPEC(.tile = 64, .heads_per_cta = 32, .arch = "sm_86"), SHAPE(), &plan_out))
 BAD(plan_batch_negative, INVALID, "shape.batch = -1", mlajit_plan_create(ctx, SPEC(), SHAPE(.batch = -1), &plan_out))
-BAD(plan_batch_4097, INVALID, "shape.batch = 4097", mlajit_plan_create(ctx, SPEC(), SHAPE(.batch = 4097), &plan_out))
+BAD(plan_batch_65537, INVALID, "shape.batch = 65537", mlajit_plan_create(ctx, SPEC(), SHAPE(.batch = 65537), &plan_out))
+BAD(plan_rows_65544, INVALID, "8193 x 8 = 65544 rows", mlajit_plan_create(ctx, SPEC(), SHAPE(.batch = 8193, .s_q = 8), &plan_out))
 BAD(plan_s_q_negative, INVALID, "shape.s_q = -1", mlajit_plan_create(ctx, SPEC(), SHAPE(.s_q = -1), &plan_out))
-BAD(plan_s_q_17, INVALID, "shape.s_q = 17", mlajit_plan_create(ctx, SPEC(), SHAPE(.s_q = 17), &plan_out))
+BAD(plan_s_q_65, INVALID, "shape.s_q = 65", mlajit_plan_create(ctx, SPEC(), SHAPE(.s_q = 65), &plan_out))
 BAD(plan_topk_0, INVALID, "shape.topk = 0", mlajit_plan_create(ctx, SPEC(), SHAPE(.topk = 0), &plan_out))
 BAD(plan_topk_16385, INVALID, "shape.topk = 16385", mlajit_plan_create(ctx, SPEC(), SHAPE(.topk = 16385), &plan_out))
 BAD(plan_extra_topk_without_extra, INVALID, "shape.extra_topk = 5",
@@ -346,7 +349,7 @@ static void ref_model(mlajit_kernel_spec *s, mlajit_decode_shape *sh, mlajit_dec
 static void ref_page_0(mlajit_kernel_spec *s, mlajit_decode_shape *sh, mlajit_decode_args *a, double **o) { s->page_size = 0; }
 static void ref_features(mlajit_kernel_spec *s, mlajit_decode_shape *sh, mlajit_decode_args *a, double **o) { s->features = 0x40; }
 static void ref_batch(mlajit_kernel_spec *s, mlajit_decode_shape *sh, mlajit_decode_args *a, double **o) { sh->batch = -1; }
-static void ref_s_q(mlajit_kernel_spec *s, mlajit_decode_shape *sh, mlajit_decode_args *a, double **o) { sh->s_q = 17; }
+static void ref_s_q(mlajit_kernel_spec *s, mlajit_decode_shape *sh, mlajit_decode_args *a, double **o) { sh->s_q = 65; }
 static void ref_topk(mlajit_kernel_spec *s, mlajit_decode_shape *sh, mlajit_decode_args *a, double **o) { sh->topk = 0; }
 static void ref_extra_topk(mlajit_kernel_spec *s, mlajit_decode_shape *sh, mlajit_decode_args *a, double **o) { sh->extra_topk = 3; }
 static void ref_scale(mlajit_kernel_spec *s, mlajit_decode_shape *sh, mlajit_decode_args *a, double **o) { a->sm_scale = 0.0f; }
@@ -374,7 +377,7 @@ BAD(reference_unknown_model, INVALID, "spec.model 0 is unknown", reference_with(
 BAD(reference_page_0, INVALID, "spec.page_size is 0", reference_with(ref_page_0))
 BAD(reference_unknown_feature, INVALID, "spec.features is 0x40", reference_with(ref_features))
 BAD(reference_batch_negative, INVALID, "shape.batch is -1", reference_with(ref_batch))
-BAD(reference_s_q_17, INVALID, "shape.s_q is 17", reference_with(ref_s_q))
+BAD(reference_s_q_65, INVALID, "shape.s_q is 65", reference_with(ref_s_q))
 BAD(reference_topk_0, INVALID, "shape.topk is 0", reference_with(ref_topk))
 BAD(reference_extra_topk_without_extra, INVALID, "shape.extra_topk is 3", reference_with(ref_extra_topk))
 BAD(reference_scale_zero, INVALID, "sm_scale is 0", reference_with(ref_scale))
@@ -626,7 +629,8 @@ Test(api, planner_marks_prefetches_evict_last_when_the_rows_outgrow_l2)
         cr_assert_eq(mlajit_spec_init(&s, rows[i].model, rows[i].h_q, rows[i].model == MLAJIT_MODEL_DSV4 ? 256 : 64),
                      MLAJIT_OK);
         if (rows[i].extra_topk) s.extra_page_size = 64;
-        mlajit_decode_shape shape = {.struct_size = sizeof shape, .batch = rows[i].batch, .s_q = rows[i].s_q, .topk = rows[i].topk,
+        mlajit_decode_shape shape = {.struct_size = sizeof shape,
+                                     .batch = rows[i].batch, .s_q = rows[i].s_q, .topk = rows[i].topk,
                                      .extra_topk = rows[i].extra_topk};
         mlajit_plan *p = NULL;
         cr_assert_eq(mlajit_plan_create(ctx, &s, &shape, &p), MLAJIT_OK, "%s", mlajit_last_error());
@@ -669,7 +673,8 @@ static const char *plan_family(mlajit_context *c, mlajit_model model, int h_q, i
 {
     mlajit_kernel_spec s = MLAJIT_KERNEL_SPEC_INIT;
     cr_assert_eq(mlajit_spec_init(&s, model, h_q, 64), MLAJIT_OK);
-    mlajit_decode_shape shape = {.struct_size = sizeof shape, .batch = batch, .s_q = 1, .topk = topk, .num_splits = splits};
+    mlajit_decode_shape shape = {.struct_size = sizeof shape,
+                                 .batch = batch, .s_q = 1, .topk = topk, .num_splits = splits};
     mlajit_plan *p = NULL;
     if (mlajit_plan_create(c, &s, &shape, &p) != MLAJIT_OK) {
         snprintf(buf, len, "error: %s", mlajit_last_error());
@@ -785,7 +790,8 @@ Test(api, plan_describe_names_what_the_plan_launches)
         const plan_case *c = &auto_cases[i];
         mlajit_kernel_spec s = MLAJIT_KERNEL_SPEC_INIT;
         cr_assert_eq(mlajit_spec_init(&s, c->model, c->h_q, 64), MLAJIT_OK);
-        mlajit_decode_shape shape = {.struct_size = sizeof shape, .batch = c->batch, .s_q = 1, .topk = c->topk, .num_splits = c->splits};
+        mlajit_decode_shape shape = {.struct_size = sizeof shape,
+                                     .batch = c->batch, .s_q = 1, .topk = c->topk, .num_splits = c->splits};
         mlajit_plan *p = NULL;
         cr_assert_eq(mlajit_plan_create(ctx, &s, &shape, &p), MLAJIT_OK, "case %zu: %s", i, mlajit_last_error());
         mlajit_plan_outline o = MLAJIT_PLAN_OUTLINE_INIT;
@@ -843,9 +849,9 @@ Test(bad_input, plan_describe)
     cr_expect_eq(mlajit_plan_describe(&s, &shape, 0, NULL), MLAJIT_ERR_INVALID_ARGUMENT);
     cr_expect_eq(mlajit_plan_describe(&s, &shape, -1, &o), MLAJIT_ERR_INVALID_ARGUMENT);
     cr_expect(strstr(mlajit_last_error(), "sm_count = -1") != NULL, "%s", mlajit_last_error());
-    shape.batch = 4097;
+    shape.batch = 65537;
     cr_expect_eq(mlajit_plan_describe(&s, &shape, 0, &o), MLAJIT_ERR_INVALID_ARGUMENT);
-    cr_expect(strstr(mlajit_last_error(), "shape.batch = 4097") != NULL, "%s", mlajit_last_error());
+    cr_expect(strstr(mlajit_last_error(), "shape.batch = 65537") != NULL, "%s", mlajit_last_error());
     shape.batch = 2;
     s.h_q = 129;
     cr_expect_eq(mlajit_plan_describe(&s, &shape, 0, &o), MLAJIT_ERR_INVALID_ARGUMENT);

@@ -4,14 +4,23 @@
 #include "cache/store.h"
 #include "common/error.h"
 #include "mlajit.h"
+#include "temp_tree.h"
 
+#include <errno.h>
+#include <fcntl.h>
 #include <ftw.h>
+#include <grp.h>
 #include <pthread.h>
+#include <sched.h>
+#include <signal.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mount.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 /* ------------------------------------------------------------------------- */
@@ -21,26 +30,9 @@
 
 static char test_root[64];
 
-static int remove_one(const char *path, const struct stat *st, int flag, struct FTW *ftw)
-{
-    (void)st;
-    (void)flag;
-    (void)ftw;
-    return remove(path);
-}
+static void make_test_root(void) { temp_tree_make(test_root, sizeof test_root, "mlajit-test-cache"); }
 
-static void make_test_root(void)
-{
-    strcpy(test_root, "/tmp/mlajit-test-cache-XXXXXX");
-    cr_assert_not_null(mkdtemp(test_root), "mkdtemp failed");
-}
-
-static void remove_test_root(void)
-{
-    if (test_root[0])
-        nftw(test_root, remove_one, 16, FTW_DEPTH | FTW_PHYS);
-    test_root[0] = '\0';
-}
+static void remove_test_root(void) { temp_tree_remove(test_root); }
 
 TestSuite(cache, .init = make_test_root, .fini = remove_test_root);
 
@@ -556,6 +548,13 @@ Test(cache, open_creates_nested_directories)
     mlajit_store *store = NULL;
     cr_assert_eq(mlajit_store_open(dir, 0, &store), MLAJIT_OK, "%s", mlajit_last_error());
     struct stat st;
+    cr_assert_eq(stat(dir, &st), 0, "no %s", dir);
+    cr_assert(S_ISDIR(st.st_mode));
+    /* the data file comes with the first write */
+    mlajit_cache_entry e = make_entry(1, 100);
+    mlajit_cache_key key = key_of(1);
+    cr_assert_eq(mlajit_store_put(store, &key, &e), MLAJIT_OK, "%s", mlajit_last_error());
+    mlajit_cache_entry_clear(&e);
     char data_path[300];
     snprintf(data_path, sizeof data_path, "%s/data.mdb", dir);
     cr_assert_eq(stat(data_path, &st), 0, "no %s", data_path);
@@ -949,8 +948,421 @@ Test(cache, default_dir_is_usable_for_open)
     mlajit_store *store = NULL;
     cr_assert_eq(mlajit_store_open(buf, 0, &store), MLAJIT_OK, "%s", mlajit_last_error());
     mlajit_store_close(store);
-    char data_path[300];
-    snprintf(data_path, sizeof data_path, "%s/mlajit/data.mdb", dir);
+    char made[300];
+    snprintf(made, sizeof made, "%s/mlajit", dir);
     struct stat st;
-    cr_assert_eq(stat(data_path, &st), 0, "no %s", data_path);
+    cr_assert_eq(stat(made, &st), 0, "no %s", made);
+    cr_assert(S_ISDIR(st.st_mode));
+}
+
+/* ------------------------------------------------------------------------- */
+/* Damage, the stamp, read-only caches, the compile lock, odd files           */
+/* ------------------------------------------------------------------------- */
+
+static void read_bytes(const char *path, uint8_t **bytes, size_t *len) { *bytes = read_whole_file(path, len); }
+
+/* Overwrite len bytes at offset of path in place (its size stays). */
+static void poke(const char *path, size_t offset, const void *bytes, size_t len)
+{
+    int fd = open(path, O_WRONLY);
+    cr_assert_geq(fd, 0);
+    cr_assert_eq(pwrite(fd, bytes, len, (off_t)offset), (ssize_t)len);
+    close(fd);
+}
+
+/* A cache of n entries (sizes alternating small and overflow) in test_root/name. */
+static void fill_store(const char *name, unsigned n)
+{
+    mlajit_store *st = open_store(name);
+    for (unsigned i = 0; i < n; i++) {
+        mlajit_cache_entry e = make_entry(i, i % 3 == 0 ? 9000 : 300);
+        mlajit_cache_key k = key_of(i);
+        cr_assert_eq(mlajit_store_put(st, &k, &e), MLAJIT_OK, "%s", mlajit_last_error());
+        mlajit_cache_entry_clear(&e);
+    }
+    mlajit_store_close(st);
+}
+
+/* The page number of the main database's root (a leaf, for small caches), from meta page 1 or 0. */
+static uint64_t main_root(const char *path)
+{
+    uint8_t *b;
+    size_t n;
+    read_bytes(path, &b, &n);
+    uint64_t t0, t1, root;
+    memcpy(&t0, b + 144, 8);
+    memcpy(&t1, b + 4096 + 144, 8);
+    memcpy(&root, b + (t1 > t0 ? 4096 : 0) + 88 + 40, 8);
+    free(b);
+    return root;
+}
+
+/* Push a file's modification time into the past (so a stamp may vouch for it). */
+static void age(const char *path, int seconds)
+{
+    struct stat st;
+    cr_assert_eq(stat(path, &st), 0);
+    struct timespec times[2] = {st.st_atim, st.st_mtim};
+    times[1].tv_sec -= seconds;
+    cr_assert_eq(utimensat(AT_FDCWD, path, times, 0), 0);
+}
+
+Test(cache, a_write_on_a_damaged_file_sets_it_aside_and_goes_to_a_fresh_one)
+{
+    fill_store("w", 6);
+    char dir[256], data[300], aside[300];
+    root_path(dir, sizeof dir, "w");
+    snprintf(data, sizeof data, "%s/data.mdb", dir);
+    snprintf(aside, sizeof aside, "%s/data.mdb.damaged.1", dir);
+    mlajit_store *st = open_store("w"); /* open before the damage: the write's own check must find it */
+    uint64_t root = main_root(data);
+    uint8_t junk[2] = {0xff, 0xff};
+    poke(data, root * 4096 + 12, junk, 2); /* the root leaf's lower bound */
+    uint8_t *damaged;
+    size_t damaged_len;
+    read_bytes(data, &damaged, &damaged_len);
+    mlajit_cache_entry e = make_entry(77, 5000);
+    mlajit_cache_key k = key_of(77);
+    cr_assert_eq(mlajit_store_put(st, &k, &e), MLAJIT_OK, "%s", mlajit_last_error());
+    cr_assert(path_exists(aside), "the damaged file was set aside");
+    uint8_t *kept;
+    size_t kept_len;
+    read_bytes(aside, &kept, &kept_len);
+    cr_expect(kept_len == damaged_len && memcmp(kept, damaged, kept_len) == 0, "and not written to");
+    mlajit_cache_entry got;
+    cr_assert_eq(mlajit_store_get(st, &k, &got), MLAJIT_OK, "%s", mlajit_last_error());
+    assert_entries_equal(&got, &e);
+    mlajit_cache_entry_clear(&got);
+    mlajit_store_stats stats;
+    cr_assert_eq(mlajit_store_stats_get(st, &stats), MLAJIT_OK);
+    cr_expect_eq(stats.entries, 1, "the fresh file holds the new entry only");
+    /* and salvage recovers the old file's entries that can still be read */
+    mlajit_store_salvage_report rep;
+    cr_assert_eq(mlajit_store_salvage(st, aside, &rep), MLAJIT_OK, "%s", mlajit_last_error());
+    cr_expect_eq(rep.recovered, 6, "%llu recovered", (unsigned long long)rep.recovered);
+    cr_assert_eq(mlajit_store_stats_get(st, &stats), MLAJIT_OK);
+    cr_expect_eq(stats.entries, 7);
+    mlajit_cache_entry_clear(&e);
+    free(kept);
+    free(damaged);
+    mlajit_store_close(st);
+}
+
+Test(cache, each_damaged_file_gets_a_new_name)
+{
+    char dir[256], data[300], name[300];
+    root_path(dir, sizeof dir, "n");
+    snprintf(data, sizeof data, "%s/data.mdb", dir);
+    for (int round = 1; round <= 3; round++) {
+        fill_store("n", 2);
+        uint64_t root = main_root(data);
+        uint8_t zero[16] = {0};
+        poke(data, root * 4096, zero, sizeof zero);
+        mlajit_store *st = open_store("n"); /* the open's check sets it aside */
+        mlajit_store_close(st);
+        for (int k = 1; k <= round; k++) {
+            snprintf(name, sizeof name, "%s/data.mdb.damaged.%d", dir, k);
+            cr_expect(path_exists(name), "round %d: %s", round, name);
+        }
+        snprintf(name, sizeof name, "%s/data.mdb.damaged.%d", dir, round + 1);
+        cr_expect(!path_exists(name));
+        cr_expect(!path_exists(data), "nothing written since");
+    }
+}
+
+/* The stamp lets an unchanged file skip the open's check; any change to the
+ * file (its time) makes the next writable open check it. Damage that keeps the
+ * time is still met safely by the reads. */
+Test(cache, the_stamp_skips_the_check_only_for_an_unchanged_settled_file)
+{
+    fill_store("s", 4);
+    char dir[256], data[300], stamp[300], aside[300];
+    root_path(dir, sizeof dir, "s");
+    snprintf(data, sizeof data, "%s/data.mdb", dir);
+    snprintf(stamp, sizeof stamp, "%s/data.mdb.verified", dir);
+    snprintf(aside, sizeof aside, "%s/data.mdb.damaged.1", dir);
+    mlajit_store_close(open_store("s"));
+    cr_expect(!path_exists(stamp), "a file changed within the last second is never stamped");
+    age(data, 10);
+    mlajit_store_close(open_store("s"));
+    cr_assert(path_exists(stamp), "a clean settled file is stamped");
+
+    /* damage that keeps the size and the time: the stamp vouches, the open skips */
+    struct stat before;
+    stat(data, &before);
+    uint64_t root = main_root(data);
+    uint8_t junk[2] = {0xff, 0xff};
+    poke(data, root * 4096 + 12, junk, 2);
+    struct timespec times[2] = {before.st_atim, before.st_mtim};
+    utimensat(AT_FDCWD, data, times, 0);
+    mlajit_store *st = open_store("s");
+    cr_expect(!path_exists(aside), "the stamp matched: no check at open");
+    /* a look-up through the damaged leaf is refused by the reader and sets the file aside */
+    mlajit_cache_entry e;
+    mlajit_cache_key k = key_of(1);
+    cr_expect_eq(mlajit_store_get(st, &k, &e), MLAJIT_ERR_NOT_FOUND, "%s", mlajit_last_error());
+    cr_expect(path_exists(aside), "the look-up met the damage and set the file aside");
+    mlajit_store_close(st);
+
+    /* a change the time shows is checked at open */
+    fill_store("t", 3);
+    char dir_t[256], data_t[300], aside_t[300];
+    root_path(dir_t, sizeof dir_t, "t");
+    snprintf(data_t, sizeof data_t, "%s/data.mdb", dir_t);
+    snprintf(aside_t, sizeof aside_t, "%s/data.mdb.damaged.1", dir_t);
+    age(data_t, 10);
+    mlajit_store_close(open_store("t"));
+    poke(data_t, main_root(data_t) * 4096 + 12, junk, 2);
+    mlajit_store_close(open_store("t"));
+    cr_expect(path_exists(aside_t), "the open checked the changed file");
+}
+
+/* Run fn in a child as nobody (when we are root, whom permission bits do not
+ * stop); the child's exit status is the result, 77 when it cannot drop. */
+static int as_nobody(int (*fn)(const char *), const char *dir)
+{
+    pid_t pid = fork();
+    if (pid == 0) {
+        if (geteuid() == 0 && (setgroups(0, NULL) != 0 || setgid(65534) != 0 || setuid(65534) != 0))
+            _exit(77);
+        _exit(fn(dir));
+    }
+    int status;
+    waitpid(pid, &status, 0);
+    return WIFEXITED(status) ? WEXITSTATUS(status) : 100 + WTERMSIG(status);
+}
+
+/* A read-only cache, opened as a fleet's process would: 0 when it served. */
+static int serve_read_only(const char *dir)
+{
+    mlajit_store *st = NULL;
+    if (mlajit_store_open(dir, 0, &st) == MLAJIT_OK) {
+        mlajit_store_close(st);
+        return 1; /* it should have said it cannot write */
+    }
+    if (mlajit_store_open(dir, 1, &st) != MLAJIT_OK)
+        return 2;
+    for (unsigned i = 0; i < 4; i++) {
+        mlajit_cache_entry got, want = make_entry(i, i % 3 == 0 ? 9000 : 300);
+        mlajit_cache_key k = key_of(i);
+        int ok = mlajit_store_get(st, &k, &got) == MLAJIT_OK && got.cubin_size == want.cubin_size &&
+                 memcmp(got.cubin, want.cubin, want.cubin_size) == 0;
+        mlajit_cache_entry_clear(&want);
+        if (!ok)
+            return 3;
+        mlajit_cache_entry_clear(&got);
+    }
+    mlajit_store_stats stats;
+    if (mlajit_store_stats_get(st, &stats) != MLAJIT_OK || stats.entries != 4)
+        return 4;
+    mlajit_cache_entry e = make_entry(9, 10);
+    mlajit_cache_key k = key_of(9);
+    int refused = mlajit_store_put(st, &k, &e) != MLAJIT_OK;
+    mlajit_cache_entry_clear(&e);
+    mlajit_store_close(st);
+    return refused ? 0 : 5;
+}
+
+static void expect_untouched_read_only_dir(const char *dir, const uint8_t *bytes, size_t len)
+{
+    char path[300];
+    const char *made[] = {"lock.mdb", "compile.lock", "data.mdb.verified"};
+    for (size_t i = 0; i < sizeof made / sizeof made[0]; i++) {
+        snprintf(path, sizeof path, "%s/%s", dir, made[i]);
+        cr_expect(!path_exists(path), "a read-only cache got %s", made[i]);
+    }
+    snprintf(path, sizeof path, "%s/data.mdb", dir);
+    uint8_t *now;
+    size_t now_len;
+    read_bytes(path, &now, &now_len);
+    cr_expect(now_len == len && memcmp(now, bytes, len) == 0, "data.mdb changed");
+    free(now);
+}
+
+/* A directory another user cannot write: served with no lock file and nothing written. */
+Test(cache, an_unwritable_cache_serves_another_user_without_a_lock_file)
+{
+    fill_store("ro", 4);
+    char dir[256], path[300];
+    root_path(dir, sizeof dir, "ro");
+    snprintf(path, sizeof path, "%s/lock.mdb", dir);
+    unlink(path); /* as a published cache would be: the data file alone */
+    snprintf(path, sizeof path, "%s/compile.lock", dir);
+    unlink(path);
+    chmod(test_root, 0755);
+    chmod(dir, 0555);
+    snprintf(path, sizeof path, "%s/data.mdb", dir);
+    chmod(path, 0444);
+    uint8_t *bytes;
+    size_t len;
+    read_bytes(path, &bytes, &len);
+    int rc = as_nobody(serve_read_only, dir);
+    if (rc == 77)
+        cr_skip_test("cannot drop to the user nobody here (not root), so an unwritable directory cannot be tried");
+    cr_expect_eq(rc, 0, "serve_read_only step %d failed", rc);
+    expect_untouched_read_only_dir(dir, bytes, len);
+    chmod(dir, 0755);
+    free(bytes);
+}
+
+/* A read-only bind mount: even root cannot write it. */
+Test(cache, a_read_only_mount_serves_without_a_lock_file)
+{
+    fill_store("src", 4);
+    char src[256], mnt[256], path[300];
+    root_path(src, sizeof src, "src");
+    root_path(mnt, sizeof mnt, "mnt");
+    snprintf(path, sizeof path, "%s/lock.mdb", src);
+    unlink(path);
+    snprintf(path, sizeof path, "%s/compile.lock", src);
+    unlink(path);
+    cr_assert_eq(mkdir(mnt, 0755), 0);
+    snprintf(path, sizeof path, "%s/data.mdb", src);
+    uint8_t *bytes;
+    size_t len;
+    read_bytes(path, &bytes, &len);
+    int pipefd[2];
+    cr_assert_eq(pipe(pipefd), 0);
+    pid_t pid = fork();
+    if (pid == 0) {
+        close(pipefd[0]);
+        /* a private mount namespace: the mount goes with this child */
+        int ok = unshare(CLONE_NEWNS) == 0 && mount(NULL, "/", NULL, MS_REC | MS_PRIVATE, NULL) == 0 &&
+                 mount(src, mnt, NULL, MS_BIND, NULL) == 0 &&
+                 mount(NULL, mnt, NULL, MS_REMOUNT | MS_BIND | MS_RDONLY, NULL) == 0;
+        char why[200];
+        snprintf(why, sizeof why, "%s", ok ? "" : strerror(errno));
+        if (write(pipefd[1], why, sizeof why) != (ssize_t)sizeof why)
+            _exit(9);
+        _exit(ok ? serve_read_only(mnt) : 77);
+    }
+    close(pipefd[1]);
+    char why[200] = "";
+    if (read(pipefd[0], why, sizeof why) < 0)
+        why[0] = '\0';
+    close(pipefd[0]);
+    int status;
+    waitpid(pid, &status, 0);
+    int rc = WIFEXITED(status) ? WEXITSTATUS(status) : 100 + WTERMSIG(status);
+    if (rc == 77)
+        cr_skip_test("this machine allows no read-only bind mount (%s)", why);
+    cr_expect_eq(rc, 0, "serve_read_only step %d failed", rc);
+    expect_untouched_read_only_dir(src, bytes, len);
+    free(bytes);
+}
+
+/* ---- the compile lock ---------------------------------------------------------------- */
+
+/* A child takes key's lock, says so, and waits for the word to die. */
+static pid_t lock_holder(const char *dir, const mlajit_cache_key *key, int *ready_fd)
+{
+    int ready[2];
+    cr_assert_eq(pipe(ready), 0);
+    pid_t pid = fork();
+    if (pid == 0) {
+        close(ready[0]);
+        mlajit_store *st;
+        mlajit_compile_lock *lock;
+        int waited;
+        char c = mlajit_store_open(dir, 0, &st) == MLAJIT_OK &&
+                         mlajit_compile_lock_take(st, key, 0, &lock, &waited) == MLAJIT_OK
+                     ? 'y'
+                     : 'n';
+        if (write(ready[1], &c, 1) != 1)
+            _exit(1);
+        pause(); /* killed by the test */
+        _exit(0);
+    }
+    close(ready[1]);
+    *ready_fd = ready[0];
+    return pid;
+}
+
+Test(cache, the_compile_lock_waits_bounded_and_dies_with_its_holder)
+{
+    mlajit_store *st = open_store("lock");
+    char dir[256];
+    root_path(dir, sizeof dir, "lock");
+    mlajit_cache_key key = key_of(5), other = key_of(6);
+    int ready;
+    pid_t holder = lock_holder(dir, &key, &ready);
+    char c = 0;
+    cr_assert_eq(read(ready, &c, 1), 1);
+    cr_assert_eq(c, 'y', "the child took the lock");
+
+    mlajit_compile_lock *lock = NULL;
+    int waited = 0;
+    /* another key is not held up */
+    cr_assert_eq(mlajit_compile_lock_take(st, &other, 0, &lock, &waited), MLAJIT_OK, "%s", mlajit_last_error());
+    cr_expect_eq(waited, 0);
+    mlajit_compile_lock_release(lock);
+    /* the held key: a bounded wait, then the caller compiles itself */
+    double t0 = mlajit_now_ms();
+    cr_expect_eq(mlajit_compile_lock_take(st, &key, 300, &lock, &waited), MLAJIT_ERR_CACHE);
+    double waited_ms = mlajit_now_ms() - t0;
+    cr_expect_null(lock);
+    cr_expect_eq(waited, 1);
+    cr_expect(waited_ms >= 290 && waited_ms < 5000, "waited %.0f ms for a 300 ms bound", waited_ms);
+    cr_expect(strstr(mlajit_last_error(), "MLAJIT_COMPILE_WAIT_MS"), "%s", mlajit_last_error());
+    /* a holder that dies (SIGKILL: no cleanup of its own) releases it */
+    kill(holder, SIGKILL);
+    waitpid(holder, NULL, 0);
+    t0 = mlajit_now_ms();
+    cr_assert_eq(mlajit_compile_lock_take(st, &key, 10000, &lock, &waited), MLAJIT_OK, "%s", mlajit_last_error());
+    cr_expect_lt(mlajit_now_ms() - t0, 1000.0, "the dead holder's lock went with it");
+    /* within one process a second taker waits too (threads share one compile) */
+    mlajit_compile_lock *second = NULL;
+    cr_expect_eq(mlajit_compile_lock_take(st, &key, 50, &second, &waited), MLAJIT_ERR_CACHE);
+    cr_expect_eq(waited, 1);
+    mlajit_compile_lock_release(lock);
+    cr_expect_eq(mlajit_compile_lock_take(st, &key, 0, &second, &waited), MLAJIT_OK);
+    mlajit_compile_lock_release(second);
+    close(ready);
+    mlajit_store_close(st);
+}
+
+/* ---- files that are not regular files ------------------------------------------------ */
+
+static void expect_refused_at_once(const char *dir, const char *kind)
+{
+    alarm(20); /* a blocking open would hang here: the alarm ends the test instead */
+    mlajit_store *st = NULL;
+    int rc = mlajit_store_open(dir, 0, &st);
+    cr_expect_eq(rc, MLAJIT_ERR_IO, "%s: %d", kind, rc);
+    cr_expect(strstr(mlajit_last_error(), kind) && strstr(mlajit_last_error(), "not a regular file"), "%s",
+              mlajit_last_error());
+    rc = mlajit_store_open(dir, 1, &st);
+    cr_expect_eq(rc, MLAJIT_ERR_IO, "read-only, %s: %d", kind, rc);
+    alarm(0);
+}
+
+Test(cache, a_data_file_that_is_not_a_regular_file_is_refused_at_once)
+{
+    char dir[256], path[300];
+    root_path(dir, sizeof dir, "fifo");
+    cr_assert_eq(mkdir(dir, 0755), 0);
+    snprintf(path, sizeof path, "%s/data.mdb", dir);
+    cr_assert_eq(mkfifo(path, 0644), 0);
+    expect_refused_at_once(dir, "a FIFO");
+
+    root_path(dir, sizeof dir, "dir");
+    cr_assert_eq(mkdir(dir, 0755), 0);
+    snprintf(path, sizeof path, "%s/data.mdb", dir);
+    cr_assert_eq(mkdir(path, 0755), 0);
+    expect_refused_at_once(dir, "a directory");
+
+    root_path(dir, sizeof dir, "dev");
+    cr_assert_eq(mkdir(dir, 0755), 0);
+    snprintf(path, sizeof path, "%s/data.mdb", dir);
+    cr_assert_eq(symlink("/dev/zero", path), 0);
+    expect_refused_at_once(dir, "a character device");
+
+    /* and LMDB's lock file, for a writable open */
+    root_path(dir, sizeof dir, "lockfifo");
+    cr_assert_eq(mkdir(dir, 0755), 0);
+    snprintf(path, sizeof path, "%s/lock.mdb", dir);
+    cr_assert_eq(mkfifo(path, 0644), 0);
+    mlajit_store *st;
+    cr_expect_eq(mlajit_store_open(dir, 0, &st), MLAJIT_ERR_IO);
+    cr_expect(strstr(mlajit_last_error(), "lock.mdb is a FIFO"), "%s", mlajit_last_error());
 }

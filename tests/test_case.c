@@ -481,14 +481,37 @@ Test(bad_input, data_files_of_the_wrong_size)
     remove_tree(dir);
 }
 
+/* A FIFO (or a device) where a case file should be is refused at once: an
+ * open that waited for a writer would hang the caller. */
+Test(bad_input, fifos_and_devices_are_refused_not_waited_on)
+{
+    char dir[64], path[512];
+    make_base_case(dir, sizeof dir);
+    alarm(30); /* a blocking open would hang: the alarm fails the test instead */
+    snprintf(path, sizeof path, "%s/q.bf16", dir);
+    cr_assert_eq(remove(path), 0);
+    cr_assert_eq(mkfifo(path, 0644), 0);
+    expect_load_error(dir, "is a FIFO, not a regular file");
+    cr_assert_eq(remove(path), 0);
+    cr_assert_eq(symlink("/dev/zero", path), 0);
+    expect_load_error(dir, "is a character device");
+    case_json_path(path, sizeof path, dir);
+    cr_assert_eq(remove(path), 0);
+    cr_assert_eq(mkfifo(path, 0644), 0);
+    expect_load_error(dir, "is a FIFO");
+    alarm(0);
+    remove_tree(dir);
+}
+
 Test(bad_input, negative_and_huge_sizes)
 {
     static const char *const edits[][3] = {
         {"\"b\": 3", "\"b\": -1", "b"},
-        {"\"b\": 3", "\"b\": 4097", "b"},
+        {"\"b\": 3", "\"b\": 65537", "b"},
+        {"\"b\": 3", "\"b\": 65536", "b x s_q"},
         {"\"b\": 3", "\"b\": 99999999999999999999999", "b"},
         {"\"b\": 3", "\"b\": 1e400", "b"},
-        {"\"s_q\": 2", "\"s_q\": 17", "s_q"},
+        {"\"s_q\": 2", "\"s_q\": 65", "s_q"},
         {"\"h_q\": 4", "\"h_q\": 0", "h_q"},
         {"\"h_q\": 4", "\"h_q\": 129", "h_q"},
         {"\"sm_scale\": ", "\"sm_scale\": -1, \"old\": ", "sm_scale"},

@@ -71,7 +71,9 @@ Test(spec, canonical_string_round_trips)
         for (int h = 1; h <= 128; h += 21)
             for (int ai = 0; ai < 5; ai++)
                 for (unsigned f = 0; f < 8; f++) {
-                    mlajit_kernel_spec s = MLAJIT_KERNEL_SPEC_INIT, back = MLAJIT_KERNEL_SPEC_INIT, r = MLAJIT_KERNEL_SPEC_INIT;
+                    mlajit_kernel_spec s = MLAJIT_KERNEL_SPEC_INIT;
+                    mlajit_kernel_spec back = MLAJIT_KERNEL_SPEC_INIT;
+                    mlajit_kernel_spec r = MLAJIT_KERNEL_SPEC_INIT;
                     cr_assert_eq(mlajit_spec_init(&s, models[mi], h, 1 + h * 7), MLAJIT_OK);
                     strcpy(s.arch, arches[ai]);
                     s.features = f;

@@ -15,7 +15,8 @@ static mlajit_context *ctx;
 
 static void setup(void)
 {
-    mlajit_context_options o = {.struct_size = sizeof o, .flags = MLAJIT_CONTEXT_NO_DEVICE | MLAJIT_CONTEXT_NO_DISK_CACHE};
+    mlajit_context_options o = {.struct_size = sizeof o,
+                                .flags = MLAJIT_CONTEXT_NO_DEVICE | MLAJIT_CONTEXT_NO_DISK_CACHE};
     cr_assert_eq(mlajit_context_create(&o, &ctx), MLAJIT_OK, "%s", mlajit_last_error());
 }
 
@@ -118,11 +119,16 @@ Test(envelope, shapes_agree_with_the_planner)
     } rows[] = {
         {{.batch = 0, .s_q = 0, .topk = 1, .extra_topk = 1}, NULL},
         {{.batch = 4096, .s_q = 16, .topk = 16384, .extra_topk = 16384, .num_splits = 64}, NULL},
+        {{.batch = 65536, .s_q = 1, .topk = 16384, .extra_topk = 16384, .num_splits = 64}, NULL},
+        {{.batch = 1024, .s_q = 64, .topk = 2048, .extra_topk = 1}, NULL},
+        {{.batch = 1, .s_q = 64, .topk = 1, .extra_topk = 1}, NULL},
+        {{.batch = 1025, .s_q = 64, .topk = 64, .extra_topk = 1}, "MLAJIT_MAX_ROWS"},
+        {{.batch = 65536, .s_q = 2, .topk = 64, .extra_topk = 1}, "65536 x 2 = 131072 rows"},
         {{.batch = 3, .s_q = 1, .topk = 33, .extra_topk = 7, .num_splits = 5}, NULL},
         {{.batch = -1, .s_q = 1, .topk = 64, .extra_topk = 1}, "shape.batch"},
-        {{.batch = 4097, .s_q = 1, .topk = 64, .extra_topk = 1}, "shape.batch"},
+        {{.batch = 65537, .s_q = 1, .topk = 64, .extra_topk = 1}, "shape.batch"},
         {{.batch = 1, .s_q = -1, .topk = 64, .extra_topk = 1}, "shape.s_q"},
-        {{.batch = 1, .s_q = 17, .topk = 64, .extra_topk = 1}, "shape.s_q"},
+        {{.batch = 1, .s_q = 65, .topk = 64, .extra_topk = 1}, "shape.s_q"},
         {{.batch = 1, .s_q = 1, .topk = 0, .extra_topk = 1}, "shape.topk"},
         {{.batch = 1, .s_q = 1, .topk = 16385, .extra_topk = 1}, "shape.topk"},
         {{.batch = 1, .s_q = 1, .topk = 64, .extra_topk = 0}, "shape.extra_topk"},
@@ -158,7 +164,7 @@ Test(envelope, shapes_agree_with_the_planner)
 Test(envelope, fuzz_draws_cover_the_envelope)
 {
     int models[4] = {0}, extra = 0, tile_multiple = 0, off_tile = 0, b0 = 0, big_b = 0, sq16 = 0, h128 = 0, h1 = 0;
-    int page1 = 0, page1024 = 0, invalid = 0, all_features = 0;
+    int page1 = 0, page1024 = 0, invalid = 0, all_features = 0, rows_past_4096 = 0, sq_past_16 = 0;
     for (int64_t k = 0; k < 4000; k++) {
         mlajit_fuzz_call c;
         mlajit_fuzz_draw(7, k, 0, &c);
@@ -177,6 +183,8 @@ Test(envelope, fuzz_draws_cover_the_envelope)
         b0 += c.shape.batch == 0;
         big_b += c.shape.batch > 256;
         sq16 += c.shape.s_q == 16;
+        rows_past_4096 += (int64_t)c.shape.batch * c.shape.s_q > 4096; /* the old limit of b */
+        sq_past_16 += c.shape.s_q > 16;                                  /* the old limit of s_q */
         h128 += c.spec.h_q == 128;
         h1 += c.spec.h_q == 1;
         page1 += c.spec.page_size == 1;
@@ -198,4 +206,6 @@ Test(envelope, fuzz_draws_cover_the_envelope)
               "extra %d, multiple %d, off %d, b0 %d, b>256 %d, s_q16 %d, h128 %d, h1 %d, p1 %d, p1024 %d, invalid %d, "
               "all features %d",
               extra, tile_multiple, off_tile, b0, big_b, sq16, h128, h1, page1, page1024, invalid, all_features);
+    cr_expect(rows_past_4096 >= 10 && sq_past_16 >= 10, "wide calls: %d past 4096 rows, %d past s_q 16", rows_past_4096,
+              sq_past_16);
 }

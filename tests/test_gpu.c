@@ -206,6 +206,28 @@ Test(gpu, empty_batch_is_a_no_op)
     mlajit_case_free(&c);
 }
 
+/* The geometry engines send (MLAJIT_MAX_ROWS, MLAJIT_MAX_SQ): a mixed batch of
+ * T = 32768 tokens as (T, 1) rows, each its own sequence, and speculative
+ * decoding's s_q 64; then the most rows, 65536, over fewer sequences' worth of
+ * candidates. Few heads and candidates keep the fp64 reference to seconds. */
+Test(gpu, engine_geometry_many_rows_and_long_s_q, .timeout = 600)
+{
+    const mlajit_synth_params shapes[] = {
+        {.model = MLAJIT_MODEL_V32, .b = 32768, .s_q = 1, .h_q = 8, .topk = 16, .page_size = 16, .seqlen = 16,
+         .invalid_fraction = 0.1, .seed = 32768},
+        {.model = MLAJIT_MODEL_V32, .b = 16, .s_q = MLAJIT_MAX_SQ, .h_q = 16, .topk = 256, .page_size = 64,
+         .seqlen = 1024, .with_topk_length = 1, .seed = 64},
+        {.model = MLAJIT_MODEL_DSV4, .b = MLAJIT_MAX_ROWS / 4, .s_q = 4, .h_q = 8, .topk = 8, .page_size = 64,
+         .seqlen = 64, .with_sink = 1, .seed = 65536},
+    };
+    for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++) {
+        char label[96];
+        snprintf(label, sizeof label, "%s b %d s_q %d h_q %d topk %d", mlajit_model_describe(shapes[i].model)->name,
+                 shapes[i].b, shapes[i].s_q, shapes[i].h_q, shapes[i].topk);
+        synth_check(&shapes[i], NULL, label);
+    }
+}
+
 Test(gpu, large_topk_many_splits)
 {
     mlajit_synth_params p = {.model = MLAJIT_MODEL_V32, .b = 1, .s_q = 1, .h_q = 128, .topk = 16384,

@@ -361,7 +361,10 @@ Test(prepare, miss_then_hit_across_contexts_and_corruption_recompiles, .init = m
     mlajit_context_options o = {.struct_size = sizeof o, .cache_dir = cache_dir, .flags = MLAJIT_CONTEXT_NO_DEVICE};
     mlajit_kernel_spec s = MLAJIT_KERNEL_SPEC_INIT;
     mlajit_spec_init(&s, MLAJIT_MODEL_V32, 24, 64);
-    mlajit_kernel_report r1 = MLAJIT_KERNEL_REPORT_INIT, r2 = MLAJIT_KERNEL_REPORT_INIT, r3 = MLAJIT_KERNEL_REPORT_INIT, r4 = MLAJIT_KERNEL_REPORT_INIT;
+    mlajit_kernel_report r1 = MLAJIT_KERNEL_REPORT_INIT;
+    mlajit_kernel_report r2 = MLAJIT_KERNEL_REPORT_INIT;
+    mlajit_kernel_report r3 = MLAJIT_KERNEL_REPORT_INIT;
+    mlajit_kernel_report r4 = MLAJIT_KERNEL_REPORT_INIT;
 
     mlajit_context *ctx;
     cr_assert_eq(mlajit_context_create(&o, &ctx), MLAJIT_OK, "%s", mlajit_last_error());
@@ -431,7 +434,8 @@ Test(prepare, key_changes_with_the_spec, .init = make_cache_dir, .fini = remove_
 
 Test(prepare, unwritable_cache_dir_still_compiles, .timeout = 300)
 {
-    mlajit_context_options o = {.struct_size = sizeof o, .cache_dir = "/proc/mlajit-cannot-exist", .flags = MLAJIT_CONTEXT_NO_DEVICE};
+    mlajit_context_options o = {.struct_size = sizeof o,
+                                .cache_dir = "/proc/mlajit-cannot-exist", .flags = MLAJIT_CONTEXT_NO_DEVICE};
     mlajit_context *ctx;
     cr_assert_eq(mlajit_context_create(&o, &ctx), MLAJIT_OK, "an unusable cache is a warning, not an error");
     mlajit_context_info info = MLAJIT_CONTEXT_INFO_INIT;

@@ -132,7 +132,8 @@ Test(device, a_gpu_older_than_every_target_is_refused_by_name)
 Test(device, an_ordinal_past_the_devices_is_an_error_naming_the_range)
 {
     fake_cuda_set_devices(2, NULL);
-    mlajit_context_options o = {.struct_size = sizeof o, .device = 2, .flags = MLAJIT_CONTEXT_NO_DISK_CACHE, .packs = ""};
+    mlajit_context_options o = {.struct_size = sizeof o,
+                                .device = 2, .flags = MLAJIT_CONTEXT_NO_DISK_CACHE, .packs = ""};
     mlajit_context *ctx = FAKE(1);
     cr_expect_eq(mlajit_context_create(&o, &ctx), MLAJIT_ERR_INVALID_ARGUMENT);
     cr_expect_null(ctx);
@@ -602,6 +603,56 @@ Test(launch, the_parameter_block_carries_every_argument)
     expect_all_released();
 }
 
+/* The geometry engines send: a whole mixed batch of T tokens as (T, 1) rows up to
+ * MLAJIT_MAX_ROWS, and speculative decoding's s_q up to MLAJIT_MAX_SQ. One main-grid
+ * row per (batch row, token), the parameter block's batch and s_q as given, and a
+ * split plan's combine over every row (64 splits forced at 65536 rows: its
+ * workspace comes to 2^30 floats of partials, sized without overflow). */
+Test(launch, every_row_of_the_largest_shapes_gets_its_ctas)
+{
+    mlajit_context *ctx = open_context(0);
+    /* splits: forced (64 at topk 16384: 256 tiles), else 0 for the planner's, which
+     * does not split once the rows fill the GPU (ctas_fill) */
+    static const struct { int batch, s_q, topk, splits, ctas_fill; } shapes[] = {
+        {MLAJIT_MAX_ROWS, 1, 2048, 0, 1}, {MLAJIT_MAX_ROWS / MLAJIT_MAX_SQ, MLAJIT_MAX_SQ, 2048, 0, 1},
+        {1, MLAJIT_MAX_SQ, 2048, 0, 0}, {32768, 1, 2048, 0, 1}, {MLAJIT_MAX_ROWS, 1, 16384, MLAJIT_MAX_SPLITS, 1}};
+    for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++) {
+        mlajit_kernel_spec s = v32_spec(16);
+        mlajit_decode_shape shape = {.struct_size = sizeof shape,
+                                     .batch = shapes[i].batch, .s_q = shapes[i].s_q, .topk = shapes[i].topk,
+                                     .num_splits = shapes[i].splits};
+        mlajit_plan *plan = NULL;
+        cr_assert_eq(mlajit_plan_create(ctx, &s, &shape, &plan), MLAJIT_OK, "b %d s_q %d: %s", shape.batch, shape.s_q,
+                     mlajit_last_error());
+        const int rows = shape.batch * shape.s_q;
+        cr_expect_eq(plan->rows, rows);
+        if (shapes[i].splits) {
+            cr_expect_eq(plan->num_splits, MLAJIT_MAX_SPLITS);
+            const size_t partials = (size_t)MLAJIT_MAX_SPLITS * rows * 16;
+            cr_expect_geq(mlajit_plan_workspace_size(plan), partials * (512 + 1) * sizeof(float));
+        } else if (shapes[i].ctas_fill) {
+            cr_expect_eq(plan->num_splits, 1, "b %d s_q %d: %d CTAs fill the GPU without splitting", shape.batch,
+                         shape.s_q, plan->head_groups * rows);
+        }
+        mlajit_decode_args a = v32_args(plan);
+        fake_cuda_forget_launches();
+        cr_assert_eq(mlajit_decode(plan, &a, NULL), MLAJIT_OK, "b %d s_q %d: %s", shape.batch, shape.s_q,
+                     mlajit_last_error());
+        const fake_cuda_launch *main_launch = fake_cuda_launch_at(0);
+        expect_main_launch(main_launch, plan, NULL);
+        cr_expect_eq(main_launch->grid[0], (unsigned)rows);
+        cr_expect(params_of(main_launch)->batch == shape.batch && params_of(main_launch)->s_q == shape.s_q);
+        cr_expect_eq(fake_cuda_counts_get().launches, plan->num_splits > 1 ? 2 : 1);
+        if (plan->num_splits > 1) {
+            const fake_cuda_launch *comb = fake_cuda_launch_at(1);
+            cr_expect(comb->grid[0] == (unsigned)rows && comb->grid[1] == 16 && comb->grid[2] == 1);
+        }
+        mlajit_plan_destroy(plan);
+    }
+    mlajit_context_destroy(ctx);
+    expect_all_released();
+}
+
 /* No rows (s_q 0 or b 0): nothing to write, so no stride can overlap (the fuzzer's
  * seed 20261130 calls 44 and 60 were refused that way), and nothing launches. */
 Test(launch, an_empty_shape_launches_nothing)
@@ -610,7 +661,8 @@ Test(launch, an_empty_shape_launches_nothing)
     static const struct { int batch, s_q; } shapes[] = {{29, 0}, {0, 3}};
     for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++) {
         mlajit_kernel_spec s = v32_spec(64);
-        mlajit_decode_shape shape = {.struct_size = sizeof shape, .batch = shapes[i].batch, .s_q = shapes[i].s_q, .topk = 64};
+        mlajit_decode_shape shape = {.struct_size = sizeof shape,
+                                     .batch = shapes[i].batch, .s_q = shapes[i].s_q, .topk = 64};
         mlajit_plan *plan = NULL;
         cr_assert_eq(mlajit_plan_create(ctx, &s, &shape, &plan), MLAJIT_OK, "%s", mlajit_last_error());
         mlajit_decode_args a = v32_args(plan);

@@ -14,6 +14,9 @@ pkg-config --exists libxxhash 2>/dev/null || need+=(libxxhash-dev)
 pkg-config --exists criterion 2>/dev/null || need+=(libcriterion-dev)
 . tools/apt-install.sh
 apt_install bootstrap "${need[@]}"
+# the Python suites (python/tests) run under pytest
+. tools/pip-install.sh
+python3 -c 'import pytest' 2>/dev/null || pip_install bootstrap pytest
 
 cuda=${CUDA_HOME:-/usr/local/cuda}
 if [ ! -f "$cuda/include/nvrtc.h" ] || [ ! -f "$cuda/include/cuda.h" ]; then

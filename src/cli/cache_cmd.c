@@ -23,7 +23,12 @@ static const char cache_usage[] =
     "                              remove entries compiled more than DAYS ago, then the oldest\n"
     "                              until the entries hold at most SIZE bytes (K, M, G suffixes);\n"
     "                              the data file keeps its size and reuses the freed pages\n"
-    "  verify [--repair]           check every entry; --repair deletes the damaged ones\n"
+    "  verify [--repair [--from FILE]]\n"
+    "                              check the data file's structure and every entry; --repair\n"
+    "                              deletes damaged entries, or, when the structure is damaged,\n"
+    "                              moves data.mdb aside (data.mdb.damaged.N) and recovers every\n"
+    "                              entry that can still be read into a fresh one; --from FILE\n"
+    "                              recovers the readable entries of a set-aside FILE into the cache\n"
     "\n"
     "DIR defaults to $MLAJIT_CACHE_DIR, else $XDG_CACHE_HOME/mlajit, else ~/.cache/mlajit.\n";
 
@@ -40,11 +45,20 @@ static const char gc_usage[] =
     "  G or T: powers of 1024), or --all; --dry-run says what would go. One rule at least.\n"
     "  The data file keeps its size and reuses the freed pages.\n";
 static const char verify_usage[] =
-    "usage: mlajit cache verify [--dir DIR] [--repair]\n"
-    "  check every entry's header and checksums; exit 1 when one is damaged. --repair deletes\n"
-    "  the damaged entries (they are recompiled when next used) and exits 0 when it could\n";
+    "usage: mlajit cache verify [--dir DIR] [--repair [--from FILE]]\n"
+    "  check the data file's structure (as a write does) and every entry's header and checksums;\n"
+    "  exit 1 when anything is damaged; a clean file is stamped when DIR can be written.\n"
+    "  --repair deletes the damaged entries (they are recompiled when next used), or, when the\n"
+    "  structure is damaged, moves data.mdb aside to a new data.mdb.damaged.N and recovers every\n"
+    "  entry that can still be read into a fresh data.mdb; exits 0 when it could.\n"
+    "  --repair --from FILE recovers the readable entries of FILE (a set-aside data file).\n";
 
-static int open_cache(const char *dir, int readonly, mlajit_store **store, char *dir_out, size_t dir_len)
+/* The CLI opens with MLAJIT_STORE_KEEP_DAMAGED: a damaged file is reported by
+ * the command and left for `verify --repair`, never set aside under it. A
+ * read-only open falls back from a writable one where it may (verify stamps a
+ * clean file when it can write, and reads it otherwise). */
+static int open_cache(const char *dir, int writes, int may_write, int need_data, mlajit_store **store, char *dir_out,
+                      size_t dir_len)
 {
     if (dir)
         snprintf(dir_out, dir_len, "%s", dir);
@@ -53,14 +67,27 @@ static int open_cache(const char *dir, int readonly, mlajit_store **store, char 
     char data_path[1100];
     snprintf(data_path, sizeof data_path, "%s/data.mdb", dir_out);
     struct stat st;
-    if (stat(data_path, &st) != 0) {
+    if (need_data && stat(data_path, &st) != 0) {
         fprintf(stderr, "mlajit cache: %s holds no cache (no data.mdb)\n", dir_out);
         return CLI_FAIL;
     }
-    int rc = mlajit_store_open(dir_out, readonly, store);
+    int rc = mlajit_store_open_ex(dir_out, MLAJIT_STORE_KEEP_DAMAGED | (writes || may_write ? 0u : MLAJIT_STORE_READONLY),
+                                  store);
+    if (rc == MLAJIT_ERR_IO && !writes && may_write)
+        rc = mlajit_store_open_ex(dir_out, MLAJIT_STORE_KEEP_DAMAGED | MLAJIT_STORE_READONLY, store);
     if (rc)
         return cli_error(rc, "cache");
     return CLI_OK;
+}
+
+/* A command that met a damaged data file says how to recover. */
+static int cache_error(int rc, const char *what)
+{
+    int code = cli_error(rc, what);
+    if (rc == MLAJIT_ERR_CORRUPT)
+        fprintf(stderr, "mlajit: %s: `mlajit cache verify --repair` recovers the entries that can still be read\n",
+                what);
+    return code;
 }
 
 static void format_age(uint64_t created, char *buf, size_t len)
@@ -148,7 +175,7 @@ static int cmd_ls(mlajit_store *store, const char *dir)
     int rc = collect(store, &l);
     if (rc) {
         free(l.rows);
-        return cli_error(rc, "cache ls");
+        return cache_error(rc, "cache ls");
     }
     printf("cache %s: %zu entries\n", dir, l.count);
     printf("  %-32s  %-44s %9s  %9s  %6s\n", "key", "spec", "cubin", "compiled", "age");
@@ -175,7 +202,7 @@ static int cmd_stats(mlajit_store *store, const char *dir)
     mlajit_store_counters c;
     if (rc || (rc = mlajit_store_stats_get(store, &st)) || (rc = mlajit_store_counters_get(store, &c))) {
         free(l.rows);
-        return cli_error(rc, "cache stats");
+        return cache_error(rc, "cache stats");
     }
     double compile_ms = 0;
     size_t damaged = 0, cubin_bytes = 0;
@@ -190,7 +217,8 @@ static int cmd_stats(mlajit_store *store, const char *dir)
            cubin_bytes, (long long)st.data_file_bytes);
     printf("compile time   %.1f s to compile what is stored\n", compile_ms / 1000.0);
     uint64_t lookups = c.memory_hits + c.pack_hits + c.disk_hits + c.compiles + c.jit_refusals;
-    printf("recorded by    %" PRIu64 " contexts (counts are added when a context is destroyed)\n", c.contexts);
+    printf("recorded by    %" PRIu64 " contexts (a context adds its counts with each kernel it stores, or with\n"
+           "               mlajit_context_flush_counters; one that only hit writes nothing)\n", c.contexts);
     printf("  memory hits  %" PRIu64 "\n", c.memory_hits);
     printf("  pack hits    %" PRIu64 "\n", c.pack_hits);
     printf("  disk hits    %" PRIu64 "\n", c.disk_hits);
@@ -217,7 +245,7 @@ static int cmd_gc(mlajit_store *store, const char *dir, double older_than_days, 
     int rc = collect(store, &l);
     if (rc) {
         free(l.rows);
-        return cli_error(rc, "cache gc");
+        return cache_error(rc, "cache gc");
     }
     qsort(l.rows, l.count, sizeof *l.rows, oldest_first);
     mlajit_cache_key *doomed = malloc((l.count ? l.count : 1) * sizeof *doomed);
@@ -244,7 +272,7 @@ static int cmd_gc(mlajit_store *store, const char *dir, double older_than_days, 
     if (!dry_run && n && (rc = mlajit_store_delete_many(store, doomed, n, &deleted))) {
         free(doomed);
         free(l.rows);
-        return cli_error(rc, "cache gc");
+        return cache_error(rc, "cache gc");
     }
     printf("cache %s: %s %zu of %zu entries (%lld bytes); %zu remain (%lld bytes)\n", dir,
            dry_run ? "would remove" : "removed", deleted, l.count, (long long)freed_bytes, l.count - n,
@@ -254,13 +282,42 @@ static int cmd_gc(mlajit_store *store, const char *dir, double older_than_days, 
     return CLI_OK;
 }
 
-static int cmd_verify(mlajit_store *store, const char *dir, int repair)
+static int cmd_salvage(mlajit_store *store, const char *dir, const char *from)
 {
+    mlajit_store_salvage_report rep;
+    int rc = mlajit_store_salvage(store, from, &rep);
+    if (rc)
+        return cli_error(rc, "cache verify --repair");
+    if (rep.set_aside[0])
+        printf("cache %s: moved the damaged data.mdb to %s (kept: nothing is lost)\n", dir, rep.set_aside);
+    printf("cache %s: recovered %" PRIu64 " entries from %s (%" PRIu64 " already present, %" PRIu64
+           " unreadable: they are recompiled when next used)\n",
+           dir, rep.recovered, from ? from : rep.set_aside, rep.present, rep.unreadable);
+    return CLI_OK;
+}
+
+static int cmd_verify(mlajit_store *store, const char *dir, int repair, const char *from)
+{
+    if (from) /* recover a set-aside file's entries; the cache's own file is checked by its writes */
+        return cmd_salvage(store, dir, from);
+    mlajit_store_check_report check;
+    int rc = mlajit_store_check(store, &check);
+    if (rc == MLAJIT_ERR_CORRUPT) {
+        printf("  data.mdb  DAMAGED: %s\n", check.problem);
+        printf("cache %s: the data file's structure is damaged\n", dir);
+        if (!repair) {
+            printf("cache %s: `mlajit cache verify --repair` recovers the entries that can still be read\n", dir);
+            return CLI_FAIL;
+        }
+        return cmd_salvage(store, dir, NULL);
+    }
+    if (rc)
+        return cli_error(rc, "cache verify");
     row_list l;
-    int rc = collect(store, &l);
+    rc = collect(store, &l);
     if (rc) {
         free(l.rows);
-        return cli_error(rc, "cache verify");
+        return cache_error(rc, "cache verify");
     }
     size_t damaged = 0;
     mlajit_cache_key *bad = malloc((l.count ? l.count : 1) * sizeof *bad);
@@ -284,7 +341,9 @@ static int cmd_verify(mlajit_store *store, const char *dir, int repair)
             status = CLI_OK;
         }
     }
-    printf("cache %s: %zu entries checked, %zu damaged\n", dir, l.count, damaged);
+    printf("cache %s: structure checked (%" PRIu64 " pages: %" PRIu64 " in use, %" PRIu64
+           " free); %zu entries checked, %zu damaged\n",
+           dir, check.pages, check.tree_pages, check.free_pages, l.count, damaged);
     free(bad);
     free(l.rows);
     return status;
@@ -298,7 +357,7 @@ int cli_cache(int argc, char **argv)
     int status, which = cli_pick_subcommand("cache", cache_usage, names, 4, argc, argv, &status);
     if (which < 0)
         return status;
-    const char *dir = NULL;
+    const char *dir = NULL, *from = NULL;
     double older_than = -1;
     int64_t max_bytes = -1;
     int all = 0, dry_run = 0, repair = 0;
@@ -311,9 +370,11 @@ int cli_cache(int argc, char **argv)
         {"--all", CLI_FLAG, .target = &all},
         {"--dry-run", CLI_FLAG, .target = &dry_run},
     };
-    const cli_option verify_options[] = {{"--dir", CLI_STRING, .target = &dir}, {"--repair", CLI_FLAG, .target = &repair}};
+    const cli_option verify_options[] = {{"--dir", CLI_STRING, .target = &dir},
+                                         {"--repair", CLI_FLAG, .target = &repair},
+                                         {"--from", CLI_STRING, .target = &from}};
     const struct { const cli_option *options; size_t count; } by_command[] = {
-        {ls_options, 1}, {ls_options, 1}, {gc_options, 5}, {verify_options, 2}};
+        {ls_options, 1}, {ls_options, 1}, {gc_options, 5}, {verify_options, 3}};
     char name[32];
     snprintf(name, sizeof name, "cache %s", names[which]);
     const cli_command cmd = {name, usages[which], by_command[which].options, by_command[which].count, 0, 0, NULL};
@@ -322,18 +383,20 @@ int cli_cache(int argc, char **argv)
         return status;
     if (which == GC && older_than < 0 && max_bytes < 0 && !all)
         return cli_usage_error(&cmd, "needs --older-than, --max-bytes or --all");
+    if (from && !repair)
+        return cli_usage_error(&cmd, "--from FILE goes with --repair");
 
     int writes = (which == GC && !dry_run) || (which == VERIFY && repair);
     char path[1024];
     mlajit_store *store = NULL;
-    status = open_cache(dir, !writes, &store, path, sizeof path);
+    status = open_cache(dir, writes, which == VERIFY, !from, &store, path, sizeof path);
     if (status != CLI_OK)
         return status;
     switch (which) {
     case LS: status = cmd_ls(store, path); break;
     case STATS: status = cmd_stats(store, path); break;
     case GC: status = cmd_gc(store, path, older_than, max_bytes, all, dry_run); break;
-    default: status = cmd_verify(store, path, repair); break;
+    default: status = cmd_verify(store, path, repair, from); break;
     }
     mlajit_store_close(store);
     return status;

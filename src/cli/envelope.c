@@ -53,6 +53,8 @@ static void print_tables(void)
     printf("call geometry (mlajit_decode_shape; the planner checks the same)\n");
     printf("  %-14s 0..%d\n", "batch", MLAJIT_MAX_BATCH);
     printf("  %-14s 0..%d (b = 0 and s_q = 0 are no-ops)\n", "s_q", MLAJIT_MAX_SQ);
+    printf("  %-14s at most %d (a mixed batch of T tokens as (T, 1) or (T / s_q, s_q))\n", "batch x s_q",
+           MLAJIT_MAX_ROWS);
     printf("  %-14s 1..%d, any value (tile multiple or not)\n", "topk", MLAJIT_MAX_TOPK);
     printf("  %-14s 0 without an extra cache; 1..%d with one\n", "extra_topk", MLAJIT_MAX_TOPK);
     printf("  %-14s 0 (planner's choice) or 1..%d (lowered so no split is empty)\n", "num_splits", MLAJIT_MAX_SPLITS);

@@ -183,7 +183,9 @@ static int cmd_compile(int argc, char **argv)
     printf("spec          %s\n", rep.spec);
     printf("key           %s\n", rep.key);
     if (rep.cache_hit)
-        printf("cache         hit (lookup %.3f ms; compiled earlier in %.0f ms)\n", rep.lookup_ms, rep.compile_ms);
+        printf("cache         hit in %s (lookup %.3f ms; compiled earlier in %.0f ms)\n",
+               rep.source == MLAJIT_SOURCE_PACK ? "a pack" : rep.source == MLAJIT_SOURCE_MEMORY ? "memory" : "the disk cache",
+               rep.lookup_ms, rep.compile_ms);
     else
         printf("cache         miss: compiled in %.0f ms (generate %.2f ms)\n", rep.compile_ms, rep.generate_ms);
     printf("registers     %d\n", rep.registers);

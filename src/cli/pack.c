@@ -471,26 +471,25 @@ static int cmd_verify(int argc, char **argv)
         mlajit_pack_close(pack);
         return cli_error(rc, "pack verify");
     }
-    mlajit_context_info info = MLAJIT_CONTEXT_INFO_INIT;
-    mlajit_context_get_info(ctx, &info);
-    mlajit_pack_manifest mine = {.key_recipe = MLAJIT_KEY_RECIPE,
-                                 .nvrtc_major = info.nvrtc_major,
-                                 .nvrtc_minor = info.nvrtc_minor};
     int status = CLI_OK;
-    if (!mlajit_pack_manifest_same_recipe(m, &mine)) {
-        printf("%s: made by %s (key recipe %s, NVRTC %d.%d); this mlajit cannot use it (key recipe %s, NVRTC "
-               "%d.%d), so its keys were not recomputed\n",
-               path, m->tool, m->key_recipe, m->nvrtc_major, m->nvrtc_minor, MLAJIT_KEY_RECIPE, info.nvrtc_major,
-               info.nvrtc_minor);
+    if (strcmp(m->key_recipe, MLAJIT_KEY_RECIPE) != 0) {
+        printf("%s: made by %s with key recipe %s; this mlajit cannot use it (key recipe %s), so its keys were not "
+               "recomputed\n",
+               path, m->tool, m->key_recipe, MLAJIT_KEY_RECIPE);
     } else {
         size_t bad = 0;
         for (size_t i = 0; i < m->kernel_count; i++) {
             mlajit_kernel_spec s = MLAJIT_KERNEL_SPEC_INIT, r = MLAJIT_KERNEL_SPEC_INIT;
-            mlajit_cache_key key;
-            char again[128];
-            if (mlajit_spec_parse(m->kernels[i].spec_string, &s) || mlajit_spec_resolve(&s, &r) ||
-                mlajit_kernel_key(ctx, &r, &key, again, sizeof again) || key.hi != m->kernels[i].key.hi ||
-                key.lo != m->kernels[i].key.lo) {
+            mlajit_cache_key key = {0, 0};
+            char again[128], *source = NULL;
+            /* the key as the pack's NVRTC made it (lookups use the same) */
+            int keyed = mlajit_spec_parse(m->kernels[i].spec_string, &s) == MLAJIT_OK &&
+                        mlajit_spec_resolve(&s, &r) == MLAJIT_OK &&
+                        mlajit_kernel_key_and_source(ctx, &r, &key, again, sizeof again, &source) == MLAJIT_OK;
+            if (keyed)
+                key = mlajit_kernel_key_for_nvrtc(&r, source, m->nvrtc_major, m->nvrtc_minor);
+            free(source);
+            if (!keyed || key.hi != m->kernels[i].key.hi || key.lo != m->kernels[i].key.lo) {
                 char hex[33];
                 mlajit_cache_key_hex(&m->kernels[i].key, hex);
                 fprintf(stderr, "mlajit pack verify: %s: key %s does not match its spec %s\n", path, hex,

@@ -19,6 +19,10 @@ int mlajit_shape_validate(const mlajit_kernel_spec *spec, const mlajit_decode_sh
         return mlajit_fail(MLAJIT_ERR_INVALID_ARGUMENT, "shape.batch = %d; allowed 0..%d", s->batch, MLAJIT_MAX_BATCH);
     if (s->s_q < 0 || s->s_q > MLAJIT_MAX_SQ)
         return mlajit_fail(MLAJIT_ERR_INVALID_ARGUMENT, "shape.s_q = %d; allowed 0..%d", s->s_q, MLAJIT_MAX_SQ);
+    if ((int64_t)s->batch * s->s_q > MLAJIT_MAX_ROWS)
+        return mlajit_fail(MLAJIT_ERR_INVALID_ARGUMENT,
+                           "shape.batch x shape.s_q = %d x %d = %lld rows; allowed at most %d (MLAJIT_MAX_ROWS)",
+                           s->batch, s->s_q, (long long)s->batch * s->s_q, MLAJIT_MAX_ROWS);
     if (s->topk < 1 || s->topk > MLAJIT_MAX_TOPK)
         return mlajit_fail(MLAJIT_ERR_INVALID_ARGUMENT, "shape.topk = %d; allowed 1..%d", s->topk, MLAJIT_MAX_TOPK);
     if (spec->extra_page_size) {

@@ -1,5 +1,6 @@
 #include "error.h"
 
+#include <pthread.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -41,26 +42,62 @@ void mlajit_clear_error(void) { last_message[0] = '\0'; }
 
 const char *mlajit_last_error(void) { return last_message; }
 
+/* The handler mlajit_set_log_handler installed (NULL: stderr), read as a pair
+ * under the lock and called outside it. */
+static pthread_mutex_t log_lock = PTHREAD_MUTEX_INITIALIZER;
+static mlajit_log_handler log_handler;
+static void *log_user;
+
+void mlajit_set_log_handler(mlajit_log_handler handler, void *user)
+{
+    pthread_mutex_lock(&log_lock);
+    log_handler = handler;
+    log_user = handler ? user : NULL;
+    pthread_mutex_unlock(&log_lock);
+}
+
+/* Deliver a formatted line: to the handler if one is set (1), else the caller
+ * writes it to stderr (0). */
+static int log_to_handler(int level, const char *fmt, va_list ap)
+{
+    pthread_mutex_lock(&log_lock);
+    mlajit_log_handler handler = log_handler;
+    void *user = log_user;
+    pthread_mutex_unlock(&log_lock);
+    if (!handler)
+        return 0;
+    char line[1024];
+    vsnprintf(line, sizeof line, fmt, ap);
+    handler(user, level, line);
+    return 1;
+}
+
 void mlajit_warn(const char *fmt, ...)
 {
-    const char *log = getenv("MLAJIT_LOG");
-    if (log && strcmp(log, "quiet") == 0)
-        return;
     va_list ap;
     va_start(ap, fmt);
-    fputs("mlajit: warning: ", stderr);
-    vfprintf(stderr, fmt, ap);
-    fputc('\n', stderr);
+    int handled = log_to_handler(MLAJIT_LOG_WARNING, fmt, ap);
     va_end(ap);
+    const char *log = getenv("MLAJIT_LOG");
+    if (handled || (log && strcmp(log, "quiet") == 0))
+        return;
+    char line[1024];
+    va_start(ap, fmt);
+    vsnprintf(line, sizeof line, fmt, ap);
+    va_end(ap);
+    fprintf(stderr, "mlajit: warning: %s\n", line); /* one write, as mlajit_info's */
 }
 
 void mlajit_info(const char *fmt, ...)
 {
+    va_list ap;
+    va_start(ap, fmt);
+    int handled = log_to_handler(MLAJIT_LOG_INFO, fmt, ap);
+    va_end(ap);
     const char *log = getenv("MLAJIT_LOG");
-    if (!log || strcmp(log, "info") != 0)
+    if (handled || !log || strcmp(log, "info") != 0)
         return;
     char line[1024];
-    va_list ap;
     va_start(ap, fmt);
     vsnprintf(line, sizeof line, fmt, ap);
     va_end(ap);

@@ -20,11 +20,13 @@ int mlajit_fail_prefix(int status, const char *fmt, ...) MLAJIT_PRINTF(2, 3);
 /* Clear the calling thread's message (at the start of each public call). */
 void mlajit_clear_error(void);
 
-/* A one-line warning on stderr ("mlajit: warning: ..."), unless MLAJIT_LOG=quiet. */
+/* A one-line warning on stderr ("mlajit: warning: ..."), unless MLAJIT_LOG=quiet;
+ * to the log handler instead where one is set (mlajit_set_log_handler). */
 void mlajit_warn(const char *fmt, ...) MLAJIT_PRINTF(1, 2);
 
 /* A one-line progress note on stderr ("mlajit: ...") when MLAJIT_LOG=info: one
- * per compile and per pack opened, so a first call never looks like a hang. */
+ * per compile and per pack opened, so a first call never looks like a hang; to
+ * the log handler instead (whatever MLAJIT_LOG says) where one is set. */
 void mlajit_info(const char *fmt, ...) MLAJIT_PRINTF(1, 2);
 
 /* Monotonic clock in milliseconds. */

@@ -13,8 +13,11 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <sys/types.h>
+#include <fcntl.h>
+#include <unistd.h>
 
 #include "common/error.h"
+#include "common/file.h"
 #include "harness/harness.h"
 #include "harness/json.h"
 
@@ -66,6 +69,21 @@ static int check_file_name(const char *name, const char *where)
     return MLAJIT_OK;
 }
 
+/* Open a case file for reading: a FIFO or a device is refused at once (open
+ * with O_NONBLOCK, then fstat), never waited on. NULL with a message. */
+static FILE *open_case_file(const char *path, const char *label, struct stat *sb)
+{
+    int fd;
+    if (mlajit_open_regular(path, O_RDONLY, 0, label, &fd, sb) != MLAJIT_OK)
+        return NULL;
+    FILE *f = fdopen(fd, "rb");
+    if (!f) {
+        mlajit_fail(MLAJIT_ERR_IO, "%s: cannot read: %s", label, strerror(errno));
+        close(fd);
+    }
+    return f;
+}
+
 /* Read a whole file of exactly `bytes` bytes (checked before allocating). */
 static int read_exact(const char *dir, const char *name, int64_t bytes, const char *what, void **out)
 {
@@ -73,14 +91,12 @@ static int read_exact(const char *dir, const char *name, int64_t bytes, const ch
     int st = join_path(path, sizeof path, dir, name);
     if (st != MLAJIT_OK)
         return st;
-    FILE *f = fopen(path, "rb");
-    if (!f)
-        return mlajit_fail(MLAJIT_ERR_IO, "cannot open %s (%s): %s", name, what, strerror(errno));
+    char label[320];
+    snprintf(label, sizeof label, "%s (%s)", name, what);
     struct stat sb;
-    if (fstat(fileno(f), &sb) != 0 || !S_ISREG(sb.st_mode)) {
-        fclose(f);
-        return mlajit_fail(MLAJIT_ERR_IO, "%s (%s) is not a regular file", name, what);
-    }
+    FILE *f = open_case_file(path, label, &sb);
+    if (!f)
+        return MLAJIT_ERR_IO;
     if ((int64_t)sb.st_size != bytes) {
         fclose(f);
         return mlajit_fail(MLAJIT_ERR_CORRUPT, "%s (%s) has %lld bytes; expected %lld", name, what,
@@ -278,9 +294,10 @@ static int read_case_json(const char *dir, mlajit_json **root)
     int st = join_path(path, sizeof path, dir, CASE_JSON_NAME);
     if (st != MLAJIT_OK)
         return st;
-    FILE *f = fopen(path, "rb");
+    struct stat sb;
+    FILE *f = open_case_file(path, path, &sb);
     if (!f)
-        return mlajit_fail(MLAJIT_ERR_IO, "cannot open %s: %s", path, strerror(errno));
+        return MLAJIT_ERR_IO;
     char *text = malloc(CASE_JSON_MAX_BYTES + 1);
     if (!text) {
         fclose(f);
@@ -343,6 +360,9 @@ static int load_from_json(const char *dir, const mlajit_json *root, mlajit_case 
     if ((st = get_int(root, "s_q", 0, MLAJIT_MAX_SQ, "s_q", &x)) != MLAJIT_OK)
         return st;
     c->s_q = (int)x;
+    if ((int64_t)c->b * c->s_q > MLAJIT_MAX_ROWS)
+        return mlajit_fail(MLAJIT_ERR_CORRUPT, "case.json: b x s_q = %d x %d rows; allowed at most %d", c->b, c->s_q,
+                           MLAJIT_MAX_ROWS);
     if ((st = get_int(root, "h_q", 1, MLAJIT_MAX_HEADS, "h_q", &x)) != MLAJIT_OK)
         return st;
     c->h_q = (int)x;
@@ -553,8 +573,8 @@ static int check_savable(const mlajit_case *c, const mlajit_model_desc *d)
 {
     if (!d)
         return mlajit_fail(MLAJIT_ERR_INVALID_ARGUMENT, "case save: model %d is unknown", (int)c->model);
-    if (c->b < 0 || c->b > MLAJIT_MAX_BATCH || c->s_q < 0 || c->s_q > MLAJIT_MAX_SQ || c->h_q < 1 ||
-        c->h_q > MLAJIT_MAX_HEADS)
+    if (c->b < 0 || c->b > MLAJIT_MAX_BATCH || c->s_q < 0 || c->s_q > MLAJIT_MAX_SQ ||
+        (int64_t)c->b * c->s_q > MLAJIT_MAX_ROWS || c->h_q < 1 || c->h_q > MLAJIT_MAX_HEADS)
         return mlajit_fail(MLAJIT_ERR_INVALID_ARGUMENT, "case save: b %d, s_q %d or h_q %d out of range", c->b, c->s_q,
                            c->h_q);
     if (c->topk < 1 || c->topk > MLAJIT_MAX_TOPK || !c->indices || !c->q)

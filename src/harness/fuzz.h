@@ -27,6 +27,7 @@ typedef struct mlajit_fuzz_call {
     int huge_length_rows;      /* percent of full-length rows whose length becomes INT32_MAX */
     int duplicate_percent;     /* percent of attended indices replaced by another attended one */
     int heavy;                 /* over MLAJIT_FUZZ_REF_BUDGET (one row, up to the heavy budget) */
+    int wide;                  /* many rows or a long s_q: up to MLAJIT_MAX_ROWS within the budget */
 } mlajit_fuzz_call;
 
 /* The seed of call number `call` of a run: splitmix64 of both, so neighbouring

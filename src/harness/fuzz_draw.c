@@ -160,8 +160,8 @@ void mlajit_fuzz_draw(uint64_t run_seed, int64_t call, int allow_heavy, mlajit_f
     const int biggest_page = max_int(page, extra_page);
     if (pages_per_seq_max(b, biggest_page) < 1)
         b = MLAJIT_FUZZ_MAX_TOKENS / biggest_page - 1;
-    const int seqlen = draw_seqlen(&r, topk, pages_per_seq_max(b, page) * page);
-    const int extra_seqlen = has_extra ? draw_seqlen(&r, extra_topk, pages_per_seq_max(b, extra_page) * extra_page) : 0;
+    int seqlen = draw_seqlen(&r, topk, pages_per_seq_max(b, page) * page);
+    int extra_seqlen = has_extra ? draw_seqlen(&r, extra_topk, pages_per_seq_max(b, extra_page) * extra_page) : 0;
 
     int num_splits = 0;
     if (chance(&r, 50))
@@ -196,6 +196,40 @@ void mlajit_fuzz_draw(uint64_t run_seed, int64_t call, int allow_heavy, mlajit_f
                           : h_q > narrow_max  ? 8 * (1 + below(&r, narrow_max / 8))
                           : chance(&r, 50)    ? 8 * (1 + below(&r, (h_q + 7) / 8))
                                               : 0;
+
+    /* A wide call (drawn last, so the other calls stay what they were): the
+     * geometry engines send, a whole mixed batch as many rows (up to
+     * MLAJIT_MAX_ROWS) or speculative decoding's long s_q (up to MLAJIT_MAX_SQ),
+     * as many rows as the reference budget allows at this call's heads and
+     * candidates, in the upper part of that range; the planner's splits (a forced
+     * split's partials would be gigabytes). */
+    out->wide = chance(&r, 5);
+    if (out->wide) {
+        const int64_t wide_budget = allow_heavy ? MLAJIT_FUZZ_HEAVY_BUDGET : MLAJIT_FUZZ_REF_BUDGET;
+        /* fewer candidates (the spec does not depend on them) for a row count drawn
+         * from the top sixteenth of the range */
+        const int64_t target_rows = log_uniform(&r, MLAJIT_MAX_ROWS / 16, MLAJIT_MAX_ROWS);
+        const int64_t candidates_cap = wide_budget / (target_rows * h_q);
+        if (topk + extra_topk > candidates_cap) {
+            topk = max_int(1, (int)(candidates_cap / (has_extra ? 2 : 1)));
+            extra_topk = has_extra ? max_int(1, (int)(candidates_cap / 2)) : 0;
+        }
+        const int64_t per_row = (int64_t)h_q * (topk + extra_topk);
+        const int64_t rows_cap = wide_budget / per_row < MLAJIT_MAX_ROWS ? wide_budget / per_row : MLAJIT_MAX_ROWS;
+        /* s_q 1 (a batch as (T, 1)), past the old limit of 16, or the most */
+        const int sq_cap = (int)(rows_cap < MLAJIT_MAX_SQ ? rows_cap : MLAJIT_MAX_SQ);
+        const int sq_kind = below(&r, 3);
+        s_q = sq_kind == 0 ? 1 : sq_kind == 1 ? log_uniform(&r, min_int(17, sq_cap), sq_cap) : sq_cap;
+        int b_cap = (int)(rows_cap / s_q);
+        const int seqs_cap = MLAJIT_FUZZ_MAX_TOKENS / biggest_page - 1; /* a page per sequence, and page 0 */
+        if (b_cap > seqs_cap)
+            b_cap = seqs_cap;
+        b = log_uniform(&r, b_cap / 4 > 1 ? b_cap / 4 : 1, b_cap > 1 ? b_cap : 1);
+        num_splits = 0;
+        seqlen = draw_seqlen(&r, topk, pages_per_seq_max(b, page) * page);
+        if (has_extra)
+            extra_seqlen = draw_seqlen(&r, extra_topk, pages_per_seq_max(b, extra_page) * extra_page);
+    }
 
     mlajit_kernel_spec *sp = &out->spec;
     sp->struct_size = sizeof *sp;
@@ -302,7 +336,7 @@ void mlajit_fuzz_describe(const mlajit_fuzz_call *call, char *buf, size_t len)
     const int named = s->variant != MLAJIT_VARIANT_AUTO;  /* a variant asked for by name */
     snprintf(buf, len,
              "%s h_q %d b %d s_q %d; main: page %d topk %d seqlen %d%s; features%s%s%s%s; tile %d hc %d%s%s splits %d; "
-             "invalid %.0f%% page pad %lld%s%s%s%s%s",
+             "invalid %.0f%% page pad %lld%s%s%s%s%s%s",
              mlajit_model_describe(s->model)->name, s->h_q, sh->batch, sh->s_q, s->page_size, sh->topk, p->seqlen,
              extra, s->features ? "" : " none", (s->features & MLAJIT_FEATURE_SINK) ? " sink" : "",
              (s->features & MLAJIT_FEATURE_TOPK_LENGTH) ? " topk-length" : "",
@@ -311,5 +345,5 @@ void mlajit_fuzz_describe(const mlajit_fuzz_call *call, char *buf, size_t len)
              sh->num_splits, p->invalid_fraction * 100.0, (long long)p->page_stride_pad,
              call->pad_strides ? " padded-strides" : "", call->lse_head_major ? " lse-head-major" : "",
              call->zero_length_rows ? " zero-lengths" : "", call->huge_length_rows ? " huge-lengths" : "",
-             call->duplicate_percent ? " duplicates" : "");
+             call->duplicate_percent ? " duplicates" : "", call->wide ? " wide" : "");
 }

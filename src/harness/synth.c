@@ -216,6 +216,9 @@ static int check_params(const mlajit_synth_params *p)
         return mlajit_fail(MLAJIT_ERR_INVALID_ARGUMENT, "synth: b is %d; allowed 0..%d", p->b, MLAJIT_MAX_BATCH);
     if (p->s_q < 0 || p->s_q > MLAJIT_MAX_SQ)
         return mlajit_fail(MLAJIT_ERR_INVALID_ARGUMENT, "synth: s_q is %d; allowed 0..%d", p->s_q, MLAJIT_MAX_SQ);
+    if ((int64_t)p->b * p->s_q > MLAJIT_MAX_ROWS)
+        return mlajit_fail(MLAJIT_ERR_INVALID_ARGUMENT, "synth: b x s_q is %lld rows; allowed at most %d",
+                           (long long)p->b * p->s_q, MLAJIT_MAX_ROWS);
     if (p->h_q < 1 || p->h_q > MLAJIT_MAX_HEADS)
         return mlajit_fail(MLAJIT_ERR_INVALID_ARGUMENT, "synth: h_q is %d; allowed 1..%d", p->h_q, MLAJIT_MAX_HEADS);
     if (p->topk < 1 || p->topk > MLAJIT_MAX_TOPK)

@@ -83,6 +83,9 @@ static int validate(const mlajit_kernel_spec *spec, const mlajit_decode_shape *s
     if (shape->s_q < 0 || shape->s_q > MLAJIT_MAX_SQ)
         return mlajit_fail(MLAJIT_ERR_INVALID_ARGUMENT, "reference: shape.s_q is %d; allowed 0..%d", shape->s_q,
                            MLAJIT_MAX_SQ);
+    if ((int64_t)shape->batch * shape->s_q > MLAJIT_MAX_ROWS)
+        return mlajit_fail(MLAJIT_ERR_INVALID_ARGUMENT, "reference: shape.batch x shape.s_q is %lld rows; allowed at most %d",
+                           (long long)shape->batch * shape->s_q, MLAJIT_MAX_ROWS);
     if (shape->topk < 1 || shape->topk > MLAJIT_MAX_TOPK)
         return mlajit_fail(MLAJIT_ERR_INVALID_ARGUMENT, "reference: shape.topk is %d; allowed 1..%d", shape->topk,
                            MLAJIT_MAX_TOPK);

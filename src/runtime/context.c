@@ -82,15 +82,11 @@ int mlajit_context_attach_pack(mlajit_context *ctx, const char *path)
         return rc;
     }
     const mlajit_pack_manifest *m = mlajit_pack_manifest_of(pack);
-    mlajit_pack_manifest mine = {.key_recipe = MLAJIT_KEY_RECIPE,
-                                 .nvrtc_major = ctx->nvrtc_major,
-                                 .nvrtc_minor = ctx->nvrtc_minor};
-    if (!mlajit_pack_manifest_same_recipe(m, &mine)) {
-        /* Its keys were made from another recipe, so none can match: say why. */
-        mlajit_warn("pack %s skipped: it was built by %s with key recipe %s, NVRTC %d.%d; "
-                    "this is mlajit %s with key recipe %s, NVRTC %d.%d; rebuild it with this mlajit and NVRTC",
-                    path, m->tool, m->key_recipe, m->nvrtc_major, m->nvrtc_minor, MLAJIT_VERSION_STRING,
-                    MLAJIT_KEY_RECIPE, ctx->nvrtc_major, ctx->nvrtc_minor);
+    if (strcmp(m->key_recipe, MLAJIT_KEY_RECIPE) != 0) {
+        /* Its keys were made by another recipe, so none can match: say why. */
+        mlajit_warn("pack %s skipped: it was built by %s with key recipe %s; this is mlajit %s with key recipe %s; "
+                    "rebuild it with this mlajit",
+                    path, m->tool, m->key_recipe, MLAJIT_VERSION_STRING, MLAJIT_KEY_RECIPE);
         mlajit_pack_close(pack);
         return MLAJIT_ERR_UNSUPPORTED;
     }
@@ -136,14 +132,20 @@ static void open_packs(mlajit_context *ctx, const char *list)
  * Either way at most one warning, and the context always comes up. */
 static void open_disk_cache(mlajit_context *ctx, const char *dir)
 {
-    char def[1024];
+    const char *packs_and = ctx->pack_count ? "the packs and " : "";
+    char def[sizeof ctx->cache_dir];
     if (!dir) {
         if (mlajit_cache_default_dir(def, sizeof def) != MLAJIT_OK) {
-            mlajit_warn("no cache directory (set MLAJIT_CACHE_DIR or HOME); using %s in-memory compiles",
-                        ctx->pack_count ? "the packs and" : "");
+            mlajit_warn("no cache directory: %s; using %sin-memory compiles", mlajit_last_error(), packs_and);
             return;
         }
         dir = def;
+    }
+    if (strlen(dir) >= sizeof ctx->cache_dir) {
+        mlajit_warn("cache directory \"%.48s...\" is %zu characters; mlajit takes at most %zu "
+                    "(mlajit_context_info.cache_dir holds %zu bytes); using %sin-memory compiles",
+                    dir, strlen(dir), sizeof ctx->cache_dir - 1, sizeof ctx->cache_dir, packs_and);
+        return;
     }
     snprintf(ctx->cache_dir, sizeof ctx->cache_dir, "%s", dir);
     if (mlajit_store_open(ctx->cache_dir, 0, &ctx->store) == MLAJIT_OK) {
@@ -154,16 +156,16 @@ static void open_disk_cache(mlajit_context *ctx, const char *dir)
     snprintf(why, sizeof why, "%s", mlajit_last_error());
     ctx->store = NULL;
     struct stat st;
-    char data_path[1100];
+    char data_path[sizeof ctx->cache_dir + 16];
     snprintf(data_path, sizeof data_path, "%s/data.mdb", ctx->cache_dir);
+    /* A read-only store reads with checks alone: no lock file, nothing written. */
     if (stat(data_path, &st) == 0 && mlajit_store_open(ctx->cache_dir, 1, &ctx->store) == MLAJIT_OK) {
         mlajit_warn("cache %s cannot be written (%s); reading it, and new kernels stay in memory", ctx->cache_dir,
                     why);
         return;
     }
     ctx->store = NULL;
-    mlajit_warn("cache %s unusable (%s); using %sin-memory compiles", ctx->cache_dir, why,
-                ctx->pack_count ? "the packs and " : "");
+    mlajit_warn("cache %s unusable (%s); using %sin-memory compiles", ctx->cache_dir, why, packs_and);
     ctx->cache_dir[0] = '\0';
 }
 
@@ -197,6 +199,7 @@ int mlajit_context_create(const mlajit_context_options *opts, mlajit_context **o
     ctx->device_ordinal = opts->device;
     ctx->flags = opts->flags;
     pthread_mutex_init(&ctx->lock, NULL);
+    pthread_mutex_init(&ctx->counters_lock, NULL);
     pthread_rwlock_init(&ctx->map_lock, NULL);
     mlajit_nvrtc_version(&ctx->nvrtc_major, &ctx->nvrtc_minor);
     ctx->jit_disabled = (opts->flags & MLAJIT_CONTEXT_NO_JIT) || env_flag_set("MLAJIT_DISABLE_JIT");
@@ -232,27 +235,73 @@ static void kernel_free(const mlajit_driver *drv, mlajit_kernel *k)
     free(k);
 }
 
-/* Add this context's counts to the cache's, for `mlajit cache stats`. */
-static void store_counters(mlajit_context *ctx)
+/* ---- counters: recorded only in writes made anyway, or when asked ----------- */
+
+/* The counts not yet recorded in the cache, marked recorded (the caller puts
+ * them back with counters_unrecord when its write fails). Under counters_lock
+ * so two writers never record the same counts. 0 when there is nothing. */
+static int counters_take(mlajit_context *ctx, mlajit_store_counters *delta)
 {
-    mlajit_store_counters c = {
+    mlajit_store_counters now = {
         .memory_hits = atomic_load(&ctx->memory_hits), .pack_hits = atomic_load(&ctx->pack_hits),
         .disk_hits = atomic_load(&ctx->disk_hits),     .compiles = atomic_load(&ctx->compiles),
         .compile_us = atomic_load(&ctx->compile_us),   .corrupt = atomic_load(&ctx->corrupt),
         .jit_refusals = atomic_load(&ctx->jit_refusals), .contexts = 1,
     };
-    if (c.memory_hits + c.pack_hits + c.disk_hits + c.compiles + c.corrupt + c.jit_refusals == 0)
-        return;
-    if (mlajit_store_counters_add(ctx->store, &c) != MLAJIT_OK)
-        mlajit_info("cache %s: counters not stored: %s", ctx->cache_dir, mlajit_last_error());
+    pthread_mutex_lock(&ctx->counters_lock);
+    const mlajit_store_counters *was = &ctx->recorded;
+    delta->memory_hits = now.memory_hits - was->memory_hits;
+    delta->pack_hits = now.pack_hits - was->pack_hits;
+    delta->disk_hits = now.disk_hits - was->disk_hits;
+    delta->compiles = now.compiles - was->compiles;
+    delta->compile_us = now.compile_us - was->compile_us;
+    delta->corrupt = now.corrupt - was->corrupt;
+    delta->jit_refusals = now.jit_refusals - was->jit_refusals;
+    delta->contexts = now.contexts - was->contexts; /* 1 the first time this context records */
+    ctx->recorded = now;
+    pthread_mutex_unlock(&ctx->counters_lock);
+    return delta->memory_hits + delta->pack_hits + delta->disk_hits + delta->compiles + delta->corrupt +
+               delta->jit_refusals != 0;
+}
+
+static void counters_unrecord(mlajit_context *ctx, const mlajit_store_counters *delta)
+{
+    pthread_mutex_lock(&ctx->counters_lock);
+    mlajit_store_counters *r = &ctx->recorded;
+    r->memory_hits -= delta->memory_hits;
+    r->pack_hits -= delta->pack_hits;
+    r->disk_hits -= delta->disk_hits;
+    r->compiles -= delta->compiles;
+    r->compile_us -= delta->compile_us;
+    r->corrupt -= delta->corrupt;
+    r->jit_refusals -= delta->jit_refusals;
+    r->contexts -= delta->contexts;
+    pthread_mutex_unlock(&ctx->counters_lock);
+}
+
+int mlajit_context_flush_counters(mlajit_context *ctx)
+{
+    mlajit_clear_error();
+    if (!ctx)
+        return mlajit_fail(MLAJIT_ERR_INVALID_ARGUMENT, "ctx: NULL");
+    if (!ctx->store || !ctx->store_writable)
+        return mlajit_fail(MLAJIT_ERR_CACHE, "no writable disk cache to record the counters in (%s)",
+                           ctx->cache_dir[0] ? ctx->cache_dir : "the cache is off");
+    mlajit_store_counters delta;
+    if (!counters_take(ctx, &delta))
+        return MLAJIT_OK;
+    int rc = mlajit_store_counters_add(ctx->store, &delta);
+    if (rc != MLAJIT_OK)
+        counters_unrecord(ctx, &delta);
+    return rc;
 }
 
 void mlajit_context_destroy(mlajit_context *ctx)
 {
     if (!ctx)
         return;
-    if (ctx->store && ctx->store_writable)
-        store_counters(ctx);
+    /* Nothing is written here: a process that only read leaves the cache as it
+     * found it (its counts went with the writes it made, if any). */
     int pushed = ctx->drv ? mlajit_context_enter(ctx) : 0;
     for (size_t i = 0; i < ctx->map_cap; i++)
         kernel_free(ctx->drv, ctx->map_slots[i]);
@@ -266,6 +315,7 @@ void mlajit_context_destroy(mlajit_context *ctx)
         mlajit_pack_close(ctx->packs[i]);
     free(ctx->packs);
     pthread_rwlock_destroy(&ctx->map_lock);
+    pthread_mutex_destroy(&ctx->counters_lock);
     pthread_mutex_destroy(&ctx->lock);
     free(ctx);
 }
@@ -478,14 +528,20 @@ int mlajit_kernel_key_and_source(const mlajit_context *ctx, const mlajit_kernel_
     int rc = mlajit_spec_string(r, spec_string, spec_string_len);
     if (rc || (rc = mlajit_generate_source(r, source)))
         return rc;
+    *key = mlajit_kernel_key_for_nvrtc(r, *source, ctx->nvrtc_major, ctx->nvrtc_minor);
+    return MLAJIT_OK;
+}
+
+mlajit_cache_key mlajit_kernel_key_for_nvrtc(const mlajit_kernel_spec *r, const char *source, int nvrtc_major,
+                                             int nvrtc_minor)
+{
     char options[256];
     mlajit_nvrtc_options_string(r->arch, options, sizeof options);
     mlajit_key_inputs in = {
-        .source = *source, .arch = r->arch,
-        .nvrtc_major = ctx->nvrtc_major, .nvrtc_minor = ctx->nvrtc_minor, .compile_options = options,
+        .source = source, .arch = r->arch,
+        .nvrtc_major = nvrtc_major, .nvrtc_minor = nvrtc_minor, .compile_options = options,
     };
-    *key = mlajit_cache_key_make(&in);
-    return MLAJIT_OK;
+    return mlajit_cache_key_make(&in);
 }
 
 int mlajit_kernel_key(const mlajit_context *ctx, const mlajit_kernel_spec *r, mlajit_cache_key *key,
@@ -628,12 +684,25 @@ static int kernel_take_entry(mlajit_kernel *k, mlajit_cache_entry *e, const char
     return MLAJIT_OK;
 }
 
+/* The key of the kernel in a pack: its cubins were compiled by the pack's NVRTC,
+ * which need not be this process's (a cubin needs only a driver to run, so a
+ * host with another NVRTC, or none, still serves from a pack). */
+static mlajit_cache_key pack_key(const mlajit_context *ctx, const mlajit_pack *pack, const mlajit_kernel *k,
+                                 const char *source)
+{
+    const mlajit_pack_manifest *m = mlajit_pack_manifest_of(pack);
+    if (m->nvrtc_major == ctx->nvrtc_major && m->nvrtc_minor == ctx->nvrtc_minor)
+        return k->key;
+    return mlajit_kernel_key_for_nvrtc(&k->spec, source, m->nvrtc_major, m->nvrtc_minor);
+}
+
 /* The packs, in order. MLAJIT_OK when one held the kernel. */
-static int lookup_packs(mlajit_context *ctx, mlajit_kernel *k, const char *spec_string)
+static int lookup_packs(mlajit_context *ctx, mlajit_kernel *k, const char *spec_string, const char *source)
 {
     for (int i = 0; i < ctx->pack_count; i++) {
         mlajit_cache_entry e;
-        int rc = mlajit_pack_get(ctx->packs[i], &k->key, &e);
+        mlajit_cache_key key = pack_key(ctx, ctx->packs[i], k, source);
+        int rc = mlajit_pack_get(ctx->packs[i], &key, &e);
         if (rc == MLAJIT_OK)
             rc = kernel_take_entry(k, &e, spec_string, MLAJIT_SOURCE_PACK);
         if (rc == MLAJIT_OK) {
@@ -682,15 +751,43 @@ static void store_compiled(mlajit_context *ctx, const mlajit_kernel *k, const ch
         return;
     mlajit_cache_entry e;
     mlajit_kernel_entry_of(k, &e);
+    /* The context's counts so far go into the same transaction: recording
+     * them costs no write of its own. */
+    mlajit_store_counters delta;
+    int counted = counters_take(ctx, &delta);
     /* A cache that cannot be written never fails the call: one warning. */
-    if (mlajit_store_put(ctx->store, &k->key, &e) != MLAJIT_OK && atomic_exchange(&ctx->warned_store_write, 1) == 0)
-        mlajit_warn("could not store %s in %s (%s); new kernels stay in memory", spec_string, ctx->cache_dir,
-                    mlajit_last_error());
+    if (mlajit_store_put_counted(ctx->store, &k->key, &e, counted ? &delta : NULL) != MLAJIT_OK) {
+        if (counted)
+            counters_unrecord(ctx, &delta);
+        if (atomic_exchange(&ctx->warned_store_write, 1) == 0)
+            mlajit_warn("could not store %s in %s (%s); new kernels stay in memory", spec_string, ctx->cache_dir,
+                        mlajit_last_error());
+    }
+}
+
+/* How long a compile waits for another process (or thread) compiling the
+ * same kernel: MLAJIT_COMPILE_WAIT_MS, default two minutes; 0 never waits. */
+static int compile_wait_ms(void)
+{
+    const char *v = getenv("MLAJIT_COMPILE_WAIT_MS");
+    if (!v || !v[0])
+        return 120000;
+    char *end;
+    long ms = strtol(v, &end, 10);
+    if (*end || ms < 0 || ms > 24L * 3600 * 1000) {
+        static atomic_int warned;
+        if (atomic_exchange(&warned, 1) == 0)
+            mlajit_warn("MLAJIT_COMPILE_WAIT_MS=%s is not a number of milliseconds in 0..86400000; waiting the "
+                        "default 120000", v);
+        return 120000;
+    }
+    return (int)ms;
 }
 
 /* Build a kernel record from a pack, the disk cache or NVRTC, which compiles
- * source, the source the key was made of (no lock held: two threads may both
- * compile a new kernel; the map keeps the first). */
+ * source, the source the key was made of (no lock of the context held; the
+ * compile lock below keeps threads and processes from compiling one new kernel
+ * twice where the cache is writable, else the map keeps the first). */
 static int kernel_build(mlajit_context *ctx, const mlajit_kernel_spec *r, const mlajit_cache_key *key,
                         const char *spec_string, const char *source, double generate_ms, mlajit_kernel **out)
 {
@@ -706,7 +803,7 @@ static int kernel_build(mlajit_context *ctx, const mlajit_kernel_spec *r, const 
     k->report.generate_ms = generate_ms;
 
     double t0 = mlajit_now_ms();
-    if (lookup_packs(ctx, k, spec_string) == MLAJIT_OK || lookup_disk(ctx, k, spec_string) == MLAJIT_OK) {
+    if (lookup_packs(ctx, k, spec_string, source) == MLAJIT_OK || lookup_disk(ctx, k, spec_string) == MLAJIT_OK) {
         k->report.lookup_ms = mlajit_now_ms() - t0;
         *out = k;
         return MLAJIT_OK;
@@ -717,9 +814,27 @@ static int kernel_build(mlajit_context *ctx, const mlajit_kernel_spec *r, const 
         return jit_refused(ctx, spec_string);
     }
 
+    /* One compile per new kernel across processes and threads: the first to
+     * miss holds the key's lock while NVRTC runs and the entry is stored; the
+     * others wait (bounded), then find it on disk. A holder that dies drops
+     * the lock with it; a waiter that times out compiles too. */
+    mlajit_compile_lock *compile_lock = NULL;
+    if (ctx->store && ctx->store_writable) {
+        int waited = 0;
+        if (mlajit_compile_lock_take(ctx->store, key, compile_wait_ms(), &compile_lock, &waited) != MLAJIT_OK)
+            mlajit_info("%s", mlajit_last_error());
+        if (waited && lookup_disk(ctx, k, spec_string) == MLAJIT_OK) {
+            mlajit_compile_lock_release(compile_lock);
+            k->report.lookup_ms = mlajit_now_ms() - t0;
+            *out = k;
+            return MLAJIT_OK;
+        }
+    }
+
     mlajit_compiled c;
     int rc = mlajit_nvrtc_compile(source, spec_string, r->arch, &c);
     if (rc) {
+        mlajit_compile_lock_release(compile_lock);
         free(k);
         return rc;
     }
@@ -741,6 +856,7 @@ static int kernel_build(mlajit_context *ctx, const mlajit_kernel_spec *r, const 
     mlajit_info("compiled %s for %s in %.0f ms (%zu-byte cubin)", spec_string, r->arch, k->report.compile_ms,
                 k->cubin_size);
     store_compiled(ctx, k, spec_string);
+    mlajit_compile_lock_release(compile_lock);
     *out = k;
     return MLAJIT_OK;
 }

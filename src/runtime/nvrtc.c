@@ -61,6 +61,24 @@ static void note_tried(const char *what)
     snprintf(nvrtc_tried + used, sizeof nvrtc_tried - used, "%s%s", used ? ", " : "", what);
 }
 
+/* NVRTC opens its builtins library (libnvrtc-builtins.so.MAJOR.MINOR) by soname
+ * at its first compile, which the loader finds only where its configuration
+ * lists CUDA. Opening it first from the folder NVRTC was found in makes that
+ * later open a hit on the loaded object (the loader matches sonames), so a
+ * compile works wherever NVRTC was found. Where it is missing NVRTC's own
+ * search still applies and a compile says what failed. */
+static void preload_builtins(void)
+{
+    int major = 0, minor = 0;
+    const char *slash = strrchr(nvrtc_path, '/');
+    if (!slash || nvrtc.Version(&major, &minor) != NVRTC_SUCCESS)
+        return;
+    char file[1100];
+    snprintf(file, sizeof file, "%.*s/libnvrtc-builtins.so.%d.%d", (int)(slash - nvrtc_path), nvrtc_path, major,
+             minor);
+    dlopen(file, RTLD_NOW | RTLD_LOCAL); /* kept open for the process, as NVRTC keeps it */
+}
+
 /* dlopen one candidate and take its entry points: 1 when every one is there. */
 static int try_open(const char *file)
 {
@@ -93,6 +111,7 @@ static int try_open(const char *file)
     struct link_map *map = NULL;
     snprintf(nvrtc_path, sizeof nvrtc_path, "%s",
              dlinfo(lib, RTLD_DI_LINKMAP, &map) == 0 && map && map->l_name && map->l_name[0] ? map->l_name : file);
+    preload_builtins();
     nvrtc_loaded = 1;
     return 1;
 }

@@ -11,9 +11,13 @@
 enum { kMaxSplits = MLAJIT_MAX_SPLITS, kWorkspaceAlign = 256, kDependentCtasPerIdleSm = 4 };
 
 /* The kernels index a split partial's row (split, batch row x token, head) with an
- * int (finish_row in templates/prelude.cu): the envelope keeps it below 2^31. */
-_Static_assert((long long)MLAJIT_MAX_SPLITS * MLAJIT_MAX_BATCH * MLAJIT_MAX_SQ * MLAJIT_MAX_HEADS <= 0x7fffffffLL,
+ * int (finish_row in templates/prelude.cu): the envelope keeps it below 2^31 (2^29
+ * at 64 splits x 65536 rows x 128 heads). A row is blockIdx.x, whose limit is 2^31 - 1;
+ * the head groups (y) and splits (z) stay far below their 65535. */
+_Static_assert((long long)MLAJIT_MAX_SPLITS * MLAJIT_MAX_ROWS * MLAJIT_MAX_HEADS <= 0x7fffffffLL,
                "split-partial rows must fit an int");
+_Static_assert(MLAJIT_MAX_ROWS <= 0x7fffffffLL && MLAJIT_MAX_HEADS <= 65535 && MLAJIT_MAX_SPLITS <= 65535,
+               "the grid's dimensions must fit the launch limits");
 
 static size_t round_up(size_t x, size_t a) { return (x + a - 1) / a * a; }
 

@@ -59,6 +59,10 @@ struct mlajit_context {
      * expect (not damage: corrupt counts that). */
     atomic_uint_fast64_t memory_hits, pack_hits, disk_hits, compiles, compile_us, corrupt, stale, jit_refusals;
     atomic_int warned_store_write; /* one warning when the cache cannot be written */
+    /* The counts already added to the cache's (by the writes the context made
+     * anyway, or mlajit_context_flush_counters). */
+    pthread_mutex_t counters_lock;
+    mlajit_store_counters recorded;
     atomic_int programmatic_refused; /* the driver refused a programmatic dependent launch: launch plainly */
 };
 
@@ -111,6 +115,12 @@ int mlajit_kernel_key(const mlajit_context *ctx, const mlajit_kernel_spec *resol
 /* The same, and the generated source, malloc'd into *source (free it). */
 int mlajit_kernel_key_and_source(const mlajit_context *ctx, const mlajit_kernel_spec *resolved,
                                  mlajit_cache_key *key, char *spec_string, size_t spec_string_len, char **source);
+
+/* The key of a resolved spec's generated source as compiled by NVRTC
+ * nvrtc_major.nvrtc_minor: a pack's kernels are looked up with the NVRTC that
+ * built the pack (its manifest's), which need not be this process's. */
+mlajit_cache_key mlajit_kernel_key_for_nvrtc(const mlajit_kernel_spec *resolved, const char *source, int nvrtc_major,
+                                             int nvrtc_minor);
 
 /* ---- what an entry records (entry.c) ---------------------------------------- */
 

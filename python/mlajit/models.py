@@ -1,0 +1,137 @@
+"""Model types (KV-cache layouts) and optional features, named as the C library
+names them; every number comes from the C library's descriptor table."""
+from __future__ import annotations
+
+import ctypes
+import dataclasses
+import enum
+from typing import Iterable, Union
+
+from . import _capi
+from .errors import InvalidArgumentError
+
+
+class Model(enum.IntEnum):
+    """The KV-cache layouts (SPEC.md): V32 = DeepSeek-V3.2 (656 B/token, power-of-two
+    fp32 scales inline), DSV4 = DeepSeek-V4 (584 B/token, ue8m0 scales in a page
+    footer), GLM_NSA = V3.2's layout with arbitrary fp32 scales."""
+
+    V32 = _capi.MODEL_V32
+    DSV4 = _capi.MODEL_DSV4
+    GLM_NSA = _capi.MODEL_GLM_NSA
+
+
+ModelLike = Union[Model, str, int]
+
+
+@dataclasses.dataclass(frozen=True)
+class ModelInfo:
+    model: Model
+    name: str
+    d_qk: int
+    d_nope: int
+    d_rope: int
+    d_v: int
+    quant_tile: int
+    num_scales: int
+    scale_format: int
+    scale_place: int
+    row_bytes: int
+    footer_bytes: int
+    bytes_per_token: int
+
+    def min_page_stride(self, page_size: int) -> int:
+        """The smallest page stride in bytes for page_size tokens (larger ones must be multiples of 16)."""
+        return int(_capi.lib.mlajit_min_page_stride(int(self.model), page_size))
+
+
+_MODEL_NAMES = "v32, dsv4, glm_nsa"
+
+
+def as_model(model: ModelLike, argument: str = "model") -> Model:
+    if isinstance(model, Model):
+        return model
+    if isinstance(model, str):
+        out = ctypes.c_int()
+        if _capi.lib.mlajit_model_from_name(model.encode(), ctypes.byref(out)):
+            raise InvalidArgumentError(f"{argument} = {model!r} is unknown; allowed: {_MODEL_NAMES}")
+        return Model(out.value)
+    if isinstance(model, int) and not isinstance(model, bool):
+        try:
+            return Model(model)
+        except ValueError:
+            pass
+    raise InvalidArgumentError(f"{argument} = {model!r}; allowed: {_MODEL_NAMES} (a name or mlajit.Model)")
+
+
+_INFO_CACHE = {}
+
+
+def model_info(model: ModelLike) -> ModelInfo:
+    """The model's layout numbers (mlajit_model_describe)."""
+    m = as_model(model)
+    info = _INFO_CACHE.get(m)
+    if info is None:
+        d = _capi.lib.mlajit_model_describe(int(m)).contents
+        info = ModelInfo(model=m, name=d.name.decode(), d_qk=d.d_qk, d_nope=d.d_nope, d_rope=d.d_rope, d_v=d.d_v,
+                         quant_tile=d.quant_tile, num_scales=d.num_scales, scale_format=d.scale_format,
+                         scale_place=d.scale_place, row_bytes=d.row_bytes, footer_bytes=d.footer_bytes,
+                         bytes_per_token=d.bytes_per_token)
+        _INFO_CACHE[m] = info
+    return info
+
+
+FEATURES = {
+    "sink": _capi.FEATURE_SINK,
+    "topk_length": _capi.FEATURE_TOPK_LENGTH,
+    "extra_topk_length": _capi.FEATURE_EXTRA_TOPK_LENGTH,
+}
+
+FeaturesLike = Union[int, Iterable[str], None]
+
+
+def as_features(features: FeaturesLike, argument: str = "features") -> int:
+    """Feature bits from names ("sink", "topk_length", "extra_topk_length"; '-' and
+    '_' alike) or the MLAJIT_FEATURE_* bits."""
+    if features is None:
+        return 0
+    if isinstance(features, int) and not isinstance(features, bool):
+        if features & ~_capi.FEATURE_ALL or features < 0:
+            raise InvalidArgumentError(f"{argument} = {features:#x}; allowed bits {_capi.FEATURE_ALL:#x}")
+        return features
+    if isinstance(features, str):
+        features = [features]
+    bits = 0
+    for name in features:
+        key = str(name).replace("-", "_")
+        if key not in FEATURES:
+            raise InvalidArgumentError(f"{argument}: {name!r} is unknown; allowed: {', '.join(FEATURES)}")
+        bits |= FEATURES[key]
+    return bits
+
+
+def make_spec(model: ModelLike, heads: int, page_size: int, *, extra_page_size: int = 0, features: FeaturesLike = 0,
+              arch: str = "") -> _capi.KernelSpec:
+    """A kernel spec with the generator's choices left to it (mlajit_spec_init).
+    Ranges are checked by the library's own validation, which names the field."""
+    spec = _capi.KernelSpec()
+    m = as_model(model)
+    for name, value in (("heads", heads), ("page_size", page_size), ("extra_page_size", extra_page_size)):
+        if not isinstance(value, int) or isinstance(value, bool):
+            raise InvalidArgumentError(f"{name} = {value!r}; allowed: an int")
+    from .errors import check
+    check(_capi.lib.mlajit_spec_init(ctypes.byref(spec), int(m), heads, page_size))
+    spec.extra_page_size = extra_page_size
+    spec.features = as_features(features)
+    if arch:
+        if len(arch.encode()) >= _capi.ARCH_LEN:
+            raise InvalidArgumentError(f"arch = {arch!r} is too long; allowed e.g. 'sm_90a'")
+        spec.arch = arch.encode()
+    return spec
+
+
+def spec_string(spec: _capi.KernelSpec) -> str:
+    buf = ctypes.create_string_buffer(128)
+    from .errors import check
+    check(_capi.lib.mlajit_spec_string(ctypes.byref(spec), buf, len(buf)))
+    return buf.value.decode()
