@@ -127,7 +127,7 @@ enum mlajit_status {
     MLAJIT_OK = 0,
     MLAJIT_ERR_INVALID_ARGUMENT = 1, /* an argument is outside what is allowed */
     MLAJIT_ERR_UNSUPPORTED = 2,      /* valid request outside the supported envelope */
-    MLAJIT_ERR_OUT_OF_MEMORY = 3,    /* host allocation failed */
+    MLAJIT_ERR_OUT_OF_MEMORY = 3,    /* host allocation failed; the call left nothing half made */
     MLAJIT_ERR_NO_DEVICE = 4,        /* no CUDA driver or no GPU at that ordinal */
     MLAJIT_ERR_COMPILE = 5,          /* NVRTC rejected the generated source */
     MLAJIT_ERR_CACHE = 6,            /* the on-disk cache failed (the call may still work) */

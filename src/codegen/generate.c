@@ -10,6 +10,7 @@
 #include "codegen/codegen.h"
 #include "codegen/kernel_abi.h"
 #include "codegen/templates.h"
+#include "common/alloc.h"
 #include "common/error.h"
 #include "common/strbuf.h"
 
@@ -500,7 +501,7 @@ int mlajit_generate_source(const mlajit_kernel_spec *spec, char **source)
             mlajit_strbuf_append(&b, parts[k]->text, parts[k]->size);
     if (b.failed) {
         free(b.data);
-        return mlajit_fail(MLAJIT_ERR_OUT_OF_MEMORY, "generating source for %s: out of memory", spec_string);
+        return mlajit_fail_oom("the generated source of %s", spec_string);
     }
     *source = b.data;
     return MLAJIT_OK;

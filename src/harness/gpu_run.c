@@ -4,6 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/alloc.h"
 #include "common/error.h"
 #include "harness/harness.h"
 #include "runtime/runtime.h"
@@ -69,7 +70,7 @@ int mlajit_device_case_alloc(mlajit_device_case *dc, size_t bytes, void **ptr)
 /* Copy a [rows, cols] matrix into a wider row stride, filling the padding. */
 static void *pad_rows(const void *src, size_t rows, int cols, int stride, size_t elem, uint32_t fill)
 {
-    char *dst = malloc(rows * (size_t)stride * elem + 16);
+    char *dst = mlajit_malloc(rows * (size_t)stride * elem + 16);
     if (!dst)
         return NULL;
     for (size_t r = 0; r < rows; r++) {
@@ -105,7 +106,7 @@ int mlajit_device_case_upload(mlajit_context *ctx, const mlajit_case *c, const m
     int pushed = mlajit_context_enter(ctx);
     CUdeviceptr d_q, d_kv, d_idx, d_len = 0, d_sink = 0, d_ekv = 0, d_eidx = 0, d_elen = 0, d_out, d_lse;
     if (!q_host || !idx_host || (c->has_extra && !eidx_host)) {
-        rc = mlajit_fail(MLAJIT_ERR_OUT_OF_MEMORY, "host staging buffers");
+        rc = mlajit_fail_oom("the host staging buffers");
         goto done;
     }
     if ((rc = upload(dc, q_host, rows * c->h_q * q_row * 2, &d_q)) ||
@@ -169,12 +170,12 @@ int mlajit_device_case_download(mlajit_device_case *dc, const mlajit_case *c, co
     const mlajit_driver *drv = mlajit_context_driver(dc->ctx);
     const mlajit_model_desc *m = mlajit_model_describe(c->model);
     size_t rows = (size_t)c->b * c->s_q, out_bytes = n_rows * c->h_q * dc->out_row * 2;
-    uint16_t *out_padded = malloc(out_bytes + 16);
-    float *lse_all = malloc(rows * c->h_q * 4 + 16);
+    uint16_t *out_padded = mlajit_malloc(out_bytes + 16);
+    float *lse_all = mlajit_malloc(rows * c->h_q * 4 + 16);
     if (!out_padded || !lse_all) {
         free(out_padded);
         free(lse_all);
-        return mlajit_fail(MLAJIT_ERR_OUT_OF_MEMORY, "download buffers");
+        return mlajit_fail_oom("the download buffers");
     }
     int pushed = mlajit_context_enter(dc->ctx);
     int rc = MLAJIT_OK;
@@ -261,10 +262,10 @@ int mlajit_case_run_gpu(mlajit_context *ctx, const mlajit_case *c, const mlajit_
     if (rc == MLAJIT_OK)
         rc = mlajit_decode(plan, &dc.args, NULL);
     if (rc == MLAJIT_OK) {
-        res->out = malloc(n_lse * mlajit_model_describe(c->model)->d_v * sizeof(float) + 16);
-        res->lse = malloc(n_lse * sizeof(float) + 16);
+        res->out = mlajit_malloc(n_lse * mlajit_model_describe(c->model)->d_v * sizeof(float) + 16);
+        res->lse = mlajit_malloc(n_lse * sizeof(float) + 16);
         rc = (res->out && res->lse) ? mlajit_device_case_download(&dc, c, opts, rows, res->out, res->lse)
-                                    : mlajit_fail(MLAJIT_ERR_OUT_OF_MEMORY, "result buffers");
+                                    : mlajit_fail_oom("the result buffers");
     }
     mlajit_device_case_free(&dc);
     mlajit_plan_destroy(plan);

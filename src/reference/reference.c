@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "common/abi.h"
+#include "common/alloc.h"
 #include "common/error.h"
 #include "mlajit.h"
 
@@ -287,16 +288,16 @@ int mlajit_reference_decode(const mlajit_kernel_spec *caller_spec, const mlajit_
     }
 
     const size_t max_candidates = (size_t)shape->topk + (has_extra ? (size_t)shape->extra_topk : 0);
-    float *k_buf = malloc(max_candidates * (size_t)d_qk * sizeof *k_buf);
-    double *scores = malloc(HEAD_GROUP * max_candidates * sizeof *scores);
-    double *q_group = malloc(HEAD_GROUP * (size_t)d_qk * sizeof *q_group);
-    double *acc = malloc(HEAD_GROUP * (size_t)d_v * sizeof *acc);
+    float *k_buf = mlajit_malloc(max_candidates * (size_t)d_qk * sizeof *k_buf);
+    double *scores = mlajit_malloc(HEAD_GROUP * max_candidates * sizeof *scores);
+    double *q_group = mlajit_malloc(HEAD_GROUP * (size_t)d_qk * sizeof *q_group);
+    double *acc = mlajit_malloc(HEAD_GROUP * (size_t)d_v * sizeof *acc);
     if (!k_buf || !scores || !q_group || !acc) {
         free(k_buf);
         free(scores);
         free(q_group);
         free(acc);
-        return mlajit_fail(MLAJIT_ERR_OUT_OF_MEMORY, "reference: out of memory for %zu candidates", max_candidates);
+        return mlajit_fail_oom("the reference's %zu candidates", max_candidates);
     }
 
     const uint16_t *q = args->q;

@@ -8,6 +8,7 @@
 #include <sys/stat.h>
 
 #include "common/abi.h"
+#include "common/alloc.h"
 #include "common/error.h"
 #include "runtime/nvrtc.h"
 #include "runtime/runtime.h"
@@ -75,6 +76,8 @@ int mlajit_context_attach_pack(mlajit_context *ctx, const char *path)
     double t0 = mlajit_now_ms();
     mlajit_pack *pack = NULL;
     int rc = mlajit_pack_open(path, &pack);
+    if (rc == MLAJIT_ERR_OUT_OF_MEMORY) /* the machine's state, not the pack's: fail, do not skip it */
+        return rc;
     if (rc != MLAJIT_OK) {
         if (rc == MLAJIT_ERR_CORRUPT)
             atomic_fetch_add(&ctx->corrupt, 1);
@@ -97,11 +100,10 @@ int mlajit_context_attach_pack(mlajit_context *ctx, const char *path)
         mlajit_pack_close(pack);
         return MLAJIT_ERR_UNSUPPORTED;
     }
-    mlajit_pack **grown = realloc(ctx->packs, (size_t)(ctx->pack_count + 1) * sizeof *grown);
+    mlajit_pack **grown = mlajit_realloc(ctx->packs, (size_t)(ctx->pack_count + 1) * sizeof *grown);
     if (!grown) {
-        mlajit_warn("pack %s skipped: out of memory", path);
         mlajit_pack_close(pack);
-        return MLAJIT_ERR_OUT_OF_MEMORY;
+        return mlajit_fail_oom("the context's pack list");
     }
     ctx->packs = grown;
     ctx->packs[ctx->pack_count++] = pack;
@@ -110,34 +112,38 @@ int mlajit_context_attach_pack(mlajit_context *ctx, const char *path)
     return MLAJIT_OK;
 }
 
-static void open_packs(mlajit_context *ctx, const char *list)
+/* A pack that cannot serve the context is skipped with a warning; running out
+ * of memory fails the context (MLAJIT_ERR_OUT_OF_MEMORY), as it would any call. */
+static int open_packs(mlajit_context *ctx, const char *list)
 {
     if (!list)
         list = getenv("MLAJIT_PACKS");
     if (!list || !list[0])
-        return;
-    char *copy = strdup(list);
-    if (!copy) {
-        mlajit_warn("packs %s skipped: out of memory", list);
-        return;
-    }
-    for (char *save = NULL, *path = strtok_r(copy, ":", &save); path; path = strtok_r(NULL, ":", &save))
-        mlajit_context_attach_pack(ctx, path);
+        return MLAJIT_OK;
+    char *copy = mlajit_strdup(list);
+    if (!copy)
+        return mlajit_fail_oom("the pack list");
+    int rc = MLAJIT_OK;
+    for (char *save = NULL, *path = strtok_r(copy, ":", &save); path && rc != MLAJIT_ERR_OUT_OF_MEMORY;
+         path = strtok_r(NULL, ":", &save))
+        rc = mlajit_context_attach_pack(ctx, path);
     free(copy);
+    return rc == MLAJIT_ERR_OUT_OF_MEMORY ? rc : MLAJIT_OK;
 }
 
 /* ---- the disk cache ----------------------------------------------------- */
 
 /* Open the writable cache; when it cannot be written, read it if that works.
- * Either way at most one warning, and the context always comes up. */
-static void open_disk_cache(mlajit_context *ctx, const char *dir)
+ * Either way at most one warning, and the context comes up, unless memory ran
+ * out (MLAJIT_ERR_OUT_OF_MEMORY). */
+static int open_disk_cache(mlajit_context *ctx, const char *dir)
 {
     const char *packs_and = ctx->pack_count ? "the packs and " : "";
     char def[sizeof ctx->cache_dir];
     if (!dir) {
         if (mlajit_cache_default_dir(def, sizeof def) != MLAJIT_OK) {
             mlajit_warn("no cache directory: %s; using %sin-memory compiles", mlajit_last_error(), packs_and);
-            return;
+            return MLAJIT_OK;
         }
         dir = def;
     }
@@ -145,13 +151,16 @@ static void open_disk_cache(mlajit_context *ctx, const char *dir)
         mlajit_warn("cache directory \"%.48s...\" is %zu characters; mlajit takes at most %zu "
                     "(mlajit_context_info.cache_dir holds %zu bytes); using %sin-memory compiles",
                     dir, strlen(dir), sizeof ctx->cache_dir - 1, sizeof ctx->cache_dir, packs_and);
-        return;
+        return MLAJIT_OK;
     }
     snprintf(ctx->cache_dir, sizeof ctx->cache_dir, "%s", dir);
-    if (mlajit_store_open(ctx->cache_dir, 0, &ctx->store) == MLAJIT_OK) {
+    int rc = mlajit_store_open(ctx->cache_dir, 0, &ctx->store);
+    if (rc == MLAJIT_OK) {
         ctx->store_writable = 1;
-        return;
+        return MLAJIT_OK;
     }
+    if (rc == MLAJIT_ERR_OUT_OF_MEMORY)
+        return rc;
     char why[512];
     snprintf(why, sizeof why, "%s", mlajit_last_error());
     ctx->store = NULL;
@@ -159,14 +168,17 @@ static void open_disk_cache(mlajit_context *ctx, const char *dir)
     char data_path[sizeof ctx->cache_dir + 16];
     snprintf(data_path, sizeof data_path, "%s/data.mdb", ctx->cache_dir);
     /* A read-only store reads with checks alone: no lock file, nothing written. */
-    if (stat(data_path, &st) == 0 && mlajit_store_open(ctx->cache_dir, 1, &ctx->store) == MLAJIT_OK) {
+    if (stat(data_path, &st) == 0 && (rc = mlajit_store_open(ctx->cache_dir, 1, &ctx->store)) == MLAJIT_OK) {
         mlajit_warn("cache %s cannot be written (%s); reading it, and new kernels stay in memory", ctx->cache_dir,
                     why);
-        return;
+        return MLAJIT_OK;
     }
     ctx->store = NULL;
+    if (rc == MLAJIT_ERR_OUT_OF_MEMORY)
+        return rc;
     mlajit_warn("cache %s unusable (%s); using %sin-memory compiles", ctx->cache_dir, why, packs_and);
     ctx->cache_dir[0] = '\0';
+    return MLAJIT_OK;
 }
 
 static int env_flag_set(const char *name)
@@ -193,9 +205,9 @@ int mlajit_context_create(const mlajit_context_options *opts, mlajit_context **o
                            "MLAJIT_CONTEXT_NO_DISK_CACHE | MLAJIT_CONTEXT_NO_JIT", opts->flags);
     if (opts->device < 0)
         return mlajit_fail(MLAJIT_ERR_INVALID_ARGUMENT, "options.device = %d; allowed >= 0", opts->device);
-    mlajit_context *ctx = calloc(1, sizeof *ctx);
+    mlajit_context *ctx = mlajit_calloc(1, sizeof *ctx);
     if (!ctx)
-        return mlajit_fail(MLAJIT_ERR_OUT_OF_MEMORY, "context");
+        return mlajit_fail_oom("the context");
     ctx->device_ordinal = opts->device;
     ctx->flags = opts->flags;
     pthread_mutex_init(&ctx->lock, NULL);
@@ -215,9 +227,13 @@ int mlajit_context_create(const mlajit_context_options *opts, mlajit_context **o
     } else {
         snprintf(ctx->no_device_reason, sizeof ctx->no_device_reason, "the context was made with MLAJIT_CONTEXT_NO_DEVICE");
     }
-    open_packs(ctx, opts->packs);
-    if (!(opts->flags & MLAJIT_CONTEXT_NO_DISK_CACHE))
-        open_disk_cache(ctx, opts->cache_dir);
+    int rc = open_packs(ctx, opts->packs);
+    if (rc == MLAJIT_OK && !(opts->flags & MLAJIT_CONTEXT_NO_DISK_CACHE))
+        rc = open_disk_cache(ctx, opts->cache_dir);
+    if (rc) {
+        mlajit_context_destroy(ctx);
+        return mlajit_fail_prefix(rc, "context: ");
+    }
     mlajit_clear_error();
     *out = ctx;
     return MLAJIT_OK;
@@ -366,9 +382,12 @@ int mlajit_context_get_info(mlajit_context *ctx, mlajit_context_info *caller_inf
     snprintf(info->cache_dir, sizeof info->cache_dir, "%s", ctx->cache_dir);
     if (ctx->store) {
         mlajit_store_stats st;
-        if (mlajit_store_stats_get(ctx->store, &st) == MLAJIT_OK) {
+        /* a cache that cannot be read now reads as empty; no memory fails the call */
+        if ((rc = mlajit_store_stats_get(ctx->store, &st)) == MLAJIT_OK) {
             info->cache_bytes = st.data_file_bytes;
             info->cache_entries = st.entries;
+        } else if (rc == MLAJIT_ERR_OUT_OF_MEMORY) {
+            return rc;
         }
     }
     info->cache_writable = ctx->store != NULL && ctx->store_writable;
@@ -420,9 +439,9 @@ static int map_insert(mlajit_context *ctx, mlajit_kernel *k)
 {
     if (2 * (ctx->map_count + 1) > ctx->map_cap) {
         size_t cap = ctx->map_cap ? ctx->map_cap * 2 : 64;
-        mlajit_kernel **slots = calloc(cap, sizeof *slots);
+        mlajit_kernel **slots = mlajit_calloc(cap, sizeof *slots);
         if (!slots)
-            return mlajit_fail(MLAJIT_ERR_OUT_OF_MEMORY, "kernel map of %zu slots", cap);
+            return mlajit_fail_oom("the kernel map");
         for (size_t i = 0; i < ctx->map_cap; i++)
             if (ctx->map_slots[i])
                 map_place(slots, cap, ctx->map_slots[i]);
@@ -486,16 +505,17 @@ static void memo_place(mlajit_spec_memo *slots, size_t cap, const mlajit_spec_me
     slots[i] = *m;
 }
 
-/* Caller holds map_lock for writing. A failed allocation only costs speed. */
-static void memo_insert(mlajit_context *ctx, const spec_bytes *b, uint64_t hash, mlajit_kernel *k)
+/* Caller holds map_lock for writing. MLAJIT_ERR_OUT_OF_MEMORY leaves the memo
+ * as it was (the kernel is still in the map). */
+static int memo_insert(mlajit_context *ctx, const spec_bytes *b, uint64_t hash, mlajit_kernel *k)
 {
     if (memo_find(ctx, b, hash))
-        return;
+        return MLAJIT_OK;
     if (2 * (ctx->memo_count + 1) > ctx->memo_cap) {
         size_t cap = ctx->memo_cap ? ctx->memo_cap * 2 : 64;
-        mlajit_spec_memo *slots = calloc(cap, sizeof *slots);
+        mlajit_spec_memo *slots = mlajit_calloc(cap, sizeof *slots);
         if (!slots)
-            return;
+            return mlajit_fail_oom("the kernel map's spec memo");
         for (size_t i = 0; i < ctx->memo_cap; i++)
             if (ctx->memo_slots[i].kernel)
                 memo_place(slots, cap, &ctx->memo_slots[i]);
@@ -506,6 +526,7 @@ static void memo_insert(mlajit_context *ctx, const spec_bytes *b, uint64_t hash,
     mlajit_spec_memo m = {.spec = *b, .hash = hash, .kernel = k};
     memo_place(ctx->memo_slots, ctx->memo_cap, &m);
     ctx->memo_count++;
+    return MLAJIT_OK;
 }
 
 /* A cubin for arch can run on the device when it is the device's own target, or
@@ -711,6 +732,8 @@ static int lookup_packs(mlajit_context *ctx, mlajit_kernel *k, const char *spec_
         }
         if (rc == MLAJIT_ERR_NOT_FOUND)
             continue;
+        if (rc == MLAJIT_ERR_OUT_OF_MEMORY) /* not the entry's fault: fail the call */
+            return rc;
         atomic_fetch_add(rc == MLAJIT_CACHE_STALE ? &ctx->stale : &ctx->corrupt, 1);
         mlajit_warn("pack %s: the entry for %s is %s (%s); trying the next layer", mlajit_pack_path(ctx->packs[i]),
                     spec_string, rc == MLAJIT_CACHE_STALE ? "stale" : "unusable", mlajit_last_error());
@@ -730,6 +753,8 @@ static int lookup_disk(mlajit_context *ctx, mlajit_kernel *k, const char *spec_s
         atomic_fetch_add(&ctx->disk_hits, 1);
         return MLAJIT_OK;
     }
+    if (rc == MLAJIT_ERR_OUT_OF_MEMORY)
+        return rc;
     if (rc == MLAJIT_ERR_CORRUPT) {
         atomic_fetch_add(&ctx->corrupt, 1);
         mlajit_warn("cache entry %s for %s is corrupt (%s); recompiling", k->report.key, spec_string,
@@ -745,10 +770,12 @@ static int lookup_disk(mlajit_context *ctx, mlajit_kernel *k, const char *spec_s
     return MLAJIT_ERR_NOT_FOUND;
 }
 
-static void store_compiled(mlajit_context *ctx, const mlajit_kernel *k, const char *spec_string)
+/* MLAJIT_OK also when the cache cannot take it (one warning); only running out
+ * of memory fails the call. */
+static int store_compiled(mlajit_context *ctx, const mlajit_kernel *k, const char *spec_string)
 {
     if (!ctx->store || !ctx->store_writable)
-        return;
+        return MLAJIT_OK;
     mlajit_cache_entry e;
     mlajit_kernel_entry_of(k, &e);
     /* The context's counts so far go into the same transaction: recording
@@ -756,13 +783,17 @@ static void store_compiled(mlajit_context *ctx, const mlajit_kernel *k, const ch
     mlajit_store_counters delta;
     int counted = counters_take(ctx, &delta);
     /* A cache that cannot be written never fails the call: one warning. */
-    if (mlajit_store_put_counted(ctx->store, &k->key, &e, counted ? &delta : NULL) != MLAJIT_OK) {
+    int rc = mlajit_store_put_counted(ctx->store, &k->key, &e, counted ? &delta : NULL);
+    if (rc != MLAJIT_OK) {
         if (counted)
             counters_unrecord(ctx, &delta);
+        if (rc == MLAJIT_ERR_OUT_OF_MEMORY)
+            return rc;
         if (atomic_exchange(&ctx->warned_store_write, 1) == 0)
             mlajit_warn("could not store %s in %s (%s); new kernels stay in memory", spec_string, ctx->cache_dir,
                         mlajit_last_error());
     }
+    return MLAJIT_OK;
 }
 
 /* How long a compile waits for another process (or thread) compiling the
@@ -791,9 +822,9 @@ static int compile_wait_ms(void)
 static int kernel_build(mlajit_context *ctx, const mlajit_kernel_spec *r, const mlajit_cache_key *key,
                         const char *spec_string, const char *source, double generate_ms, mlajit_kernel **out)
 {
-    mlajit_kernel *k = calloc(1, sizeof *k);
+    mlajit_kernel *k = mlajit_calloc(1, sizeof *k);
     if (!k)
-        return mlajit_fail(MLAJIT_ERR_OUT_OF_MEMORY, "kernel record");
+        return mlajit_fail_oom("the kernel record");
     k->key = *key;
     k->spec = *r;
     mlajit_codegen_layout(r, &k->layout);
@@ -803,12 +834,17 @@ static int kernel_build(mlajit_context *ctx, const mlajit_kernel_spec *r, const 
     k->report.generate_ms = generate_ms;
 
     double t0 = mlajit_now_ms();
-    if (lookup_packs(ctx, k, spec_string, source) == MLAJIT_OK || lookup_disk(ctx, k, spec_string) == MLAJIT_OK) {
-        k->report.lookup_ms = mlajit_now_ms() - t0;
-        *out = k;
-        return MLAJIT_OK;
-    }
+    int rc = lookup_packs(ctx, k, spec_string, source);
+    if (rc == MLAJIT_ERR_NOT_FOUND)
+        rc = lookup_disk(ctx, k, spec_string);
     k->report.lookup_ms = mlajit_now_ms() - t0;
+    if (rc != MLAJIT_ERR_NOT_FOUND) { /* found, or out of memory */
+        if (rc == MLAJIT_OK)
+            *out = k;
+        else
+            kernel_free(NULL, k);
+        return rc;
+    }
     if (ctx->jit_disabled) {
         free(k);
         return jit_refused(ctx, spec_string);
@@ -821,19 +857,26 @@ static int kernel_build(mlajit_context *ctx, const mlajit_kernel_spec *r, const 
     mlajit_compile_lock *compile_lock = NULL;
     if (ctx->store && ctx->store_writable) {
         int waited = 0;
-        if (mlajit_compile_lock_take(ctx->store, key, compile_wait_ms(), &compile_lock, &waited) != MLAJIT_OK)
+        if ((rc = mlajit_compile_lock_take(ctx->store, key, compile_wait_ms(), &compile_lock, &waited)) ==
+            MLAJIT_ERR_OUT_OF_MEMORY) {
+            kernel_free(NULL, k);
+            return rc;
+        }
+        if (rc != MLAJIT_OK)
             mlajit_info("%s", mlajit_last_error());
-        if (waited && lookup_disk(ctx, k, spec_string) == MLAJIT_OK) {
+        if (waited && (rc = lookup_disk(ctx, k, spec_string)) != MLAJIT_ERR_NOT_FOUND) {
             mlajit_compile_lock_release(compile_lock);
             k->report.lookup_ms = mlajit_now_ms() - t0;
-            *out = k;
-            return MLAJIT_OK;
+            if (rc == MLAJIT_OK)
+                *out = k;
+            else
+                kernel_free(NULL, k);
+            return rc;
         }
     }
 
     mlajit_compiled c;
-    int rc = mlajit_nvrtc_compile(source, spec_string, r->arch, &c);
-    if (rc) {
+    if ((rc = mlajit_nvrtc_compile(source, spec_string, r->arch, &c))) {
         mlajit_compile_lock_release(compile_lock);
         free(k);
         return rc;
@@ -855,8 +898,12 @@ static int kernel_build(mlajit_context *ctx, const mlajit_kernel_spec *r, const 
     atomic_fetch_add(&ctx->compile_us, (uint64_t)(k->report.compile_ms * 1000.0));
     mlajit_info("compiled %s for %s in %.0f ms (%zu-byte cubin)", spec_string, r->arch, k->report.compile_ms,
                 k->cubin_size);
-    store_compiled(ctx, k, spec_string);
+    rc = store_compiled(ctx, k, spec_string);
     mlajit_compile_lock_release(compile_lock);
+    if (rc) {
+        kernel_free(NULL, k);
+        return rc;
+    }
     *out = k;
     return MLAJIT_OK;
 }
@@ -942,8 +989,10 @@ int mlajit_kernel_acquire_ex(mlajit_context *ctx, const mlajit_kernel_spec *spec
         atomic_fetch_add(&ctx->memory_hits, 1);
         if (!known) { /* the same kernel asked for another way: remember this way too */
             pthread_rwlock_wrlock(&ctx->map_lock);
-            memo_insert(ctx, &asked, asked_hash, k);
+            rc = memo_insert(ctx, &asked, asked_hash, k);
             pthread_rwlock_unlock(&ctx->map_lock);
+            if (rc)
+                return rc;
         }
     } else {
         mlajit_kernel *built = NULL;
@@ -956,14 +1005,12 @@ int mlajit_kernel_acquire_ex(mlajit_context *ctx, const mlajit_kernel_spec *spec
         if (!k && (rc = map_insert(ctx, built)) == MLAJIT_OK)
             k = built;
         if (k)
-            memo_insert(ctx, &asked, asked_hash, k);
+            rc = memo_insert(ctx, &asked, asked_hash, k);
         pthread_rwlock_unlock(&ctx->map_lock);
-        if (rc) {
+        if (k != built) /* the race's loser, or a map with no room for it */
             kernel_free(NULL, built);
+        if (rc)
             return rc;
-        }
-        if (k != built)
-            kernel_free(NULL, built);
     }
     if (load && !__atomic_load_n(&k->loaded, __ATOMIC_ACQUIRE)) {
         pthread_mutex_lock(&ctx->lock); /* loads are rare: serialize them */

@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "common/abi.h"
+#include "common/alloc.h"
 #include "common/error.h"
 #include "runtime/runtime.h"
 
@@ -288,9 +289,9 @@ int mlajit_plan_create(mlajit_context *ctx, const mlajit_kernel_spec *spec, cons
     if (!k && (rc = mlajit_kernel_acquire(ctx, spec, ctx->drv != NULL, &k, &report)))
         return mlajit_fail_prefix(rc, "plan: ");
 
-    mlajit_plan *p = calloc(1, sizeof *p);
+    mlajit_plan *p = mlajit_calloc(1, sizeof *p);
     if (!p)
-        return mlajit_fail(MLAJIT_ERR_OUT_OF_MEMORY, "plan");
+        return mlajit_fail_oom("the plan");
     p->ctx = ctx;
     p->kernel = k;
     p->shape = *shape;

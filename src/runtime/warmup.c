@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include "common/abi.h"
+#include "common/alloc.h"
 #include "common/error.h"
 #include "runtime/runtime.h"
 
@@ -39,9 +40,9 @@ int mlajit_grid_expand(const mlajit_kernel_grid *grid, const char *default_arch,
     if (total > 1000000)
         return mlajit_fail(MLAJIT_ERR_INVALID_ARGUMENT, "grid: %lld kernels; at most 1000000", total);
     /* room for each spec's walk alternatives too (see below) */
-    mlajit_kernel_spec *out = calloc((size_t)total * (1 + MLAJIT_WALK_ALTERNATIVES), sizeof *out);
+    mlajit_kernel_spec *out = mlajit_calloc((size_t)total * (1 + MLAJIT_WALK_ALTERNATIVES), sizeof *out);
     if (!out)
-        return mlajit_fail(MLAJIT_ERR_OUT_OF_MEMORY, "grid of %lld kernels", total);
+        return mlajit_fail_oom("a grid of %lld kernels", total);
     int n = 0;
     for (int a = 0; a < n_archs; a++)
         for (int m = 0; m < grid->num_models; m++)
