@@ -304,7 +304,7 @@ int mlajit_plan_create(mlajit_context *ctx, const mlajit_kernel_spec *spec, cons
     p->tiles_per_split = g.tiles_per_split;
     /* The grid after the main kernel: the combine where the plan splits; else the
      * stream's next kernel, which in a decode loop is the next call's main grid, so
-     * it is taken to be this one's size (bench/NOTES.md, "I, J, K and R timed":
+     * it is taken to be this one's size (bench/HISTORY.md, "I, J, K and R timed":
      * -0.0 to -0.9% on the unsplit rows of 64 CTAs). */
     const long main_ctas = (long)g.head_groups * g.rows * g.num_splits;
     const long dependent_ctas = p->num_splits > 1 ? (long)g.rows * spec->h_q : main_ctas;
