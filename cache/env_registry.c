@@ -7,6 +7,7 @@
  * cache directory, or two packs naming the same file, share one MDB_env here. */
 #include "cache/env_registry.h"
 
+#include "common/alloc.h"
 #include "common/error.h"
 #include "mlajit.h"
 
@@ -95,12 +96,12 @@ int mlajit_env_value_in_file(const mlajit_shared_env *shared, const MDB_val *v, 
 static int open_new_env(const mlajit_env_request *req, const char *real_path, const struct stat *st,
                         mlajit_shared_env **out, int *lmdb_rc)
 {
-    mlajit_shared_env *shared = calloc(1, sizeof *shared);
-    char *path_copy = strdup(real_path);
+    mlajit_shared_env *shared = mlajit_calloc(1, sizeof *shared);
+    char *path_copy = mlajit_strdup(real_path);
     if (!shared || !path_copy) {
         free(shared);
         free(path_copy);
-        return mlajit_fail(MLAJIT_ERR_OUT_OF_MEMORY, "lmdb %s: out of memory", real_path);
+        return mlajit_fail_oom("the LMDB environment of %s", real_path);
     }
     shared->real_path = path_copy;
     shared->dev = st->st_dev;
@@ -131,12 +132,9 @@ static int open_new_env(const mlajit_env_request *req, const char *real_path, co
     }
     int status = MLAJIT_OK;
     if (rc == 0 && !req->trusted_bytes) {
-        size_t n = strlen(real_path) + sizeof "/data.mdb";
-        char *data_path = malloc(n);
-        if (data_path)
-            snprintf(data_path, n, (req->env_flags & MDB_NOSUBDIR) ? "%s" : "%s/data.mdb", real_path);
+        char data_path[PATH_MAX + sizeof "/data.mdb"];
+        snprintf(data_path, sizeof data_path, (req->env_flags & MDB_NOSUBDIR) ? "%s" : "%s/data.mdb", real_path);
         shared->map_base = find_map_base(shared->env, data_path);
-        free(data_path);
     }
     if (rc != 0) {
         status = mlajit_fail(MLAJIT_ERR_CACHE, "lmdb %s: %s failed: %s", real_path, step, mdb_strerror(rc));
@@ -178,8 +176,8 @@ int mlajit_env_acquire(const mlajit_env_request *req, mlajit_shared_env **out, i
             *lmdb_rc = errno;
         return mlajit_fail(MLAJIT_ERR_IO, "lmdb %s: %s", req->path, strerror(errno));
     }
-    char *real_path = realpath(req->path, NULL);
-    if (!real_path) {
+    char real_path[PATH_MAX]; /* not realpath's own malloc: every allocation is mlajit_malloc's */
+    if (!realpath(req->path, real_path)) {
         if (lmdb_rc)
             *lmdb_rc = errno;
         return mlajit_fail(MLAJIT_ERR_IO, "lmdb %s: cannot resolve the real path: %s", req->path, strerror(errno));
@@ -210,7 +208,6 @@ int mlajit_env_acquire(const mlajit_env_request *req, mlajit_shared_env **out, i
         }
     }
     pthread_mutex_unlock(&registry_lock);
-    free(real_path);
     if (status != MLAJIT_OK)
         return status;
     *out = shared;

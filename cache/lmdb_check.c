@@ -23,6 +23,7 @@
 #include "cache/lmdb_check.h"
 
 #include "cache/store.h"
+#include "common/alloc.h"
 #include "common/error.h"
 #include "mlajit.h"
 
@@ -465,9 +466,9 @@ static int overflow_read(int fd, uint64_t pgno, uint64_t size, uint32_t psize, u
                          char *why, size_t n)
 {
     if (size > *cap) {
-        uint8_t *grown = realloc(*buf, size);
+        uint8_t *grown = mlajit_realloc(*buf, size);
         if (!grown) {
-            snprintf(why, n, "no memory for a %llu-byte value", (unsigned long long)size);
+            snprintf(why, n, "out of host memory for a %llu-byte value", (unsigned long long)size);
             return -2;
         }
         *buf = grown;
@@ -530,9 +531,9 @@ int mlajit_lmdb_lookup(int fd, const mlajit_lmdb_meta *m, const void *key, size_
     const mlajit_lmdb_db *db = &m->main_db;
     if (db->root == NO_PAGE)
         return mlajit_fail(MLAJIT_ERR_NOT_FOUND, "the cache is empty");
-    uint8_t *page = malloc(2 * (size_t)m->psize);
+    uint8_t *page = mlajit_malloc(2 * (size_t)m->psize);
     if (!page)
-        return mlajit_fail(MLAJIT_ERR_OUT_OF_MEMORY, "lmdb look-up: a page buffer");
+        return mlajit_fail_oom("an LMDB look-up's page buffer");
     uint8_t *cover = page + m->psize;
     char why[256];
     int status = MLAJIT_OK;
@@ -590,9 +591,9 @@ int mlajit_lmdb_lookup(int fd, const mlajit_lmdb_meta *m, const void *key, size_
                 break;
             }
         } else {
-            copy = malloc(nd.data_size ? nd.data_size : 1);
+            copy = mlajit_malloc(nd.data_size ? nd.data_size : 1);
             if (!copy) {
-                status = mlajit_fail(MLAJIT_ERR_OUT_OF_MEMORY, "lmdb look-up: a %llu-byte value",
+                status = mlajit_fail_oom("an LMDB look-up's %llu-byte value",
                                      (unsigned long long)nd.data_size);
                 break;
             }
@@ -641,8 +642,8 @@ static int scan_page(prefix_scan *s, uint64_t pgno, unsigned depth)
     if (++s->pages_read > s->m->last_pg + 1)
         return mlajit_fail(MLAJIT_ERR_CORRUPT, "the main database reaches more pages than the file has (a page is "
                            "reached twice)");
-    if (!s->level[depth] && !(s->level[depth] = malloc(psize)))
-        return mlajit_fail(MLAJIT_ERR_OUT_OF_MEMORY, "lmdb scan: a page buffer");
+    if (!s->level[depth] && !(s->level[depth] = mlajit_malloc(psize)))
+        return mlajit_fail_oom("a page buffer of a prefix scan");
     uint8_t *page = s->level[depth];
     int r = read_at(s->fd, page, psize, pgno * psize);
     if (r != 0)
@@ -700,8 +701,8 @@ int mlajit_lmdb_scan_prefix(int fd, const mlajit_lmdb_meta *m, const void *prefi
     if (m->main_db.root == NO_PAGE)
         return MLAJIT_OK;
     prefix_scan s = {.fd = fd, .m = m, .prefix = prefix, .prefix_len = prefix_len, .visit = visit, .arg = arg};
-    int status = (s.cover = malloc(m->psize)) ? scan_page(&s, m->main_db.root, 1)
-                                              : mlajit_fail(MLAJIT_ERR_OUT_OF_MEMORY, "lmdb scan: a page buffer");
+    int status = (s.cover = mlajit_malloc(m->psize)) ? scan_page(&s, m->main_db.root, 1)
+                                                     : mlajit_fail_oom("a page buffer of a prefix scan");
     for (int d = 0; d <= MAX_DEPTH; d++)
         free(s.level[d]);
     free(s.cover);
@@ -836,9 +837,9 @@ static void queue_named(walker *w, const page_node *nd)
     }
     if (w->named_count == w->named_cap) {
         size_t cap = w->named_cap ? 2 * w->named_cap : 4;
-        named_db *grown = realloc(w->named, cap * sizeof *grown);
+        named_db *grown = mlajit_realloc(w->named, cap * sizeof *grown);
         if (!grown) {
-            walk_fail(w, MLAJIT_ERR_OUT_OF_MEMORY, "no memory for the list of named databases");
+            walk_fail(w, MLAJIT_ERR_OUT_OF_MEMORY, "out of host memory for the list of named databases");
             return;
         }
         w->named = grown;
@@ -950,8 +951,8 @@ static void walk_page(walker *w, uint64_t pgno, unsigned depth, const page_node 
                 (unsigned long long)pgno);
         return;
     }
-    if (!w->level[depth] && !(w->level[depth] = malloc(w->psize))) {
-        walk_fail(w, MLAJIT_ERR_OUT_OF_MEMORY, "no memory for a page buffer");
+    if (!w->level[depth] && !(w->level[depth] = mlajit_malloc(w->psize))) {
+        walk_fail(w, MLAJIT_ERR_OUT_OF_MEMORY, "out of host memory for a page buffer");
         return;
     }
     uint8_t *page = w->level[depth];
@@ -1043,13 +1044,12 @@ int mlajit_lmdb_check(int fd, const mlajit_lmdb_meta *m, unsigned flags, mlajit_
     w.visit = visit;
     w.arg = arg;
     w.rep.pages = m->last_pg + 1;
-    w.seen = calloc((size_t)(m->last_pg / 8 + 1), 1);
-    w.cover = malloc(m->psize);
+    w.seen = mlajit_calloc((size_t)(m->last_pg / 8 + 1), 1);
+    w.cover = mlajit_malloc(m->psize);
     if (!w.seen || !w.cover) {
         free(w.seen);
         free(w.cover);
-        return mlajit_fail(MLAJIT_ERR_OUT_OF_MEMORY, "lmdb check: a map of %llu pages",
-                           (unsigned long long)m->last_pg + 1);
+        return mlajit_fail_oom("the LMDB check's map of %llu pages", (unsigned long long)m->last_pg + 1);
     }
     seen_test_and_set(&w, 0); /* the meta pages */
     seen_test_and_set(&w, 1);
@@ -1137,10 +1137,10 @@ int mlajit_lmdb_scan_leaves(int fd, int64_t file_bytes, uint32_t psize, size_t k
     uint64_t pages = (uint64_t)(file_bytes > 0 ? file_bytes : 0) / psize;
     if (pages < FIRST_DATA_PAGE + 1)
         return MLAJIT_OK;
-    uint8_t *page = malloc(2 * (size_t)psize), *value = NULL;
+    uint8_t *page = mlajit_malloc(2 * (size_t)psize), *value = NULL;
     size_t cap = 0;
     if (!page)
-        return mlajit_fail(MLAJIT_ERR_OUT_OF_MEMORY, "lmdb scan: a page buffer");
+        return mlajit_fail_oom("an LMDB scan's page buffer");
     uint8_t *cover = page + psize;
     char why[256];
     int status = MLAJIT_OK, stop = 0;
@@ -1162,8 +1162,9 @@ int mlajit_lmdb_scan_leaves(int fd, int64_t file_bytes, uint32_t psize, size_t k
                 continue;
             const uint8_t *v;
             int ok = salvage_value(fd, &nd, psize, pages, &value, &cap, &v);
-            if (ok < 0) {
+            if (ok < 0) { /* the whole scan stops: no visitor may clear the message */
                 status = MLAJIT_ERR_OUT_OF_MEMORY;
+                stop = 1;
                 break;
             }
             if (visit(nd.key, nd.key_len, ok ? v : NULL, (size_t)nd.data_size, ok, arg))

@@ -4,6 +4,7 @@
 
 #include "cache/codec.h"
 #include "cache/env_registry.h"
+#include "common/alloc.h"
 #include "common/error.h"
 #include "common/file.h"
 #include "common/strbuf.h"
@@ -117,7 +118,7 @@ int mlajit_pack_manifest_format(const mlajit_pack_manifest *m, char **text, size
     }
     if (b.failed) {
         free(b.data);
-        return mlajit_fail(MLAJIT_ERR_OUT_OF_MEMORY, "pack manifest: out of memory");
+        return mlajit_fail_oom("a pack manifest");
     }
     *text = b.data;
     *len = b.len;
@@ -296,9 +297,9 @@ int mlajit_pack_manifest_parse(const void *text, size_t len, mlajit_pack_manifes
     }
     m.kernel_count = (size_t)u;
     if (m.kernel_count) {
-        m.kernels = calloc(m.kernel_count, sizeof *m.kernels);
+        m.kernels = mlajit_calloc(m.kernel_count, sizeof *m.kernels);
         if (!m.kernels) {
-            status = mlajit_fail(MLAJIT_ERR_OUT_OF_MEMORY, "pack manifest: %zu kernels", m.kernel_count);
+            status = mlajit_fail_oom("a pack manifest of %zu kernels", m.kernel_count);
             goto fail;
         }
     }
@@ -380,9 +381,9 @@ static int string_compare(const void *a, const void *b) { return strcmp(*(char *
 /* The sorted, distinct archs of the items (the last '.' part of each spec). */
 static int collect_archs(const mlajit_pack_item *items, size_t count, char *out, size_t cap)
 {
-    const char **archs = malloc((count ? count : 1) * sizeof *archs);
+    const char **archs = mlajit_malloc((count ? count : 1) * sizeof *archs);
     if (!archs)
-        return mlajit_fail(MLAJIT_ERR_OUT_OF_MEMORY, "pack write: arch list");
+        return mlajit_fail_oom("the pack's arch list");
     for (size_t i = 0; i < count; i++) {
         const char *dot = strrchr(items[i].entry->spec_string, '.');
         archs[i] = dot ? dot + 1 : items[i].entry->spec_string;
@@ -549,9 +550,9 @@ static int tactic_items_make(const mlajit_tactic_record *tactics, size_t count, 
     if (count > MLAJIT_PACK_MAX_TACTICS)
         return mlajit_fail(MLAJIT_ERR_INVALID_ARGUMENT, "pack write: %zu tactic records; at most %u", count,
                            MLAJIT_PACK_MAX_TACTICS);
-    tactic_item *t = calloc(count ? count : 1, sizeof *t);
+    tactic_item *t = mlajit_calloc(count ? count : 1, sizeof *t);
     if (!t)
-        return mlajit_fail(MLAJIT_ERR_OUT_OF_MEMORY, "pack write: %zu tactic records", count);
+        return mlajit_fail_oom("writing a pack of %zu tactic records", count);
     for (size_t i = 0; i < count; i++) {
         int status = mlajit_tactic_record_check(&tactics[i]);
         if (status != MLAJIT_OK) {
@@ -599,14 +600,14 @@ int mlajit_pack_write(const char *path, const mlajit_pack_manifest *recipe, cons
     int status = tactic_items_make(tactics, tactic_count, &tactic_items, &tactics_distinct);
     if (status != MLAJIT_OK)
         return status;
-    mlajit_pack_item *sorted = malloc((count ? count : 1) * sizeof *sorted);
+    mlajit_pack_item *sorted = mlajit_malloc((count ? count : 1) * sizeof *sorted);
     mlajit_pack_manifest m = *recipe;
-    m.kernels = calloc(count ? count : 1, sizeof *m.kernels);
+    m.kernels = mlajit_calloc(count ? count : 1, sizeof *m.kernels);
     char *manifest = NULL, *build_path = NULL, *part_path = NULL;
     MDB_env *env = NULL;
     int fd = -1;
     if (!sorted || !m.kernels) {
-        status = mlajit_fail(MLAJIT_ERR_OUT_OF_MEMORY, "pack write: %zu kernels", count);
+        status = mlajit_fail_oom("writing a pack of %zu kernels", count);
         goto out;
     }
     if (count)
@@ -632,10 +633,10 @@ int mlajit_pack_write(const char *path, const mlajit_pack_manifest *recipe, cons
         goto out;
 
     size_t n = strlen(path) + 64;
-    build_path = malloc(n);
-    part_path = malloc(n);
+    build_path = mlajit_malloc(n);
+    part_path = mlajit_malloc(n);
     if (!build_path || !part_path) {
-        status = mlajit_fail(MLAJIT_ERR_OUT_OF_MEMORY, "pack write: paths");
+        status = mlajit_fail_oom("the pack's paths");
         goto out;
     }
     snprintf(build_path, n, "%s.build-%ld", path, (long)getpid());
@@ -893,10 +894,10 @@ int mlajit_pack_open(const char *path, mlajit_pack **out)
     if (!path || !path[0])
         return mlajit_fail(MLAJIT_ERR_INVALID_ARGUMENT, "pack open: path must be a non-empty file name");
 
-    mlajit_pack *pack = calloc(1, sizeof *pack);
-    if (!pack || !(pack->path = strdup(path))) {
+    mlajit_pack *pack = mlajit_calloc(1, sizeof *pack);
+    if (!pack || !(pack->path = mlajit_strdup(path))) {
         free(pack);
-        return mlajit_fail(MLAJIT_ERR_OUT_OF_MEMORY, "pack %s: out of memory", path);
+        return mlajit_fail_oom("pack %s", path);
     }
     pack_init_args args;
     uint64_t trailer_kernels = 0, trailer_tactics = 0;

@@ -34,6 +34,7 @@
 #include "cache/codec.h"
 #include "cache/env_registry.h"
 #include "cache/lmdb_check.h"
+#include "common/alloc.h"
 #include "common/error.h"
 #include "common/file.h"
 #include "mlajit.h"
@@ -175,10 +176,9 @@ int mlajit_cache_entry_encode(const mlajit_cache_entry *entry, void **value, siz
                            "cache entry encode: cubin_size %zu is too large", entry->cubin_size);
     size_t total = header_len + entry->cubin_size;
 
-    uint8_t *out = malloc(total);
+    uint8_t *out = mlajit_malloc(total);
     if (!out)
-        return mlajit_fail(MLAJIT_ERR_OUT_OF_MEMORY,
-                           "cache entry encode: could not allocate %zu bytes", total);
+        return mlajit_fail_oom("encoding a cache entry of %zu bytes", total);
 
     uint8_t *p = out;
     memcpy(p, ENTRY_MAGIC, sizeof ENTRY_MAGIC);
@@ -310,11 +310,9 @@ int mlajit_cache_entry_decode(const void *value, size_t len, mlajit_cache_entry 
                            cubin_hash, cubin_hash_actual);
 
     /* At least one byte so a successful get always hands back a non-NULL cubin. */
-    parsed.cubin = malloc(actual_cubin_size ? actual_cubin_size : 1);
+    parsed.cubin = mlajit_malloc(actual_cubin_size ? actual_cubin_size : 1);
     if (!parsed.cubin)
-        return mlajit_fail(MLAJIT_ERR_OUT_OF_MEMORY,
-                           "cache entry decode: could not allocate %zu bytes for the cubin",
-                           actual_cubin_size);
+        return mlajit_fail_oom("a %zu-byte cubin of a cache entry", actual_cubin_size);
     if (actual_cubin_size)
         memcpy(parsed.cubin, cubin, actual_cubin_size);
     parsed.cubin_size = actual_cubin_size;
@@ -434,7 +432,7 @@ static int store_lmdb_fail(const mlajit_store *store, const char *what, int rc)
 static char *path_in(const char *dir, const char *name)
 {
     size_t n = strlen(dir) + 1 + strlen(name) + 1;
-    char *p = malloc(n);
+    char *p = mlajit_malloc(n);
     if (p)
         snprintf(p, n, "%s/%s", dir, name);
     return p;
@@ -447,9 +445,9 @@ static int make_directories(const char *dir)
     if (stat(dir, &st) == 0 && S_ISDIR(st.st_mode))
         return MLAJIT_OK;
     size_t n = strlen(dir);
-    char *path = malloc(n + 1);
+    char *path = mlajit_malloc(n + 1);
     if (!path)
-        return mlajit_fail(MLAJIT_ERR_OUT_OF_MEMORY, "cache %s: out of memory", dir);
+        return mlajit_fail_oom("cache %s", dir);
     memcpy(path, dir, n + 1);
 
     int status = MLAJIT_OK;
@@ -541,18 +539,27 @@ static void stamp_encode(const struct stat *st, const mlajit_lmdb_meta *m, uint8
     mlajit_put_u64le(out + 56, mlajit_hash64(out, 56));
 }
 
+/* The stamp's path in buf (PATH_MAX bytes: the open checked that the directory
+ * fits), made without allocating, so the stamp's reads and writes cannot run
+ * out of memory and quietly stand for "no stamp". */
+static const char *stamp_path(const mlajit_store *s, char *buf, size_t len)
+{
+    snprintf(buf, len, "%s/%s", s->dir, STAMP_NAME);
+    return buf;
+}
+
 static int stamp_matches(const mlajit_store *s, const struct stat *st, const mlajit_lmdb_meta *m)
 {
-    char *path = path_in(s->dir, STAMP_NAME);
+    char buf[PATH_MAX];
+    const char *path = stamp_path(s, buf, sizeof buf);
     int fd = -1, match = 0;
-    if (path && mlajit_open_regular(path, O_RDONLY, 0, "stamp", &fd, NULL) == MLAJIT_OK) {
+    if (mlajit_open_regular(path, O_RDONLY, 0, "stamp", &fd, NULL) == MLAJIT_OK) {
         uint8_t have[STAMP_BYTES], want[STAMP_BYTES];
         stamp_encode(st, m, want);
         match = pread(fd, have, sizeof have, 0) == (ssize_t)sizeof have && memcmp(have, want, sizeof have) == 0;
         close(fd);
     }
     mlajit_clear_error();
-    free(path);
     return match;
 }
 
@@ -564,31 +571,24 @@ static void stamp_write(const mlajit_store *s, const struct stat *st, const mlaj
                   ((int64_t)now.tv_nsec - (int64_t)st->st_mtim.tv_nsec);
     if (age < STAMP_SETTLED_NS || s->readonly)
         return;
-    char *path = path_in(s->dir, STAMP_NAME), *tmp = NULL;
-    if (path) {
-        size_t n = strlen(path) + 32;
-        if ((tmp = malloc(n)))
-            snprintf(tmp, n, "%s.tmp.%ld", path, (long)getpid());
-    }
+    char buf[PATH_MAX], tmp[PATH_MAX + 32];
+    const char *path = stamp_path(s, buf, sizeof buf);
+    snprintf(tmp, sizeof tmp, "%s.tmp.%ld", path, (long)getpid());
     uint8_t bytes[STAMP_BYTES];
     stamp_encode(st, m, bytes);
-    int fd = tmp ? open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0644) : -1;
+    int fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0644);
     if (fd >= 0) {
         int ok = write(fd, bytes, sizeof bytes) == (ssize_t)sizeof bytes;
         close(fd);
         if (!ok || rename(tmp, path) != 0)
             unlink(tmp);
     }
-    free(tmp);
-    free(path);
 }
 
 static void stamp_remove(const mlajit_store *s)
 {
-    char *path = path_in(s->dir, STAMP_NAME);
-    if (path)
-        unlink(path);
-    free(path);
+    char buf[PATH_MAX];
+    unlink(stamp_path(s, buf, sizeof buf));
 }
 
 /* ---- damage: moving a data file aside ---------------------------------------- */
@@ -812,7 +812,7 @@ static int store_precheck(mlajit_store *s, int *damaged)
     char *lock_path = path_in(s->dir, LOCK_NAME);
     struct stat st;
     if (!lock_path)
-        return mlajit_fail(MLAJIT_ERR_OUT_OF_MEMORY, "cache %s: out of memory", s->dir);
+        return mlajit_fail_oom("cache %s", s->dir);
     int lock_ok = stat(lock_path, &st) != 0 || S_ISREG(st.st_mode);
     free(lock_path);
     if (!lock_ok)
@@ -912,7 +912,7 @@ static int check_writable(const char *dir, const char *name)
 {
     char *path = path_in(dir, name);
     if (!path)
-        return mlajit_fail(MLAJIT_ERR_OUT_OF_MEMORY, "cache %s: out of memory", dir);
+        return mlajit_fail_oom("cache %s", dir);
     struct stat st;
     int status = MLAJIT_OK;
     if (stat(path, &st) == 0) {
@@ -1017,16 +1017,16 @@ int mlajit_store_open_ex(const char *dir, unsigned flags, mlajit_store **out)
             return status;
     }
 
-    mlajit_store *store = calloc(1, sizeof *store);
+    mlajit_store *store = mlajit_calloc(1, sizeof *store);
     if (!store)
-        return mlajit_fail(MLAJIT_ERR_OUT_OF_MEMORY, "cache %s: out of memory", dir);
+        return mlajit_fail_oom("cache %s", dir);
     store->readonly = readonly;
     store->keep_damaged = (flags & MLAJIT_STORE_KEEP_DAMAGED) != 0;
-    store->dir = strdup(dir);
+    store->dir = mlajit_strdup(dir);
     store->data_path = path_in(dir, DATA_NAME);
     if (!store->dir || !store->data_path) {
         mlajit_store_close(store);
-        return mlajit_fail(MLAJIT_ERR_OUT_OF_MEMORY, "cache %s: out of memory", dir);
+        return mlajit_fail_oom("cache %s", dir);
     }
     /* A data file that is not a regular file is refused here, never opened by LMDB. */
     int fd;
@@ -1291,7 +1291,7 @@ static int record_scan_visit(const void *key, size_t key_len, const void *value,
         return 0;
     if (j->count == j->cap) {
         size_t cap = j->cap ? 2 * j->cap : 16;
-        record_copy *grown = realloc(j->found, cap * sizeof *grown);
+        record_copy *grown = mlajit_realloc(j->found, cap * sizeof *grown);
         if (!grown) {
             j->oom = 1;
             return 1;
@@ -1299,7 +1299,7 @@ static int record_scan_visit(const void *key, size_t key_len, const void *value,
         j->found = grown;
         j->cap = cap;
     }
-    uint8_t *bytes = malloc(key_len + (len ? len : 1));
+    uint8_t *bytes = mlajit_malloc(key_len + (len ? len : 1));
     if (!bytes) {
         j->oom = 1;
         return 1;
@@ -1319,7 +1319,7 @@ static int record_scan_fn(int fd, const mlajit_lmdb_meta *m, void *arg)
     record_scan_reset(j);
     int status = mlajit_lmdb_scan_prefix(fd, m, j->prefix, j->prefix_len, record_scan_visit, j);
     if (status == MLAJIT_OK && j->oom)
-        status = mlajit_fail(MLAJIT_ERR_OUT_OF_MEMORY, "cache: a scan of %zu records", j->cap);
+        status = mlajit_fail_oom("a scan of %zu records", j->cap);
     return status;
 }
 
@@ -1436,9 +1436,9 @@ int mlajit_store_delete_many(mlajit_store *store, const mlajit_cache_key *keys, 
     if (store->readonly)
         return mlajit_fail(MLAJIT_ERR_CACHE, "cache %s: opened read-only; cannot delete", store->dir);
     /* The keys as stored, deleted as records of 16 bytes are. */
-    uint8_t(*bytes)[16] = malloc((count ? count : 1) * sizeof *bytes);
-    mlajit_store_record *rows = malloc((count ? count : 1) * sizeof *rows);
-    int status = bytes && rows ? MLAJIT_OK : mlajit_fail(MLAJIT_ERR_OUT_OF_MEMORY, "cache delete: %zu keys", count);
+    uint8_t(*bytes)[16] = mlajit_malloc((count ? count : 1) * sizeof *bytes);
+    mlajit_store_record *rows = mlajit_malloc((count ? count : 1) * sizeof *rows);
+    int status = bytes && rows ? MLAJIT_OK : mlajit_fail_oom("deleting %zu keys", count);
     for (size_t i = 0; i < count && status == MLAJIT_OK; i++) {
         mlajit_cache_key_to_bytes(&keys[i], bytes[i]);
         rows[i] = (mlajit_store_record){.key = bytes[i], .key_len = sizeof bytes[i]};
@@ -1485,10 +1485,10 @@ static int key_list_visit(const void *key, size_t key_len, const void *value, si
         return 0; /* metadata, not an entry */
     if (l->count == l->cap) {
         size_t cap = l->cap ? 2 * l->cap : 64;
-        uint8_t(*keys)[16] = realloc(l->keys, cap * sizeof *keys);
+        uint8_t(*keys)[16] = mlajit_realloc(l->keys, cap * sizeof *keys);
         if (keys)
             l->keys = keys;
-        uint64_t *sizes = keys ? realloc(l->sizes, cap * sizeof *sizes) : NULL;
+        uint64_t *sizes = keys ? mlajit_realloc(l->sizes, cap * sizeof *sizes) : NULL;
         if (!sizes) {
             l->oom = 1;
             return 1;
@@ -1508,7 +1508,7 @@ static int key_list_fn(int fd, const mlajit_lmdb_meta *m, void *arg)
     l->oom = 0;
     int status = mlajit_lmdb_check(fd, m, 0, key_list_visit, l, NULL);
     if (status == MLAJIT_OK && l->oom)
-        status = mlajit_fail(MLAJIT_ERR_OUT_OF_MEMORY, "cache: a list of %zu keys", l->cap);
+        status = mlajit_fail_oom("a list of %zu cache keys", l->cap);
     return status;
 }
 
@@ -1643,8 +1643,8 @@ static int key_set_add(key_set *set, const uint8_t key[16])
         return 0;
     if (2 * (set->count + 1) > set->cap) {
         size_t cap = set->cap ? 2 * set->cap : 256;
-        uint8_t(*keys)[16] = calloc(cap, sizeof *keys);
-        uint8_t *used = calloc(cap, 1);
+        uint8_t(*keys)[16] = mlajit_calloc(cap, sizeof *keys);
+        uint8_t *used = mlajit_calloc(cap, 1);
         if (!keys || !used) {
             free(keys);
             free(used);
@@ -1765,35 +1765,40 @@ static int salvage_visit(const void *key, size_t key_len, const void *value, siz
         intact = kind->intact(key, key_len, value, len);
     } else if (intact) {
         mlajit_cache_entry e;
-        intact = mlajit_cache_entry_decode(value, len, &e) == MLAJIT_OK;
+        int decoded = mlajit_cache_entry_decode(value, len, &e);
+        if (decoded == MLAJIT_ERR_OUT_OF_MEMORY) { /* not the entry's damage */
+            j->status = decoded;
+            return 1;
+        }
+        intact = decoded == MLAJIT_OK;
         mlajit_cache_entry_clear(&e);
     }
-    mlajit_clear_error();
     if (!intact) {
+        mlajit_clear_error(); /* damage is counted, not an error of the salvage */
         if (key_set_add(bad, member) < 0) {
-            j->status = mlajit_fail(MLAJIT_ERR_OUT_OF_MEMORY, "cache salvage: the set of damaged keys");
+            j->status = mlajit_fail_oom("the salvage's set of damaged keys");
             return 1;
         }
         return 0;
     }
     int fresh = key_set_add(taken, member);
     if (fresh < 0)
-        j->status = mlajit_fail(MLAJIT_ERR_OUT_OF_MEMORY, "cache salvage: the set of recovered keys");
+        j->status = mlajit_fail_oom("the salvage's set of recovered keys");
     if (fresh <= 0)
         return fresh < 0;
     if (j->batch_count == j->batch_cap) {
         size_t cap = j->batch_cap ? 2 * j->batch_cap : 64;
-        salvaged *b = realloc(j->batch, cap * sizeof *b);
+        salvaged *b = mlajit_realloc(j->batch, cap * sizeof *b);
         if (!b) {
-            j->status = mlajit_fail(MLAJIT_ERR_OUT_OF_MEMORY, "cache salvage: a batch of entries");
+            j->status = mlajit_fail_oom("the salvage's batch of entries");
             return 1;
         }
         j->batch = b;
         j->batch_cap = cap;
     }
     salvaged *it = &j->batch[j->batch_count];
-    if (!(it->key = malloc(key_len + (len ? len : 1)))) {
-        j->status = mlajit_fail(MLAJIT_ERR_OUT_OF_MEMORY, "cache salvage: a %zu-byte value", len);
+    if (!(it->key = mlajit_malloc(key_len + (len ? len : 1)))) {
+        j->status = mlajit_fail_oom("a %zu-byte value the salvage found", len);
         return 1;
     }
     memcpy(it->key, key, key_len);
@@ -1859,10 +1864,10 @@ int mlajit_store_salvage_ex(mlajit_store *store, const char *from, const mlajit_
         snprintf(report->set_aside, sizeof report->set_aside, "%s", job.name);
         source = path_in(store->dir, job.name);
     } else {
-        source = strdup(from);
+        source = mlajit_strdup(from);
     }
     if (!source)
-        return mlajit_fail(MLAJIT_ERR_OUT_OF_MEMORY, "cache salvage: out of memory");
+        return mlajit_fail_oom("the salvage of cache %s", store->dir);
     int fd;
     struct stat st;
     int status = mlajit_open_regular(source, O_RDONLY, 0, source, &fd, &st);
@@ -1875,17 +1880,23 @@ int mlajit_store_salvage_ex(mlajit_store *store, const char *from, const mlajit_
     uint32_t psize = 4096;
     if (mlajit_lmdb_read_meta(fd, (int64_t)st.st_size, &m) == MLAJIT_OK) {
         psize = m.psize;
-        /* The current tree first: its entries win over stale copies. */
-        mlajit_lmdb_check(fd, &m, MLAJIT_LMDB_VALUES | MLAJIT_LMDB_SALVAGE, salvage_visit, &j, NULL);
+        /* The current tree first: its entries win over stale copies. Damage in
+         * it is what the leaf scan below is for; no memory is not. */
+        if (mlajit_lmdb_check(fd, &m, MLAJIT_LMDB_VALUES | MLAJIT_LMDB_SALVAGE, salvage_visit, &j, NULL) ==
+                MLAJIT_ERR_OUT_OF_MEMORY &&
+            j.status == MLAJIT_OK)
+            j.status = MLAJIT_ERR_OUT_OF_MEMORY;
     }
-    if (j.status == MLAJIT_OK)
-        mlajit_lmdb_scan_leaves(fd, (int64_t)st.st_size, psize, 16, salvage_visit, &j);
+    if (j.status == MLAJIT_OK &&
+        mlajit_lmdb_scan_leaves(fd, (int64_t)st.st_size, psize, 16, salvage_visit, &j) == MLAJIT_ERR_OUT_OF_MEMORY)
+        j.status = MLAJIT_ERR_OUT_OF_MEMORY;
     for (size_t i = 0; i < kind_count && j.status == MLAJIT_OK; i++) {
         int scanned = 0; /* one scan per key length */
         for (size_t k = 0; k < i; k++)
             scanned |= kinds[k].key_len == kinds[i].key_len;
-        if (!scanned)
-            mlajit_lmdb_scan_leaves(fd, (int64_t)st.st_size, psize, kinds[i].key_len, salvage_visit, &j);
+        if (!scanned && mlajit_lmdb_scan_leaves(fd, (int64_t)st.st_size, psize, kinds[i].key_len, salvage_visit,
+                                                &j) == MLAJIT_ERR_OUT_OF_MEMORY)
+            j.status = MLAJIT_ERR_OUT_OF_MEMORY;
     }
     /* Unreadable: keys no intact copy was found for. */
     report->unreadable = unreadable_keys(&j.bad, &j.taken);
@@ -1923,7 +1934,7 @@ int mlajit_compile_lock_take(mlajit_store *store, const mlajit_cache_key *key, i
         return mlajit_fail(MLAJIT_ERR_CACHE, "cache %s: read-only, so no compile lock", store->dir);
     char *path = path_in(store->dir, COMPILE_LOCK_NAME);
     if (!path)
-        return mlajit_fail(MLAJIT_ERR_OUT_OF_MEMORY, "compile lock: out of memory");
+        return mlajit_fail_oom("the compile lock of cache %s", store->dir);
     int fd;
     int status = mlajit_open_regular(path, O_RDWR | O_CREAT, 0644, path, &fd, NULL);
     free(path);
@@ -1958,10 +1969,10 @@ int mlajit_compile_lock_take(mlajit_store *store, const mlajit_cache_key *key, i
         if (pause_us < 50000)
             pause_us *= 2;
     }
-    mlajit_compile_lock *l = malloc(sizeof *l);
+    mlajit_compile_lock *l = mlajit_malloc(sizeof *l);
     if (!l) {
         close(fd);
-        return mlajit_fail(MLAJIT_ERR_OUT_OF_MEMORY, "compile lock: out of memory");
+        return mlajit_fail_oom("the compile lock of cache %s", store->dir);
     }
     l->fd = fd;
     *lock = l;

@@ -3,6 +3,7 @@
 #include "cache/tactics.h"
 
 #include "cache/codec.h"
+#include "common/alloc.h"
 #include "common/error.h"
 #include "mlajit.h"
 
@@ -256,9 +257,9 @@ int mlajit_tactic_encode(const mlajit_tactic_record *r, void **value, size_t *le
     size_t total = FIXED_BYTES;
     for (size_t i = 0; i < 5; i++)
         total += strlen(strings[i]);
-    uint8_t *out = malloc(total);
+    uint8_t *out = mlajit_malloc(total);
     if (!out)
-        return mlajit_fail(MLAJIT_ERR_OUT_OF_MEMORY, "tactic encode: %zu bytes", total);
+        return mlajit_fail_oom("a %zu-byte tactic record", total);
     uint8_t *p = out;
     memcpy(p, RECORD_MAGIC, sizeof RECORD_MAGIC);
     p += sizeof RECORD_MAGIC;
@@ -401,9 +402,9 @@ int mlajit_tactic_put(mlajit_store *store, const mlajit_tactic_record *records, 
 {
     if (!store || (!records && count))
         return mlajit_fail(MLAJIT_ERR_INVALID_ARGUMENT, "tactic put: store and records must not be NULL");
-    mlajit_store_record *rows = calloc(count ? count : 1, sizeof *rows);
-    uint8_t(*keys)[MLAJIT_TACTIC_KEY_BYTES] = calloc(count ? count : 1, sizeof *keys);
-    int status = rows && keys ? MLAJIT_OK : mlajit_fail(MLAJIT_ERR_OUT_OF_MEMORY, "tactic put: %zu records", count);
+    mlajit_store_record *rows = mlajit_calloc(count ? count : 1, sizeof *rows);
+    uint8_t(*keys)[MLAJIT_TACTIC_KEY_BYTES] = mlajit_calloc(count ? count : 1, sizeof *keys);
+    int status = rows && keys ? MLAJIT_OK : mlajit_fail_oom("putting %zu tactic records", count);
     for (size_t i = 0; i < count && status == MLAJIT_OK; i++) {
         void *value;
         size_t len;
@@ -553,9 +554,9 @@ int mlajit_tactic_delete(mlajit_store *store, const uint8_t *const *keys, const 
         *deleted = 0;
     if (!store || (!keys && count))
         return mlajit_fail(MLAJIT_ERR_INVALID_ARGUMENT, "tactic delete: store and keys must not be NULL");
-    mlajit_store_record *rows = calloc(count ? count : 1, sizeof *rows);
+    mlajit_store_record *rows = mlajit_calloc(count ? count : 1, sizeof *rows);
     if (!rows)
-        return mlajit_fail(MLAJIT_ERR_OUT_OF_MEMORY, "tactic delete: %zu keys", count);
+        return mlajit_fail_oom("deleting %zu tactic records", count);
     for (size_t i = 0; i < count; i++)
         rows[i] = (mlajit_store_record){.key = keys[i], .key_len = key_lens ? key_lens[i] : MLAJIT_TACTIC_KEY_BYTES};
     int status = mlajit_store_record_delete(store, rows, count, deleted);

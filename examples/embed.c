@@ -74,9 +74,9 @@ int main(void)
     /* 2. a context, a spec and a plan (the plan JIT-compiles or hits the cache) */
     mlajit_context *ctx;
     CHECK(mlajit_context_create(NULL, &ctx));
-    mlajit_kernel_spec spec;
+    mlajit_kernel_spec spec = MLAJIT_KERNEL_SPEC_INIT;
     CHECK(mlajit_spec_init(&spec, MLAJIT_MODEL_V32, H_Q, PAGE));
-    mlajit_decode_shape shape = {.batch = 1, .s_q = 1, .topk = TOPK};
+    mlajit_decode_shape shape = {.struct_size = sizeof shape, .batch = 1, .s_q = 1, .topk = TOPK};
     mlajit_plan *plan;
     int rc = mlajit_plan_create(ctx, &spec, &shape, &plan);
     if (rc) {
@@ -106,7 +106,7 @@ int main(void)
     cudaMemcpy(d_idx, indices, sizeof indices, cudaMemcpyHostToDevice);
 
     /* 4. decode on a stream; strides 0 = contiguous */
-    mlajit_decode_args a = {0};
+    mlajit_decode_args a = MLAJIT_DECODE_ARGS_INIT;
     a.q = d_q;
     a.kv = (mlajit_cache_view){d_cache, page_stride, PAGES};
     a.indices = d_idx;

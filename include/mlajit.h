@@ -2,21 +2,41 @@
  * mlajit.h - run-time generated sparse-MLA attention decode kernels.
  *
  * mlajit takes a decode call on an FP8 KV cache (DeepSeek-V3.2, DeepSeek-V4 and
- * related layouts, see SPEC.md), generates CUDA source specialized for its shape
+ * related layouts, see docs/SPEC.md), generates CUDA source specialized for its shape
  * (model, head count, page size, features, target arch), compiles it with NVRTC,
  * keeps the cubin in an on-disk LMDB cache under a content key, and launches it
  * through the CUDA Driver API on the caller's stream.
  *
  * Conventions:
- *  - Every function that can fail returns an int status (MLAJIT_OK == 0). On a
- *    failure mlajit_last_error() returns a message for the calling thread that
- *    names the argument at fault and what is allowed.
+ *  - A function that can fail returns an int status (MLAJIT_OK == 0, else one of
+ *    enum mlajit_status). On a failure mlajit_last_error() returns a message for
+ *    the calling thread that names the argument at fault and what is allowed.
+ *    The functions that cannot fail return their answer instead and say, where
+ *    they are declared, what a bad argument gives (NULL, 0 or -1): the version,
+ *    status and model look-ups, mlajit_min_page_stride, the plan's accessors, and
+ *    the destroy and free functions (void; NULL is allowed).
  *  - Handles are opaque. A context is created once and may be used from many
  *    threads at once; a plan is read-only after creation and may be shared too.
- *  - Nothing is global but the thread-local error message and the lazily opened
- *    driver library (libcuda.so.1 is opened with dlopen at first GPU use, so the
- *    library loads and generates / compiles / caches on machines without a GPU).
+ *  - Process-wide state: the thread-local error message; the driver library
+ *    (libcuda.so.1) and NVRTC, each opened with dlopen at its first use, so the
+ *    library loads, generates and caches on machines without a GPU or toolkit;
+ *    one LMDB environment per cache directory or pack file, shared by the
+ *    contexts that open it (LMDB allows one per process); and the log handler
+ *    (mlajit_set_log_handler).
  *  - Memory returned by the library is released with mlajit_free().
+ *
+ * What is stable: this header is the whole ABI (libmlajit.so exports its
+ * MLAJIT_API functions and nothing else). Within a major version (the SONAME),
+ *  - functions are only added; a function's documented behaviour is kept (what
+ *    it accepts may widen: a value that was an error may become valid);
+ *  - status codes, enum values and flag bits keep their numbers; new ones may
+ *    be added, so treat an unknown status as a failure and pass through what
+ *    you do not know;
+ *  - structs grow only at their end, by the struct_size rule below; the one
+ *    struct embedded by value in another, mlajit_cache_view, never changes;
+ *  - MLAJIT_MAX_* limits may grow;
+ *  - spec strings (mlajit_spec_string) stay parseable;
+ *  - which kernel auto picks, and its speed, is not part of the ABI.
  */
 #ifndef MLAJIT_H
 #define MLAJIT_H
@@ -28,10 +48,76 @@
 extern "C" {
 #endif
 
-#define MLAJIT_VERSION_MAJOR 0
-#define MLAJIT_VERSION_MINOR 1
+/* MLAJIT_API marks the library's public functions, the only symbols
+ * libmlajit.so exports (it is built with hidden visibility; tests/abi_exports.py
+ * checks that its exports are exactly the functions declared here). */
+#if defined(__GNUC__)
+#define MLAJIT_API __attribute__((visibility("default")))
+#else
+#define MLAJIT_API
+#endif
+
+/* ------------------------------------------------------------------------- */
+/* Versions                                                                   */
+/* ------------------------------------------------------------------------- */
+
+/* The version of this header. The major number is the shared library's SONAME
+ * (libmlajit.so.1). 1.0 is the first version with a stable ABI: 0.1
+ * (libmlajit.so.0) had no struct_size in its structs, so its programs must be
+ * rebuilt, and the SONAME changed with them. */
+#define MLAJIT_VERSION_MAJOR 1
+#define MLAJIT_VERSION_MINOR 0
 #define MLAJIT_VERSION_PATCH 0
-#define MLAJIT_VERSION_STRING "0.1.0"
+#define MLAJIT_VERSION_STRING "1.0.0"
+
+/* The version of the library loaded, which may be newer than the header a
+ * program was built with: its numbers through major, minor and patch (each may
+ * be NULL), and the string, e.g. "1.0.0". Never NULL. */
+MLAJIT_API const char *mlajit_version(int *major, int *minor, int *patch);
+
+/* ------------------------------------------------------------------------- */
+/* Structs that can grow: struct_size                                         */
+/* ------------------------------------------------------------------------- */
+
+/* Every struct a caller hands the library (options, specs, shapes, grids,
+ * decode arguments, and the reports and infos it fills) starts with
+ * `size_t struct_size`: the caller sets it to sizeof the struct in the header
+ * it was built with, before any call, in or out (the MLAJIT_*_INIT initialisers
+ * below do, or `{.struct_size = sizeof(T), ...}`; the library never writes it).
+ * A later minor version adds fields only at the end, so
+ *  - a struct_size of 0, or smaller than the struct's 1.0 fields, is
+ *    MLAJIT_ERR_INVALID_ARGUMENT naming the struct and how to set it, and
+ *    nothing is read or written;
+ *  - the library reads and writes only the first struct_size bytes: a program
+ *    built with an older header gets the fields it knows filled and nothing
+ *    past them touched, and its structs' later fields read as their defaults
+ *    (every field added after 1.0 defaults to 0, 1.0's behaviour);
+ *  - a program built with a newer header may pass its larger structs: the
+ *    fields this library does not have are ignored on input and left as they
+ *    were on output (mlajit_version says which version is loaded).
+ * The structs the library returns by pointer (mlajit_model_describe,
+ * mlajit_plan_report) carry the library's own struct_size: read a field only
+ * where struct_size covers it.
+ * Why sizes and not setters on opaque objects (LMDB's way): these are plain
+ * per-call values (a spec is a value that names a kernel, decode arguments
+ * change every call), filled with designated initialisers, copied, compared and
+ * mapped field for field by other languages' bindings; setters would cost a call
+ * per field and an allocation on mlajit_decode's path, which must not allocate.
+ * Only the context and the plan, which own resources, are opaque. */
+#if defined(__cplusplus)
+#define MLAJIT_STRUCT_INIT(type) {sizeof(type)}
+#else
+#define MLAJIT_STRUCT_INIT(type) {.struct_size = sizeof(type)}
+#endif
+#define MLAJIT_KERNEL_SPEC_INIT MLAJIT_STRUCT_INIT(mlajit_kernel_spec)
+#define MLAJIT_CONTEXT_OPTIONS_INIT MLAJIT_STRUCT_INIT(mlajit_context_options)
+#define MLAJIT_CONTEXT_INFO_INIT MLAJIT_STRUCT_INIT(mlajit_context_info)
+#define MLAJIT_KERNEL_REPORT_INIT MLAJIT_STRUCT_INIT(mlajit_kernel_report)
+#define MLAJIT_KERNEL_GRID_INIT MLAJIT_STRUCT_INIT(mlajit_kernel_grid)
+#define MLAJIT_WARMUP_REPORT_INIT MLAJIT_STRUCT_INIT(mlajit_warmup_report)
+#define MLAJIT_DECODE_SHAPE_INIT MLAJIT_STRUCT_INIT(mlajit_decode_shape)
+#define MLAJIT_PLAN_OUTLINE_INIT MLAJIT_STRUCT_INIT(mlajit_plan_outline)
+#define MLAJIT_DECODE_ARGS_INIT MLAJIT_STRUCT_INIT(mlajit_decode_args)
 
 /* ------------------------------------------------------------------------- */
 /* Status codes                                                               */
@@ -41,7 +127,7 @@ enum mlajit_status {
     MLAJIT_OK = 0,
     MLAJIT_ERR_INVALID_ARGUMENT = 1, /* an argument is outside what is allowed */
     MLAJIT_ERR_UNSUPPORTED = 2,      /* valid request outside the supported envelope */
-    MLAJIT_ERR_OUT_OF_MEMORY = 3,    /* host allocation failed */
+    MLAJIT_ERR_OUT_OF_MEMORY = 3,    /* host allocation failed; the call left nothing half made */
     MLAJIT_ERR_NO_DEVICE = 4,        /* no CUDA driver or no GPU at that ordinal */
     MLAJIT_ERR_COMPILE = 5,          /* NVRTC rejected the generated source */
     MLAJIT_ERR_CACHE = 6,            /* the on-disk cache failed (the call may still work) */
@@ -53,14 +139,14 @@ enum mlajit_status {
 };
 
 /* The fixed description of a status code ("invalid argument", ...). Never NULL. */
-const char *mlajit_status_string(int status);
+MLAJIT_API const char *mlajit_status_string(int status);
 
 /* The message of the last failure in the calling thread, naming the argument and
  * the allowed values ("" when none). Valid until the thread's next mlajit call. */
-const char *mlajit_last_error(void);
+MLAJIT_API const char *mlajit_last_error(void);
 
 /* Release memory the library returned (generated source, reports' strings). */
-void mlajit_free(void *ptr);
+MLAJIT_API void mlajit_free(void *ptr);
 
 /* ------------------------------------------------------------------------- */
 /* Log lines                                                                  */
@@ -83,7 +169,7 @@ typedef void (*mlajit_log_handler)(void *user, int level, const char *message);
  * passes them to its `logging` logger). Process-wide and thread-safe; a line
  * already being delivered may still reach the handler it replaced, so keep user
  * valid while the library may log. */
-void mlajit_set_log_handler(mlajit_log_handler handler, void *user);
+MLAJIT_API void mlajit_set_log_handler(mlajit_log_handler handler, void *user);
 
 /* ------------------------------------------------------------------------- */
 /* Model types: KV-cache layouts (the numbers live in one descriptor table)    */
@@ -107,6 +193,7 @@ typedef enum mlajit_scale_place {
 } mlajit_scale_place;
 
 typedef struct mlajit_model_desc {
+    size_t struct_size;     /* the library's sizeof (the descriptor is the library's) */
     mlajit_model model;
     const char *name;       /* "v32", "dsv4", "glm_nsa": what the CLI and spec strings use */
     int d_qk;               /* query/key width */
@@ -122,15 +209,17 @@ typedef struct mlajit_model_desc {
     int bytes_per_token;    /* row_bytes + footer_bytes: what one attended token reads */
 } mlajit_model_desc;
 
-/* The descriptor of a model, or NULL for an unknown value. */
-const mlajit_model_desc *mlajit_model_describe(mlajit_model model);
+/* The descriptor of a model (read-only, the library's), or NULL for an unknown
+ * value. */
+MLAJIT_API const mlajit_model_desc *mlajit_model_describe(mlajit_model model);
 
 /* Find a model by name ("v32", "dsv4", "glm_nsa"; case-insensitive). */
-int mlajit_model_from_name(const char *name, mlajit_model *out);
+MLAJIT_API int mlajit_model_from_name(const char *name, mlajit_model *out);
 
 /* Minimum page stride in bytes for a model and page size (what the layout needs;
- * larger strides are allowed and must be multiples of 16). */
-int64_t mlajit_min_page_stride(mlajit_model model, int page_size);
+ * larger strides are allowed and must be multiples of 16); -1 for an unknown
+ * model or a page size below 1. */
+MLAJIT_API int64_t mlajit_min_page_stride(mlajit_model model, int page_size);
 
 /* ------------------------------------------------------------------------- */
 /* Kernel specs: everything a generated kernel is specialized on               */
@@ -150,59 +239,34 @@ int64_t mlajit_min_page_stride(mlajit_model model, int page_size);
 #define MLAJIT_MAX_ROWS 65536  /* batch x s_q: a whole mixed batch as (T, 1) or (T / s_q, s_q) */
 #define MLAJIT_ARCH_LEN 16
 
+/* The kernel family. Leave it at MLAJIT_VARIANT_AUTO: the generator and the
+ * planner choose per arch and call shape (docs/kernels.md says what they choose
+ * and why). The other values are benchmarking overrides (mlajit bench --variant,
+ * tests) that force one kernel; which kernel is fastest where is measured on the
+ * H200, not promised, and changes with the kernels. A forced variant the arch,
+ * model or head count cannot run is MLAJIT_ERR_UNSUPPORTED, saying why; a few
+ * resolve to a sibling where theirs has nothing to add (docs/kernels.md). */
 typedef enum mlajit_variant {
-    MLAJIT_VARIANT_AUTO = 0,     /* the generator picks, on sm_90a: sm90-narrow at most 32 heads with
-                                  * power-of-two scales when tile is 0 or 64 and heads_per_cta 0;
-                                  * else sm90 when tile and heads_per_cta are 0 or 64; elsewhere
-                                  * portable. A plan takes sm90-staged where it would run sm90 on
-                                  * a short walk, sm90-unpaired where it would walk one tile per
-                                  * CTA at 65-128 heads, sm90-narrow-scores at 8 heads where
-                                  * sm90-narrow would walk at least 4 tiles per CTA (v32), else
-                                  * sm90-narrow-long where it would walk at least 16 (below),
-                                  * sm90-narrow with its
-                                  * heads in two groups (9-32 heads) where every head in one CTA
-                                  * would leave half of the SMs idle, sm90-narrow in head groups
-                                  * of 32 (or 16) past 32 heads where its grid fits one wave and
-                                  * each CTA's walk is short, where that kernel can be had (the
-                                  * faster on the H200 there; bench/NOTES.md) */
-    MLAJIT_VARIANT_PORTABLE = 1, /* mma.sync bf16 family, sm_80 and newer */
-    MLAJIT_VARIANT_SM90 = 2,     /* wgmma, warp-specialized; sm_90a only, 64 heads per CTA, tile 64 */
-    MLAJIT_VARIANT_SLICED = 3,   /* mma.sync, each warp gathers and multiplies one 64-dim slice of
-                                  * every candidate in registers; sm_80 and newer; models whose V is
-                                  * the NoPE part with inline scales (v32, glm_nsa); 16 or 32 heads
-                                  * per CTA, tile 32 */
-    MLAJIT_VARIANT_SM90_STAGED = 4, /* sm90 whose bf16 output rows go through shared memory, written
-                                  * back 512 contiguous bytes per warp instruction; never splits;
-                                  * power-of-two scales (v32, dsv4); auto takes it on sm_90a for more
-                                  * than 32 heads where a plan does not split and, at 65-128 heads (a
-                                  * CTA pair), walks fewer than 20 tiles of 64 per CTA (bench/NOTES.md) */
-    MLAJIT_VARIANT_SM90_UNPAIRED = 5, /* sm90 without the CTA pair: at 65-128 heads each of the two
-                                  * head groups' CTAs gathers every tile itself (at 64 heads and
-                                  * fewer sm90 has no pair, and this resolves to sm90); auto takes it
-                                  * on sm_90a where sm90's plan splits down to one tile per CTA, so
-                                  * the pair's start-up is not paid for one tile (bench/NOTES.md) */
-    MLAJIT_VARIANT_SM90_NARROW = 6, /* wgmma with the products transposed (candidates are wgmma's M,
-                                  * heads its N): at most 32 heads per CTA, h_q rounded up to 8 (or
-                                  * heads_per_cta 8, 16, 24 or 32 up to that: head groups; past 32
-                                  * heads heads_per_cta is required), no math padded to 64 heads,
-                                  * two warp groups gathering; sm_90a, power-of-two scales (v32,
-                                  * dsv4), tile 64. auto's kernel at 32 heads and fewer (faster
-                                  * than sm90 on every such row measured; bench/NOTES.md) */
-    MLAJIT_VARIANT_SM90_NARROW_LONG = 7, /* sm90-narrow with three warp groups gathering (512
-                                  * threads) where the third one's row-ring slot fits in shared
-                                  * memory (v32 at 16 heads per CTA and fewer; elsewhere this resolves to
-                                  * sm90-narrow); auto takes it on sm_90a where sm90-narrow's plan
-                                  * walks at least 16 tiles per CTA (bench/NOTES.md) */
-    MLAJIT_VARIANT_SM90_NARROW_SCORES = 8 /* sm90-narrow whose two gathering warp groups compute the
-                                  * scores themselves (S^T's A operand from registers; only V goes
-                                  * through shared memory) and a copier warp group fills their row
-                                  * ring (512 threads); v32's inline scales at 8 heads per CTA, where
-                                  * its shared memory fits (elsewhere this resolves to sm90-narrow);
-                                  * auto takes it on sm_90a at 8 heads where sm90-narrow's plan
-                                  * walks at least 4 tiles per CTA (bench/NOTES.md) */
+    MLAJIT_VARIANT_AUTO = 0,               /* the generator's and the planner's choice */
+    MLAJIT_VARIANT_PORTABLE = 1,           /* mma.sync bf16, sm_80 and newer */
+    MLAJIT_VARIANT_SM90 = 2,               /* wgmma, warp-specialized; sm_90a, 64 heads per CTA, tile 64 */
+    MLAJIT_VARIANT_SLICED = 3,             /* mma.sync, a 64-dim slice per warp; sm_80 on; v32, glm_nsa;
+                                            * 16 or 32 heads per CTA, tile 32 */
+    MLAJIT_VARIANT_SM90_STAGED = 4,        /* sm90, output rows staged through shared memory; never splits;
+                                            * power-of-two scales (v32, dsv4) */
+    MLAJIT_VARIANT_SM90_UNPAIRED = 5,      /* sm90 without the CTA pair at 65-128 heads */
+    MLAJIT_VARIANT_SM90_NARROW = 6,        /* wgmma with heads as N: at most 32 heads per CTA (8, 16, 24
+                                            * or 32; required past 32 heads); sm_90a, power-of-two
+                                            * scales (v32, dsv4), tile 64 */
+    MLAJIT_VARIANT_SM90_NARROW_LONG = 7,   /* sm90-narrow with three gathering warp groups */
+    MLAJIT_VARIANT_SM90_NARROW_SCORES = 8  /* sm90-narrow whose gathering groups compute the scores; v32,
+                                            * 8 heads per CTA */
 } mlajit_variant;
 
+/* A kernel spec. Specs will grow (a run-time layout description is planned),
+ * so it carries struct_size like every struct here. */
 typedef struct mlajit_kernel_spec {
+    size_t struct_size;  /* sizeof(mlajit_kernel_spec): MLAJIT_KERNEL_SPEC_INIT */
     mlajit_model model;
     int h_q;             /* query heads, 1..128 */
     int page_size;       /* tokens per page of the main cache, 1..1024 */
@@ -215,40 +279,44 @@ typedef struct mlajit_kernel_spec {
     char arch[MLAJIT_ARCH_LEN]; /* "sm_80", "sm_90a", ...; "" = the context's device (sm_90a without one) */
 } mlajit_kernel_spec;
 
-/* Fill a spec with defaults: no extra cache, no features, generator's choices,
- * arch "" (the device's). Returns MLAJIT_ERR_INVALID_ARGUMENT for bad values. */
-int mlajit_spec_init(mlajit_kernel_spec *spec, mlajit_model model, int h_q, int page_size);
+/* Fill a spec (its struct_size set: MLAJIT_KERNEL_SPEC_INIT) with a model, head
+ * count and page size and the defaults: no extra cache, no features, the
+ * generator's choices, arch "" (the device's). Then validates it:
+ * MLAJIT_ERR_INVALID_ARGUMENT for bad values (the spec is filled even so). */
+MLAJIT_API int mlajit_spec_init(mlajit_kernel_spec *spec, mlajit_model model, int h_q, int page_size);
 
 /* Check a spec against the envelope without CUDA or compiling. MLAJIT_OK, or a
  * status whose message (mlajit_last_error) says which field and what is allowed. */
-int mlajit_spec_validate(const mlajit_kernel_spec *spec);
+MLAJIT_API int mlajit_spec_validate(const mlajit_kernel_spec *spec);
 
 /* The canonical, stable, human-readable name of a resolved spec, e.g.
  * "v32.h128.p64.t64.hc64.sm90.sm_90a". Generator choices (tile = 0, ...) are
  * resolved first, so equal kernels have equal strings. Writes at most len bytes
  * including the terminating NUL; returns MLAJIT_ERR_INVALID_ARGUMENT if too short. */
-int mlajit_spec_string(const mlajit_kernel_spec *spec, char *buf, size_t len);
+MLAJIT_API int mlajit_spec_string(const mlajit_kernel_spec *spec, char *buf, size_t len);
 
-/* Parse a spec string into a spec and check it (mlajit_spec_validate): the
+/* Parse a spec string into *out (its struct_size set) and check it
+ * (mlajit_spec_validate); *out is unchanged on a failure. The string is the
  * canonical form mlajit_spec_string writes, or a short form that leaves fields
  * off from the right, e.g. "v32.h16.p64" or "dsv4.h64.p256.e64.fs" (tile, heads
  * per CTA, variant and arch then take their defaults: t0, hc0, auto, any). */
-int mlajit_spec_parse(const char *str, mlajit_kernel_spec *out);
+MLAJIT_API int mlajit_spec_parse(const char *str, mlajit_kernel_spec *out);
 
 /* Resolve the generator's choices (tile, heads per CTA, variant) for spec->arch,
- * which must be set. The result has no zero "auto" fields. */
-int mlajit_spec_resolve(const mlajit_kernel_spec *spec, mlajit_kernel_spec *resolved);
+ * which must be set, into *resolved (its struct_size set; it may be spec). The
+ * result has no zero "auto" fields. */
+MLAJIT_API int mlajit_spec_resolve(const mlajit_kernel_spec *spec, mlajit_kernel_spec *resolved);
 
 /* Generate the CUDA source for a spec (arch must be set). *source is released
  * with mlajit_free(). Pure: no CUDA, no compiler. */
-int mlajit_generate_source(const mlajit_kernel_spec *spec, char **source);
+MLAJIT_API int mlajit_generate_source(const mlajit_kernel_spec *spec, char **source);
 
 /* The envelope query: would this spec (and, when shape is not NULL, this
  * geometry) compile and run? Answered without CUDA and without compiling: checks
  * the ranges, the generator's choices for spec->arch ("" = sm_90a) and that this
  * NVRTC can target the arch. MLAJIT_OK, or a status whose message says why not. */
 struct mlajit_decode_shape;
-int mlajit_envelope_check(const mlajit_kernel_spec *spec, const struct mlajit_decode_shape *shape);
+MLAJIT_API int mlajit_envelope_check(const mlajit_kernel_spec *spec, const struct mlajit_decode_shape *shape);
 
 /* ------------------------------------------------------------------------- */
 /* Context                                                                    */
@@ -263,6 +331,7 @@ typedef struct mlajit_context mlajit_context;
                                            cache is an error (as is MLAJIT_DISABLE_JIT=1) */
 
 typedef struct mlajit_context_options {
+    size_t struct_size;    /* sizeof(mlajit_context_options): MLAJIT_CONTEXT_OPTIONS_INIT */
     int device;            /* CUDA device ordinal (default 0) */
     const char *cache_dir; /* NULL: $MLAJIT_CACHE_DIR, else $XDG_CACHE_HOME/mlajit, else ~/.cache/mlajit */
     unsigned flags;        /* MLAJIT_CONTEXT_* */
@@ -292,12 +361,13 @@ typedef struct mlajit_context_options {
  * MLAJIT_CONTEXT_NO_JIT), MLAJIT_COMPILE_WAIT_MS (how long a compile waits for
  * another process compiling the same kernel; default 120000), MLAJIT_LOG=info (a
  * line per compile and per pack opened) or quiet. */
-int mlajit_context_create(const mlajit_context_options *opts, mlajit_context **out);
+MLAJIT_API int mlajit_context_create(const mlajit_context_options *opts, mlajit_context **out);
 
 /* Destroy a context (NULL is allowed). Plans made from it must be destroyed first. */
-void mlajit_context_destroy(mlajit_context *ctx);
+MLAJIT_API void mlajit_context_destroy(mlajit_context *ctx);
 
 typedef struct mlajit_context_info {
+    size_t struct_size;      /* sizeof(mlajit_context_info), set by the caller: MLAJIT_CONTEXT_INFO_INIT */
     int has_device;          /* 1 when a GPU was opened */
     char device_name[128];
     char device_arch[MLAJIT_ARCH_LEN]; /* e.g. "sm_90a"; the default target */
@@ -307,7 +377,7 @@ typedef struct mlajit_context_info {
     char cache_dir[1024];    /* "" when the disk cache is off */
     int64_t cache_bytes;     /* bytes in the cache's data file */
     int64_t cache_entries;
-    /* Added in 0.2: what the context found where, since it was made. */
+    /* What the context found where, since it was made. */
     int cache_writable;      /* 1 when compiled kernels are stored on disk */
     int pack_count;          /* packs in use (those that passed their checks) */
     int jit_disabled;        /* 1 with MLAJIT_CONTEXT_NO_JIT or MLAJIT_DISABLE_JIT=1 */
@@ -327,8 +397,8 @@ typedef struct mlajit_context_info {
 } mlajit_context_info;
 
 /* Describe a context: the GPU, the compiler, the cache, the packs, and the hit
- * and miss counts per layer. */
-int mlajit_context_get_info(mlajit_context *ctx, mlajit_context_info *info);
+ * and miss counts per layer, into *info up to its struct_size. */
+MLAJIT_API int mlajit_context_get_info(mlajit_context *ctx, mlajit_context_info *info);
 
 /* Add the context's lookup counts not yet recorded to the disk cache's (what
  * `mlajit cache stats` reports) in one write transaction. A context records its
@@ -337,13 +407,14 @@ int mlajit_context_get_info(mlajit_context *ctx, mlajit_context_info *info);
  * cache; call this (at shutdown, say) to have a reading process's hits counted
  * too. MLAJIT_OK (also when nothing is pending); MLAJIT_ERR_CACHE when the disk
  * cache is off, read-only or cannot be written. */
-int mlajit_context_flush_counters(mlajit_context *ctx);
+MLAJIT_API int mlajit_context_flush_counters(mlajit_context *ctx);
 
 /* ------------------------------------------------------------------------- */
 /* Kernels: generate, compile, cache                                           */
 /* ------------------------------------------------------------------------- */
 
 typedef struct mlajit_kernel_report {
+    size_t struct_size;   /* sizeof(mlajit_kernel_report), set by the caller: MLAJIT_KERNEL_REPORT_INIT */
     char spec[128];       /* canonical spec string */
     char key[33];         /* the cache key, 32 hex digits */
     int cache_hit;        /* 1: from the process map or the disk cache; 0: compiled now */
@@ -355,7 +426,7 @@ typedef struct mlajit_kernel_report {
     int shared_bytes;     /* static + dynamic shared memory of the main kernel */
     int spill_bytes;      /* spill stores + loads of the main kernel */
     size_t cubin_bytes;
-    int source;           /* added in 0.2: where the kernel came from (mlajit_kernel_source) */
+    int source;           /* where the kernel came from (mlajit_kernel_source) */
 } mlajit_kernel_report;
 
 typedef enum mlajit_kernel_source {
@@ -368,19 +439,20 @@ typedef enum mlajit_kernel_source {
 /* Make the kernel for a spec available: look it up in the context's map, the
  * packs and the disk cache, else generate and compile it with NVRTC and store
  * it. With a device (and an arch that is the device's), the kernel is also
- * loaded. report may be NULL. Thread-safe; no lock is held while compiling, so
+ * loaded. report (its struct_size set) may be NULL. Thread-safe; no lock is held while compiling, so
  * threads (and processes) asking for the same new kernel may each compile it.
  * With JIT disabled a miss is MLAJIT_ERR_NOT_FOUND, and the message names the
- * spec and the `mlajit pack build` line that would cover it. */
-int mlajit_kernel_prepare(mlajit_context *ctx, const mlajit_kernel_spec *spec,
-                          mlajit_kernel_report *report);
+ * spec and where it was looked for (`mlajit compile` adds the `mlajit pack
+ * build` line whose pack would hold it). */
+MLAJIT_API int mlajit_kernel_prepare(mlajit_context *ctx, const mlajit_kernel_spec *spec,
+                                     mlajit_kernel_report *report);
 
 /* A set of kernels: the product of its lists (models x head counts x page sizes
  * x extra page sizes x feature sets x archs), plus, for each spec whose plans
- * switch kernels by their walk (sm90-staged, sm90-unpaired; see
- * MLAJIT_VARIANT_AUTO), those kernels too. A NULL list or a count of 0 takes the
- * default named on the field. */
+ * switch kernels by their walk or heads (docs/kernels.md), those kernels too. A
+ * NULL list or a count of 0 takes the default named on the field. */
 typedef struct mlajit_kernel_grid {
+    size_t struct_size;             /* sizeof(mlajit_kernel_grid): MLAJIT_KERNEL_GRID_INIT */
     const mlajit_model *models;     int num_models;           /* required */
     const int *head_counts;         int num_head_counts;      /* required */
     const int *page_sizes;          int num_page_sizes;       /* required */
@@ -390,6 +462,7 @@ typedef struct mlajit_kernel_grid {
 } mlajit_kernel_grid;
 
 typedef struct mlajit_warmup_report {
+    size_t struct_size;   /* sizeof(mlajit_warmup_report), set by the caller: MLAJIT_WARMUP_REPORT_INIT */
     int kernels;          /* kernels in the grid */
     int from_memory;      /* already in the context */
     int from_packs;       /* read from a pack */
@@ -408,8 +481,8 @@ typedef struct mlajit_warmup_report {
  * work, naming the spec. A kernel that fails to compile (or is missing with JIT
  * disabled) fails the call after the others finish; report (may be NULL) then
  * still counts what was done. Thread-safe. */
-int mlajit_warmup(mlajit_context *ctx, const mlajit_kernel_grid *grid, int threads,
-                  mlajit_warmup_report *report);
+MLAJIT_API int mlajit_warmup(mlajit_context *ctx, const mlajit_kernel_grid *grid, int threads,
+                             mlajit_warmup_report *report);
 
 /* ------------------------------------------------------------------------- */
 /* Plans                                                                      */
@@ -418,6 +491,7 @@ int mlajit_warmup(mlajit_context *ctx, const mlajit_kernel_grid *grid, int threa
 typedef struct mlajit_plan mlajit_plan;
 
 typedef struct mlajit_decode_shape {
+    size_t struct_size; /* sizeof(mlajit_decode_shape): MLAJIT_DECODE_SHAPE_INIT */
     int batch;       /* b, 0..MLAJIT_MAX_BATCH (65536) */
     int s_q;         /* query tokens per row, 0..MLAJIT_MAX_SQ (64); batch x s_q at most MLAJIT_MAX_ROWS */
     int topk;        /* main candidates per (row, query token), 1..16384 */
@@ -432,23 +506,35 @@ typedef struct mlajit_decode_shape {
  * arguments, then returns MLAJIT_ERR_NO_DEVICE. After
  * this, mlajit_decode compiles nothing, allocates nothing and never synchronizes,
  * so it can be captured in a CUDA graph. */
-int mlajit_plan_create(mlajit_context *ctx, const mlajit_kernel_spec *spec,
-                       const mlajit_decode_shape *shape, mlajit_plan **out);
+MLAJIT_API int mlajit_plan_create(mlajit_context *ctx, const mlajit_kernel_spec *spec,
+                                  const mlajit_decode_shape *shape, mlajit_plan **out);
 
-void mlajit_plan_destroy(mlajit_plan *plan);
+/* Destroy a plan (NULL is allowed). It holds no device memory; its kernel
+ * belongs to the context, so destroying the plan does not wait for decodes
+ * enqueued with it (the context must outlive those). */
+MLAJIT_API void mlajit_plan_destroy(mlajit_plan *plan);
 
-/* Device workspace bytes mlajit_decode needs with this plan (0 is possible). */
-size_t mlajit_plan_workspace_size(const mlajit_plan *plan);
+/* Device workspace bytes mlajit_decode needs with this plan (0 is possible; 0
+ * for a NULL plan). */
+MLAJIT_API size_t mlajit_plan_workspace_size(const mlajit_plan *plan);
 
-/* The split count the plan chose. */
-int mlajit_plan_num_splits(const mlajit_plan *plan);
+/* The split count the plan chose (0 for a NULL plan). */
+MLAJIT_API int mlajit_plan_num_splits(const mlajit_plan *plan);
 
-/* The report of the plan's kernel (spec string, key, cache hit, compile time...). */
-const mlajit_kernel_report *mlajit_plan_report(const mlajit_plan *plan);
+/* The report of the plan's kernel (spec string, key, cache hit, compile time...),
+ * owned by the context and valid while it lives; NULL for a NULL plan. */
+MLAJIT_API const mlajit_kernel_report *mlajit_plan_report(const mlajit_plan *plan);
 
-/* What a plan of a geometry would launch (mlajit_plan_describe). */
+/* What a plan of a geometry would launch (mlajit_plan_describe). The kernel is
+ * named by its string and its resolved choices, not held as a spec: a spec
+ * embedded by value would fix the spec's size inside the outline, and neither
+ * could grow. */
 typedef struct mlajit_plan_outline {
-    mlajit_kernel_spec kernel; /* the kernel, resolved (mlajit_spec_string names it) */
+    size_t struct_size;        /* sizeof(mlajit_plan_outline), set by the caller: MLAJIT_PLAN_OUTLINE_INIT */
+    char kernel[128];          /* the kernel's canonical spec string (mlajit_spec_parse reads it) */
+    mlajit_variant variant;    /* the kernel's resolved variant, tile and heads per CTA */
+    int tile;
+    int heads_per_cta;
     int num_splits;            /* split-KV splits (1: no combine) */
     int head_groups;           /* CTAs per (row, split): h_q over the kernel's heads per CTA */
     int rows;                  /* batch x s_q */
@@ -460,21 +546,24 @@ typedef struct mlajit_plan_outline {
 #define MLAJIT_DEFAULT_SM_COUNT 132
 
 /* What mlajit_plan_create would launch for this spec and geometry on a device of
- * sm_count SMs (0: MLAJIT_DEFAULT_SM_COUNT, an H100 or H200) and spec->arch ("" = sm_90a), answered
- * without CUDA and without compiling: for an auto spec the kernel its plan switches
- * to where the shape suits one (a short or long walk, one tile per CTA, heads in
- * groups; docs/ARCHITECTURE.md), else the spec's own, with the split count and
- * grid. mlajit_plan_create runs the spec's own kernel instead where the other
- * cannot be had (no JIT, and neither a pack nor the cache holds it). On an invalid
- * spec or shape, a status naming the field; *out is then unchanged. */
-int mlajit_plan_describe(const mlajit_kernel_spec *spec, const mlajit_decode_shape *shape, int sm_count,
-                         mlajit_plan_outline *out);
+ * sm_count SMs (0: MLAJIT_DEFAULT_SM_COUNT, an H100 or H200) and spec->arch ("" =
+ * sm_90a), answered without CUDA and without compiling: for an auto spec the
+ * kernel its plan switches to where the shape suits one (a short or long walk,
+ * one tile per CTA, heads in groups; docs/kernels.md), else the spec's own, with
+ * the split count and grid, into *out up to its struct_size. mlajit_plan_create
+ * runs the spec's own kernel instead where the other cannot be had (no JIT, and
+ * neither a pack nor the cache holds it). On an invalid spec or shape, a status
+ * naming the field; *out is then unchanged. */
+MLAJIT_API int mlajit_plan_describe(const mlajit_kernel_spec *spec, const mlajit_decode_shape *shape, int sm_count,
+                                    mlajit_plan_outline *out);
 
 /* ------------------------------------------------------------------------- */
 /* Decode                                                                     */
 /* ------------------------------------------------------------------------- */
 
-/* One KV cache: pages of page_size tokens, page p at data + p * page_stride. */
+/* One KV cache: pages of page_size tokens, page p at data + p * page_stride.
+ * Embedded by value in mlajit_decode_args, so it has no struct_size and never
+ * changes. */
 typedef struct mlajit_cache_view {
     const void *data;     /* device pointer, 16-byte aligned */
     int64_t page_stride;  /* bytes; >= mlajit_min_page_stride(), multiple of 16 */
@@ -488,6 +577,7 @@ typedef struct mlajit_cache_view {
  * not overlap: taken by increasing stride, each dimension of more than one
  * entry steps past the rows inside it. */
 typedef struct mlajit_decode_args {
+    size_t struct_size;          /* sizeof(mlajit_decode_args): MLAJIT_DECODE_ARGS_INIT */
     const void *q;               /* bf16 [b, s_q, h_q, d_qk], last dim contiguous, 16-byte aligned */
     int64_t q_stride_b, q_stride_s, q_stride_h;
 
@@ -523,7 +613,7 @@ typedef struct mlajit_decode_args {
  * waits on the device for that kernel's completion and writes before it reads
  * any argument, so inputs written by the previous kernel are safe. Stream capture
  * records programmatic graph edges. */
-int mlajit_decode(const mlajit_plan *plan, const mlajit_decode_args *args, void *stream);
+MLAJIT_API int mlajit_decode(const mlajit_plan *plan, const mlajit_decode_args *args, void *stream);
 
 /* ------------------------------------------------------------------------- */
 /* Host-side reference and quantizer (no GPU)                                  */
@@ -531,19 +621,19 @@ int mlajit_decode(const mlajit_plan *plan, const mlajit_decode_args *args, void 
 
 /* Quantize one token's d_qk bf16 values (raw 16-bit patterns) into its slot of a
  * page (page_base = start of the page, host memory) per SPEC.md's rule. */
-int mlajit_quantize_token(mlajit_model model, const uint16_t *values_bf16,
-                          void *page_base, int page_size, int token_in_page);
+MLAJIT_API int mlajit_quantize_token(mlajit_model model, const uint16_t *values_bf16,
+                                     void *page_base, int page_size, int token_in_page);
 
 /* Dequantize one token of a page into d_qk floats (the exact values the kernels
  * use: bf16(fp8 * scale) for the NoPE dims, the stored bf16 for RoPE). */
-int mlajit_dequantize_token(mlajit_model model, const void *page_base, int page_size,
-                            int token_in_page, float *out);
+MLAJIT_API int mlajit_dequantize_token(mlajit_model model, const void *page_base, int page_size,
+                                       int token_in_page, float *out);
 
 /* The SPEC.md operation in double precision on host memory. args holds host
  * pointers (its out, lse and workspace fields are ignored); writes out_ref
  * [b, s_q, h_q, d_v] and lse_ref [b, s_q, h_q] contiguous. */
-int mlajit_reference_decode(const mlajit_kernel_spec *spec, const mlajit_decode_shape *shape,
-                            const mlajit_decode_args *args, double *out_ref, double *lse_ref);
+MLAJIT_API int mlajit_reference_decode(const mlajit_kernel_spec *spec, const mlajit_decode_shape *shape,
+                                       const mlajit_decode_args *args, double *out_ref, double *lse_ref);
 
 #ifdef __cplusplus
 }

@@ -64,7 +64,7 @@ constexpr int kPairCtas = cfg::kClusterCtas;  // 2: the CTA pair (two head group
 // 8 more producer registers. A CTA pair's producer fits in 128 (one CTA per row's
 // spills there), and the score group takes the 8: ptxas's schedule of the score loop
 // then cut the pair's 8-18-tile walks 3-8% (8 fewer than 208 made its long walk 18%
-// slower; bench/NOTES.md, "The pair's register split"). No spills for any model or
+// slower; bench/HISTORY.md, "The pair's register split"). No spills for any model or
 // feature set at these (CUDA 13.0). Every warp starts at the kernel's count, 65536 /
 // 384 rounded down to 8 = 168, and an increase waits until decreases have released
 // enough: the three must not sum past 3 x 168, or the score group waits forever.
@@ -80,7 +80,7 @@ static_assert(kScoreRegisters > kLaunchRegisters && kValueRegisters <= kLaunchRe
               "launch count is an illegal instruction)");
 
 // The score group's P V left in flight across the tile boundary, S of the next tile
-// issued behind it: the generator's choice per model (bench/NOTES.md, "P V in
+// issued behind it: the generator's choice per model (bench/HISTORY.md, "P V in
 // flight"). P's fragments stay live: 16 more registers, which only a pair's 216 hold.
 constexpr bool kPvInFlight = cfg::kPvInFlight;
 static_assert(!kPvInFlight || (kPairCtas > 1 && !kExactScalesOnly), "P V in flight: the pair's score registers");

@@ -70,7 +70,7 @@ enum Role { kConsumerGroup = 0, kFirstProducerGroup = 1 };
 // hold their scales, DSV4's; V32's go through the row ring below). The producers
 // bound this kernel:
 // alone (no consumer math) they took 92% of its time at 16 heads, gathering ~2 TB/s
-// with one round per warp in flight (bench/NOTES.md, "sm90-narrow's producers").
+// with one round per warp in flight (bench/HISTORY.md, "sm90-narrow's producers").
 // A second round in flight takes three rounds of registers, which only a consumer
 // of at most 16 heads can give up: measured, it gained 12-20% on long walks at 8
 // heads and at DSV4's 16, and lost 2-5% at V3.2's 16 with either split of the
@@ -84,16 +84,16 @@ enum Role { kConsumerGroup = 0, kFirstProducerGroup = 1 };
 // flight, each lane's reads fenced against the async proxy before the refill: on the
 // long walks 4-6% faster at 16 and 32 heads than in registers, and at 8 heads a tie
 // with two tiles ahead there, timed in one call (-1.3 to +0.9%; the fence costs 1-3%,
-// and releasing a slot by mbarrier without it raced; bench/NOTES.md, "The row ring"
+// and releasing a slot by mbarrier without it raced; bench/HISTORY.md, "The row ring"
 // and "The ring's fence"; 24 heads were not measured: BENCH.md has no such rows).
 // Alternating the ring's tiles with tiles loaded into registers, for two rounds per
-// group in flight, was 34-42% slower on the long walks (NOTES, "Ring and registers").
+// group in flight, was 34-42% slower on the long walks (HISTORY, "Ring and registers").
 // The ring's copies are not what bounds it: with neither the consumer's math nor the
 // K stores it ran b128 topk 2048 in 51-53 us at 8-32 heads, against 85-97 whole; the
 // K stores beside the consumer's operand reads and the dequantization make up the
-// rest (NOTES, "The ring kernel taken apart"). The producers are issue-bound: one
-// instruction fewer per dequantized pair made it 75-86 (NOTES, "The fp8 pairs in
-// four instructions"), a round's checks and index addressing trimmed 68-80 (NOTES,
+// rest (HISTORY, "The ring kernel taken apart"). The producers are issue-bound: one
+// instruction fewer per dequantized pair made it 75-86 (HISTORY, "The fp8 pairs in
+// four instructions"), a round's checks and index addressing trimmed 68-80 (HISTORY,
 // "The producers' round, counted again, and run").
 constexpr int kRingRounds = cfg::kStagingStages;
 constexpr int kRoundBytes = kTokensPerRound * cfg::kRowBytes;
@@ -101,7 +101,7 @@ constexpr int kRoundRegisters = 4 * (kNopeLoads + kRopeLoads) + kScaleWords + 1;
 constexpr int kLoadsAhead = kHeadsN <= 8 || (kHeadsN <= 16 && kRoundRegisters <= 40) ? 2 : 1;  // without the ring
 constexpr bool kPrefetchRows = kLoadsAhead == 1;
 // How many rounds before its rows' copy or loads a round's indices are loaded (a
-// register per round and lane). 4 and 8 ran flat to 9% slower than 2 (bench/NOTES.md,
+// register per round and lane). 4 and 8 ran flat to 9% slower than 2 (bench/HISTORY.md,
 // "I, J, K and R timed").
 constexpr int kIndexRoundsAhead = 2;
 // setmaxnreg: every warp starts at 65536 / 384 rounded down to 8 = 168. The

@@ -4,7 +4,7 @@
 // scores computed by the warp groups that gather. sm90-narrow's producers
 // dequantize a tile into a bf16 K buffer that its consumer then reads back as S^T's
 // A operand: per 64-candidate tile 74 KB stored and 74 KB read again, on the
-// shared-memory path that bounds that kernel at 8-32 heads (bench/NOTES.md, "The
+// shared-memory path that bounds that kernel at 8-32 heads (bench/HISTORY.md, "The
 // ring kernel taken apart"). Here a gathering group keeps its dequantized rows in
 // registers and issues S^T's wgmmas with A from registers; only V (the first kDV
 // dims) is stored, for P V. Per tile that moves ~225 KB through shared memory
@@ -26,15 +26,15 @@
 //     bulk copies, the slot's two parts (below), each copied as soon as the group
 //     has read that part of its tile before. Issuing the copies took 14-17% of the
 //     score groups' samples when they issued their own, and the value group was too
-//     late to refill the slots (bench/NOTES.md, "sm90-narrow-scores").
+//     late to refill the slots (bench/HISTORY.md, "sm90-narrow-scores").
 // The ring slot's parts: part 0 is a row's bytes from kPart1Bytes on (the RoPE
 //   block, the scales and the codes of the blocks from kPart1Blocks on), part 1 its
 //   first kPart1Bytes (the codes of the first kPart1Blocks blocks). A group takes
 //   the blocks in that order, so part 0 of its next tile is on its way while it
 //   still works on part 1: with one slot per group, a whole-slot refill started
 //   only after a tile's last read, and the groups waited for the rows 32% of their
-//   time (bench/NOTES.md, "What bounds sm90-narrow-scores"). Measured: 1-1.6%
-//   on the longest walks, a tie elsewhere (NOTES, "the ring slot in two parts"):
+//   time (bench/HISTORY.md, "What bounds sm90-narrow-scores"). Measured: 1-1.6%
+//   on the longest walks, a tie elsewhere (HISTORY, "the ring slot in two parts"):
 //   the bound is the bytes in flight, which only more slots raise.
 // A-fragment layout: lane (g, q) of warp w holds rows (candidates) 16 w + g and
 // 16 w + g + 8, k-indices 2q, 2q + 1, 2q + 8, 2q + 9 of each k-step. The k order

@@ -178,7 +178,7 @@ constexpr u32 kFastMaxExponent = 254u - kFastFactorBias;  // 134: 2^7
 // kFolded: selects, not early returns, so a round's calls on the same scale word fold
 // into one (with branches ptxas kept one per NoPE load, twice the checks at V32's
 // layout). The wide sm90 producer keeps the branches: folded, its long walks ran 5-7%
-// slower with the same loads and stores, cause not found (bench/NOTES.md, "The
+// slower with the same loads and stores, cause not found (bench/HISTORY.md, "The
 // producers' round, counted again, and run").
 template <bool kFolded = true>
 __device__ __forceinline__ u32 fast_scale_bf16x2(u32 bits)

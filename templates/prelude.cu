@@ -138,7 +138,7 @@ __device__ __forceinline__ float warp_sum_xor(float v, int width, int from = 1)
 // kernel ends; where few SMs are idle they would pile onto those few and run there
 // (+5 us on 128-CTA grids at b 8), so the release then waits for the exits. The
 // combine keeps the default (releasing the next call at its start ran up to 1.3%
-// slower: bench/NOTES.md, "I, J, K and R timed").
+// slower: bench/HISTORY.md, "I, J, K and R timed").
 #if __CUDA_ARCH__ >= 900
 __device__ __forceinline__ void wait_for_prerequisite_grid()
 {

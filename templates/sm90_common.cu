@@ -459,7 +459,7 @@ __device__ __forceinline__ void store_round(const RoundDestOf<Flag>& to, int t, 
     }
     // The branch also pins the next round's loads: with the fast path alone (one
     // basic block), ptxas sank them below the buffer claim's barrier and the long
-    // walks ran 6-11% slower (bench/NOTES.md, "Code size, the exact path").
+    // walks ran 6-11% slower (bench/HISTORY.md, "Code size, the exact path").
     if (all_fast) {
 #pragma unroll
         for (int i = 0; i < kNopeLoads; i++) {

@@ -27,6 +27,7 @@ static int first_field;
 int main(void)
 {
     BEGIN(mlajit_model_desc);
+    FIELD(mlajit_model_desc, struct_size);
     FIELD(mlajit_model_desc, model); FIELD(mlajit_model_desc, name); FIELD(mlajit_model_desc, d_qk);
     FIELD(mlajit_model_desc, d_nope); FIELD(mlajit_model_desc, d_rope); FIELD(mlajit_model_desc, d_v);
     FIELD(mlajit_model_desc, quant_tile); FIELD(mlajit_model_desc, num_scales); FIELD(mlajit_model_desc, scale_format);
@@ -35,17 +36,20 @@ int main(void)
     END();
 
     BEGIN(mlajit_kernel_spec);
+    FIELD(mlajit_kernel_spec, struct_size);
     FIELD(mlajit_kernel_spec, model); FIELD(mlajit_kernel_spec, h_q); FIELD(mlajit_kernel_spec, page_size);
     FIELD(mlajit_kernel_spec, extra_page_size); FIELD(mlajit_kernel_spec, features); FIELD(mlajit_kernel_spec, tile);
     FIELD(mlajit_kernel_spec, heads_per_cta); FIELD(mlajit_kernel_spec, variant); FIELD(mlajit_kernel_spec, arch);
     END();
 
     BEGIN(mlajit_context_options);
+    FIELD(mlajit_context_options, struct_size);
     FIELD(mlajit_context_options, device); FIELD(mlajit_context_options, cache_dir);
     FIELD(mlajit_context_options, flags); FIELD(mlajit_context_options, packs);
     END();
 
     BEGIN(mlajit_context_info);
+    FIELD(mlajit_context_info, struct_size);
     FIELD(mlajit_context_info, has_device); FIELD(mlajit_context_info, device_name);
     FIELD(mlajit_context_info, device_arch); FIELD(mlajit_context_info, sm_count);
     FIELD(mlajit_context_info, driver_version); FIELD(mlajit_context_info, nvrtc_major);
@@ -60,6 +64,7 @@ int main(void)
     END();
 
     BEGIN(mlajit_kernel_report);
+    FIELD(mlajit_kernel_report, struct_size);
     FIELD(mlajit_kernel_report, spec); FIELD(mlajit_kernel_report, key); FIELD(mlajit_kernel_report, cache_hit);
     FIELD(mlajit_kernel_report, loaded); FIELD(mlajit_kernel_report, generate_ms);
     FIELD(mlajit_kernel_report, compile_ms); FIELD(mlajit_kernel_report, lookup_ms);
@@ -69,6 +74,7 @@ int main(void)
     END();
 
     BEGIN(mlajit_kernel_grid);
+    FIELD(mlajit_kernel_grid, struct_size);
     FIELD(mlajit_kernel_grid, models); FIELD(mlajit_kernel_grid, num_models); FIELD(mlajit_kernel_grid, head_counts);
     FIELD(mlajit_kernel_grid, num_head_counts); FIELD(mlajit_kernel_grid, page_sizes);
     FIELD(mlajit_kernel_grid, num_page_sizes); FIELD(mlajit_kernel_grid, extra_page_sizes);
@@ -77,6 +83,7 @@ int main(void)
     END();
 
     BEGIN(mlajit_warmup_report);
+    FIELD(mlajit_warmup_report, struct_size);
     FIELD(mlajit_warmup_report, kernels); FIELD(mlajit_warmup_report, from_memory);
     FIELD(mlajit_warmup_report, from_packs); FIELD(mlajit_warmup_report, from_disk);
     FIELD(mlajit_warmup_report, compiled); FIELD(mlajit_warmup_report, loaded); FIELD(mlajit_warmup_report, wall_ms);
@@ -84,12 +91,16 @@ int main(void)
     END();
 
     BEGIN(mlajit_decode_shape);
+    FIELD(mlajit_decode_shape, struct_size);
     FIELD(mlajit_decode_shape, batch); FIELD(mlajit_decode_shape, s_q); FIELD(mlajit_decode_shape, topk);
     FIELD(mlajit_decode_shape, extra_topk); FIELD(mlajit_decode_shape, num_splits);
     END();
 
     BEGIN(mlajit_plan_outline);
-    FIELD(mlajit_plan_outline, kernel); FIELD(mlajit_plan_outline, num_splits); FIELD(mlajit_plan_outline, head_groups);
+    FIELD(mlajit_plan_outline, struct_size);
+    FIELD(mlajit_plan_outline, kernel); FIELD(mlajit_plan_outline, variant); FIELD(mlajit_plan_outline, tile);
+    FIELD(mlajit_plan_outline, heads_per_cta); FIELD(mlajit_plan_outline, num_splits);
+    FIELD(mlajit_plan_outline, head_groups);
     FIELD(mlajit_plan_outline, rows); FIELD(mlajit_plan_outline, tiles_per_split);
     END();
 
@@ -98,6 +109,7 @@ int main(void)
     END();
 
     BEGIN(mlajit_decode_args);
+    FIELD(mlajit_decode_args, struct_size);
     FIELD(mlajit_decode_args, q); FIELD(mlajit_decode_args, q_stride_b); FIELD(mlajit_decode_args, q_stride_s);
     FIELD(mlajit_decode_args, q_stride_h); FIELD(mlajit_decode_args, kv); FIELD(mlajit_decode_args, indices);
     FIELD(mlajit_decode_args, indices_stride_b); FIELD(mlajit_decode_args, indices_stride_s);

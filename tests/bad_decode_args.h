@@ -33,7 +33,8 @@ static inline int bad_args_plan_inputs(int batch, int splits, mlajit_kernel_spec
     int rc = mlajit_spec_init(s, BAD_ARGS_MODEL, BAD_ARGS_HEADS, BAD_ARGS_PAGE);
     s->extra_page_size = BAD_ARGS_EXTRA_PAGE;
     s->features = MLAJIT_FEATURE_ALL;
-    *shape = (mlajit_decode_shape){.batch = batch, .s_q = BAD_ARGS_SQ, .topk = BAD_ARGS_TOPK,
+    *shape = (mlajit_decode_shape){.struct_size = sizeof *shape,
+                                   .batch = batch, .s_q = BAD_ARGS_SQ, .topk = BAD_ARGS_TOPK,
                                    .extra_topk = BAD_ARGS_EXTRA_TOPK, .num_splits = splits};
     return rc;
 }

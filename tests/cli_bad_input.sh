@@ -173,7 +173,7 @@ expect 0 "usage: mlajit compile" compile --model nope --help
 expect 0 "usage: mlajit run-case" run-case a b c --help
 expect 0 "usage: mlajit <command>" --help
 expect 0 "usage: mlajit <command>" -h
-expect 0 "mlajit 0." --version
+expect 0 "mlajit 1." --version
 if [ -e "$MLAJIT_CACHE_DIR" ]; then
   fail "a --help call touched the cache: $(ls -R "$MLAJIT_CACHE_DIR" | head -5 | tr '\n' ' ')"
 else

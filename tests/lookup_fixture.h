@@ -98,6 +98,7 @@ static int count_of(const char *text, const char *needle)
 static mlajit_context *context_on(const char *cache_dir, const char *packs, unsigned flags)
 {
     mlajit_context_options o = {
+        .struct_size = sizeof o,
         .cache_dir = cache_dir,
         .flags = MLAJIT_CONTEXT_NO_DEVICE | flags | (cache_dir ? 0u : MLAJIT_CONTEXT_NO_DISK_CACHE),
         .packs = packs ? packs : "",

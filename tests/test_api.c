@@ -35,7 +35,7 @@ static mlajit_context *ctx;
 static void setup(void)
 {
     const char *dir = shared_cache_dir();
-    mlajit_context_options o = {.cache_dir = dir, .flags = MLAJIT_CONTEXT_NO_DEVICE};
+    mlajit_context_options o = {.struct_size = sizeof o, .cache_dir = dir, .flags = MLAJIT_CONTEXT_NO_DEVICE};
     if (!dir)
         o.flags |= MLAJIT_CONTEXT_NO_DISK_CACHE;
     cr_assert_eq(mlajit_context_create(&o, &ctx), MLAJIT_OK, "%s", mlajit_last_error());
@@ -50,8 +50,8 @@ TestSuite(bad_input, .init = setup, .fini = teardown, .timeout = 300);
 
 static mlajit_plan *make_plan(int batch, int splits)
 {
-    mlajit_kernel_spec s;
-    mlajit_decode_shape shape;
+    mlajit_kernel_spec s = MLAJIT_KERNEL_SPEC_INIT;
+    mlajit_decode_shape shape = MLAJIT_DECODE_SHAPE_INIT;
     cr_assert_eq(bad_args_plan_inputs(batch, splits, &s, &shape), MLAJIT_OK);
     mlajit_plan *p = NULL;
     cr_assert_eq(mlajit_plan_create(ctx, &s, &shape, &p), MLAJIT_OK, "%s", mlajit_last_error());
@@ -62,6 +62,7 @@ static mlajit_plan *make_plan(int batch, int splits)
 static void valid_args(const mlajit_plan *p, mlajit_decode_args *a)
 {
     memset(a, 0, sizeof *a);
+    a->struct_size = sizeof *a;
     a->q = FAKE(0x100000);
     a->kv = (mlajit_cache_view){FAKE(0x200000), mlajit_min_page_stride(BAD_ARGS_MODEL, BAD_ARGS_PAGE), 10};
     a->indices = FAKE(0x300000);
@@ -81,7 +82,7 @@ Test(api, valid_arguments_pass_validation_and_then_need_a_device)
 {
     mlajit_plan *p = make_plan(BAD_ARGS_BATCH, BAD_ARGS_SPLITS);
     cr_assert_gt(mlajit_plan_workspace_size(p), 0u, "the table's plan splits, so it has a workspace row");
-    mlajit_decode_args a;
+    mlajit_decode_args a = MLAJIT_DECODE_ARGS_INIT;
     valid_args(p, &a);
     cr_expect_eq(mlajit_decode(p, &a, NULL), MLAJIT_ERR_NO_DEVICE, "%s", mlajit_last_error());
     cr_expect(strstr(mlajit_last_error(), "GPU") != NULL);
@@ -100,7 +101,7 @@ ParameterizedTest(size_t *row, bad_input, decode_argument)
 {
     const bad_decode_arg *bad = &bad_decode_args[*row];
     mlajit_plan *p = make_plan(BAD_ARGS_BATCH, BAD_ARGS_SPLITS);
-    mlajit_decode_args a;
+    mlajit_decode_args a = MLAJIT_DECODE_ARGS_INIT;
     valid_args(p, &a);
     bad->mutate(&a);
     int rc = mlajit_decode(p, &a, NULL);
@@ -125,14 +126,18 @@ ParameterizedTest(size_t *row, bad_input, decode_argument)
 #define INVALID MLAJIT_ERR_INVALID_ARGUMENT
 #define UNSUPPORTED MLAJIT_ERR_UNSUPPORTED
 /* A valid spec / shape with some fields overridden: SPEC(.h_q = 0). */
-#define SPEC(...) (&(mlajit_kernel_spec){.model = MLAJIT_MODEL_V32, .h_q = 16, .page_size = 64, __VA_ARGS__})
-#define SHAPE(...) (&(mlajit_decode_shape){.batch = 1, .s_q = 1, .topk = 64, __VA_ARGS__})
+#define SPEC(...)                                                                                              \
+    (&(mlajit_kernel_spec){.struct_size = sizeof(mlajit_kernel_spec), .model = MLAJIT_MODEL_V32, .h_q = 16,      \
+                           .page_size = 64, __VA_ARGS__})
+#define SHAPE(...)                                                                                             \
+    (&(mlajit_decode_shape){.struct_size = sizeof(mlajit_decode_shape), .batch = 1, .s_q = 1, .topk = 64,        \
+                            __VA_ARGS__})
 
-static mlajit_kernel_spec spec_out;
+static mlajit_kernel_spec spec_out = MLAJIT_KERNEL_SPEC_INIT;
 static mlajit_model model_out;
 static char text_out[256];
 static mlajit_context *context_out;
-static mlajit_context_info info_out;
+static mlajit_context_info info_out = MLAJIT_CONTEXT_INFO_INIT;
 static mlajit_plan *plan_out;
 
 /* mlajit_spec_init */
@@ -172,8 +177,9 @@ BAD(spec_string_null_spec, INVALID, "spec: NULL", mlajit_spec_string(NULL, text_
 BAD(spec_string_null_buf, INVALID, "buf: NULL", mlajit_spec_string(SPEC(.arch = "sm_90a"), NULL, 64))
 BAD(spec_string_short_buf, INVALID, "buf: 8 bytes is too short", mlajit_spec_string(SPEC(.arch = "sm_90a"), text_out, 8))
 BAD(spec_string_bad_spec, INVALID, "spec.h_q = 0", mlajit_spec_string(SPEC(.h_q = 0), text_out, sizeof text_out))
-BAD(spec_parse_null_string, INVALID, "spec string or out: NULL", mlajit_spec_parse(NULL, &spec_out))
-BAD(spec_parse_null_out, INVALID, "spec string or out: NULL", mlajit_spec_parse("v32.h16.p64.t64.hc16.portable.sm_90a", NULL))
+BAD(spec_parse_null_string, INVALID, "spec string: NULL", mlajit_spec_parse(NULL, &spec_out))
+BAD(spec_parse_null_out, INVALID, "out: NULL; pass a mlajit_kernel_spec",
+    mlajit_spec_parse("v32.h16.p64.t64.hc16.portable.sm_90a", NULL))
 BAD(spec_parse_truncated, INVALID, "is malformed", mlajit_spec_parse("v32.h16", &spec_out))
 BAD(spec_parse_unknown_feature, INVALID, "unknown feature 'q'",
     mlajit_spec_parse("v32.h16.p64.fq.t64.hc16.portable.sm_90a", &spec_out))
@@ -236,11 +242,13 @@ BAD(envelope_splits_65, INVALID, "shape.num_splits = 65", mlajit_envelope_check(
 /* mlajit_context_create / mlajit_context_get_info */
 BAD(context_null_out, INVALID, "out: NULL", mlajit_context_create(NULL, NULL))
 BAD(context_unknown_flags, INVALID, "options.flags = 0x80",
-    mlajit_context_create(&(mlajit_context_options){.flags = 0x80}, &context_out))
+    mlajit_context_create(&(mlajit_context_options){.struct_size = sizeof(mlajit_context_options), .flags = 0x80},
+                          &context_out))
 BAD(context_negative_device, INVALID, "options.device = -2",
-    mlajit_context_create(&(mlajit_context_options){.device = -2}, &context_out))
-BAD(context_info_null_ctx, INVALID, "ctx or info: NULL", mlajit_context_get_info(NULL, &info_out))
-BAD(context_info_null_info, INVALID, "ctx or info: NULL", mlajit_context_get_info(ctx, NULL))
+    mlajit_context_create(&(mlajit_context_options){.struct_size = sizeof(mlajit_context_options), .device = -2},
+                          &context_out))
+BAD(context_info_null_ctx, INVALID, "ctx: NULL", mlajit_context_get_info(NULL, &info_out))
+BAD(context_info_null_info, INVALID, "info: NULL; pass a mlajit_context_info", mlajit_context_get_info(ctx, NULL))
 
 /* mlajit_kernel_prepare */
 BAD(prepare_null_ctx, INVALID, "ctx or spec: NULL", mlajit_kernel_prepare(NULL, SPEC(), NULL))
@@ -280,8 +288,7 @@ BAD(plan_splits_65, INVALID, "shape.num_splits = 65", mlajit_plan_create(ctx, SP
 /* mlajit_decode's own pointers (its arguments' fields are the parameterized rows) */
 static int decode_null_plan(void)
 {
-    mlajit_decode_args a;
-    memset(&a, 0, sizeof a);
+    mlajit_decode_args a = MLAJIT_DECODE_ARGS_INIT;
     return mlajit_decode(NULL, &a, NULL);
 }
 static int decode_null_args(void)
@@ -324,9 +331,9 @@ static int reference_with(ref_mutation mutate)
                              .seqlen = 16, .with_sink = 1, .with_topk_length = 1, .seed = 1};
     mlajit_case c;
     cr_assert_eq(mlajit_case_synthesize(&p, &c), MLAJIT_OK, "%s", mlajit_last_error());
-    mlajit_kernel_spec spec;
-    mlajit_decode_shape shape;
-    mlajit_decode_args args;
+    mlajit_kernel_spec spec = MLAJIT_KERNEL_SPEC_INIT;
+    mlajit_decode_shape shape = MLAJIT_DECODE_SHAPE_INIT;
+    mlajit_decode_args args = MLAJIT_DECODE_ARGS_INIT;
     mlajit_case_spec(&c, &spec);
     mlajit_case_shape(&c, &shape);
     mlajit_case_host_args(&c, &args);
@@ -358,7 +365,7 @@ static void ref_sink(mlajit_kernel_spec *s, mlajit_decode_shape *sh, mlajit_deco
 static void ref_stride(mlajit_kernel_spec *s, mlajit_decode_shape *sh, mlajit_decode_args *a, double **o) { a->q_stride_b = -1; }
 static void ref_idx_stride(mlajit_kernel_spec *s, mlajit_decode_shape *sh, mlajit_decode_args *a, double **o) { a->indices_stride_s = -8; }
 
-static mlajit_decode_args args_out;
+static mlajit_decode_args args_out = MLAJIT_DECODE_ARGS_INIT;
 BAD(reference_null_spec, INVALID, "spec, shape and args must not be NULL",
     mlajit_reference_decode(NULL, SHAPE(), &args_out, NULL, NULL))
 BAD(reference_null_shape, INVALID, "spec, shape and args must not be NULL",
@@ -409,7 +416,7 @@ Test(api, lookups_of_unknown_values)
 Test(api, a_failed_create_leaves_no_handle)
 {
     mlajit_context *c2 = (mlajit_context *)1;
-    mlajit_context_options o = {.flags = 0x80};
+    mlajit_context_options o = {.struct_size = sizeof o, .flags = 0x80};
     cr_expect_eq(mlajit_context_create(&o, &c2), MLAJIT_ERR_INVALID_ARGUMENT);
     cr_expect_null(c2);
     mlajit_plan *p = (mlajit_plan *)1;
@@ -426,7 +433,7 @@ Test(api, workspace_too_small)
     cr_assert_eq(mlajit_plan_num_splits(p), 3);
     size_t ws = mlajit_plan_workspace_size(p);
     cr_assert_gt(ws, 0u);
-    mlajit_decode_args a;
+    mlajit_decode_args a = MLAJIT_DECODE_ARGS_INIT;
     valid_args(p, &a);
     a.workspace = FAKE(0x800000);
     a.workspace_size = ws - 1;
@@ -482,7 +489,7 @@ Test(api, accepted_out_strides_never_overlap_rows)
             seed = seed * 6364136223846793005ull + 1442695040888963407ull;
             stride[d] = (int64_t)((seed >> 33) % (2 * (uint64_t)h_q * s_q * row / 8) + 1) * 8;
         }
-        mlajit_decode_args a;
+        mlajit_decode_args a = MLAJIT_DECODE_ARGS_INIT;
         valid_args(p, &a);
         a.out_stride_b = stride[0];
         a.out_stride_s = stride[1];
@@ -509,7 +516,7 @@ Test(api, accepted_out_strides_never_overlap_rows)
             stride[orders[o][i]] = step;
             step *= size[orders[o][i]];
         }
-        mlajit_decode_args a;
+        mlajit_decode_args a = MLAJIT_DECODE_ARGS_INIT;
         valid_args(p, &a);
         a.out_stride_b = stride[0];
         a.out_stride_s = stride[1];
@@ -579,7 +586,7 @@ Test(api, planner_starts_the_next_grid_early_only_beside_idle_sms)
  * device's (a few MB at least on any GPU mlajit targets), 0 without one. */
 Test(api, context_info_reports_the_l2_plans_use)
 {
-    mlajit_context_info info;
+    mlajit_context_info info = MLAJIT_CONTEXT_INFO_INIT;
     cr_assert_eq(mlajit_context_get_info(ctx, &info), MLAJIT_OK);
     if (info.has_device)
         cr_expect_geq(info.l2_bytes, 1 << 20, "%s: %lld bytes of L2", info.device_name, (long long)info.l2_bytes);
@@ -590,7 +597,7 @@ Test(api, context_info_reports_the_l2_plans_use)
 /* A context without a device says why (this suite's are made without one). */
 Test(api, context_info_says_why_there_is_no_gpu)
 {
-    mlajit_context_info info;
+    mlajit_context_info info = MLAJIT_CONTEXT_INFO_INIT;
     cr_assert_eq(mlajit_context_get_info(ctx, &info), MLAJIT_OK);
     cr_expect_eq(info.has_device, 0);
     cr_expect(strstr(info.no_device_reason, "MLAJIT_CONTEXT_NO_DEVICE") != NULL, "'%s'", info.no_device_reason);
@@ -618,11 +625,12 @@ Test(api, planner_marks_prefetches_evict_last_when_the_rows_outgrow_l2)
         {MLAJIT_MODEL_V32, 128, 1, 1, 2048, 0, 0, "1.3 MB"},
     };
     for (size_t i = 0; i < sizeof rows / sizeof rows[0]; i++) {
-        mlajit_kernel_spec s;
+        mlajit_kernel_spec s = MLAJIT_KERNEL_SPEC_INIT;
         cr_assert_eq(mlajit_spec_init(&s, rows[i].model, rows[i].h_q, rows[i].model == MLAJIT_MODEL_DSV4 ? 256 : 64),
                      MLAJIT_OK);
         if (rows[i].extra_topk) s.extra_page_size = 64;
-        mlajit_decode_shape shape = {.batch = rows[i].batch, .s_q = rows[i].s_q, .topk = rows[i].topk,
+        mlajit_decode_shape shape = {.struct_size = sizeof shape,
+                                     .batch = rows[i].batch, .s_q = rows[i].s_q, .topk = rows[i].topk,
                                      .extra_topk = rows[i].extra_topk};
         mlajit_plan *p = NULL;
         cr_assert_eq(mlajit_plan_create(ctx, &s, &shape, &p), MLAJIT_OK, "%s", mlajit_last_error());
@@ -636,9 +644,9 @@ Test(api, planner_marks_prefetches_evict_last_when_the_rows_outgrow_l2)
  * round's worth, and nothing without a combine. */
 static int combine_smem_for(int topk, int splits)
 {
-    mlajit_kernel_spec s;
+    mlajit_kernel_spec s = MLAJIT_KERNEL_SPEC_INIT;
     cr_assert_eq(mlajit_spec_init(&s, MLAJIT_MODEL_V32, 8, 64), MLAJIT_OK);
-    mlajit_decode_shape shape = {.batch = 1, .s_q = 1, .topk = topk, .num_splits = splits};
+    mlajit_decode_shape shape = {.struct_size = sizeof shape, .batch = 1, .s_q = 1, .topk = topk, .num_splits = splits};
     mlajit_plan *p = NULL;
     cr_assert_eq(mlajit_plan_create(ctx, &s, &shape, &p), MLAJIT_OK, "%s", mlajit_last_error());
     cr_assert_eq(mlajit_plan_num_splits(p), splits);
@@ -663,9 +671,10 @@ Test(api, planner_sizes_the_combine_staging_to_one_round)
 static const char *plan_family(mlajit_context *c, mlajit_model model, int h_q, int batch, int topk, int splits,
                                char *buf, size_t len)
 {
-    mlajit_kernel_spec s;
+    mlajit_kernel_spec s = MLAJIT_KERNEL_SPEC_INIT;
     cr_assert_eq(mlajit_spec_init(&s, model, h_q, 64), MLAJIT_OK);
-    mlajit_decode_shape shape = {.batch = batch, .s_q = 1, .topk = topk, .num_splits = splits};
+    mlajit_decode_shape shape = {.struct_size = sizeof shape,
+                                 .batch = batch, .s_q = 1, .topk = topk, .num_splits = splits};
     mlajit_plan *p = NULL;
     if (mlajit_plan_create(c, &s, &shape, &p) != MLAJIT_OK) {
         snprintf(buf, len, "error: %s", mlajit_last_error());
@@ -779,55 +788,59 @@ Test(api, plan_describe_names_what_the_plan_launches)
 {
     for (size_t i = 0; i < sizeof auto_cases / sizeof auto_cases[0]; i++) {
         const plan_case *c = &auto_cases[i];
-        mlajit_kernel_spec s;
+        mlajit_kernel_spec s = MLAJIT_KERNEL_SPEC_INIT;
         cr_assert_eq(mlajit_spec_init(&s, c->model, c->h_q, 64), MLAJIT_OK);
-        mlajit_decode_shape shape = {.batch = c->batch, .s_q = 1, .topk = c->topk, .num_splits = c->splits};
+        mlajit_decode_shape shape = {.struct_size = sizeof shape,
+                                     .batch = c->batch, .s_q = 1, .topk = c->topk, .num_splits = c->splits};
         mlajit_plan *p = NULL;
         cr_assert_eq(mlajit_plan_create(ctx, &s, &shape, &p), MLAJIT_OK, "case %zu: %s", i, mlajit_last_error());
-        mlajit_plan_outline o;
+        mlajit_plan_outline o = MLAJIT_PLAN_OUTLINE_INIT;
         cr_assert_eq(mlajit_plan_describe(&s, &shape, 0, &o), MLAJIT_OK, "case %zu: %s", i, mlajit_last_error());
-        char name[128];
-        cr_assert_eq(mlajit_spec_string(&o.kernel, name, sizeof name), MLAJIT_OK);
-        cr_expect_str_eq(name, mlajit_plan_report(p)->spec, "case %zu (%s)", i, c->why);
+        cr_expect_str_eq(o.kernel, mlajit_plan_report(p)->spec, "case %zu (%s)", i, c->why);
+        mlajit_kernel_spec named = MLAJIT_KERNEL_SPEC_INIT;
+        cr_assert_eq(mlajit_spec_parse(o.kernel, &named), MLAJIT_OK, "%s", mlajit_last_error());
+        cr_expect(named.variant == o.variant && named.tile == o.tile && named.heads_per_cta == o.heads_per_cta,
+                  "case %zu: the outline's choices are its kernel's (%s)", i, o.kernel);
         cr_expect_eq(o.num_splits, mlajit_plan_num_splits(p), "case %zu (%s)", i, c->why);
         cr_expect_eq(o.rows, c->batch);
-        const int heads_per_cta = o.kernel.heads_per_cta;
+        const int heads_per_cta = o.heads_per_cta;
         cr_expect_eq(o.head_groups, (c->h_q + heads_per_cta - 1) / heads_per_cta, "case %zu", i);
         cr_expect_eq(o.tiles_per_split, ((c->topk + 63) / 64 + o.num_splits - 1) / o.num_splits, "case %zu", i);
         mlajit_plan_destroy(p);
     }
     /* V3.2 h64 b 1: 4 groups of 16 x 32 splits of one tile on 132 SMs; on 64 SMs
      * the groups of 32 would take all of them, so groups of 32 */
-    mlajit_kernel_spec s;
+    mlajit_kernel_spec s = MLAJIT_KERNEL_SPEC_INIT;
     cr_assert_eq(mlajit_spec_init(&s, MLAJIT_MODEL_V32, 64, 64), MLAJIT_OK);
-    mlajit_decode_shape one_row = {.batch = 1, .s_q = 1, .topk = 2048};
-    mlajit_plan_outline o;
+    mlajit_decode_shape one_row = {.struct_size = sizeof one_row, .batch = 1, .s_q = 1, .topk = 2048};
+    mlajit_plan_outline o = MLAJIT_PLAN_OUTLINE_INIT;
     cr_assert_eq(mlajit_plan_describe(&s, &one_row, 0, &o), MLAJIT_OK, "%s", mlajit_last_error());
-    cr_expect_eq(o.kernel.variant, MLAJIT_VARIANT_SM90_NARROW);
-    cr_expect_eq(o.kernel.heads_per_cta, 16);
+    cr_expect_eq(o.variant, MLAJIT_VARIANT_SM90_NARROW);
+    cr_expect_eq(o.heads_per_cta, 16);
     cr_expect_eq(o.head_groups, 4);
     cr_expect_eq(o.num_splits, 32);
     cr_expect_eq(o.tiles_per_split, 1);
     cr_assert_eq(mlajit_plan_describe(&s, &one_row, 64, &o), MLAJIT_OK, "%s", mlajit_last_error());
-    cr_expect_eq(o.kernel.heads_per_cta, 32, "64 SMs: 2 groups x 32 splits fill them");
+    cr_expect_eq(o.heads_per_cta, 32, "64 SMs: 2 groups x 32 splits fill them");
     /* a spec that fixes its kernel keeps it; another arch has no alternatives */
     s.variant = MLAJIT_VARIANT_SM90;
     cr_assert_eq(mlajit_plan_describe(&s, &one_row, 0, &o), MLAJIT_OK, "%s", mlajit_last_error());
-    cr_expect_eq(o.kernel.variant, MLAJIT_VARIANT_SM90);
+    cr_expect_eq(o.variant, MLAJIT_VARIANT_SM90);
     s.variant = MLAJIT_VARIANT_AUTO;
     strcpy(s.arch, "sm_80");
     cr_assert_eq(mlajit_plan_describe(&s, &one_row, 0, &o), MLAJIT_OK, "%s", mlajit_last_error());
-    cr_expect_eq(o.kernel.variant, MLAJIT_VARIANT_PORTABLE);
+    cr_expect_eq(o.variant, MLAJIT_VARIANT_PORTABLE);
 }
 
 /* Bad input to mlajit_plan_describe: a status naming the argument, *out untouched. */
 Test(bad_input, plan_describe)
 {
-    mlajit_kernel_spec s;
+    mlajit_kernel_spec s = MLAJIT_KERNEL_SPEC_INIT;
     cr_assert_eq(mlajit_spec_init(&s, MLAJIT_MODEL_V32, 16, 64), MLAJIT_OK);
-    mlajit_decode_shape shape = {.batch = 2, .s_q = 1, .topk = 512};
-    mlajit_plan_outline o, before;
+    mlajit_decode_shape shape = {.struct_size = sizeof shape, .batch = 2, .s_q = 1, .topk = 512};
+    mlajit_plan_outline o = MLAJIT_PLAN_OUTLINE_INIT, before = MLAJIT_PLAN_OUTLINE_INIT;
     memset(&o, 0x5a, sizeof o);
+    o.struct_size = sizeof o;
     before = o;
     cr_expect_eq(mlajit_plan_describe(NULL, &shape, 0, &o), MLAJIT_ERR_INVALID_ARGUMENT);
     cr_expect(strstr(mlajit_last_error(), "spec") != NULL, "%s", mlajit_last_error());
@@ -851,7 +864,7 @@ Test(api, auto_keeps_its_kernel_when_the_walks_one_cannot_be_had)
     char dir[64] = "/tmp/mlajit-walk-XXXXXX", b[256];
     cr_assert_not_null(mkdtemp(dir));
     mlajit_context *jit = NULL, *no_jit = NULL;
-    mlajit_context_options o = {.cache_dir = dir, .flags = MLAJIT_CONTEXT_NO_DEVICE};
+    mlajit_context_options o = {.struct_size = sizeof o, .cache_dir = dir, .flags = MLAJIT_CONTEXT_NO_DEVICE};
     cr_assert_eq(mlajit_context_create(&o, &jit), MLAJIT_OK, "%s", mlajit_last_error());
     o.flags |= MLAJIT_CONTEXT_NO_JIT;
     cr_assert_eq(mlajit_context_create(&o, &no_jit), MLAJIT_OK, "%s", mlajit_last_error());

@@ -156,11 +156,12 @@ static void kernel_lines(const char *out, char *buf, size_t len)
  * cache was: a compile, then a process's exit-time counters commit. */
 static void fill(const char *dir, const mlajit_kernel_spec *specs, int n)
 {
-    mlajit_context_options o = {.cache_dir = dir, .flags = MLAJIT_CONTEXT_NO_DEVICE, .packs = ""};
+    mlajit_context_options o = {.struct_size = sizeof o,
+                                .cache_dir = dir, .flags = MLAJIT_CONTEXT_NO_DEVICE, .packs = ""};
     mlajit_context *ctx;
     cr_assert_eq(mlajit_context_create(&o, &ctx), MLAJIT_OK, "%s", mlajit_last_error());
     for (int i = 0; i < n; i++) {
-        mlajit_kernel_report r;
+        mlajit_kernel_report r = MLAJIT_KERNEL_REPORT_INIT;
         cr_assert_eq(mlajit_kernel_prepare(ctx, &specs[i], &r), MLAJIT_OK, "%s", mlajit_last_error());
         cr_assert_eq(mlajit_kernel_prepare(ctx, &specs[i], &r), MLAJIT_OK); /* a memory hit: a count to flush */
     }
@@ -170,7 +171,7 @@ static void fill(const char *dir, const mlajit_kernel_spec *specs, int n)
 
 static mlajit_kernel_spec spec_of(mlajit_model model, int h_q)
 {
-    mlajit_kernel_spec s;
+    mlajit_kernel_spec s = MLAJIT_KERNEL_SPEC_INIT;
     cr_assert_eq(mlajit_spec_init(&s, model, h_q, 64), MLAJIT_OK);
     strcpy(s.arch, "sm_90a");
     return s;

@@ -238,8 +238,8 @@ Test(golden, every_case_loads, .timeout = 60)
         if (strstr(l.cases[k].name, "_len"))
             cr_expect_not_null(c.topk_length, "%s should have topk_length", l.cases[k].name);
 
-        mlajit_kernel_spec spec;
-        mlajit_decode_shape shape;
+        mlajit_kernel_spec spec = MLAJIT_KERNEL_SPEC_INIT;
+        mlajit_decode_shape shape = MLAJIT_DECODE_SHAPE_INIT;
         mlajit_case_spec(&c, &spec);
         mlajit_case_shape(&c, &shape);
         cr_expect_eq(spec.h_q, c.h_q);
@@ -816,7 +816,7 @@ Test(synth, case_without_options_round_trips)
     save_and_reload(&c, &back); /* no expected: saved as null */
     expect_cases_equal(&c, &back);
     cr_expect_null(back.expected_out);
-    mlajit_kernel_spec spec;
+    mlajit_kernel_spec spec = MLAJIT_KERNEL_SPEC_INIT;
     mlajit_case_spec(&c, &spec);
     cr_expect_eq(spec.features, 0u);
     cr_expect_eq(spec.extra_page_size, 0);

@@ -37,7 +37,7 @@ Test(models, descriptor_table_is_consistent)
 
 Test(spec, validation_names_the_field)
 {
-    mlajit_kernel_spec s;
+    mlajit_kernel_spec s = MLAJIT_KERNEL_SPEC_INIT;
     struct { int h, p; const char *word; } bad[] = {{0, 64, "h_q"}, {129, 64, "h_q"}, {16, 0, "page_size"},
                                                     {16, 1025, "page_size"}};
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
@@ -71,7 +71,9 @@ Test(spec, canonical_string_round_trips)
         for (int h = 1; h <= 128; h += 21)
             for (int ai = 0; ai < 5; ai++)
                 for (unsigned f = 0; f < 8; f++) {
-                    mlajit_kernel_spec s, back, r;
+                    mlajit_kernel_spec s = MLAJIT_KERNEL_SPEC_INIT;
+                    mlajit_kernel_spec back = MLAJIT_KERNEL_SPEC_INIT;
+                    mlajit_kernel_spec r = MLAJIT_KERNEL_SPEC_INIT;
                     cr_assert_eq(mlajit_spec_init(&s, models[mi], h, 1 + h * 7), MLAJIT_OK);
                     strcpy(s.arch, arches[ai]);
                     s.features = f;
@@ -94,7 +96,7 @@ Test(spec, canonical_string_round_trips)
                     count++;
                 }
     cr_expect_gt(count, 500);
-    mlajit_kernel_spec s;
+    mlajit_kernel_spec s = MLAJIT_KERNEL_SPEC_INIT;
     mlajit_spec_init(&s, MLAJIT_MODEL_DSV4, 64, 256);
     s.extra_page_size = 64;
     s.features = MLAJIT_FEATURE_ALL;
@@ -113,7 +115,7 @@ Test(spec, canonical_string_round_trips)
     s.variant = MLAJIT_VARIANT_SM90;
     cr_assert_eq(mlajit_spec_string(&s, str, sizeof str), MLAJIT_OK);
     cr_expect_str_eq(str, "dsv4.h64.p256.e64.fslx.t64.hc64.sm90.sm_90a");
-    mlajit_kernel_spec back;
+    mlajit_kernel_spec back = MLAJIT_KERNEL_SPEC_INIT;
     cr_assert_eq(mlajit_spec_parse(str, &back), MLAJIT_OK, "%s", mlajit_last_error());
     cr_expect_eq(back.variant, MLAJIT_VARIANT_SM90);
     cr_expect_eq(mlajit_spec_string(&s, str, 10), MLAJIT_ERR_INVALID_ARGUMENT, "a short buffer is an error");
@@ -126,7 +128,7 @@ Test(spec, parse_rejects_garbage)
                          "v32.h1.p1.t64.hc16.fast.sm_90a", "v32.h1.p1.t64.hc16.portable.sm_90a.extra",
                          "v32.h-1.p1.t64.hc16.portable.sm_90a", "v32.h1.p99999999999.t64.hc16.portable.sm_90a"};
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
-        mlajit_kernel_spec s;
+        mlajit_kernel_spec s = MLAJIT_KERNEL_SPEC_INIT;
         cr_expect_eq(mlajit_spec_parse(bad[i], &s), MLAJIT_ERR_INVALID_ARGUMENT, "'%s' must be rejected", bad[i]);
         cr_expect_neq(mlajit_last_error()[0], '\0');
     }
@@ -147,7 +149,7 @@ Test(spec, parse_takes_short_forms)
         {"glm_nsa.h1.p1.any", "glm_nsa.h1.p1.t0.hc0.auto.any"},
     };
     for (size_t i = 0; i < sizeof pairs / sizeof pairs[0]; i++) {
-        mlajit_kernel_spec a, b;
+        mlajit_kernel_spec a = MLAJIT_KERNEL_SPEC_INIT, b = MLAJIT_KERNEL_SPEC_INIT;
         cr_assert_eq(mlajit_spec_parse(pairs[i].short_form, &a), MLAJIT_OK, "%s: %s", pairs[i].short_form,
                      mlajit_last_error());
         cr_assert_eq(mlajit_spec_parse(pairs[i].full, &b), MLAJIT_OK, "%s: %s", pairs[i].full, mlajit_last_error());
@@ -157,11 +159,11 @@ Test(spec, parse_takes_short_forms)
     const char *bad[] = {"v32.h16", "v32.p64.h16", "v32.h16.p64.sm_90a.portable", "v32.h16.p64.hc16.t64",
                          "v32.h16.p64.fast", "v32.h16.p64.t64.t64", "v32.h16.p64.sm_90a.any"};
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
-        mlajit_kernel_spec s;
+        mlajit_kernel_spec s = MLAJIT_KERNEL_SPEC_INIT;
         cr_expect_eq(mlajit_spec_parse(bad[i], &s), MLAJIT_ERR_INVALID_ARGUMENT, "'%s' must be rejected", bad[i]);
     }
     /* the fields alone parse without the envelope's check; the full parse checks it */
-    mlajit_kernel_spec s;
+    mlajit_kernel_spec s = MLAJIT_KERNEL_SPEC_INIT;
     cr_expect_eq(mlajit_spec_parse_fields("v32.h0.p64", &s), MLAJIT_OK, "%s", mlajit_last_error());
     cr_expect_eq(s.h_q, 0);
     cr_expect_eq(mlajit_spec_parse("v32.h0.p64", &s), MLAJIT_ERR_INVALID_ARGUMENT);
@@ -173,7 +175,7 @@ Test(spec, resolve_fits_shared_memory_of_each_arch)
     const char *arches[] = {"sm_80", "sm_86", "sm_87", "sm_89", "sm_90", "sm_90a", "sm_100a", "sm_120", "sm_120a"};
     for (size_t a = 0; a < sizeof arches / sizeof arches[0]; a++)
         for (int h = 1; h <= 128; h++) {
-            mlajit_kernel_spec s, r;
+            mlajit_kernel_spec s = MLAJIT_KERNEL_SPEC_INIT, r = MLAJIT_KERNEL_SPEC_INIT;
             mlajit_spec_init(&s, MLAJIT_MODEL_V32, h, 64);
             strcpy(s.arch, arches[a]);
             cr_assert_eq(mlajit_spec_resolve(&s, &r), MLAJIT_OK, "%s h%d: %s", arches[a], h, mlajit_last_error());
@@ -188,7 +190,7 @@ Test(spec, resolve_fits_shared_memory_of_each_arch)
                 cr_expect(r.heads_per_cta >= 16 && r.heads_per_cta % 16 == 0);
         }
     /* forcing a tile that does not fit is an error, not a silent change */
-    mlajit_kernel_spec s, r;
+    mlajit_kernel_spec s = MLAJIT_KERNEL_SPEC_INIT, r = MLAJIT_KERNEL_SPEC_INIT;
     mlajit_spec_init(&s, MLAJIT_MODEL_V32, 128, 64);
     strcpy(s.arch, "sm_86");
     s.tile = 64;
@@ -205,7 +207,7 @@ Test(generate, cluster_pairs_two_sm90_head_groups)
         {8, MLAJIT_VARIANT_SM90, 1},   {128, MLAJIT_VARIANT_PORTABLE, 1},
     };
     for (size_t i = 0; i < sizeof rows / sizeof rows[0]; i++) {
-        mlajit_kernel_spec s, r;
+        mlajit_kernel_spec s = MLAJIT_KERNEL_SPEC_INIT, r = MLAJIT_KERNEL_SPEC_INIT;
         mlajit_spec_init(&s, MLAJIT_MODEL_V32, rows[i].h_q, 64);
         strcpy(s.arch, "sm_90a");
         s.variant = rows[i].variant;
@@ -244,7 +246,7 @@ Test(generate, pv_in_flight_for_footer_scaled_pairs_only)
         {MLAJIT_MODEL_GLM_NSA, 128, MLAJIT_VARIANT_SM90, 0},
     };
     for (size_t i = 0; i < sizeof rows / sizeof rows[0]; i++) {
-        mlajit_kernel_spec s;
+        mlajit_kernel_spec s = MLAJIT_KERNEL_SPEC_INIT;
         mlajit_spec_init(&s, rows[i].model, rows[i].h_q, 64);
         strcpy(s.arch, "sm_90a");
         s.variant = rows[i].variant;
@@ -280,7 +282,7 @@ Test(generate, narrow_row_ring_where_the_rows_hold_their_scales)
         {MLAJIT_MODEL_DSV4, 8, narrow_long, 0, 2},
     };
     for (size_t i = 0; i < sizeof rows / sizeof rows[0]; i++) {
-        mlajit_kernel_spec s, r;
+        mlajit_kernel_spec s = MLAJIT_KERNEL_SPEC_INIT, r = MLAJIT_KERNEL_SPEC_INIT;
         mlajit_spec_init(&s, rows[i].model, rows[i].h_q, 64);
         strcpy(s.arch, "sm_90a");
         s.variant = rows[i].variant;
@@ -335,7 +337,7 @@ Test(generate, narrow_row_ring_where_the_rows_hold_their_scales)
  * only (wgmma). */
 Test(generate, narrow_scores_where_its_layout_fits)
 {
-    mlajit_kernel_spec s, r;
+    mlajit_kernel_spec s = MLAJIT_KERNEL_SPEC_INIT, r = MLAJIT_KERNEL_SPEC_INIT;
     mlajit_kernel_layout l;
     cr_assert_eq(mlajit_spec_init(&s, MLAJIT_MODEL_V32, 8, 64), MLAJIT_OK);
     s.variant = MLAJIT_VARIANT_SM90_NARROW_SCORES;
@@ -368,7 +370,7 @@ Test(generate, narrow_scores_where_its_layout_fits)
 
 Test(spec, narrow_head_groups_resolve_up_to_the_heads)
 {
-    mlajit_kernel_spec s, r;
+    mlajit_kernel_spec s = MLAJIT_KERNEL_SPEC_INIT, r = MLAJIT_KERNEL_SPEC_INIT;
     cr_assert_eq(mlajit_spec_init(&s, MLAJIT_MODEL_V32, 20, 64), MLAJIT_OK);
     strcpy(s.arch, "sm_90a");
     s.variant = MLAJIT_VARIANT_SM90_NARROW;
@@ -437,7 +439,7 @@ Test(generate, kernels_are_dependent_launches_from_sm_90)
         {"sm_80", MLAJIT_VARIANT_PORTABLE, 0}, {"sm_89", MLAJIT_VARIANT_PORTABLE, 0},
     };
     for (size_t i = 0; i < sizeof rows / sizeof rows[0]; i++) {
-        mlajit_kernel_spec s, r;
+        mlajit_kernel_spec s = MLAJIT_KERNEL_SPEC_INIT, r = MLAJIT_KERNEL_SPEC_INIT;
         mlajit_spec_init(&s, MLAJIT_MODEL_V32, 16, 64);
         strcpy(s.arch, rows[i].arch);
         s.variant = rows[i].variant;
@@ -469,7 +471,7 @@ Test(generate, main_kernel_waits_for_the_previous_grid_first)
         {MLAJIT_VARIANT_SM90_NARROW_LONG, 8},
     };
     for (size_t i = 0; i < sizeof rows / sizeof rows[0]; i++) {
-        mlajit_kernel_spec s;
+        mlajit_kernel_spec s = MLAJIT_KERNEL_SPEC_INIT;
         mlajit_spec_init(&s, MLAJIT_MODEL_V32, rows[i].h_q, 64);
         strcpy(s.arch, "sm_90a");
         s.variant = rows[i].variant;
@@ -493,7 +495,7 @@ Test(generate, main_kernel_waits_for_the_previous_grid_first)
 
 Test(generate, source_carries_the_config_block)
 {
-    mlajit_kernel_spec s;
+    mlajit_kernel_spec s = MLAJIT_KERNEL_SPEC_INIT;
     mlajit_spec_init(&s, MLAJIT_MODEL_DSV4, 48, 61);
     s.extra_page_size = 2;
     s.features = MLAJIT_FEATURE_SINK | MLAJIT_FEATURE_EXTRA_TOPK_LENGTH;
@@ -521,7 +523,7 @@ Test(generate, source_carries_the_config_block)
  * the host struct's (what NVRTC then enforces: test_nvrtc's params suite). */
 Test(generate, parameter_block_is_emitted_from_the_one_list)
 {
-    mlajit_kernel_spec s;
+    mlajit_kernel_spec s = MLAJIT_KERNEL_SPEC_INIT;
     mlajit_spec_init(&s, MLAJIT_MODEL_V32, 16, 64);
     strcpy(s.arch, "sm_80");
     char *src = NULL;
@@ -556,7 +558,7 @@ Test(generate, parameter_block_is_emitted_from_the_one_list)
 
 Test(generate, equal_specs_equal_source_and_different_specs_differ)
 {
-    mlajit_kernel_spec a, b;
+    mlajit_kernel_spec a = MLAJIT_KERNEL_SPEC_INIT, b = MLAJIT_KERNEL_SPEC_INIT;
     mlajit_spec_init(&a, MLAJIT_MODEL_V32, 16, 64);
     strcpy(a.arch, "sm_90a");
     b = a;
@@ -574,7 +576,7 @@ Test(generate, equal_specs_equal_source_and_different_specs_differ)
 
 Test(generate, needs_an_arch)
 {
-    mlajit_kernel_spec s;
+    mlajit_kernel_spec s = MLAJIT_KERNEL_SPEC_INIT;
     mlajit_spec_init(&s, MLAJIT_MODEL_V32, 16, 64);
     char *src = (char *)1;
     cr_expect_eq(mlajit_generate_source(&s, &src), MLAJIT_ERR_INVALID_ARGUMENT);
@@ -592,7 +594,7 @@ Test(generate, needs_an_arch)
  * wide kernels' own. */
 Test(codegen, walk_alternatives_list_each_one_the_spec_has)
 {
-    mlajit_kernel_spec s, alts[MLAJIT_WALK_ALTERNATIVES];
+    mlajit_kernel_spec s = MLAJIT_KERNEL_SPEC_INIT, alts[MLAJIT_WALK_ALTERNATIVES];
     cr_assert_eq(mlajit_spec_init(&s, MLAJIT_MODEL_V32, 16, 64), MLAJIT_OK);
     const struct { int h_q, group; } splits[] = {{17, 16}, {24, 16}, {25, 16}, {32, 16}};
     for (int i = 0; i < 4; i++) {
@@ -673,7 +675,7 @@ Test(codegen, walk_alternatives_list_each_one_the_spec_has)
  * no pair resolves to sm90, so one kernel keeps one name. */
 Test(codegen, one_tile_alternative_is_sm90_without_the_pair)
 {
-    mlajit_kernel_spec s, alt, r;
+    mlajit_kernel_spec s = MLAJIT_KERNEL_SPEC_INIT, alt = MLAJIT_KERNEL_SPEC_INIT, r = MLAJIT_KERNEL_SPEC_INIT;
     cr_assert_eq(mlajit_spec_init(&s, MLAJIT_MODEL_V32, 128, 64), MLAJIT_OK);
     cr_expect_eq(mlajit_spec_one_tile_alternative(&s, "sm_90a", &alt), 1);
     cr_expect_eq(alt.variant, MLAJIT_VARIANT_SM90_UNPAIRED);
@@ -686,7 +688,7 @@ Test(codegen, one_tile_alternative_is_sm90_without_the_pair)
     char name[128];
     cr_assert_eq(mlajit_spec_string(&r, name, sizeof name), MLAJIT_OK);
     cr_expect_str_eq(name, "v32.h128.p64.t64.hc64.sm90-unpaired.sm_90a");
-    mlajit_kernel_spec back;
+    mlajit_kernel_spec back = MLAJIT_KERNEL_SPEC_INIT;
     cr_assert_eq(mlajit_spec_parse(name, &back), MLAJIT_OK);
     cr_expect_eq(back.variant, MLAJIT_VARIANT_SM90_UNPAIRED);
     char *src = NULL;
@@ -714,7 +716,7 @@ Test(codegen, one_tile_alternative_is_sm90_without_the_pair)
     s.arch[0] = '\0';
     cr_expect_eq(mlajit_spec_one_tile_alternative(&s, "sm_80", &alt), 0, "wgmma: sm_90a only");
     cr_expect_eq(mlajit_spec_one_tile_alternative(NULL, "sm_90a", &alt), 0);
-    mlajit_kernel_spec glm;
+    mlajit_kernel_spec glm = MLAJIT_KERNEL_SPEC_INIT;
     cr_assert_eq(mlajit_spec_init(&glm, MLAJIT_MODEL_GLM_NSA, 128, 64), MLAJIT_OK);
     cr_expect_eq(mlajit_spec_one_tile_alternative(&glm, "sm_90a", &alt), 1);
     /* the portable variant cannot be named unpaired: sm_80 refuses it as it refuses sm90 */
@@ -727,7 +729,7 @@ Test(codegen, one_tile_alternative_is_sm90_without_the_pair)
 
 Test(codegen, short_walk_alternative_is_sm90_staged_on_sm90a_auto_specs)
 {
-    mlajit_kernel_spec s, alt, r;
+    mlajit_kernel_spec s = MLAJIT_KERNEL_SPEC_INIT, alt = MLAJIT_KERNEL_SPEC_INIT, r = MLAJIT_KERNEL_SPEC_INIT;
     cr_assert_eq(mlajit_spec_init(&s, MLAJIT_MODEL_DSV4, 128, 256), MLAJIT_OK);
     cr_expect_eq(mlajit_spec_short_walk_alternative(&s, "sm_90a", &alt), 1);
     cr_expect_eq(alt.variant, MLAJIT_VARIANT_SM90_STAGED);
@@ -745,19 +747,19 @@ Test(codegen, short_walk_alternative_is_sm90_staged_on_sm90a_auto_specs)
     s.tile = 64;
     cr_expect_eq(mlajit_spec_short_walk_alternative(&s, "sm_90a", &alt), 0, "a chosen tile stays");
     cr_expect_eq(mlajit_spec_short_walk_alternative(NULL, "sm_90a", &alt), 0);
-    mlajit_kernel_spec h32;
+    mlajit_kernel_spec h32 = MLAJIT_KERNEL_SPEC_INIT;
     cr_assert_eq(mlajit_spec_init(&h32, MLAJIT_MODEL_V32, 32, 64), MLAJIT_OK);
     cr_expect_eq(mlajit_spec_short_walk_alternative(&h32, "sm_90a", &alt), 0, "32 heads: tied or lost");
     h32.h_q = 33;
     cr_expect_eq(mlajit_spec_short_walk_alternative(&h32, "sm_90a", &alt), 1);
-    mlajit_kernel_spec glm;
+    mlajit_kernel_spec glm = MLAJIT_KERNEL_SPEC_INIT;
     cr_assert_eq(mlajit_spec_init(&glm, MLAJIT_MODEL_GLM_NSA, 64, 64), MLAJIT_OK);
     cr_expect_eq(mlajit_spec_short_walk_alternative(&glm, "sm_90a", &alt), 0, "arbitrary scales: refused (spills)");
     /* its name round-trips, and it is sm90's generated kernel with the staged epilogue */
     char name[128];
     cr_assert_eq(mlajit_spec_string(&r, name, sizeof name), MLAJIT_OK);
     cr_expect_str_eq(name, "dsv4.h128.p256.t64.hc64.sm90-staged.sm_90a");
-    mlajit_kernel_spec back;
+    mlajit_kernel_spec back = MLAJIT_KERNEL_SPEC_INIT;
     cr_assert_eq(mlajit_spec_parse(name, &back), MLAJIT_OK);
     cr_expect_eq(back.variant, MLAJIT_VARIANT_SM90_STAGED);
     char *src = NULL;
@@ -773,7 +775,7 @@ Test(codegen, short_walk_alternative_is_sm90_staged_on_sm90a_auto_specs)
 /* The sliced family: tile 32, 16 or 32 heads per CTA, eight warps; V3.2's layout only. */
 Test(codegen, sliced_family_resolves_and_refuses_other_layouts)
 {
-    mlajit_kernel_spec s, r;
+    mlajit_kernel_spec s = MLAJIT_KERNEL_SPEC_INIT, r = MLAJIT_KERNEL_SPEC_INIT;
     cr_assert_eq(mlajit_spec_init(&s, MLAJIT_MODEL_V32, 24, 64), MLAJIT_OK);
     s.variant = MLAJIT_VARIANT_SLICED;
     strcpy(s.arch, "sm_80");
@@ -783,7 +785,7 @@ Test(codegen, sliced_family_resolves_and_refuses_other_layouts)
     char name[128];
     cr_assert_eq(mlajit_spec_string(&s, name, sizeof name), MLAJIT_OK);
     cr_expect_str_eq(name, "v32.h24.p64.t32.hc32.sliced.sm_80");
-    mlajit_kernel_spec back;
+    mlajit_kernel_spec back = MLAJIT_KERNEL_SPEC_INIT;
     cr_assert_eq(mlajit_spec_parse(name, &back), MLAJIT_OK, "%s", mlajit_last_error());
     cr_expect_eq(back.variant, MLAJIT_VARIANT_SLICED);
     mlajit_kernel_layout layout;

@@ -99,7 +99,8 @@ Test(log, a_context_warning_reaches_the_handler)
 {
     log_record r = {0};
     mlajit_set_log_handler(record_line, &r);
-    mlajit_context_options o = {.cache_dir = "/proc/mlajit-cannot-make-this", .flags = MLAJIT_CONTEXT_NO_DEVICE,
+    mlajit_context_options o = {.struct_size = sizeof o,
+                                .cache_dir = "/proc/mlajit-cannot-make-this", .flags = MLAJIT_CONTEXT_NO_DEVICE,
                                 .packs = ""};
     mlajit_context *ctx = NULL;
     cr_assert_eq(mlajit_context_create(&o, &ctx), MLAJIT_OK, "%s", mlajit_last_error());

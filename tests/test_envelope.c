@@ -15,7 +15,8 @@ static mlajit_context *ctx;
 
 static void setup(void)
 {
-    mlajit_context_options o = {.flags = MLAJIT_CONTEXT_NO_DEVICE | MLAJIT_CONTEXT_NO_DISK_CACHE};
+    mlajit_context_options o = {.struct_size = sizeof o,
+                                .flags = MLAJIT_CONTEXT_NO_DEVICE | MLAJIT_CONTEXT_NO_DISK_CACHE};
     cr_assert_eq(mlajit_context_create(&o, &ctx), MLAJIT_OK, "%s", mlajit_last_error());
 }
 
@@ -67,7 +68,7 @@ Test(envelope, agrees_with_prepare_on_every_variant)
         for (int m = 0; m < 3; m++)
             for (int t = 0; t < 3; t++)
                 for (int h = 0; h < 3; h++) {
-                    mlajit_kernel_spec s, r;
+                    mlajit_kernel_spec s = MLAJIT_KERNEL_SPEC_INIT, r = MLAJIT_KERNEL_SPEC_INIT;
                     cr_assert_eq(mlajit_spec_init(&s, models[m], 128, 64), MLAJIT_OK);
                     s.tile = tiles[t];
                     s.heads_per_cta = hcs[h];
@@ -93,7 +94,7 @@ Test(envelope, agrees_with_prepare_on_every_variant)
 
 Test(envelope, empty_arch_is_the_default_target)
 {
-    mlajit_kernel_spec s;
+    mlajit_kernel_spec s = MLAJIT_KERNEL_SPEC_INIT;
     mlajit_spec_init(&s, MLAJIT_MODEL_V32, 128, 64);
     s.tile = 64;
     s.heads_per_cta = 32;
@@ -108,7 +109,7 @@ Test(envelope, empty_arch_is_the_default_target)
 /* The planner and the query check a geometry with the same rules. */
 Test(envelope, shapes_agree_with_the_planner)
 {
-    mlajit_kernel_spec s;
+    mlajit_kernel_spec s = MLAJIT_KERNEL_SPEC_INIT;
     mlajit_spec_init(&s, MLAJIT_MODEL_DSV4, 8, 64);
     s.extra_page_size = 3;
     strcpy(s.arch, "sm_90a");
@@ -136,11 +137,13 @@ Test(envelope, shapes_agree_with_the_planner)
         {{.batch = 1, .s_q = 1, .topk = 64, .extra_topk = 1, .num_splits = 65}, "shape.num_splits"},
     };
     for (size_t i = 0; i < sizeof rows / sizeof rows[0]; i++) {
-        int env = mlajit_envelope_check(&s, &rows[i].shape);
+        mlajit_decode_shape shape = rows[i].shape;
+        shape.struct_size = sizeof shape;
+        int env = mlajit_envelope_check(&s, &shape);
         char reason[1024];
         snprintf(reason, sizeof reason, "%s", mlajit_last_error());
         mlajit_plan *p = NULL;
-        int plan = mlajit_plan_create(ctx, &s, &rows[i].shape, &p);
+        int plan = mlajit_plan_create(ctx, &s, &shape, &p);
         mlajit_plan_destroy(p);
         cr_expect_eq(env, plan, "row %zu: query %d, planner %d (%s)", i, env, plan, mlajit_last_error());
         if (rows[i].word) {
@@ -152,8 +155,8 @@ Test(envelope, shapes_agree_with_the_planner)
     }
     /* without an extra cache, extra_topk must be 0 */
     s.extra_page_size = 0;
-    mlajit_decode_shape shape = {.batch = 1, .s_q = 1, .topk = 64, .extra_topk = 2};
-    cr_expect_eq(mlajit_envelope_check(&s, &shape), MLAJIT_ERR_INVALID_ARGUMENT);
+    mlajit_decode_shape no_extra = {.struct_size = sizeof no_extra, .batch = 1, .s_q = 1, .topk = 64, .extra_topk = 2};
+    cr_expect_eq(mlajit_envelope_check(&s, &no_extra), MLAJIT_ERR_INVALID_ARGUMENT);
     cr_expect(strstr(mlajit_last_error(), "extra_topk") != NULL);
 }
 

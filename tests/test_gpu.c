@@ -21,9 +21,9 @@ static void setup(void)
 {
     snprintf(cache_dir, sizeof cache_dir, "/tmp/mlajit-gpu-XXXXXX");
     cr_assert_not_null(mkdtemp(cache_dir));
-    mlajit_context_options o = {.cache_dir = cache_dir};
+    mlajit_context_options o = {.struct_size = sizeof o, .cache_dir = cache_dir};
     cr_assert_eq(mlajit_context_create(&o, &ctx), MLAJIT_OK, "%s", mlajit_last_error());
-    mlajit_context_info info;
+    mlajit_context_info info = MLAJIT_CONTEXT_INFO_INIT;
     mlajit_context_get_info(ctx, &info);
     if (!info.has_device) {
         teardown(); /* a skipped test's fini does not run */
@@ -283,8 +283,8 @@ Test(gpu, bad_arguments_leave_out_untouched)
     };
     mlajit_case c;
     cr_assert_eq(mlajit_case_synthesize(&p, &c), MLAJIT_OK, "%s", mlajit_last_error());
-    mlajit_kernel_spec spec;
-    mlajit_decode_shape shape;
+    mlajit_kernel_spec spec = MLAJIT_KERNEL_SPEC_INIT;
+    mlajit_decode_shape shape = MLAJIT_DECODE_SHAPE_INIT;
     mlajit_case_spec(&c, &spec);
     mlajit_case_shape(&c, &shape);
     shape.num_splits = BAD_ARGS_SPLITS;
@@ -424,7 +424,7 @@ Test(gpu, dequant_every_code_and_scale)
  * the shape sweep, and the exhaustive dequantization. sm_90a devices only. */
 static void require_sm90a(void)
 {
-    mlajit_context_info info;
+    mlajit_context_info info = MLAJIT_CONTEXT_INFO_INIT;
     mlajit_context_get_info(ctx, &info);
     if (strcmp(info.device_arch, "sm_90a") != 0) {
         teardown();

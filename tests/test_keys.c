@@ -31,7 +31,7 @@ static int keys_equal(mlajit_cache_key a, mlajit_cache_key b) { return a.hi == b
 
 static mlajit_kernel_spec parsed(const char *spec_string)
 {
-    mlajit_kernel_spec s;
+    mlajit_kernel_spec s = MLAJIT_KERNEL_SPEC_INIT;
     cr_assert_eq(mlajit_spec_parse(spec_string, &s), MLAJIT_OK, "%s: %s", spec_string, mlajit_last_error());
     cr_assert_eq(mlajit_spec_validate(&s), MLAJIT_OK, "%s: %s", spec_string, mlajit_last_error());
     return s;
@@ -86,9 +86,10 @@ Test(key, changes_if_and_only_if_the_generated_source_changes)
     mlajit_kernel_spec resolved[N];
     int n = 0, families_seen[16] = {0};
     for (int i = 0; i < N; i++) {
-        mlajit_kernel_spec s;
+        mlajit_kernel_spec s = MLAJIT_KERNEL_SPEC_INIT;
         cr_assert_eq(mlajit_spec_parse(family_specs[i], &s), MLAJIT_OK, "%s: %s", family_specs[i],
                      mlajit_last_error());
+        resolved[n] = (mlajit_kernel_spec)MLAJIT_KERNEL_SPEC_INIT;
         if (mlajit_spec_resolve(&s, &resolved[n]) != MLAJIT_OK) {
             cr_expect(strstr(family_specs[i], ".sm_90") && !strstr(family_specs[i], ".sm_90a"),
                       "%s: only the sm_90 row is refused: %s", family_specs[i], mlajit_last_error());
@@ -190,7 +191,7 @@ TestSuite(stale, .init = make_root, .fini = remove_root);
 
 static mlajit_cache_key key_of(mlajit_context *ctx, const char *spec_string)
 {
-    mlajit_kernel_spec s = parsed(spec_string), r;
+    mlajit_kernel_spec s = parsed(spec_string), r = MLAJIT_KERNEL_SPEC_INIT;
     cr_assert_eq(mlajit_spec_resolve(&s, &r), MLAJIT_OK, "%s", mlajit_last_error());
     mlajit_cache_key key;
     char again[128];
@@ -201,7 +202,7 @@ static mlajit_cache_key key_of(mlajit_context *ctx, const char *spec_string)
 
 static mlajit_launch_record expected_launch(const char *spec_string)
 {
-    mlajit_kernel_spec s = parsed(spec_string), r;
+    mlajit_kernel_spec s = parsed(spec_string), r = MLAJIT_KERNEL_SPEC_INIT;
     cr_assert_eq(mlajit_spec_resolve(&s, &r), MLAJIT_OK);
     mlajit_launch_record want;
     cr_assert_eq(mlajit_spec_launch_record(&r, &want), MLAJIT_OK, "%s", mlajit_last_error());
@@ -262,7 +263,7 @@ static void expect_repaired(const char *dir, const mlajit_cache_key *key, size_t
     mlajit_store_close(st);
     /* and a fresh context (a fresh process) takes it from the disk without a word */
     mlajit_context *ctx;
-    mlajit_kernel_report r;
+    mlajit_kernel_report r = MLAJIT_KERNEL_REPORT_INIT;
     const char *err;
     int rc = prepare_captured(&ctx, dir, "", MLAJIT_CONTEXT_NO_JIT, &r, &err);
     cr_expect_eq(rc, MLAJIT_OK, "%s", mlajit_last_error());
@@ -286,7 +287,7 @@ Test(stale, an_entry_with_an_older_launch_record_is_refused_and_recompiled, .tim
     mlajit_cache_entry_clear(&old);
 
     mlajit_context *ctx;
-    mlajit_kernel_report r;
+    mlajit_kernel_report r = MLAJIT_KERNEL_REPORT_INIT;
     const char *err;
     int rc = prepare_captured(&ctx, dir, "", 0, &r, &err);
     cr_assert_eq(rc, MLAJIT_OK, "%s", mlajit_last_error());
@@ -297,7 +298,7 @@ Test(stale, an_entry_with_an_older_launch_record_is_refused_and_recompiled, .tim
     cr_expect(strstr(err, "is stale") && strstr(err, threads) && strstr(err, "dynamic shared memory") &&
                   strstr(err, "recompiling"),
               "the warning names the entry, each difference and what happens: %s", err);
-    mlajit_context_info info;
+    mlajit_context_info info = MLAJIT_CONTEXT_INFO_INIT;
     mlajit_context_get_info(ctx, &info);
     cr_expect_eq(info.stale, 1);
     cr_expect_eq(info.corrupt, 0, "stale is not damage");
@@ -309,7 +310,7 @@ Test(stale, an_entry_with_an_older_launch_record_is_refused_and_recompiled, .tim
 /* Each field of the record, and the entry names, are checked on their own. */
 Test(stale, every_field_of_the_launch_record_is_checked)
 {
-    mlajit_kernel_spec s = parsed("v32.h128.p64.t64.hc64.sm90.sm_90a"), r;
+    mlajit_kernel_spec s = parsed("v32.h128.p64.t64.hc64.sm90.sm_90a"), r = MLAJIT_KERNEL_SPEC_INIT;
     cr_assert_eq(mlajit_spec_resolve(&s, &r), MLAJIT_OK);
     mlajit_kernel_layout layout;
     cr_assert_eq(mlajit_codegen_layout(&r, &layout), MLAJIT_OK);
@@ -424,14 +425,14 @@ Test(stale, an_entry_of_the_older_format_is_stale_not_damage, .timeout = 120)
     cr_expect_eq(rc, MLAJIT_ERR_NOT_FOUND, "never launched: a miss");
     cr_expect_eq(count_of(err, "warning:"), 1, "%s", err);
     cr_expect(strstr(err, "is stale") && strstr(err, "format version 1"), "%s", err);
-    mlajit_context_info info;
+    mlajit_context_info info = MLAJIT_CONTEXT_INFO_INIT;
     mlajit_context_get_info(ctx, &info);
     cr_expect(info.stale == 1 && info.corrupt == 0, "stale %lld, corrupt %lld", (long long)info.stale,
               (long long)info.corrupt);
     mlajit_context_destroy(ctx);
 
     /* with JIT: recompiled over it */
-    mlajit_kernel_report r;
+    mlajit_kernel_report r = MLAJIT_KERNEL_REPORT_INIT;
     rc = prepare_captured(&ctx, dir, "", 0, &r, &err);
     cr_assert_eq(rc, MLAJIT_OK, "%s", mlajit_last_error());
     cr_expect_eq(r.source, MLAJIT_SOURCE_COMPILED);
@@ -465,7 +466,7 @@ Test(stale, in_a_pack_a_stale_entry_falls_through_and_an_older_pack_is_skipped)
     mlajit_cache_entry_clear(&good);
 
     mlajit_context *ctx;
-    mlajit_kernel_report r;
+    mlajit_kernel_report r = MLAJIT_KERNEL_REPORT_INIT;
     const char *err;
     int rc = prepare_captured(&ctx, dir, pack, MLAJIT_CONTEXT_NO_JIT, &r, &err);
     cr_assert_eq(rc, MLAJIT_OK, "%s", mlajit_last_error());
@@ -473,7 +474,7 @@ Test(stale, in_a_pack_a_stale_entry_falls_through_and_an_older_pack_is_skipped)
     cr_expect_eq(r.cubin_bytes, 5000u);
     cr_expect_eq(count_of(err, "warning:"), 1, "%s", err);
     cr_expect(strstr(err, "stale.pack") && strstr(err, "is stale") && strstr(err, "threads"), "%s", err);
-    mlajit_context_info info;
+    mlajit_context_info info = MLAJIT_CONTEXT_INFO_INIT;
     mlajit_context_get_info(ctx, &info);
     cr_expect(info.stale == 1 && info.corrupt == 0 && info.pack_hits == 0 && info.disk_hits == 1, "%lld %lld",
               (long long)info.stale, (long long)info.corrupt);

@@ -22,7 +22,7 @@
 static void compile_variant_ok(mlajit_model model, int h, int page, int extra_page, unsigned features,
                                const char *arch, mlajit_variant variant)
 {
-    mlajit_kernel_spec s;
+    mlajit_kernel_spec s = MLAJIT_KERNEL_SPEC_INIT;
     cr_assert_eq(mlajit_spec_init(&s, model, h, page), MLAJIT_OK);
     s.extra_page_size = extra_page;
     s.features = features;
@@ -30,7 +30,7 @@ static void compile_variant_ok(mlajit_model model, int h, int page, int extra_pa
     strcpy(s.arch, arch);
     char name[128];
     cr_assert_eq(mlajit_spec_string(&s, name, sizeof name), MLAJIT_OK, "%s", mlajit_last_error());
-    mlajit_kernel_spec r;
+    mlajit_kernel_spec r = MLAJIT_KERNEL_SPEC_INIT;
     cr_assert_eq(mlajit_spec_resolve(&s, &r), MLAJIT_OK, "%s", mlajit_last_error());
     char *src;
     cr_assert_eq(mlajit_generate_source(&s, &src), MLAJIT_OK, "%s", mlajit_last_error());
@@ -75,7 +75,7 @@ static void compile_variant_ok(mlajit_model model, int h, int page, int extra_pa
  * a count or -1, never a read past the end (ASan runs this too). */
 Test(cubin, register_count_from_the_image_and_no_read_past_a_damaged_one, .timeout = 300)
 {
-    mlajit_kernel_spec s;
+    mlajit_kernel_spec s = MLAJIT_KERNEL_SPEC_INIT;
     mlajit_spec_init(&s, MLAJIT_MODEL_V32, 16, 64);
     strcpy(s.arch, "sm_80");
     char *src;
@@ -239,7 +239,7 @@ Test(nvrtc, sm90_staged_family, .timeout = 600)
 
 Test(nvrtc, sm90_staged_refuses_arbitrary_scales)
 {
-    mlajit_kernel_spec s, r;
+    mlajit_kernel_spec s = MLAJIT_KERNEL_SPEC_INIT, r = MLAJIT_KERNEL_SPEC_INIT;
     cr_assert_eq(mlajit_spec_init(&s, MLAJIT_MODEL_GLM_NSA, 64, 64), MLAJIT_OK);
     s.variant = MLAJIT_VARIANT_SM90_STAGED;
     strcpy(s.arch, "sm_90a");
@@ -295,7 +295,7 @@ Test(nvrtc, sm90_narrow_refuses_what_it_cannot_run)
         {MLAJIT_MODEL_V32, 16, "sm_90a", 32, "at most 16 heads per CTA"},
     };
     for (size_t i = 0; i < sizeof rows / sizeof rows[0]; i++) {
-        mlajit_kernel_spec s, r;
+        mlajit_kernel_spec s = MLAJIT_KERNEL_SPEC_INIT, r = MLAJIT_KERNEL_SPEC_INIT;
         cr_assert_eq(mlajit_spec_init(&s, rows[i].model, rows[i].h_q, 64), MLAJIT_OK);
         s.variant = MLAJIT_VARIANT_SM90_NARROW;
         s.heads_per_cta = rows[i].heads_per_cta;
@@ -305,7 +305,7 @@ Test(nvrtc, sm90_narrow_refuses_what_it_cannot_run)
                   "row %zu: %s", i, mlajit_last_error());
     }
     /* 8 and 24 heads per CTA are sm90-narrow's only */
-    mlajit_kernel_spec s;
+    mlajit_kernel_spec s = MLAJIT_KERNEL_SPEC_INIT;
     cr_assert_eq(mlajit_spec_init(&s, MLAJIT_MODEL_V32, 8, 64), MLAJIT_OK);
     s.heads_per_cta = 8;
     cr_expect_eq(mlajit_spec_validate(&s), MLAJIT_ERR_INVALID_ARGUMENT);
@@ -358,10 +358,13 @@ static void remove_cache_dir(void)
 Test(prepare, miss_then_hit_across_contexts_and_corruption_recompiles, .init = make_cache_dir,
      .fini = remove_cache_dir, .timeout = 300)
 {
-    mlajit_context_options o = {.cache_dir = cache_dir, .flags = MLAJIT_CONTEXT_NO_DEVICE};
-    mlajit_kernel_spec s;
+    mlajit_context_options o = {.struct_size = sizeof o, .cache_dir = cache_dir, .flags = MLAJIT_CONTEXT_NO_DEVICE};
+    mlajit_kernel_spec s = MLAJIT_KERNEL_SPEC_INIT;
     mlajit_spec_init(&s, MLAJIT_MODEL_V32, 24, 64);
-    mlajit_kernel_report r1, r2, r3, r4;
+    mlajit_kernel_report r1 = MLAJIT_KERNEL_REPORT_INIT;
+    mlajit_kernel_report r2 = MLAJIT_KERNEL_REPORT_INIT;
+    mlajit_kernel_report r3 = MLAJIT_KERNEL_REPORT_INIT;
+    mlajit_kernel_report r4 = MLAJIT_KERNEL_REPORT_INIT;
 
     mlajit_context *ctx;
     cr_assert_eq(mlajit_context_create(&o, &ctx), MLAJIT_OK, "%s", mlajit_last_error());
@@ -373,7 +376,7 @@ Test(prepare, miss_then_hit_across_contexts_and_corruption_recompiles, .init = m
     cr_assert_eq(mlajit_kernel_prepare(ctx, &s, &r2), MLAJIT_OK);
     cr_expect_eq(r2.cache_hit, 1, "the process map serves a repeat");
     cr_expect_str_eq(r1.key, r2.key);
-    mlajit_context_info info;
+    mlajit_context_info info = MLAJIT_CONTEXT_INFO_INIT;
     cr_assert_eq(mlajit_context_get_info(ctx, &info), MLAJIT_OK);
     cr_expect_eq(info.cache_entries, 1);
     mlajit_context_destroy(ctx);
@@ -414,14 +417,14 @@ Test(prepare, miss_then_hit_across_contexts_and_corruption_recompiles, .init = m
 
 Test(prepare, key_changes_with_the_spec, .init = make_cache_dir, .fini = remove_cache_dir, .timeout = 300)
 {
-    mlajit_context_options o = {.cache_dir = cache_dir, .flags = MLAJIT_CONTEXT_NO_DEVICE};
+    mlajit_context_options o = {.struct_size = sizeof o, .cache_dir = cache_dir, .flags = MLAJIT_CONTEXT_NO_DEVICE};
     mlajit_context *ctx;
     cr_assert_eq(mlajit_context_create(&o, &ctx), MLAJIT_OK);
-    mlajit_kernel_spec a, b;
+    mlajit_kernel_spec a = MLAJIT_KERNEL_SPEC_INIT, b = MLAJIT_KERNEL_SPEC_INIT;
     mlajit_spec_init(&a, MLAJIT_MODEL_V32, 16, 64);
     b = a;
     b.features = MLAJIT_FEATURE_SINK;
-    mlajit_kernel_report ra, rb;
+    mlajit_kernel_report ra = MLAJIT_KERNEL_REPORT_INIT, rb = MLAJIT_KERNEL_REPORT_INIT;
     cr_assert_eq(mlajit_kernel_prepare(ctx, &a, &ra), MLAJIT_OK);
     cr_assert_eq(mlajit_kernel_prepare(ctx, &b, &rb), MLAJIT_OK);
     cr_expect_str_neq(ra.key, rb.key);
@@ -431,15 +434,16 @@ Test(prepare, key_changes_with_the_spec, .init = make_cache_dir, .fini = remove_
 
 Test(prepare, unwritable_cache_dir_still_compiles, .timeout = 300)
 {
-    mlajit_context_options o = {.cache_dir = "/proc/mlajit-cannot-exist", .flags = MLAJIT_CONTEXT_NO_DEVICE};
+    mlajit_context_options o = {.struct_size = sizeof o,
+                                .cache_dir = "/proc/mlajit-cannot-exist", .flags = MLAJIT_CONTEXT_NO_DEVICE};
     mlajit_context *ctx;
     cr_assert_eq(mlajit_context_create(&o, &ctx), MLAJIT_OK, "an unusable cache is a warning, not an error");
-    mlajit_context_info info;
+    mlajit_context_info info = MLAJIT_CONTEXT_INFO_INIT;
     mlajit_context_get_info(ctx, &info);
     cr_expect_str_eq(info.cache_dir, "");
-    mlajit_kernel_spec s;
+    mlajit_kernel_spec s = MLAJIT_KERNEL_SPEC_INIT;
     mlajit_spec_init(&s, MLAJIT_MODEL_DSV4, 8, 64);
-    mlajit_kernel_report r;
+    mlajit_kernel_report r = MLAJIT_KERNEL_REPORT_INIT;
     cr_expect_eq(mlajit_kernel_prepare(ctx, &s, &r), MLAJIT_OK, "%s", mlajit_last_error());
     mlajit_context_destroy(ctx);
 }
@@ -452,7 +456,7 @@ Test(prepare, unwritable_cache_dir_still_compiles, .timeout = 300)
  * side's checks get the same test from tests/test_params_abi.py. */
 static void expect_swap_refused(const char *first, const char *second, const char *named)
 {
-    mlajit_kernel_spec s;
+    mlajit_kernel_spec s = MLAJIT_KERNEL_SPEC_INIT;
     mlajit_spec_init(&s, MLAJIT_MODEL_V32, 16, 64);
     strcpy(s.arch, "sm_90a");
     char *src;
@@ -497,7 +501,7 @@ Test(params, a_cuda_struct_with_two_fields_swapped_does_not_compile, .timeout = 
  * CTA has: an id moved past them does not compile. */
 static void expect_barrier_overflow_refused(mlajit_variant variant, int h_q, const char *from, const char *to)
 {
-    mlajit_kernel_spec s;
+    mlajit_kernel_spec s = MLAJIT_KERNEL_SPEC_INIT;
     mlajit_spec_init(&s, MLAJIT_MODEL_V32, h_q, 64);
     s.variant = variant;
     strcpy(s.arch, "sm_90a");

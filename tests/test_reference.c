@@ -141,9 +141,9 @@ Test(golden, reference_matches_expected, .timeout = 60)
         mlajit_case c;
         load_golden(&l, k, &c);
         cr_assert_not_null(c.expected_out, "%s: no expected output", l.cases[k].name);
-        mlajit_kernel_spec spec;
-        mlajit_decode_shape shape;
-        mlajit_decode_args args;
+        mlajit_kernel_spec spec = MLAJIT_KERNEL_SPEC_INIT;
+        mlajit_decode_shape shape = MLAJIT_DECODE_SHAPE_INIT;
+        mlajit_decode_args args = MLAJIT_DECODE_ARGS_INIT;
         mlajit_case_spec(&c, &spec);
         mlajit_case_shape(&c, &shape);
         mlajit_case_host_args(&c, &args);
@@ -559,6 +559,9 @@ static void tiny_init(tiny *t, mlajit_model model, const int32_t *indices, int t
         for (int x = 0; x < t->d->d_qk; x++)
             t->q[h * t->d->d_qk + x] = mlajit_float_to_bf16(t->qv[h]);
 
+    t->spec.struct_size = sizeof t->spec;
+    t->shape.struct_size = sizeof t->shape;
+    t->args.struct_size = sizeof t->args;
     t->spec.model = model;
     t->spec.h_q = TINY_HEADS;
     t->spec.page_size = TINY_PAGE;

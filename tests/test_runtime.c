@@ -36,7 +36,7 @@
 static mlajit_context *open_context(int device)
 {
     const char *dir = shared_cache_dir();
-    mlajit_context_options o = {.device = device, .cache_dir = dir, .packs = ""};
+    mlajit_context_options o = {.struct_size = sizeof o, .device = device, .cache_dir = dir, .packs = ""};
     if (!dir)
         o.flags |= MLAJIT_CONTEXT_NO_DISK_CACHE;
     mlajit_context *ctx = NULL;
@@ -59,7 +59,7 @@ static void expect_all_released(void)
 
 static mlajit_kernel_spec v32_spec(int heads)
 {
-    mlajit_kernel_spec s;
+    mlajit_kernel_spec s = MLAJIT_KERNEL_SPEC_INIT;
     cr_assert_eq(mlajit_spec_init(&s, MLAJIT_MODEL_V32, heads, 64), MLAJIT_OK);
     return s;
 }
@@ -73,7 +73,7 @@ TestSuite(device, .timeout = 120);
 Test(device, the_context_reads_the_device)
 {
     mlajit_context *ctx = open_context(0);
-    mlajit_context_info info;
+    mlajit_context_info info = MLAJIT_CONTEXT_INFO_INIT;
     cr_assert_eq(mlajit_context_get_info(ctx, &info), MLAJIT_OK);
     cr_expect_eq(info.has_device, 1);
     cr_expect_str_eq(info.device_name, "Fake NVIDIA H200");
@@ -97,7 +97,7 @@ Test(device, each_compute_capability_gets_its_target)
         fake_cuda_device d = {"Fake GPU", rows[i].major, rows[i].minor, 100, 40 << 20, 166912, 1500000};
         fake_cuda_set_devices(1, &d);
         mlajit_context *ctx = open_context(0);
-        mlajit_context_info info;
+        mlajit_context_info info = MLAJIT_CONTEXT_INFO_INIT;
         mlajit_context_get_info(ctx, &info);
         cr_expect_str_eq(info.device_arch, rows[i].arch, "compute capability %d.%d", rows[i].major, rows[i].minor);
         mlajit_context_destroy(ctx);
@@ -117,12 +117,12 @@ Test(device, a_gpu_older_than_every_target_is_refused_by_name)
               "%s", mlajit_last_error());
     const mlajit_model models[] = {MLAJIT_MODEL_V32};
     const int heads[] = {64}, pages[] = {64};
-    mlajit_kernel_grid grid = {models, 1, heads, 1, pages, 1, NULL, 0, NULL, 0, NULL, 0};
+    mlajit_kernel_grid grid = {.struct_size = sizeof grid, models, 1, heads, 1, pages, 1, NULL, 0, NULL, 0, NULL, 0};
     cr_expect_eq(mlajit_warmup(ctx, &grid, 1, NULL), MLAJIT_ERR_UNSUPPORTED);
     cr_expect(strstr(mlajit_last_error(), "warmup: the device (Fake T4) is sm_75"), "%s", mlajit_last_error());
     /* Naming a target still compiles (for packs); nothing is loaded for it. */
     snprintf(s.arch, sizeof s.arch, "sm_80");
-    mlajit_kernel_report rep;
+    mlajit_kernel_report rep = MLAJIT_KERNEL_REPORT_INIT;
     cr_expect_eq(mlajit_kernel_prepare(ctx, &s, &rep), MLAJIT_OK, "%s", mlajit_last_error());
     cr_expect_eq(rep.loaded, 0);
     mlajit_context_destroy(ctx);
@@ -132,7 +132,8 @@ Test(device, a_gpu_older_than_every_target_is_refused_by_name)
 Test(device, an_ordinal_past_the_devices_is_an_error_naming_the_range)
 {
     fake_cuda_set_devices(2, NULL);
-    mlajit_context_options o = {.device = 2, .flags = MLAJIT_CONTEXT_NO_DISK_CACHE, .packs = ""};
+    mlajit_context_options o = {.struct_size = sizeof o,
+                                .device = 2, .flags = MLAJIT_CONTEXT_NO_DISK_CACHE, .packs = ""};
     mlajit_context *ctx = FAKE(1);
     cr_expect_eq(mlajit_context_create(&o, &ctx), MLAJIT_ERR_INVALID_ARGUMENT);
     cr_expect_null(ctx);
@@ -149,15 +150,16 @@ Test(device, an_ordinal_past_the_devices_is_an_error_naming_the_range)
 static void expect_no_device_says(const char *why)
 {
     mlajit_context *ctx = open_context(0);
-    mlajit_context_info info;
+    mlajit_context_info info = MLAJIT_CONTEXT_INFO_INIT;
     mlajit_context_get_info(ctx, &info);
     cr_expect_eq(info.has_device, 0);
     cr_expect(strstr(info.no_device_reason, why), "info says '%s'", info.no_device_reason);
     mlajit_kernel_spec s = v32_spec(64);
-    mlajit_decode_shape shape = {.batch = 1, .s_q = 1, .topk = 64};
+    mlajit_decode_shape shape = {.struct_size = sizeof shape, .batch = 1, .s_q = 1, .topk = 64};
     mlajit_plan *plan = NULL;
     cr_assert_eq(mlajit_plan_create(ctx, &s, &shape, &plan), MLAJIT_OK, "%s", mlajit_last_error());
     mlajit_decode_args a = {
+        .struct_size = sizeof a,
         .q = FAKE(0x100000), .kv = {FAKE(0x200000), mlajit_min_page_stride(MLAJIT_MODEL_V32, 64), 4},
         .indices = FAKE(0x300000), .sm_scale = 0.04f, .out = FAKE(0x400000),
     };
@@ -183,7 +185,7 @@ Test(device, a_driver_without_devices_leaves_a_context_that_says_so)
 Test(device, a_failed_primary_context_is_an_error)
 {
     fake_cuda_fail("cuDevicePrimaryCtxRetain", FAKE_CUDA_ERROR_OUT_OF_MEMORY, 0);
-    mlajit_context_options o = {.flags = MLAJIT_CONTEXT_NO_DISK_CACHE, .packs = ""};
+    mlajit_context_options o = {.struct_size = sizeof o, .flags = MLAJIT_CONTEXT_NO_DISK_CACHE, .packs = ""};
     mlajit_context *ctx = FAKE(1);
     cr_expect_eq(mlajit_context_create(&o, &ctx), MLAJIT_ERR_CUDA);
     cr_expect_null(ctx);
@@ -200,14 +202,14 @@ Test(load, prepare_loads_both_entries_with_their_shared_memory)
 {
     mlajit_context *ctx = open_context(0);
     mlajit_kernel_spec s = v32_spec(64);
-    mlajit_kernel_report rep;
+    mlajit_kernel_report rep = MLAJIT_KERNEL_REPORT_INIT;
     cr_assert_eq(mlajit_kernel_prepare(ctx, &s, &rep), MLAJIT_OK, "%s", mlajit_last_error());
     cr_expect_eq(rep.loaded, 1);
     fake_cuda_counts c = fake_cuda_counts_get();
     cr_expect_eq(c.images_loaded, 1);
     cr_expect_eq(c.images_live, 1);
     cr_expect_eq(c.context_depth, 0, "the load pushes the primary context and pops it");
-    mlajit_kernel_spec r;
+    mlajit_kernel_spec r = MLAJIT_KERNEL_SPEC_INIT;
     mlajit_kernel_layout layout;
     snprintf(s.arch, sizeof s.arch, "sm_90a");
     cr_assert_eq(mlajit_spec_resolve(&s, &r), MLAJIT_OK, "%s", mlajit_last_error());
@@ -260,7 +262,7 @@ ParameterizedTest(size_t *row, load, a_failed_step_unloads_what_it_made_and_a_re
     mlajit_context *ctx = open_context(0);
     mlajit_kernel_spec s = v32_spec(64);
     fake_cuda_fail(f->entry, f->result, f->skip);
-    mlajit_kernel_report rep;
+    mlajit_kernel_report rep = MLAJIT_KERNEL_REPORT_INIT;
     cr_expect_eq(mlajit_kernel_prepare(ctx, &s, &rep), MLAJIT_ERR_CUDA, "%s (skip %d)", f->entry, f->skip);
     const char *msg = mlajit_last_error();
     char code[16];
@@ -289,7 +291,7 @@ Test(load, the_loader_matches_the_driver)
         fake_cuda_fail("cuModuleLoadData", FAKE_CUDA_ERROR_NOT_SUPPORTED, 0);
         fake_cuda_fail("cuModuleGetFunction", FAKE_CUDA_ERROR_NOT_SUPPORTED, 0);
     }
-    mlajit_kernel_report rep;
+    mlajit_kernel_report rep = MLAJIT_KERNEL_REPORT_INIT;
     cr_expect_eq(mlajit_kernel_prepare(ctx, &s, &rep), MLAJIT_OK, "%s", mlajit_last_error());
     cr_expect_eq(fake_cuda_counts_get().images_live, 1);
     mlajit_context_destroy(ctx);
@@ -303,8 +305,8 @@ Test(load, warmup_on_threads_loads_each_kernel_once)
     mlajit_context *ctx = open_context(0);
     const mlajit_model models[] = {MLAJIT_MODEL_V32};
     const int heads[] = {16, 32, 64, 128}, pages[] = {64};
-    mlajit_kernel_grid grid = {models, 1, heads, 4, pages, 1, NULL, 0, NULL, 0, NULL, 0};
-    mlajit_warmup_report rep;
+    mlajit_kernel_grid grid = {.struct_size = sizeof grid, models, 1, heads, 4, pages, 1, NULL, 0, NULL, 0, NULL, 0};
+    mlajit_warmup_report rep = MLAJIT_WARMUP_REPORT_INIT;
     cr_assert_eq(mlajit_warmup(ctx, &grid, 4, &rep), MLAJIT_OK, "%s", mlajit_last_error());
     cr_expect_geq(rep.kernels, 4);
     cr_expect_eq(rep.loaded, rep.kernels);
@@ -327,7 +329,7 @@ TestSuite(launch, .init = launch_setup, .timeout = 300);
 static mlajit_plan *v32_plan(mlajit_context *ctx, int heads, int batch, int topk)
 {
     mlajit_kernel_spec s = v32_spec(heads);
-    mlajit_decode_shape shape = {.batch = batch, .s_q = 1, .topk = topk};
+    mlajit_decode_shape shape = {.struct_size = sizeof shape, .batch = batch, .s_q = 1, .topk = topk};
     mlajit_plan *plan = NULL;
     cr_assert_eq(mlajit_plan_create(ctx, &s, &shape, &plan), MLAJIT_OK, "%s", mlajit_last_error());
     return plan;
@@ -336,6 +338,7 @@ static mlajit_plan *v32_plan(mlajit_context *ctx, int heads, int batch, int topk
 static mlajit_decode_args v32_args(const mlajit_plan *plan)
 {
     mlajit_decode_args a = {
+        .struct_size = sizeof a,
         .q = FAKE(0x100000), .kv = {FAKE(0x200000), mlajit_min_page_stride(MLAJIT_MODEL_V32, 64), 1024},
         .indices = FAKE(0x300000), .sm_scale = 0.0625f, .out = FAKE(0x400000), .lse = FAKE(0x500000),
         .workspace = FAKE(0x600000), .workspace_size = mlajit_plan_workspace_size(plan),
@@ -429,7 +432,7 @@ Test(launch, a_stale_cached_kernel_is_recompiled_never_loaded)
 {
     char dir[] = "/tmp/mlajit-runtime-stale-XXXXXX";
     cr_assert_not_null(mkdtemp(dir));
-    mlajit_kernel_spec s = v32_spec(64), other = v32_spec(16), r;
+    mlajit_kernel_spec s = v32_spec(64), other = v32_spec(16), r = MLAJIT_KERNEL_SPEC_INIT;
     s.variant = MLAJIT_VARIANT_SM90;
     strcpy(s.arch, "sm_90a");
     strcpy(other.arch, "sm_90a");
@@ -454,10 +457,10 @@ Test(launch, a_stale_cached_kernel_is_recompiled_never_loaded)
     mlajit_context_destroy(shared);
     fake_cuda_counts before = fake_cuda_counts_get();
 
-    mlajit_context_options o = {.cache_dir = dir, .packs = ""};
+    mlajit_context_options o = {.struct_size = sizeof o, .cache_dir = dir, .packs = ""};
     mlajit_context *ctx;
     cr_assert_eq(mlajit_context_create(&o, &ctx), MLAJIT_OK, "%s", mlajit_last_error());
-    mlajit_decode_shape shape = {.batch = 4, .s_q = 1, .topk = 2048};
+    mlajit_decode_shape shape = {.struct_size = sizeof shape, .batch = 4, .s_q = 1, .topk = 2048};
     mlajit_plan *plan;
     cr_assert_eq(mlajit_plan_create(ctx, &s, &shape, &plan), MLAJIT_OK, "%s", mlajit_last_error());
     const mlajit_kernel *k = plan->kernel;
@@ -465,7 +468,7 @@ Test(launch, a_stale_cached_kernel_is_recompiled_never_loaded)
     cr_expect_eq(k->report.source, MLAJIT_SOURCE_COMPILED, "the stale entry was not taken");
     cr_expect_neq(k->cubin_size, stale_bytes);
     cr_expect_eq(fake_cuda_counts_get().images_loaded - before.images_loaded, 1, "one image: the recompiled one");
-    mlajit_context_info info;
+    mlajit_context_info info = MLAJIT_CONTEXT_INFO_INIT;
     mlajit_context_get_info(ctx, &info);
     cr_expect(info.stale == 1 && info.corrupt == 0 && info.compiles == 1, "stale %lld, corrupt %lld, compiles %lld",
               (long long)info.stale, (long long)info.corrupt, (long long)info.compiles);
@@ -552,14 +555,15 @@ Test(launch, an_unsplit_plan_launches_one_kernel)
 Test(launch, the_parameter_block_carries_every_argument)
 {
     mlajit_context *ctx = open_context(0);
-    mlajit_kernel_spec s;
-    mlajit_decode_shape shape;
+    mlajit_kernel_spec s = MLAJIT_KERNEL_SPEC_INIT;
+    mlajit_decode_shape shape = MLAJIT_DECODE_SHAPE_INIT;
     cr_assert_eq(bad_args_plan_inputs(BAD_ARGS_BATCH, BAD_ARGS_SPLITS, &s, &shape), MLAJIT_OK);
     mlajit_plan *plan = NULL;
     cr_assert_eq(mlajit_plan_create(ctx, &s, &shape, &plan), MLAJIT_OK, "%s", mlajit_last_error());
     const int64_t kv_stride = mlajit_min_page_stride(BAD_ARGS_MODEL, BAD_ARGS_PAGE) + 64;
     const int64_t extra_stride = mlajit_min_page_stride(BAD_ARGS_MODEL, BAD_ARGS_EXTRA_PAGE);
     mlajit_decode_args a = {
+        .struct_size = sizeof a,
         .q = FAKE(0x100000), .q_stride_h = BAD_ARGS_DQK + 64, /* padded heads; s and b packed */
         .kv = {FAKE(0x200000), kv_stride, 10},
         .indices = FAKE(0x300000), .indices_stride_s = BAD_ARGS_TOPK + 32,
@@ -614,7 +618,8 @@ Test(launch, every_row_of_the_largest_shapes_gets_its_ctas)
         {1, MLAJIT_MAX_SQ, 2048, 0, 0}, {32768, 1, 2048, 0, 1}, {MLAJIT_MAX_ROWS, 1, 16384, MLAJIT_MAX_SPLITS, 1}};
     for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++) {
         mlajit_kernel_spec s = v32_spec(16);
-        mlajit_decode_shape shape = {.batch = shapes[i].batch, .s_q = shapes[i].s_q, .topk = shapes[i].topk,
+        mlajit_decode_shape shape = {.struct_size = sizeof shape,
+                                     .batch = shapes[i].batch, .s_q = shapes[i].s_q, .topk = shapes[i].topk,
                                      .num_splits = shapes[i].splits};
         mlajit_plan *plan = NULL;
         cr_assert_eq(mlajit_plan_create(ctx, &s, &shape, &plan), MLAJIT_OK, "b %d s_q %d: %s", shape.batch, shape.s_q,
@@ -656,7 +661,8 @@ Test(launch, an_empty_shape_launches_nothing)
     static const struct { int batch, s_q; } shapes[] = {{29, 0}, {0, 3}};
     for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++) {
         mlajit_kernel_spec s = v32_spec(64);
-        mlajit_decode_shape shape = {.batch = shapes[i].batch, .s_q = shapes[i].s_q, .topk = 64};
+        mlajit_decode_shape shape = {.struct_size = sizeof shape,
+                                     .batch = shapes[i].batch, .s_q = shapes[i].s_q, .topk = 64};
         mlajit_plan *plan = NULL;
         cr_assert_eq(mlajit_plan_create(ctx, &s, &shape, &plan), MLAJIT_OK, "%s", mlajit_last_error());
         mlajit_decode_args a = v32_args(plan);

@@ -959,8 +959,10 @@ TestSuite(runtime, .init = make_root, .fini = remove_root);
 /* A context on the fake driver's device (dir NULL: no disk cache). */
 static mlajit_context *gpu_context(const char *dir, const char *packs)
 {
-    mlajit_context_options o = {.cache_dir = dir, .packs = packs ? packs : "",
-                                .flags = dir ? 0u : MLAJIT_CONTEXT_NO_DISK_CACHE};
+    mlajit_context_options o = MLAJIT_CONTEXT_OPTIONS_INIT;
+    o.cache_dir = dir;
+    o.packs = packs ? packs : "";
+    o.flags = dir ? 0u : MLAJIT_CONTEXT_NO_DISK_CACHE;
     mlajit_context *ctx = NULL;
     cr_assert_eq(mlajit_context_create(&o, &ctx), MLAJIT_OK, "%s", mlajit_last_error());
     return ctx;
@@ -968,15 +970,14 @@ static mlajit_context *gpu_context(const char *dir, const char *packs)
 
 static mlajit_kernel_spec spec32(void)
 {
-    mlajit_kernel_spec s;
-    cr_assert_eq(mlajit_spec_init(&s, MLAJIT_MODEL_V32, 32, 64), MLAJIT_OK);
+    mlajit_kernel_spec s = MLAJIT_KERNEL_SPEC_INIT;
+    cr_assert_eq(mlajit_spec_init(&s, MLAJIT_MODEL_V32, 32, 64), MLAJIT_OK, "%s", mlajit_last_error());
     return s;
 }
 
 static mlajit_decode_shape shape_of(int batch, int s_q, int topk)
 {
-    mlajit_decode_shape sh;
-    memset(&sh, 0, sizeof sh);
+    mlajit_decode_shape sh = MLAJIT_DECODE_SHAPE_INIT;
     sh.batch = batch;
     sh.s_q = s_q;
     sh.topk = topk;
@@ -987,6 +988,7 @@ static mlajit_tactic_choice choice_of(const char *kernel, int splits, double us)
 {
     mlajit_tactic_choice c;
     memset(&c, 0, sizeof c);
+    c.kernel = (mlajit_kernel_spec)MLAJIT_KERNEL_SPEC_INIT;
     cr_assert_eq(mlajit_spec_parse(kernel, &c.kernel), MLAJIT_OK, "%s", mlajit_last_error());
     c.num_splits = splits;
     c.tuned_us = us;
@@ -1130,7 +1132,7 @@ Test(runtime, a_packs_tactics_serve_only_the_gpu_they_were_measured_on)
         capture_begin();
         mlajit_context *ctx = gpu_context(NULL, path);
         const char *err = capture_end();
-        mlajit_context_info info;
+        mlajit_context_info info = MLAJIT_CONTEXT_INFO_INIT;
         mlajit_context_get_info(ctx, &info);
         cr_expect_eq(info.pack_count, 1, "the pack's kernels still serve another GPU");
         cr_expect(strstr(err, "measured on other GPUs") != NULL, "GPU %zu: the open says so: %s", i, err);
@@ -1194,7 +1196,7 @@ Test(runtime, records_that_fail_their_checks_warn_once_and_are_never_used)
               m.record.bucket.rows);
     cr_expect_eq(count_of(err, "warning"), 1, "one warning for the context: %s", err);
     cr_expect(strstr(err, "2 tactic records") != NULL, "%s", err);
-    mlajit_context_info info;
+    mlajit_context_info info = MLAJIT_CONTEXT_INFO_INIT;
     mlajit_context_get_info(ctx, &info);
     cr_expect_eq(info.corrupt, 2, "each counted once, not again by the second look-up");
     mlajit_context_destroy(ctx);

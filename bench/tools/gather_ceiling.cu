@@ -474,7 +474,7 @@ __global__ void __launch_bounds__(384, 1) producer_beside_consumers(const unsign
 // at the group's barrier before it is refilled: the kernel's row ring); kSlots < 0
 // loads them into -kSlots register rounds (ring_walk, the rows of the tile after next
 // prefetched into L2: the kernel's register path), 128 / kRows lanes per row.
-// Measured (bench/NOTES.md, "The ring kernel taken apart"): with each warp copying its
+// Measured (bench/HISTORY.md, "The ring kernel taken apart"): with each warp copying its
 // own rows, bulk copies reach ~3 TB/s with one slot per group (producer_bulk's ~1.9
 // came from one warp issuing every copy), and groups mixing the two ways are no faster.
 // kDequant (32 rows): each lane reads its row's quarter as the kernel's producer does

@@ -6,7 +6,7 @@ the first one zero-initialised), S's last HGMMA, the kBarPFree wait (named barri
 6), the fence before P is published (MEMBAR.ALL.CTA), the kBarPReady arrive (named
 barrier 5) and P V's last HGMMA m64n256. With the top opcodes of the two middle
 stretches, so a build whose compiler moved the softmax or O's rescale across a
-barrier shows it (bench/NOTES.md, "P V in flight"). Barrier ids follow the
+barrier shows it (bench/HISTORY.md, "P V in flight"). Barrier ids follow the
 template's NamedBarrier enum; change BAR_PFREE / BAR_PREADY if it changes.
 
 usage: score_loop_sass.py FILE.sass [FILE.sass ...]"""

@@ -8,8 +8,7 @@ barrier sync (`BAR.SYNC`) and wgmma wait (`WARPGROUP.DEPBAR`) with the "barrier"
 samples charged to it. A warp held at a barrier is sampled a few instructions past it
 (ptxas slips uniform-datapath instructions in between), so every "barrier" sample is
 charged to the closest such wait at or above it in the region. Two builds' reports side
-by side show which wait moved (bench/NOTES.md, "Why V3.2's pairs lost with P V in
-flight").
+by side show which wait moved (bench/HISTORY.md, "Why P V in flight loses").
 
 usage: stall_profile.py SOURCE.csv [TOP]"""
 import csv

@@ -29,7 +29,7 @@ from .errors import (CacheError, CompileError, CorruptError, CudaError, FileErro
                      OutOfHostMemoryError, UnsupportedError)
 from .models import FEATURES, Model, ModelInfo, model_info
 
-__version__ = "0.1.0"
+__version__ = "1.0.0"  # the C library's (tests/test_abi.py checks it against mlajit_version)
 
 _log.install()
 

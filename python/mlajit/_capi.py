@@ -74,8 +74,19 @@ DEFAULT_SM_COUNT = 132
 # --- structs (field for field as include/mlajit.h) ----------------------------------
 
 
-class ModelDesc(Structure):
+class SizedStructure(Structure):
+    """A struct that starts with `size_t struct_size` (include/mlajit.h's rule: the
+    library reads and writes only that many bytes). Constructing one sets it to
+    this binding's sizeof, so positional and keyword arguments are the fields
+    after it, as before."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(ctypes.sizeof(type(self)), *args, **kwargs)
+
+
+class ModelDesc(Structure):  # the library's, returned by pointer: its struct_size is the library's
     _fields_ = [
+        ("struct_size", c_size_t),
         ("model", c_int),
         ("name", c_char_p),
         ("d_qk", c_int),
@@ -92,8 +103,9 @@ class ModelDesc(Structure):
     ]
 
 
-class KernelSpec(Structure):
+class KernelSpec(SizedStructure):
     _fields_ = [
+        ("struct_size", c_size_t),
         ("model", c_int),
         ("h_q", c_int),
         ("page_size", c_int),
@@ -106,8 +118,9 @@ class KernelSpec(Structure):
     ]
 
 
-class ContextOptions(Structure):
+class ContextOptions(SizedStructure):
     _fields_ = [
+        ("struct_size", c_size_t),
         ("device", c_int),
         ("cache_dir", c_char_p),
         ("flags", c_uint),
@@ -115,8 +128,9 @@ class ContextOptions(Structure):
     ]
 
 
-class ContextInfo(Structure):
+class ContextInfo(SizedStructure):
     _fields_ = [
+        ("struct_size", c_size_t),
         ("has_device", c_int),
         ("device_name", c_char * 128),
         ("device_arch", c_char * ARCH_LEN),
@@ -143,8 +157,9 @@ class ContextInfo(Structure):
     ]
 
 
-class KernelReport(Structure):
+class KernelReport(SizedStructure):
     _fields_ = [
+        ("struct_size", c_size_t),
         ("spec", c_char * 128),
         ("key", c_char * 33),
         ("cache_hit", c_int),
@@ -160,8 +175,9 @@ class KernelReport(Structure):
     ]
 
 
-class KernelGrid(Structure):
+class KernelGrid(SizedStructure):
     _fields_ = [
+        ("struct_size", c_size_t),
         ("models", POINTER(c_int)),
         ("num_models", c_int),
         ("head_counts", POINTER(c_int)),
@@ -177,8 +193,9 @@ class KernelGrid(Structure):
     ]
 
 
-class WarmupReport(Structure):
+class WarmupReport(SizedStructure):
     _fields_ = [
+        ("struct_size", c_size_t),
         ("kernels", c_int),
         ("from_memory", c_int),
         ("from_packs", c_int),
@@ -190,8 +207,9 @@ class WarmupReport(Structure):
     ]
 
 
-class DecodeShape(Structure):
+class DecodeShape(SizedStructure):
     _fields_ = [
+        ("struct_size", c_size_t),
         ("batch", c_int),
         ("s_q", c_int),
         ("topk", c_int),
@@ -200,9 +218,13 @@ class DecodeShape(Structure):
     ]
 
 
-class PlanOutline(Structure):
+class PlanOutline(SizedStructure):
     _fields_ = [
-        ("kernel", KernelSpec),
+        ("struct_size", c_size_t),
+        ("kernel", c_char * 128),
+        ("variant", c_int),
+        ("tile", c_int),
+        ("heads_per_cta", c_int),
         ("num_splits", c_int),
         ("head_groups", c_int),
         ("rows", c_int),
@@ -218,8 +240,9 @@ class CacheView(Structure):
     ]
 
 
-class DecodeArgs(Structure):
+class DecodeArgs(SizedStructure):
     _fields_ = [
+        ("struct_size", c_size_t),
         ("q", c_void_p),
         ("q_stride_b", c_int64),
         ("q_stride_s", c_int64),
@@ -302,6 +325,7 @@ def packer(cls, first: str, end: str):
 # --- prototypes --------------------------------------------------------------------
 
 _PROTOTYPES = {
+    "mlajit_version": (c_char_p, [POINTER(c_int), POINTER(c_int), POINTER(c_int)]),
     "mlajit_status_string": (c_char_p, [c_int]),
     "mlajit_last_error": (c_char_p, []),
     "mlajit_free": (None, [c_void_p]),

@@ -21,7 +21,7 @@ import torch
 from . import _capi
 from .context import Context, Plan, context as default_context
 from .errors import GraphCaptureError, InvalidArgumentError, MlajitError, exception_for
-from .models import Model, ModelInfo, as_features, make_spec, model_info, spec_string
+from .models import Model, ModelInfo, as_features, make_spec, model_info
 
 _lib = _capi.lib
 _decode = _lib.mlajit_decode
@@ -402,7 +402,7 @@ class PlanCache:
         spec.arch = info.device_arch.encode()
         if _lib.mlajit_plan_describe(ctypes.byref(spec), ctypes.byref(shape), info.sm_count, ctypes.byref(outline)):
             return False
-        return spec_string(outline.kernel) in self._loaded.get(ctx.handle, ())
+        return outline.kernel.decode() in self._loaded.get(ctx.handle, ())
 
 
 plans = PlanCache()

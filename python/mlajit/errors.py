@@ -70,7 +70,8 @@ class FileError(MlajitError, OSError):
 
 class NotFoundError(MlajitError, LookupError):
     """A looked-up entry does not exist: with JIT disabled, a kernel missing from
-    the packs and the cache (the message names the `mlajit pack build` line)."""
+    the packs and the cache (the message names the spec; a pack that holds it, from
+    `mlajit pack build`, serves it)."""
 
     status = _capi.ERR_NOT_FOUND
 

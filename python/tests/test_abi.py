@@ -51,3 +51,23 @@ def test_constants_match_the_header(layout):
 def test_the_library_exports_every_prototype():
     for name in _capi._PROTOTYPES:
         assert hasattr(_capi.lib, name), name
+
+
+def test_every_struct_the_library_takes_starts_with_struct_size_set_to_its_size():
+    for name, cls in _capi.STRUCTS.items():
+        if name == "mlajit_cache_view":  # embedded by value, never grows
+            assert cls._fields_[0][0] != "struct_size"
+            continue
+        assert cls._fields_[0] == ("struct_size", ctypes.c_size_t), name
+        if issubclass(cls, _capi.SizedStructure):
+            assert cls().struct_size == ctypes.sizeof(cls), name
+    shape = _capi.DecodeShape(3, 1, 64, 0, 0)  # positional fields are the ones after struct_size
+    assert (shape.struct_size, shape.batch, shape.topk) == (ctypes.sizeof(_capi.DecodeShape), 3, 64)
+
+
+def test_the_package_version_is_the_librarys():
+    import mlajit
+    major, minor, patch = ctypes.c_int(), ctypes.c_int(), ctypes.c_int()
+    text = _capi.lib.mlajit_version(ctypes.byref(major), ctypes.byref(minor), ctypes.byref(patch)).decode()
+    assert text == f"{major.value}.{minor.value}.{patch.value}"
+    assert mlajit.__version__ == text

@@ -130,8 +130,8 @@ static int run_config(mlajit_context *ctx, const bench_config *cfg, const bench_
     int rc = mlajit_case_synthesize(&sp, &c);
     if (rc)
         return rc;
-    mlajit_kernel_spec spec;
-    mlajit_decode_shape shape;
+    mlajit_kernel_spec spec = MLAJIT_KERNEL_SPEC_INIT;
+    mlajit_decode_shape shape = MLAJIT_DECODE_SHAPE_INIT;
     mlajit_case_spec(&c, &spec);
     spec.tile = variant->tile;
     spec.heads_per_cta = variant->heads_per_cta;
@@ -141,7 +141,7 @@ static int run_config(mlajit_context *ctx, const bench_config *cfg, const bench_
         shape.num_splits = variant->splits;
     mlajit_plan *plan = NULL;
     mlajit_device_case dc = {0};
-    const mlajit_driver *drv = ctx->drv;
+    const mlajit_driver *drv = mlajit_context_driver(ctx);
     CUstream stream = NULL;
     CUevent ev0 = NULL, ev1 = NULL;
     CUgraph graph = NULL;
@@ -273,8 +273,10 @@ int cli_bench(int argc, char **argv)
     int rc = mlajit_context_create(NULL, &ctx);
     if (rc)
         return cli_error(rc, "bench");
-    if (!ctx->drv) {
-        fprintf(stderr, "mlajit: bench needs a GPU: %s\n", ctx->no_device_reason);
+    mlajit_context_info info = MLAJIT_CONTEXT_INFO_INIT;
+    mlajit_context_get_info(ctx, &info);
+    if (!info.has_device) {
+        fprintf(stderr, "mlajit: bench needs a GPU: %s\n", info.no_device_reason);
         mlajit_context_destroy(ctx);
         return CLI_FAIL;
     }

@@ -68,7 +68,7 @@ static int cmd_make(int argc, char **argv)
         return cli_usage_error(&cmd, "needs --out DIR");
     if (page_pad % 16)
         return cli_usage_error(&cmd, "--page-pad = %lld; allowed a multiple of 16", (long long)page_pad);
-    mlajit_kernel_spec spec;
+    mlajit_kernel_spec spec = MLAJIT_KERNEL_SPEC_INIT;
     if (!cli_parse_spec("case make", argv[1], &spec))
         return CLI_USAGE;
     if (extra_topk < 0)
@@ -78,7 +78,8 @@ static int cmd_make(int argc, char **argv)
     if (extra_seqlen && !spec.extra_page_size)
         return cli_usage_error(&cmd, "--extra-seqlen needs an extra cache: a SPEC with .eN");
     /* the call as the library would be asked for it (no compiler asked: the case is data) */
-    const mlajit_decode_shape shape = {.batch = batch, .s_q = s_q, .topk = topk, .extra_topk = extra_topk};
+    const mlajit_decode_shape shape = {.struct_size = sizeof shape, .batch = batch, .s_q = s_q, .topk = topk,
+                                       .extra_topk = extra_topk};
     if ((rc = mlajit_envelope_check_with(&spec, &shape, NULL)))
         return cli_invalid(rc, "case make");
 

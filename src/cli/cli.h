@@ -49,6 +49,15 @@ int cli_tactic_collect(const uint8_t *key, size_t key_len, const mlajit_tactic_r
 void cli_tactic_rows_print(const cli_tactic_rows *rows);
 void cli_tactic_rows_free(cli_tactic_rows *rows);
 
+/* The `mlajit pack build ... --out FILE` line whose pack holds the resolved
+ * spec (pack.c): the grid form where the spec is auto's kernel for its shape or
+ * one its grid brings along, else --spec. */
+void cli_pack_build_line(const mlajit_kernel_spec *resolved, char *buf, size_t len);
+/* After a call for spec failed with status: where that is a kernel missing with
+ * JIT disabled (MLAJIT_ERR_NOT_FOUND), print on stderr the pack build line that
+ * would serve it (spec's arch "" = the context's). */
+void cli_missing_kernel_hint(int status, mlajit_context *ctx, const mlajit_kernel_spec *spec);
+
 /* ---- the option parser ------------------------------------------------------ */
 
 /* What an option's value is and where it goes. Numbers are decimal, checked for

@@ -27,7 +27,8 @@ static const char *scale_text(const mlajit_model_desc *d)
 /* The shared memory a variant needs, or 0 when it cannot be laid out. */
 static int variant_smem(mlajit_model model, int tile, int heads_per_cta)
 {
-    mlajit_kernel_spec r = {.model = model, .h_q = 128, .page_size = 64, .tile = tile, .heads_per_cta = heads_per_cta};
+    mlajit_kernel_spec r = {.struct_size = sizeof r, .model = model, .h_q = 128, .page_size = 64, .tile = tile,
+                            .heads_per_cta = heads_per_cta};
     mlajit_kernel_layout layout;
     return mlajit_codegen_layout(&r, &layout) == MLAJIT_OK ? layout.smem_bytes : 0;
 }
@@ -35,7 +36,8 @@ static int variant_smem(mlajit_model model, int tile, int heads_per_cta)
 /* The generator's choice for h_q on arch, as "t64.hc32", or "-" when none fits. */
 static void auto_choice(mlajit_model model, int h_q, const char *arch, char *buf, size_t len)
 {
-    mlajit_kernel_spec s = {.model = model, .h_q = h_q, .page_size = 64}, r;
+    mlajit_kernel_spec s = {.struct_size = sizeof s, .model = model, .h_q = h_q, .page_size = 64},
+                       r = MLAJIT_KERNEL_SPEC_INIT;
     snprintf(s.arch, sizeof s.arch, "%s", arch);
     if (mlajit_envelope_check(&s, NULL) == MLAJIT_OK && mlajit_spec_resolve(&s, &r) == MLAJIT_OK)
         snprintf(buf, len, "t%d.hc%d", r.tile, r.heads_per_cta);
@@ -118,7 +120,7 @@ static void print_tables(void)
                 printf("  %-8s %-6s %9s  ", "", "", "");
             printf("%-8s", mlajit_model_describe(all_models[m])->name);
             for (int v = 0; v < nvariants; v++) {
-                mlajit_kernel_spec s = {.model = all_models[m], .h_q = 128, .page_size = 64,
+                mlajit_kernel_spec s = {.struct_size = sizeof s, .model = all_models[m], .h_q = 128, .page_size = 64,
                                         .tile = variants[v][0], .heads_per_cta = variants[v][1]};
                 snprintf(s.arch, sizeof s.arch, "%s", arch);
                 int ok = mlajit_envelope_check(&s, NULL) == MLAJIT_OK;
@@ -151,7 +153,7 @@ static const char envelope_usage[] =
 
 int cli_envelope(int argc, char **argv)
 {
-    mlajit_decode_shape shape = {.batch = 1, .s_q = 1, .topk = 2048, .extra_topk = -1};
+    mlajit_decode_shape shape = {.struct_size = sizeof shape, .batch = 1, .s_q = 1, .topk = 2048, .extra_topk = -1};
     int with_shape = 0;
     /* wide ranges: the envelope check itself says what is allowed, as the API would */
     const cli_option options[] = {
@@ -172,7 +174,7 @@ int cli_envelope(int argc, char **argv)
         print_tables();
         return CLI_OK;
     }
-    mlajit_kernel_spec spec;
+    mlajit_kernel_spec spec = MLAJIT_KERNEL_SPEC_INIT;
     if (!cli_parse_spec("envelope", argv[1], &spec))
         return CLI_USAGE;
     if (shape.extra_topk < 0)
@@ -182,7 +184,7 @@ int cli_envelope(int argc, char **argv)
         printf("rejected (%s): %s\n", mlajit_status_string(rc), mlajit_last_error());
         return CLI_FAIL;
     }
-    mlajit_kernel_spec resolved;
+    mlajit_kernel_spec resolved = MLAJIT_KERNEL_SPEC_INIT;
     if (!spec.arch[0])
         snprintf(spec.arch, sizeof spec.arch, "%s", MLAJIT_DEFAULT_ARCH);
     char name[128] = "";
@@ -192,14 +194,12 @@ int cli_envelope(int argc, char **argv)
         printf("accepted: %s with batch %d, s_q %d, topk %d, extra_topk %d, splits %d\n", name, shape.batch,
                shape.s_q, shape.topk, shape.extra_topk, shape.num_splits);
         /* what a plan of this geometry launches on an H100 / H200 (no compiling) */
-        mlajit_plan_outline o;
-        char kernel[128];
-        if (mlajit_plan_describe(&spec, &shape, 0, &o) == MLAJIT_OK &&
-            mlajit_spec_string(&o.kernel, kernel, sizeof kernel) == MLAJIT_OK)
+        mlajit_plan_outline o = MLAJIT_PLAN_OUTLINE_INIT;
+        if (mlajit_plan_describe(&spec, &shape, 0, &o) == MLAJIT_OK)
             printf("plan on %d SMs: %s, %d head groups x %d rows x %d splits = %ld CTAs; a CTA walks at most %d "
-                   "tile%s of %d candidates\n", MLAJIT_DEFAULT_SM_COUNT, kernel, o.head_groups, o.rows, o.num_splits,
-                   (long)o.head_groups * o.rows * o.num_splits, o.tiles_per_split, o.tiles_per_split == 1 ? "" : "s",
-                   o.kernel.tile);
+                   "tile%s of %d candidates\n", MLAJIT_DEFAULT_SM_COUNT, o.kernel, o.head_groups, o.rows,
+                   o.num_splits, (long)o.head_groups * o.rows * o.num_splits, o.tiles_per_split,
+                   o.tiles_per_split == 1 ? "" : "s", o.tile);
     } else
         printf("accepted: %s\n", name);
     return CLI_OK;

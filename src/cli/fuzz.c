@@ -245,7 +245,7 @@ static void *cpu_check_arch(void *arg)
     if (j->c) {
         /* 16-byte aligned stand-ins for out and lse: validation only reads the pointers */
         static _Alignas(16) unsigned char out_stub[16], lse_stub[16];
-        mlajit_decode_args a;
+        mlajit_decode_args a = MLAJIT_DECODE_ARGS_INIT;
         host_args_for(call, j->c, out_stub, (float *)lse_stub, &a);
         a.workspace = mlajit_plan_workspace_size(plan) ? (void *)(uintptr_t)0x10000 : NULL;
         a.workspace_size = mlajit_plan_workspace_size(plan);
@@ -505,7 +505,8 @@ static int stop_now(const fuzz_options *o, int64_t call, double deadline)
 
 static int fuzz_cpu(const fuzz_options *opts, const char *tmp_root, fuzz_counts *n)
 {
-    mlajit_context_options co = {.flags = MLAJIT_CONTEXT_NO_DEVICE | MLAJIT_CONTEXT_NO_DISK_CACHE};
+    mlajit_context_options co = {.struct_size = sizeof co,
+                                 .flags = MLAJIT_CONTEXT_NO_DEVICE | MLAJIT_CONTEXT_NO_DISK_CACHE};
     mlajit_context *ctx;
     int rc = mlajit_context_create(&co, &ctx);
     if (rc)
@@ -550,13 +551,13 @@ enum { WORKER_DONE = 0, WORKER_SETUP = 10, WORKER_NO_DEVICE = 11, WORKER_CONTEXT
 static int gpu_worker(const fuzz_options *opts, const char *cache_dir, int64_t first, double deadline, int fd)
 {
     /* The run's own cache: a restarted worker finds what its predecessor built. */
-    mlajit_context_options co = {.cache_dir = cache_dir};
+    mlajit_context_options co = {.struct_size = sizeof co, .cache_dir = cache_dir};
     mlajit_context *ctx;
     if (mlajit_context_create(&co, &ctx)) {
         fprintf(stderr, "mlajit: fuzz: %s\n", mlajit_last_error());
         return WORKER_SETUP;
     }
-    mlajit_context_info info;
+    mlajit_context_info info = MLAJIT_CONTEXT_INFO_INIT;
     mlajit_context_get_info(ctx, &info);
     if (!info.has_device) {
         fprintf(stderr, "mlajit: fuzz: no GPU (no CUDA driver or device); use --cpu-only on this machine\n");

@@ -57,7 +57,7 @@ static int cmd_info(int argc, char **argv)
     mlajit_context *ctx;
     if ((rc = mlajit_context_create(NULL, &ctx)))
         return cli_error(rc, "info");
-    mlajit_context_info info;
+    mlajit_context_info info = MLAJIT_CONTEXT_INFO_INIT;
     mlajit_context_get_info(ctx, &info);
     printf("mlajit        %s\n", MLAJIT_VERSION_STRING);
     char nvrtc_where[1200];
@@ -133,7 +133,7 @@ static int cmd_compile(int argc, char **argv)
         return rc;
     if (!have_model || !heads || !page)
         return cli_usage_error(&cmd, "needs --model, --heads and --page");
-    mlajit_kernel_spec spec;
+    mlajit_kernel_spec spec = MLAJIT_KERNEL_SPEC_INIT;
     if ((rc = mlajit_spec_init(&spec, model, heads, page)))
         return cli_invalid(rc, "compile");
     spec.extra_page_size = extra_page;
@@ -150,7 +150,7 @@ static int cmd_compile(int argc, char **argv)
     if ((rc = mlajit_context_create(NULL, &ctx)))
         return cli_error(rc, "compile");
     if (!spec.arch[0]) {
-        mlajit_context_info info;
+        mlajit_context_info info = MLAJIT_CONTEXT_INFO_INIT;
         mlajit_context_get_info(ctx, &info);
         strcpy(spec.arch, info.device_arch);
     }
@@ -171,11 +171,15 @@ static int cmd_compile(int argc, char **argv)
         mlajit_context_destroy(ctx);
         return CLI_OK;
     }
-    mlajit_kernel_report rep;
+    mlajit_kernel_report rep = MLAJIT_KERNEL_REPORT_INIT;
     rc = mlajit_kernel_prepare(ctx, &spec, &rep);
+    if (rc) {
+        cli_error(rc, "compile");
+        cli_missing_kernel_hint(rc, ctx, &spec);
+        mlajit_context_destroy(ctx);
+        return CLI_FAIL;
+    }
     mlajit_context_destroy(ctx);
-    if (rc)
-        return cli_error(rc, "compile");
     printf("spec          %s\n", rep.spec);
     printf("key           %s\n", rep.key);
     if (rep.cache_hit)
@@ -252,9 +256,13 @@ static int cmd_run_case(int argc, char **argv)
         }
     } else {
         if ((rc = mlajit_context_create(NULL, &ctx)) || (rc = mlajit_case_run_gpu(ctx, &c, &run, &res))) {
+            cli_error(rc, "run-case");
+            mlajit_kernel_spec spec = MLAJIT_KERNEL_SPEC_INIT;
+            mlajit_gpu_run_spec(&c, &run, &spec);
+            cli_missing_kernel_hint(rc, ctx, &spec);
             mlajit_context_destroy(ctx);
             mlajit_case_free(&c);
-            return cli_error(rc, "run-case");
+            return CLI_FAIL;
         }
         out = res.out;
         lse = res.lse;
@@ -311,7 +319,7 @@ static int cmd_demo(int argc, char **argv)
     int rc = mlajit_context_create(NULL, &ctx);
     if (rc)
         return cli_error(rc, "demo");
-    mlajit_context_info info;
+    mlajit_context_info info = MLAJIT_CONTEXT_INFO_INIT;
     mlajit_context_get_info(ctx, &info);
     printf("  %-28s %9.2f ms  (%s; cache %s)\n", "context", mlajit_now_ms() - t,
            info.has_device ? info.device_name : "no GPU", info.cache_dir[0] ? info.cache_dir : "off");
@@ -325,14 +333,16 @@ static int cmd_demo(int argc, char **argv)
     printf("  %-28s %9.2f ms  (%lld pages, quantized per SPEC.md)\n", "build + quantize cache", mlajit_now_ms() - t,
            (long long)c.kv.num_pages);
 
-    mlajit_kernel_spec spec;
+    mlajit_kernel_spec spec = MLAJIT_KERNEL_SPEC_INIT;
     mlajit_case_spec(&c, &spec);
-    mlajit_kernel_report rep;
+    mlajit_kernel_report rep = MLAJIT_KERNEL_REPORT_INIT;
     t = mlajit_now_ms();
     if ((rc = mlajit_kernel_prepare(ctx, &spec, &rep))) {
+        cli_error(rc, "demo: JIT");
+        cli_missing_kernel_hint(rc, ctx, &spec);
         mlajit_case_free(&c);
         mlajit_context_destroy(ctx);
-        return cli_error(rc, "demo: JIT");
+        return CLI_FAIL;
     }
     printf("  %-28s %9.2f ms  (%s: %s; %d registers, %d spill bytes)\n", "JIT (generate, NVRTC, cache)",
            mlajit_now_ms() - t, rep.cache_hit ? "cache hit" : "compiled and cached", rep.spec, rep.registers,

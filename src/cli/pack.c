@@ -10,6 +10,7 @@
 #include "cache/pack.h"
 #include "cache/tactics.h"
 #include "cli/cli.h"
+#include "codegen/codegen.h"
 #include "common/error.h"
 #include "mlajit.h"
 #include "runtime/runtime.h"
@@ -327,6 +328,7 @@ static int cmd_build(int argc, char **argv)
     /* pack build's job is to compile, whatever the environment says. */
     unsetenv("MLAJIT_DISABLE_JIT");
     mlajit_context_options opts = {
+        .struct_size = sizeof opts,
         .flags = MLAJIT_CONTEXT_NO_DEVICE | (no_cache ? MLAJIT_CONTEXT_NO_DISK_CACHE : 0u), .packs = "",
     };
     mlajit_context *ctx = NULL;
@@ -344,6 +346,7 @@ static int cmd_build(int argc, char **argv)
         for (int i = 0; i < num_archs; i++)
             arch_ptrs[i] = archs.items[i];
         mlajit_kernel_grid grid = {
+            .struct_size = sizeof grid,
             .models = models, .num_models = num_models, .head_counts = heads.values, .num_head_counts = heads.count,
             .page_sizes = pages.values, .num_page_sizes = pages.count,
             .extra_page_sizes = extra.count ? extra.values : NULL, .num_extra_page_sizes = extra.count,
@@ -367,6 +370,7 @@ static int cmd_build(int argc, char **argv)
         specs = grown;
         for (int i = 0; i < spec_strings.count; i++) {
             mlajit_kernel_spec *s = &specs[count];
+            *s = (mlajit_kernel_spec)MLAJIT_KERNEL_SPEC_INIT;
             if ((rc = mlajit_spec_parse(spec_strings.items[i], s)) || (rc = mlajit_spec_validate(s))) {
                 fprintf(stderr, "mlajit pack build: spec '%s': %s\n", spec_strings.items[i], mlajit_last_error());
                 free(specs);
@@ -395,7 +399,7 @@ static int cmd_build(int argc, char **argv)
     progress_state progress = {.tty = isatty(STDERR_FILENO), .t0 = mlajit_now_ms()};
     int workers = jobs ? jobs : (int)sysconf(_SC_NPROCESSORS_ONLN);
     fprintf(stderr, "mlajit pack build: %d kernels on %d worker%s\n", count, workers, workers == 1 ? "" : "s");
-    mlajit_warmup_report rep;
+    mlajit_warmup_report rep = MLAJIT_WARMUP_REPORT_INIT;
     rc = mlajit_acquire_batch(ctx, specs, count, jobs, build_progress, &progress, kernels, &rep);
     if (rc) {
         status = cli_error(rc, "pack build");
@@ -405,7 +409,7 @@ static int cmd_build(int argc, char **argv)
             items[i].key = kernels[i]->key;
             items[i].entry = &entries[i];
         }
-        mlajit_context_info info;
+        mlajit_context_info info = MLAJIT_CONTEXT_INFO_INIT;
         mlajit_context_get_info(ctx, &info);
         mlajit_pack_manifest recipe = {.key_recipe = MLAJIT_KEY_RECIPE,
                                        .nvrtc_major = info.nvrtc_major,
@@ -538,7 +542,8 @@ static int cmd_verify(int argc, char **argv)
 
     /* With this build's recipe the keys can be recomputed from the specs. */
     const mlajit_pack_manifest *m = mlajit_pack_manifest_of(pack);
-    mlajit_context_options opts = {.flags = MLAJIT_CONTEXT_NO_DEVICE | MLAJIT_CONTEXT_NO_DISK_CACHE, .packs = ""};
+    mlajit_context_options opts = {.struct_size = sizeof opts,
+                                   .flags = MLAJIT_CONTEXT_NO_DEVICE | MLAJIT_CONTEXT_NO_DISK_CACHE, .packs = ""};
     mlajit_context *ctx;
     if ((rc = mlajit_context_create(&opts, &ctx))) {
         mlajit_pack_close(pack);
@@ -552,7 +557,7 @@ static int cmd_verify(int argc, char **argv)
     } else {
         size_t bad = 0;
         for (size_t i = 0; i < m->kernel_count; i++) {
-            mlajit_kernel_spec s, r;
+            mlajit_kernel_spec s = MLAJIT_KERNEL_SPEC_INIT, r = MLAJIT_KERNEL_SPEC_INIT;
             mlajit_cache_key key = {0, 0};
             char again[128], *source = NULL;
             /* the key as the pack's NVRTC made it (lookups use the same) */
@@ -729,13 +734,14 @@ static int cmd_bench(int argc, char **argv)
     /* The context (device, driver) exists before serving starts, so it is not
      * part of a first launch; what is timed is what a first call adds. */
     double t = mlajit_now_ms();
-    mlajit_context_options opts = {.flags = MLAJIT_CONTEXT_NO_DISK_CACHE | MLAJIT_CONTEXT_NO_JIT, .packs = ""};
+    mlajit_context_options opts = {.struct_size = sizeof opts,
+                                   .flags = MLAJIT_CONTEXT_NO_DISK_CACHE | MLAJIT_CONTEXT_NO_JIT, .packs = ""};
     mlajit_context *ctx;
     int rc = mlajit_context_create(&opts, &ctx);
     if (rc)
         return cli_error(rc, "pack bench");
     double context_ms = mlajit_now_ms() - t;
-    mlajit_context_info info;
+    mlajit_context_info info = MLAJIT_CONTEXT_INFO_INIT;
     mlajit_context_get_info(ctx, &info);
     printf("device        %s\n", info.has_device ? info.device_name : "none (load is not timed)");
     printf("context       %9.3f ms  (device and driver set-up; before serving, not counted)\n", context_ms);
@@ -747,12 +753,13 @@ static int cmd_bench(int argc, char **argv)
         mlajit_context_destroy(ctx);
         return cli_error(rc ? rc : MLAJIT_ERR_UNSUPPORTED, "pack bench");
     }
-    const mlajit_pack_manifest *m = mlajit_pack_manifest_of(ctx->packs[0]);
+    const mlajit_pack *pack = mlajit_context_pack(ctx, 0); /* the one just attached: the context had none */
+    const mlajit_pack_manifest *m = mlajit_pack_manifest_of(pack);
     printf("pack open     %9.3f ms  (%zu kernels, %lld bytes: trailer, whole-file checksum, manifest)\n", open_ms,
-           m->kernel_count, (long long)mlajit_pack_file_bytes(ctx->packs[0]));
+           m->kernel_count, (long long)mlajit_pack_file_bytes(pack));
 
     /* The first kernel of the pack that this context targets. */
-    mlajit_kernel_spec spec;
+    mlajit_kernel_spec spec = MLAJIT_KERNEL_SPEC_INIT;
     int found = 0;
     for (size_t i = 0; i < m->kernel_count && !found; i++) {
         if (mlajit_spec_parse(m->kernels[i].spec_string, &spec) == MLAJIT_OK &&
@@ -765,7 +772,7 @@ static int cmd_bench(int argc, char **argv)
         return CLI_FAIL;
     }
     const mlajit_kernel *k;
-    mlajit_kernel_report rep;
+    mlajit_kernel_report rep = MLAJIT_KERNEL_REPORT_INIT;
     t = mlajit_now_ms();
     rc = mlajit_kernel_acquire(ctx, &spec, 0, &k, &rep);
     double lookup_ms = mlajit_now_ms() - t;
@@ -808,6 +815,75 @@ static int cmd_bench(int argc, char **argv)
     printf("decode        plans hold their kernel: mlajit_decode does no lookup at all\n");
     mlajit_context_destroy(ctx);
     return CLI_OK;
+}
+
+/* ---- the pack build line for a missing kernel -------------------------------- */
+
+/* Feature names as `pack build --features` spells them, joined by '+'. */
+static void feature_set_name(unsigned features, char *buf, size_t len)
+{
+    static const struct { unsigned bit; const char *name; } names[] = {
+        {MLAJIT_FEATURE_SINK, "sink"},
+        {MLAJIT_FEATURE_TOPK_LENGTH, "topk-length"},
+        {MLAJIT_FEATURE_EXTRA_TOPK_LENGTH, "extra-topk-length"},
+    };
+    snprintf(buf, len, "%s", features ? "" : "none");
+    for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
+        size_t used = strlen(buf);
+        if (features & names[i].bit)
+            snprintf(buf + used, len - used, "%s%s", used ? "+" : "", names[i].name);
+    }
+}
+
+/* The grid form when the resolved spec is what the generator picks for its
+ * shape, or one of the walk alternatives a grid brings along with it (so the
+ * pack also serves the plans that switch kernels); else --spec. */
+void cli_pack_build_line(const mlajit_kernel_spec *r, char *buf, size_t len)
+{
+    char spec_string[128] = "", auto_string[128], alt_string[128];
+    mlajit_spec_string(r, spec_string, sizeof spec_string);
+    mlajit_kernel_spec auto_spec = *r, auto_resolved = MLAJIT_KERNEL_SPEC_INIT, alts[MLAJIT_WALK_ALTERNATIVES];
+    auto_spec.tile = 0;
+    auto_spec.heads_per_cta = 0;
+    auto_spec.variant = MLAJIT_VARIANT_AUTO;
+    int by_grid = mlajit_spec_resolve(&auto_spec, &auto_resolved) == MLAJIT_OK &&
+                  mlajit_spec_string(&auto_resolved, auto_string, sizeof auto_string) == MLAJIT_OK &&
+                  strcmp(auto_string, spec_string) == 0;
+    const int n_alts = by_grid ? 0 : mlajit_spec_walk_alternatives(&auto_spec, r->arch, alts);
+    for (int i = 0; i < n_alts && !by_grid; i++)
+        by_grid = mlajit_spec_string(&alts[i], alt_string, sizeof alt_string) == MLAJIT_OK &&
+                  strcmp(alt_string, spec_string) == 0;
+    if (!by_grid) {
+        snprintf(buf, len, "mlajit pack build --spec %s --out FILE", spec_string);
+        return;
+    }
+    const mlajit_model_desc *m = mlajit_model_describe(r->model);
+    char extra[32] = "", features[64] = "";
+    if (r->extra_page_size)
+        snprintf(extra, sizeof extra, " --extra-pages %d", r->extra_page_size);
+    if (r->features) {
+        char names[48];
+        feature_set_name(r->features, names, sizeof names);
+        snprintf(features, sizeof features, " --features %s", names);
+    }
+    snprintf(buf, len, "mlajit pack build --models %s --heads %d --pages %d%s%s --archs %s --out FILE",
+             m ? m->name : "?", r->h_q, r->page_size, extra, features, r->arch);
+}
+
+void cli_missing_kernel_hint(int status, mlajit_context *ctx, const mlajit_kernel_spec *spec)
+{
+    mlajit_context_info info = MLAJIT_CONTEXT_INFO_INIT;
+    if (status != MLAJIT_ERR_NOT_FOUND || !ctx || mlajit_context_get_info(ctx, &info) != MLAJIT_OK ||
+        !info.jit_disabled)
+        return;
+    mlajit_kernel_spec with_arch = *spec, resolved = MLAJIT_KERNEL_SPEC_INIT;
+    if (!with_arch.arch[0])
+        snprintf(with_arch.arch, sizeof with_arch.arch, "%s", info.device_arch);
+    char line[384];
+    if (mlajit_spec_resolve(&with_arch, &resolved) != MLAJIT_OK)
+        return;
+    cli_pack_build_line(&resolved, line, sizeof line);
+    fprintf(stderr, "mlajit: build a pack that holds it with `%s` and add FILE to MLAJIT_PACKS\n", line);
 }
 
 int cli_pack(int argc, char **argv)

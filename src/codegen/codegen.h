@@ -81,7 +81,7 @@ int mlajit_spec_one_tile_alternative(const mlajit_kernel_spec *spec, const char 
  * where it resolves as itself (its third producer group's ring slot fits: v32 at
  * 16 heads and fewer). On the H200 it beat sm90-narrow by 8.6% at V3.2 h8 b128
  * and b256 topk 2048 (32 tiles per CTA) and 4% at b64 (16 tiles, two splits), and
- * lost 3-7% at 1-8 tiles per CTA (its 512 threads' start-up; bench/NOTES.md, "A
+ * lost 3-7% at 1-8 tiles per CTA (its 512 threads' start-up; bench/HISTORY.md, "A
  * third producer group"). 1 and *alt (arch set) when the spec has such an
  * alternative, else 0. */
 #define MLAJIT_NARROW_LONG_FROM_TILES 16
@@ -91,12 +91,12 @@ int mlajit_spec_long_walk_alternative(const mlajit_kernel_spec *spec, const char
 /* The kernel auto switches to for a walk of a few tiles or more per CTA at 1-8 heads:
  * for an auto spec on sm_90a (arch "" means default_arch) with h_q <= 8 that resolves
  * to sm90-narrow-scores as itself (v32's inline scales), which plans take where each
- * CTA walks at least MLAJIT_NARROW_SCORES_FROM_TILES tiles. On the H200 (bench/NOTES.md,
+ * CTA walks at least MLAJIT_NARROW_SCORES_FROM_TILES tiles. On the H200 (bench/HISTORY.md,
  * "sm90-narrow-scores"), against sm90-narrow(-long) in the same call: V3.2 h8 b 128
  * topk 512 20.3 -> 19.1 us, b 64 topk 512 (4 tiles per CTA) 14.0 -> 13.6, b 64 topk
  * 2048 38.1 -> 37.0, b 128 and 256 topk 2048 61.7 -> 61.2 and 119.9 -> 119.1; at 1-2
  * tiles per CTA 4-23% slower (one group takes a tile's work the other kernels share).
- * At 3, 4, 5 and 7 heads the same (bench/NOTES.md, "sm90-narrow-scores at 1-7 heads"):
+ * At 3, 4, 5 and 7 heads the same (bench/HISTORY.md, "sm90-narrow-scores at 1-7 heads"):
  * -5 to -9% at topk 512, -5% at b 64 topk 2048, -1 to -2% at b 128 and 256; slower at
  * one tile per CTA (1, 2 and 6 heads were not timed).
  * 1 and *alt (arch set) when the spec has such an alternative, else 0. */
@@ -111,7 +111,7 @@ int mlajit_spec_scores_alternative(const mlajit_kernel_spec *spec, const char *d
  * heads by 8, 17-32 by 16), so twice the CTAs each do half the math and write half
  * the output, and gather the same rows (the second read mostly from L2); past 32
  * heads with power-of-two scales, the head groups' kernel (below) halved: groups
- * of 16. On the H200 (bench/NOTES.md, "sm90-narrow's heads in groups"): V3.2 h32
+ * of 16. On the H200 (bench/HISTORY.md, "sm90-narrow's heads in groups"): V3.2 h32
  * b 1 9.5 -> 8.1 us, h32 b 64 topk 128 10.8 -> 9.0, h16 7.8 -> 7.3 and 8.7 -> 8.0,
  * DSV4 h32 b 2 10.0 -> 8.9; V3.2 h64 b 1 9.8 (groups of 32) -> 8.9; wherever the
  * grid already filled the SMs it lost (up to 2x). 1 and *alt (arch set) when the
@@ -124,7 +124,7 @@ int mlajit_spec_head_split_alternative(const mlajit_kernel_spec *spec, const cha
  * default_arch) with more than 32 heads and power-of-two scales, sm90-narrow in
  * head groups of 32, which plans take where its grid fits one wave of CTAs and
  * a row-split's tiles, summed over its head groups (each group gathers them
- * again), are at most MLAJIT_HEAD_GROUPS_MAX_TILES. On the H200 (bench/NOTES.md,
+ * again), are at most MLAJIT_HEAD_GROUPS_MAX_TILES. On the H200 (bench/HISTORY.md,
  * "sm90-narrow past 32 heads"): V3.2 h64 b 64 topk 512 33.3 -> 25.2 us, h64 b 64
  * topk 128 12.1 -> 11.3, h128 b 1 12.8 -> 11.4, DSV4 h64 b 2 12.5 -> 10.6; at 32
  * tile gathers (h128 b 8) or 64 (h64 b 64 topk 2048) it lost 5-8%, and 1.3-2.3x
@@ -141,7 +141,7 @@ int mlajit_spec_head_groups_alternative(const mlajit_kernel_spec *spec, const ch
  * Returns how many (0..MLAJIT_WALK_ALTERNATIVES). The one list that plans (which
  * take the first that suits their walk), grids and pack hints use. (The sliced
  * family was the long-walk alternative at 9-16 heads until sm90-narrow's row ring
- * beat it there: bench/NOTES.md, "The row ring".) */
+ * beat it there: bench/HISTORY.md, "The row ring".) */
 #define MLAJIT_WALK_ALTERNATIVES 5
 int mlajit_spec_walk_alternatives(const mlajit_kernel_spec *spec, const char *default_arch,
                                   mlajit_kernel_spec alts[MLAJIT_WALK_ALTERNATIVES]);

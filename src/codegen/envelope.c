@@ -54,7 +54,7 @@ int mlajit_envelope_check_with(const mlajit_kernel_spec *spec, const mlajit_deco
     int rc = mlajit_spec_validate(spec);
     if (rc)
         return rc;
-    mlajit_kernel_spec with_arch = *spec, resolved;
+    mlajit_kernel_spec with_arch = *spec, resolved = MLAJIT_KERNEL_SPEC_INIT;
     if (!with_arch.arch[0])
         strcpy(with_arch.arch, MLAJIT_DEFAULT_ARCH); /* what a context without a device targets */
     /* Resolving checks the generator's choices and the shared memory they need. */

@@ -10,6 +10,7 @@
 #include "codegen/codegen.h"
 #include "codegen/kernel_abi.h"
 #include "codegen/templates.h"
+#include "common/alloc.h"
 #include "common/error.h"
 #include "common/strbuf.h"
 
@@ -99,7 +100,7 @@ static void sm90_smem_map(const mlajit_model_desc *d, int tile, int heads, smem_
  * which fits at 16 heads and fewer (232,368 bytes at 16; 242,736 at 24). DSV4's rows
  * (scales in the page footer, 8 bytes, which no bulk copy moves) stay in
  * registers: in the ring, with the footer words loaded beside each copy, they were
- * 10-12% slower at 8 and 16 heads (bench/NOTES.md, "The row ring" and "The ring's
+ * 10-12% slower at 8 and 16 heads (bench/HISTORY.md, "The row ring" and "The ring's
  * fence"). */
 enum { kNarrowTokensPerRound = 32, kNarrowRingRounds = 1, kNarrowMaxProducerGroups = 3 };
 
@@ -320,7 +321,7 @@ int mlajit_combine_smem_bytes(const mlajit_kernel_layout *layout, int num_splits
  * it issues the next tile's S, and frees the tile's buffer when P V completes. That
  * shortens the score group's chain and lengthens the loop the producer waits on
  * (its buffer-free waits grew 2.2-2.6x under ncu), so it pays only where the score
- * group alone bounds the kernel. On the H200 (bench/NOTES.md, "P V in flight" and
+ * group alone bounds the kernel. On the H200 (bench/HISTORY.md, "P V in flight" and
  * "Why P V in flight loses") DSV4's pairs ran 5-6% faster; V3.2's pairs 0-13%
  * slower (the long walks most, whatever the loop's order or where the buffer was
  * freed), and DSV4 with one CTA per row 2-5% slower. So it is chosen for a pair
@@ -457,7 +458,7 @@ uint64_t mlajit_decode_params_layout_hash(void)
 
 int mlajit_generate_source(const mlajit_kernel_spec *spec, char **source)
 {
-    mlajit_kernel_spec r;
+    mlajit_kernel_spec r = MLAJIT_KERNEL_SPEC_INIT;
     if (!source)
         return mlajit_fail(MLAJIT_ERR_INVALID_ARGUMENT, "source: NULL");
     *source = NULL;
@@ -500,7 +501,7 @@ int mlajit_generate_source(const mlajit_kernel_spec *spec, char **source)
             mlajit_strbuf_append(&b, parts[k]->text, parts[k]->size);
     if (b.failed) {
         free(b.data);
-        return mlajit_fail(MLAJIT_ERR_OUT_OF_MEMORY, "generating source for %s: out of memory", spec_string);
+        return mlajit_fail_oom("the generated source of %s", spec_string);
     }
     *source = b.data;
     return MLAJIT_OK;

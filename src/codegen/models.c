@@ -6,21 +6,21 @@
 
 static const mlajit_model_desc model_table[] = {
     {
-        .model = MLAJIT_MODEL_V32, .name = "v32",
+        .struct_size = sizeof(mlajit_model_desc), .model = MLAJIT_MODEL_V32, .name = "v32",
         .d_qk = 576, .d_nope = 512, .d_rope = 64, .d_v = 512,
         .quant_tile = 128, .num_scales = 4,
         .scale_format = MLAJIT_SCALE_FP32_POW2, .scale_place = MLAJIT_SCALES_INLINE,
         .row_bytes = 656, .footer_bytes = 0, .bytes_per_token = 656,
     },
     {
-        .model = MLAJIT_MODEL_DSV4, .name = "dsv4",
+        .struct_size = sizeof(mlajit_model_desc), .model = MLAJIT_MODEL_DSV4, .name = "dsv4",
         .d_qk = 512, .d_nope = 448, .d_rope = 64, .d_v = 512,
         .quant_tile = 64, .num_scales = 7,
         .scale_format = MLAJIT_SCALE_UE8M0, .scale_place = MLAJIT_SCALES_PAGE_FOOTER,
         .row_bytes = 576, .footer_bytes = 8, .bytes_per_token = 584,
     },
     {
-        .model = MLAJIT_MODEL_GLM_NSA, .name = "glm_nsa",
+        .struct_size = sizeof(mlajit_model_desc), .model = MLAJIT_MODEL_GLM_NSA, .name = "glm_nsa",
         .d_qk = 576, .d_nope = 512, .d_rope = 64, .d_v = 512,
         .quant_tile = 128, .num_scales = 4,
         .scale_format = MLAJIT_SCALE_FP32, .scale_place = MLAJIT_SCALES_INLINE,

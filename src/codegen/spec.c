@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "codegen/codegen.h"
+#include "common/abi.h"
 #include "common/error.h"
 #include "mlajit.h"
 
@@ -52,13 +53,15 @@ const char *mlajit_arch_list(void)
 
 int mlajit_spec_init(mlajit_kernel_spec *spec, mlajit_model model, int h_q, int page_size)
 {
-    if (!spec)
-        return mlajit_fail(MLAJIT_ERR_INVALID_ARGUMENT, "spec: NULL; pass a mlajit_kernel_spec to fill");
-    memset(spec, 0, sizeof *spec);
-    spec->model = model;
-    spec->h_q = h_q;
-    spec->page_size = page_size;
-    return mlajit_spec_validate(spec);
+    int rc = mlajit_abi_check(MLAJIT_ABI_KERNEL_SPEC, "spec", spec);
+    if (rc)
+        return rc;
+    mlajit_kernel_spec s = MLAJIT_KERNEL_SPEC_INIT;
+    s.model = model;
+    s.h_q = h_q;
+    s.page_size = page_size;
+    mlajit_abi_out(MLAJIT_ABI_KERNEL_SPEC, spec, &s);
+    return mlajit_spec_validate(&s);
 }
 
 static int page_size_ok(int p) { return p >= 1 && p <= MLAJIT_MAX_PAGE_SIZE; }
@@ -97,10 +100,12 @@ static void variant_values(char *buf, size_t len)
                                  variant_names[i].name);
 }
 
-int mlajit_spec_validate(const mlajit_kernel_spec *spec)
+int mlajit_spec_validate(const mlajit_kernel_spec *caller_spec)
 {
+    mlajit_kernel_spec local;
+    const mlajit_kernel_spec *spec = mlajit_abi_in(MLAJIT_ABI_KERNEL_SPEC, "spec", caller_spec, &local);
     if (!spec)
-        return mlajit_fail(MLAJIT_ERR_INVALID_ARGUMENT, "spec: NULL");
+        return MLAJIT_ERR_INVALID_ARGUMENT;
     if (!mlajit_model_describe(spec->model))
         return mlajit_fail(MLAJIT_ERR_INVALID_ARGUMENT,
                            "spec.model = %d is unknown; allowed: MLAJIT_MODEL_V32 (1), MLAJIT_MODEL_DSV4 (2), MLAJIT_MODEL_GLM_NSA (3)",
@@ -147,17 +152,20 @@ int mlajit_spec_validate(const mlajit_kernel_spec *spec)
     return MLAJIT_OK;
 }
 
-int mlajit_spec_resolve(const mlajit_kernel_spec *spec, mlajit_kernel_spec *resolved)
+int mlajit_spec_resolve(const mlajit_kernel_spec *caller_spec, mlajit_kernel_spec *resolved)
 {
+    mlajit_kernel_spec local;
+    const mlajit_kernel_spec *spec = mlajit_abi_in(MLAJIT_ABI_KERNEL_SPEC, "spec", caller_spec, &local);
+    if (!spec)
+        return MLAJIT_ERR_INVALID_ARGUMENT;
     int rc = mlajit_spec_validate(spec);
-    if (rc)
+    if (rc || (rc = mlajit_abi_check(MLAJIT_ABI_KERNEL_SPEC, "resolved", resolved)))
         return rc;
-    if (!resolved)
-        return mlajit_fail(MLAJIT_ERR_INVALID_ARGUMENT, "resolved: NULL");
     if (!spec->arch[0])
         return mlajit_fail(MLAJIT_ERR_INVALID_ARGUMENT, "spec.arch is empty; resolve needs a target arch (%s)",
                            mlajit_arch_list());
     mlajit_kernel_spec r = *spec;
+    r.struct_size = sizeof r;
     /* auto on sm_90a with tile 0 or 64: at most 32 heads with power-of-two scales
      * and the head group left to it, sm90-narrow (no math padded to 64 heads; it
      * beat sm90 on every V3.2 and DSV4 row at 8, 16 and 32 heads measured on the
@@ -273,7 +281,7 @@ int mlajit_spec_resolve(const mlajit_kernel_spec *spec, mlajit_kernel_spec *reso
         return mlajit_fail(MLAJIT_ERR_UNSUPPORTED,
                            "spec needs %d bytes of shared memory per block; %s allows %d: use tile 32 or fewer heads_per_cta",
                            layout.smem_bytes, r.arch, mlajit_arch_max_smem(r.arch));
-    *resolved = r;
+    mlajit_abi_out(MLAJIT_ABI_KERNEL_SPEC, resolved, &r);
     return MLAJIT_OK;
 }
 
@@ -292,7 +300,7 @@ static int auto_alternative(const mlajit_kernel_spec *spec, const char *default_
     if (spec->variant != MLAJIT_VARIANT_AUTO || spec->tile || spec->heads_per_cta || !arch ||
         strcmp(arch, "sm_90a") != 0)
         return 0;
-    mlajit_kernel_spec s = *spec, r;
+    mlajit_kernel_spec s = *spec, r = MLAJIT_KERNEL_SPEC_INIT;
     s.variant = variant;
     s.heads_per_cta = heads_per_cta;
     snprintf(s.arch, sizeof s.arch, "%s", arch);
@@ -343,7 +351,7 @@ int mlajit_spec_scores_alternative(const mlajit_kernel_spec *spec, const char *d
 int mlajit_spec_head_split_alternative(const mlajit_kernel_spec *spec, const char *default_arch,
                                        mlajit_kernel_spec *alt)
 {
-    mlajit_kernel_spec s, r;
+    mlajit_kernel_spec s = MLAJIT_KERNEL_SPEC_INIT, r = MLAJIT_KERNEL_SPEC_INIT;
     /* the group it halves into groups of 8 or more: where auto runs sm90-narrow,
      * the resolved one (h_q rounded up to 8); past 32 heads, the head groups' 32 */
     const int whole = spec && spec->h_q > MLAJIT_NARROW_MAX_HEADS_PER_CTA ? MLAJIT_NARROW_MAX_HEADS_PER_CTA : 0;
@@ -445,9 +453,12 @@ static int spec_fields_string(const mlajit_kernel_spec *r, char *buf, size_t len
     return MLAJIT_OK;
 }
 
-int mlajit_spec_string(const mlajit_kernel_spec *spec, char *buf, size_t len)
+int mlajit_spec_string(const mlajit_kernel_spec *caller_spec, char *buf, size_t len)
 {
-    mlajit_kernel_spec r;
+    mlajit_kernel_spec local, r = MLAJIT_KERNEL_SPEC_INIT;
+    const mlajit_kernel_spec *spec = mlajit_abi_in(MLAJIT_ABI_KERNEL_SPEC, "spec", caller_spec, &local);
+    if (!spec)
+        return MLAJIT_ERR_INVALID_ARGUMENT;
     int rc = mlajit_spec_validate(spec);
     if (rc)
         return rc;
@@ -512,8 +523,7 @@ int mlajit_spec_parse_fields(const char *str, mlajit_kernel_spec *out)
                                SPEC_FORM);
         toks[nt++] = t;
     }
-    mlajit_kernel_spec s;
-    memset(&s, 0, sizeof s);
+    mlajit_kernel_spec s = MLAJIT_KERNEL_SPEC_INIT;
     int i = 0;
     if (nt < 3 || mlajit_model_from_name(toks[i++], &s.model) != MLAJIT_OK || !parse_field(toks[i++], "h", &s.h_q) ||
         !parse_field(toks[i++], "p", &s.page_size))
@@ -566,14 +576,16 @@ int mlajit_spec_parse_fields(const char *str, mlajit_kernel_spec *out)
 
 int mlajit_spec_parse(const char *str, mlajit_kernel_spec *out)
 {
-    if (!str || !out)
-        return mlajit_fail(MLAJIT_ERR_INVALID_ARGUMENT, "spec string or out: NULL");
-    mlajit_kernel_spec s;
-    int rc = mlajit_spec_parse_fields(str, &s);
+    if (!str)
+        return mlajit_fail(MLAJIT_ERR_INVALID_ARGUMENT, "spec string: NULL");
+    int rc = mlajit_abi_check(MLAJIT_ABI_KERNEL_SPEC, "out", out);
     if (rc)
+        return rc;
+    mlajit_kernel_spec s = MLAJIT_KERNEL_SPEC_INIT;
+    if ((rc = mlajit_spec_parse_fields(str, &s)))
         return rc;
     if ((rc = mlajit_spec_validate(&s)))
         return mlajit_fail_prefix(rc, "spec string '%s': ", str);
-    *out = s;
+    mlajit_abi_out(MLAJIT_ABI_KERNEL_SPEC, out, &s);
     return MLAJIT_OK;
 }

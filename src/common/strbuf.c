@@ -7,9 +7,11 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/alloc.h"
+
 static int grow_to(mlajit_strbuf *b, size_t cap)
 {
-    char *p = realloc(b->data, cap);
+    char *p = mlajit_realloc(b->data, cap);
     if (!p) {
         b->failed = 1;
         return 0;

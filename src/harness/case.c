@@ -16,6 +16,7 @@
 #include <fcntl.h>
 #include <unistd.h>
 
+#include "common/alloc.h"
 #include "common/error.h"
 #include "common/file.h"
 #include "harness/harness.h"
@@ -32,7 +33,7 @@
 
 /* malloc that returns a valid pointer for zero bytes too, so "present but
  * empty" (b = 0) stays distinguishable from "absent" (NULL). */
-static void *alloc_bytes(size_t bytes) { return malloc(bytes ? bytes : 1); }
+static void *alloc_bytes(size_t bytes) { return mlajit_malloc(bytes ? bytes : 1); }
 
 static int join_path(char *buf, size_t len, const char *dir, const char *name)
 {
@@ -105,7 +106,7 @@ static int read_exact(const char *dir, const char *name, int64_t bytes, const ch
     void *data = alloc_bytes((size_t)bytes);
     if (!data) {
         fclose(f);
-        return mlajit_fail(MLAJIT_ERR_OUT_OF_MEMORY, "no memory for %s (%lld bytes)", name, (long long)bytes);
+        return mlajit_fail_oom("%s (%lld bytes)", name, (long long)bytes);
     }
     size_t got = bytes ? fread(data, 1, (size_t)bytes, f) : 0;
     int err = ferror(f);
@@ -298,10 +299,10 @@ static int read_case_json(const char *dir, mlajit_json **root)
     FILE *f = open_case_file(path, path, &sb);
     if (!f)
         return MLAJIT_ERR_IO;
-    char *text = malloc(CASE_JSON_MAX_BYTES + 1);
+    char *text = mlajit_malloc(CASE_JSON_MAX_BYTES + 1);
     if (!text) {
         fclose(f);
-        return mlajit_fail(MLAJIT_ERR_OUT_OF_MEMORY, "no memory to read %s", path);
+        return mlajit_fail_oom("reading %s", path);
     }
     size_t len = fread(text, 1, CASE_JSON_MAX_BYTES + 1, f);
     int err = ferror(f);
@@ -315,11 +316,12 @@ static int read_case_json(const char *dir, mlajit_json **root)
         return mlajit_fail(MLAJIT_ERR_CORRUPT, "%s is larger than %d bytes", path, CASE_JSON_MAX_BYTES);
     }
     char msg[256];
-    if (mlajit_json_parse(text, len, root, msg, sizeof msg) != 0) {
-        free(text);
-        return mlajit_fail(MLAJIT_ERR_CORRUPT, "case.json is not valid JSON: %s", msg);
-    }
+    int parsed = mlajit_json_parse(text, len, root, msg, sizeof msg);
     free(text);
+    if (parsed == -2)
+        return mlajit_fail_oom("parsing %s", path);
+    if (parsed != 0)
+        return mlajit_fail(MLAJIT_ERR_CORRUPT, "case.json is not valid JSON: %s", msg);
     if ((*root)->type != MLAJIT_JSON_OBJECT) {
         mlajit_json_free(*root);
         *root = NULL;
@@ -716,7 +718,7 @@ int mlajit_case_save(const char *dir, const mlajit_case *c)
     mlajit_json_end(&w);
     if (mlajit_json_writer_ok(&w) != 0) {
         mlajit_json_writer_free(&w);
-        return mlajit_fail(MLAJIT_ERR_OUT_OF_MEMORY, "case save: no memory for case.json");
+        return mlajit_fail_oom("case save: case.json");
     }
     st = write_file(dir, CASE_JSON_NAME, w.out.data, w.out.len);
     mlajit_json_writer_free(&w);
@@ -728,6 +730,7 @@ int mlajit_case_save(const char *dir, const mlajit_case *c)
 void mlajit_case_spec(const mlajit_case *c, mlajit_kernel_spec *spec)
 {
     memset(spec, 0, sizeof *spec);
+    spec->struct_size = sizeof *spec;
     spec->model = c->model;
     spec->h_q = c->h_q;
     spec->page_size = c->kv.page_size;
@@ -747,6 +750,7 @@ void mlajit_case_spec(const mlajit_case *c, mlajit_kernel_spec *spec)
 void mlajit_case_shape(const mlajit_case *c, mlajit_decode_shape *shape)
 {
     memset(shape, 0, sizeof *shape);
+    shape->struct_size = sizeof *shape;
     shape->batch = c->b;
     shape->s_q = c->s_q;
     shape->topk = c->topk;
@@ -757,6 +761,7 @@ void mlajit_case_shape(const mlajit_case *c, mlajit_decode_shape *shape)
 void mlajit_case_host_args(const mlajit_case *c, mlajit_decode_args *args)
 {
     memset(args, 0, sizeof *args);
+    args->struct_size = sizeof *args;
     const mlajit_model_desc *d = mlajit_model_describe(c->model);
     const int64_t d_qk = d ? d->d_qk : 0, d_v = d ? d->d_v : 0;
     const int64_t h_q = c->h_q, s_q = c->s_q;
@@ -802,9 +807,9 @@ int mlajit_case_reference(const mlajit_case *c, int batch, float **out_f, float 
         return mlajit_fail(MLAJIT_ERR_INVALID_ARGUMENT, "case: model %d is unknown", (int)c->model);
     if (batch < 0 || batch > c->b)
         return mlajit_fail(MLAJIT_ERR_INVALID_ARGUMENT, "case reference: batch = %d; allowed 0..%d", batch, c->b);
-    mlajit_kernel_spec spec;
-    mlajit_decode_shape shape;
-    mlajit_decode_args args;
+    mlajit_kernel_spec spec = MLAJIT_KERNEL_SPEC_INIT;
+    mlajit_decode_shape shape = MLAJIT_DECODE_SHAPE_INIT;
+    mlajit_decode_args args = MLAJIT_DECODE_ARGS_INIT;
     mlajit_case_spec(c, &spec);
     mlajit_case_shape(c, &shape);
     mlajit_case_host_args(c, &args);
@@ -817,7 +822,7 @@ int mlajit_case_reference(const mlajit_case *c, int batch, float **out_f, float 
     float *of = alloc_bytes(n_out * sizeof *of);
     float *lf = alloc_bytes(n_lse * sizeof *lf);
     int st = (out && lse && of && lf) ? MLAJIT_OK
-                                      : mlajit_fail(MLAJIT_ERR_OUT_OF_MEMORY, "case: no memory for the reference");
+                                      : mlajit_fail_oom("the case's reference");
     if (st == MLAJIT_OK)
         st = mlajit_reference_decode(&spec, &shape, &args, out, lse);
     if (st == MLAJIT_OK) {

@@ -88,7 +88,7 @@ static int pages_per_seq_max(int b, int page)
 static int resolves_on_sm90a(mlajit_model model, int h_q, int page, int tile, int heads_per_cta,
                              mlajit_variant variant)
 {
-    mlajit_kernel_spec spec, resolved;
+    mlajit_kernel_spec spec = MLAJIT_KERNEL_SPEC_INIT, resolved = MLAJIT_KERNEL_SPEC_INIT;
     if (mlajit_spec_init(&spec, model, h_q, page) != MLAJIT_OK) {
         mlajit_clear_error();
         return 0;
@@ -232,6 +232,7 @@ void mlajit_fuzz_draw(uint64_t run_seed, int64_t call, int allow_heavy, mlajit_f
     }
 
     mlajit_kernel_spec *sp = &out->spec;
+    sp->struct_size = sizeof *sp;
     sp->model = model;
     sp->h_q = h_q;
     sp->page_size = page;
@@ -244,8 +245,8 @@ void mlajit_fuzz_draw(uint64_t run_seed, int64_t call, int allow_heavy, mlajit_f
                   : narrow_scores ? MLAJIT_VARIANT_SM90_NARROW_SCORES
                   : narrow      ? MLAJIT_VARIANT_SM90_NARROW
                                 : MLAJIT_VARIANT_AUTO;
-    out->shape = (mlajit_decode_shape){
-        .batch = b, .s_q = s_q, .topk = topk, .extra_topk = extra_topk, .num_splits = num_splits};
+    out->shape = (mlajit_decode_shape){.struct_size = sizeof(mlajit_decode_shape), .batch = b, .s_q = s_q,
+                                       .topk = topk, .extra_topk = extra_topk, .num_splits = num_splits};
     out->synth = (mlajit_synth_params){
         .model = model, .b = b, .s_q = s_q, .h_q = h_q, .topk = topk, .extra_topk = extra_topk,
         .page_size = page, .extra_page_size = extra_page,

@@ -4,15 +4,26 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/alloc.h"
 #include "common/error.h"
 #include "harness/harness.h"
 #include "runtime/runtime.h"
 
 enum { kMaxBuffers = 16 };
 
+/* MLAJIT_ERR_NO_DEVICE, with the context's reason, when it has no GPU. */
+static int need_device(mlajit_context *ctx)
+{
+    if (mlajit_context_driver(ctx))
+        return MLAJIT_OK;
+    mlajit_context_info info = MLAJIT_CONTEXT_INFO_INIT;
+    mlajit_context_get_info(ctx, &info);
+    return mlajit_fail(MLAJIT_ERR_NO_DEVICE, "no GPU: %s", info.no_device_reason);
+}
+
 static int device_alloc(mlajit_device_case *dc, size_t bytes, CUdeviceptr *out)
 {
-    const mlajit_driver *drv = dc->ctx->drv;
+    const mlajit_driver *drv = mlajit_context_driver(dc->ctx);
     *out = 0;
     if (dc->count == kMaxBuffers)
         return mlajit_fail(MLAJIT_ERR_INTERNAL, "device case: too many buffers");
@@ -31,8 +42,9 @@ static int upload(mlajit_device_case *dc, const void *host, size_t bytes, CUdevi
     int rc = device_alloc(dc, bytes, out);
     if (rc)
         return rc;
-    CUresult r = dc->ctx->drv->cuMemcpyHtoD(*out, host, bytes);
-    return r == MLAJIT_CU_SUCCESS ? MLAJIT_OK : mlajit_cuda_fail(dc->ctx->drv, r, "cuMemcpyHtoD");
+    const mlajit_driver *drv = mlajit_context_driver(dc->ctx);
+    CUresult r = drv->cuMemcpyHtoD(*out, host, bytes);
+    return r == MLAJIT_CU_SUCCESS ? MLAJIT_OK : mlajit_cuda_fail(drv, r, "cuMemcpyHtoD");
 }
 
 static int alloc_poisoned(mlajit_device_case *dc, size_t bytes, CUdeviceptr *out)
@@ -40,8 +52,9 @@ static int alloc_poisoned(mlajit_device_case *dc, size_t bytes, CUdeviceptr *out
     int rc = device_alloc(dc, bytes, out);
     if (rc)
         return rc;
-    CUresult r = dc->ctx->drv->cuMemsetD8(*out, 0xff, bytes ? bytes : 16); /* NaN in bf16 and fp32 */
-    return r == MLAJIT_CU_SUCCESS ? MLAJIT_OK : mlajit_cuda_fail(dc->ctx->drv, r, "cuMemsetD8");
+    const mlajit_driver *drv = mlajit_context_driver(dc->ctx);
+    CUresult r = drv->cuMemsetD8(*out, 0xff, bytes ? bytes : 16); /* NaN in bf16 and fp32 */
+    return r == MLAJIT_CU_SUCCESS ? MLAJIT_OK : mlajit_cuda_fail(drv, r, "cuMemsetD8");
 }
 
 int mlajit_device_case_alloc(mlajit_device_case *dc, size_t bytes, void **ptr)
@@ -57,7 +70,7 @@ int mlajit_device_case_alloc(mlajit_device_case *dc, size_t bytes, void **ptr)
 /* Copy a [rows, cols] matrix into a wider row stride, filling the padding. */
 static void *pad_rows(const void *src, size_t rows, int cols, int stride, size_t elem, uint32_t fill)
 {
-    char *dst = malloc(rows * (size_t)stride * elem + 16);
+    char *dst = mlajit_malloc(rows * (size_t)stride * elem + 16);
     if (!dst)
         return NULL;
     for (size_t r = 0; r < rows; r++) {
@@ -76,8 +89,10 @@ int mlajit_device_case_upload(mlajit_context *ctx, const mlajit_case *c, const m
         opts = &none;
     memset(dc, 0, sizeof *dc);
     dc->ctx = ctx;
-    if (!ctx->drv)
-        return mlajit_fail(MLAJIT_ERR_NO_DEVICE, "no GPU: %s", ctx->no_device_reason);
+    dc->args.struct_size = sizeof dc->args;
+    int rc = need_device(ctx);
+    if (rc)
+        return rc;
     const mlajit_model_desc *m = mlajit_model_describe(c->model);
     size_t rows = (size_t)c->b * c->s_q;
     int pad = opts->pad_strides ? 8 : 0;
@@ -89,10 +104,9 @@ int mlajit_device_case_upload(mlajit_context *ctx, const mlajit_case *c, const m
     void *eidx_host = c->has_extra ? pad_rows(c->extra_indices, rows, c->extra_topk, eidx_row, 4, (uint32_t)-7777)
                                    : NULL;
     int pushed = mlajit_context_enter(ctx);
-    int rc = MLAJIT_OK;
     CUdeviceptr d_q, d_kv, d_idx, d_len = 0, d_sink = 0, d_ekv = 0, d_eidx = 0, d_elen = 0, d_out, d_lse;
     if (!q_host || !idx_host || (c->has_extra && !eidx_host)) {
-        rc = mlajit_fail(MLAJIT_ERR_OUT_OF_MEMORY, "host staging buffers");
+        rc = mlajit_fail_oom("the host staging buffers");
         goto done;
     }
     if ((rc = upload(dc, q_host, rows * c->h_q * q_row * 2, &d_q)) ||
@@ -153,15 +167,15 @@ done:
 int mlajit_device_case_download(mlajit_device_case *dc, const mlajit_case *c, const mlajit_gpu_run_options *opts,
                                 size_t n_rows, float *out, float *lse)
 {
-    const mlajit_driver *drv = dc->ctx->drv;
+    const mlajit_driver *drv = mlajit_context_driver(dc->ctx);
     const mlajit_model_desc *m = mlajit_model_describe(c->model);
     size_t rows = (size_t)c->b * c->s_q, out_bytes = n_rows * c->h_q * dc->out_row * 2;
-    uint16_t *out_padded = malloc(out_bytes + 16);
-    float *lse_all = malloc(rows * c->h_q * 4 + 16);
+    uint16_t *out_padded = mlajit_malloc(out_bytes + 16);
+    float *lse_all = mlajit_malloc(rows * c->h_q * 4 + 16);
     if (!out_padded || !lse_all) {
         free(out_padded);
         free(lse_all);
-        return mlajit_fail(MLAJIT_ERR_OUT_OF_MEMORY, "download buffers");
+        return mlajit_fail_oom("the download buffers");
     }
     int pushed = mlajit_context_enter(dc->ctx);
     int rc = MLAJIT_OK;
@@ -193,13 +207,26 @@ int mlajit_device_case_download(mlajit_device_case *dc, const mlajit_case *c, co
 
 void mlajit_device_case_free(mlajit_device_case *dc)
 {
-    if (!dc || !dc->ctx || !dc->ctx->drv)
+    const mlajit_driver *drv = dc ? mlajit_context_driver(dc->ctx) : NULL;
+    if (!drv)
         return;
     int pushed = mlajit_context_enter(dc->ctx);
     for (int i = 0; i < dc->count; i++)
-        dc->ctx->drv->cuMemFree(dc->ptrs[i]);
+        drv->cuMemFree(dc->ptrs[i]);
     mlajit_context_leave(dc->ctx, pushed);
     dc->count = 0;
+}
+
+void mlajit_gpu_run_spec(const mlajit_case *c, const mlajit_gpu_run_options *opts, mlajit_kernel_spec *spec)
+{
+    mlajit_case_spec(c, spec);
+    if (!opts)
+        return;
+    if (opts->arch)
+        snprintf(spec->arch, sizeof spec->arch, "%s", opts->arch);
+    spec->tile = opts->tile;
+    spec->heads_per_cta = opts->heads_per_cta;
+    spec->variant = opts->variant;
 }
 
 int mlajit_case_run_gpu(mlajit_context *ctx, const mlajit_case *c, const mlajit_gpu_run_options *opts,
@@ -209,22 +236,17 @@ int mlajit_case_run_gpu(mlajit_context *ctx, const mlajit_case *c, const mlajit_
     if (!opts)
         opts = &none;
     memset(res, 0, sizeof *res);
-    mlajit_kernel_spec spec;
-    mlajit_decode_shape shape;
-    mlajit_case_spec(c, &spec);
+    mlajit_kernel_spec spec = MLAJIT_KERNEL_SPEC_INIT;
+    mlajit_decode_shape shape = MLAJIT_DECODE_SHAPE_INIT;
+    mlajit_gpu_run_spec(c, opts, &spec);
     mlajit_case_shape(c, &shape);
-    if (opts->arch)
-        snprintf(spec.arch, sizeof spec.arch, "%s", opts->arch);
-    spec.tile = opts->tile;
-    spec.heads_per_cta = opts->heads_per_cta;
-    spec.variant = opts->variant;
     shape.num_splits = opts->num_splits;
-    if (!ctx->drv)
-        return mlajit_fail(MLAJIT_ERR_NO_DEVICE, "no GPU: %s", ctx->no_device_reason);
+    int rc = need_device(ctx);
+    if (rc)
+        return rc;
 
     mlajit_plan *plan = NULL;
-    int rc = mlajit_plan_create(ctx, &spec, &shape, &plan);
-    if (rc)
+    if ((rc = mlajit_plan_create(ctx, &spec, &shape, &plan)))
         return rc;
     res->report = *mlajit_plan_report(plan);
     res->num_splits = mlajit_plan_num_splits(plan);
@@ -240,10 +262,10 @@ int mlajit_case_run_gpu(mlajit_context *ctx, const mlajit_case *c, const mlajit_
     if (rc == MLAJIT_OK)
         rc = mlajit_decode(plan, &dc.args, NULL);
     if (rc == MLAJIT_OK) {
-        res->out = malloc(n_lse * mlajit_model_describe(c->model)->d_v * sizeof(float) + 16);
-        res->lse = malloc(n_lse * sizeof(float) + 16);
+        res->out = mlajit_malloc(n_lse * mlajit_model_describe(c->model)->d_v * sizeof(float) + 16);
+        res->lse = mlajit_malloc(n_lse * sizeof(float) + 16);
         rc = (res->out && res->lse) ? mlajit_device_case_download(&dc, c, opts, rows, res->out, res->lse)
-                                    : mlajit_fail(MLAJIT_ERR_OUT_OF_MEMORY, "result buffers");
+                                    : mlajit_fail_oom("the result buffers");
     }
     mlajit_device_case_free(&dc);
     mlajit_plan_destroy(plan);

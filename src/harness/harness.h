@@ -126,6 +126,10 @@ typedef struct mlajit_gpu_run_options {
     int pad_strides;      /* q, out and indices with padded row strides */
 } mlajit_gpu_run_options;
 
+/* The spec a GPU run of the case plans: the case's, with opts' overrides (opts
+ * may be NULL). */
+void mlajit_gpu_run_spec(const mlajit_case *c, const mlajit_gpu_run_options *opts, mlajit_kernel_spec *spec);
+
 /* Upload a case, plan, decode, download. out and lse are poisoned with NaN
  * first, so an element the kernel did not write fails the comparison.
  * MLAJIT_ERR_NO_DEVICE without a GPU. opts may be NULL. */

@@ -12,6 +12,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/alloc.h"
+
 #define MAX_NUMBER_LITERAL 128
 
 typedef struct json_parser {
@@ -20,6 +22,7 @@ typedef struct json_parser {
     char *err;
     size_t errlen;
     int failed;
+    int out_of_memory; /* the failure is the machine's, not the text's */
 } json_parser;
 
 static void parse_error(json_parser *ps, const char *fmt, ...)
@@ -35,6 +38,13 @@ static void parse_error(json_parser *ps, const char *fmt, ...)
     vsnprintf(msg, sizeof msg, fmt, ap);
     va_end(ap);
     snprintf(ps->err, ps->errlen, "%s at byte %zu", msg, (size_t)(ps->p - ps->start));
+}
+
+static void parse_out_of_memory(json_parser *ps)
+{
+    if (!ps->failed)
+        ps->out_of_memory = 1;
+    parse_error(ps, "out of host memory");
 }
 
 static void free_contents(mlajit_json *v)
@@ -131,9 +141,9 @@ static char *parse_string(json_parser *ps)
         parse_error(ps, "unterminated string");
         return NULL;
     }
-    char *out = malloc((size_t)(scan - ps->p) + 1);
+    char *out = mlajit_malloc((size_t)(scan - ps->p) + 1);
     if (!out) {
-        parse_error(ps, "out of memory");
+        parse_out_of_memory(ps);
         return NULL;
     }
     size_t n = 0;
@@ -246,9 +256,9 @@ static int parse_number(json_parser *ps, mlajit_json *v)
         parse_error(ps, "number literal longer than %d characters", MAX_NUMBER_LITERAL);
         return -1;
     }
-    v->text = malloc(n + 1);
+    v->text = mlajit_malloc(n + 1);
     if (!v->text) {
-        parse_error(ps, "out of memory");
+        parse_out_of_memory(ps);
         return -1;
     }
     memcpy(v->text, begin, n);
@@ -274,16 +284,16 @@ static mlajit_json *append_child(json_parser *ps, mlajit_json *v, size_t *cap, i
 {
     if (v->count == *cap) {
         size_t new_cap = *cap ? *cap * 2 : 4;
-        mlajit_json *items = realloc(v->items, new_cap * sizeof *items);
+        mlajit_json *items = mlajit_realloc(v->items, new_cap * sizeof *items);
         if (!items) {
-            parse_error(ps, "out of memory");
+            parse_out_of_memory(ps);
             return NULL;
         }
         v->items = items;
         if (with_key) {
-            char **keys = realloc(v->keys, new_cap * sizeof *keys);
+            char **keys = mlajit_realloc(v->keys, new_cap * sizeof *keys);
             if (!keys) {
-                parse_error(ps, "out of memory");
+                parse_out_of_memory(ps);
                 return NULL;
             }
             v->keys = keys;
@@ -420,10 +430,10 @@ int mlajit_json_parse(const char *text, size_t len, mlajit_json **out, char *err
         parse_error(&ps, "text of %zu bytes is larger than the limit of %u", len, MLAJIT_JSON_MAX_TEXT);
         return -1;
     }
-    mlajit_json *root = calloc(1, sizeof *root);
+    mlajit_json *root = mlajit_calloc(1, sizeof *root);
     if (!root) {
-        parse_error(&ps, "out of memory");
-        return -1;
+        parse_out_of_memory(&ps);
+        return -2;
     }
     if (parse_value(&ps, root) == 0) {
         skip_whitespace(&ps);
@@ -432,7 +442,7 @@ int mlajit_json_parse(const char *text, size_t len, mlajit_json **out, char *err
     }
     if (ps.failed) {
         mlajit_json_free(root);
-        return -1;
+        return ps.out_of_memory ? -2 : -1;
     }
     *out = root;
     return 0;

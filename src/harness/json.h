@@ -34,9 +34,10 @@ struct mlajit_json {
     mlajit_json *items;  /* ARRAY / OBJECT children */
 };
 
-/* Parse len bytes of text. On success *out is a tree to release with
- * mlajit_json_free. On failure returns nonzero and writes a message with the
- * byte offset into err (errlen bytes). */
+/* Parse len bytes of text. On success (0) *out is a tree to release with
+ * mlajit_json_free. On failure returns -1 (the text is not JSON the reader
+ * takes) or -2 (out of host memory) and writes a message with the byte offset
+ * into err (errlen bytes). */
 int mlajit_json_parse(const char *text, size_t len, mlajit_json **out, char *err, size_t errlen);
 void mlajit_json_free(mlajit_json *root);
 

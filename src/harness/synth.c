@@ -10,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/alloc.h"
 #include "common/error.h"
 #include "harness/harness.h"
 #include "harness/rng.h"
@@ -57,7 +58,7 @@ static double rng_normal(rng *r)
 
 static double clamp_unit(double x) { return x < -1.0 ? -1.0 : (x > 1.0 ? 1.0 : x); }
 
-static void *alloc_array(size_t count, size_t size) { return malloc(count ? count * size : 1); }
+static void *alloc_array(size_t count, size_t size) { return mlajit_malloc(count ? count * size : 1); }
 
 /* One cache and its indices. */
 typedef struct scope_params {
@@ -109,18 +110,18 @@ static int build_scope(rng *r, const mlajit_synth_params *p, const mlajit_model_
     cache->num_pages = num_pages;
     cache->page_stride = page_stride;
     cache->source_bf16 = NULL;
-    cache->bytes = malloc((size_t)(num_pages * page_stride));
+    cache->bytes = mlajit_malloc((size_t)(num_pages * page_stride));
     const size_t n_idx = (size_t)b * (size_t)s_q * (size_t)topk;
     int32_t *indices = alloc_array(n_idx, sizeof *indices);
     int64_t *table = alloc_array((size_t)(num_pages - 1), sizeof *table);
     int32_t *positions = alloc_array((size_t)seqlen, sizeof *positions);
     int32_t *swaps = alloc_array((size_t)topk, sizeof *swaps);
-    uint8_t *done = calloc((size_t)(num_slots + 7) / 8, 1); /* slots already quantized */
+    uint8_t *done = mlajit_calloc((size_t)(num_slots + 7) / 8, 1); /* slots already quantized */
     uint16_t *values = alloc_array((size_t)d->d_qk, sizeof *values);
     int32_t *lengths = NULL;
     int st = MLAJIT_OK;
     if (!cache->bytes || !indices || !table || !positions || !swaps || !done || !values) {
-        st = mlajit_fail(MLAJIT_ERR_OUT_OF_MEMORY, "synth: no memory for the %s cache (%lld bytes)", sp->name,
+        st = mlajit_fail_oom("synth: the %s cache (%lld bytes)", sp->name,
                          (long long)(num_pages * page_stride));
         goto out;
     }
@@ -139,7 +140,7 @@ static int build_scope(rng *r, const mlajit_synth_params *p, const mlajit_model_
     if (sp->with_length) {
         lengths = make_lengths(r, b, topk);
         if (!lengths) {
-            st = mlajit_fail(MLAJIT_ERR_OUT_OF_MEMORY, "synth: no memory for topk lengths");
+            st = mlajit_fail_oom("synth: the topk lengths");
             goto out;
         }
     }
@@ -291,7 +292,7 @@ int mlajit_case_synthesize(const mlajit_synth_params *p, mlajit_case *c)
         c->attn_sink = alloc_array((size_t)p->h_q, sizeof *c->attn_sink);
     if (!c->q || (p->with_sink && !c->attn_sink)) {
         mlajit_case_free(c);
-        return mlajit_fail(MLAJIT_ERR_OUT_OF_MEMORY, "synth: no memory for q");
+        return mlajit_fail_oom("synth: q");
     }
     for (size_t k = 0; k < n_q; k++)
         c->q[k] = mlajit_float_to_bf16((float)clamp_unit(rng_normal(&r)));

@@ -8,6 +8,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/abi.h"
+#include "common/alloc.h"
 #include "common/error.h"
 #include "mlajit.h"
 
@@ -232,9 +234,21 @@ static void attend_head_group(const head_group *hg, double *lse)
             hg->acc[(size_t)g * (size_t)d_v + (size_t)c] *= inv_sum[g];
 }
 
-int mlajit_reference_decode(const mlajit_kernel_spec *spec, const mlajit_decode_shape *shape,
-                            const mlajit_decode_args *args, double *out_ref, double *lse_ref)
+int mlajit_reference_decode(const mlajit_kernel_spec *caller_spec, const mlajit_decode_shape *caller_shape,
+                            const mlajit_decode_args *caller_args, double *out_ref, double *lse_ref)
 {
+    if (!caller_spec || !caller_shape || !caller_args)
+        return mlajit_fail(MLAJIT_ERR_INVALID_ARGUMENT, "reference: spec, shape and args must not be NULL");
+    mlajit_kernel_spec spec_local;
+    mlajit_decode_shape shape_local;
+    mlajit_decode_args args_local;
+    const mlajit_kernel_spec *spec = mlajit_abi_in(MLAJIT_ABI_KERNEL_SPEC, "spec", caller_spec, &spec_local);
+    const mlajit_decode_shape *shape =
+        spec ? mlajit_abi_in(MLAJIT_ABI_DECODE_SHAPE, "shape", caller_shape, &shape_local) : NULL;
+    const mlajit_decode_args *args = shape ? mlajit_abi_in(MLAJIT_ABI_DECODE_ARGS, "args", caller_args, &args_local)
+                                           : NULL;
+    if (!args)
+        return mlajit_fail_prefix(MLAJIT_ERR_INVALID_ARGUMENT, "reference: ");
     int st = validate(spec, shape, args, out_ref, lse_ref);
     if (st != MLAJIT_OK)
         return st;
@@ -274,16 +288,16 @@ int mlajit_reference_decode(const mlajit_kernel_spec *spec, const mlajit_decode_
     }
 
     const size_t max_candidates = (size_t)shape->topk + (has_extra ? (size_t)shape->extra_topk : 0);
-    float *k_buf = malloc(max_candidates * (size_t)d_qk * sizeof *k_buf);
-    double *scores = malloc(HEAD_GROUP * max_candidates * sizeof *scores);
-    double *q_group = malloc(HEAD_GROUP * (size_t)d_qk * sizeof *q_group);
-    double *acc = malloc(HEAD_GROUP * (size_t)d_v * sizeof *acc);
+    float *k_buf = mlajit_malloc(max_candidates * (size_t)d_qk * sizeof *k_buf);
+    double *scores = mlajit_malloc(HEAD_GROUP * max_candidates * sizeof *scores);
+    double *q_group = mlajit_malloc(HEAD_GROUP * (size_t)d_qk * sizeof *q_group);
+    double *acc = mlajit_malloc(HEAD_GROUP * (size_t)d_v * sizeof *acc);
     if (!k_buf || !scores || !q_group || !acc) {
         free(k_buf);
         free(scores);
         free(q_group);
         free(acc);
-        return mlajit_fail(MLAJIT_ERR_OUT_OF_MEMORY, "reference: out of memory for %zu candidates", max_candidates);
+        return mlajit_fail_oom("the reference's %zu candidates", max_candidates);
     }
 
     const uint16_t *q = args->q;

@@ -7,6 +7,8 @@
 #include <string.h>
 #include <sys/stat.h>
 
+#include "common/abi.h"
+#include "common/alloc.h"
 #include "common/error.h"
 #include "runtime/nvrtc.h"
 #include "runtime/runtime.h"
@@ -112,6 +114,8 @@ int mlajit_context_attach_pack(mlajit_context *ctx, const char *path)
     double t0 = mlajit_now_ms();
     mlajit_pack *pack = NULL;
     int rc = mlajit_pack_open(path, &pack);
+    if (rc == MLAJIT_ERR_OUT_OF_MEMORY) /* the machine's state, not the pack's: fail, do not skip it */
+        return rc;
     if (rc != MLAJIT_OK) {
         if (rc == MLAJIT_ERR_CORRUPT)
             atomic_fetch_add(&ctx->corrupt, 1);
@@ -122,23 +126,22 @@ int mlajit_context_attach_pack(mlajit_context *ctx, const char *path)
     if (strcmp(m->key_recipe, MLAJIT_KEY_RECIPE) != 0) {
         /* Its keys were made by another recipe, so none can match: say why. */
         mlajit_warn("pack %s skipped: it was built by %s with key recipe %s; this is mlajit %s with key recipe %s; "
-                    "rebuild it with `mlajit pack build`",
+                    "rebuild it with this mlajit",
                     path, m->tool, m->key_recipe, MLAJIT_VERSION_STRING, MLAJIT_KEY_RECIPE);
         mlajit_pack_close(pack);
         return MLAJIT_ERR_UNSUPPORTED;
     }
     if (!pack_serves_arch(pack, ctx->arch)) {
-        mlajit_warn("pack %s skipped: it holds kernels for %s; this context targets %s (build one with "
-                    "`mlajit pack build --archs %s`)",
+        mlajit_warn("pack %s skipped: it holds kernels for %s; this context targets %s (a pack built for %s "
+                    "serves it)",
                     path, m->archs, ctx->arch, ctx->arch);
         mlajit_pack_close(pack);
         return MLAJIT_ERR_UNSUPPORTED;
     }
-    mlajit_pack **grown = realloc(ctx->packs, (size_t)(ctx->pack_count + 1) * sizeof *grown);
+    mlajit_pack **grown = mlajit_realloc(ctx->packs, (size_t)(ctx->pack_count + 1) * sizeof *grown);
     if (!grown) {
-        mlajit_warn("pack %s skipped: out of memory", path);
         mlajit_pack_close(pack);
-        return MLAJIT_ERR_OUT_OF_MEMORY;
+        return mlajit_fail_oom("the context's pack list");
     }
     ctx->packs = grown;
     ctx->packs[ctx->pack_count++] = pack;
@@ -149,34 +152,38 @@ int mlajit_context_attach_pack(mlajit_context *ctx, const char *path)
     return MLAJIT_OK;
 }
 
-static void open_packs(mlajit_context *ctx, const char *list)
+/* A pack that cannot serve the context is skipped with a warning; running out
+ * of memory fails the context (MLAJIT_ERR_OUT_OF_MEMORY), as it would any call. */
+static int open_packs(mlajit_context *ctx, const char *list)
 {
     if (!list)
         list = getenv("MLAJIT_PACKS");
     if (!list || !list[0])
-        return;
-    char *copy = strdup(list);
-    if (!copy) {
-        mlajit_warn("packs %s skipped: out of memory", list);
-        return;
-    }
-    for (char *save = NULL, *path = strtok_r(copy, ":", &save); path; path = strtok_r(NULL, ":", &save))
-        mlajit_context_attach_pack(ctx, path);
+        return MLAJIT_OK;
+    char *copy = mlajit_strdup(list);
+    if (!copy)
+        return mlajit_fail_oom("the pack list");
+    int rc = MLAJIT_OK;
+    for (char *save = NULL, *path = strtok_r(copy, ":", &save); path && rc != MLAJIT_ERR_OUT_OF_MEMORY;
+         path = strtok_r(NULL, ":", &save))
+        rc = mlajit_context_attach_pack(ctx, path);
     free(copy);
+    return rc == MLAJIT_ERR_OUT_OF_MEMORY ? rc : MLAJIT_OK;
 }
 
 /* ---- the disk cache ----------------------------------------------------- */
 
 /* Open the writable cache; when it cannot be written, read it if that works.
- * Either way at most one warning, and the context always comes up. */
-static void open_disk_cache(mlajit_context *ctx, const char *dir)
+ * Either way at most one warning, and the context comes up, unless memory ran
+ * out (MLAJIT_ERR_OUT_OF_MEMORY). */
+static int open_disk_cache(mlajit_context *ctx, const char *dir)
 {
     const char *packs_and = ctx->pack_count ? "the packs and " : "";
     char def[sizeof ctx->cache_dir];
     if (!dir) {
         if (mlajit_cache_default_dir(def, sizeof def) != MLAJIT_OK) {
             mlajit_warn("no cache directory: %s; using %sin-memory compiles", mlajit_last_error(), packs_and);
-            return;
+            return MLAJIT_OK;
         }
         dir = def;
     }
@@ -184,13 +191,16 @@ static void open_disk_cache(mlajit_context *ctx, const char *dir)
         mlajit_warn("cache directory \"%.48s...\" is %zu characters; mlajit takes at most %zu "
                     "(mlajit_context_info.cache_dir holds %zu bytes); using %sin-memory compiles",
                     dir, strlen(dir), sizeof ctx->cache_dir - 1, sizeof ctx->cache_dir, packs_and);
-        return;
+        return MLAJIT_OK;
     }
     snprintf(ctx->cache_dir, sizeof ctx->cache_dir, "%s", dir);
-    if (mlajit_store_open(ctx->cache_dir, 0, &ctx->store) == MLAJIT_OK) {
+    int rc = mlajit_store_open(ctx->cache_dir, 0, &ctx->store);
+    if (rc == MLAJIT_OK) {
         ctx->store_writable = 1;
-        return;
+        return MLAJIT_OK;
     }
+    if (rc == MLAJIT_ERR_OUT_OF_MEMORY)
+        return rc;
     char why[512];
     snprintf(why, sizeof why, "%s", mlajit_last_error());
     ctx->store = NULL;
@@ -198,14 +208,17 @@ static void open_disk_cache(mlajit_context *ctx, const char *dir)
     char data_path[sizeof ctx->cache_dir + 16];
     snprintf(data_path, sizeof data_path, "%s/data.mdb", ctx->cache_dir);
     /* A read-only store reads with checks alone: no lock file, nothing written. */
-    if (stat(data_path, &st) == 0 && mlajit_store_open(ctx->cache_dir, 1, &ctx->store) == MLAJIT_OK) {
+    if (stat(data_path, &st) == 0 && (rc = mlajit_store_open(ctx->cache_dir, 1, &ctx->store)) == MLAJIT_OK) {
         mlajit_warn("cache %s cannot be written (%s); reading it, and new kernels stay in memory", ctx->cache_dir,
                     why);
-        return;
+        return MLAJIT_OK;
     }
     ctx->store = NULL;
+    if (rc == MLAJIT_ERR_OUT_OF_MEMORY)
+        return rc;
     mlajit_warn("cache %s unusable (%s); using %sin-memory compiles", ctx->cache_dir, why, packs_and);
     ctx->cache_dir[0] = '\0';
+    return MLAJIT_OK;
 }
 
 static int env_flag_set(const char *name)
@@ -220,9 +233,11 @@ int mlajit_context_create(const mlajit_context_options *opts, mlajit_context **o
     if (!out)
         return mlajit_fail(MLAJIT_ERR_INVALID_ARGUMENT, "out: NULL; pass the address of a mlajit_context *");
     *out = NULL;
-    mlajit_context_options defaults = {0};
+    mlajit_context_options defaults = MLAJIT_CONTEXT_OPTIONS_INIT, local;
     if (!opts)
         opts = &defaults;
+    else if (!(opts = mlajit_abi_in(MLAJIT_ABI_CONTEXT_OPTIONS, "options", opts, &local)))
+        return MLAJIT_ERR_INVALID_ARGUMENT;
     const unsigned known = MLAJIT_CONTEXT_NO_DEVICE | MLAJIT_CONTEXT_NO_DISK_CACHE | MLAJIT_CONTEXT_NO_JIT;
     if (opts->flags & ~known)
         return mlajit_fail(MLAJIT_ERR_INVALID_ARGUMENT,
@@ -230,9 +245,9 @@ int mlajit_context_create(const mlajit_context_options *opts, mlajit_context **o
                            "MLAJIT_CONTEXT_NO_DISK_CACHE | MLAJIT_CONTEXT_NO_JIT", opts->flags);
     if (opts->device < 0)
         return mlajit_fail(MLAJIT_ERR_INVALID_ARGUMENT, "options.device = %d; allowed >= 0", opts->device);
-    mlajit_context *ctx = calloc(1, sizeof *ctx);
+    mlajit_context *ctx = mlajit_calloc(1, sizeof *ctx);
     if (!ctx)
-        return mlajit_fail(MLAJIT_ERR_OUT_OF_MEMORY, "context");
+        return mlajit_fail_oom("the context");
     ctx->device_ordinal = opts->device;
     ctx->flags = opts->flags;
     pthread_mutex_init(&ctx->lock, NULL);
@@ -252,9 +267,13 @@ int mlajit_context_create(const mlajit_context_options *opts, mlajit_context **o
     } else {
         snprintf(ctx->no_device_reason, sizeof ctx->no_device_reason, "the context was made with MLAJIT_CONTEXT_NO_DEVICE");
     }
-    open_packs(ctx, opts->packs);
-    if (!(opts->flags & MLAJIT_CONTEXT_NO_DISK_CACHE))
-        open_disk_cache(ctx, opts->cache_dir);
+    int rc = open_packs(ctx, opts->packs);
+    if (rc == MLAJIT_OK && !(opts->flags & MLAJIT_CONTEXT_NO_DISK_CACHE))
+        rc = open_disk_cache(ctx, opts->cache_dir);
+    if (rc) {
+        mlajit_context_destroy(ctx);
+        return mlajit_fail_prefix(rc, "context: ");
+    }
     mlajit_clear_error();
     *out = ctx;
     return MLAJIT_OK;
@@ -357,6 +376,13 @@ void mlajit_context_destroy(mlajit_context *ctx)
     free(ctx);
 }
 
+const mlajit_driver *mlajit_context_driver(const mlajit_context *ctx) { return ctx ? ctx->drv : NULL; }
+
+const mlajit_pack *mlajit_context_pack(const mlajit_context *ctx, int i)
+{
+    return ctx && i >= 0 && i < ctx->pack_count ? ctx->packs[i] : NULL;
+}
+
 int mlajit_context_enter(mlajit_context *ctx)
 {
     CUcontext cur = NULL;
@@ -375,12 +401,15 @@ void mlajit_context_leave(mlajit_context *ctx, int pushed)
         ctx->drv->cuCtxPopCurrent(&popped);
 }
 
-int mlajit_context_get_info(mlajit_context *ctx, mlajit_context_info *info)
+int mlajit_context_get_info(mlajit_context *ctx, mlajit_context_info *caller_info)
 {
     mlajit_clear_error();
-    if (!ctx || !info)
-        return mlajit_fail(MLAJIT_ERR_INVALID_ARGUMENT, "ctx or info: NULL");
-    memset(info, 0, sizeof *info);
+    if (!ctx)
+        return mlajit_fail(MLAJIT_ERR_INVALID_ARGUMENT, "ctx: NULL");
+    int rc = mlajit_abi_check(MLAJIT_ABI_CONTEXT_INFO, "info", caller_info);
+    if (rc)
+        return rc;
+    mlajit_context_info whole = MLAJIT_CONTEXT_INFO_INIT, *info = &whole;
     info->has_device = ctx->drv != NULL;
     snprintf(info->device_name, sizeof info->device_name, "%s", ctx->drv ? ctx->device_name : "");
     snprintf(info->device_arch, sizeof info->device_arch, "%s", ctx->arch);
@@ -393,9 +422,12 @@ int mlajit_context_get_info(mlajit_context *ctx, mlajit_context_info *info)
     snprintf(info->cache_dir, sizeof info->cache_dir, "%s", ctx->cache_dir);
     if (ctx->store) {
         mlajit_store_stats st;
-        if (mlajit_store_stats_get(ctx->store, &st) == MLAJIT_OK) {
+        /* a cache that cannot be read now reads as empty; no memory fails the call */
+        if ((rc = mlajit_store_stats_get(ctx->store, &st)) == MLAJIT_OK) {
             info->cache_bytes = st.data_file_bytes;
             info->cache_entries = st.entries;
+        } else if (rc == MLAJIT_ERR_OUT_OF_MEMORY) {
+            return rc;
         }
     }
     info->cache_writable = ctx->store != NULL && ctx->store_writable;
@@ -409,6 +441,7 @@ int mlajit_context_get_info(mlajit_context *ctx, mlajit_context_info *info)
     info->stale = (int64_t)atomic_load(&ctx->stale);
     info->jit_refusals = (int64_t)atomic_load(&ctx->jit_refusals);
     info->compile_ms = (double)atomic_load(&ctx->compile_us) / 1000.0;
+    mlajit_abi_out(MLAJIT_ABI_CONTEXT_INFO, caller_info, info);
     mlajit_clear_error();
     return MLAJIT_OK;
 }
@@ -446,9 +479,9 @@ static int map_insert(mlajit_context *ctx, mlajit_kernel *k)
 {
     if (2 * (ctx->map_count + 1) > ctx->map_cap) {
         size_t cap = ctx->map_cap ? ctx->map_cap * 2 : 64;
-        mlajit_kernel **slots = calloc(cap, sizeof *slots);
+        mlajit_kernel **slots = mlajit_calloc(cap, sizeof *slots);
         if (!slots)
-            return mlajit_fail(MLAJIT_ERR_OUT_OF_MEMORY, "kernel map of %zu slots", cap);
+            return mlajit_fail_oom("the kernel map");
         for (size_t i = 0; i < ctx->map_cap; i++)
             if (ctx->map_slots[i])
                 map_place(slots, cap, ctx->map_slots[i]);
@@ -512,16 +545,17 @@ static void memo_place(mlajit_spec_memo *slots, size_t cap, const mlajit_spec_me
     slots[i] = *m;
 }
 
-/* Caller holds map_lock for writing. A failed allocation only costs speed. */
-static void memo_insert(mlajit_context *ctx, const spec_bytes *b, uint64_t hash, mlajit_kernel *k)
+/* Caller holds map_lock for writing. MLAJIT_ERR_OUT_OF_MEMORY leaves the memo
+ * as it was (the kernel is still in the map). */
+static int memo_insert(mlajit_context *ctx, const spec_bytes *b, uint64_t hash, mlajit_kernel *k)
 {
     if (memo_find(ctx, b, hash))
-        return;
+        return MLAJIT_OK;
     if (2 * (ctx->memo_count + 1) > ctx->memo_cap) {
         size_t cap = ctx->memo_cap ? ctx->memo_cap * 2 : 64;
-        mlajit_spec_memo *slots = calloc(cap, sizeof *slots);
+        mlajit_spec_memo *slots = mlajit_calloc(cap, sizeof *slots);
         if (!slots)
-            return;
+            return mlajit_fail_oom("the kernel map's spec memo");
         for (size_t i = 0; i < ctx->memo_cap; i++)
             if (ctx->memo_slots[i].kernel)
                 memo_place(slots, cap, &ctx->memo_slots[i]);
@@ -532,6 +566,7 @@ static void memo_insert(mlajit_context *ctx, const spec_bytes *b, uint64_t hash,
     mlajit_spec_memo m = {.spec = *b, .hash = hash, .kernel = k};
     memo_place(ctx->memo_slots, ctx->memo_cap, &m);
     ctx->memo_count++;
+    return MLAJIT_OK;
 }
 
 /* A cubin for arch can run on the device when it is the device's own target, or
@@ -663,71 +698,22 @@ static int kernel_load(mlajit_context *ctx, mlajit_kernel *k)
     return rc;
 }
 
-/* Feature names as `mlajit pack build --features` spells them, joined by '+'. */
-static void feature_set_name(unsigned features, char *buf, size_t len)
-{
-    static const struct { unsigned bit; const char *name; } names[] = {
-        {MLAJIT_FEATURE_SINK, "sink"},
-        {MLAJIT_FEATURE_TOPK_LENGTH, "topk-length"},
-        {MLAJIT_FEATURE_EXTRA_TOPK_LENGTH, "extra-topk-length"},
-    };
-    snprintf(buf, len, "%s", features ? "" : "none");
-    for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
-        size_t used = strlen(buf);
-        if (features & names[i].bit)
-            snprintf(buf + used, len - used, "%s%s", used ? "+" : "", names[i].name);
-    }
-}
-
-/* The `mlajit pack build` line that covers a resolved spec: the grid form when
- * the spec is what the generator picks for its shape, or one of the walk
- * alternatives a grid brings along with it, else --spec. */
-static void pack_build_line(const mlajit_kernel_spec *r, const char *spec_string, char *buf, size_t len)
-{
-    mlajit_kernel_spec auto_spec = *r, auto_resolved, alts[MLAJIT_WALK_ALTERNATIVES];
-    auto_spec.tile = 0;
-    auto_spec.heads_per_cta = 0;
-    auto_spec.variant = MLAJIT_VARIANT_AUTO;
-    char auto_string[128], alt_string[128];
-    int by_grid = mlajit_spec_resolve(&auto_spec, &auto_resolved) == MLAJIT_OK &&
-                  mlajit_spec_string(&auto_resolved, auto_string, sizeof auto_string) == MLAJIT_OK &&
-                  strcmp(auto_string, spec_string) == 0;
-    const int n_alts = by_grid ? 0 : mlajit_spec_walk_alternatives(&auto_spec, r->arch, alts);
-    for (int i = 0; i < n_alts && !by_grid; i++)
-        by_grid = mlajit_spec_string(&alts[i], alt_string, sizeof alt_string) == MLAJIT_OK &&
-                  strcmp(alt_string, spec_string) == 0;
-    mlajit_clear_error();
-    if (!by_grid) {
-        snprintf(buf, len, "mlajit pack build --spec %s --out FILE", spec_string);
-        return;
-    }
-    const mlajit_model_desc *m = mlajit_model_describe(r->model);
-    char extra[32] = "", features[64] = "";
-    if (r->extra_page_size)
-        snprintf(extra, sizeof extra, " --extra-pages %d", r->extra_page_size);
-    if (r->features) {
-        char names[48];
-        feature_set_name(r->features, names, sizeof names);
-        snprintf(features, sizeof features, " --features %s", names);
-    }
-    snprintf(buf, len, "mlajit pack build --models %s --heads %d --pages %d%s%s --archs %s --out FILE",
-             m ? m->name : "?", r->h_q, r->page_size, extra, features, r->arch);
-}
-
-static int jit_refused(mlajit_context *ctx, const mlajit_kernel_spec *r, const char *spec_string)
+/* A miss with JIT disabled, said in the library's terms: the spec, where it was
+ * looked for and what would serve it (the CLI adds the `pack build` line). */
+static int jit_refused(mlajit_context *ctx, const char *spec_string)
 {
     atomic_fetch_add(&ctx->jit_refusals, 1);
-    char line[384], packs[256] = "";
-    pack_build_line(r, spec_string, line, sizeof line);
+    char packs[256] = "";
     for (int i = 0; i < ctx->pack_count; i++) {
         size_t used = strlen(packs);
         snprintf(packs + used, sizeof packs - used, "%s%s", i ? ":" : "", mlajit_pack_path(ctx->packs[i]));
     }
     return mlajit_fail(MLAJIT_ERR_NOT_FOUND,
-                       "no kernel for %s in the packs (%s) or the cache (%s), and JIT is disabled (%s); "
-                       "build a pack that holds it with `%s` and add FILE to MLAJIT_PACKS",
+                       "no kernel for %s in the packs (%s) or the cache (%s), and JIT is disabled (%s); add a pack "
+                       "that holds %s to MLAJIT_PACKS or mlajit_context_options.packs, or allow JIT",
                        spec_string, ctx->pack_count ? packs : "none open", ctx->cache_dir[0] ? ctx->cache_dir : "off",
-                       (ctx->flags & MLAJIT_CONTEXT_NO_JIT) ? "MLAJIT_CONTEXT_NO_JIT" : "MLAJIT_DISABLE_JIT=1", line);
+                       (ctx->flags & MLAJIT_CONTEXT_NO_JIT) ? "MLAJIT_CONTEXT_NO_JIT" : "MLAJIT_DISABLE_JIT=1",
+                       spec_string);
 }
 
 /* Take a looked-up entry into the kernel record, if it is the kernel asked
@@ -786,6 +772,8 @@ static int lookup_packs(mlajit_context *ctx, mlajit_kernel *k, const char *spec_
         }
         if (rc == MLAJIT_ERR_NOT_FOUND)
             continue;
+        if (rc == MLAJIT_ERR_OUT_OF_MEMORY) /* not the entry's fault: fail the call */
+            return rc;
         atomic_fetch_add(rc == MLAJIT_CACHE_STALE ? &ctx->stale : &ctx->corrupt, 1);
         mlajit_warn("pack %s: the entry for %s is %s (%s); trying the next layer", mlajit_pack_path(ctx->packs[i]),
                     spec_string, rc == MLAJIT_CACHE_STALE ? "stale" : "unusable", mlajit_last_error());
@@ -805,6 +793,8 @@ static int lookup_disk(mlajit_context *ctx, mlajit_kernel *k, const char *spec_s
         atomic_fetch_add(&ctx->disk_hits, 1);
         return MLAJIT_OK;
     }
+    if (rc == MLAJIT_ERR_OUT_OF_MEMORY)
+        return rc;
     if (rc == MLAJIT_ERR_CORRUPT) {
         atomic_fetch_add(&ctx->corrupt, 1);
         mlajit_warn("cache entry %s for %s is corrupt (%s); recompiling", k->report.key, spec_string,
@@ -820,10 +810,12 @@ static int lookup_disk(mlajit_context *ctx, mlajit_kernel *k, const char *spec_s
     return MLAJIT_ERR_NOT_FOUND;
 }
 
-static void store_compiled(mlajit_context *ctx, const mlajit_kernel *k, const char *spec_string)
+/* MLAJIT_OK also when the cache cannot take it (one warning); only running out
+ * of memory fails the call. */
+static int store_compiled(mlajit_context *ctx, const mlajit_kernel *k, const char *spec_string)
 {
     if (!ctx->store || !ctx->store_writable)
-        return;
+        return MLAJIT_OK;
     mlajit_cache_entry e;
     mlajit_kernel_entry_of(k, &e);
     /* The context's counts so far go into the same transaction: recording
@@ -831,13 +823,17 @@ static void store_compiled(mlajit_context *ctx, const mlajit_kernel *k, const ch
     mlajit_store_counters delta;
     int counted = counters_take(ctx, &delta);
     /* A cache that cannot be written never fails the call: one warning. */
-    if (mlajit_store_put_counted(ctx->store, &k->key, &e, counted ? &delta : NULL) != MLAJIT_OK) {
+    int rc = mlajit_store_put_counted(ctx->store, &k->key, &e, counted ? &delta : NULL);
+    if (rc != MLAJIT_OK) {
         if (counted)
             counters_unrecord(ctx, &delta);
+        if (rc == MLAJIT_ERR_OUT_OF_MEMORY)
+            return rc;
         if (atomic_exchange(&ctx->warned_store_write, 1) == 0)
             mlajit_warn("could not store %s in %s (%s); new kernels stay in memory", spec_string, ctx->cache_dir,
                         mlajit_last_error());
     }
+    return MLAJIT_OK;
 }
 
 /* How long a compile waits for another process (or thread) compiling the
@@ -866,26 +862,32 @@ static int compile_wait_ms(void)
 static int kernel_build(mlajit_context *ctx, const mlajit_kernel_spec *r, const mlajit_cache_key *key,
                         const char *spec_string, const char *source, double generate_ms, mlajit_kernel **out)
 {
-    mlajit_kernel *k = calloc(1, sizeof *k);
+    mlajit_kernel *k = mlajit_calloc(1, sizeof *k);
     if (!k)
-        return mlajit_fail(MLAJIT_ERR_OUT_OF_MEMORY, "kernel record");
+        return mlajit_fail_oom("the kernel record");
     k->key = *key;
     k->spec = *r;
     mlajit_codegen_layout(r, &k->layout);
+    k->report.struct_size = sizeof k->report; /* mlajit_plan_report hands it out */
     snprintf(k->report.spec, sizeof k->report.spec, "%s", spec_string);
     mlajit_cache_key_hex(key, k->report.key);
     k->report.generate_ms = generate_ms;
 
     double t0 = mlajit_now_ms();
-    if (lookup_packs(ctx, k, spec_string, source) == MLAJIT_OK || lookup_disk(ctx, k, spec_string) == MLAJIT_OK) {
-        k->report.lookup_ms = mlajit_now_ms() - t0;
-        *out = k;
-        return MLAJIT_OK;
-    }
+    int rc = lookup_packs(ctx, k, spec_string, source);
+    if (rc == MLAJIT_ERR_NOT_FOUND)
+        rc = lookup_disk(ctx, k, spec_string);
     k->report.lookup_ms = mlajit_now_ms() - t0;
+    if (rc != MLAJIT_ERR_NOT_FOUND) { /* found, or out of memory */
+        if (rc == MLAJIT_OK)
+            *out = k;
+        else
+            kernel_free(NULL, k);
+        return rc;
+    }
     if (ctx->jit_disabled) {
         free(k);
-        return jit_refused(ctx, r, spec_string);
+        return jit_refused(ctx, spec_string);
     }
 
     /* One compile per new kernel across processes and threads: the first to
@@ -895,19 +897,26 @@ static int kernel_build(mlajit_context *ctx, const mlajit_kernel_spec *r, const 
     mlajit_compile_lock *compile_lock = NULL;
     if (ctx->store && ctx->store_writable) {
         int waited = 0;
-        if (mlajit_compile_lock_take(ctx->store, key, compile_wait_ms(), &compile_lock, &waited) != MLAJIT_OK)
+        if ((rc = mlajit_compile_lock_take(ctx->store, key, compile_wait_ms(), &compile_lock, &waited)) ==
+            MLAJIT_ERR_OUT_OF_MEMORY) {
+            kernel_free(NULL, k);
+            return rc;
+        }
+        if (rc != MLAJIT_OK)
             mlajit_info("%s", mlajit_last_error());
-        if (waited && lookup_disk(ctx, k, spec_string) == MLAJIT_OK) {
+        if (waited && (rc = lookup_disk(ctx, k, spec_string)) != MLAJIT_ERR_NOT_FOUND) {
             mlajit_compile_lock_release(compile_lock);
             k->report.lookup_ms = mlajit_now_ms() - t0;
-            *out = k;
-            return MLAJIT_OK;
+            if (rc == MLAJIT_OK)
+                *out = k;
+            else
+                kernel_free(NULL, k);
+            return rc;
         }
     }
 
     mlajit_compiled c;
-    int rc = mlajit_nvrtc_compile(source, spec_string, r->arch, &c);
-    if (rc) {
+    if ((rc = mlajit_nvrtc_compile(source, spec_string, r->arch, &c))) {
         mlajit_compile_lock_release(compile_lock);
         free(k);
         return rc;
@@ -929,8 +938,12 @@ static int kernel_build(mlajit_context *ctx, const mlajit_kernel_spec *r, const 
     atomic_fetch_add(&ctx->compile_us, (uint64_t)(k->report.compile_ms * 1000.0));
     mlajit_info("compiled %s for %s in %.0f ms (%zu-byte cubin)", spec_string, r->arch, k->report.compile_ms,
                 k->cubin_size);
-    store_compiled(ctx, k, spec_string);
+    rc = store_compiled(ctx, k, spec_string);
     mlajit_compile_lock_release(compile_lock);
+    if (rc) {
+        kernel_free(NULL, k);
+        return rc;
+    }
     *out = k;
     return MLAJIT_OK;
 }
@@ -956,7 +969,7 @@ int mlajit_kernel_acquire_ex(mlajit_context *ctx, const mlajit_kernel_spec *spec
     if (loaded_here)
         *loaded_here = 0;
     double t0 = report ? mlajit_now_ms() : 0;
-    mlajit_kernel_spec with_arch = *spec, r;
+    mlajit_kernel_spec with_arch = *spec, r = MLAJIT_KERNEL_SPEC_INIT;
     if (!with_arch.arch[0])
         snprintf(with_arch.arch, sizeof with_arch.arch, "%s", ctx->arch);
 
@@ -1016,8 +1029,10 @@ int mlajit_kernel_acquire_ex(mlajit_context *ctx, const mlajit_kernel_spec *spec
         atomic_fetch_add(&ctx->memory_hits, 1);
         if (!known) { /* the same kernel asked for another way: remember this way too */
             pthread_rwlock_wrlock(&ctx->map_lock);
-            memo_insert(ctx, &asked, asked_hash, k);
+            rc = memo_insert(ctx, &asked, asked_hash, k);
             pthread_rwlock_unlock(&ctx->map_lock);
+            if (rc)
+                return rc;
         }
     } else {
         mlajit_kernel *built = NULL;
@@ -1030,14 +1045,12 @@ int mlajit_kernel_acquire_ex(mlajit_context *ctx, const mlajit_kernel_spec *spec
         if (!k && (rc = map_insert(ctx, built)) == MLAJIT_OK)
             k = built;
         if (k)
-            memo_insert(ctx, &asked, asked_hash, k);
+            rc = memo_insert(ctx, &asked, asked_hash, k);
         pthread_rwlock_unlock(&ctx->map_lock);
-        if (rc) {
+        if (k != built) /* the race's loser, or a map with no room for it */
             kernel_free(NULL, built);
+        if (rc)
             return rc;
-        }
-        if (k != built)
-            kernel_free(NULL, built);
     }
     if (load && !__atomic_load_n(&k->loaded, __ATOMIC_ACQUIRE)) {
         pthread_mutex_lock(&ctx->lock); /* loads are rare: serialize them */
@@ -1061,16 +1074,26 @@ int mlajit_kernel_acquire_ex(mlajit_context *ctx, const mlajit_kernel_spec *spec
     return MLAJIT_OK;
 }
 
-int mlajit_kernel_prepare(mlajit_context *ctx, const mlajit_kernel_spec *spec, mlajit_kernel_report *report)
+int mlajit_kernel_prepare(mlajit_context *ctx, const mlajit_kernel_spec *caller_spec,
+                          mlajit_kernel_report *caller_report)
 {
     mlajit_clear_error();
-    if (!ctx || !spec)
+    if (!ctx || !caller_spec)
         return mlajit_fail(MLAJIT_ERR_INVALID_ARGUMENT, "ctx or spec: NULL");
+    mlajit_kernel_spec local;
+    const mlajit_kernel_spec *spec = mlajit_abi_in(MLAJIT_ABI_KERNEL_SPEC, "spec", caller_spec, &local);
+    if (!spec || (caller_report && mlajit_abi_check(MLAJIT_ABI_KERNEL_REPORT, "report", caller_report)))
+        return MLAJIT_ERR_INVALID_ARGUMENT;
     int rc = mlajit_spec_validate(spec);
     if (rc)
         return rc;
     const mlajit_kernel *k;
     /* arch "" stays for acquire, which fills in the device's (and checks it) */
     int load = ctx->drv && mlajit_arch_runs_on(spec->arch[0] ? spec->arch : ctx->arch, ctx->arch);
-    return mlajit_kernel_acquire(ctx, spec, load, &k, report);
+    mlajit_kernel_report report;
+    if ((rc = mlajit_kernel_acquire(ctx, spec, load, &k, caller_report ? &report : NULL)))
+        return rc;
+    if (caller_report)
+        mlajit_abi_out(MLAJIT_ABI_KERNEL_REPORT, caller_report, &report);
+    return MLAJIT_OK;
 }

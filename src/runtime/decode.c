@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "codegen/kernel_abi.h"
+#include "common/abi.h"
 #include "common/error.h"
 #include "runtime/runtime.h"
 
@@ -223,11 +224,15 @@ static CUresult launch_kernel(mlajit_context *ctx, const mlajit_kernel *k, CUfun
     return r;
 }
 
-int mlajit_decode(const mlajit_plan *plan, const mlajit_decode_args *args, void *stream)
+int mlajit_decode(const mlajit_plan *plan, const mlajit_decode_args *caller_args, void *stream)
 {
     mlajit_clear_error();
-    if (!plan || !args)
+    if (!plan || !caller_args)
         return INVALID("%s: NULL", !plan ? "plan" : "args");
+    mlajit_decode_args local;
+    const mlajit_decode_args *args = mlajit_abi_in(MLAJIT_ABI_DECODE_ARGS, "args", caller_args, &local);
+    if (!args)
+        return MLAJIT_ERR_INVALID_ARGUMENT;
     if (plan->rows == 0 && plan->kernel->loaded)
         return MLAJIT_OK; /* b = 0 or s_q = 0: nothing to read or write */
     mlajit_decode_params p;

@@ -25,6 +25,7 @@
 #include <string.h>
 
 #include "codegen/codegen.h"
+#include "common/alloc.h"
 #include "common/error.h"
 #include "runtime/cubin.h"
 
@@ -320,16 +321,18 @@ int mlajit_nvrtc_compile(const char *source, const char *program_name, const cha
     nvrtcResult cr = t->CompileProgram(prog, (int)(sizeof opts / sizeof opts[0]), opts);
     size_t log_size = 0;
     t->GetProgramLogSize(prog, &log_size);
-    out->log = malloc(log_size + 1);
-    if (out->log) {
-        out->log[0] = '\0';
-        if (log_size)
-            t->GetProgramLog(prog, out->log);
-        out->log[log_size] = '\0';
+    out->log = mlajit_malloc(log_size + 1);
+    if (!out->log) { /* the log holds the spills the report gives: no guessing them */
+        t->DestroyProgram(&prog);
+        return mlajit_fail_oom("NVRTC's log of %s (%zu bytes)", program_name, log_size + 1);
     }
+    out->log[0] = '\0';
+    if (log_size)
+        t->GetProgramLog(prog, out->log);
+    out->log[log_size] = '\0';
     if (cr != NVRTC_SUCCESS) {
         char head[700];
-        snprintf(head, sizeof head, "%s", out->log ? out->log : "");
+        snprintf(head, sizeof head, "%s", out->log);
         t->DestroyProgram(&prog);
         int rc = mlajit_fail(MLAJIT_ERR_COMPILE, "NVRTC rejected %s for %s (%s): %s", program_name, arch,
                              t->GetErrorString(cr), head);
@@ -343,17 +346,17 @@ int mlajit_nvrtc_compile(const char *source, const char *program_name, const cha
         mlajit_compiled_free(out);
         return mlajit_fail(MLAJIT_ERR_COMPILE, "NVRTC produced no cubin for %s (%s)", arch, t->GetErrorString(r));
     }
-    out->cubin = malloc(size);
+    out->cubin = mlajit_malloc(size);
     if (!out->cubin) {
         t->DestroyProgram(&prog);
         mlajit_compiled_free(out);
-        return mlajit_fail(MLAJIT_ERR_OUT_OF_MEMORY, "cubin of %zu bytes", size);
+        return mlajit_fail_oom("a cubin of %zu bytes", size);
     }
     t->GetCUBIN(prog, out->cubin);
     out->cubin_size = size;
     t->DestroyProgram(&prog);
     out->compile_ms = mlajit_now_ms() - t0;
-    mlajit_ptxas_log_parse(out->log ? out->log : "", out);
+    mlajit_ptxas_log_parse(out->log, out);
     /* the cubin's own record first: the log's line order is ptxas's to change */
     int registers = mlajit_cubin_register_count(out->cubin, out->cubin_size, MLAJIT_ENTRY_MAIN);
     if (registers > 0)

@@ -4,6 +4,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/abi.h"
+#include "common/alloc.h"
 #include "common/error.h"
 #include "runtime/runtime.h"
 
@@ -97,7 +99,7 @@ static plan_grid grid_for(const mlajit_kernel_layout *layout, int h_q, const mla
 static int grid_of(const mlajit_kernel_spec *spec, const mlajit_decode_shape *shape, int sm_count, int as_splitting,
                    plan_grid *g)
 {
-    mlajit_kernel_spec r;
+    mlajit_kernel_spec r = MLAJIT_KERNEL_SPEC_INIT;
     mlajit_kernel_layout layout;
     if (mlajit_spec_resolve(spec, &r) != MLAJIT_OK || mlajit_codegen_layout(&r, &layout) != MLAJIT_OK) {
         mlajit_clear_error();
@@ -200,6 +202,17 @@ static int walk_alternative_for(const mlajit_kernel_spec *spec, const char *arch
     return 0;
 }
 
+/* A public spec and shape as this library's (mlajit_abi_in): 0, or the status
+ * after the message. */
+static int take_spec_and_shape(const mlajit_kernel_spec **spec, mlajit_kernel_spec *spec_local,
+                               const mlajit_decode_shape **shape, mlajit_decode_shape *shape_local)
+{
+    if (!(*spec = mlajit_abi_in(MLAJIT_ABI_KERNEL_SPEC, "spec", *spec, spec_local)) ||
+        !(*shape = mlajit_abi_in(MLAJIT_ABI_DECODE_SHAPE, "shape", *shape, shape_local)))
+        return MLAJIT_ERR_INVALID_ARGUMENT;
+    return MLAJIT_OK;
+}
+
 int mlajit_plan_describe(const mlajit_kernel_spec *spec, const mlajit_decode_shape *shape, int sm_count,
                          mlajit_plan_outline *out)
 {
@@ -209,12 +222,17 @@ int mlajit_plan_describe(const mlajit_kernel_spec *spec, const mlajit_decode_sha
     if (sm_count < 0)
         return mlajit_fail(MLAJIT_ERR_INVALID_ARGUMENT, "sm_count = %d; allowed 0 (%d) or more", sm_count,
                            MLAJIT_DEFAULT_SM_COUNT);
-    int rc = mlajit_spec_validate(spec);
+    mlajit_kernel_spec spec_local;
+    mlajit_decode_shape shape_local;
+    int rc = take_spec_and_shape(&spec, &spec_local, &shape, &shape_local);
+    if (rc || (rc = mlajit_abi_check(MLAJIT_ABI_PLAN_OUTLINE, "out", out)))
+        return rc;
+    rc = mlajit_spec_validate(spec);
     if (rc || (rc = mlajit_shape_validate(spec, shape)))
         return rc;
     if (sm_count == 0)
         sm_count = MLAJIT_DEFAULT_SM_COUNT;
-    mlajit_kernel_spec chosen = *spec, resolved;
+    mlajit_kernel_spec chosen = *spec, resolved = MLAJIT_KERNEL_SPEC_INIT;
     if (!chosen.arch[0])
         snprintf(chosen.arch, sizeof chosen.arch, "%s", MLAJIT_DEFAULT_ARCH);
     walk_alternative_for(spec, chosen.arch, shape, sm_count, &chosen);
@@ -222,11 +240,17 @@ int mlajit_plan_describe(const mlajit_kernel_spec *spec, const mlajit_decode_sha
     if ((rc = mlajit_spec_resolve(&chosen, &resolved)) || (rc = mlajit_codegen_layout(&resolved, &layout)))
         return rc;
     const plan_grid g = grid_for(&layout, spec->h_q, shape, sm_count);
-    out->kernel = resolved;
-    out->num_splits = g.num_splits;
-    out->head_groups = g.head_groups;
-    out->rows = g.rows;
-    out->tiles_per_split = g.tiles_per_split;
+    mlajit_plan_outline o = MLAJIT_PLAN_OUTLINE_INIT;
+    if ((rc = mlajit_spec_string(&resolved, o.kernel, sizeof o.kernel)))
+        return rc;
+    o.variant = resolved.variant;
+    o.tile = resolved.tile;
+    o.heads_per_cta = resolved.heads_per_cta;
+    o.num_splits = g.num_splits;
+    o.head_groups = g.head_groups;
+    o.rows = g.rows;
+    o.tiles_per_split = g.tiles_per_split;
+    mlajit_abi_out(MLAJIT_ABI_PLAN_OUTLINE, out, &o);
     return MLAJIT_OK;
 }
 
@@ -239,13 +263,15 @@ int mlajit_plan_create(mlajit_context *ctx, const mlajit_kernel_spec *spec, cons
     *out = NULL;
     if (!ctx || !spec || !shape)
         return mlajit_fail(MLAJIT_ERR_INVALID_ARGUMENT, "%s: NULL", !ctx ? "ctx" : !spec ? "spec" : "shape");
-    int rc = mlajit_spec_validate(spec);
-    if (rc)
+    mlajit_kernel_spec spec_local;
+    mlajit_decode_shape shape_local;
+    int rc = take_spec_and_shape(&spec, &spec_local, &shape, &shape_local);
+    if (rc || (rc = mlajit_spec_validate(spec)))
         return rc;
     if ((rc = mlajit_shape_validate(spec, shape)))
         return rc;
     const mlajit_kernel *k = NULL;
-    mlajit_kernel_report report;
+    mlajit_kernel_report report = MLAJIT_KERNEL_REPORT_INIT;
     /* no device: plan for an H100/H200 (MLAJIT_DEFAULT_SM_COUNT SMs, 50 MB of L2) */
     int sm_count = ctx->sm_count > 0 ? ctx->sm_count : MLAJIT_DEFAULT_SM_COUNT;
     int64_t l2_bytes = ctx->l2_bytes > 0 ? ctx->l2_bytes : 50LL << 20;
@@ -263,9 +289,9 @@ int mlajit_plan_create(mlajit_context *ctx, const mlajit_kernel_spec *spec, cons
     if (!k && (rc = mlajit_kernel_acquire(ctx, spec, ctx->drv != NULL, &k, &report)))
         return mlajit_fail_prefix(rc, "plan: ");
 
-    mlajit_plan *p = calloc(1, sizeof *p);
+    mlajit_plan *p = mlajit_calloc(1, sizeof *p);
     if (!p)
-        return mlajit_fail(MLAJIT_ERR_OUT_OF_MEMORY, "plan");
+        return mlajit_fail_oom("the plan");
     p->ctx = ctx;
     p->kernel = k;
     p->shape = *shape;
@@ -278,7 +304,7 @@ int mlajit_plan_create(mlajit_context *ctx, const mlajit_kernel_spec *spec, cons
     p->tiles_per_split = g.tiles_per_split;
     /* The grid after the main kernel: the combine where the plan splits; else the
      * stream's next kernel, which in a decode loop is the next call's main grid, so
-     * it is taken to be this one's size (bench/NOTES.md, "I, J, K and R timed":
+     * it is taken to be this one's size (bench/HISTORY.md, "I, J, K and R timed":
      * -0.0 to -0.9% on the unsplit rows of 64 CTAs). */
     const long main_ctas = (long)g.head_groups * g.rows * g.num_splits;
     const long dependent_ctas = p->num_splits > 1 ? (long)g.rows * spec->h_q : main_ctas;

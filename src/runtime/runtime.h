@@ -212,7 +212,8 @@ typedef struct mlajit_tactic_match {
  * GPU), for a shape of no rows, or when the layers cannot be read (a warning
  * says why). A record that fails its checks, or whose kernel is not a kernel
  * of spec, is never used: one warning per context names the first.
- * MLAJIT_ERR_INVALID_ARGUMENT for a NULL argument or an invalid spec or shape. */
+ * MLAJIT_ERR_INVALID_ARGUMENT for a NULL argument or an invalid spec or shape;
+ * MLAJIT_ERR_OUT_OF_MEMORY (found 0). */
 int mlajit_tactic_lookup(mlajit_context *ctx, const mlajit_kernel_spec *spec, const mlajit_decode_shape *shape,
                          mlajit_tactic_match *out);
 
@@ -238,6 +239,13 @@ int mlajit_tactic_record_make(const mlajit_context *ctx, const mlajit_kernel_spe
  * (MLAJIT_ERR_CACHE when there is none). */
 int mlajit_tactic_store(mlajit_context *ctx, const mlajit_kernel_spec *spec, const mlajit_decode_shape *shape,
                         const mlajit_tactic_choice *choice);
+
+/* Internal accessors for the CLI and the harness, which never read a
+ * context's fields (mlajit_context_get_info says the rest). */
+/* The driver table of a context with a device; NULL without one. */
+const mlajit_driver *mlajit_context_driver(const mlajit_context *ctx);
+/* The context's pack i (0 .. pack_count - 1, in look-up order), else NULL. */
+const mlajit_pack *mlajit_context_pack(const mlajit_context *ctx, int i);
 
 /* Make the context's primary CUDA context current on this thread if no context
  * is; returns 1 when it pushed one (pop it with mlajit_context_leave). */

@@ -42,7 +42,7 @@ static int tactic_key_parts(const mlajit_context *ctx, const mlajit_kernel_spec 
  * in): the same model, heads, pages, features and arch, whatever it chose. */
 static int kernel_of_spec(const char *kernel_string, const mlajit_kernel_spec *asked)
 {
-    mlajit_kernel_spec k;
+    mlajit_kernel_spec k = MLAJIT_KERNEL_SPEC_INIT;
     if (mlajit_spec_parse(kernel_string, &k) != MLAJIT_OK)
         return mlajit_fail_prefix(MLAJIT_ERR_INVALID_ARGUMENT, "kernel: ");
     if (k.model != asked->model || k.h_q != asked->h_q || k.page_size != asked->page_size ||
@@ -76,22 +76,26 @@ static void warn_skipped(mlajit_context *ctx, const char *where, const mlajit_ta
 }
 
 /* One layer's answer, taken into *out when it serves better (ties keep the
- * earlier layer). */
-static void consider(mlajit_context *ctx, const char *where, int rc, const mlajit_tactic_chooser *c, int source,
-                     int pack_index, mlajit_tactic_match *out)
+ * earlier layer). A layer that cannot be read is a warning, not an error; out
+ * of memory is the caller's (MLAJIT_ERR_OUT_OF_MEMORY, returned). */
+static int consider(mlajit_context *ctx, const char *where, int rc, const mlajit_tactic_chooser *c, int source,
+                    int pack_index, mlajit_tactic_match *out)
 {
+    if (rc == MLAJIT_ERR_OUT_OF_MEMORY)
+        return rc;
     warn_skipped(ctx, where, c->skipped);
     if (rc != MLAJIT_OK && rc != MLAJIT_ERR_NOT_FOUND)
         mlajit_warn("%s: reading its tactics failed (%s); plans use the other layers' tactics or the default rule",
                     where, mlajit_last_error());
     if (rc != MLAJIT_OK || !c->found)
-        return;
+        return MLAJIT_OK;
     if (out->found && !mlajit_tactic_bucket_better(&out->shape_bucket, &c->best.bucket, &out->record.bucket))
-        return;
+        return MLAJIT_OK;
     out->found = 1;
     out->record = c->best;
     out->source = source;
     out->pack_index = pack_index;
+    return MLAJIT_OK;
 }
 
 int mlajit_tactic_lookup(mlajit_context *ctx, const mlajit_kernel_spec *spec, const mlajit_decode_shape *shape,
@@ -131,7 +135,11 @@ int mlajit_tactic_lookup(mlajit_context *ctx, const mlajit_kernel_spec *spec, co
             rc = mlajit_tactic_nearest(ctx->store, &c);
             snprintf(where, sizeof where, "cache %s", ctx->cache_dir);
         }
-        consider(ctx, where, rc, &c, in_pack ? MLAJIT_SOURCE_PACK : MLAJIT_SOURCE_DISK, in_pack ? i : -1, out);
+        if ((rc = consider(ctx, where, rc, &c, in_pack ? MLAJIT_SOURCE_PACK : MLAJIT_SOURCE_DISK, in_pack ? i : -1,
+                           out))) {
+            memset(out, 0, sizeof *out);
+            return rc;
+        }
     }
     out->exact = out->found && mlajit_tactic_bucket_distance(&out->shape_bucket, &out->record.bucket) == 0;
     mlajit_clear_error();
@@ -151,7 +159,7 @@ int mlajit_tactic_record_make(const mlajit_context *ctx, const mlajit_kernel_spe
         return rc;
     if ((rc = mlajit_spec_validate(spec)) || (rc = tactic_key_parts(ctx, spec, shape, out->spec, &out->bucket)))
         return rc;
-    mlajit_kernel_spec asked = *spec, kernel = choice->kernel, resolved;
+    mlajit_kernel_spec asked = *spec, kernel = choice->kernel, resolved = MLAJIT_KERNEL_SPEC_INIT;
     if (!asked.arch[0])
         snprintf(asked.arch, sizeof asked.arch, "%s", ctx->arch);
     if (!kernel.arch[0])

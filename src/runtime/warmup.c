@@ -7,6 +7,8 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "common/abi.h"
+#include "common/alloc.h"
 #include "common/error.h"
 #include "runtime/runtime.h"
 
@@ -38,9 +40,9 @@ int mlajit_grid_expand(const mlajit_kernel_grid *grid, const char *default_arch,
     if (total > 1000000)
         return mlajit_fail(MLAJIT_ERR_INVALID_ARGUMENT, "grid: %lld kernels; at most 1000000", total);
     /* room for each spec's walk alternatives too (see below) */
-    mlajit_kernel_spec *out = calloc((size_t)total * (1 + MLAJIT_WALK_ALTERNATIVES), sizeof *out);
+    mlajit_kernel_spec *out = mlajit_calloc((size_t)total * (1 + MLAJIT_WALK_ALTERNATIVES), sizeof *out);
     if (!out)
-        return mlajit_fail(MLAJIT_ERR_OUT_OF_MEMORY, "grid of %lld kernels", total);
+        return mlajit_fail_oom("a grid of %lld kernels", total);
     int n = 0;
     for (int a = 0; a < n_archs; a++)
         for (int m = 0; m < grid->num_models; m++)
@@ -49,6 +51,7 @@ int mlajit_grid_expand(const mlajit_kernel_grid *grid, const char *default_arch,
                     for (int e = 0; e < n_extras; e++)
                         for (int f = 0; f < n_features; f++) {
                             mlajit_kernel_spec *s = &out[n];
+                            s->struct_size = sizeof *s;
                             int rc = mlajit_spec_init(s, grid->models[m], grid->head_counts[h], grid->page_sizes[p]);
                             if (rc == MLAJIT_OK) {
                                 s->extra_page_size = extras[e];
@@ -105,7 +108,7 @@ static void *batch_worker(void *arg)
         snprintf(arch, sizeof arch, "%s", spec->arch[0] ? spec->arch : b->ctx->arch);
         int load = b->ctx->drv && mlajit_arch_runs_on(arch, b->ctx->arch);
         const mlajit_kernel *k = NULL;
-        mlajit_kernel_report rep;
+        mlajit_kernel_report rep = MLAJIT_KERNEL_REPORT_INIT;
         mlajit_clear_error();
         int loaded_here = 0;
         int rc = mlajit_kernel_acquire_ex(b->ctx, spec, load, &k, &rep, &loaded_here);
@@ -159,6 +162,7 @@ int mlajit_acquire_batch(mlajit_context *ctx, const mlajit_kernel_spec *specs, i
     b.progress_arg = progress_arg;
     atomic_init(&b.next, 0);
     pthread_mutex_init(&b.lock, NULL);
+    b.report.struct_size = sizeof b.report;
     b.report.kernels = count;
 
     int workers = threads > 0 ? threads : online_cpus();
@@ -188,14 +192,16 @@ int mlajit_acquire_batch(mlajit_context *ctx, const mlajit_kernel_spec *specs, i
     return MLAJIT_OK;
 }
 
-int mlajit_warmup(mlajit_context *ctx, const mlajit_kernel_grid *grid, int threads, mlajit_warmup_report *report)
+/* mlajit_warmup on whole structs; report is always written (the counts so far). */
+static int warmup(mlajit_context *ctx, const mlajit_kernel_grid *caller_grid, int threads,
+                  mlajit_warmup_report *report, double t0)
 {
-    mlajit_clear_error();
-    double t0 = mlajit_now_ms();
-    if (report)
-        memset(report, 0, sizeof *report);
-    if (!ctx || !grid)
+    if (!ctx || !caller_grid)
         return mlajit_fail(MLAJIT_ERR_INVALID_ARGUMENT, "ctx or grid: NULL");
+    mlajit_kernel_grid grid_local;
+    const mlajit_kernel_grid *grid = mlajit_abi_in(MLAJIT_ABI_KERNEL_GRID, "grid", caller_grid, &grid_local);
+    if (!grid)
+        return MLAJIT_ERR_INVALID_ARGUMENT;
     if (threads < 0)
         return mlajit_fail(MLAJIT_ERR_INVALID_ARGUMENT, "threads = %d; allowed 0 (one per CPU) or more", threads);
     int takes_device_arch = !grid->archs || grid->num_archs <= 0;
@@ -211,9 +217,22 @@ int mlajit_warmup(mlajit_context *ctx, const mlajit_kernel_grid *grid, int threa
         return mlajit_fail_prefix(rc, "warmup: ");
     rc = mlajit_acquire_batch(ctx, specs, count, threads, NULL, NULL, NULL, report);
     free(specs);
-    if (report)
-        report->wall_ms = mlajit_now_ms() - t0;
+    report->wall_ms = mlajit_now_ms() - t0;
     if (rc)
         return mlajit_fail_prefix(rc, "warmup: ");
     return MLAJIT_OK;
+}
+
+int mlajit_warmup(mlajit_context *ctx, const mlajit_kernel_grid *caller_grid, int threads,
+                  mlajit_warmup_report *caller_report)
+{
+    mlajit_clear_error();
+    double t0 = mlajit_now_ms();
+    if (caller_report && mlajit_abi_check(MLAJIT_ABI_WARMUP_REPORT, "report", caller_report))
+        return MLAJIT_ERR_INVALID_ARGUMENT;
+    mlajit_warmup_report report = MLAJIT_WARMUP_REPORT_INIT;
+    int rc = warmup(ctx, caller_grid, threads, &report, t0);
+    if (caller_report)
+        mlajit_abi_out(MLAJIT_ABI_WARMUP_REPORT, caller_report, &report);
+    return rc;
 }
