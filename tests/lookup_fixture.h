@@ -17,6 +17,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "cache/pack.h"
 #include "mlajit.h"
 #include "temp_tree.h"
 
@@ -106,6 +107,21 @@ static mlajit_context *context_on(const char *cache_dir, const char *packs, unsi
     mlajit_context *ctx = NULL;
     cr_assert_eq(mlajit_context_create(&o, &ctx), MLAJIT_OK, "%s", mlajit_last_error());
     return ctx;
+}
+
+/* Seal a pack's bytes (len of them) again after an edit, as a faulty writer
+ * that checksums what it wrote would: the LMDB part's XXH3-64 and the
+ * trailer's own, so only the checks inside the pack can catch the edit. */
+static inline void pack_reseal(uint8_t *bytes, size_t len)
+{
+    size_t lmdb_len = len - MLAJIT_PACK_TRAILER_BYTES;
+    uint8_t *t = bytes + lmdb_len;
+    uint64_t h = mlajit_hash64(bytes, lmdb_len);
+    for (int i = 0; i < 8; i++)
+        t[24 + i] = (uint8_t)(h >> (8 * i));
+    uint64_t th = mlajit_hash64(t, 56);
+    for (int i = 0; i < 8; i++)
+        t[56 + i] = (uint8_t)(th >> (8 * i));
 }
 
 /* The built CLI (tests/meson.build sets MLAJIT_CLI), or the test is skipped

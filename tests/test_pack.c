@@ -661,13 +661,7 @@ Test(lookup, damaged_entry_in_a_pack_falls_through_to_the_cache)
     uint8_t *hit = memmem(bytes, lmdb_len, pattern, sizeof pattern);
     cr_assert_not_null(hit, "the cubin's bytes are in the file");
     hit[0] ^= 0xFF;
-    uint64_t h = mlajit_hash64(bytes, lmdb_len);
-    uint8_t *t = bytes + lmdb_len;
-    for (int i = 0; i < 8; i++)
-        t[24 + i] = (uint8_t)(h >> (8 * i));
-    uint64_t th = mlajit_hash64(t, 56);
-    for (int i = 0; i < 8; i++)
-        t[56 + i] = (uint8_t)(th >> (8 * i));
+    pack_reseal(bytes, len);
     write_whole_file(pack, bytes, len);
     free(bytes);
     plant_in_cache(dir, k, &three_specs()[0], 9);
