@@ -27,6 +27,7 @@ expect() {
 
 expect "gpu           Fake NVIDIA H200 (sm_90a, 132 SMs, 50 MB L2)" info
 expect "driver        13.0" info
+expect "tactics for   Fake NVIDIA H200, 132 SMs, 2000 MHz class" info
 expect "loaded on the GPU" compile --model v32 --heads 64 --page 64
 expect "loaded on the GPU" compile --model dsv4 --heads 16 --page 64 --variant portable
 # expect_lines PATTERN COUNT ARGS...: the output of mlajit ARGS has COUNT lines

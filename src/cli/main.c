@@ -11,6 +11,7 @@
 #include "harness/harness.h"
 #include "mlajit.h"
 #include "runtime/nvrtc.h"
+#include "runtime/runtime.h"
 
 static const char usage_text[] =
     "usage: mlajit <command> [options]     (mlajit <command> --help: that command's usage)\n"
@@ -69,6 +70,12 @@ static int cmd_info(int argc, char **argv)
         printf("driver        %d.%d\n", info.driver_version / 1000, (info.driver_version % 1000) / 10);
         printf("gpu           %s (%s, %d SMs, %.0f MB L2)\n", info.device_name, info.device_arch, info.sm_count,
                (double)info.l2_bytes / (1 << 20));
+        mlajit_gpu_identity gpu;
+        char identity[200];
+        if (mlajit_context_gpu(ctx, &gpu) == MLAJIT_OK) {
+            mlajit_gpu_identity_describe(&gpu, identity, sizeof identity);
+            printf("tactics for   %s (what tactic records are keyed by)\n", identity);
+        }
     } else {
         printf("driver        none usable (generate, compile and cache still work; target %s)\n", info.device_arch);
         printf("gpu           none: %s\n", info.no_device_reason);
