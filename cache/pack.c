@@ -790,8 +790,8 @@ static int pack_check_file(const char *path, pack_init_args *args, int64_t *file
     }
     if (memcmp(t, TRAILER_MAGIC, sizeof TRAILER_MAGIC) != 0) {
         status = mlajit_fail(MLAJIT_ERR_CORRUPT,
-                             "pack %s: no pack trailer at the end (truncated, overwritten, or not written by "
-                             "`mlajit pack build`)",
+                             "pack %s: no pack trailer at the end (truncated, overwritten, or not written as an "
+                             "mlajit pack)",
                              path);
         goto out;
     }

@@ -418,12 +418,12 @@ static int store_lmdb_fail(const mlajit_store *store, const char *what, int rc)
 {
     if (rc == MDB_MAP_FULL)
         return mlajit_fail(MLAJIT_ERR_CACHE,
-                           "cache %s: %s failed: the cache is full (%zu-byte map); run `mlajit cache gc` "
-                           "to make room",
+                           "cache %s: %s failed: the cache is full (%zu-byte map); remove entries (a garbage "
+                           "collection of the cache) to make room",
                            store->dir, what, (size_t)STORE_MAP_SIZE);
     if (mlajit_lmdb_rc_is_damage(rc))
         return mlajit_fail(MLAJIT_ERR_CORRUPT,
-                           "cache %s: %s failed: %s (the data file is damaged; run `mlajit cache verify`)",
+                           "cache %s: %s failed: %s (the data file is damaged; a verify of the cache says where)",
                            store->dir, what, mdb_strerror(rc));
     return mlajit_fail(MLAJIT_ERR_CACHE, "cache %s: %s failed: %s", store->dir, what, mdb_strerror(rc));
 }
@@ -685,7 +685,7 @@ static int store_damaged(mlajit_store *s, const char *why, dev_t dev, ino_t ino)
         int moved = mlajit_env_run_if_unused(s->dir, set_aside_unused, &job);
         if (moved == 1)
             mlajit_warn("cache %s: data.mdb is damaged (%s); moved it to %s and starting an empty cache "
-                        "(`mlajit cache verify --repair --from %s/%s` recovers its intact entries)",
+                        "(a repair of the cache from %s/%s recovers its intact entries)",
                         s->dir, reason, job.name, s->dir, job.name);
         if (moved == 1 || moved == 2)
             return 1;
@@ -698,7 +698,7 @@ static int store_damaged(mlajit_store *s, const char *why, dev_t dev, ino_t ino)
     }
     if (!s->keep_damaged && atomic_exchange(&s->warned_damage, 1) == 0)
         mlajit_warn("cache %s: data.mdb is damaged (%s); serving the entries that can still be read (a writable "
-                    "open or `mlajit cache verify --repair` sets it aside)",
+                    "open or a repair of the cache sets it aside)",
                     s->dir, reason);
     return 0;
 }

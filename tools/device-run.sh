@@ -1,7 +1,7 @@
 #!/bin/bash
 # Build, test and benchmark on the GPU host in one call (see shared/device/README.md).
 # Usage (from the project root, with .devdeps/.devtools/.golden carried):
-#   tools/device-run.sh [tests|demo|cases|bench|bench-quick|bench-sm90|compile-times|ncu|ncu-sm90|ncu-source|sol|sass|gather|floor|fuzz:S:SEED|python|python-tests|python-bench|all]...
+#   tools/device-run.sh [tests|demo|cases|bench|bench-quick|bench-sm90|compile-times|ncu|ncu-sm90|ncu-source|sol|sass|gather|floor|fuzz:S:SEED|fuzz-bg:S:SEED|base|lookup|python|python-tests|python-bench|all]...
 # Logs go to $OUT (or ./device-out) so they come back with the call. The device
 # tool returns at most 8 files, so at the end every log is packed into
 # $OUT/logs-N.tgz (N: the first free number, so a second run into the same $OUT
@@ -21,6 +21,7 @@ fi
 meson compile -C build-gpu >"$OUT/build.log" 2>&1 || { grep -E "error|FAILED" "$OUT/build.log" | head -30; exit 1; }
 echo "build ok"
 rc=0
+background=()
 for step in "${@:-all}"; do
   case $step in
     tests|all)
@@ -36,6 +37,46 @@ for step in "${@:-all}"; do
       grep -E "^case|mlajit vs" "$OUT/cases.log" ;;&
     bench|all)
       ./build-gpu/mlajit bench --json "$OUT/h200.jsonl" 2>&1 | tee "$OUT/bench.log" || rc=1 ;;
+    fuzz-bg:*)
+      # fuzz-bg:SECONDS:SEED: the fuzzer beside the steps after it (its own cache),
+      # waited for before the logs are packed
+      IFS=: read -r _ secs seed <<<"$step"
+      (MLAJIT_CACHE_DIR=/tmp/mlajit-fuzz-cache ./build-gpu/mlajit fuzz --seconds "$secs" --seed "$seed" \
+         --out "$OUT/fuzz-failures" >"$OUT/fuzz-$seed.log" 2>&1; echo "fuzz rc=$?" >>"$OUT/fuzz-$seed.log") &
+      background+=($!) ;;
+    base)
+      # an older tree for before/after figures: .base holds `git archive` of it
+      # (carried); it is built beside build-gpu in the background, and the
+      # lookup step waits for it
+      if [ -f .base/meson.build ]; then
+        (meson setup .base/build-gpu .base --buildtype=release >"$OUT/base-build.log" 2>&1 &&
+           meson compile -C .base/build-gpu ./mlajit:executable >>"$OUT/base-build.log" 2>&1
+         echo "base build rc=$?" >>"$OUT/base-build.log") &
+        base_pid=$!
+      else
+        echo "base: no .base tree (git archive COMMIT | tar -x -C .base)"
+      fi ;;
+    lookup)
+      # the pack path's figures (issue 45): a fresh process's pack open, lookup,
+      # load and first launch, and the in-process repeat lookup, five processes
+      # each, for build-gpu and the base build when there is one; then the cost
+      # of generating and keying the source on a miss (the first spec of a process
+      # and three more, on an empty cache)
+      spec=v32.h16.p64.t64.hc16.sm90-narrow.sm_90a
+      [ -n "${base_pid:-}" ] && wait "$base_pid"
+      for b in build-gpu .base/build-gpu; do
+        [ -x "$b/mlajit" ] || continue
+        d=/tmp/mlajit-lookup-${b%%/*}; rm -rf "$d"; mkdir -p "$d"
+        MLAJIT_CACHE_DIR=$d/c "$b/mlajit" pack build --spec $spec --out "$d/p.pack" --no-cache >"$OUT/lookup-${b%%/*}.log" 2>&1
+        for i in 1 2 3 4 5; do MLAJIT_CACHE_DIR=$d/c "$b/mlajit" pack bench "$d/p.pack" --repeat 1000000; done \
+          >>"$OUT/lookup-${b%%/*}.log" 2>&1
+        echo "== $b"; grep -E "^(pack open|lookup|load|first launch|repeat lookup)" "$OUT/lookup-${b%%/*}.log"
+      done
+      rm -rf /tmp/mlajit-gen; mkdir -p /tmp/mlajit-gen
+      for h in 8 16 64 128; do
+        MLAJIT_CACHE_DIR=/tmp/mlajit-gen ./build-gpu/mlajit compile --model v32 --heads $h --page 64 --arch sm_90a |
+          grep -E "^(spec|cache)"
+      done 2>&1 | tee "$OUT/generate-cost.log" ;;
     fuzz:*)
       # fuzz:SECONDS:SEED
       IFS=: read -r _ secs seed <<<"$step"
@@ -130,6 +171,9 @@ for step in "${@:-all}"; do
       ./build-gpu/mlajit bench --quick --variant sm90 --json "$OUT/h200-sm90.jsonl" 2>&1 | tee "$OUT/bench-sm90.log" || rc=1 ;;
   esac
 done
+for pid in "${background[@]}"; do wait "$pid"; done
+[ -n "${base_pid:-}" ] && wait "$base_pid"
+grep -h -E "fuzz rc=|calls|failed" "$OUT"/fuzz-*.log 2>/dev/null | tail -4
 n=1
 while [ -e "$OUT/logs-$n.tgz" ]; do n=$((n + 1)); done
 (cd "$OUT" && tar czf "logs-$n.tgz" --exclude='logs-*.tgz' --exclude='h200*.jsonl' --remove-files ./* 2>/dev/null)

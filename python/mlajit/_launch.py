@@ -170,8 +170,13 @@ class Launcher:
         dev = self.device_index
         b, s_q, h = self.batch, self.s_q, self.heads
         # q [b, s_q, h_q, d_qk] bf16, last dim contiguous
+        # (the shape is compared before the strides are unpacked, so a tensor of
+        # another rank is named; a stride 0 on a dimension of more than one entry,
+        # a broadcast, is refused: the library would read 0 as the dense step)
+        if q.shape != self.q_shape or q.dtype is not _BF16 or q.get_device() != dev:
+            self._explain(q, self.q_shape, _BF16, names.q)
         sb, ss, sh, sd = q.stride()
-        if q.shape != self.q_shape or q.dtype is not _BF16 or q.get_device() != dev or sd != 1:
+        if sd != 1 or (not sb and b > 1) or (not ss and s_q > 1) or (not sh and h > 1):
             self._explain(q, self.q_shape, _BF16, names.q)
         # the cache: [pages, page, 1, bpt] or [pages, page, bpt], 1-byte elements,
         # each page's tokens contiguous; the page stride is stride(0). A shape and
@@ -184,9 +189,10 @@ class Launcher:
             self._explain_cache(kv, self.layout.page_size, names, "kv")
         pages = shape[0]
         # indices [b, s_q, topk] int32, last dim contiguous
+        if indices.shape != self.idx_shape or indices.dtype is not _I32 or indices.get_device() != dev:
+            self._explain(indices, self.idx_shape, _I32, names.indices)
         ib, is_, ik = indices.stride()
-        if (indices.shape != self.idx_shape or indices.dtype is not _I32 or indices.get_device() != dev or
-                (ik != 1 and self.topk > 1)):
+        if (ik != 1 and self.topk > 1) or (not ib and b > 1) or (not is_ and s_q > 1):
             self._explain(indices, self.idx_shape, _I32, names.indices)
         # optional inputs: exactly those the kernel was made with
         if topk_length is not None:
@@ -214,12 +220,16 @@ class Launcher:
         else:
             extra = _NO_EXTRA
         # out [b, s_q, h_q, d_v] bf16, last dim contiguous
+        if out.shape != self.out_shape or out.dtype is not _BF16 or out.get_device() != dev:
+            self._explain(out, self.out_shape, _BF16, names.out)
         ob, os_, oh, od = out.stride()
-        if out.shape != self.out_shape or out.dtype is not _BF16 or out.get_device() != dev or od != 1:
+        if od != 1 or (not ob and b > 1) or (not os_ and s_q > 1) or (not oh and h > 1):
             self._explain(out, self.out_shape, _BF16, names.out)
         if lse is not None:
-            lb, ls, lh = lse.stride()
             if lse.shape != self.lse_shape or lse.dtype is not _F32 or lse.get_device() != dev:
+                self._explain(lse, self.lse_shape, _F32, names.lse)
+            lb, ls, lh = lse.stride()
+            if (not lb and b > 1) or (not ls and s_q > 1) or (not lh and h > 1):
                 self._explain(lse, self.lse_shape, _F32, names.lse)
             lse_fields = (lse.data_ptr(), lb if b > 1 else 0, ls if s_q > 1 else 0, lh if h > 1 else 0)
         else:
@@ -236,7 +246,7 @@ class Launcher:
 
     def _check_cache(self, kv, shape, stride, names: Names) -> None:
         if ((shape[1:] != self.cache_tail and shape[1:] != self.cache_tail_3d) or stride[-1] != 1 or
-                stride[1] != self.bytes_per_token):
+                stride[1] != self.bytes_per_token or (not stride[0] and shape[0] > 1)):
             self._explain_cache(kv, self.layout.page_size, names, "kv")
         self.kv_seen_shape, self.kv_seen_stride = shape, stride
 
@@ -250,11 +260,13 @@ class Launcher:
         stride = extra_kv.stride()
         if ((shape[1:] != self.extra_cache_tail and shape[1:] != self.extra_cache_tail_3d) or
                 extra_kv.dtype not in CACHE_DTYPES or extra_kv.get_device() != dev or stride[-1] != 1 or
-                stride[1] != self.bytes_per_token):
+                stride[1] != self.bytes_per_token or (not stride[0] and shape[0] > 1)):
             self._explain_cache(extra_kv, self.layout.extra_page_size, names, "extra_kv")
-        eb, es, ek = extra_indices.stride()
         if (extra_indices.shape != self.extra_idx_shape or extra_indices.dtype is not _I32 or
-                extra_indices.get_device() != dev or (ek != 1 and self.extra_topk > 1)):
+                extra_indices.get_device() != dev):
+            self._explain(extra_indices, self.extra_idx_shape, _I32, names.extra_indices)
+        eb, es, ek = extra_indices.stride()
+        if (ek != 1 and self.extra_topk > 1) or (not eb and b > 1) or (not es and s_q > 1):
             self._explain(extra_indices, self.extra_idx_shape, _I32, names.extra_indices)
         if extra_topk_length is not None:
             if (not self.has_extra_topk_length or extra_topk_length.shape != self.rows_shape or
@@ -294,6 +306,10 @@ class Launcher:
                 raise InvalidArgumentError(f"{name} is on {t.device}; allowed: a CUDA tensor "
                                            f"(cuda:{self.device_index})")
             self._explain_device(t, name)
+        if any(st == 0 and n > 1 for st, n in zip(t.stride(), t.shape)):
+            raise InvalidArgumentError(f"{name}.stride() = {t.stride()}; allowed: no broadcast dimension (stride 0 "
+                                       "where the size is above 1: each entry needs its own memory); pass "
+                                       ".contiguous()")
         if contiguous:
             raise InvalidArgumentError(f"{name}.stride() = {t.stride()}; allowed: contiguous (.contiguous())")
         raise InvalidArgumentError(f"{name}.stride() = {t.stride()}; allowed: the last dimension contiguous "
@@ -317,6 +333,10 @@ class Launcher:
                 raise InvalidArgumentError(f"{name} is on {kv.device}; allowed: a CUDA tensor "
                                            f"(cuda:{self.device_index})")
             self._explain_device(kv, name)
+        if kv.stride()[0] == 0 and shape[0] > 1:
+            raise InvalidArgumentError(f"{name}.stride() = {kv.stride()}; allowed: a page stride stride(0) >= "
+                                       f"{page_size * bpt}, a multiple of 16 (0, a broadcast over pages, is not a "
+                                       "cache)")
         raise InvalidArgumentError(f"{name}.stride() = {kv.stride()}; allowed: each page's tokens contiguous "
                                    f"(stride(1) = {bpt}, stride(-1) = 1); the page stride stride(0) is free "
                                    f"(>= {page_size * bpt}, a multiple of 16)")

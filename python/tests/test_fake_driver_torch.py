@@ -126,6 +126,11 @@ NAMES = _launch.Names(q="q", kv="k_cache", indices="indices", out="out", lse="ls
     ("kv_rows", "each page's tokens contiguous"),
     ("idx_topk", "indices.shape = (2, 1, 63)"),
     ("out_overlap", "out strides"),
+    ("out_broadcast", "out.stride() = (512, 512, 0, 1); allowed: no broadcast dimension"),
+    ("q_broadcast", "q.stride() = (576, 576, 0, 1); allowed: no broadcast dimension"),
+    ("q_rank", "q.shape = (2, 16, 576); allowed: (2, 1, 16, 576)"),
+    ("idx_broadcast", "indices.stride() = (0, 64, 1); allowed: no broadcast dimension"),
+    ("kv_broadcast", "(0, a broadcast over pages, is not a cache)"),
     ("sink_unwanted", "attn_sink was given, but this kernel was made without it"),
     ("scale", "softmax_scale = -1"),
     ("lse_dtype", "lse.dtype = torch.float64"),
@@ -155,8 +160,18 @@ def test_a_bad_tensor_names_the_argument_and_launches_nothing(fake, ctx, edit, w
         kv = wide.as_strided(kv.shape, (64 * 672, 672, 672, 1))
     elif edit == "idx_topk":
         idx = idx[..., :63]
-    elif edit == "out_overlap":
+    elif edit == "out_overlap":  # rows one head apart: the second row's heads overwrite the first's
+        out = torch.empty(17 * 512, dtype=torch.bfloat16).as_strided((2, 1, 16, 512), (512, 512, 512, 1))
+    elif edit == "out_broadcast":
         out = torch.empty(2, 1, 1, 512, dtype=torch.bfloat16).expand(2, 1, 16, 512)
+    elif edit == "q_broadcast":
+        q = torch.zeros(2, 1, 1, 576, dtype=torch.bfloat16).expand(2, 1, 16, 576)
+    elif edit == "q_rank":
+        q = q.view(2, 16, 576)
+    elif edit == "idx_broadcast":
+        idx = torch.zeros(1, 1, 64, dtype=torch.int32).expand(2, 1, 64)
+    elif edit == "kv_broadcast":
+        kv = kv[:1].expand(4, *kv.shape[1:])
     elif edit == "sink_unwanted":
         sink = torch.zeros(16)
     elif edit == "scale":

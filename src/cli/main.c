@@ -156,11 +156,8 @@ static int cmd_compile(int argc, char **argv)
     mlajit_context *ctx;
     if ((rc = mlajit_context_create(NULL, &ctx)))
         return cli_error(rc, "compile");
-    if (!spec.arch[0]) {
-        mlajit_context_info info = MLAJIT_CONTEXT_INFO_INIT;
-        mlajit_context_get_info(ctx, &info);
-        strcpy(spec.arch, info.device_arch);
-    }
+    if (!spec.arch[0])
+        snprintf(spec.arch, sizeof spec.arch, "%s", mlajit_context_arch(ctx));
     /* a spec outside the envelope for its arch is a bad argument (2); whether this
      * NVRTC can target the arch is the machine's (prepare's failure: 1) */
     if ((rc = mlajit_envelope_check_with(&spec, NULL, NULL))) {

@@ -378,6 +378,8 @@ void mlajit_context_destroy(mlajit_context *ctx)
 
 const mlajit_driver *mlajit_context_driver(const mlajit_context *ctx) { return ctx ? ctx->drv : NULL; }
 
+const char *mlajit_context_arch(const mlajit_context *ctx) { return ctx ? ctx->arch : ""; }
+
 const mlajit_pack *mlajit_context_pack(const mlajit_context *ctx, int i)
 {
     return ctx && i >= 0 && i < ctx->pack_count ? ctx->packs[i] : NULL;

@@ -246,6 +246,10 @@ int mlajit_tactic_store(mlajit_context *ctx, const mlajit_kernel_spec *spec, con
 const mlajit_driver *mlajit_context_driver(const mlajit_context *ctx);
 /* The context's pack i (0 .. pack_count - 1, in look-up order), else NULL. */
 const mlajit_pack *mlajit_context_pack(const mlajit_context *ctx, int i);
+/* The context's default target arch (the device's, else sm_90a): what
+ * mlajit_context_get_info's device_arch says, without its walk of the cache
+ * (which a 1 GB cache makes ~10 ms). */
+const char *mlajit_context_arch(const mlajit_context *ctx);
 
 /* Make the context's primary CUDA context current on this thread if no context
  * is; returns 1 when it pushed one (pop it with mlajit_context_leave). */

@@ -61,7 +61,7 @@ static int kernel_accept(const mlajit_tactic_record *r, void *asked)
 }
 
 /* One warning per context for records that cannot be used (they stay until
- * `mlajit cache gc` or `verify --repair` removes them, so every look-up would
+ * a repair or a collection of the cache removes them, so every look-up would
  * meet them again); they are counted once too. */
 static void warn_skipped(mlajit_context *ctx, const char *where, const mlajit_tactic_skipped *skipped)
 {
@@ -71,7 +71,7 @@ static void warn_skipped(mlajit_context *ctx, const char *where, const mlajit_ta
     atomic_fetch_add(&ctx->corrupt, (uint64_t)skipped->damaged);
     atomic_fetch_add(&ctx->stale, (uint64_t)skipped->stale);
     mlajit_warn("%s: %d tactic record%s failed %s checks and %s not used (%s); plans take the next nearest tactic "
-                "or the default rule (`mlajit cache verify --repair` removes damaged records from a cache)",
+                "or the default rule (a cache's repair, or a collection of damaged records, removes them)",
                 where, n, n == 1 ? "" : "s", n == 1 ? "its" : "their", n == 1 ? "is" : "are", skipped->first);
 }
 
