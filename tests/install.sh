@@ -54,7 +54,9 @@ done
 libdir=$(dirname "$shared")
 
 # ---- pkg-config ------------------------------------------------------------------
-export PKG_CONFIG_PATH=$(dirname "$pc") PKG_CONFIG_SYSROOT_DIR=$dest
+# (the host's own PKG_CONFIG_PATH stays after it: where LMDB and xxHash live outside
+# the system folders, as on the GPU host, mlajit.pc's Requires.private are found there)
+export PKG_CONFIG_PATH=$(dirname "$pc")${PKG_CONFIG_PATH:+:$PKG_CONFIG_PATH} PKG_CONFIG_SYSROOT_DIR=$dest
 libs=$(pkg-config --libs mlajit) static_libs=$(pkg-config --static --libs mlajit)
 [[ " $libs " == *" -lmlajit "* ]] && ok || fail "pkg-config --libs mlajit: '$libs' lacks -lmlajit"
 for want in -lmlajit -llmdb -lxxhash -ldl -lm; do

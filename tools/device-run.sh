@@ -1,7 +1,7 @@
 #!/bin/bash
 # Build, test and benchmark on the GPU host in one call (see shared/device/README.md).
 # Usage (from the project root, with .devdeps/.devtools/.golden carried):
-#   tools/device-run.sh [tests|demo|cases|bench|bench-quick|bench-sm90|compile-times|ncu|ncu-sm90|ncu-source|sol|sass|gather|floor|fuzz:S:SEED|fuzz-bg:S:SEED|base|lookup|python|python-tests|python-bench|all]...
+#   tools/device-run.sh [tests|demo|cases|bench|bench-quick|bench-sm90|compile-times|ncu|ncu-sm90|ncu-source|sol|sass|gather|floor|fuzz:S:SEED|fuzz-bg:S:SEED|suites:A,B|example|base|lookup|python|python-tests|python-bench|all]...
 # Logs go to $OUT (or ./device-out) so they come back with the call. The device
 # tool returns at most 8 files, so at the end every log is packed into
 # $OUT/logs-N.tgz (N: the first free number, so a second run into the same $OUT
@@ -37,6 +37,18 @@ for step in "${@:-all}"; do
       grep -E "^case|mlajit vs" "$OUT/cases.log" ;;&
     bench|all)
       ./build-gpu/mlajit bench --json "$OUT/h200.jsonl" 2>&1 | tee "$OUT/bench.log" || rc=1 ;;
+    suites:*)
+      # suites:A,B,...: those meson suites alone (the python suites run pytest under
+      # the host's python3, GPU tests included, where it has torch and pytest)
+      suites=${step#suites:}
+      meson test -C build-gpu --print-errorlogs --num-processes 4 ${suites//,/ } >"$OUT/suites.log" 2>&1 || rc=1
+      grep -E "^ *[0-9]+/[0-9]+ |^Ok|^Fail" "$OUT/suites.log"
+      cp build-gpu/meson-logs/testlog.txt "$OUT/testlog-suites.txt" 2>/dev/null
+      grep -h -E "^(FAILED|SKIPPED|[0-9]+ (passed|failed))|passed|failed" "$OUT/testlog-suites.txt" | grep -v "^command" | tail -12 ;;
+    example)
+      # examples/engine_decode.py's decode loop (against build-gpu's library)
+      MLAJIT_LIBRARY=$PWD/build-gpu/libmlajit.so PYTHONPATH=$PWD/python timeout 240 python3 examples/engine_decode.py \
+        --steps 10 2>&1 | tee "$OUT/engine-decode.log" || rc=1 ;;
     fuzz-bg:*)
       # fuzz-bg:SECONDS:SEED: the fuzzer beside the steps after it (its own cache),
       # waited for before the logs are packed
@@ -161,8 +173,9 @@ for step in "${@:-all}"; do
         tail -1 "$OUT/pip-install.log"
       fi
       if [ "$step" != python-tests ]; then
-        $venv/bin/python bench/python_bench.py --cli build-gpu/mlajit --json "$OUT/h200-python.jsonl" 2>&1 |
-          tee "$OUT/python-bench.log" || rc=1
+        # PY_BENCH_ARGS: e.g. --heads 16 --no-warmup-times, to split the bench over calls
+        $venv/bin/python bench/python_bench.py --cli build-gpu/mlajit --json "$OUT/h200-python${PY_BENCH_TAG:-}.jsonl" \
+          ${PY_BENCH_ARGS:-} 2>&1 | tee "$OUT/python-bench${PY_BENCH_TAG:-}.log" || rc=1
       fi ;;
     bench-quick)
       ./build-gpu/mlajit bench --quick --json "$OUT/h200.jsonl" 2>&1 | tee "$OUT/bench.log" || rc=1 ;;

@@ -44,7 +44,12 @@ def _quantize_pages(info, tokens: torch.Tensor, page_size: int, pages: torch.Ten
     scales = torch.clamp_min(amax / _FP8_MAX, _SCALE_FLOOR)
     if info.scale_format != _capi.SCALE_FP32:
         scales = _pow2_ceil(scales)
-    codes = (nope / scales.unsqueeze(-1)).to(torch.float8_e4m3fn).view(torch.uint8).reshape(-1, info.d_nope)
+    # x / s correctly rounded to fp32 on every device: the quotient in fp64 (53
+    # bits >= 2 x 24 + 2, so rounding it to fp32 is the IEEE fp32 division, as
+    # the C quantizer does); a GPU's fp32 division of a broadcast tensor is not
+    # always correctly rounded, which showed with arbitrary (GLM-NSA) scales
+    codes = (nope.double() / scales.double().unsqueeze(-1)).float()
+    codes = codes.to(torch.float8_e4m3fn).view(torch.uint8).reshape(-1, info.d_nope)
     rope = tokens[:, info.d_nope:].contiguous().view(torch.uint8)  # bf16 bytes, as stored
     if info.scale_place == _capi.SCALES_INLINE:
         record = torch.cat([codes, scales.view(torch.uint8).reshape(-1, info.num_scales * 4), rope], dim=1)
