@@ -148,9 +148,8 @@ for step in "${@:-all}"; do
       nvcc -O3 -gencode arch=compute_90a,code=sm_90a -o "build-gpu/$tool" "bench/tools/$tool.cu" >"$OUT/$step.log" 2>&1 &&
         "./build-gpu/$tool" 2>&1 | tee -a "$OUT/$step.log" || rc=1 ;;
     python|python-tests|python-bench)
-      # The Python package from the source tree against build-gpu's library, in a
-      # venv that sees the host's torch; pytest and meson-python come from
-      # .devdeps/wheels (tools/fetch-wheels.sh; the host has no network).
+      # The Python package from the source tree against build-gpu's library, under the
+      # host's python3 (its environment has torch and pytest); `pip install .` goes into a venv
       # python-tests: the pytest suites (GPU tests included), the example, and
       # `pip install .` into the venv; python-bench: bench/python_bench.py (the
       # entry points beside `mlajit bench`, and the example's warm-up times).
@@ -162,10 +161,10 @@ for step in "${@:-all}"; do
       export MLAJIT_LIBRARY=$PWD/build-gpu/libmlajit.so PYTHONPATH=$PWD/python MLAJIT_GOLDEN_DIR=$PWD/.golden \
         MLAJIT_ABI_LAYOUT=$PWD/build-gpu/tests/abi_layout MLAJIT_CLI=$PWD/build-gpu/mlajit
       if [ "$step" != python-bench ]; then
-        $venv/bin/python -m pytest -q -rs -p no:cacheprovider -m "not fake_driver" python/tests \
+        python3 -m pytest -q -rs -p no:cacheprovider -m "not fake_driver" python/tests \
           >"$OUT/python-tests.log" 2>&1 || rc=1
         grep -E "passed|failed|SKIPPED|FAILED|Error" "$OUT/python-tests.log" | tail -30
-        timeout 180 $venv/bin/python examples/engine_decode.py --steps 10 2>&1 | tee "$OUT/engine-decode.log" || rc=1
+        timeout 180 python3 examples/engine_decode.py --steps 10 2>&1 | tee "$OUT/engine-decode.log" || rc=1
         (timeout 300 $venv/bin/pip install -q --no-index --find-links .devdeps/wheels . &&
           cd /tmp && env -u MLAJIT_LIBRARY -u PYTHONPATH $venv/bin/python -c \
             'import mlajit; print("pip install .: ok,", mlajit.library_path(), mlajit.supported("v32", 16, 64, 2048))') \
@@ -174,7 +173,9 @@ for step in "${@:-all}"; do
       fi
       if [ "$step" != python-tests ]; then
         # PY_BENCH_ARGS: e.g. --heads 16 --no-warmup-times, to split the bench over calls
-        $venv/bin/python bench/python_bench.py --cli build-gpu/mlajit --json "$OUT/h200-python${PY_BENCH_TAG:-}.jsonl" \
+        # the host's python3 (torch lives in its environment; a venv made from it
+        # does not see that environment's packages)
+        python3 bench/python_bench.py --cli build-gpu/mlajit --json "$OUT/h200-python${PY_BENCH_TAG:-}.jsonl" \
           ${PY_BENCH_ARGS:-} 2>&1 | tee "$OUT/python-bench${PY_BENCH_TAG:-}.log" || rc=1
       fi ;;
     bench-quick)

@@ -36,6 +36,25 @@ def _pow2_ceil(s: torch.Tensor) -> torch.Tensor:
     return torch.where((bits & 0x007FFFFF) == 0, bits, up).view(torch.float32)
 
 
+def _e4m3_round(v: torch.Tensor) -> torch.Tensor:
+    """fp32 values rounded to nearest even on e4m3's grid (|v| <= 448), in fp32.
+
+    The cast to float8_e4m3fn then only re-encodes an exact value. torch's own
+    cast is not the same on every device: on the GPU an fp32 quotient of 24
+    significant bits (arbitrary scales) near a tie came out one code away from
+    the CPU's (and the C quantizer's), as rounding through a wider format
+    first would do; a bf16 value over a power of two never reaches that.
+    """
+    bits = v.view(torch.int32)
+    # normal codes (|v| >= 2^-6): keep 3 of fp32's 23 mantissa bits, ties to even
+    # (a carry into the exponent is the next binade's first value, as it should be)
+    lsb = (bits >> 20) & 1
+    normal = ((bits + 0x7FFFF + lsb) & ~0xFFFFF).view(torch.float32)
+    # subnormal codes: multiples of 2^-9 (v * 512 is exact; round() ties to even)
+    subnormal = torch.round(v * 512.0) / 512.0
+    return torch.where(v.abs() < 2.0 ** -6, subnormal, normal)
+
+
 def _quantize_pages(info, tokens: torch.Tensor, page_size: int, pages: torch.Tensor) -> None:
     """Quantize whole pages of tokens [n_pages * page_size, d_qk] into pages [n_pages, page_stride]."""
     num_blocks = pages.shape[0]
@@ -44,12 +63,11 @@ def _quantize_pages(info, tokens: torch.Tensor, page_size: int, pages: torch.Ten
     scales = torch.clamp_min(amax / _FP8_MAX, _SCALE_FLOOR)
     if info.scale_format != _capi.SCALE_FP32:
         scales = _pow2_ceil(scales)
-    # x / s correctly rounded to fp32 on every device: the quotient in fp64 (53
-    # bits >= 2 x 24 + 2, so rounding it to fp32 is the IEEE fp32 division, as
-    # the C quantizer does); a GPU's fp32 division of a broadcast tensor is not
-    # always correctly rounded, which showed with arbitrary (GLM-NSA) scales
-    codes = (nope.double() / scales.double().unsqueeze(-1)).float()
-    codes = codes.to(torch.float8_e4m3fn).view(torch.uint8).reshape(-1, info.d_nope)
+    # x / s correctly rounded to fp32 whatever the device's division does: the
+    # quotient in fp64 (53 bits >= 2 x 24 + 2, so its rounding to fp32 is the
+    # IEEE fp32 division the C quantizer does)
+    ratio = (nope.double() / scales.double().unsqueeze(-1)).float()
+    codes = _e4m3_round(ratio).to(torch.float8_e4m3fn).view(torch.uint8).reshape(-1, info.d_nope)
     rope = tokens[:, info.d_nope:].contiguous().view(torch.uint8)  # bf16 bytes, as stored
     if info.scale_place == _capi.SCALES_INLINE:
         record = torch.cat([codes, scales.view(torch.uint8).reshape(-1, info.num_scales * 4), rope], dim=1)
