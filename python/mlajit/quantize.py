@@ -60,7 +60,10 @@ def _quantize_pages(info, tokens: torch.Tensor, page_size: int, pages: torch.Ten
     num_blocks = pages.shape[0]
     nope = tokens[:, :info.d_nope].float().reshape(-1, info.num_scales, info.quant_tile)
     amax = nope.abs().amax(dim=-1)
-    scales = torch.clamp_min(amax / _FP8_MAX, _SCALE_FLOOR)
+    # amax / 448 correctly rounded (in fp64, then to fp32): a CUDA tensor divided
+    # by a Python number is multiplied by its reciprocal, one ulp off at times,
+    # which GLM-NSA's stored fp32 scales show
+    scales = torch.clamp_min((amax.double() / _FP8_MAX).float(), _SCALE_FLOOR)
     if info.scale_format != _capi.SCALE_FP32:
         scales = _pow2_ceil(scales)
     # x / s correctly rounded to fp32 whatever the device's division does: the

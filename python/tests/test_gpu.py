@@ -326,7 +326,10 @@ def test_quantize_kv_on_the_gpu_is_its_cpu_path(model, page):
     on_gpu = mlajit.quantize_kv(values.cuda(), model, page)
     on_cpu = mlajit.quantize_kv(values, model, page)
     raw = lambda t: torch.as_strided(t, (t.shape[0], t.stride(0)), (t.stride(0), 1))  # noqa: E731
-    assert torch.equal(raw(on_gpu).cpu(), raw(on_cpu))
+    gpu_bytes, cpu_bytes = raw(on_gpu).cpu(), raw(on_cpu)
+    differ = (gpu_bytes != cpu_bytes).nonzero()
+    assert differ.numel() == 0, (f"{differ.shape[0]} bytes differ; first (page, byte in page): "
+                                 f"{differ[:8].tolist()} (a token's row is {info.bytes_per_token} bytes)")
 
 
 def test_bad_device_tensors_name_the_argument():
