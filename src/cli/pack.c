@@ -810,7 +810,7 @@ static int cmd_bench(int argc, char **argv)
         if (mlajit_kernel_prepare(ctx, &spec, NULL) != MLAJIT_OK)
             break;
     double public_ns = (mlajit_now_ms() - t) * 1e6 / repeat;
-    printf("repeat lookup %9.1f ns  (mlajit_kernel_prepare, mean of %d; %.1f ns without its spec validation)\n",
+    printf("repeat lookup %9.1f ns  (mlajit_kernel_prepare, mean of %d; %.1f ns through the internal acquire)\n",
            public_ns, repeat, internal_ns);
     printf("decode        plans hold their kernel: mlajit_decode does no lookup at all\n");
     mlajit_context_destroy(ctx);

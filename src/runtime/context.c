@@ -513,7 +513,8 @@ typedef struct mlajit_spec_memo {
 
 static void spec_bytes_of(const mlajit_kernel_spec *s, spec_bytes *b)
 {
-    memset(b, 0, sizeof *b);
+    /* every byte written (no memset): this is the repeat look-up's path */
+    memset(b->arch, 0, sizeof b->arch);
     b->model = (int32_t)s->model;
     b->h_q = s->h_q;
     b->page_size = s->page_size;
@@ -959,6 +960,43 @@ int mlajit_device_arch_check(const mlajit_context *ctx)
                        ctx->device_name, ctx->arch, mlajit_arch_list());
 }
 
+/* The spec memo's answer for a spec as asked ("" arch: the context's), with
+ * the bytes and hash it was looked up by. */
+static mlajit_kernel *memo_lookup(mlajit_context *ctx, const mlajit_kernel_spec *spec, spec_bytes *asked,
+                                  uint64_t *asked_hash)
+{
+    spec_bytes_of(spec, asked);
+    if (!spec->arch[0])
+        memcpy(asked->arch, ctx->arch, strnlen(ctx->arch, sizeof asked->arch - 1));
+    *asked_hash = mlajit_hash64(asked, sizeof *asked);
+    pthread_rwlock_rdlock(&ctx->map_lock);
+    mlajit_kernel *known = memo_find(ctx, asked, *asked_hash);
+    pthread_rwlock_unlock(&ctx->map_lock);
+    return known;
+}
+
+/* The fast path: a spec asked for before, already loaded when it must be. */
+static int memo_serves(mlajit_context *ctx, mlajit_kernel *known, int load, const mlajit_kernel **out,
+                       mlajit_kernel_report *report, double t0)
+{
+    if (!known)
+        return 0;
+    int known_loaded = __atomic_load_n(&known->loaded, __ATOMIC_ACQUIRE);
+    if (!known_loaded && load)
+        return 0;
+    atomic_fetch_add(&ctx->memory_hits, 1);
+    if (report) {
+        *report = known->report;
+        report->cache_hit = 1;
+        report->source = MLAJIT_SOURCE_MEMORY;
+        report->generate_ms = 0;
+        report->loaded = known_loaded;
+        report->lookup_ms = mlajit_now_ms() - t0;
+    }
+    *out = known;
+    return 1;
+}
+
 int mlajit_kernel_acquire(mlajit_context *ctx, const mlajit_kernel_spec *spec, int load, const mlajit_kernel **out,
                           mlajit_kernel_report *report)
 {
@@ -971,31 +1009,14 @@ int mlajit_kernel_acquire_ex(mlajit_context *ctx, const mlajit_kernel_spec *spec
     if (loaded_here)
         *loaded_here = 0;
     double t0 = report ? mlajit_now_ms() : 0;
+    spec_bytes asked;
+    uint64_t asked_hash;
+    mlajit_kernel *known = memo_lookup(ctx, spec, &asked, &asked_hash);
+    if (memo_serves(ctx, known, load, out, report, t0))
+        return MLAJIT_OK;
     mlajit_kernel_spec with_arch = *spec, r = MLAJIT_KERNEL_SPEC_INIT;
     if (!with_arch.arch[0])
         snprintf(with_arch.arch, sizeof with_arch.arch, "%s", ctx->arch);
-
-    /* The fast path: a spec asked for before, already loaded when it must be. */
-    spec_bytes asked;
-    spec_bytes_of(&with_arch, &asked);
-    uint64_t asked_hash = mlajit_hash64(&asked, sizeof asked);
-    pthread_rwlock_rdlock(&ctx->map_lock);
-    mlajit_kernel *known = memo_find(ctx, &asked, asked_hash);
-    pthread_rwlock_unlock(&ctx->map_lock);
-    int known_loaded = known ? __atomic_load_n(&known->loaded, __ATOMIC_ACQUIRE) : 0;
-    if (known && (known_loaded || !load)) {
-        atomic_fetch_add(&ctx->memory_hits, 1);
-        if (report) {
-            *report = known->report;
-            report->cache_hit = 1;
-            report->source = MLAJIT_SOURCE_MEMORY;
-            report->generate_ms = 0;
-            report->loaded = known_loaded;
-            report->lookup_ms = mlajit_now_ms() - t0;
-        }
-        *out = known;
-        return MLAJIT_OK;
-    }
 
     int rc;
     if (!spec->arch[0] && (rc = mlajit_device_arch_check(ctx)))
@@ -1086,15 +1107,23 @@ int mlajit_kernel_prepare(mlajit_context *ctx, const mlajit_kernel_spec *caller_
     const mlajit_kernel_spec *spec = mlajit_abi_in(MLAJIT_ABI_KERNEL_SPEC, "spec", caller_spec, &local);
     if (!spec || (caller_report && mlajit_abi_check(MLAJIT_ABI_KERNEL_REPORT, "report", caller_report)))
         return MLAJIT_ERR_INVALID_ARGUMENT;
-    int rc = mlajit_spec_validate(spec);
-    if (rc)
-        return rc;
     const mlajit_kernel *k;
     /* arch "" stays for acquire, which fills in the device's (and checks it) */
     int load = ctx->drv && mlajit_arch_runs_on(spec->arch[0] ? spec->arch : ctx->arch, ctx->arch);
     mlajit_kernel_report report;
-    if ((rc = mlajit_kernel_acquire(ctx, spec, load, &k, caller_report ? &report : NULL)))
-        return rc;
+    /* A spec the memo holds was validated when it was first asked for (the memo
+     * is keyed by every field validation reads), so a repeat skips it. */
+    double t0 = caller_report ? mlajit_now_ms() : 0;
+    spec_bytes asked;
+    uint64_t asked_hash;
+    if (!memo_serves(ctx, memo_lookup(ctx, spec, &asked, &asked_hash), load, &k, caller_report ? &report : NULL,
+                     t0)) {
+        int rc = mlajit_spec_validate(spec);
+        if (rc)
+            return rc;
+        if ((rc = mlajit_kernel_acquire(ctx, spec, load, &k, caller_report ? &report : NULL)))
+            return rc;
+    }
     if (caller_report)
         mlajit_abi_out(MLAJIT_ABI_KERNEL_REPORT, caller_report, &report);
     return MLAJIT_OK;
