@@ -583,6 +583,14 @@ typedef enum mlajit_plan_tactic {
 MLAJIT_API int mlajit_plan_describe(const mlajit_kernel_spec *spec, const mlajit_decode_shape *shape, int sm_count,
                                     mlajit_plan_outline *out);
 
+/* mlajit_plan_describe as mlajit_plan_create in ctx would choose: on its device's
+ * SMs and arch (spec->arch "" = the context's), with its tactics (outline.tactic
+ * says whether one chose; see mlajit_plan_tactic), without compiling; the kernel
+ * named is the one the plan runs when it can be had. Reads the packs and the
+ * cache (no CUDA call), so it may be called during stream capture. */
+MLAJIT_API int mlajit_plan_describe_in_context(mlajit_context *ctx, const mlajit_kernel_spec *spec,
+                                               const mlajit_decode_shape *shape, mlajit_plan_outline *out);
+
 /* What a plan launches: its kernel, split count and grid, and whether a tactic
  * chose them (outline.tactic), into *out up to its struct_size. A NULL plan or
  * out, or a struct_size below 1.0's, is MLAJIT_ERR_INVALID_ARGUMENT. */

@@ -1457,6 +1457,10 @@ Test(plan, describing_in_a_context_names_the_tactic_without_compiling)
     cr_expect(strcmp(o.kernel, KERNEL32) == 0 && o.num_splits == 4 && o.tactic == MLAJIT_TACTIC_TUNED,
               "%s in %d, tactic %d", o.kernel, o.num_splits, o.tactic);
     cr_expect(m.found && m.record.tuned_us == 11.0);
+    mlajit_plan_outline pub = MLAJIT_PLAN_OUTLINE_INIT;
+    cr_assert_eq(mlajit_plan_describe_in_context(ctx, &s, &at64, &pub), MLAJIT_OK, "%s", mlajit_last_error());
+    cr_expect(strcmp(pub.kernel, KERNEL32) == 0 && pub.num_splits == 4 && pub.tactic == MLAJIT_TACTIC_TUNED,
+              "the public call: %s in %d, tactic %d", pub.kernel, pub.num_splits, pub.tactic);
     cr_assert_eq(mlajit_plan_describe_in(ctx, &s, &larger, &o, &m), MLAJIT_OK, "%s", mlajit_last_error());
     cr_expect_eq(o.tactic, MLAJIT_TACTIC_TUNED_BELOW);
     cr_expect(m.found && m.record.bucket.rows == 64 && m.shape_bucket.rows == 2048);
@@ -1677,4 +1681,33 @@ Test(cli, pack_build_carries_a_caches_tactics_and_their_kernels, .timeout = 300)
 
     cr_expect_eq(run_cli("pack build --tactics-from nowhere --out x.pack"), 1, "%s", out_text());
     cr_expect(strstr(out_text(), "nowhere") != NULL, "%s", out_text());
+}
+
+/* envelope SPEC with a geometry says which tactic a plan of it takes on the
+ * (fake) GPU, and whether it was measured. */
+Test(cli, envelope_says_which_tactic_a_shape_gets, .timeout = 120)
+{
+    cli_path();
+    mlajit_context *ctx = gpu_context(path_in_root("kernels"), NULL);
+    mlajit_kernel_spec s = spec32();
+    mlajit_decode_shape at64 = shape_of(64, 1, 2048);
+    mlajit_tactic_choice c = choice_of(KERNEL32, 4, 11.0);
+    cr_assert_eq(mlajit_tactic_store(ctx, &s, &at64, &c), MLAJIT_OK, "%s", mlajit_last_error());
+    mlajit_context_destroy(ctx);
+
+    cr_assert_eq(run_cli("envelope " SPEC32 " --batch 64 --topk 2048"), 0, "%s", out_text());
+    cr_expect(strstr(out_text(), "plan on 132 SMs: " KERNEL32 ", 2 head groups x 64 rows x 4 splits") != NULL, "%s",
+              out_text());
+    cr_expect(strstr(out_text(), "tactic: tuned (measured) at this shape's bucket, rows 64, topk 2048") != NULL,
+              "%s", out_text());
+    cr_assert_eq(run_cli("envelope " SPEC32 " --batch 512 --topk 2048"), 0, "%s", out_text());
+    cr_expect(strstr(out_text(), "tactic: tuned (measured) at the nearest bucket below, rows 64") != NULL, "%s",
+              out_text());
+    cr_assert_eq(run_cli("envelope " SPEC32 " --batch 8 --topk 2048"), 0, "%s", out_text());
+    cr_expect(strstr(out_text(), "tactic: the rules (not measured; no tactic measured") != NULL, "%s", out_text());
+    cr_assert_eq(run_cli("envelope " SPEC32 " --batch 64 --topk 2048 --splits 2"), 0, "%s", out_text());
+    cr_expect(strstr(out_text(), "--splits fixes the split count") != NULL, "%s", out_text());
+    cr_assert_eq(sh("MLAJIT_TACTICS=0 MLAJIT_LOG=quiet MLAJIT_CACHE_DIR=kernels '%s' envelope " SPEC32
+                    " --batch 64 --topk 2048", cli_path()), 0, "%s", out_text());
+    cr_expect(strstr(out_text(), "tactics are off") != NULL, "%s", out_text());
 }

@@ -356,6 +356,8 @@ _PROTOTYPES = {
     "mlajit_plan_report": (POINTER(KernelReport), [c_void_p]),
     "mlajit_plan_describe": (c_int, [POINTER(KernelSpec), POINTER(DecodeShape), c_int, POINTER(PlanOutline)]),
     "mlajit_plan_get_outline": (c_int, [c_void_p, POINTER(PlanOutline)]),
+    "mlajit_plan_describe_in_context": (c_int, [c_void_p, POINTER(KernelSpec), POINTER(DecodeShape),
+                                                POINTER(PlanOutline)]),
     # The hot call: plain addresses (ints), so ctypes converts nothing but ints.
     "mlajit_decode": (c_int, [c_void_p, c_void_p, c_void_p]),
     "mlajit_quantize_token": (c_int, [c_int, POINTER(c_uint16), c_void_p, c_int, c_int]),

@@ -415,6 +415,12 @@ int mlajit_plan_describe_in(mlajit_context *ctx, const mlajit_kernel_spec *spec,
                     tactic_out);
 }
 
+int mlajit_plan_describe_in_context(mlajit_context *ctx, const mlajit_kernel_spec *spec,
+                                    const mlajit_decode_shape *shape, mlajit_plan_outline *out)
+{
+    return mlajit_plan_describe_in(ctx, spec, shape, out, NULL);
+}
+
 int mlajit_plan_get_outline(const mlajit_plan *plan, mlajit_plan_outline *out)
 {
     mlajit_clear_error();
