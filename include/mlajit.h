@@ -501,7 +501,12 @@ typedef struct mlajit_decode_shape {
 } mlajit_decode_shape;
 
 /* Plan a decode geometry: prepares (JIT-compiles if needed) and loads the kernel,
- * chooses the split count and computes the workspace size. Without a device the
+ * chooses the split count and computes the workspace size. The kernel and split
+ * count are a tuned tactic's where one serves the shape on this GPU (see
+ * mlajit_plan_tactic; the look-up reads the packs and the cache, compiles
+ * nothing but the chosen kernel and never tunes), else the rules'; a tactic
+ * that cannot be taken falls back to the rules with one warning per context.
+ * mlajit_plan_get_outline says which. Without a device the
  * plan is made (kernel compiled, not loaded) and mlajit_decode validates its
  * arguments, then returns MLAJIT_ERR_NO_DEVICE. After
  * this, mlajit_decode compiles nothing, allocates nothing and never synchronizes,
@@ -539,7 +544,26 @@ typedef struct mlajit_plan_outline {
     int head_groups;           /* CTAs per (row, split): h_q over the kernel's heads per CTA */
     int rows;                  /* batch x s_q */
     int tiles_per_split;       /* candidate tiles each CTA walks, at most */
+    /* Added after 1.0, past 1.0's sizeof (168 on LP64), so a 1.0 caller's struct_size ends above
+     * them and they are never written for it: */
+    int reserved_1_0;          /* 1.0's trailing padding, kept unused: always 0 */
+    int tactic;                /* where the kernel and split count come from (mlajit_plan_tactic) */
 } mlajit_plan_outline;
+
+/* Where a plan's choice of kernel and split count comes from. Tactics are
+ * choices measured on a GPU by the tuner and kept in the disk cache or a pack
+ * (docs/packs.md, "Tactics"), keyed by the GPU, the spec as asked and a bucket
+ * of rows (batch x s_q), topk and extra_topk, each rounded down to a power of
+ * two. A plan takes the tactic of its own bucket, else of the nearest bucket
+ * below it, when the context has a device, tactics are on (MLAJIT_TACTICS=0
+ * turns them off), the shape leaves num_splits to the planner (0) and the
+ * tactic's kernel can run the spec and be had; else the rules (a spec that
+ * names its variant takes only a tactic's split count, for its own kernel). */
+typedef enum mlajit_plan_tactic {
+    MLAJIT_TACTIC_RULES = 0,      /* the planner's built-in rules (docs/kernels.md) */
+    MLAJIT_TACTIC_TUNED = 1,      /* a tactic measured at the shape's own bucket */
+    MLAJIT_TACTIC_TUNED_BELOW = 2 /* a tactic measured at the nearest bucket below the shape's */
+} mlajit_plan_tactic;
 
 /* The SMs a plan is made for without a device, and mlajit_plan_describe's
  * default: an H100's or H200's. */
@@ -552,10 +576,25 @@ typedef struct mlajit_plan_outline {
  * one tile per CTA, heads in groups; docs/kernels.md), else the spec's own, with
  * the split count and grid, into *out up to its struct_size. mlajit_plan_create
  * runs the spec's own kernel instead where the other cannot be had (no JIT, and
- * neither a pack nor the cache holds it). On an invalid spec or shape, a status
+ * neither a pack nor the cache holds it). Without a context this answers by the
+ * rules (outline.tactic is MLAJIT_TACTIC_RULES): a plan on a GPU with tactics
+ * may choose otherwise, which mlajit_plan_get_outline says. On an invalid spec or shape, a status
  * naming the field; *out is then unchanged. */
 MLAJIT_API int mlajit_plan_describe(const mlajit_kernel_spec *spec, const mlajit_decode_shape *shape, int sm_count,
                                     mlajit_plan_outline *out);
+
+/* mlajit_plan_describe as mlajit_plan_create in ctx would choose: on its device's
+ * SMs and arch (spec->arch "" = the context's), with its tactics (outline.tactic
+ * says whether one chose; see mlajit_plan_tactic), without compiling; the kernel
+ * named is the one the plan runs when it can be had. Reads the packs and the
+ * cache (no CUDA call), so it may be called during stream capture. */
+MLAJIT_API int mlajit_plan_describe_in_context(mlajit_context *ctx, const mlajit_kernel_spec *spec,
+                                               const mlajit_decode_shape *shape, mlajit_plan_outline *out);
+
+/* What a plan launches: its kernel, split count and grid, and whether a tactic
+ * chose them (outline.tactic), into *out up to its struct_size. A NULL plan or
+ * out, or a struct_size below 1.0's, is MLAJIT_ERR_INVALID_ARGUMENT. */
+MLAJIT_API int mlajit_plan_get_outline(const mlajit_plan *plan, mlajit_plan_outline *out);
 
 /* ------------------------------------------------------------------------- */
 /* Decode                                                                     */

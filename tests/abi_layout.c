@@ -102,6 +102,7 @@ int main(void)
     FIELD(mlajit_plan_outline, heads_per_cta); FIELD(mlajit_plan_outline, num_splits);
     FIELD(mlajit_plan_outline, head_groups);
     FIELD(mlajit_plan_outline, rows); FIELD(mlajit_plan_outline, tiles_per_split);
+    FIELD(mlajit_plan_outline, reserved_1_0); FIELD(mlajit_plan_outline, tactic);
     END();
 
     BEGIN(mlajit_cache_view);
@@ -138,6 +139,7 @@ int main(void)
         C(MLAJIT_CONTEXT_NO_DEVICE), C(MLAJIT_CONTEXT_NO_DISK_CACHE), C(MLAJIT_CONTEXT_NO_JIT),
         C(MLAJIT_LOG_WARNING), C(MLAJIT_LOG_INFO), C(MLAJIT_SOURCE_COMPILED), C(MLAJIT_SOURCE_MEMORY),
         C(MLAJIT_SOURCE_PACK), C(MLAJIT_SOURCE_DISK), C(MLAJIT_DEFAULT_SM_COUNT),
+        C(MLAJIT_TACTIC_RULES), C(MLAJIT_TACTIC_TUNED), C(MLAJIT_TACTIC_TUNED_BELOW),
 #undef C
     };
     printf("{\"constants\": {");

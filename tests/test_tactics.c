@@ -17,12 +17,14 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "cache/pack.h"
 #include "cache/store.h"
 #include "cache/tactics.h"
 #include "codegen/codegen.h"
+#include "codegen/kernel_abi.h"
 #include "common/error.h"
 #include "fake_cuda/fake_cuda.h"
 #include "mlajit.h"
@@ -1196,6 +1198,361 @@ Test(runtime, records_that_fail_their_checks_warn_once_and_are_never_used)
 }
 
 /* ------------------------------------------------------------------------- */
+/* Plans take tactics (issue 47, item 3)                                       */
+/* ------------------------------------------------------------------------- */
+
+static void plan_setup(void)
+{
+    make_root();
+    unsetenv("MLAJIT_TACTICS");
+    fake_cuda_set_param_bytes(sizeof(mlajit_decode_params));
+}
+
+TestSuite(plan, .init = plan_setup, .fini = remove_root, .timeout = 300);
+
+#define FAKE_PTR(addr) ((void *)(uintptr_t)(addr)) /* device pointers: the fake launch never reads them */
+
+/* The outline of a plan made in ctx (the plan is destroyed). */
+static mlajit_plan_outline planned(mlajit_context *ctx, const mlajit_kernel_spec *s, const mlajit_decode_shape *sh)
+{
+    mlajit_plan *plan = NULL;
+    cr_assert_eq(mlajit_plan_create(ctx, s, sh, &plan), MLAJIT_OK, "%s", mlajit_last_error());
+    mlajit_plan_outline o = MLAJIT_PLAN_OUTLINE_INIT;
+    cr_assert_eq(mlajit_plan_get_outline(plan, &o), MLAJIT_OK, "%s", mlajit_last_error());
+    cr_expect_str_eq(mlajit_plan_report(plan)->spec, o.kernel, "the report names the kernel the plan runs");
+    cr_expect_eq(mlajit_plan_num_splits(plan), o.num_splits);
+    mlajit_plan_destroy(plan);
+    return o;
+}
+
+/* What the rules give a shape (no context: no tactics). */
+static mlajit_plan_outline by_rules(const mlajit_kernel_spec *s, const mlajit_decode_shape *sh)
+{
+    mlajit_plan_outline o = MLAJIT_PLAN_OUTLINE_INIT;
+    cr_assert_eq(mlajit_plan_describe(s, sh, 0, &o), MLAJIT_OK, "%s", mlajit_last_error());
+    cr_expect_eq(o.tactic, MLAJIT_TACTIC_RULES);
+    return o;
+}
+
+/* A cache at root/cache tuned for spec32 at b 64, topk 2048: KERNEL32 (heads in
+ * two groups of 16) in 4 splits, which the rules do not choose there. */
+static mlajit_context *tuned_context(void)
+{
+    mlajit_context *ctx = gpu_context(path_in_root("cache"), NULL);
+    mlajit_kernel_spec s = spec32();
+    mlajit_decode_shape at64 = shape_of(64, 1, 2048);
+    mlajit_plan_outline rules = by_rules(&s, &at64);
+    cr_assert(strcmp(rules.kernel, KERNEL32) != 0 || rules.num_splits != 4,
+              "the tactic must differ from the rules' %s in %d splits", rules.kernel, rules.num_splits);
+    mlajit_tactic_choice c = choice_of(KERNEL32, 4, 11.0);
+    cr_assert_eq(mlajit_tactic_store(ctx, &s, &at64, &c), MLAJIT_OK, "%s", mlajit_last_error());
+    return ctx;
+}
+
+Test(plan, a_tactic_of_the_shapes_bucket_chooses_the_kernel_and_splits_it_launches)
+{
+    mlajit_context *ctx = tuned_context();
+    mlajit_kernel_spec s = spec32();
+    mlajit_decode_shape sh = shape_of(64, 1, 2048);
+    mlajit_plan *plan = NULL;
+    cr_assert_eq(mlajit_plan_create(ctx, &s, &sh, &plan), MLAJIT_OK, "%s", mlajit_last_error());
+    mlajit_plan_outline o = MLAJIT_PLAN_OUTLINE_INIT;
+    cr_assert_eq(mlajit_plan_get_outline(plan, &o), MLAJIT_OK, "%s", mlajit_last_error());
+    cr_expect_str_eq(o.kernel, KERNEL32);
+    cr_expect_eq(o.num_splits, 4);
+    cr_expect_eq(o.heads_per_cta, 16);
+    cr_expect_eq(o.head_groups, 2);
+    cr_expect_eq(o.tiles_per_split, 8);
+    cr_expect_eq(o.tactic, MLAJIT_TACTIC_TUNED);
+    cr_expect_eq(o.reserved_1_0, 0);
+    cr_expect_str_eq(mlajit_plan_report(plan)->spec, KERNEL32);
+
+    /* the launches: the tactic's kernel, 64 rows x 2 head groups x 4 splits, then the combine */
+    mlajit_decode_args a = {
+        .struct_size = sizeof a,
+        .q = FAKE_PTR(0x100000), .kv = {FAKE_PTR(0x200000), mlajit_min_page_stride(MLAJIT_MODEL_V32, 64), 1024},
+        .indices = FAKE_PTR(0x300000), .sm_scale = 0.0625f, .out = FAKE_PTR(0x400000),
+        .workspace = FAKE_PTR(0x600000), .workspace_size = mlajit_plan_workspace_size(plan),
+    };
+    cr_expect_gt(a.workspace_size, 0, "a split plan has partials");
+    fake_cuda_forget_launches();
+    cr_assert_eq(mlajit_decode(plan, &a, NULL), MLAJIT_OK, "%s", mlajit_last_error());
+    cr_assert_eq(fake_cuda_counts_get().launches, 2, "main kernel and combine");
+    const fake_cuda_launch *l = fake_cuda_launch_at(0);
+    cr_expect_str_eq(l->function, MLAJIT_ENTRY_MAIN);
+    cr_expect(l->grid[0] == 64 && l->grid[1] == 2 && l->grid[2] == 4, "grid %u x %u x %u", l->grid[0], l->grid[1],
+              l->grid[2]);
+    const mlajit_decode_params *p = (const mlajit_decode_params *)(const void *)l->params;
+    cr_expect_eq(p->num_splits, 4);
+    cr_expect_eq(p->tiles_per_split, 8);
+    cr_expect_str_eq(fake_cuda_launch_at(1)->function, MLAJIT_ENTRY_COMBINE);
+    mlajit_plan_destroy(plan);
+
+    /* the shape's bucket: b 100 (rows 64..127), topk 3000 (2048..4095) */
+    mlajit_decode_shape in_bucket = shape_of(100, 1, 3000);
+    o = planned(ctx, &s, &in_bucket);
+    cr_expect(strcmp(o.kernel, KERNEL32) == 0 && o.num_splits == 4 && o.tactic == MLAJIT_TACTIC_TUNED,
+              "%s, %d splits, tactic %d", o.kernel, o.num_splits, o.tactic);
+    mlajit_context_destroy(ctx);
+}
+
+Test(plan, a_larger_shape_takes_the_nearest_bucket_below_and_a_smaller_one_the_rules)
+{
+    mlajit_context *ctx = tuned_context();
+    mlajit_kernel_spec s = spec32();
+    mlajit_decode_shape larger = shape_of(256, 1, 4096);
+    mlajit_plan_outline o = planned(ctx, &s, &larger);
+    cr_expect_str_eq(o.kernel, KERNEL32);
+    cr_expect_eq(o.num_splits, 4);
+    cr_expect_eq(o.tiles_per_split, 16);
+    cr_expect_eq(o.tactic, MLAJIT_TACTIC_TUNED_BELOW);
+
+    mlajit_decode_shape smaller = shape_of(32, 1, 2048), short_walk = shape_of(64, 1, 1024);
+    for (int i = 0; i < 2; i++) {
+        const mlajit_decode_shape *sh = i ? &short_walk : &smaller;
+        mlajit_plan_outline rules = by_rules(&s, sh);
+        o = planned(ctx, &s, sh);
+        cr_expect_eq(o.tactic, MLAJIT_TACTIC_RULES, "shape %d: below every bucket", i);
+        cr_expect_str_eq(o.kernel, rules.kernel);
+        cr_expect_eq(o.num_splits, rules.num_splits);
+    }
+    mlajit_context_destroy(ctx);
+}
+
+Test(plan, a_caller_fixed_split_count_is_kept_and_the_rules_choose_the_kernel)
+{
+    mlajit_context *ctx = tuned_context();
+    mlajit_kernel_spec s = spec32();
+    mlajit_decode_shape sh = shape_of(64, 1, 2048);
+    sh.num_splits = 2;
+    mlajit_plan_outline rules = by_rules(&s, &sh), o = planned(ctx, &s, &sh);
+    cr_expect_eq(o.num_splits, 2);
+    cr_expect_eq(o.tactic, MLAJIT_TACTIC_RULES);
+    cr_expect_str_eq(o.kernel, rules.kernel);
+    mlajit_context_destroy(ctx);
+}
+
+Test(plan, the_context_switch_and_mlajit_tactics_0_turn_tactics_off)
+{
+    mlajit_context *ctx = tuned_context();
+    mlajit_kernel_spec s = spec32();
+    mlajit_decode_shape sh = shape_of(64, 1, 2048);
+    mlajit_plan_outline rules = by_rules(&s, &sh);
+    cr_expect_eq(mlajit_context_tactics(ctx), 1, "on by default");
+    mlajit_context_set_tactics(ctx, 0);
+    cr_expect_eq(mlajit_context_tactics(ctx), 0);
+    mlajit_plan_outline o = planned(ctx, &s, &sh);
+    cr_expect(o.tactic == MLAJIT_TACTIC_RULES && strcmp(o.kernel, rules.kernel) == 0 &&
+                  o.num_splits == rules.num_splits,
+              "off: %s in %d splits, tactic %d; rules %s in %d", o.kernel, o.num_splits, o.tactic, rules.kernel,
+              rules.num_splits);
+    mlajit_context_set_tactics(ctx, 1);
+    o = planned(ctx, &s, &sh);
+    cr_expect(o.tactic == MLAJIT_TACTIC_TUNED && o.num_splits == 4, "on again: tactic %d", o.tactic);
+    mlajit_context_destroy(ctx);
+
+    setenv("MLAJIT_TACTICS", "0", 1);
+    ctx = gpu_context(path_in_root("cache"), NULL);
+    cr_expect_eq(mlajit_context_tactics(ctx), 0, "MLAJIT_TACTICS=0");
+    o = planned(ctx, &s, &sh);
+    cr_expect(o.tactic == MLAJIT_TACTIC_RULES && strcmp(o.kernel, rules.kernel) == 0, "%s, tactic %d", o.kernel,
+              o.tactic);
+    mlajit_context_destroy(ctx);
+    setenv("MLAJIT_TACTICS", "1", 1);
+    ctx = gpu_context(path_in_root("cache"), NULL);
+    cr_expect_eq(mlajit_context_tactics(ctx), 1, "MLAJIT_TACTICS=1 keeps them on");
+    mlajit_context_destroy(ctx);
+    unsetenv("MLAJIT_TACTICS");
+}
+
+Test(plan, a_tactic_that_does_not_fit_warns_once_and_the_rules_serve)
+{
+    mlajit_context *ctx = gpu_context(path_in_root("cache"), NULL);
+    mlajit_kernel_spec s = spec32();
+    mlajit_decode_shape at64 = shape_of(64, 1, 2048), at128 = shape_of(128, 1, 2048);
+    /* more splits (64) than the shape has tiles (32), at 64 and 128 rows */
+    mlajit_tactic_choice c = choice_of(KERNEL32, 64, 11.0);
+    cr_assert_eq(mlajit_tactic_store(ctx, &s, &at64, &c), MLAJIT_OK, "%s", mlajit_last_error());
+    cr_assert_eq(mlajit_tactic_store(ctx, &s, &at128, &c), MLAJIT_OK, "%s", mlajit_last_error());
+    mlajit_plan_outline r64 = by_rules(&s, &at64), r128 = by_rules(&s, &at128);
+    capture_begin();
+    mlajit_plan *p1 = NULL, *p2 = NULL;
+    int rc1 = mlajit_plan_create(ctx, &s, &at64, &p1), rc2 = mlajit_plan_create(ctx, &s, &at128, &p2);
+    const char *err = capture_end();
+    cr_assert(rc1 == MLAJIT_OK && rc2 == MLAJIT_OK, "%s", mlajit_last_error());
+    mlajit_plan_outline o1 = MLAJIT_PLAN_OUTLINE_INIT, o2 = MLAJIT_PLAN_OUTLINE_INIT;
+    cr_assert_eq(mlajit_plan_get_outline(p1, &o1), MLAJIT_OK);
+    cr_assert_eq(mlajit_plan_get_outline(p2, &o2), MLAJIT_OK);
+    cr_expect(o1.tactic == MLAJIT_TACTIC_RULES && strcmp(o1.kernel, r64.kernel) == 0 &&
+                  o1.num_splits == r64.num_splits, "%s in %d splits", o1.kernel, o1.num_splits);
+    cr_expect(o2.tactic == MLAJIT_TACTIC_RULES && strcmp(o2.kernel, r128.kernel) == 0 &&
+                  o2.num_splits == r128.num_splits, "%s in %d splits", o2.kernel, o2.num_splits);
+    cr_expect_eq(count_of(err, "warning"), 1, "one warning for the context: %s", err);
+    cr_expect(strstr(err, "64 splits of 32 tiles") != NULL, "%s", err);
+    mlajit_plan_destroy(p1);
+    mlajit_plan_destroy(p2);
+    mlajit_context_destroy(ctx);
+}
+
+Test(plan, a_record_whose_kernel_is_another_specs_is_skipped_with_one_warning)
+{
+    mlajit_context *ctx = gpu_context(path_in_root("cache"), NULL);
+    mlajit_kernel_spec s = spec32();
+    mlajit_decode_shape sh = shape_of(64, 1, 2048);
+    mlajit_tactic_record foreign = record_at(&fake_h200, SPEC32, bucket(64, 2048, 0),
+                                             "v32.h64.p64.t64.hc64.sm90.sm_90a", 2, 1);
+    cr_assert_eq(mlajit_tactic_put(ctx->store, &foreign, 1), MLAJIT_OK, "%s", mlajit_last_error());
+    mlajit_plan_outline rules = by_rules(&s, &sh);
+    capture_begin();
+    mlajit_plan *p1 = NULL, *p2 = NULL;
+    int rc1 = mlajit_plan_create(ctx, &s, &sh, &p1), rc2 = mlajit_plan_create(ctx, &s, &sh, &p2);
+    const char *err = capture_end();
+    cr_assert(rc1 == MLAJIT_OK && rc2 == MLAJIT_OK, "%s", mlajit_last_error());
+    mlajit_plan_outline o = MLAJIT_PLAN_OUTLINE_INIT;
+    cr_assert_eq(mlajit_plan_get_outline(p2, &o), MLAJIT_OK);
+    cr_expect(o.tactic == MLAJIT_TACTIC_RULES && strcmp(o.kernel, rules.kernel) == 0 &&
+                  o.num_splits == rules.num_splits, "%s in %d splits, tactic %d", o.kernel, o.num_splits, o.tactic);
+    cr_expect_eq(count_of(err, "warning"), 1, "one warning for the context: %s", err);
+    mlajit_plan_destroy(p1);
+    mlajit_plan_destroy(p2);
+    mlajit_context_destroy(ctx);
+}
+
+Test(plan, a_spec_that_names_its_kernel_takes_only_a_split_count_for_that_kernel)
+{
+    mlajit_context *ctx = gpu_context(path_in_root("cache"), NULL);
+    mlajit_kernel_spec pinned = MLAJIT_KERNEL_SPEC_INIT;
+    cr_assert_eq(mlajit_spec_parse(KERNEL32_WHOLE, &pinned), MLAJIT_OK, "%s", mlajit_last_error());
+    mlajit_decode_shape at64 = shape_of(64, 1, 2048), at256 = shape_of(256, 1, 2048);
+    mlajit_plan_outline rules64 = by_rules(&pinned, &at64);
+    cr_assert_str_eq(rules64.kernel, KERNEL32_WHOLE);
+    cr_assert_neq(rules64.num_splits, 8);
+    /* its own kernel in 8 splits at 64 rows; another kernel at 256 rows */
+    mlajit_tactic_choice own = choice_of(KERNEL32_WHOLE, 8, 11.0), other = choice_of(KERNEL32, 2, 11.0);
+    cr_assert_eq(mlajit_tactic_store(ctx, &pinned, &at64, &own), MLAJIT_OK, "%s", mlajit_last_error());
+    cr_assert_eq(mlajit_tactic_store(ctx, &pinned, &at256, &other), MLAJIT_OK, "%s", mlajit_last_error());
+    mlajit_plan_outline o = planned(ctx, &pinned, &at64);
+    cr_expect(strcmp(o.kernel, KERNEL32_WHOLE) == 0 && o.num_splits == 8 && o.tactic == MLAJIT_TACTIC_TUNED,
+              "%s in %d splits, tactic %d", o.kernel, o.num_splits, o.tactic);
+    mlajit_plan_outline rules256 = by_rules(&pinned, &at256);
+    capture_begin();
+    o = planned(ctx, &pinned, &at256);
+    const char *err = capture_end();
+    cr_expect(strcmp(o.kernel, KERNEL32_WHOLE) == 0 && o.num_splits == rules256.num_splits &&
+                  o.tactic == MLAJIT_TACTIC_RULES,
+              "%s in %d splits, tactic %d", o.kernel, o.num_splits, o.tactic);
+    cr_expect_eq(count_of(err, "warning"), 1, "%s", err);
+    cr_expect(strstr(err, "names its kernel") != NULL, "%s", err);
+    mlajit_context_destroy(ctx);
+}
+
+Test(plan, describing_in_a_context_names_the_tactic_without_compiling)
+{
+    mlajit_context *ctx = tuned_context();
+    mlajit_kernel_spec s = spec32();
+    mlajit_decode_shape at64 = shape_of(64, 1, 2048), larger = shape_of(1024, 2, 8192), smaller = shape_of(2, 1, 64);
+    mlajit_plan_outline o = MLAJIT_PLAN_OUTLINE_INIT;
+    mlajit_tactic_match m;
+    cr_assert_eq(mlajit_plan_describe_in(ctx, &s, &at64, &o, &m), MLAJIT_OK, "%s", mlajit_last_error());
+    cr_expect(strcmp(o.kernel, KERNEL32) == 0 && o.num_splits == 4 && o.tactic == MLAJIT_TACTIC_TUNED,
+              "%s in %d, tactic %d", o.kernel, o.num_splits, o.tactic);
+    cr_expect(m.found && m.record.tuned_us == 11.0);
+    mlajit_plan_outline pub = MLAJIT_PLAN_OUTLINE_INIT;
+    cr_assert_eq(mlajit_plan_describe_in_context(ctx, &s, &at64, &pub), MLAJIT_OK, "%s", mlajit_last_error());
+    cr_expect(strcmp(pub.kernel, KERNEL32) == 0 && pub.num_splits == 4 && pub.tactic == MLAJIT_TACTIC_TUNED,
+              "the public call: %s in %d, tactic %d", pub.kernel, pub.num_splits, pub.tactic);
+    cr_assert_eq(mlajit_plan_describe_in(ctx, &s, &larger, &o, &m), MLAJIT_OK, "%s", mlajit_last_error());
+    cr_expect_eq(o.tactic, MLAJIT_TACTIC_TUNED_BELOW);
+    cr_expect(m.found && m.record.bucket.rows == 64 && m.shape_bucket.rows == 2048);
+    cr_assert_eq(mlajit_plan_describe_in(ctx, &s, &smaller, &o, &m), MLAJIT_OK, "%s", mlajit_last_error());
+    mlajit_plan_outline rules = by_rules(&s, &smaller);
+    cr_expect(o.tactic == MLAJIT_TACTIC_RULES && !m.found && strcmp(o.kernel, rules.kernel) == 0);
+    mlajit_context_info info = MLAJIT_CONTEXT_INFO_INIT;
+    cr_assert_eq(mlajit_context_get_info(ctx, &info), MLAJIT_OK);
+    cr_expect_eq(info.compiles, 0, "describing compiles nothing");
+    mlajit_context_destroy(ctx);
+}
+
+/* How long a plan of a kernel the context holds takes, with and without its
+ * tactic look-up (printed; bounded loosely so that a slow machine passes). */
+Test(plan, the_lookup_is_cheap)
+{
+    mlajit_context *ctx = tuned_context();
+    mlajit_kernel_spec s = spec32();
+    mlajit_decode_shape sh = shape_of(64, 1, 2048);
+    (void)planned(ctx, &s, &sh); /* each kernel compiled and loaded once */
+    mlajit_context_set_tactics(ctx, 0);
+    (void)planned(ctx, &s, &sh);
+    struct timespec settle = {0, 80 * 1000 * 1000};
+    nanosleep(&settle, NULL); /* the cache's file unchanged long enough for the memo to keep answers */
+    const int n = 2000;
+    double us[2];
+    for (int on = 0; on < 2; on++) {
+        mlajit_context_set_tactics(ctx, on);
+        struct timespec t0, t1;
+        clock_gettime(CLOCK_MONOTONIC, &t0);
+        for (int i = 0; i < n; i++) {
+            mlajit_plan *p = NULL;
+            cr_assert_eq(mlajit_plan_create(ctx, &s, &sh, &p), MLAJIT_OK, "%s", mlajit_last_error());
+            mlajit_plan_destroy(p);
+        }
+        clock_gettime(CLOCK_MONOTONIC, &t1);
+        us[on] = ((t1.tv_sec - t0.tv_sec) * 1e9 + (t1.tv_nsec - t0.tv_nsec)) / 1e3 / n;
+    }
+    mlajit_tactic_match m;
+    struct timespec t0, t1;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    for (int i = 0; i < n; i++)
+        cr_assert_eq(mlajit_tactic_lookup(ctx, &s, &sh, &m), MLAJIT_OK);
+    clock_gettime(CLOCK_MONOTONIC, &t1);
+    double lookup_us = ((t1.tv_sec - t0.tv_sec) * 1e9 + (t1.tv_nsec - t0.tv_nsec)) / 1e3 / n;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    for (int i = 0; i < n; i++)
+        cr_assert_eq(mlajit_tactic_lookup_memo(ctx, &s, &sh, &m), MLAJIT_OK);
+    clock_gettime(CLOCK_MONOTONIC, &t1);
+    double memo_us = ((t1.tv_sec - t0.tv_sec) * 1e9 + (t1.tv_nsec - t0.tv_nsec)) / 1e3 / n;
+    cr_expect(m.found && m.record.num_splits == 4);
+    cr_log_info("plan_create of a held kernel: %.2f us with tactics, %.2f us without; mlajit_tactic_lookup %.2f us, "
+                "through the memo %.2f us", us[1], us[0], lookup_us, memo_us);
+    cr_expect_lt(us[1], 1000.0, "a plan of a held kernel with its tactic: %.1f us", us[1]);
+    cr_expect_lt(memo_us, lookup_us, "the memo answers sooner than a scan of the cache");
+    mlajit_context_destroy(ctx);
+}
+
+/* The memo keeps answers while the cache is unchanged: a tactic another
+ * process (here another context) stores later is taken by the next plan, and
+ * so is one this context stores. */
+Test(plan, the_memo_sees_tactics_stored_later)
+{
+    mlajit_context *ctx = tuned_context();
+    mlajit_kernel_spec s = spec32();
+    mlajit_decode_shape at128 = shape_of(128, 1, 2048);
+    struct timespec settle = {0, 80 * 1000 * 1000};
+    nanosleep(&settle, NULL);
+    mlajit_plan_outline o = planned(ctx, &s, &at128);
+    cr_expect(o.tactic == MLAJIT_TACTIC_TUNED_BELOW && o.num_splits == 4, "tactic %d", o.tactic);
+    o = planned(ctx, &s, &at128);
+    cr_expect(o.tactic == MLAJIT_TACTIC_TUNED_BELOW, "a memo hit: tactic %d", o.tactic);
+
+    mlajit_context *other = gpu_context(path_in_root("cache"), NULL);
+    mlajit_tactic_choice c = choice_of(KERNEL32, 2, 9.0);
+    cr_assert_eq(mlajit_tactic_store(other, &s, &at128, &c), MLAJIT_OK, "%s", mlajit_last_error());
+    mlajit_context_destroy(other);
+    o = planned(ctx, &s, &at128);
+    cr_expect(o.tactic == MLAJIT_TACTIC_TUNED && o.num_splits == 2, "another's store: tactic %d, %d splits",
+              o.tactic, o.num_splits);
+
+    nanosleep(&settle, NULL);
+    (void)planned(ctx, &s, &at128); /* memoized again */
+    c = choice_of(KERNEL32_WHOLE, 8, 8.0);
+    cr_assert_eq(mlajit_tactic_store(ctx, &s, &at128, &c), MLAJIT_OK, "%s", mlajit_last_error());
+    o = planned(ctx, &s, &at128);
+    cr_expect(o.tactic == MLAJIT_TACTIC_TUNED && o.num_splits == 8 && strcmp(o.kernel, KERNEL32_WHOLE) == 0,
+              "its own store: %s, %d splits", o.kernel, o.num_splits);
+    mlajit_context_destroy(ctx);
+}
+
+/* ------------------------------------------------------------------------- */
 /* The CLI: listing, gc, verify, pack build --tactics-from, merge             */
 /* ------------------------------------------------------------------------- */
 
@@ -1324,4 +1681,33 @@ Test(cli, pack_build_carries_a_caches_tactics_and_their_kernels, .timeout = 300)
 
     cr_expect_eq(run_cli("pack build --tactics-from nowhere --out x.pack"), 1, "%s", out_text());
     cr_expect(strstr(out_text(), "nowhere") != NULL, "%s", out_text());
+}
+
+/* envelope SPEC with a geometry says which tactic a plan of it takes on the
+ * (fake) GPU, and whether it was measured. */
+Test(cli, envelope_says_which_tactic_a_shape_gets, .timeout = 120)
+{
+    cli_path();
+    mlajit_context *ctx = gpu_context(path_in_root("kernels"), NULL);
+    mlajit_kernel_spec s = spec32();
+    mlajit_decode_shape at64 = shape_of(64, 1, 2048);
+    mlajit_tactic_choice c = choice_of(KERNEL32, 4, 11.0);
+    cr_assert_eq(mlajit_tactic_store(ctx, &s, &at64, &c), MLAJIT_OK, "%s", mlajit_last_error());
+    mlajit_context_destroy(ctx);
+
+    cr_assert_eq(run_cli("envelope " SPEC32 " --batch 64 --topk 2048"), 0, "%s", out_text());
+    cr_expect(strstr(out_text(), "plan on 132 SMs: " KERNEL32 ", 2 head groups x 64 rows x 4 splits") != NULL, "%s",
+              out_text());
+    cr_expect(strstr(out_text(), "tactic: tuned (measured) at this shape's bucket, rows 64, topk 2048") != NULL,
+              "%s", out_text());
+    cr_assert_eq(run_cli("envelope " SPEC32 " --batch 512 --topk 2048"), 0, "%s", out_text());
+    cr_expect(strstr(out_text(), "tactic: tuned (measured) at the nearest bucket below, rows 64") != NULL, "%s",
+              out_text());
+    cr_assert_eq(run_cli("envelope " SPEC32 " --batch 8 --topk 2048"), 0, "%s", out_text());
+    cr_expect(strstr(out_text(), "tactic: the rules (not measured; no tactic measured") != NULL, "%s", out_text());
+    cr_assert_eq(run_cli("envelope " SPEC32 " --batch 64 --topk 2048 --splits 2"), 0, "%s", out_text());
+    cr_expect(strstr(out_text(), "--splits fixes the split count") != NULL, "%s", out_text());
+    cr_assert_eq(sh("MLAJIT_TACTICS=0 MLAJIT_LOG=quiet MLAJIT_CACHE_DIR=kernels '%s' envelope " SPEC32
+                    " --batch 64 --topk 2048", cli_path()), 0, "%s", out_text());
+    cr_expect(strstr(out_text(), "tactics are off") != NULL, "%s", out_text());
 }

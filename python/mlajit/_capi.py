@@ -70,6 +70,9 @@ SOURCE_PACK = 2
 SOURCE_DISK = 3
 
 DEFAULT_SM_COUNT = 132
+TACTIC_RULES = 0
+TACTIC_TUNED = 1
+TACTIC_TUNED_BELOW = 2
 
 # --- structs (field for field as include/mlajit.h) ----------------------------------
 
@@ -229,6 +232,8 @@ class PlanOutline(SizedStructure):
         ("head_groups", c_int),
         ("rows", c_int),
         ("tiles_per_split", c_int),
+        ("reserved_1_0", c_int),
+        ("tactic", c_int),
     ]
 
 
@@ -350,6 +355,9 @@ _PROTOTYPES = {
     "mlajit_plan_num_splits": (c_int, [c_void_p]),
     "mlajit_plan_report": (POINTER(KernelReport), [c_void_p]),
     "mlajit_plan_describe": (c_int, [POINTER(KernelSpec), POINTER(DecodeShape), c_int, POINTER(PlanOutline)]),
+    "mlajit_plan_get_outline": (c_int, [c_void_p, POINTER(PlanOutline)]),
+    "mlajit_plan_describe_in_context": (c_int, [c_void_p, POINTER(KernelSpec), POINTER(DecodeShape),
+                                                POINTER(PlanOutline)]),
     # The hot call: plain addresses (ints), so ctypes converts nothing but ints.
     "mlajit_decode": (c_int, [c_void_p, c_void_p, c_void_p]),
     "mlajit_quantize_token": (c_int, [c_int, POINTER(c_uint16), c_void_p, c_int, c_int]),

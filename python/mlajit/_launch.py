@@ -412,7 +412,8 @@ class PlanCache:
 
     def kernel_loaded(self, ctx: Context, layout: Layout, batch: int, s_q: int, topk: int, extra_topk: int) -> bool:
         """Whether a plan of this geometry would run a kernel a plan made here
-        already loaded (mlajit_plan_describe: the same choice, without compiling)."""
+        already loaded (mlajit_plan_describe_in_context: the same choice, tuned
+        tactics included, without compiling)."""
         info = ctx.info()
         if not info.has_device:
             return False
@@ -420,7 +421,8 @@ class PlanCache:
         shape = _capi.DecodeShape(batch, s_q, topk, extra_topk, 0)
         spec = _capi.KernelSpec.from_buffer_copy(layout.spec)
         spec.arch = info.device_arch.encode()
-        if _lib.mlajit_plan_describe(ctypes.byref(spec), ctypes.byref(shape), info.sm_count, ctypes.byref(outline)):
+        if _lib.mlajit_plan_describe_in_context(ctx.handle, ctypes.byref(spec), ctypes.byref(shape),
+                                                ctypes.byref(outline)):
             return False
         return outline.kernel.decode() in self._loaded.get(ctx.handle, ())
 

@@ -1,7 +1,8 @@
 /* mlajit envelope: the supported envelope as tables, or one spec (and call
  * geometry) checked against it. Every "ok" or "no" printed here is the answer
  * of mlajit_envelope_check itself, so the table and the API cannot disagree.
- * Nothing here touches CUDA or compiles. */
+ * Nothing here compiles; with a geometry a context is opened (the GPU, if any,
+ * and the cache and packs) to say which tactic a plan of it takes. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -11,6 +12,7 @@
 #include "common/error.h"
 #include "mlajit.h"
 #include "runtime/nvrtc.h"
+#include "runtime/runtime.h"
 
 static const mlajit_model all_models[] = {MLAJIT_MODEL_V32, MLAJIT_MODEL_DSV4, MLAJIT_MODEL_GLM_NSA};
 
@@ -144,12 +146,55 @@ static const char envelope_usage[] =
     "usage: mlajit envelope [SPEC [--batch B] [--s-q S] [--topk K] [--extra-topk E] [--splits N]]\n"
     "  without SPEC: the supported envelope as tables (what mlajit_envelope_check accepts)\n"
     "  with SPEC: whether that kernel spec (and, with a geometry, that call) is accepted, the\n"
-    "  reason when not, and with a geometry the kernel and grid its plan launches on an H200\n"
+    "  reason when not, and with a geometry the kernel and grid its plan launches (on this\n"
+    "  machine's GPU with its tactics, else on an H100 / H200 by the rules) and whether a\n"
+    "  measured tactic chose them\n"
     "  SPEC: model.hN.pN[.eN][.f<s|l|x>][.tN][.hcN][.variant][.arch]; fields left off take\n"
     "        their defaults (e.g. v32.h16.p64, dsv4.h64.p256.e64.fs, v32.h128.p64.t64.hc64.sm90.sm_90a)\n"
     "  --batch B, --s-q S, --topk K, --extra-topk E, --splits N   the call's geometry (defaults:\n"
     "        batch 1, s_q 1, topk 2048, extra_topk 64 with an extra cache, the planner's splits)\n"
     "exit status: 0 accepted, 1 rejected (the reason is printed), 2 usage or a SPEC that does not parse\n";
+
+/* What a plan of this geometry launches (no compiling): on this machine's GPU
+ * with its tactics where it has one, else on an H100 / H200 by the rules; and
+ * which tactic chose it, and whether it was measured. */
+static void describe_plan(const mlajit_kernel_spec *spec, const mlajit_decode_shape *shape)
+{
+    mlajit_context *ctx = NULL;
+    if (mlajit_context_create(NULL, &ctx) != MLAJIT_OK)
+        ctx = NULL; /* the rules, as without a GPU */
+    mlajit_plan_outline o = MLAJIT_PLAN_OUTLINE_INIT;
+    mlajit_tactic_match m;
+    memset(&m, 0, sizeof m);
+    mlajit_context_info info = MLAJIT_CONTEXT_INFO_INIT;
+    int sm_count = MLAJIT_DEFAULT_SM_COUNT;
+    if (ctx && mlajit_context_get_info(ctx, &info) == MLAJIT_OK && info.has_device && info.sm_count > 0)
+        sm_count = info.sm_count;
+    int rc = ctx ? mlajit_plan_describe_in(ctx, spec, shape, &o, &m) : mlajit_plan_describe(spec, shape, 0, &o);
+    if (rc == MLAJIT_OK) {
+        printf("plan on %d SMs: %s, %d head groups x %d rows x %d splits = %ld CTAs; a CTA walks at most %d "
+               "tile%s of %d candidates\n", sm_count, o.kernel, o.head_groups, o.rows, o.num_splits,
+               (long)o.head_groups * o.rows * o.num_splits, o.tiles_per_split, o.tiles_per_split == 1 ? "" : "s",
+               o.tile);
+        if (o.tactic != MLAJIT_TACTIC_RULES && m.found) {
+            const mlajit_tactic_record *r = &m.record;
+            const mlajit_pack *pack = m.pack_index >= 0 ? mlajit_context_pack(ctx, m.pack_index) : NULL;
+            printf("tactic: tuned (measured) at %s rows %d, topk %d, extra_topk %d on %s: %d splits%s, %.2f us "
+                   "(rules %.2f us); from %s %s\n",
+                   o.tactic == MLAJIT_TACTIC_TUNED ? "this shape's bucket," : "the nearest bucket below,",
+                   r->bucket.rows, r->bucket.topk, r->bucket.extra_topk, r->gpu.name, r->num_splits,
+                   r->num_splits ? "" : " (the planner's)", r->tuned_us, r->rules_us, pack ? "pack" : "cache",
+                   pack ? mlajit_pack_path(pack) : info.cache_dir);
+        } else {
+            const char *why = !ctx || !info.has_device     ? "no GPU here: tactics are measured per GPU"
+                              : shape->num_splits          ? "--splits fixes the split count"
+                              : !mlajit_context_tactics(ctx) ? "tactics are off: MLAJIT_TACTICS=0"
+                                                           : "no tactic measured for this GPU, spec and bucket";
+            printf("tactic: the rules (not measured; %s)\n", why);
+        }
+    }
+    mlajit_context_destroy(ctx);
+}
 
 int cli_envelope(int argc, char **argv)
 {
@@ -193,13 +238,7 @@ int cli_envelope(int argc, char **argv)
     if (with_shape) {
         printf("accepted: %s with batch %d, s_q %d, topk %d, extra_topk %d, splits %d\n", name, shape.batch,
                shape.s_q, shape.topk, shape.extra_topk, shape.num_splits);
-        /* what a plan of this geometry launches on an H100 / H200 (no compiling) */
-        mlajit_plan_outline o = MLAJIT_PLAN_OUTLINE_INIT;
-        if (mlajit_plan_describe(&spec, &shape, 0, &o) == MLAJIT_OK)
-            printf("plan on %d SMs: %s, %d head groups x %d rows x %d splits = %ld CTAs; a CTA walks at most %d "
-                   "tile%s of %d candidates\n", MLAJIT_DEFAULT_SM_COUNT, o.kernel, o.head_groups, o.rows,
-                   o.num_splits, (long)o.head_groups * o.rows * o.num_splits, o.tiles_per_split,
-                   o.tiles_per_split == 1 ? "" : "s", o.tile);
+        describe_plan(&spec, &shape);
     } else
         printf("accepted: %s\n", name);
     return CLI_OK;

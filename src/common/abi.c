@@ -13,6 +13,13 @@
  * apart only by size, so a field must never land in 1.0's trailing padding. */
 #define END_OF(type, last) (offsetof(type, last) + sizeof(((type *)0)->last))
 
+/* Fields added after 1.0 start past 1.0's sizeof (its last field's end rounded
+ * up to the struct's alignment). */
+_Static_assert(offsetof(mlajit_plan_outline, tactic) >=
+                   (END_OF(mlajit_plan_outline, tiles_per_split) + _Alignof(mlajit_plan_outline) - 1) /
+                       _Alignof(mlajit_plan_outline) * _Alignof(mlajit_plan_outline),
+               "mlajit_plan_outline.tactic must not land in 1.0's trailing padding");
+
 static const struct {
     const char *type, *init;
     size_t min_size, size;

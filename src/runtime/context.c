@@ -255,6 +255,8 @@ int mlajit_context_create(const mlajit_context_options *opts, mlajit_context **o
     pthread_rwlock_init(&ctx->map_lock, NULL);
     mlajit_nvrtc_version(&ctx->nvrtc_major, &ctx->nvrtc_minor);
     ctx->jit_disabled = (opts->flags & MLAJIT_CONTEXT_NO_JIT) || env_flag_set("MLAJIT_DISABLE_JIT");
+    const char *tactics = getenv("MLAJIT_TACTICS"); /* "0": plans take the rules, not tactics */
+    atomic_init(&ctx->tactics_off, tactics && strcmp(tactics, "0") == 0);
     strcpy(ctx->arch, MLAJIT_DEFAULT_ARCH); /* the target without a device */
     if (!(opts->flags & MLAJIT_CONTEXT_NO_DEVICE)) {
         int rc = open_device(ctx);
@@ -364,6 +366,7 @@ void mlajit_context_destroy(mlajit_context *ctx)
     mlajit_context_leave(ctx, pushed);
     free(ctx->map_slots);
     free(ctx->memo_slots);
+    mlajit_tactic_memo_free(ctx);
     if (ctx->drv && ctx->primary)
         ctx->drv->cuDevicePrimaryCtxRelease(ctx->device);
     mlajit_store_close(ctx->store);
@@ -563,6 +566,7 @@ static int memo_insert(mlajit_context *ctx, const spec_bytes *b, uint64_t hash, 
             if (ctx->memo_slots[i].kernel)
                 memo_place(slots, cap, &ctx->memo_slots[i]);
         free(ctx->memo_slots);
+    mlajit_tactic_memo_free(ctx);
         ctx->memo_slots = slots;
         ctx->memo_cap = cap;
     }

@@ -1,5 +1,8 @@
 /* Plans: a spec plus a batch geometry -> a loaded kernel, a grid, a split count
- * and a workspace size. Everything a decode call needs is decided here. */
+ * and a workspace size. Everything a decode call needs is decided here: by a
+ * tuned tactic where one serves the shape on this GPU (tactics.c's look-up),
+ * else by the rules below (walk_alternative_for, grid_for, choose_splits). */
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -202,6 +205,125 @@ static int walk_alternative_for(const mlajit_kernel_spec *spec, const char *arch
     return 0;
 }
 
+/* ---- tactics ---------------------------------------------------------------- */
+
+void mlajit_context_set_tactics(mlajit_context *ctx, int on)
+{
+    if (ctx)
+        atomic_store(&ctx->tactics_off, on ? 0 : 1);
+}
+
+int mlajit_context_tactics(const mlajit_context *ctx)
+{
+    return ctx && !atomic_load(&((mlajit_context *)ctx)->tactics_off);
+}
+
+/* What a tactic gives a plan, once checked: the kernel to acquire (resolved,
+ * arch set), the split count to plan with (0: the planner's for that kernel),
+ * and MLAJIT_TACTIC_TUNED or _TUNED_BELOW. */
+typedef struct plan_tactic {
+    mlajit_kernel_spec kernel;
+    int num_splits;
+    int tactic;
+} plan_tactic;
+
+/* One warning per context for a tactic a plan cannot take (the record stays,
+ * so every plan of its spec would meet it again). */
+static void warn_tactic_refused(mlajit_context *ctx, const mlajit_tactic_match *m, const char *why)
+{
+    if (atomic_exchange(&ctx->warned_tactic_plan, 1) != 0)
+        return;
+    mlajit_warn("plan of %s: the tactic measured at rows %d, topk %d, extra_topk %d (kernel %s, %d splits) is not "
+                "taken: %s; such plans use the rules (said once per context)",
+                m->spec, m->record.bucket.rows, m->record.bucket.topk, m->record.bucket.extra_topk, m->record.kernel,
+                m->record.num_splits, why);
+}
+
+/* Whether a tactic's choice fits a plan of spec (as asked, arch filled in) at
+ * shape: 1 with *t filled; else 0 and why. Parses and resolves its kernel (no
+ * compiling): it must be a kernel of the spec (model, heads, pages, features,
+ * arch), the spec's own kernel where the spec names its variant, accept the
+ * shape, and split only where its layout splits and into no more splits than
+ * it has tiles. */
+static int tactic_fits(const mlajit_kernel_spec *asked, const mlajit_decode_shape *shape,
+                       const mlajit_tactic_match *m, plan_tactic *t, char *why, size_t why_len)
+{
+    const mlajit_tactic_record *r = &m->record;
+    mlajit_kernel_spec parsed = MLAJIT_KERNEL_SPEC_INIT, k = MLAJIT_KERNEL_SPEC_INIT;
+    mlajit_kernel_layout layout;
+    if (mlajit_spec_parse(r->kernel, &parsed) != MLAJIT_OK || mlajit_spec_resolve(&parsed, &k) != MLAJIT_OK ||
+        mlajit_codegen_layout(&k, &layout) != MLAJIT_OK) {
+        snprintf(why, why_len, "its kernel does not resolve (%s)", mlajit_last_error());
+        return 0;
+    }
+    if (k.model != asked->model || k.h_q != asked->h_q || k.page_size != asked->page_size ||
+        k.extra_page_size != asked->extra_page_size || k.features != asked->features ||
+        strcmp(k.arch, asked->arch) != 0) {
+        snprintf(why, why_len, "its kernel is not a kernel of the spec (another model, head count, page size, extra "
+                               "page size, feature set or arch)");
+        return 0;
+    }
+    if (asked->variant != MLAJIT_VARIANT_AUTO) {
+        mlajit_kernel_spec own = MLAJIT_KERNEL_SPEC_INIT;
+        char own_name[128] = "";
+        if (mlajit_spec_resolve(asked, &own) != MLAJIT_OK ||
+            mlajit_spec_string(&own, own_name, sizeof own_name) != MLAJIT_OK || strcmp(own_name, r->kernel) != 0) {
+            mlajit_clear_error();
+            snprintf(why, why_len, "the spec names its kernel (%s), and a tactic can only choose its split count",
+                     own_name[0] ? own_name : "unresolved");
+            return 0;
+        }
+    }
+    mlajit_decode_shape planned = *shape;
+    planned.num_splits = r->num_splits;
+    if (mlajit_shape_validate(&k, &planned) != MLAJIT_OK) {
+        snprintf(why, why_len, "its kernel does not take the shape (%s)", mlajit_last_error());
+        return 0;
+    }
+    const int num_tiles = (shape->topk + shape->extra_topk + layout.tile - 1) / layout.tile;
+    if (r->num_splits > 1 && layout.single_split) {
+        snprintf(why, why_len, "its kernel never splits");
+        return 0;
+    }
+    if (r->num_splits > num_tiles) {
+        snprintf(why, why_len, "%d splits of %d tile%s", r->num_splits, num_tiles, num_tiles == 1 ? "" : "s");
+        return 0;
+    }
+    t->kernel = k;
+    t->num_splits = r->num_splits;
+    t->tactic = m->exact ? MLAJIT_TACTIC_TUNED : MLAJIT_TACTIC_TUNED_BELOW;
+    return 1;
+}
+
+/* The tactic a plan of spec at shape takes, checked (tactic_fits): 1 with *t,
+ * else 0 for the rules - no device, tactics off, splits fixed by the caller,
+ * no tactic, or one that does not fit (one warning per context). *m (may be
+ * NULL) gets the look-up's answer. Compiles nothing. */
+static int tactic_for(mlajit_context *ctx, const mlajit_kernel_spec *spec, const mlajit_decode_shape *shape,
+                      plan_tactic *t, mlajit_tactic_match *m_out)
+{
+    mlajit_tactic_match local, *m = m_out ? m_out : &local;
+    memset(m, 0, sizeof *m);
+    if (!ctx->drv || shape->num_splits != 0 || !mlajit_context_tactics(ctx))
+        return 0;
+    if (mlajit_tactic_lookup_memo(ctx, spec, shape, m) != MLAJIT_OK || !m->found) {
+        mlajit_clear_error();
+        memset(m, 0, sizeof *m);
+        return 0;
+    }
+    mlajit_kernel_spec asked = *spec;
+    if (!asked.arch[0])
+        snprintf(asked.arch, sizeof asked.arch, "%s", ctx->arch);
+    char why[512];
+    if (!tactic_fits(&asked, shape, m, t, why, sizeof why)) {
+        mlajit_clear_error();
+        warn_tactic_refused(ctx, m, why);
+        m->found = 0;
+        return 0;
+    }
+    return 1;
+}
+
 /* A public spec and shape as this library's (mlajit_abi_in): 0, or the status
  * after the message. */
 static int take_spec_and_shape(const mlajit_kernel_spec **spec, mlajit_kernel_spec *spec_local,
@@ -213,10 +335,30 @@ static int take_spec_and_shape(const mlajit_kernel_spec **spec, mlajit_kernel_sp
     return MLAJIT_OK;
 }
 
-int mlajit_plan_describe(const mlajit_kernel_spec *spec, const mlajit_decode_shape *shape, int sm_count,
-                         mlajit_plan_outline *out)
+/* The outline of a plan of kernel `resolved` with grid g, and where it came from. */
+static int outline_of(const mlajit_kernel_spec *resolved, const plan_grid *g, int tactic, mlajit_plan_outline *o)
 {
-    mlajit_clear_error();
+    *o = (mlajit_plan_outline)MLAJIT_PLAN_OUTLINE_INIT;
+    int rc = mlajit_spec_string(resolved, o->kernel, sizeof o->kernel);
+    if (rc)
+        return rc;
+    o->variant = resolved->variant;
+    o->tile = resolved->tile;
+    o->heads_per_cta = resolved->heads_per_cta;
+    o->num_splits = g->num_splits;
+    o->head_groups = g->head_groups;
+    o->rows = g->rows;
+    o->tiles_per_split = g->tiles_per_split;
+    o->tactic = tactic;
+    return MLAJIT_OK;
+}
+
+/* mlajit_plan_describe, with ctx's tactics (ctx NULL: the rules only). */
+static int describe(mlajit_context *ctx, const mlajit_kernel_spec *spec, const mlajit_decode_shape *shape,
+                    int sm_count, const char *default_arch, mlajit_plan_outline *out, mlajit_tactic_match *m)
+{
+    if (m)
+        memset(m, 0, sizeof *m);
     if (!spec || !shape || !out)
         return mlajit_fail(MLAJIT_ERR_INVALID_ARGUMENT, "%s: NULL", !spec ? "spec" : !shape ? "shape" : "out");
     if (sm_count < 0)
@@ -234,22 +376,64 @@ int mlajit_plan_describe(const mlajit_kernel_spec *spec, const mlajit_decode_sha
         sm_count = MLAJIT_DEFAULT_SM_COUNT;
     mlajit_kernel_spec chosen = *spec, resolved = MLAJIT_KERNEL_SPEC_INIT;
     if (!chosen.arch[0])
-        snprintf(chosen.arch, sizeof chosen.arch, "%s", MLAJIT_DEFAULT_ARCH);
-    walk_alternative_for(spec, chosen.arch, shape, sm_count, &chosen);
+        snprintf(chosen.arch, sizeof chosen.arch, "%s", default_arch);
+    mlajit_decode_shape planned = *shape;
+    plan_tactic t;
+    int tactic = MLAJIT_TACTIC_RULES;
+    if (ctx && tactic_for(ctx, spec, shape, &t, m)) {
+        chosen = t.kernel;
+        planned.num_splits = t.num_splits;
+        tactic = t.tactic;
+    } else {
+        walk_alternative_for(spec, chosen.arch, shape, sm_count, &chosen);
+    }
     mlajit_kernel_layout layout;
     if ((rc = mlajit_spec_resolve(&chosen, &resolved)) || (rc = mlajit_codegen_layout(&resolved, &layout)))
         return rc;
-    const plan_grid g = grid_for(&layout, spec->h_q, shape, sm_count);
-    mlajit_plan_outline o = MLAJIT_PLAN_OUTLINE_INIT;
-    if ((rc = mlajit_spec_string(&resolved, o.kernel, sizeof o.kernel)))
+    const plan_grid g = grid_for(&layout, spec->h_q, &planned, sm_count);
+    mlajit_plan_outline o;
+    if ((rc = outline_of(&resolved, &g, tactic, &o)))
         return rc;
-    o.variant = resolved.variant;
-    o.tile = resolved.tile;
-    o.heads_per_cta = resolved.heads_per_cta;
-    o.num_splits = g.num_splits;
-    o.head_groups = g.head_groups;
-    o.rows = g.rows;
-    o.tiles_per_split = g.tiles_per_split;
+    mlajit_abi_out(MLAJIT_ABI_PLAN_OUTLINE, out, &o);
+    return MLAJIT_OK;
+}
+
+int mlajit_plan_describe(const mlajit_kernel_spec *spec, const mlajit_decode_shape *shape, int sm_count,
+                         mlajit_plan_outline *out)
+{
+    mlajit_clear_error();
+    return describe(NULL, spec, shape, sm_count, MLAJIT_DEFAULT_ARCH, out, NULL);
+}
+
+int mlajit_plan_describe_in(mlajit_context *ctx, const mlajit_kernel_spec *spec, const mlajit_decode_shape *shape,
+                            mlajit_plan_outline *out, mlajit_tactic_match *tactic_out)
+{
+    mlajit_clear_error();
+    if (!ctx)
+        return mlajit_fail(MLAJIT_ERR_INVALID_ARGUMENT, "ctx: NULL");
+    return describe(ctx, spec, shape, ctx->sm_count > 0 ? ctx->sm_count : MLAJIT_DEFAULT_SM_COUNT, ctx->arch, out,
+                    tactic_out);
+}
+
+int mlajit_plan_describe_in_context(mlajit_context *ctx, const mlajit_kernel_spec *spec,
+                                    const mlajit_decode_shape *shape, mlajit_plan_outline *out)
+{
+    return mlajit_plan_describe_in(ctx, spec, shape, out, NULL);
+}
+
+int mlajit_plan_get_outline(const mlajit_plan *plan, mlajit_plan_outline *out)
+{
+    mlajit_clear_error();
+    if (!plan || !out)
+        return mlajit_fail(MLAJIT_ERR_INVALID_ARGUMENT, "%s: NULL", !plan ? "plan" : "out");
+    int rc = mlajit_abi_check(MLAJIT_ABI_PLAN_OUTLINE, "out", out);
+    if (rc)
+        return rc;
+    const plan_grid g = {.head_groups = plan->head_groups, .rows = plan->rows, .num_tiles = plan->num_tiles,
+                         .num_splits = plan->num_splits, .tiles_per_split = plan->tiles_per_split};
+    mlajit_plan_outline o;
+    if ((rc = outline_of(&plan->kernel->spec, &g, plan->tactic, &o)))
+        return rc;
     mlajit_abi_out(MLAJIT_ABI_PLAN_OUTLINE, out, &o);
     return MLAJIT_OK;
 }
@@ -280,8 +464,26 @@ int mlajit_plan_create(mlajit_context *ctx, const mlajit_kernel_spec *spec, cons
      * alternative (long walk, head split, head groups, short walk, one tile per
      * CTA) where it is faster and can be had (JIT, disk cache or pack); where it
      * cannot (no JIT and not packed, say), auto's own kernel, as without it. */
+    /* A tuned tactic first (checked, its kernel acquired: a tactic whose kernel
+     * cannot be had falls back to the rules, with one warning per context). */
+    mlajit_decode_shape planned = *shape;
+    int tactic = MLAJIT_TACTIC_RULES;
+    plan_tactic t;
+    mlajit_tactic_match m;
+    if (tactic_for(ctx, spec, shape, &t, &m)) {
+        if (mlajit_kernel_acquire(ctx, &t.kernel, ctx->drv != NULL, &k, &report) == MLAJIT_OK) {
+            planned.num_splits = t.num_splits;
+            tactic = t.tactic;
+        } else {
+            char why[512];
+            snprintf(why, sizeof why, "its kernel cannot be had (%s)", mlajit_last_error());
+            mlajit_clear_error();
+            warn_tactic_refused(ctx, &m, why);
+            k = NULL;
+        }
+    }
     mlajit_kernel_spec alt;
-    if (walk_alternative_for(spec, ctx->arch, shape, sm_count, &alt) &&
+    if (!k && walk_alternative_for(spec, ctx->arch, shape, sm_count, &alt) &&
         mlajit_kernel_acquire(ctx, &alt, ctx->drv != NULL, &k, &report) != MLAJIT_OK) {
         mlajit_clear_error();
         k = NULL;
@@ -296,7 +498,8 @@ int mlajit_plan_create(mlajit_context *ctx, const mlajit_kernel_spec *spec, cons
     p->kernel = k;
     p->shape = *shape;
     p->model = mlajit_model_describe(spec->model);
-    plan_grid g = grid_for(&k->layout, spec->h_q, shape, sm_count);
+    p->tactic = tactic;
+    plan_grid g = grid_for(&k->layout, spec->h_q, &planned, sm_count);
     p->head_groups = g.head_groups;
     p->rows = g.rows;
     p->num_tiles = g.num_tiles;

@@ -67,6 +67,9 @@ struct mlajit_context {
     mlajit_store_counters recorded;
     atomic_int programmatic_refused; /* the driver refused a programmatic dependent launch: launch plainly */
     atomic_int warned_tactics;   /* one warning for tactic records that fail their checks */
+    atomic_int warned_tactic_plan; /* one warning for a tactic a plan could not take (plan.c) */
+    atomic_int tactics_off;      /* plans ignore tactics: MLAJIT_TACTICS=0 or mlajit_context_set_tactics */
+    struct mlajit_tactic_memo *_Atomic tactic_memo; /* plans' recent look-ups (tactics.c); NULL until the first */
 };
 
 struct mlajit_plan {
@@ -79,6 +82,7 @@ struct mlajit_plan {
     int prefetch_evict_last;     /* the sm90 family's L2 prefetches are evict-last (mlajit_prefetch_evict_last) */
     int combine_smem_bytes;      /* the combine's dynamic shared memory: its staged split rows */
     size_t partial_out_bytes, workspace_bytes;
+    int tactic;                  /* MLAJIT_TACTIC_*: the rules' choice, or a tactic of this or a lower bucket */
 };
 
 /* Whether a main grid of main_ctas CTAs leaves enough of sm_count SMs idle for the
@@ -217,6 +221,20 @@ typedef struct mlajit_tactic_match {
 int mlajit_tactic_lookup(mlajit_context *ctx, const mlajit_kernel_spec *spec, const mlajit_decode_shape *shape,
                          mlajit_tactic_match *out);
 
+/* mlajit_tactic_lookup through the context's memo of recent answers (what
+ * plans call: a look-up is a scan of the cache, about 10 us; a memo hit about
+ * 1 us). An answer is kept per (spec as asked, shape bucket) and used while the
+ * cache's data file is unchanged (its inode, size and change times, read with
+ * one stat; answers read within 50 ms of the file's last change are not kept,
+ * as a file time may not move for writes that close together) and the context
+ * stored no tactic since; the packs do not change under a context. */
+int mlajit_tactic_lookup_memo(mlajit_context *ctx, const mlajit_kernel_spec *spec, const mlajit_decode_shape *shape,
+                              mlajit_tactic_match *out);
+
+/* Forget the memo's answers (mlajit_tactic_store does); free it on destroy. */
+void mlajit_tactic_memo_clear(mlajit_context *ctx);
+void mlajit_tactic_memo_free(mlajit_context *ctx);
+
 /* What a tuner measured for one (spec, shape). */
 typedef struct mlajit_tactic_choice {
     mlajit_kernel_spec kernel; /* the winner: a kernel of the spec (same model, heads, pages, features, arch) */
@@ -239,6 +257,20 @@ int mlajit_tactic_record_make(const mlajit_context *ctx, const mlajit_kernel_spe
  * (MLAJIT_ERR_CACHE when there is none). */
 int mlajit_tactic_store(mlajit_context *ctx, const mlajit_kernel_spec *spec, const mlajit_decode_shape *shape,
                         const mlajit_tactic_choice *choice);
+
+/* Whether plans of this context take tactics (on: 1, the default unless
+ * MLAJIT_TACTICS=0 was set when it was created). The tuner turns them off to
+ * time the rules, and so do benchmarks of the rules; a plan keeps the choice
+ * it was made with. Thread-safe. */
+void mlajit_context_set_tactics(mlajit_context *ctx, int on);
+int mlajit_context_tactics(const mlajit_context *ctx);
+
+/* mlajit_plan_describe in a context: the context's SM count and arch, and its
+ * tactics (outline.tactic says whether one serves), without compiling; what
+ * mlajit_plan_create would launch when the chosen kernel can be had. With
+ * tactic_out (may be NULL) also the record that serves (found 0 for the rules). */
+int mlajit_plan_describe_in(mlajit_context *ctx, const mlajit_kernel_spec *spec, const mlajit_decode_shape *shape,
+                            mlajit_plan_outline *out, mlajit_tactic_match *tactic_out);
 
 /* Internal accessors for the CLI and the harness, which never read a
  * context's fields (mlajit_context_get_info says the rest). */

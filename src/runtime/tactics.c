@@ -1,11 +1,15 @@
 /* Tactics at run time: the context's GPU identity, the look-up a plan makes
  * (the packs, then the cache, for the nearest measured bucket on this GPU) and
  * the store a tuner makes. The records, keys and buckets are cache/tactics.h's. */
+#include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <time.h>
 
+#include "common/alloc.h"
 #include "common/error.h"
 #include "runtime/runtime.h"
 
@@ -146,6 +150,145 @@ int mlajit_tactic_lookup(mlajit_context *ctx, const mlajit_kernel_spec *spec, co
     return MLAJIT_OK;
 }
 
+/* ---- the memo of plans' look-ups ----------------------------------------------- */
+
+enum { kMemoSlots = 64, kMemoSettleNs = 50 * 1000 * 1000 };
+
+/* The cache's data file as one stat sees it; all zero where there is none. */
+typedef struct file_stamp {
+    dev_t dev;
+    ino_t ino;
+    off_t size;
+    struct timespec mtime, ctime;
+} file_stamp;
+
+typedef struct memo_slot {
+    int used;
+    file_stamp stamp;
+    mlajit_tactic_match match; /* its spec and shape_bucket are the slot's key */
+} memo_slot;
+
+struct mlajit_tactic_memo {
+    pthread_mutex_t lock;
+    uint64_t generation; /* bumped by each store through the context */
+    memo_slot slots[kMemoSlots];
+};
+
+static pthread_mutex_t memo_create_lock = PTHREAD_MUTEX_INITIALIZER;
+
+static struct mlajit_tactic_memo *memo_of(mlajit_context *ctx)
+{
+    struct mlajit_tactic_memo *m = atomic_load(&ctx->tactic_memo);
+    if (m)
+        return m;
+    pthread_mutex_lock(&memo_create_lock);
+    if (!(m = atomic_load(&ctx->tactic_memo)) && (m = mlajit_calloc(1, sizeof *m))) {
+        pthread_mutex_init(&m->lock, NULL);
+        atomic_store(&ctx->tactic_memo, m);
+    }
+    pthread_mutex_unlock(&memo_create_lock);
+    return m;
+}
+
+void mlajit_tactic_memo_clear(mlajit_context *ctx)
+{
+    struct mlajit_tactic_memo *m = ctx ? atomic_load(&ctx->tactic_memo) : NULL;
+    if (!m)
+        return;
+    pthread_mutex_lock(&m->lock);
+    for (int i = 0; i < kMemoSlots; i++)
+        m->slots[i].used = 0;
+    m->generation++;
+    pthread_mutex_unlock(&m->lock);
+}
+
+void mlajit_tactic_memo_free(mlajit_context *ctx)
+{
+    struct mlajit_tactic_memo *m = atomic_exchange(&ctx->tactic_memo, NULL);
+    if (!m)
+        return;
+    pthread_mutex_destroy(&m->lock);
+    free(m);
+}
+
+static void stamp_of(const mlajit_context *ctx, file_stamp *st)
+{
+    memset(st, 0, sizeof *st);
+    if (!ctx->store)
+        return;
+    char path[1100];
+    snprintf(path, sizeof path, "%s/data.mdb", mlajit_store_dir(ctx->store));
+    struct stat sb;
+    if (stat(path, &sb) != 0)
+        return;
+    st->dev = sb.st_dev;
+    st->ino = sb.st_ino;
+    st->size = sb.st_size;
+    st->mtime = sb.st_mtim;
+    st->ctime = sb.st_ctim;
+}
+
+static int stamp_equal(const file_stamp *a, const file_stamp *b)
+{
+    return a->dev == b->dev && a->ino == b->ino && a->size == b->size && a->mtime.tv_sec == b->mtime.tv_sec &&
+           a->mtime.tv_nsec == b->mtime.tv_nsec && a->ctime.tv_sec == b->ctime.tv_sec &&
+           a->ctime.tv_nsec == b->ctime.tv_nsec;
+}
+
+/* Whether the file has not changed for kMemoSettleNs: a later write then
+ * moves its times, however coarse the file system's clock. */
+static int stamp_settled(const file_stamp *st)
+{
+    struct timespec now;
+    clock_gettime(CLOCK_REALTIME, &now);
+    const struct timespec *last = st->ctime.tv_sec > st->mtime.tv_sec ||
+                                          (st->ctime.tv_sec == st->mtime.tv_sec && st->ctime.tv_nsec > st->mtime.tv_nsec)
+                                      ? &st->ctime
+                                      : &st->mtime;
+    long long age = (long long)(now.tv_sec - last->tv_sec) * 1000000000LL + (now.tv_nsec - last->tv_nsec);
+    return age >= kMemoSettleNs;
+}
+
+int mlajit_tactic_lookup_memo(mlajit_context *ctx, const mlajit_kernel_spec *spec, const mlajit_decode_shape *shape,
+                              mlajit_tactic_match *out)
+{
+    if (!ctx || !spec || !shape || !out || !ctx->drv || (long long)shape->batch * shape->s_q == 0)
+        return mlajit_tactic_lookup(ctx, spec, shape, out);
+    char key_spec[128];
+    mlajit_tactic_bucket bucket;
+    struct mlajit_tactic_memo *m = memo_of(ctx);
+    if (!m || tactic_key_parts(ctx, spec, shape, key_spec, &bucket) != MLAJIT_OK) {
+        mlajit_clear_error();
+        return mlajit_tactic_lookup(ctx, spec, shape, out); /* says what is wrong */
+    }
+    uint64_t h = mlajit_hash64(key_spec, strlen(key_spec)) ^ ((uint64_t)bucket.rows * 0x9e3779b97f4a7c15ULL) ^
+                 ((uint64_t)bucket.topk * 0xc2b2ae3d27d4eb4fULL) ^ ((uint64_t)bucket.extra_topk * 0x165667b19e3779f9ULL);
+    memo_slot *slot = &m->slots[h % kMemoSlots];
+    file_stamp now;
+    stamp_of(ctx, &now);
+    pthread_mutex_lock(&m->lock);
+    const uint64_t generation = m->generation;
+    if (slot->used && stamp_equal(&slot->stamp, &now) && strcmp(slot->match.spec, key_spec) == 0 &&
+        slot->match.shape_bucket.rows == bucket.rows && slot->match.shape_bucket.topk == bucket.topk &&
+        slot->match.shape_bucket.extra_topk == bucket.extra_topk) {
+        *out = slot->match;
+        pthread_mutex_unlock(&m->lock);
+        return MLAJIT_OK;
+    }
+    pthread_mutex_unlock(&m->lock);
+    int rc = mlajit_tactic_lookup(ctx, spec, shape, out);
+    if (rc != MLAJIT_OK || !stamp_settled(&now))
+        return rc;
+    pthread_mutex_lock(&m->lock);
+    if (m->generation == generation) { /* no store through the context meanwhile */
+        slot->used = 1;
+        slot->stamp = now;
+        slot->match = *out;
+    }
+    pthread_mutex_unlock(&m->lock);
+    return MLAJIT_OK;
+}
+
 int mlajit_tactic_record_make(const mlajit_context *ctx, const mlajit_kernel_spec *spec,
                               const mlajit_decode_shape *shape, const mlajit_tactic_choice *choice,
                               mlajit_tactic_record *out)
@@ -190,5 +333,7 @@ int mlajit_tactic_store(mlajit_context *ctx, const mlajit_kernel_spec *spec, con
     if (!ctx->store || !ctx->store_writable)
         return mlajit_fail(MLAJIT_ERR_CACHE, "no writable disk cache to store the tactic for %s in (%s)", r.spec,
                            ctx->cache_dir[0] ? ctx->cache_dir : "the cache is off");
-    return mlajit_tactic_put(ctx->store, &r, 1);
+    rc = mlajit_tactic_put(ctx->store, &r, 1);
+    mlajit_tactic_memo_clear(ctx);
+    return rc;
 }
