@@ -163,7 +163,7 @@ TABLE
 
 # ---- every command's --help, and nothing done by it -----------------------------
 export MLAJIT_CACHE_DIR=$scratch/help-cache
-for cmd in info compile run-case demo bench fuzz envelope "pack build" "pack ls" "pack verify" "pack merge" \
+for cmd in info compile run-case demo bench tune fuzz envelope "pack build" "pack ls" "pack verify" "pack merge" \
   "pack bench" "cache ls" "cache stats" "cache gc" "cache verify" "case make" pack cache case; do
   # shellcheck disable=SC2086 # the subcommands split on spaces
   expect_help $cmd
@@ -182,14 +182,14 @@ fi
 export MLAJIT_CACHE_DIR=$scratch/cache
 
 # ---- unknown options and extra arguments, everywhere -------------------------------
-for cmd in info compile run-case demo bench fuzz envelope "pack build" "pack ls" "pack verify" "pack merge" \
+for cmd in info compile run-case demo bench tune fuzz envelope "pack build" "pack ls" "pack verify" "pack merge" \
   "pack bench" "cache ls" "cache stats" "cache gc" "cache verify" "case make"; do
   # shellcheck disable=SC2086
   expect 2 "unknown option '--no-such-option'" $cmd --no-such-option
   # shellcheck disable=SC2086
   expect 2 "unknown option '--no-such-option'" $cmd --no-such-option=3
 done
-for cmd in info demo bench fuzz "cache ls" "cache stats" "cache verify"; do
+for cmd in info demo bench tune fuzz "cache ls" "cache stats" "cache verify"; do
   # shellcheck disable=SC2086
   expect 2 "extra argument 'surplus'" $cmd surplus
 done
@@ -295,6 +295,12 @@ for v in auto portable sm90 sliced sm90-staged sm90-unpaired sm90-narrow; do
 done
 expect 0 "(and 8, 24 with variant sm90-narrow or sm90-narrow-long)" envelope
 expect 0 "usage: mlajit fuzz [--seconds N]" fuzz --help
+expect 0 "usage: mlajit tune [--models" tune --help
+expect 0 "tune [--models M]" --help
+expect 2 "--topk" tune --dry-run --topk 2048..128
+expect 2 "--heads" tune --dry-run --heads 0
+expect 2 "--seconds" tune --seconds -1
+expect 0 "1300 buckets, 14560 candidates" tune --dry-run
 expect 0 "fuzz [--seconds N]" --help
 
 # ---- case make: a case run-case reads, reproducible from its seed ------------------------

@@ -48,6 +48,14 @@ expect_lines() {
   fi
 }
 
+# tune: the timing loop runs end to end on the fake driver; nothing it "computes"
+# passes the reference check, so only --no-check stores tactics
+tune_grid=(--models v32 --heads 16 --pages 64 --topk 128 --rows 1,2 --pool-mb 8)
+expect "tuned 2 of 2 buckets" tune "${tune_grid[@]}" --no-check
+expect "v32.h16.p64.t0.hc0.auto.sm_90a" cache ls
+expect_lines ' 0 tactics stored, .* [1-9][0-9]* failed the reference check' 1 tune --models v32 --heads 16 --pages 64 --topk 256 --rows 1 --pool-mb 8
+expect "tuned 0 of 2 buckets" tune "${tune_grid[@]}" --seconds 0
+
 # bench --heads N: a count BENCH.md has rows for keeps those rows; one it has none
 # for runs the next larger count's rows at N heads, with that row's FlashMLA figure
 expect_lines '^v32 +5 +1 +1 +32768 +2048 +0 .* 17\.2 ' 1 bench --heads 5 --batch 1 --topk 2048

@@ -392,3 +392,71 @@ int cli_parse_spec(const char *cmd, const char *text, mlajit_kernel_spec *spec)
             mlajit_status_string(rc), cmd);
     return 0;
 }
+
+/* ---- list values: pack build's and tune's grids --------------------------------- */
+
+/* 0 after "at most N values" when a list already holds max of them. */
+int cli_room_for(const char *name, int count, int max)
+{
+    if (count < max)
+        return 1;
+    fprintf(stderr, "mlajit: %s: at most %d values\n", name, max);
+    return 0;
+}
+
+static int add_int(const char *name, const char *text, void *target)
+{
+    cli_int_list *l = target;
+    long long v;
+    if (!cli_parse_integer(text, l->lo, l->hi, &v)) {
+        fprintf(stderr, "mlajit: %s: '%s' is not a number in %d..%d\n", name, text, l->lo, l->hi);
+        return 0;
+    }
+    if (!cli_room_for(name, l->count, 64))
+        return 0;
+    l->values[l->count++] = (int)v;
+    return 1;
+}
+
+int cli_parse_int_list(const char *name, const char *value, void *target)
+{
+    ((cli_int_list *)target)->count = 0;
+    return cli_each_item(name, value, ',', add_int, target);
+}
+
+static int add_model(const char *name, const char *text, void *target)
+{
+    cli_model_list *l = target;
+    if (!cli_room_for(name, l->count, 8))
+        return 0;
+    if (mlajit_model_from_name(text, &l->models[l->count]) != MLAJIT_OK) {
+        fprintf(stderr, "mlajit: %s: '%s' is unknown; allowed v32, dsv4, glm_nsa\n", name, text);
+        return 0;
+    }
+    l->count++;
+    return 1;
+}
+
+int cli_parse_model_list(const char *name, const char *value, void *target)
+{
+    ((cli_model_list *)target)->count = 0;
+    return cli_each_item(name, value, ',', add_model, target);
+}
+
+/* One set: feature names joined with '+' ("none" for the empty set). */
+static int add_feature_set(const char *name, const char *text, void *target)
+{
+    cli_feature_sets *l = target;
+    unsigned features = 0;
+    if (!cli_room_for(name, l->count, 16) || !cli_each_item(name, text, '+', cli_add_feature, &features))
+        return 0;
+    l->sets[l->count++] = features;
+    return 1;
+}
+
+int cli_parse_feature_sets(const char *name, const char *value, void *target)
+{
+    ((cli_feature_sets *)target)->count = 0;
+    return cli_each_item(name, value, ',', add_feature_set, target);
+}
+

@@ -144,8 +144,6 @@ static int run_config(mlajit_context *ctx, const bench_config *cfg, const bench_
     const mlajit_driver *drv = mlajit_context_driver(ctx);
     CUstream stream = NULL;
     CUevent ev0 = NULL, ev1 = NULL;
-    CUgraph graph = NULL;
-    CUgraphExec exec = NULL;
     int pushed = mlajit_context_enter(ctx);
     float samples[100];
     if ((rc = mlajit_plan_create(ctx, &spec, &shape, &plan)) || (rc = mlajit_device_case_upload(ctx, &c, NULL, &dc)))
@@ -182,39 +180,13 @@ static int run_config(mlajit_context *ctx, const bench_config *cfg, const bench_
     }
     out->eager_us = median(samples, 100) * 1e3;
     out->host_us = median(host_samples, 100) * 1e3;
-    /* graph: 10 calls captured, 20 replays timed */
-    if ((r = drv->cuStreamBeginCapture(stream, MLAJIT_CU_STREAM_CAPTURE_MODE_THREAD_LOCAL))) {
-        rc = mlajit_cuda_fail(drv, r, "cuStreamBeginCapture");
+    /* graph: 10 calls captured, 20 replays timed (timing.c) */
+    if ((rc = mlajit_time_plan_graph(ctx, plan, &dc.args, 1, 10, 20, stream, &out->gpu_us)))
         goto done;
-    }
-    for (int i = 0; i < 10 && rc == MLAJIT_OK; i++)
-        rc = mlajit_decode(plan, &dc.args, stream);
-    r = drv->cuStreamEndCapture(stream, &graph);
-    if (rc)
-        goto done;
-    if (r || (r = drv->cuGraphInstantiateWithFlags(&exec, graph, 0))) {
-        rc = mlajit_cuda_fail(drv, r, "graph capture/instantiate");
-        goto done;
-    }
-    drv->cuGraphLaunch(exec, stream);
-    drv->cuStreamSynchronize(stream);
-    for (int i = 0; i < 20; i++) {
-        drv->cuEventRecord(ev0, stream);
-        drv->cuGraphLaunch(exec, stream);
-        drv->cuEventRecord(ev1, stream);
-        if ((r = drv->cuEventSynchronize(ev1))) {
-            rc = mlajit_cuda_fail(drv, r, "graph replay");
-            goto done;
-        }
-        drv->cuEventElapsedTime(&samples[i], ev0, ev1);
-    }
-    out->gpu_us = median(samples, 20) * 1e3 / 10.0;
     double cand = (double)cfg->b * cfg->s_q * (cfg->topk + cfg->extra_topk);
     out->tflops = 2.0 * cfg->h_q * cand * (m->d_qk + m->d_v) / (out->gpu_us * 1e-6) / 1e12;
     out->gbps = cand * m->bytes_per_token / (out->gpu_us * 1e-6) / 1e9;
 done:
-    if (exec) drv->cuGraphExecDestroy(exec);
-    if (graph) drv->cuGraphDestroy(graph);
     if (ev0) drv->cuEventDestroy(ev0);
     if (ev1) drv->cuEventDestroy(ev1);
     if (stream) drv->cuStreamDestroy(stream);

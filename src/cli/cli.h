@@ -18,6 +18,7 @@ int cli_envelope(int argc, char **argv); /* envelope.c */
 int cli_pack(int argc, char **argv);     /* pack.c */
 int cli_cache(int argc, char **argv);    /* cache_cmd.c */
 int cli_case(int argc, char **argv);     /* case_cmd.c */
+int cli_tune(int argc, char **argv);     /* tune.c */
 
 /* Print "mlajit: <what>: <last error> (<status>)" and return CLI_FAIL: the
  * command ran and failed. */
@@ -137,5 +138,33 @@ int cli_add_feature(const char *name, const char *text, void *target);
  * string or a short form (v32.h16.p64, dsv4.h64.p256.e64.fs), fields only, not
  * checked against the envelope. 1 when it parses; else 0 after printing why. */
 int cli_parse_spec(const char *cmd, const char *text, mlajit_kernel_spec *spec);
+
+/* ---- list values (args.c): pack build's and tune's grids ---------------------- */
+
+/* 0 after "at most N values" when a list already holds max of them. */
+int cli_room_for(const char *name, int count, int max);
+
+typedef struct cli_int_list {
+    int lo, hi; /* the values' range */
+    int values[64];
+    int count;
+} cli_int_list;
+
+typedef struct cli_model_list {
+    mlajit_model models[8];
+    int count;
+} cli_model_list;
+
+/* Feature sets: each names features joined with '+' ("none" for the empty set). */
+typedef struct cli_feature_sets {
+    unsigned sets[16];
+    int count;
+} cli_feature_sets;
+
+/* CLI_CUSTOM parsers of comma-separated lists into the types above (the list
+ * is replaced, not appended to). */
+int cli_parse_int_list(const char *name, const char *value, void *target);     /* [cli_int_list], in lo..hi */
+int cli_parse_model_list(const char *name, const char *value, void *target);   /* [cli_model_list] */
+int cli_parse_feature_sets(const char *name, const char *value, void *target); /* [cli_feature_sets] */
 
 #endif

@@ -30,6 +30,8 @@ static const char usage_text[] =
     "                                write a synthetic case directory with its fp64 expected output\n"
     "  demo                          V3.2 decode end to end (b 4, seqlen 4096, topk 2048, h_q 128)\n"
     "  bench [--json FILE] [--quick] docs/BENCH.md's protocol (needs a GPU)\n"
+    "  tune [--models M] [--heads H] [--pages P] [--topk K] [--rows R] [--seconds N] [--dry-run]\n"
+    "                                measure each bucket's kernel and splits; store tactics (GPU)\n"
     "  pack build|ls|verify|merge|bench  cubin packs for deployment\n"
     "  cache ls|stats|gc|verify      the writable kernel cache\n"
     "  fuzz [--seconds N] [--seed S] [--cpu-only] [--call N] [--out DIR]\n"
@@ -407,13 +409,13 @@ int main(int argc, char **argv)
     } commands[] = {
         {"info", cmd_info},         {"compile", cmd_compile},   {"run-case", cmd_run_case}, {"case", cli_case},
         {"demo", cmd_demo},         {"bench", cli_bench},       {"fuzz", cli_fuzz},         {"envelope", cli_envelope},
-        {"pack", cli_pack},         {"cache", cli_cache},
+        {"pack", cli_pack},         {"cache", cli_cache},       {"tune", cli_tune},
     };
     for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)
         if (strcmp(cmd, commands[i].name) == 0)
             return commands[i].run(argc - 1, argv + 1);
     fprintf(stderr, "mlajit: unknown %s '%s'; allowed info, compile, run-case, case, demo, bench, fuzz, envelope, "
-                    "pack, cache\n(mlajit --help prints the usage)\n",
+                    "pack, cache, tune\n(mlajit --help prints the usage)\n",
             cmd[0] == '-' ? "option" : "command", cmd);
     return CLI_USAGE;
 }

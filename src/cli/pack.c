@@ -58,87 +58,8 @@ static const char bench_usage[] =
     "  and N repeat lookups (1..1000000000, default 100000)\n";
 
 /* ---- list parsing: CLI_CUSTOM parsers of pack build's options ----------------- */
+/* (the int, model and feature-set lists are args.c's, shared with tune) */
 
-/* 0 after "at most N values" when a list already holds max of them. */
-static int room_for(const char *name, int count, int max)
-{
-    if (count < max)
-        return 1;
-    fprintf(stderr, "mlajit: %s: at most %d values\n", name, max);
-    return 0;
-}
-
-typedef struct int_list {
-    int lo, hi; /* the values' range */
-    int values[64];
-    int count;
-} int_list;
-
-static int add_int(const char *name, const char *text, void *target)
-{
-    int_list *l = target;
-    long long v;
-    if (!cli_parse_integer(text, l->lo, l->hi, &v)) {
-        fprintf(stderr, "mlajit: %s: '%s' is not a number in %d..%d\n", name, text, l->lo, l->hi);
-        return 0;
-    }
-    if (!room_for(name, l->count, 64))
-        return 0;
-    l->values[l->count++] = (int)v;
-    return 1;
-}
-
-static int parse_int_list(const char *name, const char *value, void *target)
-{
-    ((int_list *)target)->count = 0;
-    return cli_each_item(name, value, ',', add_int, target);
-}
-
-typedef struct model_list {
-    mlajit_model models[8];
-    int count;
-} model_list;
-
-static int add_model(const char *name, const char *text, void *target)
-{
-    model_list *l = target;
-    if (!room_for(name, l->count, 8))
-        return 0;
-    if (mlajit_model_from_name(text, &l->models[l->count]) != MLAJIT_OK) {
-        fprintf(stderr, "mlajit: %s: '%s' is unknown; allowed v32, dsv4, glm_nsa\n", name, text);
-        return 0;
-    }
-    l->count++;
-    return 1;
-}
-
-static int parse_model_list(const char *name, const char *value, void *target)
-{
-    ((model_list *)target)->count = 0;
-    return cli_each_item(name, value, ',', add_model, target);
-}
-
-typedef struct feature_sets {
-    unsigned sets[16];
-    int count;
-} feature_sets;
-
-/* One set: feature names joined with '+' ("none" for the empty set). */
-static int add_feature_set(const char *name, const char *text, void *target)
-{
-    feature_sets *l = target;
-    unsigned features = 0;
-    if (!room_for(name, l->count, 16) || !cli_each_item(name, text, '+', cli_add_feature, &features))
-        return 0;
-    l->sets[l->count++] = features;
-    return 1;
-}
-
-static int parse_feature_sets(const char *name, const char *value, void *target)
-{
-    ((feature_sets *)target)->count = 0;
-    return cli_each_item(name, value, ',', add_feature_set, target);
-}
 
 typedef struct string_list {
     char **items;
@@ -276,21 +197,21 @@ static void build_progress(void *arg, int done, int total, const mlajit_kernel_r
 
 static int cmd_build(int argc, char **argv)
 {
-    model_list model_set = {.count = 0};
-    feature_sets feature_set = {.count = 0};
+    cli_model_list model_set = {.count = 0};
+    cli_feature_sets feature_set = {.count = 0};
     int jobs = 0, no_cache = 0;
-    int_list heads = {.lo = 1, .hi = MLAJIT_MAX_HEADS}, pages = {.lo = 1, .hi = MLAJIT_MAX_PAGE_SIZE},
+    cli_int_list heads = {.lo = 1, .hi = MLAJIT_MAX_HEADS}, pages = {.lo = 1, .hi = MLAJIT_MAX_PAGE_SIZE},
              extra = {.lo = 0, .hi = MLAJIT_MAX_PAGE_SIZE};
     string_list archs = {0}, spec_strings = {0};
     const char *out_path = "mlajit.pack", *tactics_from = NULL;
     mlajit_tactic_record *tactics = NULL;
     size_t tactic_count = 0;
     const cli_option options[] = {
-        {"--models", CLI_CUSTOM, &model_set, .parse = parse_model_list},
-        {"--heads", CLI_CUSTOM, &heads, .parse = parse_int_list},
-        {"--pages", CLI_CUSTOM, &pages, .parse = parse_int_list},
-        {"--extra-pages", CLI_CUSTOM, &extra, .parse = parse_int_list},
-        {"--features", CLI_CUSTOM, &feature_set, .parse = parse_feature_sets},
+        {"--models", CLI_CUSTOM, &model_set, .parse = cli_parse_model_list},
+        {"--heads", CLI_CUSTOM, &heads, .parse = cli_parse_int_list},
+        {"--pages", CLI_CUSTOM, &pages, .parse = cli_parse_int_list},
+        {"--extra-pages", CLI_CUSTOM, &extra, .parse = cli_parse_int_list},
+        {"--features", CLI_CUSTOM, &feature_set, .parse = cli_parse_feature_sets},
         {"--archs", CLI_CUSTOM, &archs, .parse = add_archs},
         {"--spec", CLI_CUSTOM, &spec_strings, .parse = add_spec},
         {"--specs", CLI_CUSTOM, &spec_strings, .parse = read_spec_file},

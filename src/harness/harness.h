@@ -6,6 +6,7 @@
 #define MLAJIT_HARNESS_H
 
 #include <stddef.h>
+#include <stdio.h>
 #include <stdint.h>
 
 #include "mlajit.h"
@@ -155,5 +156,90 @@ int mlajit_device_case_alloc(mlajit_device_case *dc, size_t bytes, void **ptr);
 int mlajit_device_case_download(mlajit_device_case *dc, const mlajit_case *c, const mlajit_gpu_run_options *opts,
                                 size_t n_rows, float *out, float *lse);
 void mlajit_device_case_free(mlajit_device_case *dc);
+
+/* ---- GPU time by docs/BENCH.md's protocol (timing.c) ------------------------ */
+
+/* Time plan by CUDA-graph replay: capture `calls` calls, call i with
+ * args[i % n_args] (each captured call may read its own fresh indices, so
+ * replays read the caches from HBM, not L2), replay the graph once untimed, then
+ * `replays` times, each between two events; *us = the median replay / calls.
+ * stream NULL: a stream of its own. Planning and the workspace (in each args)
+ * are the caller's. BENCH.md's figure is calls 10, replays 20. */
+int mlajit_time_plan_graph(mlajit_context *ctx, const mlajit_plan *plan, const mlajit_decode_args *args, int n_args,
+                           int calls, int replays, void *stream, double *us);
+
+/* ---- the tuner (tune.c) ------------------------------------------------------- */
+
+/* The buckets to tune: models x feature sets x page sizes x extra topks x heads
+ * x topk buckets x row buckets. topk and rows are the buckets' lower edges
+ * (each rounded down to a power of two), timed at b = rows, s_q = 1. A spec or
+ * shape outside the envelope (a model without an extra cache given an extra
+ * topk, say) is left out. */
+typedef struct mlajit_tune_envelope {
+    const mlajit_model *models;   int num_models;
+    const int *heads;             int num_heads;
+    const int *pages;             int num_pages;
+    const unsigned *feature_sets; int num_feature_sets; /* NULL / 0: {no features} */
+    const int *topks;             int num_topks;
+    const int *rows;              int num_rows;
+    const int *extra_topks;       int num_extra_topks;  /* NULL / 0: {0}: no extra cache */
+    int extra_page_size;                                /* with an extra topk; 0: 64 */
+} mlajit_tune_envelope;
+
+/* One candidate of a bucket: a kernel (forced through the spec's variant, tile
+ * and heads per CTA) and a split count (forced through the shape's num_splits;
+ * 0: the planner's own), told apart from the others by its effective grid. */
+typedef struct mlajit_tune_candidate {
+    mlajit_kernel_spec spec;  /* what is planned: the asked auto spec for the rules' choice, else the kernel forced */
+    char kernel[128];         /* the resolved kernel's canonical string */
+    int num_splits;           /* shape.num_splits; 0: the planner's own */
+    int grid_splits, head_groups, tiles_per_split; /* the effective grid (mlajit_plan_describe) */
+    int is_rules;             /* the rules' own choice (auto, planner's splits) */
+} mlajit_tune_candidate;
+
+#define MLAJIT_TUNE_MAX_CANDIDATES 64
+
+/* The candidates of a bucket of spec `asked` (auto, arch set) at `shape` on
+ * sm_count SMs: first the rules' own choice, then each kernel among it and
+ * every walk alternative the spec resolver offers, at the planner's own split
+ * count and 1, 2, 4, ... up to the kernel's tiles and MLAJIT_MAX_SPLITS, where
+ * the shape is valid for it (a kernel that never splits gets none), dropping
+ * any whose (kernel, effective grid) an earlier one has. */
+int mlajit_tune_candidates(const mlajit_kernel_spec *asked, const mlajit_decode_shape *shape, int sm_count,
+                           mlajit_tune_candidate *out, int max, int *count);
+
+typedef struct mlajit_tune_options {
+    double seconds;     /* the budget: no candidate starts after it (0: none does) */
+    int dry_run;        /* list buckets and candidates on `list`; no device needed */
+    int skip_check;     /* testing only: take winners without the reference check */
+    int64_t pool_bytes; /* the timing cache pool; 0: 4x the L2 (at least 64 MiB) */
+    int replays;        /* timed replays per candidate; 0: 20 (BENCH.md) */
+    int sm_count;       /* dry run: 0 = the device's, else MLAJIT_DEFAULT_SM_COUNT */
+    FILE *list;         /* the dry run's listing; NULL: stdout */
+    FILE *progress;     /* progress lines; NULL: none */
+    FILE *json;         /* one JSON line per bucket stored; NULL: none */
+    const char *commit; /* for the JSON lines; NULL: "unknown" */
+} mlajit_tune_options;
+
+typedef struct mlajit_tune_summary {
+    int buckets;         /* in the envelope */
+    int buckets_done;    /* tuned to the end (stored or every candidate failed) */
+    int stored;          /* tactic records written */
+    int candidates;      /* over every bucket (the dry run's count) */
+    int timed, dropped;  /* candidates timed; dropped early (> 1.3x the best so far) */
+    int failed_checks;   /* (kernel, splits) pairs that failed the reference check */
+    int deadline_hit;    /* 1: the budget ran out before the last bucket */
+    double seconds;      /* wall time */
+} mlajit_tune_summary;
+
+/* Tune every bucket of env: time each candidate by mlajit_time_plan_graph on
+ * caches in HBM with fresh random indices for each captured call, drop one
+ * slower than 1.3x the best so far after a short timing, check a candidate
+ * against the fp64 reference once (per kernel and split count) before it may
+ * win, and store each bucket's winner with mlajit_tactic_store. ctx may be NULL
+ * for a dry run. MLAJIT_OK when it ran to the end or to the budget (summary
+ * says which); an error stops it. */
+int mlajit_tune(mlajit_context *ctx, const mlajit_tune_envelope *env, const mlajit_tune_options *opts,
+                mlajit_tune_summary *summary);
 
 #endif

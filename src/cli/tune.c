@@ -1,0 +1,156 @@
+/* mlajit tune: the tuner (src/harness/tune.c) over an envelope of buckets,
+ * storing each bucket's measured winner as a tactic record in the cache. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli/cli.h"
+#include "common/error.h"
+#include "harness/harness.h"
+
+/* "LO..HI" (the powers of two from LO rounded down to HI) or a list. */
+static int parse_pow2_range(const char *name, const char *value, void *target)
+{
+    cli_int_list *l = target;
+    const char *dots = strstr(value, "..");
+    if (!dots)
+        return cli_parse_int_list(name, value, target);
+    char lo_text[32];
+    size_t n = (size_t)(dots - value);
+    long long lo, hi;
+    if (n >= sizeof lo_text) {
+        fprintf(stderr, "mlajit: %s: '%s' is not LO..HI\n", name, value);
+        return 0;
+    }
+    memcpy(lo_text, value, n);
+    lo_text[n] = 0;
+    if (!cli_parse_integer(lo_text, l->lo, l->hi, &lo) || !cli_parse_integer(dots + 2, l->lo, l->hi, &hi) || lo > hi) {
+        fprintf(stderr, "mlajit: %s: '%s' is not LO..HI with %d <= LO <= HI <= %d\n", name, value, l->lo, l->hi);
+        return 0;
+    }
+    long long p = 1;
+    while (p * 2 <= lo)
+        p *= 2;
+    l->count = 0;
+    for (; p <= hi; p *= 2) {
+        if (!cli_room_for(name, l->count, 64))
+            return 0;
+        l->values[l->count++] = (int)p;
+    }
+    return 1;
+}
+
+int cli_tune(int argc, char **argv)
+{
+    static const char usage[] =
+        "usage: mlajit tune [--models v32,dsv4] [--heads 8,16,32,64,128] [--pages 64,256]\n"
+        "                   [--topk 128..2048|LIST] [--rows 1..4096|LIST] [--features SETS]\n"
+        "                   [--extra-topk LIST] [--seconds N] [--dry-run] [--json FILE]\n"
+        "  measure, per bucket (models x heads x pages x features x extra topks x topk buckets x\n"
+        "  row buckets, each timed at its lower edge: b = rows, s_q 1), the rules' kernel, every\n"
+        "  walk alternative and split counts 1, 2, 4, ... 64 by docs/BENCH.md's graph protocol on\n"
+        "  caches in HBM with fresh indices per call; the fastest that passes the fp64 reference\n"
+        "  check is stored in the cache as this GPU's tactic (docs/tuning.md)\n"
+        "  --topk/--rows  LO..HI: the powers of two from LO rounded down to HI; or a list\n"
+        "  --features S   feature sets, e.g. none,sink+topk-length (default none)\n"
+        "  --extra-topk L extra-cache topk buckets (0: none, the default; pages of 64)\n"
+        "  --seconds N    the budget: no candidate starts after N seconds (default 600)\n"
+        "  --dry-run      list the buckets and their candidates; needs no GPU\n"
+        "  --json FILE    one JSON line per stored bucket, with the commit (MLAJIT_COMMIT)\n"
+        "  --sm-count N   the dry run's SM count (default: the GPU's, else 132)\n"
+        "  --pool-mb N    the timing cache pool in MB (default 4x the L2)\n"
+        "  --no-check     testing only: store winners without the reference check\n";
+    cli_model_list models = {.count = 0};
+    cli_int_list heads = {.lo = 1, .hi = MLAJIT_MAX_HEADS}, pages = {.lo = 1, .hi = MLAJIT_MAX_PAGE_SIZE},
+                 topks = {.lo = 1, .hi = MLAJIT_MAX_TOPK}, rows = {.lo = 1, .hi = MLAJIT_MAX_ROWS},
+                 extra = {.lo = 0, .hi = MLAJIT_MAX_TOPK};
+    cli_feature_sets features = {.count = 0};
+    int seconds = 600, dry_run = 0, no_check = 0, sm_count = 0, pool_mb = 0;
+    const char *json_path = NULL;
+    const cli_option options[] = {
+        {"--models", CLI_CUSTOM, &models, .parse = cli_parse_model_list},
+        {"--heads", CLI_CUSTOM, &heads, .parse = cli_parse_int_list},
+        {"--pages", CLI_CUSTOM, &pages, .parse = cli_parse_int_list},
+        {"--topk", CLI_CUSTOM, &topks, .parse = parse_pow2_range},
+        {"--rows", CLI_CUSTOM, &rows, .parse = parse_pow2_range},
+        {"--features", CLI_CUSTOM, &features, .parse = cli_parse_feature_sets},
+        {"--extra-topk", CLI_CUSTOM, &extra, .parse = cli_parse_int_list},
+        {"--seconds", CLI_INT, &seconds, .lo = 0, .hi = 7 * 24 * 3600},
+        {"--dry-run", CLI_FLAG, .target = &dry_run},
+        {"--json", CLI_STRING, .target = &json_path},
+        {"--sm-count", CLI_INT, &sm_count, .lo = 1, .hi = 1024},
+        {"--pool-mb", CLI_INT, &pool_mb, .lo = 1, .hi = 1 << 20},
+        {"--no-check", CLI_FLAG, .target = &no_check},
+    };
+    const cli_command cmd = {"tune", usage, options, sizeof options / sizeof options[0], 0, 0, NULL};
+    int n_operands, parsed = cli_parse(&cmd, argc, argv, &n_operands);
+    if (parsed != CLI_PARSED)
+        return parsed;
+    /* the defaults: the production grid */
+    static const mlajit_model default_models[] = {MLAJIT_MODEL_V32, MLAJIT_MODEL_DSV4};
+    static const int default_heads[] = {8, 16, 32, 64, 128}, default_pages[] = {64, 256};
+    if (!models.count) {
+        models.count = 2;
+        memcpy(models.models, default_models, sizeof default_models);
+    }
+    if (!heads.count) {
+        heads.count = 5;
+        memcpy(heads.values, default_heads, sizeof default_heads);
+    }
+    if (!pages.count) {
+        pages.count = 2;
+        memcpy(pages.values, default_pages, sizeof default_pages);
+    }
+    if (!topks.count)
+        parse_pow2_range("--topk", "128..2048", &topks);
+    if (!rows.count)
+        parse_pow2_range("--rows", "1..4096", &rows);
+    mlajit_tune_envelope env = {
+        .models = models.models, .num_models = models.count, .heads = heads.values, .num_heads = heads.count,
+        .pages = pages.values, .num_pages = pages.count, .feature_sets = features.count ? features.sets : NULL,
+        .num_feature_sets = features.count, .topks = topks.values, .num_topks = topks.count, .rows = rows.values,
+        .num_rows = rows.count, .extra_topks = extra.count ? extra.values : NULL, .num_extra_topks = extra.count,
+    };
+    mlajit_context *ctx = NULL;
+    int rc;
+    if (!dry_run) {
+        if ((rc = mlajit_context_create(NULL, &ctx)))
+            return cli_error(rc, "tune");
+        mlajit_context_info info = MLAJIT_CONTEXT_INFO_INIT;
+        mlajit_context_get_info(ctx, &info);
+        if (!info.has_device) {
+            fprintf(stderr, "mlajit: tune needs a GPU (--dry-run lists the candidates without one): %s\n",
+                    info.no_device_reason);
+            mlajit_context_destroy(ctx);
+            return CLI_FAIL;
+        }
+    }
+    FILE *json = NULL;
+    if (json_path && !(json = fopen(json_path, "w"))) {
+        fprintf(stderr, "mlajit: tune: cannot write %s\n", json_path);
+        mlajit_context_destroy(ctx);
+        return CLI_FAIL;
+    }
+    mlajit_tune_options opts = {
+        .seconds = seconds, .dry_run = dry_run, .skip_check = no_check, .pool_bytes = (int64_t)pool_mb << 20,
+        .sm_count = sm_count, .list = stdout, .progress = stderr, .json = json,
+        .commit = getenv("MLAJIT_COMMIT") ? getenv("MLAJIT_COMMIT") : "unknown",
+    };
+    mlajit_tune_summary sum;
+    rc = mlajit_tune(ctx, &env, &opts, &sum);
+    if (json)
+        fclose(json);
+    mlajit_context_destroy(ctx);
+    if (rc)
+        return cli_error(rc, "tune");
+    if (dry_run) {
+        printf("%d buckets, %d candidates\n", sum.buckets, sum.candidates);
+        return CLI_OK;
+    }
+    printf("tuned %d of %d buckets in %.1f s%s: %d tactics stored, %d candidates timed (%d dropped early), "
+           "%d failed the reference check\n",
+           sum.buckets_done, sum.buckets, sum.seconds,
+           sum.deadline_hit ? " (the budget ran out; the rest keep the rules)" : "", sum.stored, sum.timed,
+           sum.dropped, sum.failed_checks);
+    return sum.deadline_hit || sum.stored == sum.buckets ? CLI_OK : CLI_FAIL;
+}

@@ -1,0 +1,683 @@
+/* The tuner (harness.h, "the tuner"): per bucket of an envelope, time the
+ * rules' choice, every walk alternative and the split counts by
+ * docs/BENCH.md's graph protocol on caches in HBM, check the winner against
+ * the fp64 reference, and store it as a tactic record (cache/tactics.h). */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "codegen/codegen.h"
+#include "common/alloc.h"
+#include "common/error.h"
+#include "harness/harness.h"
+#include "harness/rng.h"
+#include "runtime/runtime.h"
+
+#define DROP_RATIO 1.3     /* a candidate this much slower than the best after a short timing is dropped */
+#define SHORT_REPLAYS 3    /* the short timing */
+#define POOL_SEQLEN 8192   /* tokens per pool sequence (every one quantized) */
+#define MIN_CALLS 10       /* BENCH.md's graph of 10 calls, at least */
+#define MAX_CALLS 1024     /* small shapes: enough calls that a replay reads 2x the L2 */
+
+static int pow2_floor(int v)
+{
+    int p = 1;
+    while (p <= v / 2)
+        p *= 2;
+    return p;
+}
+
+/* ---- candidates ----------------------------------------------------------- */
+
+static int add_candidate(mlajit_tune_candidate *out, int max, int *n, const mlajit_tune_candidate *c)
+{
+    for (int i = 0; i < *n; i++)
+        if (strcmp(out[i].kernel, c->kernel) == 0 && out[i].grid_splits == c->grid_splits &&
+            out[i].head_groups == c->head_groups && out[i].tiles_per_split == c->tiles_per_split)
+            return MLAJIT_OK; /* the same kernel on the same grid */
+    if (*n >= max)
+        return mlajit_fail(MLAJIT_ERR_INVALID_ARGUMENT, "tune: more than %d candidates", max);
+    out[(*n)++] = *c;
+    return MLAJIT_OK;
+}
+
+/* The forced spec of a resolved kernel string. */
+static int forced_spec(const char *kernel, mlajit_kernel_spec *out)
+{
+    *out = (mlajit_kernel_spec)MLAJIT_KERNEL_SPEC_INIT;
+    return mlajit_spec_parse_fields(kernel, out);
+}
+
+int mlajit_tune_candidates(const mlajit_kernel_spec *asked, const mlajit_decode_shape *shape, int sm_count,
+                           mlajit_tune_candidate *out, int max, int *count)
+{
+    if (!asked || !shape || !out || !count || !asked->arch[0])
+        return mlajit_fail(MLAJIT_ERR_INVALID_ARGUMENT, "tune candidates: NULL argument or spec without arch");
+    *count = 0;
+    int n = 0, rc;
+    mlajit_plan_outline o = MLAJIT_PLAN_OUTLINE_INIT;
+    mlajit_decode_shape own = *shape;
+    own.num_splits = 0;
+    if ((rc = mlajit_plan_describe(asked, &own, sm_count, &o)))
+        return rc;
+    mlajit_tune_candidate rules = {.spec = *asked, .num_splits = 0, .grid_splits = o.num_splits,
+                                   .head_groups = o.head_groups, .tiles_per_split = o.tiles_per_split, .is_rules = 1};
+    snprintf(rules.kernel, sizeof rules.kernel, "%s", o.kernel);
+    if ((rc = add_candidate(out, max, &n, &rules)))
+        return rc;
+    /* the kernels: the rules' own for this shape, auto's own (the rules' where
+     * no walk alternative suits), then every walk alternative */
+    char kernels[2 + MLAJIT_WALK_ALTERNATIVES][sizeof o.kernel];
+    int n_kernels = 0;
+    snprintf(kernels[n_kernels++], sizeof kernels[0], "%s", o.kernel);
+    mlajit_kernel_spec alts[1 + MLAJIT_WALK_ALTERNATIVES];
+    alts[0] = *asked;
+    const int n_alts = 1 + mlajit_spec_walk_alternatives(asked, asked->arch, alts + 1);
+    for (int i = 0; i < n_alts; i++) {
+        mlajit_kernel_spec r = MLAJIT_KERNEL_SPEC_INIT;
+        char name[128];
+        if (mlajit_spec_resolve(&alts[i], &r) != MLAJIT_OK || mlajit_spec_string(&r, name, sizeof name) != MLAJIT_OK) {
+            mlajit_clear_error();
+            continue;
+        }
+        int seen = 0;
+        for (int k = 0; k < n_kernels; k++)
+            seen |= strcmp(kernels[k], name) == 0;
+        if (!seen)
+            snprintf(kernels[n_kernels++], sizeof kernels[0], "%s", name);
+    }
+    for (int k = 0; k < n_kernels; k++) {
+        mlajit_kernel_spec forced, r = MLAJIT_KERNEL_SPEC_INIT;
+        if ((rc = forced_spec(kernels[k], &forced)) || (rc = mlajit_spec_resolve(&forced, &r)))
+            return rc;
+        const int tiles = (shape->topk + shape->extra_topk + r.tile - 1) / r.tile;
+        for (int splits = 0; splits <= MLAJIT_MAX_SPLITS && splits <= tiles; splits = splits ? splits * 2 : 1) {
+            mlajit_decode_shape s = *shape;
+            s.num_splits = splits;
+            if (mlajit_shape_validate(&forced, &s) != MLAJIT_OK ||
+                mlajit_plan_describe(&forced, &s, sm_count, &o) != MLAJIT_OK) {
+                mlajit_clear_error(); /* not a shape this kernel takes (sm90-staged never splits) */
+                continue;
+            }
+            mlajit_tune_candidate c = {.spec = forced, .num_splits = splits, .grid_splits = o.num_splits,
+                                       .head_groups = o.head_groups, .tiles_per_split = o.tiles_per_split};
+            snprintf(c.kernel, sizeof c.kernel, "%.127s", kernels[k]);
+            if ((rc = add_candidate(out, max, &n, &c)))
+                return rc;
+        }
+    }
+    *count = n;
+    return MLAJIT_OK;
+}
+
+/* ---- the buckets ------------------------------------------------------------ */
+
+typedef struct tune_bucket {
+    mlajit_kernel_spec spec; /* as asked: auto, arch set */
+    mlajit_decode_shape shape;
+} tune_bucket;
+
+/* Every bucket of env inside the envelope, in pool order (model, page, extra
+ * topk outermost), into *out (malloc'd). */
+static int expand_buckets(const mlajit_tune_envelope *env, const char *arch, tune_bucket **out, int *count)
+{
+    static const unsigned no_features = 0;
+    static const int no_extra = 0;
+    const unsigned *fsets = env->num_feature_sets ? env->feature_sets : &no_features;
+    const int n_f = env->num_feature_sets ? env->num_feature_sets : 1;
+    const int *extras = env->num_extra_topks ? env->extra_topks : &no_extra;
+    const int n_e = env->num_extra_topks ? env->num_extra_topks : 1;
+    if (env->num_models < 1 || env->num_heads < 1 || env->num_pages < 1 || env->num_topks < 1 || env->num_rows < 1)
+        return mlajit_fail(MLAJIT_ERR_INVALID_ARGUMENT, "tune: the envelope needs models, heads, pages, topks and rows");
+    size_t cap = (size_t)env->num_models * env->num_pages * n_e * n_f * env->num_heads * env->num_topks * env->num_rows;
+    tune_bucket *b = calloc(cap ? cap : 1, sizeof *b);
+    if (!b)
+        return mlajit_fail_oom("tune: the buckets");
+    int n = 0;
+    for (int m = 0; m < env->num_models; m++)
+        for (int p = 0; p < env->num_pages; p++)
+            for (int e = 0; e < n_e; e++)
+                for (int f = 0; f < n_f; f++)
+                    for (int h = 0; h < env->num_heads; h++)
+                        for (int t = 0; t < env->num_topks; t++)
+                            for (int r = 0; r < env->num_rows; r++) {
+                                tune_bucket x = {.spec = MLAJIT_KERNEL_SPEC_INIT, .shape = MLAJIT_DECODE_SHAPE_INIT};
+                                x.spec.model = env->models[m];
+                                x.spec.h_q = env->heads[h];
+                                x.spec.page_size = env->pages[p];
+                                x.spec.extra_page_size = extras[e] > 0 ? (env->extra_page_size ? env->extra_page_size : 64) : 0;
+                                x.spec.features = fsets[f];
+                                snprintf(x.spec.arch, sizeof x.spec.arch, "%s", arch);
+                                x.shape.batch = env->rows[r] >= 1 ? pow2_floor(env->rows[r]) : 1;
+                                x.shape.s_q = 1;
+                                x.shape.topk = env->topks[t] >= 1 ? pow2_floor(env->topks[t]) : 1;
+                                x.shape.extra_topk = extras[e] > 0 ? pow2_floor(extras[e]) : 0;
+                                if (mlajit_envelope_check_with(&x.spec, &x.shape, NULL) != MLAJIT_OK) {
+                                    mlajit_clear_error();
+                                    continue;
+                                }
+                                int dup = 0;
+                                for (int i = n - 1; i >= 0 && !dup; i--)
+                                    dup = memcmp(&b[i].shape, &x.shape, sizeof x.shape) == 0 &&
+                                          memcmp(&b[i].spec, &x.spec, sizeof x.spec) == 0;
+                                if (!dup)
+                                    b[n++] = x;
+                            }
+    *out = b;
+    *count = n;
+    return MLAJIT_OK;
+}
+
+static void bucket_name(const tune_bucket *b, char *buf, size_t len)
+{
+    char spec[128] = "?";
+    mlajit_spec_string_as_asked(&b->spec, b->spec.arch, spec, sizeof spec);
+    mlajit_clear_error();
+    if (b->shape.extra_topk)
+        snprintf(buf, len, "%s rows %d topk %d extra %d", spec, b->shape.batch, b->shape.topk, b->shape.extra_topk);
+    else
+        snprintf(buf, len, "%s rows %d topk %d", spec, b->shape.batch, b->shape.topk);
+}
+
+static void candidate_name(const mlajit_tune_candidate *c, char *buf, size_t len)
+{
+    if (c->is_rules)
+        snprintf(buf, len, "rules: %s splits %d", c->kernel, c->grid_splits);
+    else if (c->num_splits == 0)
+        snprintf(buf, len, "%s splits own (%d)", c->kernel, c->grid_splits);
+    else
+        snprintf(buf, len, "%s splits %d (%d)", c->kernel, c->num_splits, c->grid_splits);
+}
+
+/* ---- device inputs ------------------------------------------------------------- */
+
+/* A device buffer through the runtime's driver table. */
+typedef struct devbuf {
+    CUdeviceptr ptr;
+    size_t bytes;
+} devbuf;
+
+static void devbuf_free(const mlajit_driver *drv, devbuf *b)
+{
+    if (b->ptr)
+        drv->cuMemFree(b->ptr);
+    b->ptr = 0;
+    b->bytes = 0;
+}
+
+/* At least bytes (grown, contents lost); host: copied in when not NULL. */
+static int devbuf_fill(const mlajit_driver *drv, devbuf *b, size_t bytes, const void *host)
+{
+    if (bytes == 0)
+        bytes = 16;
+    if (b->bytes < bytes) {
+        devbuf_free(drv, b);
+        CUresult r = drv->cuMemAlloc(&b->ptr, bytes);
+        if (r) {
+            b->ptr = 0;
+            return mlajit_cuda_fail(drv, r, "tune: cuMemAlloc");
+        }
+        b->bytes = bytes;
+    }
+    if (host) {
+        CUresult r = drv->cuMemcpyHtoD(b->ptr, host, bytes);
+        if (r)
+            return mlajit_cuda_fail(drv, r, "tune: cuMemcpyHtoD");
+    }
+    return MLAJIT_OK;
+}
+
+/* The cache pool of one (model, page size, extra page size): sequences of
+ * POOL_SEQLEN tokens, every token quantized, together pool_bytes or more; on
+ * the device, with the slots of each sequence (the synthetic case's indices). */
+typedef struct tune_pool {
+    int live;
+    mlajit_model model;
+    int page_size, extra_page_size;
+    mlajit_case c;
+    mlajit_device_case dc;
+} tune_pool;
+
+static void pool_free(tune_pool *p)
+{
+    if (!p->live)
+        return;
+    mlajit_device_case_free(&p->dc);
+    mlajit_case_free(&p->c);
+    memset(p, 0, sizeof *p);
+}
+
+static int pool_get(mlajit_context *ctx, const tune_bucket *b, int64_t pool_bytes, tune_pool *p, FILE *progress)
+{
+    if (p->live && p->model == b->spec.model && p->page_size == b->spec.page_size &&
+        p->extra_page_size == b->spec.extra_page_size)
+        return MLAJIT_OK;
+    pool_free(p);
+    const mlajit_model_desc *m = mlajit_model_describe(b->spec.model);
+    int64_t tokens = pool_bytes / m->bytes_per_token;
+    int seqs = (int)((tokens + POOL_SEQLEN - 1) / POOL_SEQLEN);
+    if (seqs < 1)
+        seqs = 1;
+    mlajit_synth_params sp = {.model = b->spec.model, .b = seqs, .s_q = 1, .h_q = 1, .topk = POOL_SEQLEN,
+                              .page_size = b->spec.page_size, .seqlen = POOL_SEQLEN, .seed = 4700 + (uint64_t)seqs};
+    if (b->spec.extra_page_size) {
+        sp.extra_topk = POOL_SEQLEN;
+        sp.extra_page_size = b->spec.extra_page_size;
+        sp.extra_seqlen = POOL_SEQLEN;
+    }
+    if (progress)
+        fprintf(progress, "tune: building a cache pool of %d x %d tokens (%.0f MB) for %s page %d\n", seqs, POOL_SEQLEN,
+                (double)seqs * POOL_SEQLEN * m->bytes_per_token / 1e6, m->name, b->spec.page_size);
+    int rc = mlajit_case_synthesize(&sp, &p->c);
+    if (rc)
+        return rc;
+    if ((rc = mlajit_device_case_upload(ctx, &p->c, NULL, &p->dc))) {
+        mlajit_case_free(&p->c);
+        return rc;
+    }
+    p->live = 1;
+    p->model = b->spec.model;
+    p->page_size = b->spec.page_size;
+    p->extra_page_size = b->spec.extra_page_size;
+    return MLAJIT_OK;
+}
+
+/* topk distinct slots of a random pool sequence into row (partial Fisher-Yates,
+ * undone after so the pool's rows stay as they were). */
+static void draw_row(mlajit_rng *r, int32_t *pool_rows, int seqs, int topk, int32_t *row, int32_t *swaps)
+{
+    int32_t *seq = pool_rows + (size_t)(mlajit_rng_next(r) % (uint64_t)seqs) * POOL_SEQLEN;
+    const int n = topk < POOL_SEQLEN ? topk : POOL_SEQLEN;
+    for (int k = 0; k < n; k++) {
+        int other = k + (int)(mlajit_rng_next(r) % (uint64_t)(POOL_SEQLEN - k));
+        swaps[k] = other;
+        int32_t t = seq[k];
+        seq[k] = seq[other];
+        seq[other] = t;
+        row[k] = seq[k];
+    }
+    for (int k = n; k < topk; k++)
+        row[k] = -1;
+    for (int k = n; k-- > 0;) {
+        int32_t t = seq[k];
+        seq[k] = seq[swaps[k]];
+        seq[swaps[k]] = t;
+    }
+}
+
+/* One bucket's timing inputs: n_args argument blocks over the pool, each with
+ * its own fresh indices; q, the lengths, the sink, out and lse shared. */
+typedef struct tune_inputs {
+    devbuf q, idx, eidx, len, elen, sink, out, lse, ws;
+    mlajit_decode_args *args;
+    int n_args, calls;
+} tune_inputs;
+
+static void inputs_free(const mlajit_driver *drv, tune_inputs *in)
+{
+    devbuf *all[] = {&in->q, &in->idx, &in->eidx, &in->len, &in->elen, &in->sink, &in->out, &in->lse, &in->ws};
+    for (size_t i = 0; i < sizeof all / sizeof all[0]; i++)
+        devbuf_free(drv, all[i]);
+    free(in->args);
+    in->args = NULL;
+}
+
+static int inputs_make(mlajit_context *ctx, const tune_bucket *b, tune_pool *pool, tune_inputs *in, uint64_t seed)
+{
+    const mlajit_driver *drv = mlajit_context_driver(ctx);
+    const mlajit_model_desc *m = mlajit_model_describe(b->spec.model);
+    const int rows = b->shape.batch, topk = b->shape.topk, etopk = b->shape.extra_topk, h = b->spec.h_q;
+    const int64_t l2 = ctx->l2_bytes > 0 ? ctx->l2_bytes : 50LL << 20;
+    const double per_call = (double)rows * (topk + etopk) * m->bytes_per_token;
+    int calls = (int)ceil(2.0 * (double)l2 / per_call);
+    calls = calls < MIN_CALLS ? MIN_CALLS : calls > MAX_CALLS ? MAX_CALLS : calls;
+    in->calls = calls;
+    in->n_args = calls;
+    free(in->args);
+    in->args = calloc((size_t)calls, sizeof *in->args);
+    size_t n_idx = (size_t)calls * rows * topk, n_eidx = (size_t)calls * rows * etopk;
+    int32_t *idx = malloc(n_idx * 4 + 16), *eidx = malloc(n_eidx * 4 + 16);
+    int32_t *swaps = malloc((size_t)(topk > etopk ? topk : etopk) * 4 + 16), *lens = malloc((size_t)rows * 4 + 16);
+    size_t n_q = (size_t)rows * h * m->d_qk;
+    uint16_t *q = malloc(n_q * 2 + 16);
+    float *sink = malloc((size_t)h * 4 + 16);
+    int rc = (in->args && idx && eidx && swaps && lens && q && sink) ? MLAJIT_OK : mlajit_fail_oom("tune: the inputs");
+    if (rc == MLAJIT_OK) {
+        mlajit_rng r;
+        mlajit_rng_seed(&r, seed);
+        for (size_t i = 0; i < (size_t)calls * rows; i++) {
+            draw_row(&r, pool->c.indices, pool->c.b, topk, idx + i * topk, swaps);
+            if (etopk)
+                draw_row(&r, pool->c.extra_indices, pool->c.b, etopk, eidx + i * etopk, swaps);
+        }
+        for (size_t i = 0; i < n_q; i++) /* uniform in [-1, 1): never zeros */
+            q[i] = mlajit_float_to_bf16((float)((double)(mlajit_rng_next(&r) >> 11) * 0x1.0p-52 - 1.0));
+        for (int i = 0; i < rows; i++)
+            lens[i] = topk < etopk ? etopk : topk; /* every candidate attended */
+        for (int i = 0; i < h; i++)
+            sink[i] = 0.5f;
+    }
+    if (rc == MLAJIT_OK && ((rc = devbuf_fill(drv, &in->idx, n_idx * 4, idx)) ||
+                            (etopk && (rc = devbuf_fill(drv, &in->eidx, n_eidx * 4, eidx))) ||
+                            (rc = devbuf_fill(drv, &in->q, n_q * 2, q)) ||
+                            (rc = devbuf_fill(drv, &in->len, (size_t)rows * 4, lens)) ||
+                            (rc = devbuf_fill(drv, &in->elen, (size_t)rows * 4, lens)) ||
+                            (rc = devbuf_fill(drv, &in->sink, (size_t)h * 4, sink)) ||
+                            (rc = devbuf_fill(drv, &in->out, (size_t)rows * h * m->d_v * 2, NULL)) ||
+                            (rc = devbuf_fill(drv, &in->lse, (size_t)rows * h * 4, NULL)))) {
+        /* rc says what failed */
+    }
+    if (rc == MLAJIT_OK) {
+        const mlajit_decode_args *pa = &pool->dc.args;
+        for (int i = 0; i < calls; i++) {
+            mlajit_decode_args a = MLAJIT_DECODE_ARGS_INIT;
+            a.q = (const void *)(uintptr_t)in->q.ptr;
+            a.q_stride_h = m->d_qk;
+            a.q_stride_s = (int64_t)h * m->d_qk;
+            a.q_stride_b = a.q_stride_s;
+            a.kv = pa->kv;
+            a.indices = (const int32_t *)(uintptr_t)in->idx.ptr + (size_t)i * rows * topk;
+            a.indices_stride_s = topk;
+            a.indices_stride_b = topk;
+            a.topk_length = (const int32_t *)(uintptr_t)in->len.ptr;
+            a.attn_sink = (const float *)(uintptr_t)in->sink.ptr;
+            if (etopk) {
+                a.extra_kv = pa->extra_kv;
+                a.extra_indices = (const int32_t *)(uintptr_t)in->eidx.ptr + (size_t)i * rows * etopk;
+                a.extra_indices_stride_s = etopk;
+                a.extra_indices_stride_b = etopk;
+                a.extra_topk_length = (const int32_t *)(uintptr_t)in->elen.ptr;
+            }
+            a.sm_scale = (float)pow((double)m->d_qk, -0.55);
+            a.out = (void *)(uintptr_t)in->out.ptr;
+            a.out_stride_h = m->d_v;
+            a.out_stride_s = (int64_t)h * m->d_v;
+            a.out_stride_b = a.out_stride_s;
+            a.lse = (float *)(uintptr_t)in->lse.ptr;
+            in->args[i] = a;
+        }
+    }
+    free(idx);
+    free(eidx);
+    free(swaps);
+    free(lens);
+    free(q);
+    free(sink);
+    return rc;
+}
+
+/* ---- the reference check ------------------------------------------------------- */
+
+typedef struct check_entry {
+    char kernel[128];
+    int splits, pass;
+} check_entry;
+
+/* A small case of the bucket (b = min(rows, 2), the bucket's topk), planned with
+ * the candidate's kernel forced and its effective split count, against the fp64
+ * reference: *pass. */
+static int check_candidate(mlajit_context *ctx, const tune_bucket *b, const mlajit_tune_candidate *cand, int *pass,
+                           char *why, size_t why_len)
+{
+    *pass = 0;
+    mlajit_synth_params sp = {
+        .model = b->spec.model, .b = b->shape.batch < 2 ? b->shape.batch : 2, .s_q = 1, .h_q = b->spec.h_q,
+        .topk = b->shape.topk, .extra_topk = b->shape.extra_topk, .page_size = b->spec.page_size,
+        .extra_page_size = b->spec.extra_page_size, .seqlen = b->shape.topk * 2 + 64,
+        .extra_seqlen = b->shape.extra_topk * 2 + 64, .with_sink = (b->spec.features & MLAJIT_FEATURE_SINK) != 0,
+        .with_topk_length = (b->spec.features & MLAJIT_FEATURE_TOPK_LENGTH) != 0,
+        .with_extra_topk_length = (b->spec.features & MLAJIT_FEATURE_EXTRA_TOPK_LENGTH) != 0, .seed = 47,
+    };
+    mlajit_case c;
+    int rc = mlajit_case_synthesize(&sp, &c);
+    if (rc)
+        return rc;
+    mlajit_kernel_spec spec;
+    forced_spec(cand->kernel, &spec);
+    mlajit_decode_shape shape = MLAJIT_DECODE_SHAPE_INIT;
+    mlajit_case_shape(&c, &shape);
+    shape.num_splits = cand->grid_splits;
+    mlajit_plan *plan = NULL;
+    mlajit_device_case dc = {0};
+    size_t rows = (size_t)c.b * c.s_q, n_lse = rows * c.h_q;
+    int d_v = mlajit_model_describe(c.model)->d_v;
+    float *out = malloc(n_lse * d_v * sizeof *out + 16), *lse = malloc(n_lse * sizeof *lse + 16);
+    float *ref_out = NULL, *ref_lse = NULL;
+    if (!out || !lse)
+        rc = mlajit_fail_oom("tune: the check");
+    if (!rc && !(rc = mlajit_plan_create(ctx, &spec, &shape, &plan)) &&
+        !(rc = mlajit_device_case_upload(ctx, &c, NULL, &dc))) {
+        size_t ws = mlajit_plan_workspace_size(plan);
+        if (ws && !(rc = mlajit_device_case_alloc(&dc, ws, &dc.args.workspace)))
+            dc.args.workspace_size = ws;
+        if (!rc && !(rc = mlajit_decode(plan, &dc.args, NULL)) &&
+            !(rc = mlajit_device_case_download(&dc, &c, NULL, rows, out, lse)) &&
+            !(rc = mlajit_case_reference(&c, c.b, &ref_out, &ref_lse))) {
+            mlajit_compare_result r;
+            mlajit_compare(out, ref_out, n_lse * d_v, lse, ref_lse, n_lse, &r);
+            *pass = r.pass;
+            snprintf(why, why_len, "max abs err %.3g, %lld out and %lld lse values outside SPEC.md's bar",
+                     r.out_max_abs_err, (long long)r.out_violations, (long long)r.lse_violations);
+        }
+    }
+    free(out);
+    free(lse);
+    free(ref_out);
+    free(ref_lse);
+    mlajit_device_case_free(&dc);
+    mlajit_plan_destroy(plan);
+    mlajit_case_free(&c);
+    return rc;
+}
+
+/* ---- the loop ------------------------------------------------------------------ */
+
+static void fmt_seconds(double s, char *buf, size_t len)
+{
+    if (s < 0)
+        s = 0;
+    if (s >= 60)
+        snprintf(buf, len, "%dm%02ds", (int)(s / 60), (int)s % 60);
+    else
+        snprintf(buf, len, "%.0fs", s);
+}
+
+/* One candidate's plan and time: MLAJIT_OK with *us (0 when dropped early). */
+static int time_candidate(mlajit_context *ctx, const tune_bucket *b, const mlajit_tune_candidate *cand,
+                          tune_inputs *in, double best, int replays, double *us, int *dropped)
+{
+    const mlajit_driver *drv = mlajit_context_driver(ctx);
+    mlajit_decode_shape shape = b->shape;
+    shape.num_splits = cand->num_splits;
+    mlajit_plan *plan = NULL;
+    int rc = mlajit_plan_create(ctx, &cand->spec, &shape, &plan);
+    *us = 0;
+    *dropped = 0;
+    if (rc)
+        return rc;
+    size_t ws = mlajit_plan_workspace_size(plan);
+    if (ws && (rc = devbuf_fill(drv, &in->ws, ws, NULL)))
+        goto done;
+    for (int i = 0; i < in->n_args; i++) {
+        in->args[i].workspace = ws ? (void *)(uintptr_t)in->ws.ptr : NULL;
+        in->args[i].workspace_size = ws;
+    }
+    double t;
+    if ((rc = mlajit_time_plan_graph(ctx, plan, in->args, in->n_args, in->calls, SHORT_REPLAYS, NULL, &t)))
+        goto done;
+    if (best > 0 && t > DROP_RATIO * best) {
+        *dropped = 1;
+        *us = t;
+        goto done;
+    }
+    rc = mlajit_time_plan_graph(ctx, plan, in->args, in->n_args, in->calls, replays, NULL, us);
+done:
+    mlajit_plan_destroy(plan);
+    return rc;
+}
+
+int mlajit_tune(mlajit_context *ctx, const mlajit_tune_envelope *env, const mlajit_tune_options *opts,
+                mlajit_tune_summary *sum)
+{
+    if (!env || !opts || !sum)
+        return mlajit_fail(MLAJIT_ERR_INVALID_ARGUMENT, "tune: env, opts and summary must not be NULL");
+    memset(sum, 0, sizeof *sum);
+    const double t0 = mlajit_now_ms();
+    const mlajit_driver *drv = ctx ? mlajit_context_driver(ctx) : NULL;
+    if (!opts->dry_run && !drv)
+        return mlajit_fail(MLAJIT_ERR_NO_DEVICE, "tune needs a GPU (or a dry run)");
+    const char *arch = ctx ? ctx->arch : MLAJIT_DEFAULT_ARCH;
+    int sm_count = opts->sm_count ? opts->sm_count
+                   : ctx && ctx->sm_count > 0 ? ctx->sm_count
+                                              : MLAJIT_DEFAULT_SM_COUNT;
+    tune_bucket *buckets = NULL;
+    int n_buckets = 0;
+    int rc = expand_buckets(env, arch, &buckets, &n_buckets);
+    if (rc)
+        return rc;
+    sum->buckets = n_buckets;
+    FILE *list = opts->list ? opts->list : stdout;
+    const int replays = opts->replays > 0 ? opts->replays : 20;
+    const int64_t l2 = ctx && ctx->l2_bytes > 0 ? ctx->l2_bytes : 50LL << 20;
+    int64_t pool_bytes = opts->pool_bytes > 0 ? opts->pool_bytes : 4 * l2;
+    if (!opts->pool_bytes && pool_bytes < (64LL << 20))
+        pool_bytes = 64LL << 20;
+    tune_pool pool = {0};
+    tune_inputs in = {0};
+    check_entry *checks = NULL;
+    int n_checks = 0, cap_checks = 0;
+    mlajit_tune_candidate cands[MLAJIT_TUNE_MAX_CANDIDATES];
+    const int pushed = drv ? mlajit_context_enter(ctx) : 0; /* the inputs' driver calls */
+    for (int bi = 0; bi < n_buckets && rc == MLAJIT_OK; bi++) {
+        const tune_bucket *b = &buckets[bi];
+        char bname[200];
+        bucket_name(b, bname, sizeof bname);
+        int n_c = 0;
+        if ((rc = mlajit_tune_candidates(&b->spec, &b->shape, sm_count, cands, MLAJIT_TUNE_MAX_CANDIDATES, &n_c)))
+            break;
+        sum->candidates += n_c;
+        if (opts->dry_run) {
+            fprintf(list, "bucket %d/%d: %s: %d candidates\n", bi + 1, n_buckets, bname, n_c);
+            for (int i = 0; i < n_c; i++) {
+                char cn[200];
+                candidate_name(&cands[i], cn, sizeof cn);
+                fprintf(list, "  %s\n", cn);
+            }
+            continue;
+        }
+        if (mlajit_now_ms() - t0 >= opts->seconds * 1e3) {
+            sum->deadline_hit = 1;
+            break;
+        }
+        if ((rc = pool_get(ctx, b, pool_bytes, &pool, opts->progress)) ||
+            (rc = inputs_make(ctx, b, &pool, &in, 1000 + (uint64_t)bi)))
+            break;
+        double best = 0, runner_up = 0, rules_us = 0;
+        int winner = -1, measured = 0;
+        for (int ci = 0; ci < n_c && rc == MLAJIT_OK; ci++) {
+            if (mlajit_now_ms() - t0 >= opts->seconds * 1e3) {
+                sum->deadline_hit = 1;
+                break;
+            }
+            const mlajit_tune_candidate *c = &cands[ci];
+            double us;
+            int dropped;
+            if ((rc = time_candidate(ctx, b, c, &in, best, replays, &us, &dropped)))
+                break;
+            sum->timed++;
+            measured++;
+            if (c->is_rules)
+                rules_us = us;
+            if (dropped) {
+                sum->dropped++;
+                continue;
+            }
+            if (winner >= 0 && us >= best) {
+                if (runner_up == 0 || us < runner_up)
+                    runner_up = us;
+                continue;
+            }
+            /* it would win: checked first, once per (kernel, split count) */
+            int pass = -1;
+            for (int k = 0; k < n_checks && pass < 0; k++)
+                if (checks[k].splits == c->grid_splits && strcmp(checks[k].kernel, c->kernel) == 0)
+                    pass = checks[k].pass;
+            if (pass < 0) {
+                char why[200] = "";
+                if (opts->skip_check)
+                    pass = 1;
+                else if ((rc = check_candidate(ctx, b, c, &pass, why, sizeof why)))
+                    break;
+                if (n_checks == cap_checks) {
+                    cap_checks = cap_checks ? cap_checks * 2 : 32;
+                    check_entry *g = realloc(checks, (size_t)cap_checks * sizeof *g);
+                    if (!g) {
+                        rc = mlajit_fail_oom("tune: the checks");
+                        break;
+                    }
+                    checks = g;
+                }
+                checks[n_checks++] = (check_entry){.splits = c->grid_splits, .pass = pass};
+                snprintf(checks[n_checks - 1].kernel, sizeof checks[0].kernel, "%s", c->kernel);
+                if (!pass) {
+                    sum->failed_checks++;
+                    if (opts->progress)
+                        fprintf(opts->progress, "tune: %s splits %d FAILED the reference check (%s): excluded\n",
+                                c->kernel, c->grid_splits, why);
+                }
+            }
+            if (!pass)
+                continue;
+            if (winner >= 0)
+                runner_up = best;
+            best = us;
+            winner = ci;
+        }
+        if (rc || sum->deadline_hit)
+            break;
+        sum->buckets_done++;
+        if (winner >= 0) {
+            const mlajit_tune_candidate *w = &cands[winner];
+            /* a record's time is > 0; a timer that says 0 (the fake driver runs nothing) gets 1 ns */
+            mlajit_tactic_choice choice = {.num_splits = w->is_rules ? 0 : w->num_splits,
+                                           .tuned_us = best > 0 ? best : 1e-3,
+                                           .rules_us = rules_us, .runner_up_us = runner_up, .candidates = measured};
+            choice.kernel = (mlajit_kernel_spec)MLAJIT_KERNEL_SPEC_INIT;
+            forced_spec(w->kernel, &choice.kernel);
+            if ((rc = mlajit_tactic_store(ctx, &b->spec, &b->shape, &choice)))
+                break;
+            sum->stored++;
+            if (opts->json) {
+                fprintf(opts->json,
+                        "{\"model\": \"%s\", \"h_q\": %d, \"b\": %d, \"s_q\": %d, \"topk\": %d, \"extra_topk\": %d, "
+                        "\"page_size\": %d, \"tactic\": {\"kernel\": \"%s\", \"splits\": %d}, \"tuned_us\": %.3f, "
+                        "\"rules_us\": %.3f, \"best_us\": %.3f, \"runner_up_us\": %.3f, \"candidates\": %d, "
+                        "\"commit\": \"%s\"}\n",
+                        mlajit_model_describe(b->spec.model)->name, b->spec.h_q, b->shape.batch, b->shape.s_q,
+                        b->shape.topk, b->shape.extra_topk, b->spec.page_size, w->kernel, choice.num_splits, best,
+                        rules_us, best, runner_up, measured, opts->commit ? opts->commit : "unknown");
+                fflush(opts->json);
+            }
+        }
+        if (opts->progress) {
+            double el = (mlajit_now_ms() - t0) / 1e3;
+            char eta[32], cn[200] = "none passed its check";
+            fmt_seconds(el / sum->buckets_done * (n_buckets - sum->buckets_done), eta, sizeof eta);
+            if (winner >= 0)
+                candidate_name(&cands[winner], cn, sizeof cn);
+            fprintf(opts->progress, "tune: %d/%d %s: best %.2f us (%s) vs rules %.2f us (%.3fx); ETA %s\n",
+                    sum->buckets_done, n_buckets, bname, best, cn, rules_us, rules_us > 0 ? best / rules_us : 0.0,
+                    eta);
+            fflush(opts->progress);
+        }
+    }
+    if (drv) {
+        inputs_free(drv, &in);
+        pool_free(&pool);
+        mlajit_context_leave(ctx, pushed);
+    }
+    free(checks);
+    free(buckets);
+    sum->seconds = (mlajit_now_ms() - t0) / 1e3;
+    return rc;
+}

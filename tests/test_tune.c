@@ -1,0 +1,238 @@
+/* The tuner (src/harness/tune.c): the candidates of a bucket, exactly; the
+ * budget; and, on the fake driver (tests/fake_cuda: kernels launch and run
+ * nothing), the timing loop end to end: with the reference check skipped it
+ * stores one record per bucket that mlajit_tactic_lookup finds, with the check
+ * on (which nothing the fake driver "computes" passes) it stores none. */
+#include <criterion/criterion.h>
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "codegen/codegen.h"
+#include "common/error.h"
+#include "harness/harness.h"
+#include "mlajit.h"
+#include "runtime/runtime.h"
+#include "temp_tree.h"
+
+static char root[64];
+
+static void make_root(void)
+{
+    strcpy(root, "/tmp/mlajit-tune-XXXXXX");
+    cr_assert_not_null(mkdtemp(root));
+    unsetenv("MLAJIT_PACKS");
+    unsetenv("MLAJIT_DISABLE_JIT");
+}
+
+static void remove_root(void) { temp_tree_remove(root); }
+
+TestSuite(candidates);
+TestSuite(tune, .init = make_root, .fini = remove_root, .timeout = 240);
+
+typedef struct expected {
+    const char *kernel;
+    int num_splits, grid_splits, is_rules;
+} expected;
+
+static void check_candidates(mlajit_model model, int h_q, int rows, int topk, const expected *want, int n_want)
+{
+    mlajit_kernel_spec spec = MLAJIT_KERNEL_SPEC_INIT;
+    spec.model = model;
+    spec.h_q = h_q;
+    spec.page_size = 64;
+    strcpy(spec.arch, "sm_90a");
+    mlajit_decode_shape shape = MLAJIT_DECODE_SHAPE_INIT;
+    shape.batch = rows;
+    shape.s_q = 1;
+    shape.topk = topk;
+    mlajit_tune_candidate c[MLAJIT_TUNE_MAX_CANDIDATES];
+    int n = -1;
+    cr_assert_eq(mlajit_tune_candidates(&spec, &shape, 132, c, MLAJIT_TUNE_MAX_CANDIDATES, &n), MLAJIT_OK, "%s",
+                 mlajit_last_error());
+    for (int i = 0; i < n && i < n_want; i++) {
+        cr_expect_str_eq(c[i].kernel, want[i].kernel, "candidate %d", i);
+        cr_expect_eq(c[i].num_splits, want[i].num_splits, "candidate %d (%s): splits %d", i, c[i].kernel,
+                     c[i].num_splits);
+        cr_expect_eq(c[i].grid_splits, want[i].grid_splits, "candidate %d (%s): grid splits %d", i, c[i].kernel,
+                     c[i].grid_splits);
+        cr_expect_eq(c[i].is_rules, want[i].is_rules, "candidate %d", i);
+    }
+    cr_assert_eq(n, n_want, "%d candidates, expected %d", n, n_want);
+}
+
+#define N16 "v32.h16.p64.t64.hc16.sm90-narrow.sm_90a"
+#define L16 "v32.h16.p64.t64.hc16.sm90-narrow-long.sm_90a"
+#define S8 "v32.h16.p64.t64.hc8.sm90-narrow.sm_90a"
+
+/* V3.2 h16, 64 rows, topk 512 (8 tiles): the rules' sm90-narrow at its planner's
+ * 2 splits; auto's own kernel is the rules'; the long walk and the head split
+ * at their own and 1, 2, 4, 8 splits, each grid once. */
+Test(candidates, v32_h16_rows64_topk512)
+{
+    static const expected want[] = {
+        {N16, 0, 2, 1}, {N16, 1, 1, 0}, {N16, 4, 4, 0}, {N16, 8, 8, 0},
+        {L16, 0, 2, 0}, {L16, 1, 1, 0}, {L16, 4, 4, 0}, {L16, 8, 8, 0},
+        {S8, 0, 1, 0},  {S8, 2, 2, 0},  {S8, 4, 4, 0},  {S8, 8, 8, 0},
+    };
+    check_candidates(MLAJIT_MODEL_V32, 16, 64, 512, want, sizeof want / sizeof want[0]);
+}
+
+#define STAGED "v32.h128.p64.t64.hc64.sm90-staged.sm_90a"
+#define SM90 "v32.h128.p64.t64.hc64.sm90.sm_90a"
+#define N128_16 "v32.h128.p64.t64.hc16.sm90-narrow.sm_90a"
+#define N128_32 "v32.h128.p64.t64.hc32.sm90-narrow.sm_90a"
+#define UNPAIRED "v32.h128.p64.t64.hc64.sm90-unpaired.sm_90a"
+
+/* V3.2 h128, 64 rows, topk 512: the rules take sm90-staged, which never splits,
+ * so it is one candidate; sm90 (auto's own), the head split, the head groups
+ * and sm90-unpaired each at their own and 2, 4, 8 splits. */
+Test(candidates, v32_h128_rows64_topk512_staged_gets_no_splits)
+{
+    static const expected want[] = {
+        {STAGED, 0, 1, 1},
+        {SM90, 0, 1, 0},     {SM90, 2, 2, 0},     {SM90, 4, 4, 0},     {SM90, 8, 8, 0},
+        {N128_16, 0, 1, 0},  {N128_16, 2, 2, 0},  {N128_16, 4, 4, 0},  {N128_16, 8, 8, 0},
+        {N128_32, 0, 1, 0},  {N128_32, 2, 2, 0},  {N128_32, 4, 4, 0},  {N128_32, 8, 8, 0},
+        {UNPAIRED, 0, 1, 0}, {UNPAIRED, 2, 2, 0}, {UNPAIRED, 4, 4, 0}, {UNPAIRED, 8, 8, 0},
+    };
+    check_candidates(MLAJIT_MODEL_V32, 128, 64, 512, want, sizeof want / sizeof want[0]);
+}
+
+/* Splits stop at the kernel's tiles: topk 128 is 2 tiles of 64. */
+Test(candidates, splits_stop_at_the_tiles)
+{
+    mlajit_kernel_spec spec = MLAJIT_KERNEL_SPEC_INIT;
+    spec.model = MLAJIT_MODEL_V32;
+    spec.h_q = 64;
+    spec.page_size = 64;
+    strcpy(spec.arch, "sm_90a");
+    mlajit_decode_shape shape = MLAJIT_DECODE_SHAPE_INIT;
+    shape.batch = 1;
+    shape.s_q = 1;
+    shape.topk = 128;
+    mlajit_tune_candidate c[MLAJIT_TUNE_MAX_CANDIDATES];
+    int n = 0;
+    cr_assert_eq(mlajit_tune_candidates(&spec, &shape, 132, c, MLAJIT_TUNE_MAX_CANDIDATES, &n), MLAJIT_OK);
+    cr_assert_gt(n, 1);
+    for (int i = 0; i < n; i++) {
+        cr_expect_leq(c[i].num_splits, 2, "%s asks %d splits of 2 tiles", c[i].kernel, c[i].num_splits);
+        cr_expect_leq(c[i].grid_splits, 2, "%s", c[i].kernel);
+        if (strstr(c[i].kernel, "sm90-staged"))
+            cr_expect_eq(c[i].num_splits, 0, "sm90-staged never splits");
+    }
+}
+
+/* ---- the loop on the fake driver ---------------------------------------------- */
+
+static const mlajit_model models[] = {MLAJIT_MODEL_V32};
+static const int heads[] = {16}, pages[] = {64}, topks[] = {128, 256}, rows_[] = {1, 2};
+
+static mlajit_tune_envelope small_envelope(void)
+{
+    return (mlajit_tune_envelope){.models = models, .num_models = 1, .heads = heads, .num_heads = 1,
+                                  .pages = pages, .num_pages = 1, .topks = topks, .num_topks = 2,
+                                  .rows = rows_, .num_rows = 2};
+}
+
+static mlajit_context *gpu_context(void)
+{
+    mlajit_context_options o = MLAJIT_CONTEXT_OPTIONS_INIT;
+    o.cache_dir = root;
+    o.packs = "";
+    mlajit_context *ctx = NULL;
+    cr_assert_eq(mlajit_context_create(&o, &ctx), MLAJIT_OK, "%s", mlajit_last_error());
+    mlajit_context_info info = MLAJIT_CONTEXT_INFO_INIT;
+    mlajit_context_get_info(ctx, &info);
+    cr_assert(info.has_device, "the fake driver gives a device: %s", info.no_device_reason);
+    return ctx;
+}
+
+static int records_found(mlajit_context *ctx)
+{
+    int found = 0;
+    for (int t = 0; t < 2; t++)
+        for (int r = 0; r < 2; r++) {
+            mlajit_kernel_spec spec = MLAJIT_KERNEL_SPEC_INIT;
+            spec.model = MLAJIT_MODEL_V32;
+            spec.h_q = 16;
+            spec.page_size = 64;
+            mlajit_decode_shape shape = MLAJIT_DECODE_SHAPE_INIT;
+            shape.batch = rows_[r];
+            shape.s_q = 1;
+            shape.topk = topks[t];
+            mlajit_tactic_match m;
+            cr_assert_eq(mlajit_tactic_lookup(ctx, &spec, &shape, &m), MLAJIT_OK, "%s", mlajit_last_error());
+            if (m.found && m.exact)
+                found++;
+        }
+    return found;
+}
+
+static mlajit_tune_options fake_options(double seconds, int skip_check)
+{
+    return (mlajit_tune_options){.seconds = seconds, .skip_check = skip_check, .pool_bytes = 8 << 20,
+                                 .replays = 3};
+}
+
+Test(tune, unchecked_winners_are_stored_one_per_bucket_and_found)
+{
+    mlajit_context *ctx = gpu_context();
+    mlajit_tune_envelope env = small_envelope();
+    mlajit_tune_options o = fake_options(600, 1);
+    mlajit_tune_summary s;
+    cr_assert_eq(mlajit_tune(ctx, &env, &o, &s), MLAJIT_OK, "%s", mlajit_last_error());
+    cr_expect_eq(s.buckets, 4);
+    cr_expect_eq(s.buckets_done, 4);
+    cr_expect_eq(s.stored, 4);
+    cr_expect_eq(s.deadline_hit, 0);
+    cr_expect_geq(s.timed, 4);
+    cr_expect_eq(records_found(ctx), 4);
+    mlajit_context_destroy(ctx);
+}
+
+Test(tune, with_the_check_on_nothing_the_fake_driver_runs_is_stored)
+{
+    mlajit_context *ctx = gpu_context();
+    mlajit_tune_envelope env = small_envelope();
+    mlajit_tune_options o = fake_options(600, 0);
+    mlajit_tune_summary s;
+    cr_assert_eq(mlajit_tune(ctx, &env, &o, &s), MLAJIT_OK, "%s", mlajit_last_error());
+    cr_expect_eq(s.buckets_done, 4);
+    cr_expect_eq(s.stored, 0);
+    cr_expect_gt(s.failed_checks, 0);
+    cr_expect_eq(records_found(ctx), 0);
+    mlajit_context_destroy(ctx);
+}
+
+Test(tune, a_zero_second_budget_stores_nothing_and_says_so)
+{
+    mlajit_context *ctx = gpu_context();
+    mlajit_tune_envelope env = small_envelope();
+    mlajit_tune_options o = fake_options(0, 1);
+    mlajit_tune_summary s;
+    cr_assert_eq(mlajit_tune(ctx, &env, &o, &s), MLAJIT_OK, "%s", mlajit_last_error());
+    cr_expect_eq(s.buckets, 4);
+    cr_expect_eq(s.buckets_done, 0);
+    cr_expect_eq(s.stored, 0);
+    cr_expect_eq(s.timed, 0);
+    cr_expect_eq(s.deadline_hit, 1);
+    cr_expect_eq(records_found(ctx), 0);
+    mlajit_context_destroy(ctx);
+}
+
+Test(tune, a_dry_run_needs_no_device_and_counts_the_candidates)
+{
+    mlajit_tune_envelope env = small_envelope();
+    FILE *list = tmpfile();
+    mlajit_tune_options o = {.dry_run = 1, .list = list};
+    mlajit_tune_summary s;
+    cr_assert_eq(mlajit_tune(NULL, &env, &o, &s), MLAJIT_OK, "%s", mlajit_last_error());
+    cr_expect_eq(s.buckets, 4);
+    cr_expect_gt(s.candidates, 4);
+    cr_expect_eq(s.stored, 0);
+    long size = ftell(list);
+    cr_expect_gt(size, 0, "the dry run lists the buckets");
+    fclose(list);
+}
