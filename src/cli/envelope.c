@@ -26,11 +26,11 @@ static const char *scale_text(const mlajit_model_desc *d)
     return "?";
 }
 
-/* The shared memory a variant needs, or 0 when it cannot be laid out. */
+/* The shared memory the portable kernel needs, or 0 when it cannot be laid out. */
 static int variant_smem(mlajit_model model, int tile, int heads_per_cta)
 {
     mlajit_kernel_spec r = {.struct_size = sizeof r, .model = model, .h_q = 128, .page_size = 64, .tile = tile,
-                            .heads_per_cta = heads_per_cta};
+                            .heads_per_cta = heads_per_cta, .variant = MLAJIT_VARIANT_PORTABLE};
     mlajit_kernel_layout layout;
     return mlajit_codegen_layout(&r, &layout) == MLAJIT_OK ? layout.smem_bytes : 0;
 }
