@@ -122,6 +122,7 @@ struct mlajit_family {
     unsigned heads_per_cta;   /* heads per CTA it runs (MLAJIT_SIZES); 8 and 24 only where it takes h_q rounded up */
     int max_heads_per_cta;    /* the most heads a CTA holds without head groups (0: no limit but its sizes) */
     unsigned scales;          /* scale formats it runs (MLAJIT_SCALES); the others are refused */
+    const char *models;       /* the models it runs, in words (its resolve checks them) */
     /* its choices and refusals for a spec of it, in the resolver's order: tile and head
      * group set, the model checked (0, or an error set) */
     int (*resolve)(const mlajit_family *f, mlajit_kernel_spec *r);
