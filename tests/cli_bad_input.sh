@@ -289,9 +289,11 @@ expect 0 "accepted: glm_nsa.h16.p61.t64.hc16" envelope glm_nsa.h16.p61.hc16.any
 expect 1 "spec.h_q = 129" envelope v32.h129.p64
 expect 1 "extra_page_size" envelope v32.h16.p64.fx
 expect 0 "arch targets" envelope
-# the envelope's table describes every variant a spec can name (MLAJIT_VARIANT_NAMES)
-for v in auto portable sm90 sliced sm90-staged sm90-unpaired sm90-narrow; do
-  expect 0 "$v (" envelope
+# the envelope's table describes every variant a spec can name (MLAJIT_VARIANT_NAMES):
+# auto, then one line per row of the family table
+expect 0 "auto (" envelope
+for v in portable sm90 sliced sm90-staged sm90-unpaired sm90-narrow sm90-narrow-long sm90-narrow-scores; do
+  expect 0 "   $v " envelope
 done
 expect 0 "(and 8, 24 with variant sm90-narrow or sm90-narrow-long)" envelope
 expect 0 "usage: mlajit fuzz [--seconds N]" fuzz --help

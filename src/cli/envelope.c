@@ -26,13 +26,36 @@ static const char *scale_text(const mlajit_model_desc *d)
     return "?";
 }
 
-/* The shared memory a variant needs, or 0 when it cannot be laid out. */
+/* The shared memory the portable kernel needs, or 0 when it cannot be laid out. */
 static int variant_smem(mlajit_model model, int tile, int heads_per_cta)
 {
     mlajit_kernel_spec r = {.struct_size = sizeof r, .model = model, .h_q = 128, .page_size = 64, .tile = tile,
-                            .heads_per_cta = heads_per_cta};
+                            .heads_per_cta = heads_per_cta, .variant = MLAJIT_VARIANT_PORTABLE};
     mlajit_kernel_layout layout;
     return mlajit_codegen_layout(&r, &layout) == MLAJIT_OK ? layout.smem_bytes : 0;
+}
+
+/* "16, 32, 64": a set of sizes (MLAJIT_SIZES). */
+static void sizes_text(unsigned sizes, char *buf, size_t len)
+{
+    size_t used = 0;
+    buf[0] = '\0';
+    for (int v = 8; v <= 64 && used < len; v += 8)
+        if (mlajit_family_takes(sizes, v))
+            used += (size_t)snprintf(buf + used, len - used, "%s%d", used ? ", " : "", v);
+}
+
+/* One family's row: its arch, tiles, heads per CTA, models and what sets it apart. */
+static void print_family(const mlajit_family *f)
+{
+    char tiles[32], heads[32];
+    sizes_text(f->tiles, tiles, sizeof tiles);
+    sizes_text(f->heads_per_cta, heads, sizeof heads);
+    const char *alias = f->alias_when ? mlajit_variant_name(f->alias) : NULL;
+    printf("  %-14s   %-18s %-7s tile %-7s heads per CTA %-15s models %s%s%s%s%s%s%s\n", "", f->name,
+           f->arch ? f->arch : "sm_80+", tiles, heads, f->models, f->pairs ? "; CTA pairs at 65-128 heads" : "",
+           f->single_split ? "; never splits" : "", f->staged_output ? "; output staged" : "",
+           alias ? "; " : "", alias ? alias : "", alias ? " where it adds nothing" : "");
 }
 
 /* The generator's choice for h_q on arch, as "t64.hc32", or "-" when none fits. */
@@ -75,14 +98,11 @@ static void print_tables(void)
            "heads_per_cta", "");
     printf("  %-14s auto (on sm_90a where tile and heads_per_cta allow: sm90-narrow at 32 heads and fewer\n"
            "  %-14s with power-of-two scales, else sm90; elsewhere portable; a plan may switch to sm90-staged,\n"
-           "  %-14s sm90-unpaired, sm90-narrow-long or sm90-narrow in head groups by its walk and grid),\n"
-           "  %-14s portable (sm_80+), sm90 (wgmma; sm_90a only, tile 64 x 64 heads), sm90-narrow (wgmma with\n"
-           "  %-14s the heads as N; sm_90a only; v32, dsv4; h_q rounded up to 8 per CTA up to 32 heads, or\n"
-           "  %-14s head groups of 8-32), sm90-narrow-long (sm90-narrow with a third producer group where it\n"
-           "  %-14s fits: v32 at 16 heads per CTA and fewer), sliced (sm_80+; v32, glm_nsa;\n"
-           "  %-14s tile 32 x 16 or 32 heads), sm90-staged (sm90, output staged; never splits; v32, dsv4),\n"
-           "  %-14s sm90-unpaired (sm90 without the CTA pair of 65-128 heads)\n",
-           "variant", "", "", "", "", "", "", "", "");
+           "  %-14s sm90-unpaired, sm90-narrow-scores, sm90-narrow-long or sm90-narrow in head groups by its\n"
+           "  %-14s walk and grid), or a family by name (its row in src/codegen/families.c):\n",
+           "variant", "", "", "");
+    for (int i = 0; i < mlajit_family_count; i++)
+        print_family(&mlajit_families[i]);
     printf("  %-14s \"\" (the device's; %s without one), %s\n\n", "arch", MLAJIT_DEFAULT_ARCH, mlajit_arch_list());
 
     printf("models (KV-cache layouts, SPEC.md)\n");

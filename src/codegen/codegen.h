@@ -1,56 +1,20 @@
-/* Internal: what the runtime needs from the generator beyond the public API. */
+/* Internal: what the runtime needs from the generator beyond the public API.
+ * The kernel families' table, the targets and the layout: families.h. */
 #ifndef MLAJIT_CODEGEN_CODEGEN_H
 #define MLAJIT_CODEGEN_CODEGEN_H
 #include <stddef.h>
 #include <stdint.h>
 
+#include "codegen/families.h"
 #include "mlajit.h"
 
 #define MLAJIT_ENTRY_MAIN "mlajit_decode_main"
 #define MLAJIT_ENTRY_COMBINE "mlajit_decode_combine"
 
-/* Launch geometry of a resolved spec's kernels. */
-typedef struct mlajit_kernel_layout {
-    int threads;            /* main kernel block size */
-    int tile;               /* candidates per tile */
-    int heads_per_cta;      /* query heads per CTA */
-    int smem_bytes;         /* dynamic shared memory of the main kernel */
-    int combine_threads;    /* combine kernel block size (one block per row and head) */
-    int combine_staged_splits;   /* split rows the combine stages in shared memory per round */
-    int combine_bytes_per_split; /* its dynamic shared memory per staged split (a d_v fp32 row) */
-    int blocks_per_sm;      /* CTAs of the main kernel resident per SM (the planner's wave size) */
-    int cluster_ctas;       /* CTAs per cluster along the head groups (1: no cluster); divides their count by construction */
-    int dependent_launch;   /* 1: each kernel waits on the device for the grid before it (griddepcontrol.wait) before
-                               it reads an argument: the main kernel for the stream's previous kernel, the combine
-                               for the main kernel; so both may be launched as programmatic dependents. 0: plain
-                               stream order only */
-    int single_split;       /* 1: the kernel writes no split partials, so its plans never split (sm90-staged) */
-} mlajit_kernel_layout;
-
 /* mlajit_spec_parse without the envelope check: the string's fields only (the
  * short forms too: v32.h16.p64 leaves tile, heads per CTA, variant and arch to
  * their defaults). MLAJIT_ERR_INVALID_ARGUMENT naming the form when malformed. */
 int mlajit_spec_parse_fields(const char *str, mlajit_kernel_spec *out);
-
-/* The variants' names, as spec strings and the CLI spell them. */
-#define MLAJIT_VARIANT_NAMES "auto, portable, sm90, sliced, sm90-staged, sm90-unpaired, sm90-narrow, sm90-narrow-long, sm90-narrow-scores"
-/* The name of variant v ("auto" for an unknown value). */
-const char *mlajit_variant_name(mlajit_variant v);
-/* The variant called `name`: 1 and *out, else 0 (no error is set). */
-int mlajit_variant_from_name(const char *name, mlajit_variant *out);
-/* Whether v is one of the sm90 family (sm90, sm90-staged, sm90-unpaired): the
- * decode_sm90 template, sm_90a only, tile 64 with 64 heads per CTA. */
-int mlajit_variant_is_sm90(mlajit_variant v);
-/* The most heads an sm90-narrow CTA holds (wgmma N beside two gathering warp
- * groups): auto's kernel up to this many heads, head groups of at most this many
- * past it. */
-#define MLAJIT_NARROW_MAX_HEADS_PER_CTA 32
-
-/* Whether v is sm90-narrow or sm90-narrow-long: the decode_sm90_narrow template. */
-int mlajit_variant_is_narrow(mlajit_variant v);
-/* Whether v runs a wgmma kernel (the sm90 family or the narrow pair): sm_90a
- * only, warp-specialized, sm90_common.cu's parts. */
-int mlajit_variant_is_wgmma(mlajit_variant v);
 
 /* The kernel auto switches to for a short walk per CTA: for an auto spec on sm_90a
  * (arch "" means default_arch) with more than 32 heads and power-of-two scales,
@@ -63,7 +27,6 @@ int mlajit_variant_is_wgmma(mlajit_variant v);
  * staged epilogue writes only the bf16 result (with a split-partial path too,
  * ptxas spilled). 1 and *alt (arch set) when the spec has such an alternative,
  * else 0. */
-#define MLAJIT_STAGED_PAIR_BELOW_TILES 20
 int mlajit_spec_short_walk_alternative(const mlajit_kernel_spec *spec, const char *default_arch,
                                        mlajit_kernel_spec *alt);
 
@@ -84,7 +47,6 @@ int mlajit_spec_one_tile_alternative(const mlajit_kernel_spec *spec, const char 
  * lost 3-7% at 1-8 tiles per CTA (its 512 threads' start-up; bench/HISTORY.md, "A
  * third producer group"). 1 and *alt (arch set) when the spec has such an
  * alternative, else 0. */
-#define MLAJIT_NARROW_LONG_FROM_TILES 16
 int mlajit_spec_long_walk_alternative(const mlajit_kernel_spec *spec, const char *default_arch,
                                       mlajit_kernel_spec *alt);
 
@@ -100,7 +62,6 @@ int mlajit_spec_long_walk_alternative(const mlajit_kernel_spec *spec, const char
  * -5 to -9% at topk 512, -5% at b 64 topk 2048, -1 to -2% at b 128 and 256; slower at
  * one tile per CTA (1, 2 and 6 heads were not timed).
  * 1 and *alt (arch set) when the spec has such an alternative, else 0. */
-#define MLAJIT_NARROW_SCORES_FROM_TILES 4
 int mlajit_spec_scores_alternative(const mlajit_kernel_spec *spec, const char *default_arch,
                                    mlajit_kernel_spec *alt);
 
@@ -130,7 +91,6 @@ int mlajit_spec_head_split_alternative(const mlajit_kernel_spec *spec, const cha
  * tile gathers (h128 b 8) or 64 (h64 b 64 topk 2048) it lost 5-8%, and 1.3-2.3x
  * where its grid took a second wave. 1 and *alt (arch set) when the spec has such
  * an alternative, else 0. */
-#define MLAJIT_HEAD_GROUPS_MAX_TILES 16
 int mlajit_spec_head_groups_alternative(const mlajit_kernel_spec *spec, const char *default_arch,
                                         mlajit_kernel_spec *alt);
 
@@ -146,47 +106,11 @@ int mlajit_spec_head_groups_alternative(const mlajit_kernel_spec *spec, const ch
 int mlajit_spec_walk_alternatives(const mlajit_kernel_spec *spec, const char *default_arch,
                                   mlajit_kernel_spec alts[MLAJIT_WALK_ALTERNATIVES]);
 
-int mlajit_codegen_layout(const mlajit_kernel_spec *resolved, mlajit_kernel_layout *layout);
-
 /* The canonical string of a spec as it is asked for: its fields as given, the
  * generator's choices NOT resolved ("v32.h32.p64.t0.hc0.auto.sm_90a"), arch ""
  * replaced by default_arch (NULL: left as "any"). What a plan knows before it
  * has chosen its kernel: the key of its tactics (cache/tactics.h). */
 int mlajit_spec_string_as_asked(const mlajit_kernel_spec *spec, const char *default_arch, char *buf, size_t len);
-
-/* The combine's dynamic shared memory at num_splits splits: the split rows it
- * stages per round, at most layout->combine_staged_splits of them. */
-int mlajit_combine_smem_bytes(const mlajit_kernel_layout *layout, int num_splits);
-
-/* Whether the sm90 family pairs the CTAs of a (row, split) in a cluster at h_q
- * heads, heads_per_cta per CTA: where the head groups come in pairs (65-128 heads
- * at 64 per CTA). sm90-unpaired differs from sm90 only there. */
-int mlajit_head_groups_pair(int h_q, int heads_per_cta);
-
-/* sm90-narrow's producer warp groups for a spec of the narrow pair with its tile
- * and head group set: 3 for sm90-narrow-long where the third group's ring slot
- * fits in shared memory, else 2. */
-int mlajit_narrow_producer_groups(const mlajit_kernel_spec *r);
-/* Whether sm90-narrow-scores's layout fits a spec of the narrow family with its
- * tile and head group set: inline power-of-two scales (V32's rows), 8 or 16 heads
- * per CTA (the template's wgmma N), and its two ring slots of a tile each beside
- * two V buffers, Q and P in shared memory: 8 heads at V32's rows (at 16, 7 KB too
- * many). */
-int mlajit_narrow_scores_fits(const mlajit_kernel_spec *r);
-
-/* Largest opt-in dynamic shared memory of an arch ("sm_90a"), 0 if unknown. */
-int mlajit_arch_max_smem(const char *arch);
-
-/* 1 when arch is in the generator's table ("sm_80" ... "sm_120a"). */
-int mlajit_arch_known(const char *arch);
-
-/* 1 when arch has grid dependency control (sm_90 and later): a kernel can wait
- * for the grid it depends on (griddepcontrol.wait), so it may be launched early,
- * as a programmatic dependent. 0 for older or unknown archs. */
-int mlajit_arch_has_grid_dependency(const char *arch);
-
-/* The arch list, comma separated, for messages. */
-const char *mlajit_arch_list(void);
 
 /* ---- the envelope (envelope.c) ---------------------------------------------- */
 

@@ -38,9 +38,10 @@ int mlajit_shape_validate(const mlajit_kernel_spec *spec, const mlajit_decode_sh
     if (s->num_splits < 0 || s->num_splits > MLAJIT_MAX_SPLITS)
         return mlajit_fail(MLAJIT_ERR_INVALID_ARGUMENT, "shape.num_splits = %d; allowed 0 (auto) or 1..%d",
                            s->num_splits, MLAJIT_MAX_SPLITS);
-    /* refused before anything is compiled; auto never resolves to it, so only a
-     * spec that names it can ask */
-    if (spec->variant == MLAJIT_VARIANT_SM90_STAGED && s->num_splits > 1)
+    /* a single-split family (sm90-staged) is refused before anything is compiled; auto never
+     * resolves to one, so only a spec that names it can ask */
+    const mlajit_family *family = mlajit_family_of(spec->variant);
+    if (family && family->single_split && s->num_splits > 1)
         return mlajit_fail(MLAJIT_ERR_UNSUPPORTED,
                            "shape.num_splits = %d but variant %s does not split (it writes no split partials); "
                            "allowed 0 or 1, or use variant sm90",

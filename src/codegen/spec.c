@@ -5,51 +5,10 @@
 #include <string.h>
 
 #include "codegen/codegen.h"
+#include "codegen/families.h"
 #include "common/abi.h"
 #include "common/error.h"
 #include "mlajit.h"
-
-/* Targets the generator emits code for, with their opt-in shared memory per
- * block (bytes) and whether they have grid dependency control (sm_90 on:
- * griddepcontrol, programmatic dependent launch). The portable family needs
- * sm_80's mma.sync and cvt.bf16x2. */
-static const struct arch_row {
-    const char *name;
-    int max_smem;
-    int grid_dependency;
-} arch_table[] = {
-    {"sm_80", 166912, 0},   {"sm_86", 101376, 0},   {"sm_87", 166912, 0},   {"sm_89", 101376, 0},
-    {"sm_90", 232448, 1},   {"sm_90a", 232448, 1},  {"sm_100", 232448, 1},  {"sm_100a", 232448, 1},
-    {"sm_103", 232448, 1},  {"sm_103a", 232448, 1}, {"sm_120", 101376, 1},  {"sm_120a", 101376, 1},
-};
-#define ARCH_COUNT (sizeof arch_table / sizeof arch_table[0])
-
-static const struct arch_row *arch_row_of(const char *arch)
-{
-    for (size_t i = 0; arch && i < ARCH_COUNT; i++)
-        if (strcmp(arch_table[i].name, arch) == 0)
-            return &arch_table[i];
-    return NULL;
-}
-
-int mlajit_arch_max_smem(const char *arch)
-{
-    const struct arch_row *row = arch_row_of(arch);
-    return row ? row->max_smem : 0;
-}
-
-int mlajit_arch_known(const char *arch) { return arch_row_of(arch) != NULL; }
-
-int mlajit_arch_has_grid_dependency(const char *arch)
-{
-    const struct arch_row *row = arch_row_of(arch);
-    return row ? row->grid_dependency : 0;
-}
-
-const char *mlajit_arch_list(void)
-{
-    return "sm_80, sm_86, sm_87, sm_89, sm_90, sm_90a, sm_100, sm_100a, sm_103, sm_103a, sm_120, sm_120a";
-}
 
 int mlajit_spec_init(mlajit_kernel_spec *spec, mlajit_model model, int h_q, int page_size)
 {
@@ -65,40 +24,6 @@ int mlajit_spec_init(mlajit_kernel_spec *spec, mlajit_model model, int h_q, int 
 }
 
 static int page_size_ok(int p) { return p >= 1 && p <= MLAJIT_MAX_PAGE_SIZE; }
-
-/* One table for every variant name (MLAJIT_VARIANT_NAMES lists them in order). */
-static const struct {
-    mlajit_variant variant;
-    const char *name;
-} variant_names[] = {
-    {MLAJIT_VARIANT_AUTO, "auto"},
-    {MLAJIT_VARIANT_PORTABLE, "portable"},
-    {MLAJIT_VARIANT_SM90, "sm90"},
-    {MLAJIT_VARIANT_SLICED, "sliced"},
-    {MLAJIT_VARIANT_SM90_STAGED, "sm90-staged"},
-    {MLAJIT_VARIANT_SM90_UNPAIRED, "sm90-unpaired"},
-    {MLAJIT_VARIANT_SM90_NARROW, "sm90-narrow"},
-    {MLAJIT_VARIANT_SM90_NARROW_LONG, "sm90-narrow-long"},
-    {MLAJIT_VARIANT_SM90_NARROW_SCORES, "sm90-narrow-scores"},
-};
-
-static int variant_known(mlajit_variant v)
-{
-    for (size_t i = 0; i < sizeof variant_names / sizeof variant_names[0]; i++)
-        if (variant_names[i].variant == v)
-            return 1;
-    return 0;
-}
-
-/* "0 (auto), 1 (portable), ...": the allowed values, for messages. */
-static void variant_values(char *buf, size_t len)
-{
-    size_t used = 0;
-    buf[0] = '\0';
-    for (size_t i = 0; i < sizeof variant_names / sizeof variant_names[0] && used < len; i++)
-        used += (size_t)snprintf(buf + used, len - used, "%s%d (%s)", i ? ", " : "", (int)variant_names[i].variant,
-                                 variant_names[i].name);
-}
 
 int mlajit_spec_validate(const mlajit_kernel_spec *caller_spec)
 {
@@ -132,16 +57,17 @@ int mlajit_spec_validate(const mlajit_kernel_spec *caller_spec)
         return mlajit_fail(MLAJIT_ERR_INVALID_ARGUMENT, "spec.tile = %d; allowed 0 (auto), 32, 64", spec->tile);
     /* 8 and 24 are h_q rounded up to 8, which only sm90-narrow's wgmma N takes */
     const int narrow_only = spec->heads_per_cta == 8 || spec->heads_per_cta == 24;
+    const mlajit_family *family = mlajit_family_of(spec->variant);
     if ((spec->heads_per_cta != 0 && spec->heads_per_cta != 16 && spec->heads_per_cta != 32 &&
          spec->heads_per_cta != 64 && !narrow_only) ||
-        (narrow_only && !mlajit_variant_is_narrow(spec->variant)))
+        (narrow_only && !(family && mlajit_family_takes(family->heads_per_cta, spec->heads_per_cta))))
         return mlajit_fail(MLAJIT_ERR_INVALID_ARGUMENT,
                            "spec.heads_per_cta = %d; allowed 0 (auto), 16, 32, 64 (and 8, 24 with variant sm90-narrow "
                            "or sm90-narrow-long)",
                            spec->heads_per_cta);
-    if (!variant_known(spec->variant)) {
+    if (spec->variant != MLAJIT_VARIANT_AUTO && !family) {
         char allowed[256];
-        variant_values(allowed, sizeof allowed);
+        mlajit_variant_values(allowed, sizeof allowed);
         return mlajit_fail(MLAJIT_ERR_INVALID_ARGUMENT, "spec.variant = %d; allowed %s", (int)spec->variant, allowed);
     }
     if (memchr(spec->arch, '\0', sizeof spec->arch) == NULL)
@@ -166,113 +92,18 @@ int mlajit_spec_resolve(const mlajit_kernel_spec *caller_spec, mlajit_kernel_spe
                            mlajit_arch_list());
     mlajit_kernel_spec r = *spec;
     r.struct_size = sizeof r;
-    /* auto on sm_90a with tile 0 or 64: at most 32 heads with power-of-two scales
-     * and the head group left to it, sm90-narrow (no math padded to 64 heads; it
-     * beat sm90 on every V3.2 and DSV4 row at 8, 16 and 32 heads measured on the
-     * H200); else the sm90 family where the head group is 0 or 64 (faster than the
-     * portable family on every row measured, padded head counts included); else
-     * portable (bench/NOTES.md). */
-    if (r.variant == MLAJIT_VARIANT_AUTO) {
-        const int hopper = strcmp(r.arch, "sm_90a") == 0 && (r.tile == 0 || r.tile == 64);
-        if (hopper && r.heads_per_cta == 0 && r.h_q <= MLAJIT_NARROW_MAX_HEADS_PER_CTA &&
-            mlajit_model_describe(r.model)->scale_format != MLAJIT_SCALE_FP32)
-            r.variant = MLAJIT_VARIANT_SM90_NARROW;
-        else
-            r.variant = hopper && (r.heads_per_cta == 0 || r.heads_per_cta == 64) ? MLAJIT_VARIANT_SM90
-                                                                                 : MLAJIT_VARIANT_PORTABLE;
-    }
-    /* wgmma and setmaxnreg exist only in the arch-specific sm_90a target */
-    if (mlajit_variant_is_wgmma(r.variant) && strcmp(r.arch, "sm_90a") != 0)
-        return mlajit_fail(MLAJIT_ERR_UNSUPPORTED, "variant %s needs spec.arch = sm_90a (wgmma); spec.arch = '%s': "
-                           "use the portable variant", mlajit_variant_name(r.variant), r.arch);
-    if (mlajit_variant_is_sm90(r.variant)) {
-        const char *name = mlajit_variant_name(r.variant);
-        if ((r.tile && r.tile != 64) || (r.heads_per_cta && r.heads_per_cta != 64))
-            return mlajit_fail(MLAJIT_ERR_UNSUPPORTED, "variant %s runs tile 64 with 64 heads per CTA; spec has tile %d, "
-                               "heads_per_cta %d: leave them 0", name, r.tile, r.heads_per_cta);
-        r.tile = 64;
-        r.heads_per_cta = 64;
-        /* where sm90 has no pair to leave out, sm90-unpaired is sm90: one name per kernel */
-        if (r.variant == MLAJIT_VARIANT_SM90_UNPAIRED && !mlajit_head_groups_pair(r.h_q, r.heads_per_cta))
-            r.variant = MLAJIT_VARIANT_SM90;
-        /* the exact-product dequantization of arbitrary scales, with the staged
-         * epilogue, spilled (GLM_NSA with an extra cache and every feature) */
-        if (r.variant == MLAJIT_VARIANT_SM90_STAGED &&
-            mlajit_model_describe(r.model)->scale_format == MLAJIT_SCALE_FP32)
-            return mlajit_fail(MLAJIT_ERR_UNSUPPORTED, "variant sm90-staged needs power-of-two scales (v32, dsv4); "
-                               "model %s has arbitrary fp32 scales: use the sm90 variant",
-                               mlajit_model_describe(r.model)->name);
-    }
-    if (mlajit_variant_is_narrow(r.variant)) {
-        /* S^T and O^T: wgmma N is the heads (a multiple of 8, at most 32 beside two
-         * gathering warp groups); the producers' 128 registers hold the power-of-two
-         * dequantization only */
-        const mlajit_model_desc *d = mlajit_model_describe(r.model);
-        const char *name = mlajit_variant_name(r.variant);
-        /* the most heads a CTA holds: h_q rounded up to 8, at most 32 */
-        const int max_n = MLAJIT_NARROW_MAX_HEADS_PER_CTA;
-        const int heads_n = r.h_q <= max_n ? (r.h_q + 7) / 8 * 8 : max_n;
-        if (r.h_q > max_n && r.heads_per_cta == 0)
-            return mlajit_fail(MLAJIT_ERR_UNSUPPORTED, "variant %s holds at most %d heads per CTA; h_q = %d: set "
-                               "heads_per_cta to 8, 16, 24 or 32 (head groups), or use the sm90 variant", name, max_n,
-                               r.h_q);
-        if (d->scale_format == MLAJIT_SCALE_FP32)
-            return mlajit_fail(MLAJIT_ERR_UNSUPPORTED, "variant %s needs power-of-two scales (v32, dsv4); "
-                               "model %s has arbitrary fp32 scales: use the sm90 variant", name, d->name);
-        /* head groups of 8-32 heads (wgmma N); auto's plans split the heads into
-         * groups where that fills SMs a call would leave idle (plan.c) */
-        if ((r.tile && r.tile != 64) || (r.heads_per_cta && r.heads_per_cta > heads_n))
-            return mlajit_fail(MLAJIT_ERR_UNSUPPORTED, "variant %s runs tile 64 with at most %d heads per CTA (h_q "
-                               "rounded up to 8, at most %d); spec has tile %d, heads_per_cta %d: use 8, 16, 24 or 32 "
-                               "up to %d%s", name, heads_n, max_n, r.tile, r.heads_per_cta, heads_n,
-                               r.h_q <= max_n ? ", or 0 (all of them)" : "");
-        r.tile = 64;
-        if (r.heads_per_cta == 0)
-            r.heads_per_cta = heads_n;
-        /* where the third producer group's ring slot does not fit, sm90-narrow-long
-         * is sm90-narrow: one name per kernel */
-        if (r.variant == MLAJIT_VARIANT_SM90_NARROW_LONG && mlajit_narrow_producer_groups(&r) < 3)
-            r.variant = MLAJIT_VARIANT_SM90_NARROW;
-        /* likewise sm90-narrow-scores where its layout does not fit */
-        if (r.variant == MLAJIT_VARIANT_SM90_NARROW_SCORES && !mlajit_narrow_scores_fits(&r))
-            r.variant = MLAJIT_VARIANT_SM90_NARROW;
-    }
-    if (r.variant == MLAJIT_VARIANT_SLICED) {
-        /* one 64-dim slice of V per warp (eight warps), the rest of Q K^T in RoPE dims */
-        const mlajit_model_desc *d = mlajit_model_describe(r.model);
-        if (d->d_v != d->d_nope || d->d_v != 8 * 64 || d->d_qk - d->d_v != d->d_rope || d->d_rope != 64 ||
-            d->scale_place != MLAJIT_SCALES_INLINE || d->quant_tile % 64 != 0)
-            return mlajit_fail(MLAJIT_ERR_UNSUPPORTED, "variant sliced needs a model whose V is its 512 NoPE dims with "
-                               "inline scales (v32, glm_nsa); model %s: use the portable or sm90 variant", d->name);
-        if ((r.tile && r.tile != 32) || (r.heads_per_cta && r.heads_per_cta != 16 && r.heads_per_cta != 32))
-            return mlajit_fail(MLAJIT_ERR_UNSUPPORTED, "variant sliced runs tile 32 with 16 or 32 heads per CTA; spec has "
-                               "tile %d, heads_per_cta %d: leave them 0 or pick those", r.tile, r.heads_per_cta);
-        r.tile = 32;
-        if (r.heads_per_cta == 0)
-            r.heads_per_cta = r.h_q <= 16 ? 16 : 32;
-    }
-    /* 16 heads fill one mma row tile; past that more row tiles per CTA cut how
-     * often each K tile is gathered and dequantized: 64 heads (512 threads) when
-     * that pads no more heads than 32 would and a 64-candidate tile fits. */
-    if (r.heads_per_cta == 0) {
-        r.heads_per_cta = r.h_q <= 16 ? 16 : 32;
-        if (r.h_q > 32 && (r.h_q + 63) / 64 * 64 == (r.h_q + 31) / 32 * 32 && (r.tile == 0 || r.tile == 64)) {
-            mlajit_kernel_spec wide = r;
-            wide.heads_per_cta = 64;
-            wide.tile = 64;
-            mlajit_kernel_layout layout;
-            if (mlajit_codegen_layout(&wide, &layout) == MLAJIT_OK &&
-                layout.smem_bytes <= mlajit_arch_max_smem(r.arch))
-                r.heads_per_cta = 64;
-        }
-    }
-    /* A 64-candidate tile when the arch has the shared memory for it. */
-    if (r.tile == 0) {
-        r.tile = 64;
-        mlajit_kernel_layout layout;
-        if (mlajit_codegen_layout(&r, &layout) == MLAJIT_OK && layout.smem_bytes > mlajit_arch_max_smem(r.arch))
-            r.tile = 32;
-    }
+    /* auto's kernel (families.c), then the family's row: its arch, its choices and
+     * refusals, the sibling it is where it has nothing to add */
+    if (r.variant == MLAJIT_VARIANT_AUTO)
+        r.variant = mlajit_family_auto(&r);
+    const mlajit_family *f = mlajit_family_of(r.variant);
+    if (f->arch && strcmp(r.arch, f->arch) != 0)
+        return mlajit_fail(MLAJIT_ERR_UNSUPPORTED, "variant %s needs spec.arch = %s (wgmma); spec.arch = '%s': "
+                           "use the portable variant", f->name, f->arch, r.arch);
+    if ((rc = f->resolve(f, &r)))
+        return rc;
+    if (f->alias_when && f->alias_when(&r))
+        r.variant = f->alias;
     mlajit_kernel_layout layout;
     rc = mlajit_codegen_layout(&r, &layout);
     if (rc)
@@ -402,37 +233,6 @@ static void feature_letters(unsigned f, char *buf)
     if (f & MLAJIT_FEATURE_TOPK_LENGTH) buf[n++] = 'l';
     if (f & MLAJIT_FEATURE_EXTRA_TOPK_LENGTH) buf[n++] = 'x';
     buf[n] = '\0';
-}
-
-int mlajit_variant_is_sm90(mlajit_variant v)
-{
-    return v == MLAJIT_VARIANT_SM90 || v == MLAJIT_VARIANT_SM90_STAGED || v == MLAJIT_VARIANT_SM90_UNPAIRED;
-}
-
-int mlajit_variant_is_narrow(mlajit_variant v)
-{
-    return v == MLAJIT_VARIANT_SM90_NARROW || v == MLAJIT_VARIANT_SM90_NARROW_LONG ||
-           v == MLAJIT_VARIANT_SM90_NARROW_SCORES;
-}
-
-int mlajit_variant_is_wgmma(mlajit_variant v) { return mlajit_variant_is_sm90(v) || mlajit_variant_is_narrow(v); }
-
-const char *mlajit_variant_name(mlajit_variant v)
-{
-    for (size_t i = 0; i < sizeof variant_names / sizeof variant_names[0]; i++)
-        if (variant_names[i].variant == v)
-            return variant_names[i].name;
-    return "auto";
-}
-
-int mlajit_variant_from_name(const char *name, mlajit_variant *out)
-{
-    for (size_t i = 0; name && i < sizeof variant_names / sizeof variant_names[0]; i++)
-        if (strcmp(variant_names[i].name, name) == 0) {
-            *out = variant_names[i].variant;
-            return 1;
-        }
-    return 0;
 }
 
 /* The string of a spec's fields as they are (nothing resolved). */

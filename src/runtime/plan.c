@@ -116,12 +116,13 @@ static int grid_of(const mlajit_kernel_spec *spec, const mlajit_decode_shape *sh
 
 /* Whether the plan of `shape` with the sm90 kernel that `alt` (its sm90-staged
  * twin) stands in for would not split, and, in a CTA pair, would walk fewer than
- * MLAJIT_STAGED_PAIR_BELOW_TILES tiles per CTA. */
-static int walk_is_short(const mlajit_kernel_spec *alt, const mlajit_decode_shape *shape, int sm_count)
+ * pair_below_tiles tiles per CTA. */
+static int walk_is_short(const mlajit_kernel_spec *alt, const mlajit_decode_shape *shape, int sm_count,
+                         int pair_below_tiles)
 {
     plan_grid g;
     return shape->num_splits <= 1 && grid_of(alt, shape, sm_count, 1, &g) && g.rows > 0 && g.num_splits == 1 &&
-           (!g.paired || g.tiles_per_split < MLAJIT_STAGED_PAIR_BELOW_TILES);
+           (!g.paired || g.tiles_per_split < pair_below_tiles);
 }
 
 /* Whether a plan of `shape` with kernel `alt` (sm90-unpaired, whose grid is its
@@ -144,49 +145,50 @@ static int walk_is_at_least(const mlajit_kernel_spec *alt, const mlajit_decode_s
 /* Whether a plan of `shape` with sm90-narrow in head groups of 32 (`alt`, past 32
  * heads) fits one wave of CTAs and walks few enough tiles per row-split, summed
  * over its head groups (each gathers them again), that the wide kernels' fewer
- * gathers would not pay for their longer tile. */
-static int head_groups_walk_short(const mlajit_kernel_spec *alt, const mlajit_decode_shape *shape, int sm_count)
+ * gathers would not pay for their longer tile: at most max_tiles. */
+static int head_groups_walk_short(const mlajit_kernel_spec *alt, const mlajit_decode_shape *shape, int sm_count,
+                                  int max_tiles)
 {
     plan_grid g;
     return grid_of(alt, shape, sm_count, 0, &g) && g.rows > 0 &&
            (long)g.head_groups * g.rows * g.num_splits <= sm_count &&
-           g.head_groups * g.tiles_per_split <= MLAJIT_HEAD_GROUPS_MAX_TILES;
+           g.head_groups * g.tiles_per_split <= max_tiles;
 }
 
 /* Whether a plan of `shape` with the sm90-narrow kernel that `alt` halves (auto's,
  * every head in one CTA; past 32 heads the head groups' of 32, where a plan would
  * take them) would leave at least half of the SMs idle, so the halved groups' CTAs
  * run beside each other in the same wave. */
-static int heads_split_fills_idle_sms(const mlajit_kernel_spec *alt, const mlajit_decode_shape *shape, int sm_count)
+static int heads_split_fills_idle_sms(const mlajit_kernel_spec *alt, const mlajit_decode_shape *shape, int sm_count,
+                                      const mlajit_family *f)
 {
     mlajit_kernel_spec whole = *alt;
-    whole.heads_per_cta = alt->h_q > MLAJIT_NARROW_MAX_HEADS_PER_CTA ? MLAJIT_NARROW_MAX_HEADS_PER_CTA : 0;
+    whole.heads_per_cta = alt->h_q > f->max_heads_per_cta ? f->max_heads_per_cta : 0;
     plan_grid g;
     return grid_of(&whole, shape, sm_count, 0, &g) && g.rows > 0 &&
            2L * g.head_groups * g.rows * g.num_splits <= sm_count &&
-           (alt->h_q <= MLAJIT_NARROW_MAX_HEADS_PER_CTA || head_groups_walk_short(&whole, shape, sm_count));
+           (alt->h_q <= f->max_heads_per_cta || head_groups_walk_short(&whole, shape, sm_count, f->walk_tiles));
 }
 
 /* Whether a plan of `shape` takes walk alternative `alt` (one of
- * mlajit_spec_walk_alternatives, told apart by its variant). */
+ * mlajit_spec_walk_alternatives): its family's rule and threshold (families.c). */
 static int walk_suits(const mlajit_kernel_spec *alt, const mlajit_decode_shape *shape, int sm_count)
 {
-    switch (alt->variant) {
-    case MLAJIT_VARIANT_SM90_STAGED: return walk_is_short(alt, shape, sm_count);
-    case MLAJIT_VARIANT_SM90_UNPAIRED: return walk_is_one_tile(alt, shape, sm_count);
-    case MLAJIT_VARIANT_SM90_NARROW_SCORES:
-        return walk_is_at_least(alt, shape, sm_count, MLAJIT_NARROW_SCORES_FROM_TILES);
-    case MLAJIT_VARIANT_SM90_NARROW_LONG: return walk_is_at_least(alt, shape, sm_count, MLAJIT_NARROW_LONG_FROM_TILES);
-    /* sm90-narrow: past 32 heads in groups of 32 the head groups, else the head
-     * split (at most 32 heads auto's own kernel is sm90-narrow) */
-    case MLAJIT_VARIANT_SM90_NARROW: {
-        const int groups_of_max = alt->h_q > MLAJIT_NARROW_MAX_HEADS_PER_CTA &&
-                                  alt->heads_per_cta == MLAJIT_NARROW_MAX_HEADS_PER_CTA;
-        return groups_of_max ? head_groups_walk_short(alt, shape, sm_count)
-                             : heads_split_fills_idle_sms(alt, shape, sm_count);
+    const mlajit_family *f = mlajit_family_of(alt->variant);
+    switch (f ? f->walk : MLAJIT_WALK_NONE) {
+    case MLAJIT_WALK_SHORT: return walk_is_short(alt, shape, sm_count, f->walk_tiles);
+    case MLAJIT_WALK_ONE_TILE: return walk_is_one_tile(alt, shape, sm_count);
+    case MLAJIT_WALK_AT_LEAST: return walk_is_at_least(alt, shape, sm_count, f->walk_tiles);
+    /* past 32 heads in groups of the most heads a CTA holds, the head groups, else
+     * the head split (at most 32 heads auto's own kernel is sm90-narrow) */
+    case MLAJIT_WALK_HEAD_GROUPS: {
+        const int groups_of_max = alt->h_q > f->max_heads_per_cta && alt->heads_per_cta == f->max_heads_per_cta;
+        return groups_of_max ? head_groups_walk_short(alt, shape, sm_count, f->walk_tiles)
+                             : heads_split_fills_idle_sms(alt, shape, sm_count, f);
     }
-    default: return 0;
+    case MLAJIT_WALK_NONE: break;
     }
+    return 0;
 }
 
 /* The walk alternative auto's plan of `shape` takes (the first of

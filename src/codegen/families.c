@@ -1,0 +1,569 @@
+/* The kernel families: one row each (mlajit_families, at the end), holding what
+ * is a fact about that family: its template, arch, threads, what it accepts and
+ * chooses, its aliases, its shared-memory map, its CTA pairs and CTAs per SM,
+ * and what it exposes to tuning and to auto's plans. The resolver (spec.c), the
+ * generator (generate.c), the envelope and the planner read the rows; this file
+ * reads only the model table and the targets below (families <- spec <-
+ * generate). What each family is and when it wins: docs/kernels.md. */
+#include <stdio.h>
+#include <string.h>
+
+#include "codegen/families.h"
+#include "common/error.h"
+#include "mlajit.h"
+
+/* ---- targets ------------------------------------------------------------------ */
+
+/* Targets the generator emits code for, with their opt-in shared memory per
+ * block (bytes) and whether they have grid dependency control (sm_90 on:
+ * griddepcontrol, programmatic dependent launch). The portable family needs
+ * sm_80's mma.sync and cvt.bf16x2. */
+static const struct arch_row {
+    const char *name;
+    int max_smem;
+    int grid_dependency;
+} arch_table[] = {
+    {"sm_80", 166912, 0},   {"sm_86", 101376, 0},   {"sm_87", 166912, 0},   {"sm_89", 101376, 0},
+    {"sm_90", 232448, 1},   {"sm_90a", 232448, 1},  {"sm_100", 232448, 1},  {"sm_100a", 232448, 1},
+    {"sm_103", 232448, 1},  {"sm_103a", 232448, 1}, {"sm_120", 101376, 1},  {"sm_120a", 101376, 1},
+};
+#define ARCH_COUNT (sizeof arch_table / sizeof arch_table[0])
+
+static const struct arch_row *arch_row_of(const char *arch)
+{
+    for (size_t i = 0; arch && i < ARCH_COUNT; i++)
+        if (strcmp(arch_table[i].name, arch) == 0)
+            return &arch_table[i];
+    return NULL;
+}
+
+int mlajit_arch_max_smem(const char *arch)
+{
+    const struct arch_row *row = arch_row_of(arch);
+    return row ? row->max_smem : 0;
+}
+
+int mlajit_arch_known(const char *arch) { return arch_row_of(arch) != NULL; }
+
+int mlajit_arch_has_grid_dependency(const char *arch)
+{
+    const struct arch_row *row = arch_row_of(arch);
+    return row ? row->grid_dependency : 0;
+}
+
+const char *mlajit_arch_list(void)
+{
+    return "sm_80, sm_86, sm_87, sm_89, sm_90, sm_90a, sm_100, sm_100a, sm_103, sm_103a, sm_120, sm_120a";
+}
+
+/* ---- shared-memory maps, strides --------------------------------------------- */
+
+static int align16(int x) { return (x + 15) & ~15; }
+
+/* Row strides (bf16) of Q (and the portable kernel's K) in shared memory. The
+ * sliced kernel keeps only the NoPE dims there, rows 4 mod 16 elements apart: a
+ * half-warp's 8-byte fragment reads (rows g = 0..3, pairs q = 0..3) then hit 32
+ * distinct banks. */
+static int qk_full(const mlajit_model_desc *d) { return d->d_qk + kRowPad; }
+static int qk_nope(const mlajit_model_desc *d) { return d->d_nope + 4; }
+
+/* Row strides (elements) of the score/partial-score and P buffers. The sliced
+ * kernel's partial rows are 8 mod 32 floats apart (its score_pad): its 8-byte
+ * fragment stores of rows g = 0..3 (one half-warp) then fill 32 distinct banks. */
+int mlajit_family_score_stride(const mlajit_kernel_spec *r) { return r->tile + mlajit_family_of(r->variant)->score_pad; }
+int mlajit_family_prob_stride(const mlajit_kernel_spec *r) { return r->tile + kRowPad; }
+int mlajit_family_qk_stride(const mlajit_kernel_spec *r, const mlajit_model_desc *d)
+{
+    return mlajit_family_of(r->variant)->qk_stride(d);
+}
+
+/* Shared-memory map of the portable kernel, in bytes from the dynamic base. */
+static void portable_smem_map(const mlajit_kernel_spec *r, const mlajit_model_desc *d, mlajit_smem_map *m)
+{
+    int tile = r->tile, heads = r->heads_per_cta;
+    int qk_stride = d->d_qk + kRowPad; /* bf16 elements; the pad spreads rows over banks */
+    int off = 0;
+    memset(m, 0, sizeof *m);
+    m->q = off;           off += align16(heads * qk_stride * 2);
+    m->k = off;           off += align16(tile * qk_stride * 2);
+    m->scores = off;      off += align16(heads * (tile + 4) * 4);
+    m->probs = off;       off += align16(heads * (tile + kRowPad) * 2);
+    m->row_max = off;     off += align16(heads * 4);
+    m->row_sum = off;     off += align16(heads * 4);
+    m->row_alpha = off;   off += align16(heads * 4);
+    m->token_row = off;   off += align16(2 * tile * 8); /* double-buffered: [2][tile] */
+    m->token_scale = off; off += align16(2 * tile * 8);
+    m->token_valid = off; off += align16(2 * tile * 4);
+    m->total = off;
+}
+
+/* Shared-memory map of the sm90 kernel, in bytes from the 1024-aligned base (the
+ * total reserves the alignment slack): Q and two K tile buffers, each d_qk / 64
+ * swizzled blocks of 64 rows x 128 bytes; P (64 heads x one 64-candidate block);
+ * the per-row rescale factors and final statistics; the buffers' validity tables;
+ * the mbarriers of a CTA pair's exchange (two per K buffer, 8 bytes each). */
+static void sm90_smem_map(const mlajit_kernel_spec *r, const mlajit_model_desc *d, mlajit_smem_map *m)
+{
+    int tile = r->tile, heads = r->heads_per_cta;
+    int operand = d->d_qk / 64 * 64 * 128;
+    int off = 0;
+    memset(m, 0, sizeof *m);
+    m->q = off;           off += operand;
+    m->k = off;           off += 2 * operand;
+    m->probs = off;       off += heads * tile * 2;
+    m->row_alpha = off;   off += align16(heads * 4);
+    m->row_max = off;     off += align16(heads * 4);
+    m->row_sum = off;     off += align16(heads * 4);
+    m->token_valid = off; off += align16(2 * tile * 4);
+    m->barriers = off;    off += 2 * 2 * 8;
+    m->total = off + 1024;
+}
+
+/* sm90-narrow's row ring: where the rows hold their scales (V32's layout), each
+ * producer group's round arrives by bulk copy (the TMA engine) into shared memory
+ * instead of into registers: neither the registers nor the LSU hold or move the
+ * bytes in flight. One round per group where it fits beside Q and the two K tile
+ * buffers (at V32's 656-byte rows, h_q <= 32); more never fit there, and a single
+ * K buffer that made room for three lost. Measured with its reads fenced: 4-6%
+ * faster at 16 and 32 heads on the long walks, a tie at 8 heads with the registers
+ * two tiles ahead. sm90-narrow-long's third producer group brings a third slot,
+ * which fits at 16 heads and fewer (232,368 bytes at 16; 242,736 at 24). DSV4's rows
+ * (scales in the page footer, 8 bytes, which no bulk copy moves) stay in
+ * registers: in the ring, with the footer words loaded beside each copy, they were
+ * 10-12% slower at 8 and 16 heads (bench/HISTORY.md, "The row ring" and "The ring's
+ * fence"). */
+enum { kNarrowTokensPerRound = 32, kNarrowRingRounds = 1, kNarrowMaxProducerGroups = 3 };
+
+/* Shared-memory map of the sm90-narrow kernel, from the 1024-aligned base: Q
+ * (d_qk / 64 swizzled blocks of `heads` rows x 128 bytes) and two K tile buffers
+ * as sm90's; P (`heads` rows x one 64-candidate block); the consumer's four warps'
+ * column maxima of a tile (at the end, their column sums); the buffers' validity
+ * flags (bytes); then, where it fits, the row ring: an mbarrier per slot and the
+ * slots, kNarrowRingRounds rounds of rows per producer group. The heads' final
+ * statistics have no place of their own: written after the walk, they follow the
+ * output staged over the K buffers (the template places them; the 128 bytes at 16
+ * heads are what a third ring slot lacked). */
+static void sm90_narrow_smem_map(const mlajit_kernel_spec *r, const mlajit_model_desc *d, mlajit_smem_map *m)
+{
+    int heads = r->heads_per_cta, tile = r->tile;
+    int operand = d->d_qk / 64 * 64 * 128;
+    int off = 0;
+    memset(m, 0, sizeof *m);
+    m->q = off;           off += d->d_qk / 64 * heads * 128;
+    m->k = off;           off += 2 * operand;
+    m->probs = off;       off += heads * tile * 2;
+    m->scores = off;      off += align16(4 * heads * 4);
+    m->token_valid = off; off += align16(2 * tile);
+    m->producer_groups = 2;
+    if (d->scale_place == MLAJIT_SCALES_INLINE) {
+        /* the ring: sm90-narrow-long's third producer group where its slot fits
+         * too (the K buffers' mbarriers come with it: the groups no longer take
+         * every tile) */
+        int max_groups = r->variant == MLAJIT_VARIANT_SM90_NARROW_LONG ? kNarrowMaxProducerGroups : 2;
+        for (int groups = max_groups; groups >= 2; groups--) {
+            int slots = groups * kNarrowRingRounds, buffer_bars = groups > 2 ? 2 : 0;
+            int ring = slots * kNarrowTokensPerRound * d->row_bytes;
+            if (off + (slots + buffer_bars) * 8 + ring + 1024 > mlajit_arch_max_smem(r->arch))
+                continue;
+            m->producer_groups = groups;
+            m->barriers = off;    off += align16((slots + buffer_bars) * 8);
+            m->staging = off;     m->staging_bytes = ring;
+            m->stages = kNarrowRingRounds;
+            off += ring;
+            break;
+        }
+    }
+    m->total = off + 1024;
+}
+
+/* Shared-memory map of sm90-narrow-scores, from the 1024-aligned base: two V
+ * buffers (d_v / 64 swizzled blocks of 64 rows x 128 bytes: group x's tiles), Q
+ * (d_qk / 64 blocks of `heads` rows, in the A fragments' k order), two P buffers
+ * (`heads` rows x 64 candidates), the groups' column maxima, running maxima, column
+ * sums and last maxima (20 x heads floats), the ring's mbarriers (full and empty
+ * for each of a slot's two parts), then the ring: a tile of rows per score group. */
+enum { kScoresGroups = 2 };
+static void sm90_scores_smem_map(const mlajit_kernel_spec *r, const mlajit_model_desc *d, mlajit_smem_map *m)
+{
+    int heads = r->heads_per_cta, tile = r->tile;
+    int off = 0;
+    memset(m, 0, sizeof *m);
+    m->k = off;           off += kScoresGroups * d->d_v / 64 * 64 * 128;
+    m->q = off;           off += d->d_qk / 64 * heads * 128;
+    m->probs = off;       off += kScoresGroups * heads * tile * 2;
+    m->scores = off;      off += align16(20 * heads * 4);
+    m->barriers = off;    off += align16(kScoresGroups * 2 * 2 * 8);
+    m->token_valid = off; off += align16(kScoresGroups * tile);
+    m->staging = off;     m->staging_bytes = kScoresGroups * tile * d->row_bytes;
+    m->stages = 1;
+    off += m->staging_bytes;
+    m->producer_groups = kScoresGroups;
+    m->total = off + 1024;
+}
+
+/* The sliced kernel's copy ring: three stages (tiles t .. t + 2) of the tile's
+ * rows as they are in the cache, rows 64 mod 128 bytes apart (bank-conflict-free
+ * 16-byte reads of rows g, g + 1). */
+enum { kSlicedStages = 3 };
+int mlajit_sliced_stage_row_bytes(const mlajit_model_desc *d) { return (d->row_bytes + 63) / 128 * 128 + 64; }
+
+/* Shared-memory map of the sliced kernel: no K tile (each warp keeps its slice of
+ * the candidates in registers): Q's NoPE dims, the eight warps' partial scores, P, the row
+ * statistics, three token tables (tiles t, t + 1, t + 2) with their live-candidate
+ * masks, and the copy ring. */
+static void sliced_smem_map(const mlajit_kernel_spec *r, const mlajit_model_desc *d, mlajit_smem_map *m)
+{
+    int heads = r->heads_per_cta, tile = r->tile;
+    int off = 0;
+    memset(m, 0, sizeof *m);
+    m->q = off;         off += align16(heads * mlajit_family_qk_stride(r, d) * 2);
+    m->scores = off;    off += align16(8 * heads * mlajit_family_score_stride(r) * 4);
+    m->probs = off;     off += align16(heads * mlajit_family_prob_stride(r) * 2);
+    m->row_max = off;   off += align16(heads * 4);
+    m->row_sum = off;   off += align16(heads * 4);
+    m->row_alpha = off; off += align16(heads * 4);
+    m->token_row = off; off += align16(3 * tile * 8);
+    m->token_valid = off; off += align16(3 * 4); /* per table: bit c = candidate c has a row */
+    m->staging = off;   m->staging_bytes = kSlicedStages * tile * mlajit_sliced_stage_row_bytes(d);
+    m->stages = kSlicedStages;
+    off += m->staging_bytes;
+    m->total = off;
+}
+
+void mlajit_family_smem_map(const mlajit_kernel_spec *r, mlajit_smem_map *m)
+{
+    mlajit_family_of(r->variant)->smem_map(r, mlajit_model_describe(r->model), m);
+}
+
+int mlajit_narrow_scores_fits(const mlajit_kernel_spec *r)
+{
+    const mlajit_model_desc *d = mlajit_model_describe(r->model);
+    mlajit_smem_map m;
+    if (!d || r->tile != 64 || (r->heads_per_cta != 8 && r->heads_per_cta != 16) ||
+        d->scale_place != MLAJIT_SCALES_INLINE || d->scale_format == MLAJIT_SCALE_FP32 || d->quant_tile % 64 != 0)
+        return 0;
+    sm90_scores_smem_map(r, d, &m);
+    return m.total <= mlajit_arch_max_smem(r->arch);
+}
+
+int mlajit_narrow_producer_groups(const mlajit_kernel_spec *r)
+{
+    const mlajit_model_desc *d = mlajit_model_describe(r->model);
+    const mlajit_family *f = mlajit_family_of(r->variant);
+    mlajit_smem_map m;
+    if (!d || !f || f->smem_map != sm90_narrow_smem_map || r->tile <= 0 || r->heads_per_cta <= 0)
+        return 2;
+    sm90_narrow_smem_map(r, d, &m);
+    return m.producer_groups;
+}
+
+int mlajit_head_groups_pair(int h_q, int heads_per_cta)
+{
+    return heads_per_cta > 0 && (h_q + heads_per_cta - 1) / heads_per_cta % 2 == 0;
+}
+
+/* ---- threads, CTAs per SM, pairs, the layout --------------------------------- */
+
+int mlajit_family_threads(const mlajit_kernel_spec *r, const mlajit_smem_map *m)
+{
+    const mlajit_family *f = mlajit_family_of(r->variant);
+    if (f->warp_groups_beside_producers)
+        return 128 * (f->warp_groups_beside_producers + m->producer_groups);
+    return f->threads_wide && r->heads_per_cta > 32 ? f->threads_wide : f->threads;
+}
+
+/* Two CTAs per SM double the bytes in flight of the memory-bound one-row-tile
+ * kernels when their shared memory fits twice. The register cap that implies
+ * (128) holds the tile prefetch of one warp's candidates: ptxas (CUDA 13.0,
+ * sm_90a) spills nothing for V32, DSV4 and GLM_NSA at 16 heads per CTA (portable)
+ * nor for the power-of-two scales of V32 (sliced: arbitrary fp32 scales take the
+ * exact dequantization at every use, which does not fit). */
+int mlajit_family_min_blocks_per_sm(const mlajit_kernel_spec *r, const mlajit_smem_map *m)
+{
+    const mlajit_family *f = mlajit_family_of(r->variant);
+    int fits = 2 * m->total <= mlajit_arch_max_smem(r->arch);
+    int scales_ok = (f->two_blocks_scales & MLAJIT_SCALES(mlajit_model_describe(r->model)->scale_format)) != 0;
+    return scales_ok && r->heads_per_cta == 16 && fits ? 2 : 1;
+}
+
+/* sm90 at two head groups: the pair of CTAs that share a (row, split) form a
+ * cluster and each gathers and dequantizes half of every tile for both (FlashMLA's
+ * h_q 128 design): the producer, which bounds the kernel, does half the work.
+ * sm90-unpaired leaves the pair out (its start-up costs more than half a tile's
+ * gather saves where a CTA walks one tile). */
+int mlajit_family_cluster_ctas(const mlajit_kernel_spec *r)
+{
+    return mlajit_family_of(r->variant)->pairs && mlajit_head_groups_pair(r->h_q, r->heads_per_cta) ? 2 : 1;
+}
+
+int mlajit_codegen_layout(const mlajit_kernel_spec *r, mlajit_kernel_layout *layout)
+{
+    const mlajit_model_desc *d = mlajit_model_describe(r->model);
+    if (!d || !layout || r->tile <= 0 || r->heads_per_cta <= 0 || !mlajit_family_of(r->variant))
+        return mlajit_fail(MLAJIT_ERR_INVALID_ARGUMENT, "layout needs a resolved spec (tile and heads_per_cta set)");
+    const mlajit_family *f = mlajit_family_of(r->variant);
+    mlajit_smem_map m;
+    f->smem_map(r, d, &m);
+    layout->threads = mlajit_family_threads(r, &m);
+    layout->tile = r->tile;
+    layout->heads_per_cta = r->heads_per_cta;
+    layout->smem_bytes = m.total;
+    layout->combine_threads = kCombineThreads;
+    layout->combine_staged_splits = kCombineStagedSplits;
+    layout->combine_bytes_per_split = d->d_v * (int)sizeof(float);
+    layout->blocks_per_sm = mlajit_family_min_blocks_per_sm(r, &m);
+    layout->cluster_ctas = mlajit_family_cluster_ctas(r);
+    layout->dependent_launch = mlajit_arch_has_grid_dependency(r->arch);
+    layout->single_split = f->single_split;
+    return MLAJIT_OK;
+}
+
+int mlajit_combine_smem_bytes(const mlajit_kernel_layout *layout, int num_splits)
+{
+    int staged = num_splits < layout->combine_staged_splits ? num_splits : layout->combine_staged_splits;
+    return staged * layout->combine_bytes_per_split;
+}
+
+/* ---- what each family accepts and chooses ------------------------------------ */
+
+int mlajit_family_takes(unsigned sizes, int v) { return v > 0 && v % 8 == 0 && v <= 248 && (sizes & MLAJIT_SIZES(v)); }
+
+/* The refusal of a family that runs only some scale formats. */
+static int refuse_scales(const mlajit_family *f, const mlajit_kernel_spec *r)
+{
+    const mlajit_model_desc *d = mlajit_model_describe(r->model);
+    if (f->scales & MLAJIT_SCALES(d->scale_format))
+        return MLAJIT_OK;
+    return mlajit_fail(MLAJIT_ERR_UNSUPPORTED, "variant %s needs power-of-two scales (v32, dsv4); "
+                       "model %s has arbitrary fp32 scales: use the sm90 variant", f->name, d->name);
+}
+
+/* The portable family: 16 heads fill one mma row tile; past that more row tiles
+ * per CTA cut how often each K tile is gathered and dequantized: 64 heads (512
+ * threads) when that pads no more heads than 32 would and a 64-candidate tile
+ * fits. A 64-candidate tile when the arch has the shared memory for it. */
+static int portable_resolve(const mlajit_family *f, mlajit_kernel_spec *r)
+{
+    if (r->heads_per_cta == 0) {
+        r->heads_per_cta = r->h_q <= 16 ? 16 : 32;
+        if (r->h_q > 32 && (r->h_q + 63) / 64 * 64 == (r->h_q + 31) / 32 * 32 && (r->tile == 0 || r->tile == 64)) {
+            mlajit_kernel_spec wide = *r;
+            wide.heads_per_cta = 64;
+            wide.tile = 64;
+            mlajit_kernel_layout layout;
+            if (mlajit_codegen_layout(&wide, &layout) == MLAJIT_OK &&
+                layout.smem_bytes <= mlajit_arch_max_smem(r->arch))
+                r->heads_per_cta = 64;
+        }
+    }
+    if (r->tile == 0) {
+        r->tile = 64;
+        mlajit_kernel_layout layout;
+        if (mlajit_codegen_layout(r, &layout) == MLAJIT_OK && layout.smem_bytes > mlajit_arch_max_smem(r->arch))
+            r->tile = 32;
+    }
+    return MLAJIT_OK;
+}
+
+/* The sm90 family: tile 64 with 64 heads per CTA. */
+static int sm90_resolve(const mlajit_family *f, mlajit_kernel_spec *r)
+{
+    if ((r->tile && !mlajit_family_takes(f->tiles, r->tile)) ||
+        (r->heads_per_cta && !mlajit_family_takes(f->heads_per_cta, r->heads_per_cta)))
+        return mlajit_fail(MLAJIT_ERR_UNSUPPORTED, "variant %s runs tile 64 with 64 heads per CTA; spec has tile %d, "
+                           "heads_per_cta %d: leave them 0", f->name, r->tile, r->heads_per_cta);
+    r->tile = 64;
+    r->heads_per_cta = 64;
+    /* sm90-staged: the exact-product dequantization of arbitrary scales, with the
+     * staged epilogue, spilled (GLM_NSA with an extra cache and every feature) */
+    return refuse_scales(f, r);
+}
+
+/* where sm90 has no pair to leave out, sm90-unpaired is sm90: one name per kernel */
+static int unpaired_is_sm90(const mlajit_kernel_spec *r) { return !mlajit_head_groups_pair(r->h_q, r->heads_per_cta); }
+
+/* The narrow family: S^T and O^T, wgmma N is the heads (a multiple of 8, at most
+ * 32 beside two gathering warp groups); the producers' 128 registers hold the
+ * power-of-two dequantization only. Head groups of 8-32 heads (wgmma N); auto's
+ * plans split the heads into groups where that fills SMs a call would leave idle
+ * (plan.c). */
+static int narrow_resolve(const mlajit_family *f, mlajit_kernel_spec *r)
+{
+    /* the most heads a CTA holds: h_q rounded up to 8, at most 32 */
+    const int max_n = f->max_heads_per_cta;
+    const int heads_n = r->h_q <= max_n ? (r->h_q + 7) / 8 * 8 : max_n;
+    if (r->h_q > max_n && r->heads_per_cta == 0)
+        return mlajit_fail(MLAJIT_ERR_UNSUPPORTED, "variant %s holds at most %d heads per CTA; h_q = %d: set "
+                           "heads_per_cta to 8, 16, 24 or 32 (head groups), or use the sm90 variant", f->name, max_n,
+                           r->h_q);
+    int rc = refuse_scales(f, r);
+    if (rc)
+        return rc;
+    if ((r->tile && !mlajit_family_takes(f->tiles, r->tile)) ||
+        (r->heads_per_cta && !(mlajit_family_takes(f->heads_per_cta, r->heads_per_cta) && r->heads_per_cta <= heads_n)))
+        return mlajit_fail(MLAJIT_ERR_UNSUPPORTED, "variant %s runs tile 64 with at most %d heads per CTA (h_q "
+                           "rounded up to 8, at most %d); spec has tile %d, heads_per_cta %d: use 8, 16, 24 or 32 "
+                           "up to %d%s", f->name, heads_n, max_n, r->tile, r->heads_per_cta, heads_n,
+                           r->h_q <= max_n ? ", or 0 (all of them)" : "");
+    r->tile = 64;
+    if (r->heads_per_cta == 0)
+        r->heads_per_cta = heads_n;
+    return MLAJIT_OK;
+}
+
+/* where the third producer group's ring slot does not fit, sm90-narrow-long is
+ * sm90-narrow: one name per kernel; likewise sm90-narrow-scores where its layout
+ * does not fit */
+static int long_is_narrow(const mlajit_kernel_spec *r) { return mlajit_narrow_producer_groups(r) < 3; }
+static int scores_is_narrow(const mlajit_kernel_spec *r) { return !mlajit_narrow_scores_fits(r); }
+
+/* The sliced family: one 64-dim slice of V per warp (eight warps), the rest of Q
+ * K^T in RoPE dims. */
+static int sliced_resolve(const mlajit_family *f, mlajit_kernel_spec *r)
+{
+    const mlajit_model_desc *d = mlajit_model_describe(r->model);
+    if (d->d_v != d->d_nope || d->d_v != 8 * 64 || d->d_qk - d->d_v != d->d_rope || d->d_rope != 64 ||
+        d->scale_place != MLAJIT_SCALES_INLINE || d->quant_tile % 64 != 0)
+        return mlajit_fail(MLAJIT_ERR_UNSUPPORTED, "variant sliced needs a model whose V is its 512 NoPE dims with "
+                           "inline scales (v32, glm_nsa); model %s: use the portable or sm90 variant", d->name);
+    if ((r->tile && !mlajit_family_takes(f->tiles, r->tile)) ||
+        (r->heads_per_cta && !mlajit_family_takes(f->heads_per_cta, r->heads_per_cta)))
+        return mlajit_fail(MLAJIT_ERR_UNSUPPORTED, "variant sliced runs tile 32 with 16 or 32 heads per CTA; spec has "
+                           "tile %d, heads_per_cta %d: leave them 0 or pick those", r->tile, r->heads_per_cta);
+    r->tile = 32;
+    if (r->heads_per_cta == 0)
+        r->heads_per_cta = r->h_q <= 16 ? 16 : 32;
+    return MLAJIT_OK;
+}
+
+/* ---- the table ------------------------------------------------------------------ */
+
+#define SM90_ROW(v, nm)                                                                                            \
+    .variant = v, .name = nm, .kernel = "decode_sm90", .arch = "sm_90a", .sm90_common = 1,                         \
+    .roles = "two consumer warp groups (S, P V) and one producer (gather, dequantize); setmaxnreg raises the "     \
+             "score group, lowers the others",                                                                    \
+    .threads = 384, .tiles = MLAJIT_SIZES(64), .heads_per_cta = MLAJIT_SIZES(64), .resolve = sm90_resolve,         \
+    .smem_map = sm90_smem_map, .qk_stride = qk_full, .score_pad = 4
+#define NARROW_ROW(v, nm)                                                                                          \
+    .variant = v, .name = nm, .arch = "sm_90a", .sm90_common = 1, .tiles = MLAJIT_SIZES(64),                       \
+    .heads_per_cta = MLAJIT_SIZES(8) | MLAJIT_SIZES(16) | MLAJIT_SIZES(24) | MLAJIT_SIZES(32),                     \
+    .max_heads_per_cta = MLAJIT_NARROW_MAX_HEADS_PER_CTA, .scales = MLAJIT_SCALES_POW2, .resolve = narrow_resolve, \
+    .qk_stride = qk_full, .score_pad = 4
+
+/* In variant order (mlajit_family_of indexes it). */
+const mlajit_family mlajit_families[] = {
+    {
+        .variant = MLAJIT_VARIANT_PORTABLE, .name = "portable", .kernel = "decode_portable",
+        .roles = "eight warps (sixteen at 64 heads per CTA), each a share of the heads' rows of S and O",
+        .threads = 256, .threads_wide = 512,
+        .tiles = MLAJIT_SIZES(32) | MLAJIT_SIZES(64),
+        .heads_per_cta = MLAJIT_SIZES(16) | MLAJIT_SIZES(32) | MLAJIT_SIZES(64),
+        .scales = MLAJIT_SCALES_ANY, .models = "all", .resolve = portable_resolve,
+        .smem_map = portable_smem_map, .qk_stride = qk_full, .score_pad = 4,
+        .two_blocks_scales = MLAJIT_SCALES_ANY,
+        .knobs = MLAJIT_KNOB_TILE | MLAJIT_KNOB_HEADS_PER_CTA | MLAJIT_KNOB_SPLITS,
+    },
+    {
+        SM90_ROW(MLAJIT_VARIANT_SM90, "sm90"), .scales = MLAJIT_SCALES_ANY, .models = "all", .pairs = 1,
+        .knobs = MLAJIT_KNOB_SPLITS | MLAJIT_KNOB_PAIRING,
+    },
+    {
+        .variant = MLAJIT_VARIANT_SLICED, .name = "sliced", .kernel = "decode_sliced",
+        .roles = "eight warps, one 64-dim slice of V each",
+        .threads = 256, .tiles = MLAJIT_SIZES(32), .heads_per_cta = MLAJIT_SIZES(16) | MLAJIT_SIZES(32),
+        .scales = MLAJIT_SCALES_ANY, .models = "v32, glm_nsa (V is the NoPE dims, scales inline)", .resolve = sliced_resolve,
+        .smem_map = sliced_smem_map, .qk_stride = qk_nope, .score_pad = 8,
+        .two_blocks_scales = MLAJIT_SCALES_POW2,
+        .knobs = MLAJIT_KNOB_HEADS_PER_CTA | MLAJIT_KNOB_SPLITS,
+    },
+    {
+        SM90_ROW(MLAJIT_VARIANT_SM90_STAGED, "sm90-staged"), .scales = MLAJIT_SCALES_POW2, .models = "v32, dsv4", .pairs = 1,
+        .single_split = 1, .staged_output = 1, .walk = MLAJIT_WALK_SHORT, .walk_tiles = MLAJIT_STAGED_PAIR_BELOW_TILES,
+    },
+    {
+        SM90_ROW(MLAJIT_VARIANT_SM90_UNPAIRED, "sm90-unpaired"), .scales = MLAJIT_SCALES_ANY, .models = "all",
+        .alias = MLAJIT_VARIANT_SM90, .alias_when = unpaired_is_sm90,
+        .knobs = MLAJIT_KNOB_SPLITS | MLAJIT_KNOB_PAIRING, .walk = MLAJIT_WALK_ONE_TILE,
+    },
+    {
+        NARROW_ROW(MLAJIT_VARIANT_SM90_NARROW, "sm90-narrow"), .kernel = "decode_sm90_narrow", .models = "v32, dsv4",
+        .roles = "one consumer warp group (S^T, O^T) and two producers (gather, dequantize; the row ring)",
+        .warp_groups_beside_producers = 1, .smem_map = sm90_narrow_smem_map,
+        .knobs = MLAJIT_KNOB_HEADS_PER_CTA | MLAJIT_KNOB_SPLITS | MLAJIT_KNOB_PRODUCERS,
+        .walk = MLAJIT_WALK_HEAD_GROUPS, .walk_tiles = MLAJIT_HEAD_GROUPS_MAX_TILES,
+    },
+    {
+        NARROW_ROW(MLAJIT_VARIANT_SM90_NARROW_LONG, "sm90-narrow-long"), .kernel = "decode_sm90_narrow",
+        .models = "v32 (the third ring slot: inline scales, 16 heads per CTA and fewer)",
+        .roles = "one consumer warp group and three producers where the third ring slot fits",
+        .warp_groups_beside_producers = 1, .smem_map = sm90_narrow_smem_map,
+        .alias = MLAJIT_VARIANT_SM90_NARROW, .alias_when = long_is_narrow,
+        .knobs = MLAJIT_KNOB_HEADS_PER_CTA | MLAJIT_KNOB_SPLITS | MLAJIT_KNOB_PRODUCERS,
+        .walk = MLAJIT_WALK_AT_LEAST, .walk_tiles = MLAJIT_NARROW_LONG_FROM_TILES,
+    },
+    {
+        NARROW_ROW(MLAJIT_VARIANT_SM90_NARROW_SCORES, "sm90-narrow-scores"), .kernel = "decode_sm90_scores",
+        .models = "v32 (inline scales, 8 heads per CTA)",
+        .roles = "a value warp group (O^T), two score groups (gather, S^T) and a copier",
+        .warp_groups_beside_producers = 2, .smem_map = sm90_scores_smem_map,
+        .alias = MLAJIT_VARIANT_SM90_NARROW, .alias_when = scores_is_narrow,
+        .knobs = MLAJIT_KNOB_HEADS_PER_CTA | MLAJIT_KNOB_SPLITS,
+        .walk = MLAJIT_WALK_AT_LEAST, .walk_tiles = MLAJIT_NARROW_SCORES_FROM_TILES,
+    },
+};
+const int mlajit_family_count = (int)(sizeof mlajit_families / sizeof mlajit_families[0]);
+
+const mlajit_family *mlajit_family_of(mlajit_variant v)
+{
+    int i = (int)v - 1;
+    return i >= 0 && i < mlajit_family_count && mlajit_families[i].variant == v ? &mlajit_families[i] : NULL;
+}
+
+/* auto on sm_90a with tile 0 or 64: at most 32 heads with power-of-two scales and
+ * the head group left to it, sm90-narrow (no math padded to 64 heads; it beat sm90
+ * on every V3.2 and DSV4 row at 8, 16 and 32 heads measured on the H200); else
+ * the sm90 family where the head group is 0 or 64 (faster than the portable family
+ * on every row measured, padded head counts included); else portable
+ * (bench/NOTES.md). */
+mlajit_variant mlajit_family_auto(const mlajit_kernel_spec *r)
+{
+    const mlajit_family *narrow = mlajit_family_of(MLAJIT_VARIANT_SM90_NARROW);
+    const mlajit_family *sm90 = mlajit_family_of(MLAJIT_VARIANT_SM90);
+    const int hopper = strcmp(r->arch, sm90->arch) == 0 && (r->tile == 0 || mlajit_family_takes(sm90->tiles, r->tile));
+    const unsigned scale = MLAJIT_SCALES(mlajit_model_describe(r->model)->scale_format);
+    if (hopper && r->heads_per_cta == 0 && r->h_q <= narrow->max_heads_per_cta && (narrow->scales & scale))
+        return MLAJIT_VARIANT_SM90_NARROW;
+    return hopper && (r->heads_per_cta == 0 || mlajit_family_takes(sm90->heads_per_cta, r->heads_per_cta))
+               ? MLAJIT_VARIANT_SM90
+               : MLAJIT_VARIANT_PORTABLE;
+}
+
+/* ---- names ---------------------------------------------------------------------- */
+
+const char *mlajit_variant_name(mlajit_variant v)
+{
+    const mlajit_family *f = mlajit_family_of(v);
+    return f ? f->name : "auto";
+}
+
+int mlajit_variant_from_name(const char *name, mlajit_variant *out)
+{
+    if (name && strcmp(name, "auto") == 0) {
+        *out = MLAJIT_VARIANT_AUTO;
+        return 1;
+    }
+    for (int i = 0; name && i < mlajit_family_count; i++)
+        if (strcmp(mlajit_families[i].name, name) == 0) {
+            *out = mlajit_families[i].variant;
+            return 1;
+        }
+    return 0;
+}
+
+void mlajit_variant_values(char *buf, size_t len)
+{
+    size_t used = (size_t)snprintf(buf, len, "%d (auto)", (int)MLAJIT_VARIANT_AUTO);
+    for (int i = 0; i < mlajit_family_count && used < len; i++)
+        used += (size_t)snprintf(buf + used, len - used, ", %d (%s)", (int)mlajit_families[i].variant,
+                                 mlajit_families[i].name);
+}
