@@ -178,7 +178,9 @@ MLAJIT_API void mlajit_set_log_handler(mlajit_log_handler handler, void *user);
 typedef enum mlajit_model {
     MLAJIT_MODEL_V32 = 1,    /* DeepSeek-V3.2: 576 = 512 fp8 + 64 bf16 RoPE, fp32 pow2 scales inline */
     MLAJIT_MODEL_DSV4 = 2,   /* DeepSeek-V4: 512 = 448 fp8 + 64 bf16 RoPE, ue8m0 scales in page footer */
-    MLAJIT_MODEL_GLM_NSA = 3 /* V3.2 layout with arbitrary fp32 scales (amax / 448) */
+    MLAJIT_MODEL_GLM_NSA = 3,    /* V3.2 layout with arbitrary fp32 scales (amax / 448) */
+    MLAJIT_MODEL_GLM53_NOPE = 4, /* 512 fp8 NoPE, no RoPE, arbitrary fp32 scales inline, 656-byte rows (528 used) */
+    MLAJIT_MODEL_DOTS3_SWA = 5   /* 1088 = 1024 fp8 + 64 bf16 RoPE, d_v 1024, ue8m0 scales in page footer */
 } mlajit_model;
 
 typedef enum mlajit_scale_format {
@@ -195,7 +197,7 @@ typedef enum mlajit_scale_place {
 typedef struct mlajit_model_desc {
     size_t struct_size;     /* the library's sizeof (the descriptor is the library's) */
     mlajit_model model;
-    const char *name;       /* "v32", "dsv4", "glm_nsa": what the CLI and spec strings use */
+    const char *name;       /* "v32", "dsv4", "glm_nsa", "glm53_nope", "dots3_swa": what the CLI and spec strings use */
     int d_qk;               /* query/key width */
     int d_nope;             /* fp8-quantized dims */
     int d_rope;             /* bf16 dims stored verbatim after the NoPE dims */
@@ -213,7 +215,8 @@ typedef struct mlajit_model_desc {
  * value. */
 MLAJIT_API const mlajit_model_desc *mlajit_model_describe(mlajit_model model);
 
-/* Find a model by name ("v32", "dsv4", "glm_nsa"; case-insensitive). */
+/* Find a model by name ("v32", "dsv4", "glm_nsa", "glm53_nope", "dots3_swa";
+ * case-insensitive). */
 MLAJIT_API int mlajit_model_from_name(const char *name, mlajit_model *out);
 
 /* Minimum page stride in bytes for a model and page size (what the layout needs;

@@ -215,7 +215,7 @@ BAD(generate_bad_spec, INVALID, "spec.page_size = 0", mlajit_generate_source(SPE
 /* mlajit_model_from_name */
 BAD(model_from_name_null, INVALID, "model name: NULL", mlajit_model_from_name(NULL, &model_out))
 BAD(model_from_name_null_out, INVALID, "model name: NULL", mlajit_model_from_name("v32", NULL))
-BAD(model_from_name_unknown, INVALID, "model 'llama' is unknown; allowed: v32, dsv4, glm_nsa",
+BAD(model_from_name_unknown, INVALID, "model 'llama' is unknown; allowed: v32, dsv4, glm_nsa, glm53_nope, dots3_swa",
     mlajit_model_from_name("llama", &model_out))
 
 /* mlajit_envelope_check */
@@ -255,7 +255,7 @@ BAD(prepare_null_ctx, INVALID, "ctx or spec: NULL", mlajit_kernel_prepare(NULL, 
 BAD(prepare_null_spec, INVALID, "ctx or spec: NULL", mlajit_kernel_prepare(ctx, NULL, NULL))
 BAD(prepare_h_q_129, INVALID, "spec.h_q = 129", mlajit_kernel_prepare(ctx, SPEC(.h_q = 129), NULL))
 BAD(prepare_page_0, INVALID, "spec.page_size = 0", mlajit_kernel_prepare(ctx, SPEC(.page_size = 0), NULL))
-BAD(prepare_unknown_model, INVALID, "spec.model = 4", mlajit_kernel_prepare(ctx, SPEC(.model = 4), NULL))
+BAD(prepare_unknown_model, INVALID, "spec.model = 42", mlajit_kernel_prepare(ctx, SPEC(.model = 42), NULL))
 BAD(prepare_unknown_arch, INVALID, "spec.arch = 'sm_70'", mlajit_kernel_prepare(ctx, SPEC(.arch = "sm_70"), NULL))
 BAD(prepare_shared_memory, UNSUPPORTED, "shared memory",
     mlajit_kernel_prepare(ctx, SPEC(.tile = 64, .heads_per_cta = 32, .arch = "sm_89"), NULL))

@@ -433,7 +433,9 @@ plans = PlanCache()
 SCALE_FORMATS = ("auto", "fp32_pow2", "fp32", "ue8m0")
 # (d_qk, bytes per token) of FlashMLA's layouts -> kv_scale_format -> the model
 _CACHE_LAYOUTS = {(576, 656): {"auto": Model.V32, "fp32_pow2": Model.V32, "fp32": Model.GLM_NSA},
-                  (512, 584): {"auto": Model.DSV4, "ue8m0": Model.DSV4}}
+                  (512, 584): {"auto": Model.DSV4, "ue8m0": Model.DSV4},
+                  (512, 656): {"auto": Model.GLM53_NOPE, "fp32": Model.GLM53_NOPE},
+                  (1088, 1160): {"auto": Model.DOTS3_SWA, "ue8m0": Model.DOTS3_SWA}}
 
 
 def model_of_cache(d_qk: int, bytes_per_token: int, kv_scale_format: str = "auto") -> Model:

@@ -14,11 +14,17 @@ from .errors import InvalidArgumentError
 class Model(enum.IntEnum):
     """The KV-cache layouts (SPEC.md): V32 = DeepSeek-V3.2 (656 B/token, power-of-two
     fp32 scales inline), DSV4 = DeepSeek-V4 (584 B/token, ue8m0 scales in a page
-    footer), GLM_NSA = V3.2's layout with arbitrary fp32 scales."""
+    footer), GLM_NSA = V3.2's layout with arbitrary fp32 scales, GLM53_NOPE = 512
+    NoPE dims and no RoPE (656-byte rows, 528 used, arbitrary fp32 scales inline),
+    DOTS3_SWA = 1024 NoPE + 64 RoPE dims, d_v 1024 (1160 B/token, ue8m0 scales in
+    a page footer). No kernel serves GLM53_NOPE or DOTS3_SWA yet: supported() says
+    why; the quantizer and the reference take them."""
 
     V32 = _capi.MODEL_V32
     DSV4 = _capi.MODEL_DSV4
     GLM_NSA = _capi.MODEL_GLM_NSA
+    GLM53_NOPE = _capi.MODEL_GLM53_NOPE
+    DOTS3_SWA = _capi.MODEL_DOTS3_SWA
 
 
 ModelLike = Union[Model, str, int]
@@ -45,7 +51,7 @@ class ModelInfo:
         return int(_capi.lib.mlajit_min_page_stride(int(self.model), page_size))
 
 
-_MODEL_NAMES = "v32, dsv4, glm_nsa"
+_MODEL_NAMES = "v32, dsv4, glm_nsa, glm53_nope, dots3_swa"
 
 
 def as_model(model: ModelLike, argument: str = "model") -> Model:

@@ -94,7 +94,7 @@ def quantize_kv(values: torch.Tensor, model: ModelLike, page_size: int, *,
     values: bf16 [num_blocks, page_size, d_qk] or [num_tokens, d_qk] (token t in
         slot t: page t // page_size, offset t % page_size; num_tokens a multiple of
         page_size), on any device.
-    model: "v32", "dsv4", "glm_nsa" (or mlajit.Model).
+    model: "v32", "dsv4", "glm_nsa", "glm53_nope", "dots3_swa" (or mlajit.Model).
     page_stride: bytes from one page to the next (default: the layout's minimum
         rounded up to 16; at least that, a multiple of 16).
 

@@ -54,7 +54,7 @@ def test_an_unsupported_spec_raises_unsupported():
 
 
 def test_python_side_checks_name_the_argument():
-    with pytest.raises(mlajit.InvalidArgumentError, match="model = 'v4'.*allowed: v32, dsv4, glm_nsa"):
+    with pytest.raises(mlajit.InvalidArgumentError, match="model = 'v4'.*allowed: v32, dsv4, glm_nsa, glm53_nope, dots3_swa"):
         mlajit.model_info("v4")
     with pytest.raises(mlajit.InvalidArgumentError, match="features: 'sinks' is unknown; allowed: sink"):
         mlajit.models.as_features(["sinks"])

@@ -14,7 +14,8 @@
 #include "runtime/nvrtc.h"
 #include "runtime/runtime.h"
 
-static const mlajit_model all_models[] = {MLAJIT_MODEL_V32, MLAJIT_MODEL_DSV4, MLAJIT_MODEL_GLM_NSA};
+static const mlajit_model all_models[] = {MLAJIT_MODEL_V32, MLAJIT_MODEL_DSV4, MLAJIT_MODEL_GLM_NSA,
+                                          MLAJIT_MODEL_GLM53_NOPE, MLAJIT_MODEL_DOTS3_SWA};
 
 static const char *scale_text(const mlajit_model_desc *d)
 {
@@ -87,7 +88,7 @@ static void print_tables(void)
            "indices");
 
     printf("kernel spec (mlajit_kernel_spec)\n");
-    printf("  %-14s v32, dsv4, glm_nsa\n", "model");
+    printf("  %-14s v32, dsv4, glm_nsa, glm53_nope, dots3_swa\n", "model");
     printf("  %-14s 1..%d\n", "h_q", MLAJIT_MAX_HEADS);
     printf("  %-14s 1..%d tokens\n", "page_size", MLAJIT_MAX_PAGE_SIZE);
     printf("  %-14s 0 (no extra cache) or 1..%d\n", "extra_page_size", MLAJIT_MAX_PAGE_SIZE);
@@ -106,11 +107,11 @@ static void print_tables(void)
     printf("  %-14s \"\" (the device's; %s without one), %s\n\n", "arch", MLAJIT_DEFAULT_ARCH, mlajit_arch_list());
 
     printf("models (KV-cache layouts, SPEC.md)\n");
-    printf("  %-8s %5s %6s %6s %4s %11s  %s\n", "model", "d_qk", "d_nope", "d_rope", "d_v", "bytes/token",
+    printf("  %-10s %5s %6s %6s %4s %11s  %s\n", "model", "d_qk", "d_nope", "d_rope", "d_v", "bytes/token",
            "scales");
     for (size_t m = 0; m < sizeof all_models / sizeof all_models[0]; m++) {
         const mlajit_model_desc *d = mlajit_model_describe(all_models[m]);
-        printf("  %-8s %5d %6d %6d %4d %11d  %d x %s per %d dims, %s\n", d->name, d->d_qk, d->d_nope, d->d_rope,
+        printf("  %-10s %5d %6d %6d %4d %11d  %d x %s per %d dims, %s\n", d->name, d->d_qk, d->d_nope, d->d_rope,
                d->d_v, d->bytes_per_token, d->num_scales, scale_text(d), d->quant_tile,
                d->scale_place == MLAJIT_SCALES_INLINE ? "inline" : "page footer");
     }
@@ -124,7 +125,7 @@ static void print_tables(void)
     printf("(tile x heads per CTA; 'no' = over the arch's limit; auto = the generator's choice for h_q 16 / 128)\n");
     static const int variants[][2] = {{32, 16}, {32, 32}, {32, 64}, {64, 16}, {64, 32}, {64, 64}};
     const int nvariants = (int)(sizeof variants / sizeof variants[0]);
-    printf("  %-8s %-6s %9s  %-8s", "arch", "nvrtc", "smem max", "model");
+    printf("  %-8s %-6s %9s  %-10s", "arch", "nvrtc", "smem max", "model");
     for (int v = 0; v < nvariants; v++) {
         char head[24];
         snprintf(head, sizeof head, "t%d.hc%d", variants[v][0], variants[v][1]);
@@ -140,7 +141,7 @@ static void print_tables(void)
                 printf("  %-8s %-6s %9d  ", arch, targetable ? "yes" : "no", mlajit_arch_max_smem(arch));
             else
                 printf("  %-8s %-6s %9s  ", "", "", "");
-            printf("%-8s", mlajit_model_describe(all_models[m])->name);
+            printf("%-10s", mlajit_model_describe(all_models[m])->name);
             for (int v = 0; v < nvariants; v++) {
                 mlajit_kernel_spec s = {.struct_size = sizeof s, .model = all_models[m], .h_q = 128, .page_size = 64,
                                         .tile = variants[v][0], .heads_per_cta = variants[v][1]};

@@ -338,6 +338,52 @@ static int refuse_scales(const mlajit_family *f, const mlajit_kernel_spec *r)
                        "model %s has arbitrary fp32 scales: use the sm90 variant", f->name, d->name);
 }
 
+/* The layouts each template is built for. GLM53_NOPE (d_rope 0) and DOTS3_SWA
+ * (d_nope 1024, d_v 1024, d_qk 1088) are in the contract and the model table, but
+ * no template is built for them yet: every family refuses them here, naming the
+ * model and the template's assumption it breaks (docs/kernels.md). */
+static int refuse_layout(const mlajit_family *f, const mlajit_model_desc *d, const char *why)
+{
+    return mlajit_fail(MLAJIT_ERR_UNSUPPORTED,
+                       "variant %s does not serve model %s (d_qk %d, d_nope %d, d_rope %d, d_v %d): %s; "
+                       "no kernel family serves %s yet (v32, dsv4 and glm_nsa run)",
+                       f->name, d->name, d->d_qk, d->d_nope, d->d_rope, d->d_v, why, d->name);
+}
+
+static int portable_layout(const mlajit_family *f, const mlajit_model_desc *d)
+{
+    if (d->d_rope == 0)
+        return refuse_layout(f, d, "d_rope 0: decode_portable.cu's RoPE gather splits a warp into d_rope / 8 "
+                                   "chunks (kRopeChunks; 32 % kRopeChunks), none without RoPE");
+    if (d->d_nope > 512)
+        return refuse_layout(f, d, "decode_portable.cu gathers one 16-code NoPE chunk per lane "
+                                   "(d_nope / 16 <= 32, so d_nope <= 512)");
+    return MLAJIT_OK;
+}
+
+/* sm90, sm90-staged, sm90-unpaired and the narrow rows share sm90_common.cu's producer */
+static int sm90_layout(const mlajit_family *f, const mlajit_model_desc *d)
+{
+    if (d->d_rope == 0)
+        return refuse_layout(f, d, "d_rope 0: sm90_common.cu's producer holds each lane's RoPE loads in "
+                                   "U32x4 rope[d_rope / 32], an array of size 0 without RoPE");
+    if (d->d_v != 512)
+        return refuse_layout(f, d, "sm90_common.cu is built for d_v 512 (static_assert kDV == 512: two "
+                                   "wgmma N of 256 value dims)");
+    return MLAJIT_OK;
+}
+
+static int sliced_layout(const mlajit_family *f, const mlajit_model_desc *d)
+{
+    if (d->d_rope != 64)
+        return refuse_layout(f, d, "decode_sliced.cu computes the RoPE part of Q K^T as 8 dims per warp "
+                                   "(d_rope 64)");
+    if (d->d_v != 512)
+        return refuse_layout(f, d, "decode_sliced.cu gives each of its eight warps one 64-dim slice of V "
+                                   "(d_v 512)");
+    return MLAJIT_OK;
+}
+
 /* The portable family: 16 heads fill one mma row tile; past that more row tiles
  * per CTA cut how often each K tile is gathered and dequantized: 64 heads (512
  * threads) when that pads no more heads than 32 would and a 64-candidate tile
@@ -443,12 +489,12 @@ static int sliced_resolve(const mlajit_family *f, mlajit_kernel_spec *r)
     .roles = "two consumer warp groups (S, P V) and one producer (gather, dequantize); setmaxnreg raises the "     \
              "score group, lowers the others",                                                                    \
     .threads = 384, .tiles = MLAJIT_SIZES(64), .heads_per_cta = MLAJIT_SIZES(64), .resolve = sm90_resolve,         \
-    .smem_map = sm90_smem_map, .qk_stride = qk_full, .score_pad = 4
+    .accepts_layout = sm90_layout, .smem_map = sm90_smem_map, .qk_stride = qk_full, .score_pad = 4
 #define NARROW_ROW(v, nm)                                                                                          \
     .variant = v, .name = nm, .arch = "sm_90a", .sm90_common = 1, .tiles = MLAJIT_SIZES(64),                       \
     .heads_per_cta = MLAJIT_SIZES(8) | MLAJIT_SIZES(16) | MLAJIT_SIZES(24) | MLAJIT_SIZES(32),                     \
     .max_heads_per_cta = MLAJIT_NARROW_MAX_HEADS_PER_CTA, .scales = MLAJIT_SCALES_POW2, .resolve = narrow_resolve, \
-    .qk_stride = qk_full, .score_pad = 4
+    .accepts_layout = sm90_layout, .qk_stride = qk_full, .score_pad = 4
 
 /* In variant order (mlajit_family_of indexes it). */
 const mlajit_family mlajit_families[] = {
@@ -458,13 +504,14 @@ const mlajit_family mlajit_families[] = {
         .threads = 256, .threads_wide = 512,
         .tiles = MLAJIT_SIZES(32) | MLAJIT_SIZES(64),
         .heads_per_cta = MLAJIT_SIZES(16) | MLAJIT_SIZES(32) | MLAJIT_SIZES(64),
-        .scales = MLAJIT_SCALES_ANY, .models = "all", .resolve = portable_resolve,
+        .scales = MLAJIT_SCALES_ANY, .models = "v32, dsv4, glm_nsa", .resolve = portable_resolve,
+        .accepts_layout = portable_layout,
         .smem_map = portable_smem_map, .qk_stride = qk_full, .score_pad = 4,
         .two_blocks_scales = MLAJIT_SCALES_ANY,
         .knobs = MLAJIT_KNOB_TILE | MLAJIT_KNOB_HEADS_PER_CTA | MLAJIT_KNOB_SPLITS,
     },
     {
-        SM90_ROW(MLAJIT_VARIANT_SM90, "sm90"), .scales = MLAJIT_SCALES_ANY, .models = "all", .pairs = 1,
+        SM90_ROW(MLAJIT_VARIANT_SM90, "sm90"), .scales = MLAJIT_SCALES_ANY, .models = "v32, dsv4, glm_nsa", .pairs = 1,
         .knobs = MLAJIT_KNOB_SPLITS | MLAJIT_KNOB_PAIRING,
     },
     {
@@ -472,6 +519,7 @@ const mlajit_family mlajit_families[] = {
         .roles = "eight warps, one 64-dim slice of V each",
         .threads = 256, .tiles = MLAJIT_SIZES(32), .heads_per_cta = MLAJIT_SIZES(16) | MLAJIT_SIZES(32),
         .scales = MLAJIT_SCALES_ANY, .models = "v32, glm_nsa (V is the NoPE dims, scales inline)", .resolve = sliced_resolve,
+        .accepts_layout = sliced_layout,
         .smem_map = sliced_smem_map, .qk_stride = qk_nope, .score_pad = 8,
         .two_blocks_scales = MLAJIT_SCALES_POW2,
         .knobs = MLAJIT_KNOB_HEADS_PER_CTA | MLAJIT_KNOB_SPLITS,
@@ -481,7 +529,7 @@ const mlajit_family mlajit_families[] = {
         .single_split = 1, .staged_output = 1, .walk = MLAJIT_WALK_SHORT, .walk_tiles = MLAJIT_STAGED_PAIR_BELOW_TILES,
     },
     {
-        SM90_ROW(MLAJIT_VARIANT_SM90_UNPAIRED, "sm90-unpaired"), .scales = MLAJIT_SCALES_ANY, .models = "all",
+        SM90_ROW(MLAJIT_VARIANT_SM90_UNPAIRED, "sm90-unpaired"), .scales = MLAJIT_SCALES_ANY, .models = "v32, dsv4, glm_nsa",
         .alias = MLAJIT_VARIANT_SM90, .alias_when = unpaired_is_sm90,
         .knobs = MLAJIT_KNOB_SPLITS | MLAJIT_KNOB_PAIRING, .walk = MLAJIT_WALK_ONE_TILE,
     },

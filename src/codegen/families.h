@@ -123,6 +123,9 @@ struct mlajit_family {
     int max_heads_per_cta;    /* the most heads a CTA holds without head groups (0: no limit but its sizes) */
     unsigned scales;          /* scale formats it runs (MLAJIT_SCALES); the others are refused */
     const char *models;       /* the models it runs, in words (its resolve checks them) */
+    /* the layouts its template is built for: 0, or an error naming the model and why
+     * not (checked by the resolver before the arch and resolve; NULL: any) */
+    int (*accepts_layout)(const mlajit_family *f, const mlajit_model_desc *d);
     /* its choices and refusals for a spec of it, in the resolver's order: tile and head
      * group set, the model checked (0, or an error set) */
     int (*resolve)(const mlajit_family *f, mlajit_kernel_spec *r);

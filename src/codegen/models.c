@@ -26,6 +26,24 @@ static const mlajit_model_desc model_table[] = {
         .scale_format = MLAJIT_SCALE_FP32, .scale_place = MLAJIT_SCALES_INLINE,
         .row_bytes = 656, .footer_bytes = 0, .bytes_per_token = 656,
     },
+    {
+        /* no RoPE: V is all 512 dims; the record keeps V3.2's 656 bytes, of which
+         * [528, 656) is padding (the quantizer writes it zero) */
+        .struct_size = sizeof(mlajit_model_desc), .model = MLAJIT_MODEL_GLM53_NOPE, .name = "glm53_nope",
+        .d_qk = 512, .d_nope = 512, .d_rope = 0, .d_v = 512,
+        .quant_tile = 128, .num_scales = 4,
+        .scale_format = MLAJIT_SCALE_FP32, .scale_place = MLAJIT_SCALES_INLINE,
+        .row_bytes = 656, .footer_bytes = 0, .bytes_per_token = 656,
+    },
+    {
+        /* DSV4's page shape at twice the width: data rows of 1024 fp8 + 128 bytes of
+         * RoPE, then a footer of 8 ue8m0 scales a token; V is the 1024 NoPE dims */
+        .struct_size = sizeof(mlajit_model_desc), .model = MLAJIT_MODEL_DOTS3_SWA, .name = "dots3_swa",
+        .d_qk = 1088, .d_nope = 1024, .d_rope = 64, .d_v = 1024,
+        .quant_tile = 128, .num_scales = 8,
+        .scale_format = MLAJIT_SCALE_UE8M0, .scale_place = MLAJIT_SCALES_PAGE_FOOTER,
+        .row_bytes = 1152, .footer_bytes = 8, .bytes_per_token = 1160,
+    },
 };
 
 #define MODEL_COUNT (sizeof model_table / sizeof model_table[0])
@@ -41,14 +59,14 @@ const mlajit_model_desc *mlajit_model_describe(mlajit_model model)
 int mlajit_model_from_name(const char *name, mlajit_model *out)
 {
     if (!name || !out)
-        return mlajit_fail(MLAJIT_ERR_INVALID_ARGUMENT, "model name: NULL; allowed: v32, dsv4, glm_nsa");
+        return mlajit_fail(MLAJIT_ERR_INVALID_ARGUMENT, "model name: NULL; allowed: v32, dsv4, glm_nsa, glm53_nope, dots3_swa");
     for (size_t i = 0; i < MODEL_COUNT; i++) {
         if (strcasecmp(model_table[i].name, name) == 0) {
             *out = model_table[i].model;
             return MLAJIT_OK;
         }
     }
-    return mlajit_fail(MLAJIT_ERR_INVALID_ARGUMENT, "model '%s' is unknown; allowed: v32, dsv4, glm_nsa", name);
+    return mlajit_fail(MLAJIT_ERR_INVALID_ARGUMENT, "model '%s' is unknown; allowed: v32, dsv4, glm_nsa, glm53_nope, dots3_swa", name);
 }
 
 int64_t mlajit_min_page_stride(mlajit_model model, int page_size)

@@ -33,7 +33,8 @@ int mlajit_spec_validate(const mlajit_kernel_spec *caller_spec)
         return MLAJIT_ERR_INVALID_ARGUMENT;
     if (!mlajit_model_describe(spec->model))
         return mlajit_fail(MLAJIT_ERR_INVALID_ARGUMENT,
-                           "spec.model = %d is unknown; allowed: MLAJIT_MODEL_V32 (1), MLAJIT_MODEL_DSV4 (2), MLAJIT_MODEL_GLM_NSA (3)",
+                           "spec.model = %d is unknown; allowed: MLAJIT_MODEL_V32 (1), MLAJIT_MODEL_DSV4 (2), MLAJIT_MODEL_GLM_NSA (3), "
+                           "MLAJIT_MODEL_GLM53_NOPE (4), MLAJIT_MODEL_DOTS3_SWA (5)",
                            (int)spec->model);
     if (spec->h_q < 1 || spec->h_q > MLAJIT_MAX_HEADS)
         return mlajit_fail(MLAJIT_ERR_INVALID_ARGUMENT, "spec.h_q = %d; allowed 1..%d", spec->h_q, MLAJIT_MAX_HEADS);
@@ -97,6 +98,8 @@ int mlajit_spec_resolve(const mlajit_kernel_spec *caller_spec, mlajit_kernel_spe
     if (r.variant == MLAJIT_VARIANT_AUTO)
         r.variant = mlajit_family_auto(&r);
     const mlajit_family *f = mlajit_family_of(r.variant);
+    if (f->accepts_layout && (rc = f->accepts_layout(f, mlajit_model_describe(r.model))))
+        return rc;
     if (f->arch && strcmp(r.arch, f->arch) != 0)
         return mlajit_fail(MLAJIT_ERR_UNSUPPORTED, "variant %s needs spec.arch = %s (wgmma); spec.arch = '%s': "
                            "use the portable variant", f->name, f->arch, r.arch);

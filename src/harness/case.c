@@ -336,10 +336,10 @@ static int load_from_json(const char *dir, const mlajit_json *root, mlajit_case 
 {
     const mlajit_json *model = mlajit_json_get(root, "model");
     if (!model || model->type != MLAJIT_JSON_STRING)
-        return mlajit_fail(MLAJIT_ERR_CORRUPT, "case.json: model must be a string (v32, dsv4, glm_nsa); it is %s",
+        return mlajit_fail(MLAJIT_ERR_CORRUPT, "case.json: model must be a string (v32, dsv4, glm_nsa, glm53_nope, dots3_swa); it is %s",
                            json_type_name(model));
     if (mlajit_model_from_name(model->text, &c->model) != MLAJIT_OK)
-        return mlajit_fail(MLAJIT_ERR_CORRUPT, "case.json: model '%s' is unknown; allowed: v32, dsv4, glm_nsa",
+        return mlajit_fail(MLAJIT_ERR_CORRUPT, "case.json: model '%s' is unknown; allowed: v32, dsv4, glm_nsa, glm53_nope, dots3_swa",
                            model->text);
     const mlajit_model_desc *d = mlajit_model_describe(c->model);
 

@@ -211,7 +211,7 @@ out:
 static int check_params(const mlajit_synth_params *p)
 {
     if (!mlajit_model_describe(p->model))
-        return mlajit_fail(MLAJIT_ERR_INVALID_ARGUMENT, "synth: model %d is unknown; allowed: v32, dsv4, glm_nsa",
+        return mlajit_fail(MLAJIT_ERR_INVALID_ARGUMENT, "synth: model %d is unknown; allowed: v32, dsv4, glm_nsa, glm53_nope, dots3_swa",
                            (int)p->model);
     if (p->b < 0 || p->b > MLAJIT_MAX_BATCH)
         return mlajit_fail(MLAJIT_ERR_INVALID_ARGUMENT, "synth: b is %d; allowed 0..%d", p->b, MLAJIT_MAX_BATCH);

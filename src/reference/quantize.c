@@ -135,7 +135,7 @@ static int check_token_args(mlajit_model model, const void *values, const char *
 {
     *desc = mlajit_model_describe(model);
     if (!*desc)
-        return mlajit_fail(MLAJIT_ERR_INVALID_ARGUMENT, "%s: model %d is unknown; allowed: v32, dsv4, glm_nsa", fn,
+        return mlajit_fail(MLAJIT_ERR_INVALID_ARGUMENT, "%s: model %d is unknown; allowed: v32, dsv4, glm_nsa, glm53_nope, dots3_swa", fn,
                            (int)model);
     if (!values)
         return mlajit_fail(MLAJIT_ERR_INVALID_ARGUMENT, "%s: %s is NULL", fn, values_name);
@@ -180,6 +180,12 @@ int mlajit_quantize_token(mlajit_model model, const uint16_t *values_bf16, void 
             memcpy(page + l.scales + (size_t)tile * sizeof(float), &s, sizeof s);
     }
     memcpy(page + l.rope, values_bf16 + d->d_nope, (size_t)d->d_rope * sizeof(uint16_t));
+    if (d->scale_place == MLAJIT_SCALES_INLINE) {
+        /* an inline record's unused tail (GLM53_NOPE: [528, 656)) is written zero */
+        size_t used = l.rope + (size_t)d->d_rope * sizeof(uint16_t), end = l.row + (size_t)d->row_bytes;
+        if (end > used)
+            memset(page + used, 0, end - used);
+    }
     return MLAJIT_OK;
 }
 

@@ -59,7 +59,7 @@ static int validate(const mlajit_kernel_spec *spec, const mlajit_decode_shape *s
     if (!spec || !shape || !args)
         return mlajit_fail(MLAJIT_ERR_INVALID_ARGUMENT, "reference: spec, shape and args must not be NULL");
     if (!mlajit_model_describe(spec->model))
-        return mlajit_fail(MLAJIT_ERR_INVALID_ARGUMENT, "reference: spec.model %d is unknown; allowed: v32, dsv4, glm_nsa",
+        return mlajit_fail(MLAJIT_ERR_INVALID_ARGUMENT, "reference: spec.model %d is unknown; allowed: v32, dsv4, glm_nsa, glm53_nope, dots3_swa",
                            (int)spec->model);
     if (spec->h_q < 1 || spec->h_q > MLAJIT_MAX_HEADS)
         return mlajit_fail(MLAJIT_ERR_INVALID_ARGUMENT, "reference: spec.h_q is %d; allowed 1..%d", spec->h_q,
