@@ -327,7 +327,8 @@ static page_buf make_page(mlajit_model model, int page_size, uint8_t fill)
  * quantizes to its own code and dequantizes back to itself, in every model. */
 Test(quantize, every_fp8_value_survives_quantize_dequantize)
 {
-    const mlajit_model models[] = {MLAJIT_MODEL_V32, MLAJIT_MODEL_DSV4, MLAJIT_MODEL_GLM_NSA};
+    const mlajit_model models[] = {MLAJIT_MODEL_V32, MLAJIT_MODEL_DSV4, MLAJIT_MODEL_GLM_NSA,
+                                   MLAJIT_MODEL_GLM53_NOPE, MLAJIT_MODEL_DOTS3_SWA};
     for (size_t m = 0; m < sizeof models / sizeof models[0]; m++) {
         const mlajit_model_desc *d = mlajit_model_describe(models[m]);
         uint16_t *values = malloc((size_t)d->d_qk * sizeof *values);
@@ -335,7 +336,7 @@ Test(quantize, every_fp8_value_survives_quantize_dequantize)
         page_buf page = make_page(models[m], 2, 0);
         int next_code = 0;
         while (next_code < 256) {
-            int placed[1024];
+            int placed[1152];
             for (int x = 0; x < d->d_qk; x++) {
                 placed[x] = -1;
                 if (x >= d->d_nope) {
@@ -504,6 +505,151 @@ Test(quantize, rejects_bad_arguments)
     free(page.bytes);
 }
 
+/* ---- GLM53_NOPE and DOTS3_SWA: the descriptor, the bytes at SPEC.md's offsets ---- */
+
+Test(quantize, new_layouts_have_spec_numbers)
+{
+    const mlajit_model_desc *g = mlajit_model_describe(MLAJIT_MODEL_GLM53_NOPE);
+    const mlajit_model_desc *s = mlajit_model_describe(MLAJIT_MODEL_DOTS3_SWA);
+    cr_assert(g && s);
+    cr_expect_str_eq(g->name, "glm53_nope");
+    cr_expect(g->d_qk == 512 && g->d_nope == 512 && g->d_rope == 0 && g->d_v == 512);
+    cr_expect(g->quant_tile == 128 && g->num_scales == 4 && g->scale_format == MLAJIT_SCALE_FP32 &&
+              g->scale_place == MLAJIT_SCALES_INLINE && g->row_bytes == 656 && g->bytes_per_token == 656);
+    cr_expect_str_eq(s->name, "dots3_swa");
+    cr_expect(s->d_qk == 1088 && s->d_nope == 1024 && s->d_rope == 64 && s->d_v == 1024);
+    cr_expect(s->quant_tile == 128 && s->num_scales == 8 && s->scale_format == MLAJIT_SCALE_UE8M0 &&
+              s->scale_place == MLAJIT_SCALES_PAGE_FOOTER && s->row_bytes == 1152 && s->footer_bytes == 8 &&
+              s->bytes_per_token == 1160);
+    cr_expect_eq(mlajit_min_page_stride(MLAJIT_MODEL_GLM53_NOPE, 64), 64 * 656);
+    cr_expect_eq(mlajit_min_page_stride(MLAJIT_MODEL_DOTS3_SWA, 64), 64 * 1160);
+    mlajit_model m;
+    cr_expect(mlajit_model_from_name("glm53_nope", &m) == MLAJIT_OK && m == MLAJIT_MODEL_GLM53_NOPE);
+    cr_expect(mlajit_model_from_name("DOTS3_SWA", &m) == MLAJIT_OK && m == MLAJIT_MODEL_DOTS3_SWA);
+}
+
+/* A token of values x = sign * (1 + dim % 7) * 2^(tile - 3): a different amax per tile. */
+static void fill_layout_token(uint16_t *v, const mlajit_model_desc *d)
+{
+    for (int x = 0; x < d->d_qk; x++) {
+        float mag = (float)(1 + x % 7) * ldexpf(1.0f, x / d->quant_tile - 3);
+        v[x] = mlajit_float_to_bf16(x % 3 ? mag : -mag);
+    }
+    for (int x = d->d_nope; x < d->d_qk; x++)
+        v[x] = mlajit_float_to_bf16(0.1f * (float)(x - d->d_nope) - 3.0f); /* RoPE: verbatim, not fp8 */
+}
+
+Test(quantize, glm53_nope_record_bytes)
+{
+    const mlajit_model_desc *d = mlajit_model_describe(MLAJIT_MODEL_GLM53_NOPE);
+    page_buf page = make_page(MLAJIT_MODEL_GLM53_NOPE, 3, 0xAB);
+    cr_assert_eq(page.size, 3 * 656u);
+    uint16_t v[512];
+    fill_layout_token(v, d);
+    cr_assert_eq(mlajit_quantize_token(MLAJIT_MODEL_GLM53_NOPE, v, page.bytes, 3, 1), MLAJIT_OK, "%s",
+                 mlajit_last_error());
+    const uint8_t *rec = page.bytes + 656;
+    for (int k = 0; k < 4; k++) {
+        /* [512, 528): four fp32 scales, amax / 448 of each 128-dim tile (arbitrary, not rounded up) */
+        float scale, amax = 7.0f * ldexpf(1.0f, k - 3);
+        memcpy(&scale, rec + 512 + 4 * k, 4);
+        cr_expect_eq(scale, amax / 448.0f, "scale %d: %g", k, (double)scale);
+    }
+    for (int b = 528; b < 656; b++)
+        cr_expect_eq(rec[b], 0, "padding byte %d is 0x%02x, expected 0", b, rec[b]);
+    for (size_t b = 0; b < 656; b++) { /* the neighbours are untouched */
+        cr_expect_eq(page.bytes[b], 0xAB, "token 0 byte %zu", b);
+        cr_expect_eq(page.bytes[2 * 656 + b], 0xAB, "token 2 byte %zu", b);
+    }
+    float back[512];
+    cr_assert_eq(mlajit_dequantize_token(MLAJIT_MODEL_GLM53_NOPE, page.bytes, 3, 1, back), MLAJIT_OK);
+    for (int x = 0; x < 512; x++) {
+        float scale;
+        memcpy(&scale, rec + 512 + 4 * (x / 128), 4);
+        const float want = mlajit_bf16_to_float(mlajit_float_to_bf16(mlajit_fp8_e4m3_to_float(rec[x]) * scale));
+        cr_expect_eq(back[x], want, "dim %d", x);
+    }
+    free(page.bytes);
+}
+
+Test(quantize, dots3_swa_page_bytes)
+{
+    const mlajit_model_desc *d = mlajit_model_describe(MLAJIT_MODEL_DOTS3_SWA);
+    enum { B = 4, T = 2 };
+    page_buf page = make_page(MLAJIT_MODEL_DOTS3_SWA, B, 0xAB);
+    cr_assert_eq(page.size, (size_t)B * 1160u);
+    uint16_t v[1088];
+    fill_layout_token(v, d);
+    cr_assert_eq(mlajit_quantize_token(MLAJIT_MODEL_DOTS3_SWA, v, page.bytes, B, T), MLAJIT_OK, "%s",
+                 mlajit_last_error());
+    /* footer: B * 1152 + t * 8, eight ue8m0 bytes: 2^ceil(log2(amax / 448)) */
+    const uint8_t *footer = page.bytes + (size_t)B * 1152 + (size_t)T * 8;
+    for (int k = 0; k < 8; k++) {
+        const double s = ldexp(1.0, (int)ceil(log2(7.0 * ldexp(1.0, k - 3) / 448.0)));
+        cr_expect_eq(footer[k], (uint8_t)(127 + (int)log2(s)), "ue8m0 scale %d: %d", k, footer[k]);
+    }
+    /* the RoPE: 64 bf16 at T * 1152 + [1024, 1152), verbatim */
+    cr_expect_eq(memcmp(page.bytes + (size_t)T * 1152 + 1024, v + 1024, 128), 0);
+    /* fp8 codes at T * 1152 + [0, 1024): value / scale exactly (power-of-two scales) */
+    for (int x = 0; x < 1024; x++) {
+        const float s = ldexpf(1.0f, footer[x / 128] - 127);
+        cr_expect_eq(page.bytes[(size_t)T * 1152 + (size_t)x], mlajit_fp8_e4m3_from_float(mlajit_bf16_to_float(v[x]) / s),
+                     "dim %d", x);
+    }
+    for (size_t t = 0; t < B; t++) { /* other tokens' rows and footers are untouched */
+        if (t == T)
+            continue;
+        for (size_t b = 0; b < 1152; b++)
+            cr_expect_eq(page.bytes[t * 1152 + b], 0xAB, "token %zu row byte %zu", t, b);
+        for (size_t b = 0; b < 8; b++)
+            cr_expect_eq(page.bytes[B * 1152 + t * 8 + b], 0xAB, "token %zu footer byte %zu", t, b);
+    }
+    float back[1088];
+    cr_assert_eq(mlajit_dequantize_token(MLAJIT_MODEL_DOTS3_SWA, page.bytes, B, T, back), MLAJIT_OK);
+    for (int x = 1024; x < 1088; x++)
+        cr_expect_eq(back[x], mlajit_bf16_to_float(v[x]), "RoPE dim %d", x);
+    free(page.bytes);
+}
+
+/* Random tokens quantize and dequantize within the fp8 bound: per value, half an
+ * e4m3 ulp (2^-4 relative) plus the bf16 rounding of the product, or the
+ * subnormal step (2^-9 of the scale) near zero. */
+Test(quantize, new_layouts_round_trip_within_fp8_bound)
+{
+    const mlajit_model models[] = {MLAJIT_MODEL_GLM53_NOPE, MLAJIT_MODEL_DOTS3_SWA};
+    uint64_t state = 12345;
+    for (size_t m = 0; m < 2; m++) {
+        const mlajit_model_desc *d = mlajit_model_describe(models[m]);
+        page_buf page = make_page(models[m], 16, 0);
+        uint16_t v[1088];
+        float back[1088];
+        for (int token = 0; token < 16; token++) {
+            for (int x = 0; x < d->d_qk; x++) {
+                state = state * 6364136223846793005ull + 1442695040888963407ull;
+                const double u = (double)(state >> 11) / 9007199254740992.0; /* [0, 1) */
+                v[x] = mlajit_float_to_bf16((float)((u - 0.5) * ldexp(1.0, token % 9 - 4)));
+            }
+            cr_assert_eq(mlajit_quantize_token(models[m], v, page.bytes, 16, token), MLAJIT_OK);
+            cr_assert_eq(mlajit_dequantize_token(models[m], page.bytes, 16, token, back), MLAJIT_OK);
+            for (int tile = 0; tile < d->num_scales; tile++) {
+                float amax = 0.0f;
+                for (int k = 0; k < d->quant_tile; k++)
+                    amax = fmaxf(amax, fabsf(mlajit_bf16_to_float(v[tile * d->quant_tile + k])));
+                const double s = fmax(amax / 448.0, 1e-4) * 2.0; /* ue8m0 rounds the scale up, at most 2x */
+                for (int k = 0; k < d->quant_tile; k++) {
+                    const int x = tile * d->quant_tile + k;
+                    const double want = mlajit_bf16_to_float(v[x]);
+                    cr_expect(fabs(back[x] - want) <= fabs(want) * (0.0625 + 0.0079) + s * ldexp(1.0, -9),
+                              "%s token %d dim %d: %g -> %g", d->name, token, x, want, (double)back[x]);
+                }
+            }
+            for (int x = d->d_nope; x < d->d_qk; x++)
+                cr_expect_eq(back[x], mlajit_bf16_to_float(v[x]), "%s RoPE dim %d", d->name, x);
+        }
+        free(page.bytes);
+    }
+}
+
 /* ---- reference on tiny hand-made inputs ------------------------------------------------ */
 
 /* A tiny cache: TINY_PAGES pages of TINY_PAGE tokens poisoned with 0xFF, one extra
@@ -513,25 +659,26 @@ Test(quantize, rejects_bad_arguments)
 #define TINY_PAGE 4
 #define TINY_PAGES 3
 #define TINY_HEADS 2
+#define TINY_MAX_DQK 1152 /* DOTS3_SWA's 1088, rounded up */
 
 typedef struct tiny {
     mlajit_model model;
     const mlajit_model_desc *d;
     uint8_t *cache;
     int64_t stride;
-    uint16_t q[TINY_HEADS * 1024];
+    uint16_t q[TINY_HEADS * TINY_MAX_DQK];
     float qv[TINY_HEADS];
     float sink[TINY_HEADS];
     mlajit_kernel_spec spec;
     mlajit_decode_shape shape;
     mlajit_decode_args args;
-    double out[TINY_HEADS * 1024];
+    double out[TINY_HEADS * TINY_MAX_DQK];
     double lse[TINY_HEADS];
 } tiny;
 
 static void tiny_put(tiny *t, int slot, float a)
 {
-    uint16_t values[1024];
+    uint16_t values[TINY_MAX_DQK];
     for (int x = 0; x < t->d->d_qk; x++)
         values[x] = mlajit_float_to_bf16(a);
     cr_assert_eq(mlajit_quantize_token(t->model, values, t->cache + (slot / TINY_PAGE) * t->stride, TINY_PAGE,
@@ -813,6 +960,91 @@ Test(reference, dsv4_value_includes_rope_dims)
     for (int h = 0; h < TINY_HEADS; h++)
         tiny_expect(&t, h, slots, 2, 1.0);
     free(t.cache);
+}
+
+/* GLM53_NOPE (V = all 512 dims, no RoPE) and DOTS3_SWA (V = the 1024 NoPE dims,
+ * d_qk 1088) on the tiny cache: a ragged row of skipped (-1, out of range) and
+ * valid slots, the softmax computed here in doubles. */
+Test(reference, new_layouts_softmax_with_skipped_indices)
+{
+    const mlajit_model models[] = {MLAJIT_MODEL_GLM53_NOPE, MLAJIT_MODEL_DOTS3_SWA};
+    for (size_t m = 0; m < 2; m++) {
+        const int32_t idx[7] = {-1, 1, 5, -1, TINY_PAGES * TINY_PAGE, 9, 2};
+        const int slots[4] = {1, 5, 9, 2};
+        tiny t;
+        tiny_init(&t, models[m], idx, 7);
+        tiny_run(&t);
+        for (int h = 0; h < TINY_HEADS; h++)
+            tiny_expect(&t, h, slots, 4, 1.0);
+        /* a ragged row: topk_length 2 counts slots -1 and 1 only */
+        t.spec.features = MLAJIT_FEATURE_TOPK_LENGTH;
+        int32_t length = 2;
+        t.args.topk_length = &length;
+        tiny_run(&t);
+        const int first[1] = {1};
+        for (int h = 0; h < TINY_HEADS; h++)
+            tiny_expect(&t, h, first, 1, 1.0);
+        free(t.cache);
+    }
+}
+
+/* One token whose RoPE differs from its NoPE: DOTS3_SWA's output is the NoPE
+ * value (V = the 1024 NoPE dims, not the RoPE), its lse counts all 1088 dims. */
+Test(reference, dots3_swa_value_is_nope_dims)
+{
+    const mlajit_model_desc *d = mlajit_model_describe(MLAJIT_MODEL_DOTS3_SWA);
+    const int64_t stride = mlajit_min_page_stride(MLAJIT_MODEL_DOTS3_SWA, 2);
+    uint8_t *cache = calloc(2, (size_t)stride);
+    uint16_t k[1088], q[1088];
+    for (int x = 0; x < 1088; x++) {
+        k[x] = mlajit_float_to_bf16(x < 1024 ? 0.5f : 2.0f);
+        q[x] = mlajit_float_to_bf16(0.25f);
+    }
+    cr_assert_eq(mlajit_quantize_token(MLAJIT_MODEL_DOTS3_SWA, k, cache + stride, 2, 1), MLAJIT_OK);
+    const int32_t idx[2] = {3, -1};
+    mlajit_kernel_spec spec = {.struct_size = sizeof spec, .model = MLAJIT_MODEL_DOTS3_SWA, .h_q = 1, .page_size = 2};
+    mlajit_decode_shape shape = {.struct_size = sizeof shape, .batch = 1, .s_q = 1, .topk = 2};
+    mlajit_decode_args args = {.struct_size = sizeof args, .q = q, .kv = {cache, stride, 2}, .indices = idx,
+                               .sm_scale = 0.0625f};
+    double out[1024], lse;
+    cr_assert_eq(mlajit_reference_decode(&spec, &shape, &args, out, &lse), MLAJIT_OK, "%s", mlajit_last_error());
+    const double score = 0.0625 * (1024 * 0.25 * 0.5 + 64 * 0.25 * 2.0);
+    cr_expect(fabs(lse - score) <= 1e-12, "lse %.17g, expected %.17g", lse, score);
+    for (int x = 0; x < d->d_v; x++)
+        cr_expect_eq(out[x], 0.5, "dim %d: %g", x, out[x]);
+    free(cache);
+}
+
+/* GLM53_NOPE: V is all 512 dims; two tokens with per-tile values, softmax by hand. */
+Test(reference, glm53_nope_two_tokens_by_hand)
+{
+    const int64_t stride = mlajit_min_page_stride(MLAJIT_MODEL_GLM53_NOPE, 2);
+    uint8_t *cache = calloc(1, (size_t)stride);
+    uint16_t k0[512], k1[512], q[512];
+    for (int x = 0; x < 512; x++) {
+        k0[x] = mlajit_float_to_bf16(x < 256 ? 1.0f : -0.5f);
+        k1[x] = mlajit_float_to_bf16(0.25f);
+        q[x] = mlajit_float_to_bf16(x % 2 ? 0.125f : 0.25f);
+    }
+    cr_assert_eq(mlajit_quantize_token(MLAJIT_MODEL_GLM53_NOPE, k0, cache, 2, 0), MLAJIT_OK);
+    cr_assert_eq(mlajit_quantize_token(MLAJIT_MODEL_GLM53_NOPE, k1, cache, 2, 1), MLAJIT_OK);
+    const int32_t idx[3] = {1, -1, 0};
+    mlajit_kernel_spec spec = {.struct_size = sizeof spec, .model = MLAJIT_MODEL_GLM53_NOPE, .h_q = 1, .page_size = 2};
+    mlajit_decode_shape shape = {.struct_size = sizeof shape, .batch = 1, .s_q = 1, .topk = 3};
+    mlajit_decode_args args = {.struct_size = sizeof args, .q = q, .kv = {cache, stride, 1}, .indices = idx,
+                               .sm_scale = 0.125f};
+    double out[512], lse;
+    cr_assert_eq(mlajit_reference_decode(&spec, &shape, &args, out, &lse), MLAJIT_OK, "%s", mlajit_last_error());
+    /* q . k0 = 128 * (0.25 + 0.125) * 1 - 128 * (0.25 + 0.125) * 0.5 = 24; q . k1 = 256 * 0.375 * 0.25 = 24 */
+    const double s0 = 0.125 * 24.0, s1 = 0.125 * 24.0;
+    const double mx = fmax(s0, s1), w0 = exp(s0 - mx), w1 = exp(s1 - mx);
+    const double want_lse = mx + log(w0 + w1);
+    cr_expect(fabs(lse - want_lse) <= 1e-12, "lse %.17g, expected %.17g", lse, want_lse);
+    for (int x = 0; x < 512; x++) {
+        const double want = (w0 * (x < 256 ? 1.0 : -0.5) + w1 * 0.25) / (w0 + w1);
+        cr_expect(fabs(out[x] - want) <= 1e-12, "dim %d: %.17g, expected %.17g", x, out[x], want);
+    }
+    free(cache);
 }
 
 Test(reference, strides_are_honoured)
