@@ -209,3 +209,50 @@ Test(envelope, fuzz_draws_cover_the_envelope)
     cr_expect(rows_past_4096 >= 10 && sq_past_16 >= 10, "wide calls: %d past 4096 rows, %d past s_q 16", rows_past_4096,
               sq_past_16);
 }
+
+/* GLM53_NOPE and DOTS3_SWA are in the model table, but no template is built for
+ * them: every family (and auto) refuses them, on every arch it compiles for, with
+ * a reason naming the model and the template's assumption it breaks; prepare
+ * refuses the same way before compiling anything. */
+Test(envelope, every_family_refuses_the_unserved_layouts)
+{
+    static const struct {
+        mlajit_model model;
+        const char *name;
+    } unserved[] = {{MLAJIT_MODEL_GLM53_NOPE, "glm53_nope"}, {MLAJIT_MODEL_DOTS3_SWA, "dots3_swa"}};
+    /* per family, for each model: a phrase of its reason */
+    static const struct {
+        mlajit_variant variant;
+        const char *why[2];
+    } rows[] = {
+        {MLAJIT_VARIANT_PORTABLE, {"d_rope 0: decode_portable.cu", "d_nope <= 512"}},
+        {MLAJIT_VARIANT_SM90, {"d_rope 0: sm90_common.cu", "kDV == 512"}},
+        {MLAJIT_VARIANT_SLICED, {"(d_rope 64)", "(d_v 512)"}},
+        {MLAJIT_VARIANT_SM90_STAGED, {"d_rope 0: sm90_common.cu", "kDV == 512"}},
+        {MLAJIT_VARIANT_SM90_UNPAIRED, {"d_rope 0: sm90_common.cu", "kDV == 512"}},
+        {MLAJIT_VARIANT_SM90_NARROW, {"d_rope 0: sm90_common.cu", "kDV == 512"}},
+        {MLAJIT_VARIANT_SM90_NARROW_LONG, {"d_rope 0: sm90_common.cu", "kDV == 512"}},
+        {MLAJIT_VARIANT_SM90_NARROW_SCORES, {"d_rope 0: sm90_common.cu", "kDV == 512"}},
+        {MLAJIT_VARIANT_AUTO, {"d_rope 0", "d_v 1024"}},
+    };
+    cr_assert_eq(sizeof rows / sizeof rows[0], (size_t)mlajit_family_count + 1, "a row per family, and auto");
+    for (size_t m = 0; m < 2; m++)
+        for (size_t f = 0; f < sizeof rows / sizeof rows[0]; f++) {
+            const mlajit_family *fam = mlajit_family_of(rows[f].variant);
+            mlajit_kernel_spec s = MLAJIT_KERNEL_SPEC_INIT;
+            cr_assert_eq(mlajit_spec_init(&s, unserved[m].model, 16, 64), MLAJIT_OK, "%s", mlajit_last_error());
+            s.variant = rows[f].variant;
+            strcpy(s.arch, fam && fam->arch ? fam->arch : "sm_90a");
+            const int env = mlajit_envelope_check(&s, NULL);
+            char reason[1024];
+            snprintf(reason, sizeof reason, "%s", mlajit_last_error());
+            cr_expect_eq(env, MLAJIT_ERR_UNSUPPORTED, "%s %s: %d", unserved[m].name, mlajit_variant_name(rows[f].variant),
+                         env);
+            cr_expect(strstr(reason, unserved[m].name) && strstr(reason, rows[f].why[m]) &&
+                          strstr(reason, "no kernel family serves"),
+                      "%s %s: the reason names the model and why: %s", unserved[m].name,
+                      mlajit_variant_name(rows[f].variant), reason);
+            cr_expect_eq(mlajit_kernel_prepare(ctx, &s, NULL), MLAJIT_ERR_UNSUPPORTED, "prepare agrees: %s",
+                         mlajit_last_error());
+        }
+}
