@@ -59,3 +59,14 @@ def test_supported_agrees_with_the_cli(args, kwargs, ok, words):
             cmd += ["--extra-topk", str(kwargs["extra_topk"])]
     run = subprocess.run(cmd, capture_output=True, text=True)
     assert (run.returncode == 0) == ok, (cmd, run.stdout, run.stderr)
+
+
+@pytest.mark.parametrize("model, why", [
+    ("glm53_nope", "d_rope 0"),
+    ("dots3_swa", "d_v 512"),
+])
+def test_the_layouts_no_kernel_serves_yet_are_refused_with_the_reason(model, why):
+    ok, reason = mlajit.supported(model, 16, 64, 2048)
+    assert not ok
+    assert f"model {model}" in reason and why in reason and "no kernel family serves" in reason, reason
+    assert mlajit.model_info(model).name == model
