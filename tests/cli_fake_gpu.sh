@@ -55,6 +55,24 @@ expect "tuned 2 of 2 buckets" tune "${tune_grid[@]}" --no-check
 expect "v32.h16.p64.t0.hc0.auto.sm_90a" cache ls
 expect_lines ' 0 tactics stored, .* [1-9][0-9]* failed the reference check' 1 tune --models v32 --heads 16 --pages 64 --topk 256 --rows 1 --pool-mb 8
 expect "tuned 0 of 2 buckets" tune "${tune_grid[@]}" --seconds 0
+# bench's JSON names each row's kernel and how it was chosen: b 1 topk 2048 takes
+# the tactic tuned above at rows 1 topk 128 (the nearest bucket below), and the
+# rules with MLAJIT_TACTICS=0
+bench_json() {
+  local file=$MLAJIT_CACHE_DIR/bench.jsonl
+  rm -f "$file"
+  env "$@" "$mlajit" bench --heads 16 --batch 1 --topk 2048 --json "$file" >/dev/null 2>&1
+  cat "$file" 2>/dev/null
+}
+for want in 'tuned-below:MLAJIT_TACTICS=1' 'rules:MLAJIT_TACTICS=0'; do
+  line=$(bench_json "${want#*:}")
+  if grep -q "\"kernel\": \"v32.h16.p64.*\"tactic\": \"${want%%:*}\"" <<<"$line"; then
+    passed=$((passed + 1))
+  else
+    failed=$((failed + 1))
+    echo "FAIL: bench --json with ${want#*:}: no \"tactic\": \"${want%%:*}\" in: $line"
+  fi
+done
 
 # bench --heads N: a count BENCH.md has rows for keeps those rows; one it has none
 # for runs the next larger count's rows at N heads, with that row's FlashMLA figure

@@ -107,6 +107,7 @@ typedef struct bench_result {
     double gpu_us, eager_us, tflops, gbps;
     double host_us; /* the mlajit_decode call itself on the host, the driver's launches included */
     int splits, pass;
+    int tactic; /* MLAJIT_TACTIC_*: the rules' choice, or a tuned tactic's */
     double max_err;
     mlajit_kernel_report kernel; /* the plan's kernel: spec, cold compile time, hit */
 } bench_result;
@@ -116,6 +117,12 @@ typedef struct bench_variant {
     int tile, heads_per_cta, splits;
     mlajit_variant variant;
 } bench_variant;
+
+/* How a row's plan was chosen, for the JSON lines. */
+static const char *tactic_name(int tactic)
+{
+    return tactic == MLAJIT_TACTIC_TUNED ? "tuned" : tactic == MLAJIT_TACTIC_TUNED_BELOW ? "tuned-below" : "rules";
+}
 
 static int run_config(mlajit_context *ctx, const bench_config *cfg, const bench_variant *variant, bench_result *out)
 {
@@ -154,6 +161,8 @@ static int run_config(mlajit_context *ctx, const bench_config *cfg, const bench_
     dc.args.workspace_size = ws;
     out->splits = mlajit_plan_num_splits(plan);
     out->kernel = *mlajit_plan_report(plan);
+    mlajit_plan_outline outline = MLAJIT_PLAN_OUTLINE_INIT;
+    out->tactic = mlajit_plan_get_outline(plan, &outline) == MLAJIT_OK ? outline.tactic : MLAJIT_TACTIC_RULES;
     CUresult r;
     if ((r = drv->cuStreamCreate(&stream, MLAJIT_CU_STREAM_NON_BLOCKING)) || (r = drv->cuEventCreate(&ev0, 0)) ||
         (r = drv->cuEventCreate(&ev1, 0))) {
@@ -316,10 +325,10 @@ int cli_bench(int argc, char **argv)
                     "{\"model\": \"%s\", \"h_q\": %d, \"b\": %d, \"s_q\": %d, \"seqlen\": %d, \"topk\": %d, "
                     "\"extra_topk\": %d, \"gpu_us\": %.2f, \"eager_us\": %.2f, \"host_us\": %.2f, \"tflops\": %.2f, "
                     "\"gbps\": %.1f, "
-                    "\"splits\": %d, \"flashmla_us\": %.1f, \"ratio\": %.3f, \"check\": \"%s\", \"commit\": \"%s\", "
-                    "\"date\": \"%s\"}\n",
+                    "\"splits\": %d, \"kernel\": \"%s\", \"tactic\": \"%s\", \"flashmla_us\": %.1f, "
+                    "\"ratio\": %.3f, \"check\": \"%s\", \"commit\": \"%s\", \"date\": \"%s\"}\n",
                     name, cf->h_q, cf->b, cf->s_q, cf->seqlen, cf->topk, cf->extra_topk, r.gpu_us, r.eager_us,
-                    r.host_us, r.tflops, r.gbps, r.splits, cf->flashmla_us,
+                    r.host_us, r.tflops, r.gbps, r.splits, r.kernel.spec, tactic_name(r.tactic), cf->flashmla_us,
                     cf->flashmla_us > 0 ? r.gpu_us / cf->flashmla_us : 0.0, r.pass ? "pass" : "fail", commit, date);
             fflush(json);
         }
