@@ -126,6 +126,8 @@ pack build --models v32,llama                              | 'llama' is unknown
 pack build --spec v32.h0.p64                               | spec.h_q = 0
 pack build --jobs 0 --spec v32.h16.p64                     | --jobs = '0'
 pack build --tactics-from                                  | --tactics-from needs a value
+pack build --spec v32.h16.p64 --tune 5                     | --tune tunes the grid
+pack build --models v32 --heads 16 --pages 64 --tune -1    | --tune = '-1'
 pack ls                                                    | needs one pack FILE
 pack ls a.pack b.pack                                      | extra argument 'b.pack'
 pack verify                                                | needs one pack FILE
@@ -194,6 +196,15 @@ for cmd in info demo bench tune fuzz "cache ls" "cache stats" "cache verify"; do
   expect 2 "extra argument 'surplus'" $cmd surplus
 done
 expect 2 "extra argument 'surplus'" cache gc --all surplus
+# (no GPU visible, on the GPU host too)
+scratch_pack=$scratch/tuned.pack
+out=$(CUDA_VISIBLE_DEVICES= "$mlajit" pack build --models v32 --heads 16 --pages 64 --tune 5 --out "$scratch_pack" 2>&1)
+rc=$?
+if [ "$rc" -eq 1 ] && grep -qF -- "--tune needs a GPU" <<<"$out" && [ ! -e "$scratch_pack" ]; then
+  passed=$((passed + 1))
+else
+  fail "pack build --tune without a GPU: exit $rc (want 1, naming '--tune needs a GPU', writing nothing): $out"
+fi
 expect 2 "extra argument 'surplus'" compile --model v32 --heads 16 --page 64 surplus
 expect 2 "extra argument 'surplus'" envelope v32.h16.p64 surplus
 expect 2 "extra argument 'surplus'" run-case dir surplus

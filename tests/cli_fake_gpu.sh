@@ -55,6 +55,10 @@ expect "tuned 2 of 2 buckets" tune "${tune_grid[@]}" --no-check
 expect "v32.h16.p64.t0.hc0.auto.sm_90a" cache ls
 expect_lines ' 0 tactics stored, .* [1-9][0-9]* failed the reference check' 1 tune --models v32 --heads 16 --pages 64 --topk 256 --rows 1 --pool-mb 8
 expect "tuned 0 of 2 buckets" tune "${tune_grid[@]}" --seconds 0
+# pack build --tune ships the cache it tunes into: with no time to tune, the two
+# records stored above, and the grid's kernels with the kernels they choose
+expect "2 tactic records" pack build --models v32 --heads 16 --pages 64 --tune 0 --out "$MLAJIT_CACHE_DIR/tuned.pack"
+expect "tuned 0 of 65 buckets" pack build --models v32 --heads 16 --pages 64 --tune 0 --out "$MLAJIT_CACHE_DIR/t2.pack"
 # bench's JSON names each row's kernel and how it was chosen: b 1 topk 2048 takes
 # the tactic tuned above at rows 1 topk 128 (the nearest bucket below), and the
 # rules with MLAJIT_TACTICS=0

@@ -19,6 +19,12 @@ int cli_pack(int argc, char **argv);     /* pack.c */
 int cli_cache(int argc, char **argv);    /* cache_cmd.c */
 int cli_case(int argc, char **argv);     /* case_cmd.c */
 int cli_tune(int argc, char **argv);     /* tune.c */
+/* Tune the production grid's topk and row buckets (128..2048, 1..4096) of a
+ * grid of models, heads, pages and feature sets on ctx's GPU into its cache,
+ * progress on stderr: `mlajit pack build --tune`. skip_check: testing only.
+ * CLI_OK, or CLI_FAIL after saying why. */
+struct mlajit_tune_envelope;
+int cli_tune_grid(mlajit_context *ctx, const struct mlajit_tune_envelope *grid, int seconds, int skip_check);
 
 /* Print "mlajit: <what>: <last error> (<status>)" and return CLI_FAIL: the
  * command ran and failed. */

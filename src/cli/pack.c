@@ -10,6 +10,7 @@
 #include "cache/pack.h"
 #include "cache/tactics.h"
 #include "cli/cli.h"
+#include "harness/harness.h"
 #include "codegen/codegen.h"
 #include "common/error.h"
 #include "mlajit.h"
@@ -20,7 +21,7 @@ static const char pack_usage[] =
     "\n"
     "  build [--models LIST] [--heads LIST] [--pages LIST] [--extra-pages LIST]\n"
     "        [--features SETS] [--archs LIST] [--spec SPEC]... [--specs FILE]\n"
-    "        [--tactics-from DIR] [--out FILE] [--jobs N] [--no-cache]\n"
+    "        [--tactics-from DIR] [--tune SECONDS] [--out FILE] [--jobs N] [--no-cache]\n"
     "                             compile a grid and specs in parallel into one pack, with the\n"
     "                             tactic records of the cache DIR and the kernels they choose\n"
     "  ls FILE                    the manifest, every kernel and every tactic record\n"
@@ -34,14 +35,17 @@ static const char pack_usage[] =
 static const char build_usage[] =
     "usage: mlajit pack build [--models LIST] [--heads LIST] [--pages LIST] [--extra-pages LIST]\n"
     "                         [--features SETS] [--archs LIST] [--spec SPEC]... [--specs FILE]\n"
-    "                         [--tactics-from DIR] [--out FILE] [--jobs N] [--no-cache]\n"
+    "                         [--tactics-from DIR] [--tune SECONDS] [--out FILE] [--jobs N] [--no-cache]\n"
     "  compile the grid (models x heads x pages x extra pages x feature sets x archs) and the\n"
     "  listed specs in parallel, and write one pack (default mlajit.pack). LISTs are\n"
     "  comma-separated; a feature set joins names with '+', e.g. --features none,sink+topk-length.\n"
     "  FILE for --specs holds spec strings, one a line ('#' starts a comment). Kernels already\n"
     "  in the cache are reused unless --no-cache. --jobs N: 1..256 workers (default: the cores).\n"
     "  --tactics-from DIR copies every usable tactic record of the cache DIR (measured choices,\n"
-    "  used only on the GPU they were measured on) into the pack, and the kernels they choose.\n";
+    "  used only on the GPU they were measured on) into the pack, and the kernels they choose.\n"
+    "  --tune SECONDS first tunes the grid on this GPU (mlajit tune's production topk and row\n"
+    "  buckets, within SECONDS) into the cache, then ships the cache's tactic records as\n"
+    "  --tactics-from does (docs/tuning.md).\n";
 static const char ls_usage[] =
     "usage: mlajit pack ls FILE\n  the pack's manifest, every kernel and every tactic record in it\n";
 static const char verify_usage[] =
@@ -131,6 +135,33 @@ static int read_spec_file(const char *name, const char *path, void *target)
 
 /* ---- build ----------------------------------------------------------------- */
 
+/* pack build --tune: tune the grid on this GPU into the cache (cli_tune_grid);
+ * *info says where that cache is. */
+static int tune_grid(const mlajit_model *models, int num_models, const int *heads, int num_heads, const int *pages,
+                     int num_pages, const unsigned *features, int num_features, int seconds, int skip_check,
+                     mlajit_context_info *info)
+{
+    mlajit_context *ctx;
+    int rc = mlajit_context_create(NULL, &ctx);
+    if (rc)
+        return cli_error(rc, "pack build --tune");
+    mlajit_context_get_info(ctx, info);
+    int status = CLI_FAIL;
+    if (!info->has_device)
+        fprintf(stderr, "mlajit pack build: --tune needs a GPU: %s\n", info->no_device_reason);
+    else if (!info->cache_dir[0])
+        fprintf(stderr, "mlajit pack build: --tune stores tactics in the cache, and this context has none\n");
+    else {
+        mlajit_tune_envelope grid = {
+            .models = models, .num_models = num_models, .heads = heads, .num_heads = num_heads, .pages = pages,
+            .num_pages = num_pages, .feature_sets = num_features ? features : NULL, .num_feature_sets = num_features,
+        };
+        status = cli_tune_grid(ctx, &grid, seconds, skip_check);
+    }
+    mlajit_context_destroy(ctx);
+    return status;
+}
+
 /* The usable tactic records of the cache at dir (malloc'd into *records), each
  * unusable one named on stderr; and the kernels they choose added to specs. */
 static int read_tactics(const char *dir, string_list *specs, mlajit_tactic_record **records, size_t *count)
@@ -204,6 +235,8 @@ static int cmd_build(int argc, char **argv)
              extra = {.lo = 0, .hi = MLAJIT_MAX_PAGE_SIZE};
     string_list archs = {0}, spec_strings = {0};
     const char *out_path = "mlajit.pack", *tactics_from = NULL;
+    int tune_seconds = -1, tune_no_check = 0;
+    mlajit_context_info tuned_info = MLAJIT_CONTEXT_INFO_INIT;
     mlajit_tactic_record *tactics = NULL;
     size_t tactic_count = 0;
     const cli_option options[] = {
@@ -216,6 +249,8 @@ static int cmd_build(int argc, char **argv)
         {"--spec", CLI_CUSTOM, &spec_strings, .parse = add_spec},
         {"--specs", CLI_CUSTOM, &spec_strings, .parse = read_spec_file},
         {"--tactics-from", CLI_STRING, .target = &tactics_from},
+        {"--tune", CLI_INT, &tune_seconds, .lo = 0, .hi = 7 * 24 * 3600},
+        {"--tune-no-check", CLI_FLAG, .target = &tune_no_check}, /* testing only, as tune's --no-check */
         {"--out", CLI_STRING, .target = &out_path},
         {"--jobs", CLI_INT, &jobs, .lo = 1, .hi = 256},
         {"--no-cache", CLI_FLAG, .target = &no_cache},
@@ -236,6 +271,17 @@ static int cmd_build(int argc, char **argv)
     if (!grid_given && spec_strings.count == 0 && !tactics_from) {
         status = cli_usage_error(&cmd, "give a grid (--models, --heads, --pages), --spec / --specs or --tactics-from");
         goto done;
+    }
+    if (tune_seconds >= 0) {
+        if (!grid_given || tactics_from) {
+            status = cli_usage_error(&cmd, "--tune tunes the grid: give --models, --heads and --pages, and no "
+                                           "--tactics-from (it ships the cache it tunes into)");
+            goto done;
+        }
+        if ((status = tune_grid(models, num_models, heads.values, heads.count, pages.values, pages.count, features,
+                                num_features, tune_seconds, tune_no_check, &tuned_info)) != CLI_OK)
+            goto done;
+        tactics_from = tuned_info.cache_dir;
     }
     if (tactics_from && (status = read_tactics(tactics_from, &spec_strings, &tactics, &tactic_count)) != CLI_OK)
         goto done;

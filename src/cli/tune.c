@@ -40,6 +40,42 @@ static int parse_pow2_range(const char *name, const char *value, void *target)
     return 1;
 }
 
+/* The production grid's topk and row buckets (issue 47). */
+#define DEFAULT_TOPKS "128..2048"
+#define DEFAULT_ROWS "1..4096"
+
+static void print_summary(const mlajit_tune_summary *sum, FILE *to)
+{
+    fprintf(to,
+            "tuned %d of %d buckets in %.1f s%s: %d tactics stored, %d candidates timed (%d dropped early), "
+            "%d failed the reference check\n",
+            sum->buckets_done, sum->buckets, sum->seconds,
+            sum->deadline_hit ? " (the budget ran out; the rest keep the rules)" : "", sum->stored, sum->timed,
+            sum->dropped, sum->failed_checks);
+}
+
+int cli_tune_grid(mlajit_context *ctx, const mlajit_tune_envelope *grid, int seconds, int skip_check)
+{
+    cli_int_list topks = {.lo = 1, .hi = MLAJIT_MAX_TOPK}, rows = {.lo = 1, .hi = MLAJIT_MAX_ROWS};
+    parse_pow2_range("--topk", DEFAULT_TOPKS, &topks);
+    parse_pow2_range("--rows", DEFAULT_ROWS, &rows);
+    mlajit_tune_envelope env = *grid;
+    env.topks = topks.values;
+    env.num_topks = topks.count;
+    env.rows = rows.values;
+    env.num_rows = rows.count;
+    mlajit_tune_options opts = {
+        .seconds = seconds, .skip_check = skip_check, .progress = stderr,
+        .commit = getenv("MLAJIT_COMMIT") ? getenv("MLAJIT_COMMIT") : "unknown",
+    };
+    mlajit_tune_summary sum;
+    int rc = mlajit_tune(ctx, &env, &opts, &sum);
+    if (rc)
+        return cli_error(rc, "pack build --tune");
+    print_summary(&sum, stderr);
+    return CLI_OK;
+}
+
 int cli_tune(int argc, char **argv)
 {
     static const char usage[] =
@@ -102,9 +138,9 @@ int cli_tune(int argc, char **argv)
         memcpy(pages.values, default_pages, sizeof default_pages);
     }
     if (!topks.count)
-        parse_pow2_range("--topk", "128..2048", &topks);
+        parse_pow2_range("--topk", DEFAULT_TOPKS, &topks);
     if (!rows.count)
-        parse_pow2_range("--rows", "1..4096", &rows);
+        parse_pow2_range("--rows", DEFAULT_ROWS, &rows);
     mlajit_tune_envelope env = {
         .models = models.models, .num_models = models.count, .heads = heads.values, .num_heads = heads.count,
         .pages = pages.values, .num_pages = pages.count, .feature_sets = features.count ? features.sets : NULL,
@@ -147,10 +183,6 @@ int cli_tune(int argc, char **argv)
         printf("%d buckets, %d candidates\n", sum.buckets, sum.candidates);
         return CLI_OK;
     }
-    printf("tuned %d of %d buckets in %.1f s%s: %d tactics stored, %d candidates timed (%d dropped early), "
-           "%d failed the reference check\n",
-           sum.buckets_done, sum.buckets, sum.seconds,
-           sum.deadline_hit ? " (the budget ran out; the rest keep the rules)" : "", sum.stored, sum.timed,
-           sum.dropped, sum.failed_checks);
+    print_summary(&sum, stdout);
     return sum.deadline_hit || sum.stored == sum.buckets ? CLI_OK : CLI_FAIL;
 }
