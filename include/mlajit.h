@@ -400,7 +400,9 @@ typedef struct mlajit_context_info {
 } mlajit_context_info;
 
 /* Describe a context: the GPU, the compiler, the cache, the packs, and the hit
- * and miss counts per layer, into *info up to its struct_size. */
+ * and miss counts per layer, into *info up to its struct_size. The cache's
+ * size and entry count come from a walk of its entries, remembered while its
+ * data file is unchanged: a repeat call costs a stat, not a walk. */
 MLAJIT_API int mlajit_context_get_info(mlajit_context *ctx, mlajit_context_info *info);
 
 /* Add the context's lookup counts not yet recorded to the disk cache's (what

@@ -5,6 +5,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "cache/store.h"
 #include "codegen/codegen.h"
@@ -353,6 +354,36 @@ static void remove_cache_dir(void)
     char cmd[300];
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", cache_dir);
     cr_expect_eq(system(cmd), 0);
+}
+
+/* get_info's cache counts are remembered while the data file is unchanged
+ * (a walk of every entry costs ~10 ms on 1 GB), and a write is seen at once. */
+Test(prepare, info_counts_follow_every_write_of_the_cache, .init = make_cache_dir, .fini = remove_cache_dir,
+     .timeout = 300)
+{
+    mlajit_context_options o = {.struct_size = sizeof o, .cache_dir = cache_dir, .flags = MLAJIT_CONTEXT_NO_DEVICE};
+    mlajit_kernel_spec a = MLAJIT_KERNEL_SPEC_INIT, b = MLAJIT_KERNEL_SPEC_INIT;
+    mlajit_spec_init(&a, MLAJIT_MODEL_V32, 8, 64);
+    mlajit_spec_init(&b, MLAJIT_MODEL_V32, 16, 64);
+    mlajit_context *ctx, *other;
+    cr_assert_eq(mlajit_context_create(&o, &ctx), MLAJIT_OK, "%s", mlajit_last_error());
+    cr_assert_eq(mlajit_context_create(&o, &other), MLAJIT_OK, "%s", mlajit_last_error());
+    cr_assert_eq(mlajit_kernel_prepare(ctx, &a, NULL), MLAJIT_OK, "%s", mlajit_last_error());
+    struct timespec settle = {0, 120 * 1000 * 1000}; /* past the 50 ms a stamp needs to key the memo */
+    nanosleep(&settle, NULL);
+    mlajit_context_info info = MLAJIT_CONTEXT_INFO_INIT;
+    for (int i = 0; i < 3; i++) { /* the first walks and remembers, the others reuse */
+        cr_assert_eq(mlajit_context_get_info(ctx, &info), MLAJIT_OK);
+        cr_expect_eq(info.cache_entries, 1, "call %d", i);
+    }
+    int64_t bytes = info.cache_bytes;
+    /* another context's write (as another process's) moves the file's stamp */
+    cr_assert_eq(mlajit_kernel_prepare(other, &b, NULL), MLAJIT_OK, "%s", mlajit_last_error());
+    cr_assert_eq(mlajit_context_get_info(ctx, &info), MLAJIT_OK);
+    cr_expect_eq(info.cache_entries, 2, "the write is seen at once, not the remembered count");
+    cr_expect_geq(info.cache_bytes, bytes);
+    mlajit_context_destroy(other);
+    mlajit_context_destroy(ctx);
 }
 
 Test(prepare, miss_then_hit_across_contexts_and_corruption_recompiles, .init = make_cache_dir,

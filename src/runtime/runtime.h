@@ -2,6 +2,8 @@
 #ifndef MLAJIT_RUNTIME_RUNTIME_H
 #define MLAJIT_RUNTIME_RUNTIME_H
 #include <pthread.h>
+#include <sys/types.h>
+#include <time.h>
 #include <stdatomic.h>
 
 #include "cache/pack.h"
@@ -24,6 +26,16 @@ typedef struct mlajit_kernel {
     CUmodule module;
     CUfunction main_fn, combine_fn;
 } mlajit_kernel;
+
+/* The cache's data file as one stat sees it (all zero where there is none):
+ * memos of what was read from the file (the context's stats, plans' tactic
+ * look-ups) hold while it is unchanged. */
+typedef struct mlajit_cache_stamp {
+    dev_t dev;
+    ino_t ino;
+    off_t size;
+    struct timespec mtime, ctime;
+} mlajit_cache_stamp;
 
 struct mlajit_context {
     int device_ordinal;
@@ -70,6 +82,11 @@ struct mlajit_context {
     atomic_int warned_tactic_plan; /* one warning for a tactic a plan could not take (plan.c) */
     atomic_int tactics_off;      /* plans ignore tactics: MLAJIT_TACTICS=0 or mlajit_context_set_tactics */
     struct mlajit_tactic_memo *_Atomic tactic_memo; /* plans' recent look-ups (tactics.c); NULL until the first */
+    /* mlajit_context_get_info's cache counts (a walk of every entry) and the data
+     * file they were read from, reused while it is unchanged; under `lock`. */
+    int stats_memo_valid;
+    mlajit_cache_stamp stats_memo_stamp;
+    int64_t stats_memo_bytes, stats_memo_entries;
 };
 
 struct mlajit_plan {
@@ -232,6 +249,13 @@ int mlajit_tactic_lookup_memo(mlajit_context *ctx, const mlajit_kernel_spec *spe
                               mlajit_tactic_match *out);
 
 /* Forget the memo's answers (mlajit_tactic_store does); free it on destroy. */
+/* A stamp of ctx's cache data file; whether two are the same; whether it has
+ * not changed for kStampSettleNs (50 ms), so that a later write moves its times
+ * however coarse the file system's clock: only a settled stamp may key a memo. */
+enum { kStampSettleNs = 50 * 1000 * 1000 };
+void mlajit_cache_stamp_of(const mlajit_context *ctx, mlajit_cache_stamp *st);
+int mlajit_cache_stamp_equal(const mlajit_cache_stamp *a, const mlajit_cache_stamp *b);
+int mlajit_cache_stamp_settled(const mlajit_cache_stamp *st);
 void mlajit_tactic_memo_clear(mlajit_context *ctx);
 void mlajit_tactic_memo_free(mlajit_context *ctx);
 

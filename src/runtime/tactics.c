@@ -152,15 +152,9 @@ int mlajit_tactic_lookup(mlajit_context *ctx, const mlajit_kernel_spec *spec, co
 
 /* ---- the memo of plans' look-ups ----------------------------------------------- */
 
-enum { kMemoSlots = 64, kMemoSettleNs = 50 * 1000 * 1000 };
+enum { kMemoSlots = 64 };
 
-/* The cache's data file as one stat sees it; all zero where there is none. */
-typedef struct file_stamp {
-    dev_t dev;
-    ino_t ino;
-    off_t size;
-    struct timespec mtime, ctime;
-} file_stamp;
+typedef mlajit_cache_stamp file_stamp;
 
 typedef struct memo_slot {
     int used;
@@ -211,43 +205,9 @@ void mlajit_tactic_memo_free(mlajit_context *ctx)
     free(m);
 }
 
-static void stamp_of(const mlajit_context *ctx, file_stamp *st)
-{
-    memset(st, 0, sizeof *st);
-    if (!ctx->store)
-        return;
-    char path[1100];
-    snprintf(path, sizeof path, "%s/data.mdb", mlajit_store_dir(ctx->store));
-    struct stat sb;
-    if (stat(path, &sb) != 0)
-        return;
-    st->dev = sb.st_dev;
-    st->ino = sb.st_ino;
-    st->size = sb.st_size;
-    st->mtime = sb.st_mtim;
-    st->ctime = sb.st_ctim;
-}
-
-static int stamp_equal(const file_stamp *a, const file_stamp *b)
-{
-    return a->dev == b->dev && a->ino == b->ino && a->size == b->size && a->mtime.tv_sec == b->mtime.tv_sec &&
-           a->mtime.tv_nsec == b->mtime.tv_nsec && a->ctime.tv_sec == b->ctime.tv_sec &&
-           a->ctime.tv_nsec == b->ctime.tv_nsec;
-}
-
-/* Whether the file has not changed for kMemoSettleNs: a later write then
- * moves its times, however coarse the file system's clock. */
-static int stamp_settled(const file_stamp *st)
-{
-    struct timespec now;
-    clock_gettime(CLOCK_REALTIME, &now);
-    const struct timespec *last = st->ctime.tv_sec > st->mtime.tv_sec ||
-                                          (st->ctime.tv_sec == st->mtime.tv_sec && st->ctime.tv_nsec > st->mtime.tv_nsec)
-                                      ? &st->ctime
-                                      : &st->mtime;
-    long long age = (long long)(now.tv_sec - last->tv_sec) * 1000000000LL + (now.tv_nsec - last->tv_nsec);
-    return age >= kMemoSettleNs;
-}
+#define stamp_of mlajit_cache_stamp_of
+#define stamp_equal mlajit_cache_stamp_equal
+#define stamp_settled mlajit_cache_stamp_settled
 
 int mlajit_tactic_lookup_memo(mlajit_context *ctx, const mlajit_kernel_spec *spec, const mlajit_decode_shape *shape,
                               mlajit_tactic_match *out)
