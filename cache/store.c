@@ -2027,3 +2027,43 @@ int mlajit_cache_default_dir(char *buf, size_t len)
     return mlajit_fail(MLAJIT_ERR_NOT_FOUND,
                        "cache default dir: none of MLAJIT_CACHE_DIR, XDG_CACHE_HOME or HOME is set");
 }
+
+/* ---- the data file's stamp, for memos of what was read from it ------------------ */
+
+enum { kStampSettleNs = 50 * 1000 * 1000 };
+
+void mlajit_store_file_stamp(const mlajit_store *store, mlajit_store_stamp *st)
+{
+    memset(st, 0, sizeof *st);
+    if (!store)
+        return;
+    char path[PATH_MAX + 16];
+    snprintf(path, sizeof path, "%s/data.mdb", store->dir);
+    struct stat sb;
+    if (stat(path, &sb) != 0)
+        return;
+    st->dev = sb.st_dev;
+    st->ino = sb.st_ino;
+    st->size = sb.st_size;
+    st->mtime = sb.st_mtim;
+    st->ctime = sb.st_ctim;
+}
+
+int mlajit_store_stamp_equal(const mlajit_store_stamp *a, const mlajit_store_stamp *b)
+{
+    return a->dev == b->dev && a->ino == b->ino && a->size == b->size && a->mtime.tv_sec == b->mtime.tv_sec &&
+           a->mtime.tv_nsec == b->mtime.tv_nsec && a->ctime.tv_sec == b->ctime.tv_sec &&
+           a->ctime.tv_nsec == b->ctime.tv_nsec;
+}
+
+int mlajit_store_stamp_settled(const mlajit_store_stamp *st)
+{
+    struct timespec now;
+    clock_gettime(CLOCK_REALTIME, &now);
+    const struct timespec *last = st->ctime.tv_sec > st->mtime.tv_sec ||
+                                          (st->ctime.tv_sec == st->mtime.tv_sec && st->ctime.tv_nsec > st->mtime.tv_nsec)
+                                      ? &st->ctime
+                                      : &st->mtime;
+    long long age = (long long)(now.tv_sec - last->tv_sec) * 1000000000LL + (now.tv_nsec - last->tv_nsec);
+    return age >= kStampSettleNs;
+}

@@ -6,6 +6,8 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <sys/types.h>
+#include <time.h>
 
 typedef struct mlajit_store mlajit_store;
 
@@ -126,6 +128,21 @@ int mlajit_store_is_readonly(const mlajit_store *store);
 
 /* The directory the store was opened with. */
 const char *mlajit_store_dir(const mlajit_store *store);
+
+/* The data file as one stat sees it (all zero with no store or no file): what
+ * was read from the file (get_info's counts, plans' tactic look-ups) may be
+ * remembered while its stamp is unchanged. */
+typedef struct mlajit_store_stamp {
+    dev_t dev;
+    ino_t ino;
+    off_t size;
+    struct timespec mtime, ctime;
+} mlajit_store_stamp;
+void mlajit_store_file_stamp(const mlajit_store *store, mlajit_store_stamp *st);
+int mlajit_store_stamp_equal(const mlajit_store_stamp *a, const mlajit_store_stamp *b);
+/* Whether the file has not changed for 50 ms, so that a later write moves its
+ * times however coarse the file system's clock: only such a stamp may key a memo. */
+int mlajit_store_stamp_settled(const mlajit_store_stamp *st);
 
 /* Look a key up. MLAJIT_OK and a filled entry; MLAJIT_ERR_NOT_FOUND;
  * MLAJIT_CACHE_STALE for an entry of another format version; or

@@ -230,11 +230,6 @@ static void sliced_smem_map(const mlajit_kernel_spec *r, const mlajit_model_desc
     m->total = off;
 }
 
-void mlajit_family_smem_map(const mlajit_kernel_spec *r, mlajit_smem_map *m)
-{
-    mlajit_family_of(r->variant)->smem_map(r, mlajit_model_describe(r->model), m);
-}
-
 int mlajit_narrow_scores_fits(const mlajit_kernel_spec *r)
 {
     const mlajit_model_desc *d = mlajit_model_describe(r->model);

@@ -170,8 +170,6 @@ mlajit_variant mlajit_family_auto(const mlajit_kernel_spec *r);
 
 /* The layout of a resolved spec (tile and heads per CTA set). */
 int mlajit_codegen_layout(const mlajit_kernel_spec *resolved, mlajit_kernel_layout *layout);
-/* Its shared-memory map. */
-void mlajit_family_smem_map(const mlajit_kernel_spec *r, mlajit_smem_map *m);
 /* Its block size and CTAs per SM, with its map m. */
 int mlajit_family_threads(const mlajit_kernel_spec *r, const mlajit_smem_map *m);
 int mlajit_family_min_blocks_per_sm(const mlajit_kernel_spec *r, const mlajit_smem_map *m);

@@ -406,54 +406,16 @@ void mlajit_context_leave(mlajit_context *ctx, int pushed)
         ctx->drv->cuCtxPopCurrent(&popped);
 }
 
-/* ---- the cache data file's stamp (shared with tactics.c's memo) ------------------ */
-
-void mlajit_cache_stamp_of(const mlajit_context *ctx, mlajit_cache_stamp *st)
-{
-    memset(st, 0, sizeof *st);
-    if (!ctx->store)
-        return;
-    char path[1100];
-    snprintf(path, sizeof path, "%s/data.mdb", mlajit_store_dir(ctx->store));
-    struct stat sb;
-    if (stat(path, &sb) != 0)
-        return;
-    st->dev = sb.st_dev;
-    st->ino = sb.st_ino;
-    st->size = sb.st_size;
-    st->mtime = sb.st_mtim;
-    st->ctime = sb.st_ctim;
-}
-
-int mlajit_cache_stamp_equal(const mlajit_cache_stamp *a, const mlajit_cache_stamp *b)
-{
-    return a->dev == b->dev && a->ino == b->ino && a->size == b->size && a->mtime.tv_sec == b->mtime.tv_sec &&
-           a->mtime.tv_nsec == b->mtime.tv_nsec && a->ctime.tv_sec == b->ctime.tv_sec &&
-           a->ctime.tv_nsec == b->ctime.tv_nsec;
-}
-
-int mlajit_cache_stamp_settled(const mlajit_cache_stamp *st)
-{
-    struct timespec now;
-    clock_gettime(CLOCK_REALTIME, &now);
-    const struct timespec *last = st->ctime.tv_sec > st->mtime.tv_sec ||
-                                          (st->ctime.tv_sec == st->mtime.tv_sec && st->ctime.tv_nsec > st->mtime.tv_nsec)
-                                      ? &st->ctime
-                                      : &st->mtime;
-    long long age = (long long)(now.tv_sec - last->tv_sec) * 1000000000LL + (now.tv_nsec - last->tv_nsec);
-    return age >= kStampSettleNs;
-}
-
 /* The cache's size and entry count for get_info: a walk of every entry (about
  * 10 ms on a 1 GB cache), remembered with the data file's settled stamp, so
  * asking again (an engine's counter checks, Python's capture check) costs one
  * stat until the file changes. A failed walk is not remembered. */
 static int cache_counts(mlajit_context *ctx, int64_t *bytes, int64_t *entries)
 {
-    mlajit_cache_stamp now;
-    mlajit_cache_stamp_of(ctx, &now);
+    mlajit_store_stamp now;
+    mlajit_store_file_stamp(ctx->store, &now);
     pthread_mutex_lock(&ctx->lock);
-    int known = ctx->stats_memo_valid && mlajit_cache_stamp_equal(&now, &ctx->stats_memo_stamp);
+    int known = ctx->stats_memo_valid && mlajit_store_stamp_equal(&now, &ctx->stats_memo_stamp);
     if (known) {
         *bytes = ctx->stats_memo_bytes;
         *entries = ctx->stats_memo_entries;
@@ -467,7 +429,7 @@ static int cache_counts(mlajit_context *ctx, int64_t *bytes, int64_t *entries)
         return rc;
     *bytes = st.data_file_bytes;
     *entries = st.entries;
-    if (now.ino && mlajit_cache_stamp_settled(&now)) {
+    if (now.ino && mlajit_store_stamp_settled(&now)) {
         pthread_mutex_lock(&ctx->lock);
         ctx->stats_memo_valid = 1;
         ctx->stats_memo_stamp = now;

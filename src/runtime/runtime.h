@@ -2,8 +2,6 @@
 #ifndef MLAJIT_RUNTIME_RUNTIME_H
 #define MLAJIT_RUNTIME_RUNTIME_H
 #include <pthread.h>
-#include <sys/types.h>
-#include <time.h>
 #include <stdatomic.h>
 
 #include "cache/pack.h"
@@ -26,16 +24,6 @@ typedef struct mlajit_kernel {
     CUmodule module;
     CUfunction main_fn, combine_fn;
 } mlajit_kernel;
-
-/* The cache's data file as one stat sees it (all zero where there is none):
- * memos of what was read from the file (the context's stats, plans' tactic
- * look-ups) hold while it is unchanged. */
-typedef struct mlajit_cache_stamp {
-    dev_t dev;
-    ino_t ino;
-    off_t size;
-    struct timespec mtime, ctime;
-} mlajit_cache_stamp;
 
 struct mlajit_context {
     int device_ordinal;
@@ -85,7 +73,7 @@ struct mlajit_context {
     /* mlajit_context_get_info's cache counts (a walk of every entry) and the data
      * file they were read from, reused while it is unchanged; under `lock`. */
     int stats_memo_valid;
-    mlajit_cache_stamp stats_memo_stamp;
+    mlajit_store_stamp stats_memo_stamp;
     int64_t stats_memo_bytes, stats_memo_entries;
 };
 
@@ -249,13 +237,6 @@ int mlajit_tactic_lookup_memo(mlajit_context *ctx, const mlajit_kernel_spec *spe
                               mlajit_tactic_match *out);
 
 /* Forget the memo's answers (mlajit_tactic_store does); free it on destroy. */
-/* A stamp of ctx's cache data file; whether two are the same; whether it has
- * not changed for kStampSettleNs (50 ms), so that a later write moves its times
- * however coarse the file system's clock: only a settled stamp may key a memo. */
-enum { kStampSettleNs = 50 * 1000 * 1000 };
-void mlajit_cache_stamp_of(const mlajit_context *ctx, mlajit_cache_stamp *st);
-int mlajit_cache_stamp_equal(const mlajit_cache_stamp *a, const mlajit_cache_stamp *b);
-int mlajit_cache_stamp_settled(const mlajit_cache_stamp *st);
 void mlajit_tactic_memo_clear(mlajit_context *ctx);
 void mlajit_tactic_memo_free(mlajit_context *ctx);
 

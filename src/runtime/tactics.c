@@ -154,11 +154,10 @@ int mlajit_tactic_lookup(mlajit_context *ctx, const mlajit_kernel_spec *spec, co
 
 enum { kMemoSlots = 64 };
 
-typedef mlajit_cache_stamp file_stamp;
 
 typedef struct memo_slot {
     int used;
-    file_stamp stamp;
+    mlajit_store_stamp stamp;
     mlajit_tactic_match match; /* its spec and shape_bucket are the slot's key */
 } memo_slot;
 
@@ -205,9 +204,6 @@ void mlajit_tactic_memo_free(mlajit_context *ctx)
     free(m);
 }
 
-#define stamp_of mlajit_cache_stamp_of
-#define stamp_equal mlajit_cache_stamp_equal
-#define stamp_settled mlajit_cache_stamp_settled
 
 int mlajit_tactic_lookup_memo(mlajit_context *ctx, const mlajit_kernel_spec *spec, const mlajit_decode_shape *shape,
                               mlajit_tactic_match *out)
@@ -224,11 +220,11 @@ int mlajit_tactic_lookup_memo(mlajit_context *ctx, const mlajit_kernel_spec *spe
     uint64_t h = mlajit_hash64(key_spec, strlen(key_spec)) ^ ((uint64_t)bucket.rows * 0x9e3779b97f4a7c15ULL) ^
                  ((uint64_t)bucket.topk * 0xc2b2ae3d27d4eb4fULL) ^ ((uint64_t)bucket.extra_topk * 0x165667b19e3779f9ULL);
     memo_slot *slot = &m->slots[h % kMemoSlots];
-    file_stamp now;
-    stamp_of(ctx, &now);
+    mlajit_store_stamp now;
+    mlajit_store_file_stamp(ctx->store, &now);
     pthread_mutex_lock(&m->lock);
     const uint64_t generation = m->generation;
-    if (slot->used && stamp_equal(&slot->stamp, &now) && strcmp(slot->match.spec, key_spec) == 0 &&
+    if (slot->used && mlajit_store_stamp_equal(&slot->stamp, &now) && strcmp(slot->match.spec, key_spec) == 0 &&
         slot->match.shape_bucket.rows == bucket.rows && slot->match.shape_bucket.topk == bucket.topk &&
         slot->match.shape_bucket.extra_topk == bucket.extra_topk) {
         *out = slot->match;
@@ -237,7 +233,7 @@ int mlajit_tactic_lookup_memo(mlajit_context *ctx, const mlajit_kernel_spec *spe
     }
     pthread_mutex_unlock(&m->lock);
     int rc = mlajit_tactic_lookup(ctx, spec, shape, out);
-    if (rc != MLAJIT_OK || !stamp_settled(&now))
+    if (rc != MLAJIT_OK || !mlajit_store_stamp_settled(&now))
         return rc;
     pthread_mutex_lock(&m->lock);
     if (m->generation == generation) { /* no store through the context meanwhile */
