@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "cache/tactics.h"
 #include "codegen/codegen.h"
 #include "common/alloc.h"
 #include "common/error.h"
@@ -18,14 +19,6 @@
 #define POOL_SEQLEN 8192   /* tokens per pool sequence (every one quantized) */
 #define MIN_CALLS 10       /* BENCH.md's graph of 10 calls, at least */
 #define MAX_CALLS 1024     /* small shapes: enough calls that a replay reads 2x the L2 */
-
-static int pow2_floor(int v)
-{
-    int p = 1;
-    while (p <= v / 2)
-        p *= 2;
-    return p;
-}
 
 /* ---- candidates ----------------------------------------------------------- */
 
@@ -148,10 +141,17 @@ static int expand_buckets(const mlajit_tune_envelope *env, const char *arch, tun
                                 x.spec.extra_page_size = extras[e] > 0 ? (env->extra_page_size ? env->extra_page_size : 64) : 0;
                                 x.spec.features = fsets[f];
                                 snprintf(x.spec.arch, sizeof x.spec.arch, "%s", arch);
-                                x.shape.batch = env->rows[r] >= 1 ? pow2_floor(env->rows[r]) : 1;
+                                /* timed at the lower edge of the tactic records' own bucket */
+                                mlajit_tactic_bucket edge;
+                                if (mlajit_tactic_bucket_of(env->rows[r], env->topks[t], extras[e], &edge) !=
+                                    MLAJIT_OK) {
+                                    mlajit_clear_error();
+                                    continue;
+                                }
+                                x.shape.batch = edge.rows;
                                 x.shape.s_q = 1;
-                                x.shape.topk = env->topks[t] >= 1 ? pow2_floor(env->topks[t]) : 1;
-                                x.shape.extra_topk = extras[e] > 0 ? pow2_floor(extras[e]) : 0;
+                                x.shape.topk = edge.topk;
+                                x.shape.extra_topk = edge.extra_topk;
                                 if (mlajit_envelope_check_with(&x.spec, &x.shape, NULL) != MLAJIT_OK) {
                                     mlajit_clear_error();
                                     continue;

@@ -282,11 +282,8 @@ static int tactic_fits(const mlajit_kernel_spec *asked, const mlajit_decode_shap
         snprintf(why, why_len, "its kernel does not take the shape (%s)", mlajit_last_error());
         return 0;
     }
+    /* (a kernel that never splits was refused just above, by the shape's check) */
     const int num_tiles = (shape->topk + shape->extra_topk + layout.tile - 1) / layout.tile;
-    if (r->num_splits > 1 && layout.single_split) {
-        snprintf(why, why_len, "its kernel never splits");
-        return 0;
-    }
     if (r->num_splits > num_tiles) {
         snprintf(why, why_len, "%d splits of %d tile%s", r->num_splits, num_tiles, num_tiles == 1 ? "" : "s");
         return 0;
