@@ -1,7 +1,7 @@
 #!/bin/bash
 # Build, test and benchmark on the GPU host in one call (see shared/device/README.md).
 # Usage (from the project root, with .devdeps/.devtools/.golden carried):
-#   tools/device-run.sh [tests|demo|cases|bench|bench-quick|bench-sm90|compile-times|ncu|ncu-sm90|ncu-source|sol|sass|gather|floor|fuzz:S:SEED|fuzz-bg:S:SEED|suites:A,B|example|base|lookup|python|python-tests|python-bench|all]...
+#   tools/device-run.sh [tests|demo|cases|bench|bench-quick|bench-sm90|compile-times|ncu|ncu-sm90|ncu-source|sol|sass|gather|floor|fuzz:S:SEED|fuzz-bg:S:SEED|suites:A,B|example|base|lookup|python|python-tests|python-install|python-bench|all]...
 # Logs go to $OUT (or ./device-out) so they come back with the call. The device
 # tool returns at most 8 files, so at the end every log is packed into
 # $OUT/logs-N.tgz (N: the first free number, so a second run into the same $OUT
@@ -147,11 +147,12 @@ for step in "${@:-all}"; do
       tool=latency_floor; [ "$step" = gather ] && tool=gather_ceiling
       nvcc -O3 -gencode arch=compute_90a,code=sm_90a -o "build-gpu/$tool" "bench/tools/$tool.cu" >"$OUT/$step.log" 2>&1 &&
         "./build-gpu/$tool" 2>&1 | tee -a "$OUT/$step.log" || rc=1 ;;
-    python|python-tests|python-bench)
+    python|python-tests|python-install|python-bench)
       # The Python package from the source tree against build-gpu's library, under the
       # host's python3 (its environment has torch and pytest); `pip install .` goes into a venv
       # python-tests: the pytest suites (GPU tests included), the example, and
-      # `pip install .` into the venv; python-bench: bench/python_bench.py (the
+      # `pip install .` into the venv; python-install: the example and `pip install .`
+      # alone (the meson suites run pytest already); python-bench: bench/python_bench.py (the
       # entry points beside `mlajit bench`, and the example's warm-up times).
       venv=/tmp/mlajit-venv
       [ -x $venv/bin/python ] || python3 -m venv --system-site-packages $venv >"$OUT/python-setup.log" 2>&1
@@ -160,10 +161,12 @@ for step in "${@:-all}"; do
         echo "python: pytest not installed (.devdeps/wheels missing? tools/fetch-wheels.sh)"
       export MLAJIT_LIBRARY=$PWD/build-gpu/libmlajit.so PYTHONPATH=$PWD/python MLAJIT_GOLDEN_DIR=$PWD/.golden \
         MLAJIT_ABI_LAYOUT=$PWD/build-gpu/tests/abi_layout MLAJIT_CLI=$PWD/build-gpu/mlajit
-      if [ "$step" != python-bench ]; then
+      if [ "$step" = python ] || [ "$step" = python-tests ]; then
         python3 -m pytest -q -rs -p no:cacheprovider -m "not fake_driver" python/tests \
           >"$OUT/python-tests.log" 2>&1 || rc=1
         grep -E "passed|failed|SKIPPED|FAILED|Error" "$OUT/python-tests.log" | tail -30
+      fi
+      if [ "$step" != python-bench ]; then
         timeout 180 python3 examples/engine_decode.py --steps 10 2>&1 | tee "$OUT/engine-decode.log" || rc=1
         (timeout 300 $venv/bin/pip install -q --no-index --find-links .devdeps/wheels . &&
           cd /tmp && env -u MLAJIT_LIBRARY -u PYTHONPATH $venv/bin/python -c \
@@ -171,7 +174,7 @@ for step in "${@:-all}"; do
           >"$OUT/pip-install.log" 2>&1 || { rc=1; echo "pip install .: failed"; }
         tail -1 "$OUT/pip-install.log"
       fi
-      if [ "$step" != python-tests ]; then
+      if [ "$step" = python ] || [ "$step" = python-bench ]; then
         # PY_BENCH_ARGS: e.g. --heads 16 --no-warmup-times, to split the bench over calls
         # the host's python3 (torch lives in its environment; a venv made from it
         # does not see that environment's packages)
