@@ -4,10 +4,12 @@ Per entry point (flash_mla.flash_mla_with_kvcache, SparseMLADecoder.run,
 torch.ops.mlajit.sparse_mla_decode) and per BENCH.md V3.2 row at the head counts
 asked (default 16 and 128; at 128 also the s_q 2 rows):
   gpu_us    CUDA-graph replay: 10 back-to-back calls captured, 20 replays, the
-            median / 10, measured twice per entry in the order A B C C B A and
-            averaged (the figure the goals use), against `mlajit bench`'s
+            median / 10 (the figure the goals use), against `mlajit bench`'s
             gpu_us for the same row, run first in the same call (goal: within 3%);
   eager_us  CUDA events around each call, median of 100 after 20 warm-up calls;
+            both interleaved: each round times one replay (one call) of every
+            entry, in a rotating order, so the GPU's clocks drifting over a row
+            weigh on the three alike;
   host_us   eager_us - gpu_us: what the call adds on the host (goal: <= 10 us;
             FlashMLA through PyTorch: 25-60 us); call_us, the Python call alone
             on the host's clock, median.
@@ -74,42 +76,62 @@ def inputs(b, s_q, h, seqlen, topk, gen):
     return q, kv, idx.contiguous()
 
 
-def graph_us(call):
-    """10 calls captured in one graph, 20 replays: the median replay / 10."""
-    for _ in range(3):
-        call()
-    g = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(g):
-        for _ in range(10):
+def rotations(names, rounds):
+    """names in `rounds` rounds, each starting one later than the last."""
+    for r in range(rounds):
+        k = r % len(names)
+        yield names[k:] + names[:k]
+
+
+def graph_us(entries):
+    """Per entry, 10 calls captured in one graph (after 3 eager calls and one
+    untimed replay); then 20 rounds, each replaying every entry's graph once in a
+    rotating order, so a drift of the GPU's clocks over the row weighs on every
+    entry alike: each entry's median replay / 10."""
+    graphs = {}
+    for name, call in entries.items():
+        for _ in range(3):
             call()
-    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    times = []
-    for _ in range(20):
-        start.record()
+        g = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(g):
+            for _ in range(10):
+                call()
         g.replay()
-        end.record()
-        end.synchronize()
-        times.append(start.elapsed_time(end) * 1000.0 / 10)
-    return statistics.median(times)
-
-
-def eager_us(call):
-    """Events around each call (host time included): median of 100 after 20; and
-    the call alone on the host's clock."""
-    for _ in range(20):
-        call()
+        graphs[name] = g
     torch.cuda.synchronize()
     start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    events, host = [], []
-    for _ in range(100):
-        start.record()
-        t0 = time.perf_counter()
-        call()
-        host.append((time.perf_counter() - t0) * 1e6)
-        end.record()
-        end.synchronize()
-        events.append(start.elapsed_time(end) * 1000.0)
-    return statistics.median(events), statistics.median(host)
+    times = {name: [] for name in entries}
+    for order in rotations(list(entries), 20):
+        for name in order:
+            start.record()
+            graphs[name].replay()
+            end.record()
+            end.synchronize()
+            times[name].append(start.elapsed_time(end) * 1000.0 / 10)
+    return {name: statistics.median(t) for name, t in times.items()}
+
+
+def eager_us(entries):
+    """Per entry, events around each call (host time included) and the call alone
+    on the host's clock: 20 warm-up calls each, then 100 rounds of one call per
+    entry in a rotating order; the medians."""
+    for call in entries.values():
+        for _ in range(20):
+            call()
+    torch.cuda.synchronize()
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    events = {name: [] for name in entries}
+    host = {name: [] for name in entries}
+    for order in rotations(list(entries), 100):
+        for name in order:
+            start.record()
+            t0 = time.perf_counter()
+            entries[name]()
+            host[name].append((time.perf_counter() - t0) * 1e6)
+            end.record()
+            end.synchronize()
+            events[name].append(start.elapsed_time(end) * 1000.0)
+    return {name: (statistics.median(events[name]), statistics.median(host[name])) for name in entries}
 
 
 def check(out, lse_bsh, q, kv, idx, scale, label):
@@ -147,16 +169,11 @@ def bench_rows(heads, quick, c_rows, json_out):
                 entry[name]()
                 check(out, lse, q, kv, idx, scale, f"{name} h{h} b{b}")
             c_us = c_rows.get((h, b, s_q, topk))
-            # replay times in the order A B C C B A, each entry's the mean of its two:
-            # a drift of the GPU's clocks over the row (after the reference check's
-            # fp64 work, say) then weighs on every entry alike
-            names = list(entry)
-            replays = {name: [] for name in names}
-            for name in names + names[::-1]:
-                replays[name].append(graph_us(entry[name]))
-            for name, call in entry.items():
-                g = statistics.mean(replays[name])
-                e, host = eager_us(call)
+            gpu = graph_us(entry)
+            eager = eager_us(entry)
+            for name in entry:
+                g = gpu[name]
+                e, host = eager[name]
                 r = {"entry": name, "model": "v32", "h_q": h, "b": b, "s_q": s_q, "seqlen": seqlen, "topk": topk,
                      "gpu_us": round(g, 2), "c_gpu_us": c_us, "ratio_to_c": round(g / c_us, 4) if c_us else None,
                      "eager_us": round(e, 2), "host_us": round(e - g, 2), "call_us": round(host, 2),

@@ -50,10 +50,10 @@ expect_lines() {
 
 # tune: the timing loop runs end to end on the fake driver; nothing it "computes"
 # passes the reference check, so only --no-check stores tactics
-tune_grid=(--models v32 --heads 16 --pages 64 --topk 128 --rows 1,2 --pool-mb 8)
+tune_grid=(--models v32 --heads 16 --pages 64 --topk 128 --rows 1,2 --pool-mb 8 --spread-mb 16)
 expect "tuned 2 of 2 buckets" tune "${tune_grid[@]}" --no-check
 expect "v32.h16.p64.t0.hc0.auto.sm_90a" cache ls
-expect_lines ' 0 tactics stored, .* [1-9][0-9]* failed the reference check' 1 tune --models v32 --heads 16 --pages 64 --topk 256 --rows 1 --pool-mb 8
+expect_lines ' 0 tactics stored, .* [1-9][0-9]* failed the reference check' 1 tune --models v32 --heads 16 --pages 64 --topk 256 --rows 1 --pool-mb 8 --spread-mb 16
 expect "tuned 0 of 2 buckets" tune "${tune_grid[@]}" --seconds 0
 # pack build --tune ships the cache it tunes into: with no time to tune, the two
 # records stored above, and the grid's kernels with the kernels they choose

@@ -172,8 +172,9 @@ static int records_found(mlajit_context *ctx)
 
 static mlajit_tune_options fake_options(double seconds, int skip_check)
 {
+    /* the pool copied twice: rows draw from both copies */
     return (mlajit_tune_options){.seconds = seconds, .skip_check = skip_check, .pool_bytes = 8 << 20,
-                                 .replays = 3};
+                                 .spread_bytes = 20 << 20, .replays = 3};
 }
 
 Test(tune, unchecked_winners_are_stored_one_per_bucket_and_found)
@@ -189,6 +190,12 @@ Test(tune, unchecked_winners_are_stored_one_per_bucket_and_found)
     cr_expect_eq(s.deadline_hit, 0);
     cr_expect_geq(s.timed, 4);
     cr_expect_eq(records_found(ctx), 4);
+    /* every kernel was compiled up front, in parallel: the timing loop compiled none */
+    mlajit_context_info info = MLAJIT_CONTEXT_INFO_INIT;
+    mlajit_context_get_info(ctx, &info);
+    cr_expect_gt(s.compiled, 1);
+    cr_expect_eq(info.compiles, s.compiled, "%lld compiles, %d acquired up front", (long long)info.compiles,
+                 s.compiled);
     mlajit_context_destroy(ctx);
 }
 
@@ -235,4 +242,40 @@ Test(tune, a_dry_run_needs_no_device_and_counts_the_candidates)
     long size = ftell(list);
     cr_expect_gt(size, 0, "the dry run lists the buckets");
     fclose(list);
+}
+
+static mlajit_tune_candidate rung(const char *kernel, int splits, int is_rules)
+{
+    mlajit_tune_candidate c = {.num_splits = splits, .is_rules = is_rules};
+    snprintf(c.kernel, sizeof c.kernel, "%s", kernel);
+    return c;
+}
+
+/* The split ladder: counts are timed until one is slower than the one before
+ * by more than 3%; then that kernel's larger counts are skipped, and the next
+ * kernel climbs its own. */
+Test(candidates, a_kernels_split_ladder_stops_at_its_turn)
+{
+    mlajit_tune_ladder l = {.kernel = ""};
+    const struct { mlajit_tune_candidate c; double us; int skipped; } steps[] = {
+        {rung(N16, 0, 1), 9.0, 0},  /* the rules' own: off the ladder */
+        {rung(N16, 0, 0), 99.0, 0}, /* the planner's own count: off the ladder */
+        {rung(N16, 1, 0), 10.0, 0},
+        {rung(N16, 2, 0), 8.0, 0},
+        {rung(N16, 4, 0), 7.0, 0},
+        {rung(N16, 8, 0), 7.2, 0},  /* within 3% of 7.0: noise, not the turn */
+        {rung(N16, 16, 0), 7.5, 0}, /* 4% slower than 7.2: the turn */
+        {rung(N16, 32, 0), 1.0, 1}, /* past the turn: skipped, whatever it would give */
+        {rung(N16, 64, 0), 1.0, 1},
+        {rung(L16, 1, 0), 20.0, 0}, /* the next kernel climbs its own */
+        {rung(L16, 2, 0), 30.0, 0},
+        {rung(L16, 4, 0), 1.0, 1},
+    };
+    for (size_t i = 0; i < sizeof steps / sizeof steps[0]; i++) {
+        int skipped = mlajit_tune_ladder_skips(&l, &steps[i].c);
+        cr_expect_eq(skipped, steps[i].skipped, "step %zu (%s splits %d): skipped %d", i, steps[i].c.kernel,
+                     steps[i].c.num_splits, skipped);
+        if (!skipped)
+            mlajit_tune_ladder_note(&l, &steps[i].c, steps[i].us);
+    }
 }

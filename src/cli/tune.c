@@ -47,11 +47,11 @@ static int parse_pow2_range(const char *name, const char *value, void *target)
 static void print_summary(const mlajit_tune_summary *sum, FILE *to)
 {
     fprintf(to,
-            "tuned %d of %d buckets in %.1f s%s: %d tactics stored, %d candidates timed (%d dropped early), "
-            "%d failed the reference check\n",
+            "tuned %d of %d buckets in %.1f s%s: %d tactics stored, %d candidates timed (%d dropped early, "
+            "%d split counts past their kernel's turn not timed), %d failed the reference check\n",
             sum->buckets_done, sum->buckets, sum->seconds,
             sum->deadline_hit ? " (the budget ran out; the rest keep the rules)" : "", sum->stored, sum->timed,
-            sum->dropped, sum->failed_checks);
+            sum->dropped, sum->pruned, sum->failed_checks);
 }
 
 int cli_tune_grid(mlajit_context *ctx, const mlajit_tune_envelope *grid, int seconds, int skip_check)
@@ -95,13 +95,14 @@ int cli_tune(int argc, char **argv)
         "  --json FILE    one JSON line per stored bucket, with the commit (MLAJIT_COMMIT)\n"
         "  --sm-count N   the dry run's SM count (default: the GPU's, else 132)\n"
         "  --pool-mb N    the timing cache pool in MB (default 4x the L2)\n"
+        "  --spread-mb N  the pool copied over N MB, so rows read sequences of their own (default 4096)\n"
         "  --no-check     testing only: store winners without the reference check\n";
     cli_model_list models = {.count = 0};
     cli_int_list heads = {.lo = 1, .hi = MLAJIT_MAX_HEADS}, pages = {.lo = 1, .hi = MLAJIT_MAX_PAGE_SIZE},
                  topks = {.lo = 1, .hi = MLAJIT_MAX_TOPK}, rows = {.lo = 1, .hi = MLAJIT_MAX_ROWS},
                  extra = {.lo = 0, .hi = MLAJIT_MAX_TOPK};
     cli_feature_sets features = {.count = 0};
-    int seconds = 600, dry_run = 0, no_check = 0, sm_count = 0, pool_mb = 0;
+    int seconds = 600, dry_run = 0, no_check = 0, sm_count = 0, pool_mb = 0, spread_mb = 0;
     const char *json_path = NULL;
     const cli_option options[] = {
         {"--models", CLI_CUSTOM, &models, .parse = cli_parse_model_list},
@@ -116,6 +117,7 @@ int cli_tune(int argc, char **argv)
         {"--json", CLI_STRING, .target = &json_path},
         {"--sm-count", CLI_INT, &sm_count, .lo = 1, .hi = 1024},
         {"--pool-mb", CLI_INT, &pool_mb, .lo = 1, .hi = 1 << 20},
+        {"--spread-mb", CLI_INT, &spread_mb, .lo = 1, .hi = 1 << 22},
         {"--no-check", CLI_FLAG, .target = &no_check},
     };
     const cli_command cmd = {"tune", usage, options, sizeof options / sizeof options[0], 0, 0, NULL};
@@ -169,6 +171,7 @@ int cli_tune(int argc, char **argv)
     }
     mlajit_tune_options opts = {
         .seconds = seconds, .dry_run = dry_run, .skip_check = no_check, .pool_bytes = (int64_t)pool_mb << 20,
+        .spread_bytes = (int64_t)spread_mb << 20,
         .sm_count = sm_count, .list = stdout, .progress = stderr, .json = json,
         .commit = getenv("MLAJIT_COMMIT") ? getenv("MLAJIT_COMMIT") : "unknown",
     };

@@ -168,6 +168,16 @@ void mlajit_device_case_free(mlajit_device_case *dc);
 int mlajit_time_plan_graph(mlajit_context *ctx, const mlajit_plan *plan, const mlajit_decode_args *args, int n_args,
                            int calls, int replays, void *stream, double *us);
 
+/* The same in steps, so one capture serves several timings (the tuner's short
+ * look, then its full one): create captures and instantiates the graph and
+ * replays it once untimed; each time call replays it `replays` times, *us the
+ * median replay / calls; free releases it (NULL is fine). */
+typedef struct mlajit_graph_timer mlajit_graph_timer;
+int mlajit_graph_timer_create(mlajit_context *ctx, const mlajit_plan *plan, const mlajit_decode_args *args,
+                              int n_args, int calls, void *stream, mlajit_graph_timer **out);
+int mlajit_graph_timer_time(mlajit_graph_timer *t, int replays, double *us);
+void mlajit_graph_timer_free(mlajit_graph_timer *t);
+
 /* ---- the tuner (tune.c) ------------------------------------------------------- */
 
 /* The buckets to tune: models x feature sets x page sizes x extra topks x heads
@@ -208,11 +218,27 @@ typedef struct mlajit_tune_candidate {
 int mlajit_tune_candidates(const mlajit_kernel_spec *asked, const mlajit_decode_shape *shape, int sm_count,
                            mlajit_tune_candidate *out, int max, int *count);
 
+/* The split ladder of one kernel within a bucket: its counts are timed in
+ * rising order until one is slower than the count before it by more than 3%
+ * (the turn); the larger counts are then skipped (the tuner's "pruned"). */
+typedef struct mlajit_tune_ladder {
+    char kernel[128]; /* the kernel whose counts are being climbed */
+    double last_us;   /* the time of its last count */
+    int turned;       /* 1: past the turn */
+} mlajit_tune_ladder;
+/* 1 when c is a split count of the ladder's kernel past its turn. */
+int mlajit_tune_ladder_skips(const mlajit_tune_ladder *l, const mlajit_tune_candidate *c);
+/* Record c's time us (candidates off the ladder, the rules' and the planner's
+ * own count, are ignored; another kernel starts a new ladder). */
+void mlajit_tune_ladder_note(mlajit_tune_ladder *l, const mlajit_tune_candidate *c, double us);
+
 typedef struct mlajit_tune_options {
     double seconds;     /* the budget: no candidate starts after it (0: none does) */
     int dry_run;        /* list buckets and candidates on `list`; no device needed */
     int skip_check;     /* testing only: take winners without the reference check */
     int64_t pool_bytes; /* the timing cache pool; 0: 4x the L2 (at least 64 MiB) */
+    int64_t spread_bytes; /* the pool copied over this much device memory, for rows
+                           * to read their own sequences; 0: 4 GiB (at least one copy) */
     int replays;        /* timed replays per candidate; 0: 20 (BENCH.md) */
     int sm_count;       /* dry run: 0 = the device's, else MLAJIT_DEFAULT_SM_COUNT */
     FILE *list;         /* the dry run's listing; NULL: stdout */
@@ -227,6 +253,8 @@ typedef struct mlajit_tune_summary {
     int stored;          /* tactic records written */
     int candidates;      /* over every bucket (the dry run's count) */
     int timed, dropped;  /* candidates timed; dropped early (> 1.3x the best so far) */
+    int pruned;          /* split counts past their kernel's turn (slower than the count before), not timed */
+    int compiled;        /* kernels acquired up front in parallel (compiled, or loaded from the cache) */
     int failed_checks;   /* (kernel, splits) pairs that failed the reference check */
     int deadline_hit;    /* 1: the budget ran out before the last bucket */
     double seconds;      /* wall time */

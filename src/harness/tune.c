@@ -19,6 +19,7 @@
 #define POOL_SEQLEN 8192   /* tokens per pool sequence (every one quantized) */
 #define MIN_CALLS 10       /* BENCH.md's graph of 10 calls, at least */
 #define MAX_CALLS 1024     /* small shapes: enough calls that a replay reads 2x the L2 */
+#define LADDER_TURN 1.03   /* a split count this much slower than the one before it ends its kernel's ladder */
 
 /* ---- candidates ----------------------------------------------------------- */
 
@@ -101,6 +102,27 @@ int mlajit_tune_candidates(const mlajit_kernel_spec *asked, const mlajit_decode_
     }
     *count = n;
     return MLAJIT_OK;
+}
+
+/* A kernel's split counts come in rising order (mlajit_tune_candidates); its
+ * time is taken to fall to one minimum and rise after it, so once a count is
+ * slower than the one before it by more than noise, larger ones are not timed. */
+int mlajit_tune_ladder_skips(const mlajit_tune_ladder *l, const mlajit_tune_candidate *c)
+{
+    return !c->is_rules && c->num_splits > 0 && l->turned && strcmp(l->kernel, c->kernel) == 0;
+}
+
+void mlajit_tune_ladder_note(mlajit_tune_ladder *l, const mlajit_tune_candidate *c, double us)
+{
+    if (c->is_rules || c->num_splits <= 0) /* the planner's own count is off the ladder */
+        return;
+    if (strcmp(l->kernel, c->kernel) != 0) {
+        snprintf(l->kernel, sizeof l->kernel, "%s", c->kernel);
+        l->turned = 0;
+    } else if (us > LADDER_TURN * l->last_us) {
+        l->turned = 1;
+    }
+    l->last_us = us;
 }
 
 /* ---- the buckets ------------------------------------------------------------ */
@@ -228,18 +250,53 @@ static int devbuf_fill(const mlajit_driver *drv, devbuf *b, size_t bytes, const 
 }
 
 /* The cache pool of one (model, page size, extra page size): sequences of
- * POOL_SEQLEN tokens, every token quantized, together pool_bytes or more; on
- * the device, with the slots of each sequence (the synthetic case's indices). */
+ * POOL_SEQLEN tokens, every token quantized, together pool_bytes or more, with
+ * the slots of each sequence (the synthetic case's indices); on the device,
+ * that cache copied `replicas` times over spread_bytes (page for page: copy r's
+ * slots are the base's + r * base_slots). Production rows each read their own
+ * sequence out of gigabytes; rows drawn from a pool of a few times the L2 would
+ * share sequences and hit in L2 across rows, which favours other kernels. */
+typedef struct tune_view {
+    devbuf buf;
+    mlajit_cache_view view; /* over buf: replicas x the base's pages */
+    int64_t base_slots;     /* the base cache's pages x page size */
+} tune_view;
+
 typedef struct tune_pool {
     int live;
     mlajit_model model;
-    int page_size, extra_page_size;
+    int page_size, extra_page_size, replicas;
     mlajit_case c;
     mlajit_device_case dc;
+    tune_view kv, extra_kv;
 } tune_pool;
 
-static void pool_free(tune_pool *p)
+/* The base cache of view `from` copied into v->buf `replicas` times (through
+ * the host: the driver table has no device-to-device copy). */
+static int view_replicate(const mlajit_driver *drv, const mlajit_cache_view *from, int page_size, int replicas,
+                          tune_view *v)
 {
+    const size_t base = (size_t)from->num_pages * (size_t)from->page_stride;
+    v->base_slots = from->num_pages * page_size;
+    v->view = *from;
+    v->view.num_pages = from->num_pages * replicas;
+    void *host = mlajit_malloc(base + 16);
+    if (!host)
+        return mlajit_fail_oom("tune: the cache pool's copy");
+    CUresult r = drv->cuMemcpyDtoH(host, (CUdeviceptr)(uintptr_t)from->data, base);
+    int rc = r ? mlajit_cuda_fail(drv, r, "tune: cuMemcpyDtoH") : devbuf_fill(drv, &v->buf, base * replicas, NULL);
+    for (int i = 0; i < replicas && rc == MLAJIT_OK; i++)
+        if ((r = drv->cuMemcpyHtoD(v->buf.ptr + i * base, host, base)))
+            rc = mlajit_cuda_fail(drv, r, "tune: cuMemcpyHtoD");
+    free(host);
+    v->view.data = (const void *)(uintptr_t)v->buf.ptr;
+    return rc;
+}
+
+static void pool_free(const mlajit_driver *drv, tune_pool *p)
+{
+    devbuf_free(drv, &p->kv.buf);
+    devbuf_free(drv, &p->extra_kv.buf);
     if (!p->live)
         return;
     mlajit_device_case_free(&p->dc);
@@ -247,12 +304,14 @@ static void pool_free(tune_pool *p)
     memset(p, 0, sizeof *p);
 }
 
-static int pool_get(mlajit_context *ctx, const tune_bucket *b, int64_t pool_bytes, tune_pool *p, FILE *progress)
+static int pool_get(mlajit_context *ctx, const tune_bucket *b, int64_t pool_bytes, int64_t spread_bytes,
+                    tune_pool *p, FILE *progress)
 {
     if (p->live && p->model == b->spec.model && p->page_size == b->spec.page_size &&
         p->extra_page_size == b->spec.extra_page_size)
         return MLAJIT_OK;
-    pool_free(p);
+    const mlajit_driver *drv = mlajit_context_driver(ctx);
+    pool_free(drv, p);
     const mlajit_model_desc *m = mlajit_model_describe(b->spec.model);
     int64_t tokens = pool_bytes / m->bytes_per_token;
     int seqs = (int)((tokens + POOL_SEQLEN - 1) / POOL_SEQLEN);
@@ -265,9 +324,12 @@ static int pool_get(mlajit_context *ctx, const tune_bucket *b, int64_t pool_byte
         sp.extra_page_size = b->spec.extra_page_size;
         sp.extra_seqlen = POOL_SEQLEN;
     }
+    const double base_bytes = (double)seqs * POOL_SEQLEN * m->bytes_per_token;
+    int replicas = (int)(spread_bytes / base_bytes);
+    p->replicas = replicas < 1 ? 1 : replicas;
     if (progress)
-        fprintf(progress, "tune: building a cache pool of %d x %d tokens (%.0f MB) for %s page %d\n", seqs, POOL_SEQLEN,
-                (double)seqs * POOL_SEQLEN * m->bytes_per_token / 1e6, m->name, b->spec.page_size);
+        fprintf(progress, "tune: building a cache pool of %d x %d tokens (%.0f MB) for %s page %d, copied %d times\n",
+                seqs, POOL_SEQLEN, base_bytes / 1e6, m->name, b->spec.page_size, p->replicas);
     int rc = mlajit_case_synthesize(&sp, &p->c);
     if (rc)
         return rc;
@@ -276,17 +338,26 @@ static int pool_get(mlajit_context *ctx, const tune_bucket *b, int64_t pool_byte
         return rc;
     }
     p->live = 1;
+    if ((rc = view_replicate(drv, &p->dc.args.kv, b->spec.page_size, p->replicas, &p->kv)) ||
+        (b->spec.extra_page_size &&
+         (rc = view_replicate(drv, &p->dc.args.extra_kv, b->spec.extra_page_size, p->replicas, &p->extra_kv)))) {
+        pool_free(drv, p);
+        return rc;
+    }
     p->model = b->spec.model;
     p->page_size = b->spec.page_size;
     p->extra_page_size = b->spec.extra_page_size;
     return MLAJIT_OK;
 }
 
-/* topk distinct slots of a random pool sequence into row (partial Fisher-Yates,
- * undone after so the pool's rows stay as they were). */
-static void draw_row(mlajit_rng *r, int32_t *pool_rows, int seqs, int topk, int32_t *row, int32_t *swaps)
+/* topk distinct slots of a random pool sequence (of seqs x replicas) into row
+ * (partial Fisher-Yates, undone after so the pool's rows stay as they were). */
+static void draw_row(mlajit_rng *r, int32_t *pool_rows, int seqs, int replicas, int64_t base_slots, int topk,
+                     int32_t *row, int32_t *swaps)
 {
-    int32_t *seq = pool_rows + (size_t)(mlajit_rng_next(r) % (uint64_t)seqs) * POOL_SEQLEN;
+    const uint64_t pick = mlajit_rng_next(r) % ((uint64_t)seqs * (uint64_t)replicas);
+    const int32_t shift = (int32_t)((int64_t)(pick / (uint64_t)seqs) * base_slots);
+    int32_t *seq = pool_rows + (size_t)(pick % (uint64_t)seqs) * POOL_SEQLEN;
     const int n = topk < POOL_SEQLEN ? topk : POOL_SEQLEN;
     for (int k = 0; k < n; k++) {
         int other = k + (int)(mlajit_rng_next(r) % (uint64_t)(POOL_SEQLEN - k));
@@ -294,7 +365,7 @@ static void draw_row(mlajit_rng *r, int32_t *pool_rows, int seqs, int topk, int3
         int32_t t = seq[k];
         seq[k] = seq[other];
         seq[other] = t;
-        row[k] = seq[k];
+        row[k] = seq[k] + shift;
     }
     for (int k = n; k < topk; k++)
         row[k] = -1;
@@ -346,9 +417,11 @@ static int inputs_make(mlajit_context *ctx, const tune_bucket *b, tune_pool *poo
         mlajit_rng r;
         mlajit_rng_seed(&r, seed);
         for (size_t i = 0; i < (size_t)calls * rows; i++) {
-            draw_row(&r, pool->c.indices, pool->c.b, topk, idx + i * topk, swaps);
+            draw_row(&r, pool->c.indices, pool->c.b, pool->replicas, pool->kv.base_slots, topk, idx + i * topk,
+                     swaps);
             if (etopk)
-                draw_row(&r, pool->c.extra_indices, pool->c.b, etopk, eidx + i * etopk, swaps);
+                draw_row(&r, pool->c.extra_indices, pool->c.b, pool->replicas, pool->extra_kv.base_slots, etopk,
+                         eidx + i * etopk, swaps);
         }
         for (size_t i = 0; i < n_q; i++) /* uniform in [-1, 1): never zeros */
             q[i] = mlajit_float_to_bf16((float)((double)(mlajit_rng_next(&r) >> 11) * 0x1.0p-52 - 1.0));
@@ -368,21 +441,20 @@ static int inputs_make(mlajit_context *ctx, const tune_bucket *b, tune_pool *poo
         /* rc says what failed */
     }
     if (rc == MLAJIT_OK) {
-        const mlajit_decode_args *pa = &pool->dc.args;
         for (int i = 0; i < calls; i++) {
             mlajit_decode_args a = MLAJIT_DECODE_ARGS_INIT;
             a.q = (const void *)(uintptr_t)in->q.ptr;
             a.q_stride_h = m->d_qk;
             a.q_stride_s = (int64_t)h * m->d_qk;
             a.q_stride_b = a.q_stride_s;
-            a.kv = pa->kv;
+            a.kv = pool->kv.view;
             a.indices = (const int32_t *)(uintptr_t)in->idx.ptr + (size_t)i * rows * topk;
             a.indices_stride_s = topk;
             a.indices_stride_b = topk;
             a.topk_length = (const int32_t *)(uintptr_t)in->len.ptr;
             a.attn_sink = (const float *)(uintptr_t)in->sink.ptr;
             if (etopk) {
-                a.extra_kv = pa->extra_kv;
+                a.extra_kv = pool->extra_kv.view;
                 a.extra_indices = (const int32_t *)(uintptr_t)in->eidx.ptr + (size_t)i * rows * etopk;
                 a.extra_indices_stride_s = etopk;
                 a.extra_indices_stride_b = etopk;
@@ -482,7 +554,9 @@ static void fmt_seconds(double s, char *buf, size_t len)
         snprintf(buf, len, "%.0fs", s);
 }
 
-/* One candidate's plan and time: MLAJIT_OK with *us (0 when dropped early). */
+/* One candidate's plan and time: MLAJIT_OK with *us. One capture serves both
+ * looks: SHORT_REPLAYS first, and a candidate past DROP_RATIO x the best so far
+ * stops there (*dropped, *us the short look's time); the rest get `replays`. */
 static int time_candidate(mlajit_context *ctx, const tune_bucket *b, const mlajit_tune_candidate *cand,
                           tune_inputs *in, double best, int replays, double *us, int *dropped)
 {
@@ -490,6 +564,7 @@ static int time_candidate(mlajit_context *ctx, const tune_bucket *b, const mlaji
     mlajit_decode_shape shape = b->shape;
     shape.num_splits = cand->num_splits;
     mlajit_plan *plan = NULL;
+    mlajit_graph_timer *timer = NULL;
     int rc = mlajit_plan_create(ctx, &cand->spec, &shape, &plan);
     *us = 0;
     *dropped = 0;
@@ -503,16 +578,70 @@ static int time_candidate(mlajit_context *ctx, const tune_bucket *b, const mlaji
         in->args[i].workspace_size = ws;
     }
     double t;
-    if ((rc = mlajit_time_plan_graph(ctx, plan, in->args, in->n_args, in->calls, SHORT_REPLAYS, NULL, &t)))
+    if ((rc = mlajit_graph_timer_create(ctx, plan, in->args, in->n_args, in->calls, NULL, &timer)) ||
+        (rc = mlajit_graph_timer_time(timer, SHORT_REPLAYS, &t)))
         goto done;
     if (best > 0 && t > DROP_RATIO * best) {
         *dropped = 1;
         *us = t;
         goto done;
     }
-    rc = mlajit_time_plan_graph(ctx, plan, in->args, in->n_args, in->calls, replays, NULL, us);
+    rc = mlajit_graph_timer_time(timer, replays, us);
 done:
+    mlajit_graph_timer_free(timer);
     mlajit_plan_destroy(plan);
+    return rc;
+}
+
+/* Every kernel any bucket's candidates run, acquired up front on one worker per
+ * CPU (NVRTC compiles in parallel: the candidate loop then finds each kernel in
+ * memory instead of compiling them one by one, seconds each). */
+static int acquire_all(mlajit_context *ctx, const tune_bucket *buckets, int n_buckets, int sm_count,
+                       mlajit_tune_summary *sum, FILE *progress)
+{
+    mlajit_tune_candidate cands[MLAJIT_TUNE_MAX_CANDIDATES];
+    mlajit_kernel_spec *specs = NULL;
+    char (*names)[sizeof cands[0].kernel] = NULL;
+    int n = 0, cap = 0, rc = MLAJIT_OK;
+    for (int bi = 0; bi < n_buckets && rc == MLAJIT_OK; bi++) {
+        int n_c = 0;
+        if ((rc = mlajit_tune_candidates(&buckets[bi].spec, &buckets[bi].shape, sm_count, cands,
+                                         MLAJIT_TUNE_MAX_CANDIDATES, &n_c)))
+            break;
+        for (int ci = 0; ci < n_c && rc == MLAJIT_OK; ci++) {
+            int seen = 0;
+            for (int k = n; k-- > 0 && !seen;) /* the newest first: neighbours share kernels */
+                seen = strcmp(names[k], cands[ci].kernel) == 0;
+            if (seen)
+                continue;
+            if (n == cap) {
+                cap = cap ? 2 * cap : 64;
+                mlajit_kernel_spec *gs = mlajit_realloc(specs, (size_t)cap * sizeof *gs);
+                if (gs)
+                    specs = gs;
+                void *gn = gs ? mlajit_realloc(names, (size_t)cap * sizeof *names) : NULL;
+                if (!gn) {
+                    rc = mlajit_fail_oom("tune: the kernel list");
+                    break;
+                }
+                names = gn;
+            }
+            memcpy(names[n], cands[ci].kernel, sizeof names[n]);
+            rc = forced_spec(cands[ci].kernel, &specs[n++]);
+        }
+    }
+    if (rc == MLAJIT_OK && n > 0) {
+        mlajit_warmup_report rep = MLAJIT_WARMUP_REPORT_INIT;
+        if (progress)
+            fprintf(progress, "tune: acquiring the %d kernels the candidates run (compiled in parallel)\n", n);
+        rc = mlajit_acquire_batch(ctx, specs, n, 0, NULL, NULL, NULL, &rep);
+        sum->compiled = n;
+        if (progress && rc == MLAJIT_OK)
+            fprintf(progress, "tune: %d kernels in %.1f s: %d compiled, %d from the cache, %d from packs\n", n,
+                    rep.wall_ms / 1e3, rep.compiled, rep.from_disk + rep.from_memory, rep.from_packs);
+    }
+    free(specs);
+    free(names);
     return rc;
 }
 
@@ -542,11 +671,14 @@ int mlajit_tune(mlajit_context *ctx, const mlajit_tune_envelope *env, const mlaj
     int64_t pool_bytes = opts->pool_bytes > 0 ? opts->pool_bytes : 4 * l2;
     if (!opts->pool_bytes && pool_bytes < (64LL << 20))
         pool_bytes = 64LL << 20;
+    const int64_t spread_bytes = opts->spread_bytes > 0 ? opts->spread_bytes : 4LL << 30;
     tune_pool pool = {0};
     tune_inputs in = {0};
     check_entry *checks = NULL;
     int n_checks = 0, cap_checks = 0;
     mlajit_tune_candidate cands[MLAJIT_TUNE_MAX_CANDIDATES];
+    if (!opts->dry_run && opts->seconds > 0 && (rc = acquire_all(ctx, buckets, n_buckets, sm_count, sum, opts->progress)))
+        goto out;
     const int pushed = drv ? mlajit_context_enter(ctx) : 0; /* the inputs' driver calls */
     for (int bi = 0; bi < n_buckets && rc == MLAJIT_OK; bi++) {
         const tune_bucket *b = &buckets[bi];
@@ -569,17 +701,22 @@ int mlajit_tune(mlajit_context *ctx, const mlajit_tune_envelope *env, const mlaj
             sum->deadline_hit = 1;
             break;
         }
-        if ((rc = pool_get(ctx, b, pool_bytes, &pool, opts->progress)) ||
+        if ((rc = pool_get(ctx, b, pool_bytes, spread_bytes, &pool, opts->progress)) ||
             (rc = inputs_make(ctx, b, &pool, &in, 1000 + (uint64_t)bi)))
             break;
         double best = 0, runner_up = 0, rules_us = 0;
         int winner = -1, measured = 0;
+        mlajit_tune_ladder ladder = {.kernel = ""};
         for (int ci = 0; ci < n_c && rc == MLAJIT_OK; ci++) {
             if (mlajit_now_ms() - t0 >= opts->seconds * 1e3) {
                 sum->deadline_hit = 1;
                 break;
             }
             const mlajit_tune_candidate *c = &cands[ci];
+            if (mlajit_tune_ladder_skips(&ladder, c)) {
+                sum->pruned++;
+                continue;
+            }
             double us;
             int dropped;
             if ((rc = time_candidate(ctx, b, c, &in, best, replays, &us, &dropped)))
@@ -588,6 +725,7 @@ int mlajit_tune(mlajit_context *ctx, const mlajit_tune_envelope *env, const mlaj
             measured++;
             if (c->is_rules)
                 rules_us = us;
+            mlajit_tune_ladder_note(&ladder, c, us);
             if (dropped) {
                 sum->dropped++;
                 continue;
@@ -673,10 +811,11 @@ int mlajit_tune(mlajit_context *ctx, const mlajit_tune_envelope *env, const mlaj
     }
     if (drv) {
         inputs_free(drv, &in);
-        pool_free(&pool);
+        pool_free(drv, &pool);
         mlajit_context_leave(ctx, pushed);
     }
     free(checks);
+out:
     free(buckets);
     sum->seconds = (mlajit_now_ms() - t0) / 1e3;
     return rc;
