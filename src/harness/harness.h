@@ -239,7 +239,8 @@ typedef struct mlajit_tune_options {
     int64_t pool_bytes; /* the timing cache pool; 0: 4x the L2 (at least 64 MiB) */
     int64_t spread_bytes; /* the pool copied over this much device memory, for rows
                            * to read their own sequences; 0: 4 GiB (at least one copy) */
-    int replays;        /* timed replays per candidate; 0: 20 (BENCH.md) */
+    int replays;        /* the most timed replays per candidate (fewer where 40 ms of GPU time is
+                         * reached first, 5 at least); 0: 20 (BENCH.md) */
     int sm_count;       /* dry run: 0 = the device's, else MLAJIT_DEFAULT_SM_COUNT */
     FILE *list;         /* the dry run's listing; NULL: stdout */
     FILE *progress;     /* progress lines; NULL: none */

@@ -16,6 +16,8 @@
 
 #define DROP_RATIO 1.3     /* a candidate this much slower than the best after a short timing is dropped */
 #define SHORT_REPLAYS 3    /* the short timing */
+#define MIN_REPLAYS 5      /* the full timing: at least this many replays, */
+#define FULL_TIMED_MS 40.0 /* and replays until this much GPU time, up to the options' replays */
 #define POOL_SEQLEN 8192   /* tokens per pool sequence (every one quantized) */
 #define MIN_CALLS 10       /* BENCH.md's graph of 10 calls, at least */
 #define MAX_CALLS 1024     /* small shapes: enough calls that a replay reads 2x the L2 */
@@ -556,7 +558,8 @@ static void fmt_seconds(double s, char *buf, size_t len)
 
 /* One candidate's plan and time: MLAJIT_OK with *us. One capture serves both
  * looks: SHORT_REPLAYS first, and a candidate past DROP_RATIO x the best so far
- * stops there (*dropped, *us the short look's time); the rest get `replays`. */
+ * stops there (*dropped, *us the short look's time); the rest get replays
+ * enough for FULL_TIMED_MS of GPU time, MIN_REPLAYS to `replays`. */
 static int time_candidate(mlajit_context *ctx, const tune_bucket *b, const mlajit_tune_candidate *cand,
                           tune_inputs *in, double best, int replays, double *us, int *dropped)
 {
@@ -586,7 +589,13 @@ static int time_candidate(mlajit_context *ctx, const tune_bucket *b, const mlaji
         *us = t;
         goto done;
     }
-    rc = mlajit_graph_timer_time(timer, replays, us);
+    /* a replay of many calls (1024 on a small shape) is already a mean over them:
+     * replays past FULL_TIMED_MS of GPU time add nothing to the median but time */
+    const double replay_ms = t * in->calls / 1e3;
+    int full = replay_ms > 0 ? (int)ceil(FULL_TIMED_MS / replay_ms) : replays;
+    full = full < MIN_REPLAYS ? MIN_REPLAYS : full;
+    full = full > replays ? replays : full; /* the caller's cap wins */
+    rc = mlajit_graph_timer_time(timer, full, us);
 done:
     mlajit_graph_timer_free(timer);
     mlajit_plan_destroy(plan);
