@@ -199,6 +199,23 @@ Test(tune, unchecked_winners_are_stored_one_per_bucket_and_found)
     mlajit_context_destroy(ctx);
 }
 
+/* A second run over a cache that holds the first one's records still times the
+ * rules as its rules' candidate (the tuner turns the context's tactics off, and
+ * back on after). */
+Test(tune, a_second_run_times_the_rules_not_the_first_runs_records)
+{
+    mlajit_context *ctx = gpu_context();
+    mlajit_tune_envelope env = small_envelope();
+    mlajit_tune_options o = fake_options(600, 1);
+    mlajit_tune_summary s;
+    cr_assert_eq(mlajit_tune(ctx, &env, &o, &s), MLAJIT_OK, "%s", mlajit_last_error());
+    cr_assert_eq(s.stored, 4);
+    cr_assert_eq(mlajit_tune(ctx, &env, &o, &s), MLAJIT_OK, "second run: %s", mlajit_last_error());
+    cr_expect_eq(s.stored, 4);
+    cr_expect_eq(mlajit_context_tactics(ctx), 1, "tactics are on again after the run");
+    mlajit_context_destroy(ctx);
+}
+
 Test(tune, with_the_check_on_nothing_the_fake_driver_runs_is_stored)
 {
     mlajit_context *ctx = gpu_context();

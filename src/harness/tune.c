@@ -573,6 +573,11 @@ static int time_candidate(mlajit_context *ctx, const tune_bucket *b, const mlaji
     *dropped = 0;
     if (rc)
         return rc;
+    mlajit_plan_outline o = MLAJIT_PLAN_OUTLINE_INIT;
+    if (cand->is_rules && (mlajit_plan_get_outline(plan, &o) || o.tactic != MLAJIT_TACTIC_RULES)) {
+        rc = mlajit_fail(MLAJIT_ERR_INTERNAL, "tune: the rules' candidate of %s was planned by a tactic", cand->kernel);
+        goto done;
+    }
     size_t ws = mlajit_plan_workspace_size(plan);
     if (ws && (rc = devbuf_fill(drv, &in->ws, ws, NULL)))
         goto done;
@@ -689,6 +694,10 @@ int mlajit_tune(mlajit_context *ctx, const mlajit_tune_envelope *env, const mlaj
     if (!opts->dry_run && opts->seconds > 0 && (rc = acquire_all(ctx, buckets, n_buckets, sm_count, sum, opts->progress)))
         goto out;
     const int pushed = drv ? mlajit_context_enter(ctx) : 0; /* the inputs' driver calls */
+    /* the rules' candidate must time the rules, not a record tuned before */
+    const int tactics_were = drv ? mlajit_context_tactics(ctx) : 0;
+    if (drv)
+        mlajit_context_set_tactics(ctx, 0);
     for (int bi = 0; bi < n_buckets && rc == MLAJIT_OK; bi++) {
         const tune_bucket *b = &buckets[bi];
         char bname[200];
@@ -821,6 +830,7 @@ int mlajit_tune(mlajit_context *ctx, const mlajit_tune_envelope *env, const mlaj
     if (drv) {
         inputs_free(drv, &in);
         pool_free(drv, &pool);
+        mlajit_context_set_tactics(ctx, tactics_were);
         mlajit_context_leave(ctx, pushed);
     }
     free(checks);
