@@ -314,6 +314,18 @@ expect 2 "--topk" tune --dry-run --topk 2048..128
 expect 2 "--heads" tune --dry-run --heads 0
 expect 2 "--seconds" tune --seconds -1
 expect 0 "1300 buckets, 14560 candidates" tune --dry-run
+# the sweep's shapes need no GPU: bench's 63 rows, and the off-grid draw (the same for a seed)
+expect 0 "model=dsv4 h_q=128 page=256 b=128 s_q=2 topk=128 extra_topk=1024 extra_page=64 features=sink" bench --shapes
+if [ "$("$mlajit" bench --shapes | wc -l)" -eq 63 ] && [ "$("$mlajit" bench --shapes --quick | wc -l)" -eq 27 ] &&
+   [ "$("$mlajit" tune --draw-shapes 40 --seed 47 | wc -l)" -eq 40 ] &&
+   cmp -s <("$mlajit" tune --draw-shapes 5 --seed 9) <("$mlajit" tune --draw-shapes 5 --seed 9) &&
+   ! cmp -s <("$mlajit" tune --draw-shapes 5 --seed 9) <("$mlajit" tune --draw-shapes 5 --seed 10); then
+  passed=$((passed + 1))
+else
+  fail "bench --shapes: 63 lines (27 --quick); tune --draw-shapes: N lines, the same for a seed, another for another"
+fi
+expect 2 "--draw-shapes" tune --draw-shapes 0
+expect 1 "needs a GPU" tune --sweep /dev/null
 expect 0 "fuzz [--seconds N]" --help
 
 # ---- case make: a case run-case reads, reproducible from its seed ------------------------

@@ -55,6 +55,21 @@ expect "tuned 2 of 2 buckets" tune "${tune_grid[@]}" --no-check
 expect "v32.h16.p64.t0.hc0.auto.sm_90a" cache ls
 expect_lines ' 0 tactics stored, .* [1-9][0-9]* failed the reference check' 1 tune --models v32 --heads 16 --pages 64 --topk 256 --rows 1 --pool-mb 8 --spread-mb 16
 expect "tuned 0 of 2 buckets" tune "${tune_grid[@]}" --seconds 0
+# the sweep: shapes from bench's rows and the off-grid draw, one JSON line each;
+# a bad line is named by its number
+sweep_file="$MLAJIT_CACHE_DIR/shapes.txt"
+{ "$mlajit" bench --shapes | head -1; echo "# a comment"; "$mlajit" tune --draw-shapes 1 --seed 3; } >"$sweep_file"
+mkdir "$MLAJIT_CACHE_DIR/sweep" # its own cache: the records tuned here are not the pack tests' below
+MLAJIT_CACHE_DIR="$MLAJIT_CACHE_DIR/sweep" expect "swept 2 of 2 shapes" tune --sweep "$sweep_file" --no-check \
+  --pool-mb 8 --spread-mb 16 --repeats 1 --json "$MLAJIT_CACHE_DIR/sweep.jsonl"
+if [ "$(grep -cE '"tuned_us": .*"best_us": .*"rules_us"' "$MLAJIT_CACHE_DIR/sweep.jsonl")" -eq 2 ]; then
+  passed=$((passed + 1))
+else
+  failed=$((failed + 1))
+  echo "FAIL: tune --sweep --json: expected 2 lines with tuned_us, best_us and rules_us"
+fi
+echo "model=v32 h_q=16 page=64 b=1 topk=128 colour=red" >>"$sweep_file"
+expect_lines "shapes.txt line 4: .*key 'colour' is unknown" 1 tune --sweep "$sweep_file" --no-check
 # pack build --tune ships the cache it tunes into: with no time to tune, the two
 # records stored above, and the grid's kernels with the kernels they choose
 expect "2 tactic records" pack build --models v32 --heads 16 --pages 64 --tune 0 --out "$MLAJIT_CACHE_DIR/tuned.pack"

@@ -296,3 +296,125 @@ Test(candidates, a_kernels_split_ladder_stops_at_its_turn)
             mlajit_tune_ladder_note(&l, &steps[i].c, steps[i].us);
     }
 }
+
+/* ---- the sweep -------------------------------------------------------------- */
+
+static int same_shape(const mlajit_sweep_shape *a, const mlajit_sweep_shape *b)
+{
+    return a->spec.model == b->spec.model && a->spec.h_q == b->spec.h_q && a->spec.page_size == b->spec.page_size &&
+           a->spec.extra_page_size == b->spec.extra_page_size && a->spec.features == b->spec.features &&
+           a->shape.batch == b->shape.batch && a->shape.s_q == b->shape.s_q && a->shape.topk == b->shape.topk &&
+           a->shape.extra_topk == b->shape.extra_topk;
+}
+
+/* The off-grid draw covers what issue 47 asks for, stays inside its bounds and
+ * the envelope, is the same for a seed, and reads back through the parser. */
+Test(sweep, the_off_grid_draw_keeps_its_bounds_and_reads_back)
+{
+    int dsv4 = 0, ragged = 0, s_q_seen[5] = {0}, big_rows = 0, big_topk = 0;
+    for (int i = 0; i < 400; i++) {
+        mlajit_sweep_shape s, again, back;
+        mlajit_sweep_draw(47, i, "sm_90a", &s);
+        mlajit_sweep_draw(47, i, "sm_90a", &again);
+        cr_assert(same_shape(&s, &again), "draw %d differs between two calls", i);
+        const int rows = s.shape.batch * s.shape.s_q;
+        cr_assert(s.spec.h_q % 2 == 1 && s.spec.h_q >= 1 && s.spec.h_q <= 127, "draw %d: h_q %d", i, s.spec.h_q);
+        cr_assert(s.spec.page_size >= 1 && s.spec.page_size <= 256, "draw %d: page %d", i, s.spec.page_size);
+        cr_assert(s.shape.topk >= 1 && s.shape.topk <= 8192, "draw %d: topk %d", i, s.shape.topk);
+        cr_assert(s.shape.s_q >= 1 && s.shape.s_q <= 4, "draw %d: s_q %d", i, s.shape.s_q);
+        cr_assert(rows >= 1 && rows <= 32768, "draw %d: rows %d", i, rows);
+        cr_assert((long long)rows * (s.shape.topk + s.shape.extra_topk) <= (1 << 22) || s.shape.batch == 1,
+                  "draw %d: %d rows x %d", i, rows, s.shape.topk + s.shape.extra_topk);
+        cr_assert_eq(mlajit_envelope_check_with(&s.spec, &s.shape, NULL), MLAJIT_OK, "draw %d: %s", i,
+                     mlajit_last_error());
+        if (s.spec.model == MLAJIT_MODEL_DSV4) {
+            dsv4++;
+            cr_assert(s.shape.extra_topk >= 1 && s.spec.extra_page_size == 64 && (s.spec.features & MLAJIT_FEATURE_SINK),
+                      "draw %d: DSV4 without its extra cache or sink", i);
+        }
+        ragged += s.shape.topk % 64 != 0;
+        s_q_seen[s.shape.s_q]++;
+        big_rows += rows >= 4096;
+        big_topk += s.shape.topk >= 2048;
+        char line[256];
+        cr_assert_eq(mlajit_sweep_shape_format(&s, line, sizeof line), MLAJIT_OK);
+        cr_assert_eq(mlajit_sweep_shape_parse(line, "sm_90a", &back), MLAJIT_OK, "'%s': %s", line,
+                     mlajit_last_error());
+        cr_assert(same_shape(&s, &back), "'%s' reads back as another shape", line);
+    }
+    cr_expect(dsv4 > 50 && dsv4 < 150, "%d DSV4 draws of 400", dsv4);
+    cr_expect(ragged > 200, "%d ragged topks of 400", ragged);
+    cr_expect(s_q_seen[1] && s_q_seen[2] && s_q_seen[3] && s_q_seen[4]);
+    cr_expect(big_rows > 10 && big_topk > 10, "%d draws of 4096 rows or more, %d of topk 2048 or more", big_rows,
+              big_topk);
+    mlajit_sweep_shape other;
+    int differ = 0;
+    for (int i = 0; i < 10; i++) {
+        mlajit_sweep_shape s;
+        mlajit_sweep_draw(47, i, "sm_90a", &s);
+        mlajit_sweep_draw(48, i, "sm_90a", &other);
+        differ += !same_shape(&s, &other);
+    }
+    cr_expect_gt(differ, 5, "another seed draws other shapes");
+}
+
+Test(sweep, a_bad_shape_line_is_refused_naming_what_is_wrong)
+{
+    mlajit_sweep_shape s;
+    const struct { const char *line, *says; } bad[] = {
+        {"model=v32 h_q=16 page=64 b=1 topk=128 colour=red", "key 'colour' is unknown"},
+        {"model=v32 h_q=16 page=64 b=one topk=128", "b = 'one'"},
+        {"model=v32 h_q=16 page=64 topk=128", "model, h_q, page, b and topk are required"},
+        {"model=v99 h_q=16 page=64 b=1 topk=128", "v99"},
+        {"model=v32 h_q=16 page=64 b=1 topk=128 features=sink+glow", "'glow' is unknown"},
+        {"model=v32 h_q=16 page=64 b=1 topk=128 s_q", "'s_q' is not key=value"},
+        {"model=v32 h_q=200 page=64 b=1 topk=128", "200"},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        cr_expect_neq(mlajit_sweep_shape_parse(bad[i].line, "sm_90a", &s), MLAJIT_OK, "'%s' was taken", bad[i].line);
+        cr_expect(strstr(mlajit_last_error(), bad[i].says) != NULL, "'%s': the message '%s' does not say '%s'",
+                  bad[i].line, mlajit_last_error(), bad[i].says);
+    }
+    cr_assert_eq(mlajit_sweep_shape_parse("model=dsv4 h_q=64 page=256 b=2 s_q=2 topk=128 extra_topk=512 "
+                                          "features=sink", "sm_90a", &s),
+                 MLAJIT_OK, "%s", mlajit_last_error());
+    cr_expect_eq(s.spec.extra_page_size, 64, "an extra topk without extra_page takes pages of 64");
+    cr_expect_eq(s.shape.s_q, 2);
+}
+
+TestSuite(sweep_gpu, .init = make_root, .fini = remove_root, .timeout = 240);
+
+/* End to end on the fake driver: each shape's bucket tuned first, then one JSON
+ * line per shape with the record's keys. */
+Test(sweep_gpu, tunes_each_shapes_bucket_then_writes_a_line_per_shape)
+{
+    mlajit_context *ctx = gpu_context();
+    mlajit_sweep_shape shapes[2];
+    cr_assert_eq(mlajit_sweep_shape_parse("model=v32 h_q=16 page=64 b=2 s_q=1 topk=128", "sm_90a", &shapes[0]),
+                 MLAJIT_OK, "%s", mlajit_last_error());
+    cr_assert_eq(mlajit_sweep_shape_parse("model=v32 h_q=7 page=13 b=3 s_q=2 topk=100", "sm_90a", &shapes[1]),
+                 MLAJIT_OK, "%s", mlajit_last_error());
+    FILE *json = tmpfile();
+    mlajit_sweep_options o = {.tune = fake_options(600, 1), .tune_first = 1, .repeats = 2};
+    o.tune.json = json;
+    mlajit_sweep_summary sum;
+    cr_assert_eq(mlajit_sweep(ctx, shapes, 2, &o, &sum), MLAJIT_OK, "%s", mlajit_last_error());
+    cr_expect_eq(sum.done, 2);
+    cr_expect_eq(sum.tune.stored, 2, "one bucket each: rows 2 topk 128, rows 4 (3 x 2 rounded down) topk 64");
+    cr_expect_eq(mlajit_context_tactics(ctx), 1, "tactics are on again after the sweep");
+    rewind(json);
+    char line[2048];
+    int lines = 0;
+    const char *keys[] = {"\"model\"", "\"h_q\"", "\"b\"", "\"s_q\"", "\"topk\"", "\"extra_topk\"", "\"page_size\"",
+                          "\"tactic\"", "\"tuned_us\"", "\"best_us\"", "\"rules_us\"", "\"commit\""};
+    while (fgets(line, sizeof line, json)) {
+        lines++;
+        for (size_t k = 0; k < sizeof keys / sizeof keys[0]; k++)
+            cr_expect(strstr(line, keys[k]) != NULL, "line %d lacks %s: %s", lines, keys[k], line);
+        cr_expect(strstr(line, "\"source\": \"tuned\"") != NULL, "line %d: the plan took the record tuned first: %s",
+                  lines, line);
+    }
+    cr_expect_eq(lines, 2);
+    fclose(json);
+    mlajit_context_destroy(ctx);
+}

@@ -1,7 +1,7 @@
 #!/bin/bash
 # Build, test and benchmark on the GPU host in one call (see shared/device/README.md).
 # Usage (from the project root, with .devdeps/.devtools/.golden carried):
-#   tools/device-run.sh [tests|demo|cases|bench|bench-quick|bench-sm90|compile-times|ncu|ncu-sm90|ncu-source|sol|sass|gather|floor|fuzz:S:SEED|fuzz-bg:S:SEED|suites:A,B|example|base|lookup|python|python-tests|python-install|python-bench|all]...
+#   tools/device-run.sh [tests|demo|cases|bench|bench-quick|bench-sm90|compile-times|ncu|ncu-sm90|ncu-source|sol|sass|gather|floor|fuzz:S:SEED|fuzz-bg:S:SEED|suites:A,B|example|base|lookup|python|python-tests|python-install|python-bench|tune-grid|sweep|all]...
 # Logs go to $OUT (or ./device-out) so they come back with the call. The device
 # tool returns at most 8 files, so at the end every log is packed into
 # $OUT/logs-N.tgz (N: the first free number, so a second run into the same $OUT
@@ -181,6 +181,20 @@ for step in "${@:-all}"; do
         python3 bench/python_bench.py --cli build-gpu/mlajit --json "$OUT/h200-python${PY_BENCH_TAG:-}.jsonl" \
           ${PY_BENCH_ARGS:-} 2>&1 | tee "$OUT/python-bench${PY_BENCH_TAG:-}.log" || rc=1
       fi ;;
+    tune-grid)
+      # issue 47's production grid tuned into /tmp/mlajit-tuned (the sweep's cache), within
+      # TUNE_SECONDS (default 540: a call's limit is 600 s)
+      MLAJIT_CACHE_DIR=/tmp/mlajit-tuned ./build-gpu/mlajit tune --seconds "${TUNE_SECONDS:-540}" \
+        --json "$OUT/tune-h200.jsonl" >"$OUT/tune.log" 2>"$OUT/tune-progress.log" || rc=1
+      cat "$OUT/tune.log"; grep -E "acquir|kernels in" "$OUT/tune-progress.log" ;;
+    sweep)
+      # issue 47's record: BENCH.md's 63 rows and 40 shapes off the grid (seed 47), each
+      # bucket tuned into /tmp/mlajit-tuned, then every candidate, the rules and the tuned
+      # plan timed per shape: $OUT/tactics-h200.jsonl (SWEEP_SECONDS bounds it, default 540)
+      { ./build-gpu/mlajit bench --shapes; ./build-gpu/mlajit tune --draw-shapes 40 --seed 47; } >"$OUT/sweep-shapes.txt"
+      MLAJIT_CACHE_DIR=/tmp/mlajit-tuned ./build-gpu/mlajit tune --sweep "$OUT/sweep-shapes.txt" \
+        --seconds "${SWEEP_SECONDS:-540}" --json "$OUT/tactics-h200.jsonl" >"$OUT/sweep.log" 2>"$OUT/sweep-progress.log" || rc=1
+      cat "$OUT/sweep.log"; grep -E "^sweep: .*pick error \+([3-9]|[1-9][0-9])" "$OUT/sweep-progress.log" | head -20 ;;
     bench-quick)
       ./build-gpu/mlajit bench --quick --json "$OUT/h200.jsonl" 2>&1 | tee "$OUT/bench.log" || rc=1 ;;
     bench-sm90)
@@ -193,5 +207,5 @@ for pid in "${background[@]}"; do wait "$pid"; done
 grep -h -E "fuzz rc=|calls|failed" "$OUT"/fuzz-*.log 2>/dev/null | tail -4
 n=1
 while [ -e "$OUT/logs-$n.tgz" ]; do n=$((n + 1)); done
-(cd "$OUT" && tar czf "logs-$n.tgz" --exclude='logs-*.tgz' --exclude='h200*.jsonl' --remove-files ./* 2>/dev/null)
+(cd "$OUT" && tar czf "logs-$n.tgz" --exclude='logs-*.tgz' --exclude='h200*.jsonl' --exclude='*-h200.jsonl' --remove-files ./* 2>/dev/null)
 exit $rc

@@ -67,6 +67,30 @@ static int build_configs(bench_config *out, int max, int quick)
     return n;
 }
 
+/* The rows as the sweep's shape lines (mlajit tune --sweep). */
+static int print_bench_shapes(int quick)
+{
+    bench_config cfgs[96];
+    int n = build_configs(cfgs, 96, quick);
+    for (int i = 0; i < n; i++) {
+        mlajit_sweep_shape s = {.spec = MLAJIT_KERNEL_SPEC_INIT, .shape = MLAJIT_DECODE_SHAPE_INIT};
+        s.spec.model = cfgs[i].model;
+        s.spec.h_q = cfgs[i].h_q;
+        s.spec.page_size = cfgs[i].page;
+        s.spec.extra_page_size = cfgs[i].extra_page;
+        s.spec.features = cfgs[i].sink ? MLAJIT_FEATURE_SINK : 0;
+        s.shape.batch = cfgs[i].b;
+        s.shape.s_q = cfgs[i].s_q;
+        s.shape.topk = cfgs[i].topk;
+        s.shape.extra_topk = cfgs[i].extra_topk;
+        char line[256];
+        if (mlajit_sweep_shape_format(&s, line, sizeof line) != MLAJIT_OK)
+            return cli_error(MLAJIT_ERR_INTERNAL, "bench --shapes");
+        printf("%s\n", line);
+    }
+    return CLI_OK;
+}
+
 static int cmp_float(const void *a, const void *b)
 {
     float x = *(const float *)a, y = *(const float *)b;
@@ -209,7 +233,7 @@ done:
 int cli_bench(int argc, char **argv)
 {
     const char *json_path = NULL;
-    int quick = 0, only_heads = 0, only_batch = 0, only_topk = 0;
+    int quick = 0, print_shapes = 0, only_heads = 0, only_batch = 0, only_topk = 0;
     int only_model = -1; /* -1: every model's rows */
     bench_variant variant = {0, 0, 0, MLAJIT_VARIANT_AUTO};
     static const char usage[] =
@@ -225,12 +249,15 @@ int cli_bench(int argc, char **argv)
         "  --heads/--batch/--topk N   only the rows with that value (for profilers); a head count\n"
         "               BENCH.md has no row for runs the next larger one's rows at N heads\n"
         "  --tile/--heads-per-cta N   force a kernel variant on every row (compare variants)\n"
-        "  --splits S   force S split-KV splits on every row (at most the row's tiles)\n";
+        "  --splits S   force S split-KV splits on every row (at most the row's tiles)\n"
+        "  --shapes     print the rows (with --quick, the quick ones) as `mlajit tune --sweep`\n"
+        "               shape lines and stop; needs no GPU\n";
     mlajit_model model = MLAJIT_MODEL_V32;
     int model_given = 0;
     const cli_option options[] = {
         {"--json", CLI_STRING, .target = &json_path},
         {"--quick", CLI_FLAG, .target = &quick},
+        {"--shapes", CLI_FLAG, .target = &print_shapes},
         {"--model", CLI_CUSTOM, &model, .parse = cli_parse_model, .given = &model_given},
         {"--heads", CLI_INT, &only_heads, .lo = 1, .hi = MLAJIT_MAX_HEADS},
         {"--batch", CLI_INT, &only_batch, .lo = 1, .hi = MLAJIT_MAX_BATCH},
@@ -250,6 +277,8 @@ int cli_bench(int argc, char **argv)
                                    mlajit_model_describe(model)->name);
         only_model = (int)model;
     }
+    if (print_shapes)
+        return print_bench_shapes(quick);
     mlajit_context *ctx;
     int rc = mlajit_context_create(NULL, &ctx);
     if (rc)

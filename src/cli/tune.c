@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "cli/cli.h"
+#include "codegen/codegen.h"
 #include "common/error.h"
 #include "harness/harness.h"
 
@@ -54,6 +55,105 @@ static void print_summary(const mlajit_tune_summary *sum, FILE *to)
             sum->dropped, sum->pruned, sum->failed_checks);
 }
 
+/* The shapes of a --sweep file: one a line, blank lines and '#' comments skipped;
+ * the first bad line is named. *out malloc'd. */
+static int read_shapes(const char *path, const char *arch, mlajit_sweep_shape **out, int *count)
+{
+    FILE *f = strcmp(path, "-") == 0 ? stdin : fopen(path, "r");
+    if (!f) {
+        fprintf(stderr, "mlajit: tune --sweep: cannot read %s\n", path);
+        return 0;
+    }
+    mlajit_sweep_shape *shapes = NULL;
+    int n = 0, cap = 0, lineno = 0, ok = 1;
+    char line[600];
+    while (ok && fgets(line, sizeof line, f)) {
+        lineno++;
+        line[strcspn(line, "#\r\n")] = '\0'; /* the comment and the line's end */
+        if (strspn(line, " \t") == strlen(line))
+            continue;
+        if (n == cap) {
+            cap = cap ? 2 * cap : 64;
+            mlajit_sweep_shape *g = realloc(shapes, (size_t)cap * sizeof *g);
+            if (!g) {
+                fprintf(stderr, "mlajit: tune --sweep: out of memory\n");
+                ok = 0;
+                break;
+            }
+            shapes = g;
+        }
+        int rc = mlajit_sweep_shape_parse(line, arch, &shapes[n]);
+        if (rc) {
+            fprintf(stderr, "mlajit: tune --sweep: %s line %d: %s (%s)\n", path, lineno, mlajit_last_error(),
+                    mlajit_status_string(rc));
+            ok = 0;
+        } else {
+            n++;
+        }
+    }
+    if (f != stdin)
+        fclose(f);
+    if (ok && n == 0) {
+        fprintf(stderr, "mlajit: tune --sweep: %s holds no shapes\n", path);
+        ok = 0;
+    }
+    if (!ok) {
+        free(shapes);
+        return 0;
+    }
+    *out = shapes;
+    *count = n;
+    return 1;
+}
+
+static int run_sweep(const char *path, int seconds, int repeats, int tune_first, int no_check, int pool_mb,
+                     int spread_mb, const char *json_path)
+{
+    mlajit_context *ctx = NULL;
+    int rc = mlajit_context_create(NULL, &ctx);
+    if (rc)
+        return cli_error(rc, "tune --sweep");
+    mlajit_context_info info = MLAJIT_CONTEXT_INFO_INIT;
+    mlajit_context_get_info(ctx, &info);
+    mlajit_sweep_shape *shapes = NULL;
+    int n = 0;
+    FILE *json = NULL;
+    int status = CLI_FAIL;
+    if (!info.has_device)
+        fprintf(stderr, "mlajit: tune --sweep needs a GPU: %s\n", info.no_device_reason);
+    else if (!read_shapes(path, info.device_arch, &shapes, &n))
+        ;
+    else if (json_path && !(json = fopen(json_path, "w")))
+        fprintf(stderr, "mlajit: tune: cannot write %s\n", json_path);
+    else {
+        mlajit_sweep_options o = {
+            .tune = {.seconds = seconds, .skip_check = no_check, .pool_bytes = (int64_t)pool_mb << 20,
+                     .spread_bytes = (int64_t)spread_mb << 20, .progress = stderr, .json = json,
+                     .commit = getenv("MLAJIT_COMMIT") ? getenv("MLAJIT_COMMIT") : "unknown"},
+            .tune_first = tune_first,
+            .repeats = repeats,
+        };
+        mlajit_sweep_summary sum;
+        rc = mlajit_sweep(ctx, shapes, n, &o, &sum);
+        if (rc) {
+            status = cli_error(rc, "tune --sweep");
+        } else {
+            if (tune_first)
+                print_summary(&sum.tune, stdout);
+            printf("swept %d of %d shapes in %.1f s: the tuned plan within 3%% of the best on %d, slower than the "
+                   "rules past the repeats' spread on %d; worst pick error %.1f%%\n",
+                   sum.done, sum.shapes, sum.seconds, sum.within_3pct, sum.slower_than_rules,
+                   sum.worst_pick_error * 100);
+            status = CLI_OK;
+        }
+    }
+    if (json)
+        fclose(json);
+    free(shapes);
+    mlajit_context_destroy(ctx);
+    return status;
+}
+
 int cli_tune_grid(mlajit_context *ctx, const mlajit_tune_envelope *grid, int seconds, int skip_check)
 {
     cli_int_list topks = {.lo = 1, .hi = MLAJIT_MAX_TOPK}, rows = {.lo = 1, .hi = MLAJIT_MAX_ROWS};
@@ -96,14 +196,25 @@ int cli_tune(int argc, char **argv)
         "  --sm-count N   the dry run's SM count (default: the GPU's, else 132)\n"
         "  --pool-mb N    the timing cache pool in MB (default 4x the L2)\n"
         "  --spread-mb N  the pool copied over N MB, so rows read sequences of their own (default 4096)\n"
-        "  --no-check     testing only: store winners without the reference check\n";
+        "  --no-check     testing only: store winners without the reference check\n"
+        "usage: mlajit tune --sweep FILE [--repeats N] [--no-tune-first] [--seconds N] [--json FILE]\n"
+        "  issue 47's check of the tuner: tune each shape's bucket, then per shape time every\n"
+        "  candidate at the shape itself, the rules' plan and the tuned plan (docs/tuning.md, \"The\n"
+        "  sweep\"); FILE: one shape a line (model=v32 h_q=16 page=64 b=128 s_q=1 topk=2048\n"
+        "  [extra_topk=N extra_page=N] [features=sink+topk-length]; '#' starts a comment)\n"
+        "  --repeats N    the rules', tuned and best plans timed again N times in turn (default 3)\n"
+        "usage: mlajit tune --draw-shapes N [--seed S]\n"
+        "  print N shapes off the production grid, drawn with seed S (default 47), in --sweep's\n"
+        "  format; needs no GPU (`mlajit bench --shapes` prints the bench rows the same way)\n";
     cli_model_list models = {.count = 0};
     cli_int_list heads = {.lo = 1, .hi = MLAJIT_MAX_HEADS}, pages = {.lo = 1, .hi = MLAJIT_MAX_PAGE_SIZE},
                  topks = {.lo = 1, .hi = MLAJIT_MAX_TOPK}, rows = {.lo = 1, .hi = MLAJIT_MAX_ROWS},
                  extra = {.lo = 0, .hi = MLAJIT_MAX_TOPK};
     cli_feature_sets features = {.count = 0};
     int seconds = 600, dry_run = 0, no_check = 0, sm_count = 0, pool_mb = 0, spread_mb = 0;
-    const char *json_path = NULL;
+    int draw_shapes = 0, repeats = 3, no_tune_first = 0;
+    uint64_t seed = 47;
+    const char *json_path = NULL, *sweep_path = NULL;
     const cli_option options[] = {
         {"--models", CLI_CUSTOM, &models, .parse = cli_parse_model_list},
         {"--heads", CLI_CUSTOM, &heads, .parse = cli_parse_int_list},
@@ -119,11 +230,28 @@ int cli_tune(int argc, char **argv)
         {"--pool-mb", CLI_INT, &pool_mb, .lo = 1, .hi = 1 << 20},
         {"--spread-mb", CLI_INT, &spread_mb, .lo = 1, .hi = 1 << 22},
         {"--no-check", CLI_FLAG, .target = &no_check},
+        {"--sweep", CLI_STRING, .target = &sweep_path},
+        {"--repeats", CLI_INT, &repeats, .lo = 1, .hi = 16},
+        {"--no-tune-first", CLI_FLAG, .target = &no_tune_first},
+        {"--draw-shapes", CLI_INT, &draw_shapes, .lo = 1, .hi = 100000},
+        {"--seed", CLI_UINT64, .target = &seed},
     };
     const cli_command cmd = {"tune", usage, options, sizeof options / sizeof options[0], 0, 0, NULL};
     int n_operands, parsed = cli_parse(&cmd, argc, argv, &n_operands);
     if (parsed != CLI_PARSED)
         return parsed;
+    if (draw_shapes) {
+        for (int i = 0; i < draw_shapes; i++) {
+            mlajit_sweep_shape shape;
+            char line[256];
+            mlajit_sweep_draw(seed, i, MLAJIT_DEFAULT_ARCH, &shape);
+            mlajit_sweep_shape_format(&shape, line, sizeof line);
+            printf("%s\n", line);
+        }
+        return CLI_OK;
+    }
+    if (sweep_path)
+        return run_sweep(sweep_path, seconds, repeats, !no_tune_first, no_check, pool_mb, spread_mb, json_path);
     /* the defaults: the issue's production grid */
     static const mlajit_model default_models[] = {MLAJIT_MODEL_V32, MLAJIT_MODEL_DSV4};
     static const int default_heads[] = {8, 16, 32, 64, 128}, default_pages[] = {64, 256};

@@ -271,4 +271,50 @@ typedef struct mlajit_tune_summary {
 int mlajit_tune(mlajit_context *ctx, const mlajit_tune_envelope *env, const mlajit_tune_options *opts,
                 mlajit_tune_summary *summary);
 
+/* ---- the sweep (tune.c): the tuner checked against every candidate ------------ */
+
+/* One shape of the sweep: the spec as asked (auto, arch set) and the call. */
+typedef struct mlajit_sweep_shape {
+    mlajit_kernel_spec spec;
+    mlajit_decode_shape shape;
+} mlajit_sweep_shape;
+
+/* One line "model=v32 h_q=16 page=64 b=128 s_q=1 topk=2048 [extra_topk=N
+ * extra_page=N] [features=sink+topk-length]" (s_q 1, no extra cache and no
+ * features when left out) into *out, arch set; the key or value at fault is
+ * named, and a shape outside the envelope is refused with the envelope's reason. */
+int mlajit_sweep_shape_parse(const char *line, const char *arch, mlajit_sweep_shape *out);
+/* The same format back: parse(format(x)) gives x. */
+int mlajit_sweep_shape_format(const mlajit_sweep_shape *s, char *buf, size_t len);
+/* Shape i of the off-grid draw of seed: odd heads 1-127, topk 1-8192 (three in
+ * four ragged), pages 1-256, s_q 1-4, rows (b x s_q) 1-32768 log-uniform with
+ * rows x (topk + extra topk) at most 2^22; one in four DSV4 with the sink and an
+ * extra cache of pages of 64 (extra topk 1-1024); each inside the envelope. */
+void mlajit_sweep_draw(uint64_t seed, int i, const char *arch, mlajit_sweep_shape *out);
+
+typedef struct mlajit_sweep_options {
+    mlajit_tune_options tune; /* the tuning step's options; its seconds bound the whole sweep,
+                               * its json gets one line per shape, its progress the lines */
+    int tune_first;           /* 1: tune each shape's bucket into the cache first */
+    int repeats;              /* the rules', tuned and best plans timed again, interleaved (0: 3; at most 16) */
+} mlajit_sweep_options;
+
+typedef struct mlajit_sweep_summary {
+    int shapes, done;
+    int within_3pct;          /* tuned within 3% of the best */
+    int slower_than_rules;    /* tuned slower than the rules by more than the repeats' spread */
+    double worst_pick_error;  /* the largest tuned / best - 1 */
+    mlajit_tune_summary tune; /* the tuning step's */
+    double seconds;
+} mlajit_sweep_summary;
+
+/* Issue 47's sweep: tune each shape's bucket (tune_first), then per shape time
+ * every candidate at the shape itself in full (no early drop, no ladder), take
+ * the fastest that passes the reference check as the best, and time the rules'
+ * plan (tactics off), the tuned plan (tactics on) and the best `repeats` times
+ * more in turn: the medians, and their largest max / min - 1 as the spread. On
+ * the tuner's inputs (docs/tuning.md). */
+int mlajit_sweep(mlajit_context *ctx, const mlajit_sweep_shape *shapes, int n, const mlajit_sweep_options *o,
+                 mlajit_sweep_summary *sum);
+
 #endif

@@ -3,6 +3,8 @@
  * docs/BENCH.md's graph protocol on caches in HBM, check the winner against
  * the fp64 reference, and store it as a tactic record (cache/tactics.h). */
 #include <math.h>
+#include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -399,7 +401,9 @@ static int inputs_make(mlajit_context *ctx, const tune_bucket *b, tune_pool *poo
 {
     const mlajit_driver *drv = mlajit_context_driver(ctx);
     const mlajit_model_desc *m = mlajit_model_describe(b->spec.model);
-    const int rows = b->shape.batch, topk = b->shape.topk, etopk = b->shape.extra_topk, h = b->spec.h_q;
+    /* rows = batch x s_q query tokens, each with its own indices; the lengths per batch entry */
+    const int batch = b->shape.batch, s_q = b->shape.s_q > 0 ? b->shape.s_q : 1, rows = batch * s_q;
+    const int topk = b->shape.topk, etopk = b->shape.extra_topk, h = b->spec.h_q;
     const int64_t l2 = ctx->l2_bytes > 0 ? ctx->l2_bytes : 50LL << 20;
     const double per_call = (double)rows * (topk + etopk) * m->bytes_per_token;
     int calls = (int)ceil(2.0 * (double)l2 / per_call);
@@ -448,25 +452,25 @@ static int inputs_make(mlajit_context *ctx, const tune_bucket *b, tune_pool *poo
             a.q = (const void *)(uintptr_t)in->q.ptr;
             a.q_stride_h = m->d_qk;
             a.q_stride_s = (int64_t)h * m->d_qk;
-            a.q_stride_b = a.q_stride_s;
+            a.q_stride_b = a.q_stride_s * s_q;
             a.kv = pool->kv.view;
             a.indices = (const int32_t *)(uintptr_t)in->idx.ptr + (size_t)i * rows * topk;
             a.indices_stride_s = topk;
-            a.indices_stride_b = topk;
+            a.indices_stride_b = (int64_t)topk * s_q;
             a.topk_length = (const int32_t *)(uintptr_t)in->len.ptr;
             a.attn_sink = (const float *)(uintptr_t)in->sink.ptr;
             if (etopk) {
                 a.extra_kv = pool->extra_kv.view;
                 a.extra_indices = (const int32_t *)(uintptr_t)in->eidx.ptr + (size_t)i * rows * etopk;
                 a.extra_indices_stride_s = etopk;
-                a.extra_indices_stride_b = etopk;
+                a.extra_indices_stride_b = (int64_t)etopk * s_q;
                 a.extra_topk_length = (const int32_t *)(uintptr_t)in->elen.ptr;
             }
             a.sm_scale = (float)pow((double)m->d_qk, -0.55);
             a.out = (void *)(uintptr_t)in->out.ptr;
             a.out_stride_h = m->d_v;
             a.out_stride_s = (int64_t)h * m->d_v;
-            a.out_stride_b = a.out_stride_s;
+            a.out_stride_b = a.out_stride_s * s_q;
             a.lse = (float *)(uintptr_t)in->lse.ptr;
             in->args[i] = a;
         }
@@ -495,7 +499,8 @@ static int check_candidate(mlajit_context *ctx, const tune_bucket *b, const mlaj
 {
     *pass = 0;
     mlajit_synth_params sp = {
-        .model = b->spec.model, .b = b->shape.batch < 2 ? b->shape.batch : 2, .s_q = 1, .h_q = b->spec.h_q,
+        .model = b->spec.model, .b = b->shape.batch < 2 ? b->shape.batch : 2,
+        .s_q = b->shape.s_q > 0 ? b->shape.s_q : 1, .h_q = b->spec.h_q,
         .topk = b->shape.topk, .extra_topk = b->shape.extra_topk, .page_size = b->spec.page_size,
         .extra_page_size = b->spec.extra_page_size, .seqlen = b->shape.topk * 2 + 64,
         .extra_seqlen = b->shape.extra_topk * 2 + 64, .with_sink = (b->spec.features & MLAJIT_FEATURE_SINK) != 0,
@@ -659,25 +664,16 @@ static int acquire_all(mlajit_context *ctx, const tune_bucket *buckets, int n_bu
     return rc;
 }
 
-int mlajit_tune(mlajit_context *ctx, const mlajit_tune_envelope *env, const mlajit_tune_options *opts,
-                mlajit_tune_summary *sum)
+/* The tuner's loop over a list of buckets (mlajit_tune's, or the sweep's own):
+ * summary counts go to sum, t0 is when the budget started. */
+static int tune_buckets(mlajit_context *ctx, const tune_bucket *buckets, int n_buckets,
+                        const mlajit_tune_options *opts, mlajit_tune_summary *sum, double t0)
 {
-    if (!env || !opts || !sum)
-        return mlajit_fail(MLAJIT_ERR_INVALID_ARGUMENT, "tune: env, opts and summary must not be NULL");
-    memset(sum, 0, sizeof *sum);
-    const double t0 = mlajit_now_ms();
     const mlajit_driver *drv = ctx ? mlajit_context_driver(ctx) : NULL;
-    if (!opts->dry_run && !drv)
-        return mlajit_fail(MLAJIT_ERR_NO_DEVICE, "tune needs a GPU (or a dry run)");
-    const char *arch = ctx ? ctx->arch : MLAJIT_DEFAULT_ARCH;
     int sm_count = opts->sm_count ? opts->sm_count
                    : ctx && ctx->sm_count > 0 ? ctx->sm_count
                                               : MLAJIT_DEFAULT_SM_COUNT;
-    tune_bucket *buckets = NULL;
-    int n_buckets = 0;
-    int rc = expand_buckets(env, arch, &buckets, &n_buckets);
-    if (rc)
-        return rc;
+    int rc = MLAJIT_OK;
     sum->buckets = n_buckets;
     FILE *list = opts->list ? opts->list : stdout;
     const int replays = opts->replays > 0 ? opts->replays : 20;
@@ -692,7 +688,7 @@ int mlajit_tune(mlajit_context *ctx, const mlajit_tune_envelope *env, const mlaj
     int n_checks = 0, cap_checks = 0;
     mlajit_tune_candidate cands[MLAJIT_TUNE_MAX_CANDIDATES];
     if (!opts->dry_run && opts->seconds > 0 && (rc = acquire_all(ctx, buckets, n_buckets, sm_count, sum, opts->progress)))
-        goto out;
+        return rc;
     const int pushed = drv ? mlajit_context_enter(ctx) : 0; /* the inputs' driver calls */
     /* the rules' candidate must time the rules, not a record tuned before */
     const int tactics_were = drv ? mlajit_context_tactics(ctx) : 0;
@@ -834,8 +830,379 @@ int mlajit_tune(mlajit_context *ctx, const mlajit_tune_envelope *env, const mlaj
         mlajit_context_leave(ctx, pushed);
     }
     free(checks);
-out:
+    return rc;
+}
+
+int mlajit_tune(mlajit_context *ctx, const mlajit_tune_envelope *env, const mlajit_tune_options *opts,
+                mlajit_tune_summary *sum)
+{
+    if (!env || !opts || !sum)
+        return mlajit_fail(MLAJIT_ERR_INVALID_ARGUMENT, "tune: env, opts and summary must not be NULL");
+    memset(sum, 0, sizeof *sum);
+    const double t0 = mlajit_now_ms();
+    const mlajit_driver *drv = ctx ? mlajit_context_driver(ctx) : NULL;
+    if (!opts->dry_run && !drv)
+        return mlajit_fail(MLAJIT_ERR_NO_DEVICE, "tune needs a GPU (or a dry run)");
+    tune_bucket *buckets = NULL;
+    int n_buckets = 0;
+    int rc = expand_buckets(env, ctx ? ctx->arch : MLAJIT_DEFAULT_ARCH, &buckets, &n_buckets);
+    if (rc)
+        return rc;
+    rc = tune_buckets(ctx, buckets, n_buckets, opts, sum, t0);
     free(buckets);
+    sum->seconds = (mlajit_now_ms() - t0) / 1e3;
+    return rc;
+}
+
+/* ---- the sweep: the tuner checked against every candidate --------------------- */
+
+static const struct { const char *name; unsigned bit; } feature_names[] = {
+    {"sink", MLAJIT_FEATURE_SINK},
+    {"topk-length", MLAJIT_FEATURE_TOPK_LENGTH},
+    {"extra-topk-length", MLAJIT_FEATURE_EXTRA_TOPK_LENGTH},
+};
+
+static int parse_features(const char *text, unsigned *out)
+{
+    *out = 0;
+    if (strcmp(text, "none") == 0)
+        return MLAJIT_OK;
+    char buf[96];
+    snprintf(buf, sizeof buf, "%s", text);
+    for (char *save = NULL, *t = strtok_r(buf, "+", &save); t; t = strtok_r(NULL, "+", &save)) {
+        size_t i = 0;
+        while (i < sizeof feature_names / sizeof feature_names[0] && strcmp(feature_names[i].name, t) != 0)
+            i++;
+        if (i == sizeof feature_names / sizeof feature_names[0])
+            return mlajit_fail(MLAJIT_ERR_INVALID_ARGUMENT,
+                               "features = '%s': '%s' is unknown; allowed none, or sink, topk-length and "
+                               "extra-topk-length joined by '+'", text, t);
+        *out |= feature_names[i].bit;
+    }
+    return MLAJIT_OK;
+}
+
+int mlajit_sweep_shape_parse(const char *line, const char *arch, mlajit_sweep_shape *out)
+{
+    mlajit_sweep_shape s = {.spec = MLAJIT_KERNEL_SPEC_INIT, .shape = MLAJIT_DECODE_SHAPE_INIT};
+    s.shape.s_q = 1;
+    snprintf(s.spec.arch, sizeof s.spec.arch, "%s", arch);
+    char buf[512];
+    if (strlen(line) >= sizeof buf)
+        return mlajit_fail(MLAJIT_ERR_INVALID_ARGUMENT, "shape line longer than %zu characters", sizeof buf - 1);
+    snprintf(buf, sizeof buf, "%s", line);
+    int have_model = 0, have_h = 0, have_page = 0, have_b = 0, have_topk = 0;
+    for (char *save = NULL, *t = strtok_r(buf, " \t\r\n", &save); t; t = strtok_r(NULL, " \t\r\n", &save)) {
+        char *eq = strchr(t, '=');
+        if (!eq)
+            return mlajit_fail(MLAJIT_ERR_INVALID_ARGUMENT, "shape '%s': '%s' is not key=value", line, t);
+        *eq = '\0';
+        const char *key = t, *val = eq + 1;
+        int rc = MLAJIT_OK;
+        char *end = NULL;
+        long v = strtol(val, &end, 10);
+        const int is_int = *val && end && *end == '\0';
+        int *field = !strcmp(key, "h_q") ? (have_h = 1, &s.spec.h_q)
+                     : !strcmp(key, "page") ? (have_page = 1, &s.spec.page_size)
+                     : !strcmp(key, "extra_page") ? &s.spec.extra_page_size
+                     : !strcmp(key, "b") ? (have_b = 1, &s.shape.batch)
+                     : !strcmp(key, "s_q") ? &s.shape.s_q
+                     : !strcmp(key, "topk") ? (have_topk = 1, &s.shape.topk)
+                     : !strcmp(key, "extra_topk") ? &s.shape.extra_topk
+                                                  : NULL;
+        if (!strcmp(key, "model")) {
+            have_model = 1;
+            rc = mlajit_model_from_name(val, &s.spec.model);
+        } else if (!strcmp(key, "features")) {
+            rc = parse_features(val, &s.spec.features);
+        } else if (!field) {
+            return mlajit_fail(MLAJIT_ERR_INVALID_ARGUMENT,
+                               "shape '%s': key '%s' is unknown; allowed model, h_q, page, b, s_q, topk, extra_topk, "
+                               "extra_page, features", line, key);
+        } else if (!is_int || v < 0 || v > INT32_MAX) {
+            return mlajit_fail(MLAJIT_ERR_INVALID_ARGUMENT, "shape '%s': %s = '%s'; allowed a whole number >= 0", line,
+                               key, val);
+        } else {
+            *field = (int)v;
+        }
+        if (rc)
+            return rc;
+    }
+    if (!have_model || !have_h || !have_page || !have_b || !have_topk)
+        return mlajit_fail(MLAJIT_ERR_INVALID_ARGUMENT, "shape '%s': model, h_q, page, b and topk are required", line);
+    if (s.shape.extra_topk && !s.spec.extra_page_size)
+        s.spec.extra_page_size = 64;
+    int rc = mlajit_envelope_check_with(&s.spec, &s.shape, NULL);
+    if (rc)
+        return rc;
+    *out = s;
+    return MLAJIT_OK;
+}
+
+int mlajit_sweep_shape_format(const mlajit_sweep_shape *s, char *buf, size_t len)
+{
+    char feats[96] = "";
+    for (size_t i = 0; i < sizeof feature_names / sizeof feature_names[0]; i++)
+        if (s->spec.features & feature_names[i].bit)
+            snprintf(feats + strlen(feats), sizeof feats - strlen(feats), "%s%s", feats[0] ? "+" : "",
+                     feature_names[i].name);
+    int n = snprintf(buf, len, "model=%s h_q=%d page=%d b=%d s_q=%d topk=%d", mlajit_model_describe(s->spec.model)->name,
+                     s->spec.h_q, s->spec.page_size, s->shape.batch, s->shape.s_q, s->shape.topk);
+    if (n >= 0 && (size_t)n < len && s->shape.extra_topk)
+        n += snprintf(buf + n, len - (size_t)n, " extra_topk=%d extra_page=%d", s->shape.extra_topk,
+                      s->spec.extra_page_size);
+    if (n >= 0 && (size_t)n < len && feats[0])
+        n += snprintf(buf + n, len - (size_t)n, " features=%s", feats);
+    return n >= 0 && (size_t)n < len ? MLAJIT_OK : mlajit_fail(MLAJIT_ERR_INVALID_ARGUMENT, "shape: buffer too small");
+}
+
+static int log_uniform_int(mlajit_rng *r, int lo, int hi)
+{
+    double u = (double)(mlajit_rng_next(r) >> 11) * 0x1.0p-53;
+    int x = (int)exp(log((double)lo) + u * (log((double)hi + 1.0) - log((double)lo)));
+    return x < lo ? lo : x > hi ? hi : x;
+}
+
+void mlajit_sweep_draw(uint64_t seed, int i, const char *arch, mlajit_sweep_shape *out)
+{
+    mlajit_rng r;
+    mlajit_rng_seed(&r, seed * 1000003u + (uint64_t)i);
+    for (;;) { /* until a draw is inside the envelope (most are) */
+        mlajit_sweep_shape s = {.spec = MLAJIT_KERNEL_SPEC_INIT, .shape = MLAJIT_DECODE_SHAPE_INIT};
+        snprintf(s.spec.arch, sizeof s.spec.arch, "%s", arch);
+        const int dsv4 = mlajit_rng_next(&r) % 4 == 0;
+        s.spec.model = dsv4 ? MLAJIT_MODEL_DSV4 : MLAJIT_MODEL_V32;
+        s.spec.h_q = 1 + 2 * (int)(mlajit_rng_next(&r) % 64); /* odd, 1..127 */
+        s.spec.page_size = log_uniform_int(&r, 1, 256);
+        s.shape.topk = log_uniform_int(&r, 1, 8192);
+        if (s.shape.topk > 64 && mlajit_rng_next(&r) % 4 == 0)
+            s.shape.topk = s.shape.topk / 64 * 64; /* a quarter on tile multiples, the rest ragged */
+        s.shape.s_q = 1 + (int)(mlajit_rng_next(&r) % 4);
+        if (dsv4) {
+            s.spec.extra_page_size = 64;
+            s.spec.features = MLAJIT_FEATURE_SINK;
+            s.shape.extra_topk = log_uniform_int(&r, 1, 1024);
+        }
+        /* rows x (topk + extra topk) at most 2^22: a call's indices stay small */
+        const int per_row = s.shape.topk + s.shape.extra_topk;
+        int max_rows = (1 << 22) / per_row;
+        max_rows = max_rows > 32768 ? 32768 : max_rows < 1 ? 1 : max_rows;
+        const int rows = log_uniform_int(&r, 1, max_rows);
+        s.shape.batch = rows / s.shape.s_q > 0 ? rows / s.shape.s_q : 1;
+        if (mlajit_envelope_check_with(&s.spec, &s.shape, NULL) == MLAJIT_OK) {
+            *out = s;
+            return;
+        }
+        mlajit_clear_error();
+    }
+}
+
+static int cmp_double(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+
+/* A plan of spec at shape (tactics on or off), its outline and a timer over in. */
+static int sweep_plan(mlajit_context *ctx, const mlajit_kernel_spec *spec, const mlajit_decode_shape *shape,
+                      int tactics, tune_inputs *in, mlajit_plan **plan, mlajit_plan_outline *o,
+                      mlajit_graph_timer **timer, devbuf *ws)
+{
+    const mlajit_driver *drv = mlajit_context_driver(ctx);
+    mlajit_context_set_tactics(ctx, tactics);
+    int rc = mlajit_plan_create(ctx, spec, shape, plan);
+    mlajit_context_set_tactics(ctx, 0);
+    if (rc)
+        return rc;
+    *o = (mlajit_plan_outline)MLAJIT_PLAN_OUTLINE_INIT;
+    if ((rc = mlajit_plan_get_outline(*plan, o)))
+        return rc;
+    size_t need = mlajit_plan_workspace_size(*plan);
+    if (need && (rc = devbuf_fill(drv, ws, need, NULL)))
+        return rc;
+    for (int i = 0; i < in->n_args; i++) {
+        in->args[i].workspace = need ? (void *)(uintptr_t)ws->ptr : NULL;
+        in->args[i].workspace_size = need;
+    }
+    return mlajit_graph_timer_create(ctx, *plan, in->args, in->n_args, in->calls, NULL, timer);
+}
+
+int mlajit_sweep(mlajit_context *ctx, const mlajit_sweep_shape *shapes, int n, const mlajit_sweep_options *o,
+                 mlajit_sweep_summary *sum)
+{
+    if (!ctx || !shapes || n < 1 || !o || !sum)
+        return mlajit_fail(MLAJIT_ERR_INVALID_ARGUMENT, "sweep: ctx, shapes (n >= 1), options and summary required");
+    memset(sum, 0, sizeof *sum);
+    sum->shapes = n;
+    const double t0 = mlajit_now_ms();
+    const mlajit_driver *drv = mlajit_context_driver(ctx);
+    if (!drv)
+        return mlajit_fail(MLAJIT_ERR_NO_DEVICE, "the sweep needs a GPU");
+    int rc = MLAJIT_OK;
+    /* 1. each shape's bucket tuned, as a deployment would tune them */
+    tune_bucket *buckets = calloc((size_t)n, sizeof *buckets);
+    if (!buckets)
+        return mlajit_fail_oom("sweep: the buckets");
+    int n_buckets = 0;
+    for (int i = 0; i < n; i++) {
+        mlajit_tactic_bucket edge;
+        const mlajit_decode_shape *sh = &shapes[i].shape;
+        if ((rc = mlajit_tactic_bucket_of((long long)sh->batch * sh->s_q, sh->topk, sh->extra_topk, &edge)))
+            break;
+        tune_bucket x = {.spec = shapes[i].spec, .shape = MLAJIT_DECODE_SHAPE_INIT};
+        x.shape.batch = edge.rows;
+        x.shape.s_q = 1;
+        x.shape.topk = edge.topk;
+        x.shape.extra_topk = edge.extra_topk;
+        int dup = 0;
+        for (int k = 0; k < n_buckets && !dup; k++)
+            dup = !memcmp(&buckets[k].spec, &x.spec, sizeof x.spec) && !memcmp(&buckets[k].shape, &x.shape, sizeof x.shape);
+        if (!dup)
+            buckets[n_buckets++] = x;
+    }
+    if (rc == MLAJIT_OK && o->tune_first) {
+        mlajit_tune_options tune = o->tune;
+        tune.json = NULL; /* the JSON lines are the sweep's, one per shape */
+        rc = tune_buckets(ctx, buckets, n_buckets, &tune, &sum->tune, t0);
+    }
+    free(buckets);
+    if (rc)
+        return rc;
+
+    /* 2. per shape: every candidate, the rules' plan and the tuned plan, timed on
+     * the tuner's inputs at the shape itself; then the three again, interleaved */
+    const int repeats = o->repeats > 0 ? o->repeats : 3;
+    const int replays = o->tune.replays > 0 ? o->tune.replays : 20;
+    const int64_t l2 = ctx->l2_bytes > 0 ? ctx->l2_bytes : 50LL << 20;
+    int64_t pool_bytes = o->tune.pool_bytes > 0 ? o->tune.pool_bytes : 4 * l2;
+    if (!o->tune.pool_bytes && pool_bytes < (64LL << 20))
+        pool_bytes = 64LL << 20;
+    const int64_t spread_bytes = o->tune.spread_bytes > 0 ? o->tune.spread_bytes : 4LL << 30;
+    tune_pool pool = {0};
+    tune_inputs in = {0};
+    devbuf ws[3] = {{0}};
+    mlajit_tune_candidate cands[MLAJIT_TUNE_MAX_CANDIDATES];
+    const int pushed = mlajit_context_enter(ctx);
+    const int tactics_were = mlajit_context_tactics(ctx);
+    mlajit_context_set_tactics(ctx, 0);
+    sum->worst_pick_error = 0;
+    for (int si = 0; si < n && rc == MLAJIT_OK; si++) {
+        if (o->tune.seconds > 0 && mlajit_now_ms() - t0 >= o->tune.seconds * 1e3)
+            break;
+        const tune_bucket b = {.spec = shapes[si].spec, .shape = shapes[si].shape};
+        int n_c = 0;
+        if ((rc = pool_get(ctx, &b, pool_bytes, spread_bytes, &pool, o->tune.progress)) ||
+            (rc = inputs_make(ctx, &b, &pool, &in, 5000 + (uint64_t)si)) ||
+            (rc = mlajit_tune_candidates(&b.spec, &b.shape, ctx->sm_count > 0 ? ctx->sm_count : MLAJIT_DEFAULT_SM_COUNT,
+                                         cands, MLAJIT_TUNE_MAX_CANDIDATES, &n_c)))
+            break;
+        /* every candidate in full (no early drop, no ladder) */
+        double times[MLAJIT_TUNE_MAX_CANDIDATES];
+        int order[MLAJIT_TUNE_MAX_CANDIDATES];
+        for (int ci = 0; ci < n_c && rc == MLAJIT_OK; ci++) {
+            int dropped;
+            order[ci] = ci;
+            rc = time_candidate(ctx, &b, &cands[ci], &in, 0, replays, &times[ci], &dropped);
+        }
+        if (rc)
+            break;
+        for (int x = 1; x < n_c; x++) /* by time: the fastest that passes its check is the best */
+            for (int y = x; y > 0 && times[order[y]] < times[order[y - 1]]; y--) {
+                int t = order[y];
+                order[y] = order[y - 1];
+                order[y - 1] = t;
+            }
+        int best = -1;
+        for (int k = 0; k < n_c && best < 0 && rc == MLAJIT_OK; k++) {
+            int pass = 1;
+            char why[200] = "";
+            if (!o->tune.skip_check && (rc = check_candidate(ctx, &b, &cands[order[k]], &pass, why, sizeof why)))
+                break;
+            if (pass)
+                best = order[k];
+            else if (o->tune.progress)
+                fprintf(o->tune.progress, "sweep: %s splits %d failed the reference check (%s)\n", cands[order[k]].kernel,
+                        cands[order[k]].grid_splits, why);
+        }
+        if (rc)
+            break;
+        if (best < 0) {
+            rc = mlajit_fail(MLAJIT_ERR_INTERNAL, "sweep: shape %d: no candidate passed the reference check", si);
+            break;
+        }
+        /* rules (tactics off), tuned (tactics on), best: `repeats` interleaved rounds */
+        mlajit_plan *plans[3] = {NULL, NULL, NULL};
+        mlajit_graph_timer *timers[3] = {NULL, NULL, NULL};
+        mlajit_plan_outline outl[3];
+        mlajit_decode_shape best_shape = b.shape;
+        best_shape.num_splits = cands[best].num_splits;
+        double reps[3][16];
+        const int nrep = repeats > 16 ? 16 : repeats;
+        if (!(rc = sweep_plan(ctx, &b.spec, &b.shape, 0, &in, &plans[0], &outl[0], &timers[0], &ws[0])) &&
+            !(rc = sweep_plan(ctx, &b.spec, &b.shape, 1, &in, &plans[1], &outl[1], &timers[1], &ws[1])) &&
+            !(rc = sweep_plan(ctx, &cands[best].spec, &best_shape, 0, &in, &plans[2], &outl[2], &timers[2], &ws[2]))) {
+            for (int r = 0; r < nrep && rc == MLAJIT_OK; r++)
+                for (int k = 0; k < 3 && rc == MLAJIT_OK; k++) {
+                    /* each timer's workspace pointers were baked in at capture */
+                    rc = mlajit_graph_timer_time(timers[(k + r) % 3], replays, &reps[(k + r) % 3][r]);
+                }
+        }
+        for (int k = 0; k < 3; k++) {
+            mlajit_graph_timer_free(timers[k]);
+            mlajit_plan_destroy(plans[k]);
+        }
+        if (rc)
+            break;
+        double med[3], spread = 0;
+        for (int k = 0; k < 3; k++) {
+            double v[16];
+            memcpy(v, reps[k], sizeof v[0] * (size_t)nrep);
+            qsort(v, (size_t)nrep, sizeof v[0], cmp_double);
+            med[k] = nrep % 2 ? v[nrep / 2] : 0.5 * (v[nrep / 2 - 1] + v[nrep / 2]);
+            double s = v[nrep - 1] / v[0] - 1;
+            spread = s > spread ? s : spread;
+        }
+        /* the best of the sweep is the fastest of everything timed: a tuned or
+         * rules plan that beats the candidate on the repeats counts as the best */
+        double best_us = med[2] < med[0] ? med[2] : med[0];
+        best_us = med[1] < best_us ? med[1] : best_us;
+        const double pick_error = best_us > 0 ? med[1] / best_us - 1 : 0; /* 0: a timer that saw nothing */
+        sum->done++;
+        sum->within_3pct += pick_error <= 0.03;
+        sum->slower_than_rules += med[1] > med[0] * (1 + spread);
+        if (pick_error > sum->worst_pick_error)
+            sum->worst_pick_error = pick_error;
+        char line[256];
+        mlajit_sweep_shape_format(&shapes[si], line, sizeof line);
+        const char *source = outl[1].tactic == MLAJIT_TACTIC_TUNED         ? "tuned"
+                             : outl[1].tactic == MLAJIT_TACTIC_TUNED_BELOW ? "tuned-below"
+                                                                           : "rules";
+        if (o->tune.progress)
+            fprintf(o->tune.progress, "sweep: %d/%d %s: tuned %.2f us (%s %s) best %.2f rules %.2f: pick error %+.1f%%, "
+                    "spread %.1f%%\n", si + 1, n, line, med[1], source, outl[1].kernel, best_us, med[0],
+                    pick_error * 100, spread * 100);
+        if (o->tune.json) {
+            fprintf(o->tune.json,
+                    "{\"model\": \"%s\", \"h_q\": %d, \"b\": %d, \"s_q\": %d, \"topk\": %d, \"extra_topk\": %d, "
+                    "\"page_size\": %d, \"extra_page_size\": %d, \"features\": %u, "
+                    "\"tactic\": {\"source\": \"%s\", \"kernel\": \"%s\", \"splits\": %d}, "
+                    "\"tuned_us\": %.3f, \"best_us\": %.3f, \"rules_us\": %.3f, "
+                    "\"best\": {\"kernel\": \"%s\", \"splits\": %d}, \"rules\": {\"kernel\": \"%s\", \"splits\": %d}, "
+                    "\"pick_error\": %.4f, \"spread\": %.4f, \"candidates\": %d, \"repeats\": %d, \"commit\": \"%s\"}\n",
+                    mlajit_model_describe(b.spec.model)->name, b.spec.h_q, b.shape.batch, b.shape.s_q, b.shape.topk,
+                    b.shape.extra_topk, b.spec.page_size, b.spec.extra_page_size, b.spec.features, source,
+                    outl[1].kernel, outl[1].num_splits, med[1], best_us, med[0], cands[best].kernel,
+                    outl[2].num_splits, outl[0].kernel, outl[0].num_splits, pick_error, spread, n_c, nrep,
+                    o->tune.commit ? o->tune.commit : "unknown");
+            fflush(o->tune.json);
+        }
+    }
+    for (int k = 0; k < 3; k++)
+        devbuf_free(drv, &ws[k]);
+    inputs_free(drv, &in);
+    pool_free(drv, &pool);
+    mlajit_context_set_tactics(ctx, tactics_were);
+    mlajit_context_leave(ctx, pushed);
     sum->seconds = (mlajit_now_ms() - t0) / 1e3;
     return rc;
 }
