@@ -118,6 +118,8 @@ MLAJIT_API const char *mlajit_version(int *major, int *minor, int *patch);
 #define MLAJIT_DECODE_SHAPE_INIT MLAJIT_STRUCT_INIT(mlajit_decode_shape)
 #define MLAJIT_PLAN_OUTLINE_INIT MLAJIT_STRUCT_INIT(mlajit_plan_outline)
 #define MLAJIT_DECODE_ARGS_INIT MLAJIT_STRUCT_INIT(mlajit_decode_args)
+#define MLAJIT_TUNE_GRID_INIT MLAJIT_STRUCT_INIT(mlajit_tune_grid)
+#define MLAJIT_TUNE_REPORT_INIT MLAJIT_STRUCT_INIT(mlajit_tune_report)
 
 /* ------------------------------------------------------------------------- */
 /* Status codes                                                               */
@@ -600,6 +602,52 @@ MLAJIT_API int mlajit_plan_describe_in_context(mlajit_context *ctx, const mlajit
  * chose them (outline.tactic), into *out up to its struct_size. A NULL plan or
  * out, or a struct_size below 1.0's, is MLAJIT_ERR_INVALID_ARGUMENT. */
 MLAJIT_API int mlajit_plan_get_outline(const mlajit_plan *plan, mlajit_plan_outline *out);
+
+/* ------------------------------------------------------------------------- */
+/* Tuning: measured choices (docs/tuning.md)                                   */
+/* ------------------------------------------------------------------------- */
+
+/* The buckets to tune: the product of its lists. A topk or row value is a
+ * bucket's lower edge, rounded down to a power of two (rows: batch x s_q). Every
+ * list may be left NULL / 0 for the production grid's. */
+typedef struct mlajit_tune_grid {
+    size_t struct_size;             /* sizeof(mlajit_tune_grid): MLAJIT_TUNE_GRID_INIT */
+    const mlajit_model *models;     int num_models;       /* default V3.2, DSV4 */
+    const int *head_counts;         int num_head_counts;  /* default 8, 16, 32, 64, 128 */
+    const int *page_sizes;          int num_page_sizes;   /* default 64, 256 */
+    const unsigned *feature_sets;   int num_feature_sets; /* default {0}: no features */
+    const int *topks;               int num_topks;        /* default 128, 256, ..., 2048 */
+    const int *rows;                int num_rows;         /* default 1, 2, 4, ..., 4096 */
+    const int *extra_topks;         int num_extra_topks;  /* default {0}: no extra cache */
+    int extra_page_size;            /* the extra cache's page size with extra topks; 0: 64 */
+} mlajit_tune_grid;
+
+typedef struct mlajit_tune_report {
+    size_t struct_size; /* sizeof(mlajit_tune_report), set by the caller: MLAJIT_TUNE_REPORT_INIT */
+    int buckets;        /* in the grid (inside the envelope) */
+    int buckets_done;   /* tuned to the end */
+    int stored;         /* tactic records written */
+    int timed;          /* candidates timed */
+    int dropped;        /* of those, stopped after a short look (1.3x the best so far) */
+    int pruned;         /* split counts past their kernel's turn, not timed */
+    int failed_checks;  /* (kernel, split count) pairs that failed the reference check */
+    int deadline_hit;   /* 1: the budget ran out before the last bucket */
+    double seconds;     /* the whole call */
+} mlajit_tune_report;
+
+/* Measure, on ctx's GPU, which kernel and split count serve each bucket of grid
+ * fastest (docs/tuning.md: every candidate timed by CUDA-graph replay on caches
+ * in HBM with fresh indices, the winner checked against the fp64 reference) and
+ * store each winner as a tactic record in ctx's writable cache, where plans of
+ * this GPU take it (mlajit_plan_tactic). No candidate starts after `seconds`; a
+ * bucket cut short keeps the rules (0: nothing is tuned). Progress goes to the
+ * log's info level (mlajit_set_log_handler). report (may be NULL) gets the
+ * counts, also on failure. Needs a device (MLAJIT_ERR_NO_DEVICE) and a writable
+ * cache (MLAJIT_ERR_CACHE); never call it under stream capture. Plans made on
+ * ctx by other threads while it runs take the rules (it turns ctx's tactics off
+ * to time them, and back on after). Takes minutes for the default grid. */
+MLAJIT_API int mlajit_tune(mlajit_context *ctx, const mlajit_tune_grid *grid, double seconds,
+                           mlajit_tune_report *report);
 
 /* ------------------------------------------------------------------------- */
 /* Decode                                                                     */

@@ -124,6 +124,24 @@ int main(void)
     FIELD(mlajit_decode_args, workspace_size);
     END();
 
+    BEGIN(mlajit_tune_grid);
+    FIELD(mlajit_tune_grid, struct_size);
+    FIELD(mlajit_tune_grid, models); FIELD(mlajit_tune_grid, num_models); FIELD(mlajit_tune_grid, head_counts);
+    FIELD(mlajit_tune_grid, num_head_counts); FIELD(mlajit_tune_grid, page_sizes);
+    FIELD(mlajit_tune_grid, num_page_sizes); FIELD(mlajit_tune_grid, feature_sets);
+    FIELD(mlajit_tune_grid, num_feature_sets); FIELD(mlajit_tune_grid, topks); FIELD(mlajit_tune_grid, num_topks);
+    FIELD(mlajit_tune_grid, rows); FIELD(mlajit_tune_grid, num_rows); FIELD(mlajit_tune_grid, extra_topks);
+    FIELD(mlajit_tune_grid, num_extra_topks); FIELD(mlajit_tune_grid, extra_page_size);
+    END();
+
+    BEGIN(mlajit_tune_report);
+    FIELD(mlajit_tune_report, struct_size);
+    FIELD(mlajit_tune_report, buckets); FIELD(mlajit_tune_report, buckets_done); FIELD(mlajit_tune_report, stored);
+    FIELD(mlajit_tune_report, timed); FIELD(mlajit_tune_report, dropped); FIELD(mlajit_tune_report, pruned);
+    FIELD(mlajit_tune_report, failed_checks); FIELD(mlajit_tune_report, deadline_hit);
+    FIELD(mlajit_tune_report, seconds);
+    END();
+
     /* the constants the binding names (_capi.py: the same name without MLAJIT_) */
     static const struct { const char *name; long long value; } constants[] = {
 #define C(x) {#x, (long long)(x)}

@@ -231,6 +231,10 @@ Test(struct_size, zero_or_too_small_is_refused_at_every_entry_point)
         expect_refused(mlajit_warmup(ctx, &grid, 1, &wrep), "report", "MLAJIT_WARMUP_REPORT_INIT");
         mlajit_plan_outline o = {.struct_size = bad};
         expect_refused(mlajit_plan_describe(&good_spec, &good_shape, 0, &o), "out", "MLAJIT_PLAN_OUTLINE_INIT");
+        mlajit_tune_report trep = {.struct_size = bad};
+        expect_refused(mlajit_tune(ctx, NULL, 10, &trep), "report", "MLAJIT_TUNE_REPORT_INIT");
+        const mlajit_tune_grid tgrid = {.struct_size = bad};
+        expect_refused(mlajit_tune(ctx, &tgrid, 10, NULL), "grid", "MLAJIT_TUNE_GRID_INIT");
     }
     mlajit_plan_destroy(plan);
 }
@@ -298,6 +302,14 @@ Test(struct_size, outputs_are_filled_up_to_struct_size_and_untouched_past_it)
               o->num_splits >= 1, "%s", o->kernel);
     expect_canary(o, sizeof *o, "mlajit_plan_describe");
     free(o);
+
+    /* written on failure too (this context has no device): up to its size */
+    mlajit_tune_report *trep = with_canary(sizeof *trep);
+    trep->struct_size = sizeof *trep;
+    cr_expect_eq(mlajit_tune(ctx, NULL, 10, trep), MLAJIT_ERR_NO_DEVICE, "%s", mlajit_last_error());
+    cr_expect(trep->buckets == 0 && trep->stored == 0 && trep->struct_size == sizeof *trep);
+    expect_canary(trep, sizeof *trep, "mlajit_tune");
+    free(trep);
 }
 
 /* The same with each output struct ending at a guard page: a byte written past
@@ -326,6 +338,10 @@ Test(struct_size, outputs_ending_at_a_guard_page)
     mlajit_plan_outline *o = guarded_alloc(&g, sizeof *o);
     o->struct_size = sizeof *o;
     cr_expect_eq(mlajit_plan_describe(&good, &shape, 0, o), MLAJIT_OK, "%s", mlajit_last_error());
+    guarded_free(&g);
+    mlajit_tune_report *trep = guarded_alloc(&g, sizeof *trep);
+    trep->struct_size = sizeof *trep;
+    cr_expect_eq(mlajit_tune(ctx, NULL, 10, trep), MLAJIT_ERR_NO_DEVICE, "%s", mlajit_last_error());
     guarded_free(&g);
 }
 

@@ -183,7 +183,7 @@ Test(tune, unchecked_winners_are_stored_one_per_bucket_and_found)
     mlajit_tune_envelope env = small_envelope();
     mlajit_tune_options o = fake_options(600, 1);
     mlajit_tune_summary s;
-    cr_assert_eq(mlajit_tune(ctx, &env, &o, &s), MLAJIT_OK, "%s", mlajit_last_error());
+    cr_assert_eq(mlajit_tune_run(ctx, &env, &o, &s), MLAJIT_OK, "%s", mlajit_last_error());
     cr_expect_eq(s.buckets, 4);
     cr_expect_eq(s.buckets_done, 4);
     cr_expect_eq(s.stored, 4);
@@ -208,9 +208,9 @@ Test(tune, a_second_run_times_the_rules_not_the_first_runs_records)
     mlajit_tune_envelope env = small_envelope();
     mlajit_tune_options o = fake_options(600, 1);
     mlajit_tune_summary s;
-    cr_assert_eq(mlajit_tune(ctx, &env, &o, &s), MLAJIT_OK, "%s", mlajit_last_error());
+    cr_assert_eq(mlajit_tune_run(ctx, &env, &o, &s), MLAJIT_OK, "%s", mlajit_last_error());
     cr_assert_eq(s.stored, 4);
-    cr_assert_eq(mlajit_tune(ctx, &env, &o, &s), MLAJIT_OK, "second run: %s", mlajit_last_error());
+    cr_assert_eq(mlajit_tune_run(ctx, &env, &o, &s), MLAJIT_OK, "second run: %s", mlajit_last_error());
     cr_expect_eq(s.stored, 4);
     cr_expect_eq(mlajit_context_tactics(ctx), 1, "tactics are on again after the run");
     mlajit_context_destroy(ctx);
@@ -222,7 +222,7 @@ Test(tune, with_the_check_on_nothing_the_fake_driver_runs_is_stored)
     mlajit_tune_envelope env = small_envelope();
     mlajit_tune_options o = fake_options(600, 0);
     mlajit_tune_summary s;
-    cr_assert_eq(mlajit_tune(ctx, &env, &o, &s), MLAJIT_OK, "%s", mlajit_last_error());
+    cr_assert_eq(mlajit_tune_run(ctx, &env, &o, &s), MLAJIT_OK, "%s", mlajit_last_error());
     cr_expect_eq(s.buckets_done, 4);
     cr_expect_eq(s.stored, 0);
     cr_expect_gt(s.failed_checks, 0);
@@ -236,7 +236,7 @@ Test(tune, a_zero_second_budget_stores_nothing_and_says_so)
     mlajit_tune_envelope env = small_envelope();
     mlajit_tune_options o = fake_options(0, 1);
     mlajit_tune_summary s;
-    cr_assert_eq(mlajit_tune(ctx, &env, &o, &s), MLAJIT_OK, "%s", mlajit_last_error());
+    cr_assert_eq(mlajit_tune_run(ctx, &env, &o, &s), MLAJIT_OK, "%s", mlajit_last_error());
     cr_expect_eq(s.buckets, 4);
     cr_expect_eq(s.buckets_done, 0);
     cr_expect_eq(s.stored, 0);
@@ -252,7 +252,7 @@ Test(tune, a_dry_run_needs_no_device_and_counts_the_candidates)
     FILE *list = tmpfile();
     mlajit_tune_options o = {.dry_run = 1, .list = list};
     mlajit_tune_summary s;
-    cr_assert_eq(mlajit_tune(NULL, &env, &o, &s), MLAJIT_OK, "%s", mlajit_last_error());
+    cr_assert_eq(mlajit_tune_run(NULL, &env, &o, &s), MLAJIT_OK, "%s", mlajit_last_error());
     cr_expect_eq(s.buckets, 4);
     cr_expect_gt(s.candidates, 4);
     cr_expect_eq(s.stored, 0);
@@ -416,5 +416,67 @@ Test(sweep_gpu, tunes_each_shapes_bucket_then_writes_a_line_per_shape)
     }
     cr_expect_eq(lines, 2);
     fclose(json);
+    mlajit_context_destroy(ctx);
+}
+
+/* ---- the public entry point ---------------------------------------------------- */
+
+Test(tune, the_public_entry_point_tunes_a_grid_and_reports)
+{
+    mlajit_context *ctx = gpu_context();
+    const mlajit_model models[] = {MLAJIT_MODEL_V32};
+    const int heads[] = {16}, pages[] = {64}, topks[] = {128, 256}, rows[] = {1, 2};
+    mlajit_tune_grid g = MLAJIT_TUNE_GRID_INIT;
+    g.models = models, g.num_models = 1, g.head_counts = heads, g.num_head_counts = 1;
+    g.page_sizes = pages, g.num_page_sizes = 1, g.topks = topks, g.num_topks = 2, g.rows = rows, g.num_rows = 2;
+    mlajit_tune_report r = MLAJIT_TUNE_REPORT_INIT;
+    cr_assert_eq(mlajit_tune(ctx, &g, 600, &r), MLAJIT_OK, "%s", mlajit_last_error());
+    /* the fake driver computes nothing, so nothing passes the check and nothing is stored */
+    cr_expect_eq(r.buckets, 4);
+    cr_expect_eq(r.buckets_done, 4);
+    cr_expect_eq(r.stored, 0);
+    cr_expect_gt(r.failed_checks, 0);
+    cr_expect_eq(r.deadline_hit, 0);
+    cr_expect_eq(mlajit_context_tactics(ctx), 1);
+    /* the default grid: its bucket count, with no time to tune */
+    cr_assert_eq(mlajit_tune(ctx, NULL, 0, &r), MLAJIT_OK, "%s", mlajit_last_error());
+    cr_expect_eq(r.buckets, 1300);
+    cr_expect_eq(r.buckets_done, 0);
+    cr_expect_eq(r.deadline_hit, 1);
+    mlajit_context_destroy(ctx);
+}
+
+Test(tune, the_public_entry_point_refuses_bad_input_naming_it)
+{
+    mlajit_context *ctx = gpu_context();
+    const int zero[] = {0}, huge[] = {1 << 20};
+    const struct { const char *says; mlajit_tune_grid g; double seconds; } bad[] = {
+        {"grid.head_counts[0] = 0; allowed 1..128", {.struct_size = sizeof(mlajit_tune_grid), .head_counts = zero,
+                                                     .num_head_counts = 1}, 10},
+        {"grid.topks[0] = 1048576", {.struct_size = sizeof(mlajit_tune_grid), .topks = huge, .num_topks = 1}, 10},
+        {"grid.rows: 2 values at", {.struct_size = sizeof(mlajit_tune_grid), .num_rows = 2}, 10},
+        {"seconds = -1", {.struct_size = sizeof(mlajit_tune_grid)}, -1},
+        {"MLAJIT_TUNE_GRID_INIT", {.struct_size = 3}, 10},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        mlajit_tune_report r = MLAJIT_TUNE_REPORT_INIT;
+        cr_expect_eq(mlajit_tune(ctx, &bad[i].g, bad[i].seconds, &r), MLAJIT_ERR_INVALID_ARGUMENT, "case %zu", i);
+        cr_expect(strstr(mlajit_last_error(), bad[i].says) != NULL, "case %zu: '%s' does not say '%s'", i,
+                  mlajit_last_error(), bad[i].says);
+        cr_expect_eq(r.buckets, 0, "case %zu: nothing ran", i);
+    }
+    cr_expect_eq(mlajit_tune(NULL, NULL, 10, NULL), MLAJIT_ERR_INVALID_ARGUMENT);
+    mlajit_tune_report small = {.struct_size = 4};
+    cr_expect_eq(mlajit_tune(ctx, NULL, 0, &small), MLAJIT_ERR_INVALID_ARGUMENT);
+    cr_expect(strstr(mlajit_last_error(), "MLAJIT_TUNE_REPORT_INIT") != NULL, "%s", mlajit_last_error());
+    mlajit_context_destroy(ctx);
+
+    /* no writable cache: refused before any timing */
+    mlajit_context_options o = MLAJIT_CONTEXT_OPTIONS_INIT;
+    o.flags = MLAJIT_CONTEXT_NO_DISK_CACHE;
+    o.packs = "";
+    cr_assert_eq(mlajit_context_create(&o, &ctx), MLAJIT_OK, "%s", mlajit_last_error());
+    cr_expect_eq(mlajit_tune(ctx, NULL, 10, NULL), MLAJIT_ERR_CACHE);
+    cr_expect(strstr(mlajit_last_error(), "writable cache") != NULL, "%s", mlajit_last_error());
     mlajit_context_destroy(ctx);
 }

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 from . import _capi, _log
 from ._capi import LibraryNotFound
-from .context import Context, ContextInfo, KernelReport, Plan, WarmupReport, context
+from .context import Context, ContextInfo, KernelReport, Plan, TuneReport, WarmupReport, context
 from .envelope import supported
 from .errors import (CacheError, CompileError, CorruptError, CudaError, FileError, GraphCaptureError,
                      InternalError, InvalidArgumentError, MlajitError, NoDeviceError, NotFoundError,
@@ -63,6 +63,6 @@ __all__ = [
     "CacheError", "CompileError", "Context", "ContextInfo", "CorruptError", "CudaError", "DecoderWarmup", "FEATURES",
     "FileError", "GraphCaptureError", "InternalError", "InvalidArgumentError", "KernelReport", "LibraryNotFound",
     "MlajitError", "Model", "ModelInfo", "NoDeviceError", "NotFoundError", "OutOfHostMemoryError", "Plan",
-    "SparseMLADecoder", "UnsupportedError", "WarmupReport", "context", "flash_mla", "library_path", "model_info",
-    "ops", "quantize_kv", "supported",
+    "SparseMLADecoder", "TuneReport", "UnsupportedError", "WarmupReport", "context", "flash_mla", "library_path",
+    "model_info", "ops", "quantize_kv", "supported",
 ]

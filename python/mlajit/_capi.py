@@ -212,6 +212,42 @@ class WarmupReport(SizedStructure):
     ]
 
 
+class TuneGrid(SizedStructure):
+    _fields_ = [
+        ("struct_size", c_size_t),
+        ("models", POINTER(c_int)),
+        ("num_models", c_int),
+        ("head_counts", POINTER(c_int)),
+        ("num_head_counts", c_int),
+        ("page_sizes", POINTER(c_int)),
+        ("num_page_sizes", c_int),
+        ("feature_sets", POINTER(c_uint)),
+        ("num_feature_sets", c_int),
+        ("topks", POINTER(c_int)),
+        ("num_topks", c_int),
+        ("rows", POINTER(c_int)),
+        ("num_rows", c_int),
+        ("extra_topks", POINTER(c_int)),
+        ("num_extra_topks", c_int),
+        ("extra_page_size", c_int),
+    ]
+
+
+class TuneReport(SizedStructure):
+    _fields_ = [
+        ("struct_size", c_size_t),
+        ("buckets", c_int),
+        ("buckets_done", c_int),
+        ("stored", c_int),
+        ("timed", c_int),
+        ("dropped", c_int),
+        ("pruned", c_int),
+        ("failed_checks", c_int),
+        ("deadline_hit", c_int),
+        ("seconds", c_double),
+    ]
+
+
 class DecodeShape(SizedStructure):
     _fields_ = [
         ("struct_size", c_size_t),
@@ -292,6 +328,8 @@ STRUCTS = {
     "mlajit_plan_outline": PlanOutline,
     "mlajit_cache_view": CacheView,
     "mlajit_decode_args": DecodeArgs,
+    "mlajit_tune_grid": TuneGrid,
+    "mlajit_tune_report": TuneReport,
 }
 
 LOG_HANDLER = ctypes.CFUNCTYPE(None, c_void_p, c_int, c_char_p)
@@ -351,6 +389,7 @@ _PROTOTYPES = {
     "mlajit_context_get_info": (c_int, [c_void_p, POINTER(ContextInfo)]),
     "mlajit_kernel_prepare": (c_int, [c_void_p, POINTER(KernelSpec), POINTER(KernelReport)]),
     "mlajit_warmup": (c_int, [c_void_p, POINTER(KernelGrid), c_int, POINTER(WarmupReport)]),
+    "mlajit_tune": (c_int, [c_void_p, POINTER(TuneGrid), c_double, POINTER(TuneReport)]),
     "mlajit_plan_create": (c_int, [c_void_p, POINTER(KernelSpec), POINTER(DecodeShape), POINTER(c_void_p)]),
     "mlajit_plan_destroy": (None, [c_void_p]),
     "mlajit_plan_workspace_size": (c_size_t, [c_void_p]),

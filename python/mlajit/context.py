@@ -88,6 +88,33 @@ class WarmupReport:
     compile_ms: float
 
 
+@dataclasses.dataclass(frozen=True)
+class TuneReport:
+    """mlajit_tune: the buckets of the grid, those tuned to the end, the tactic
+    records stored, and the candidates timed, dropped early and not timed."""
+
+    buckets: int
+    buckets_done: int
+    stored: int
+    timed: int
+    dropped: int
+    pruned: int
+    failed_checks: int
+    deadline_hit: bool
+    seconds: float
+
+
+def _ints(name: str, values, ctype=ctypes.c_int):
+    """A ctypes array of ints (and its length) from an iterable; None: (None, 0)."""
+    if values is None:
+        return None, 0
+    values = list(values)
+    for v in values:
+        if not isinstance(v, int) or isinstance(v, bool):
+            raise InvalidArgumentError(f"{name}: {v!r} is not an int")
+    return (ctype * len(values))(*values), len(values)
+
+
 class Plan:
     """A decode geometry planned on a kernel (mlajit_plan_create): the kernel is
     loaded, the split count and workspace size are fixed. ``handle`` is what
@@ -175,18 +202,11 @@ class Context:
         """Make every kernel of the grid (the product of the lists, with the kernels
         plans switch to by their walk) ready before serving (mlajit_warmup):
         looked up or compiled on `threads` workers (0: one per CPU), and loaded."""
-        def ints(name, values, ctype=ctypes.c_int):
-            values = list(values)
-            for v in values:
-                if not isinstance(v, int) or isinstance(v, bool):
-                    raise InvalidArgumentError(f"{name}: {v!r} is not an int")
-            return (ctype * len(values))(*values), len(values)
-
-        m, nm = ints("models", [int(as_model(x)) for x in models])
-        h, nh = ints("head_counts", head_counts)
-        p, np_ = ints("page_sizes", page_sizes)
-        e, ne = ints("extra_page_sizes", extra_page_sizes)
-        f, nf = ints("feature_sets", [as_features(x) for x in feature_sets], ctypes.c_uint)
+        m, nm = _ints("models", [int(as_model(x)) for x in models])
+        h, nh = _ints("head_counts", head_counts)
+        p, np_ = _ints("page_sizes", page_sizes)
+        e, ne = _ints("extra_page_sizes", extra_page_sizes)
+        f, nf = _ints("feature_sets", [as_features(x) for x in feature_sets], ctypes.c_uint)
         arch_bytes = [a.encode() for a in archs]
         a = (ctypes.c_char_p * len(arch_bytes))(*arch_bytes)
         grid = _capi.KernelGrid(m, nm, h, nh, p, np_, e, ne, f, nf, a, len(arch_bytes))
@@ -195,6 +215,33 @@ class Context:
         return WarmupReport(kernels=report.kernels, from_memory=report.from_memory, from_packs=report.from_packs,
                             from_disk=report.from_disk, compiled=report.compiled, loaded=report.loaded,
                             wall_ms=report.wall_ms, compile_ms=report.compile_ms)
+
+    def tune(self, seconds: float, *, models: Optional[Iterable[ModelLike]] = None,
+             head_counts: Optional[Iterable[int]] = None, page_sizes: Optional[Iterable[int]] = None,
+             feature_sets: Optional[Sequence[FeaturesLike]] = None, topks: Optional[Iterable[int]] = None,
+             rows: Optional[Iterable[int]] = None, extra_topks: Optional[Iterable[int]] = None,
+             extra_page_size: int = 0) -> TuneReport:
+        """Measure on this context's GPU which kernel and split count serve each
+        bucket of the grid fastest, and store the winners in its writable cache,
+        where plans take them (mlajit_tune; docs/tuning.md). A list left None is
+        the production grid's; no candidate starts after `seconds`. Progress goes
+        to the "mlajit" logger at INFO. Minutes for the default grid; never under
+        CUDA graph capture."""
+        m, nm = _ints("models", None if models is None else [int(as_model(x)) for x in models])
+        h, nh = _ints("head_counts", head_counts)
+        p, np_ = _ints("page_sizes", page_sizes)
+        f, nf = _ints("feature_sets", None if feature_sets is None else [as_features(x) for x in feature_sets],
+                      ctypes.c_uint)
+        t, nt = _ints("topks", topks)
+        r, nr = _ints("rows", rows)
+        e, ne = _ints("extra_topks", extra_topks)
+        grid = _capi.TuneGrid(m, nm, h, nh, p, np_, f, nf, t, nt, r, nr, e, ne, extra_page_size)
+        report = _capi.TuneReport()
+        check(_lib.mlajit_tune(self.handle, ctypes.byref(grid), float(seconds), ctypes.byref(report)), "tune")
+        return TuneReport(buckets=report.buckets, buckets_done=report.buckets_done, stored=report.stored,
+                          timed=report.timed, dropped=report.dropped, pruned=report.pruned,
+                          failed_checks=report.failed_checks, deadline_hit=bool(report.deadline_hit),
+                          seconds=report.seconds)
 
     def plan(self, spec: _capi.KernelSpec, batch: int, s_q: int, topk: int, extra_topk: int = 0,
              num_splits: int = 0) -> Plan:

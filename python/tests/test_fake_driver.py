@@ -92,3 +92,22 @@ def test_no_devices_leaves_a_context_that_raises_no_device(fake, cache_dir):
             decode(plan, v32_args(plan))
     finally:
         fake.fake_cuda_set_devices(1, None)
+
+
+def test_tune_times_every_bucket_and_stores_what_passes_its_check(ctx, caplog):
+    # The fake driver runs no kernel, so no candidate passes the fp64 check: every
+    # bucket is tuned to the end and nothing is stored; progress reaches logging.
+    with caplog.at_level("INFO", logger="mlajit"):
+        report = ctx.tune(600, models=["v32"], head_counts=[16], page_sizes=[64], topks=[128, 256], rows=[1, 2])
+    assert report.buckets == 4 and report.buckets_done == 4 and not report.deadline_hit
+    assert report.stored == 0 and report.failed_checks > 0 and report.timed >= 4
+    assert any("tune: 4/4" in r.getMessage() for r in caplog.records)
+
+
+def test_tune_refuses_a_bad_grid_naming_the_list(ctx):
+    with pytest.raises(mlajit.InvalidArgumentError, match=r"grid.head_counts\[1\] = 0; allowed 1\.\.128"):
+        ctx.tune(10, head_counts=[16, 0])
+    with pytest.raises(mlajit.InvalidArgumentError, match="seconds = -1"):
+        ctx.tune(-1)
+    report = ctx.tune(0, models=["v32"], head_counts=[16], page_sizes=[64], topks=[128], rows=[1])
+    assert report.buckets == 1 and report.buckets_done == 0 and report.deadline_hit and report.stored == 0

@@ -41,10 +41,6 @@ static int parse_pow2_range(const char *name, const char *value, void *target)
     return 1;
 }
 
-/* The production grid's topk and row buckets (issue 47). */
-#define DEFAULT_TOPKS "128..2048"
-#define DEFAULT_ROWS "1..4096"
-
 static void print_summary(const mlajit_tune_summary *sum, FILE *to)
 {
     fprintf(to,
@@ -156,20 +152,16 @@ static int run_sweep(const char *path, int seconds, int repeats, int tune_first,
 
 int cli_tune_grid(mlajit_context *ctx, const mlajit_tune_envelope *grid, int seconds, int skip_check)
 {
-    cli_int_list topks = {.lo = 1, .hi = MLAJIT_MAX_TOPK}, rows = {.lo = 1, .hi = MLAJIT_MAX_ROWS};
-    parse_pow2_range("--topk", DEFAULT_TOPKS, &topks);
-    parse_pow2_range("--rows", DEFAULT_ROWS, &rows);
     mlajit_tune_envelope env = *grid;
-    env.topks = topks.values;
-    env.num_topks = topks.count;
-    env.rows = rows.values;
-    env.num_rows = rows.count;
+    env.num_topks = 0; /* the production grid's topk and row buckets */
+    env.num_rows = 0;
+    mlajit_tune_envelope_defaults(&env);
     mlajit_tune_options opts = {
         .seconds = seconds, .skip_check = skip_check, .progress = stderr,
         .commit = getenv("MLAJIT_COMMIT") ? getenv("MLAJIT_COMMIT") : "unknown",
     };
     mlajit_tune_summary sum;
-    int rc = mlajit_tune(ctx, &env, &opts, &sum);
+    int rc = mlajit_tune_run(ctx, &env, &opts, &sum);
     if (rc)
         return cli_error(rc, "pack build --tune");
     print_summary(&sum, stderr);
@@ -252,31 +244,13 @@ int cli_tune(int argc, char **argv)
     }
     if (sweep_path)
         return run_sweep(sweep_path, seconds, repeats, !no_tune_first, no_check, pool_mb, spread_mb, json_path);
-    /* the defaults: the issue's production grid */
-    static const mlajit_model default_models[] = {MLAJIT_MODEL_V32, MLAJIT_MODEL_DSV4};
-    static const int default_heads[] = {8, 16, 32, 64, 128}, default_pages[] = {64, 256};
-    if (!models.count) {
-        models.count = 2;
-        memcpy(models.models, default_models, sizeof default_models);
-    }
-    if (!heads.count) {
-        heads.count = 5;
-        memcpy(heads.values, default_heads, sizeof default_heads);
-    }
-    if (!pages.count) {
-        pages.count = 2;
-        memcpy(pages.values, default_pages, sizeof default_pages);
-    }
-    if (!topks.count)
-        parse_pow2_range("--topk", DEFAULT_TOPKS, &topks);
-    if (!rows.count)
-        parse_pow2_range("--rows", DEFAULT_ROWS, &rows);
     mlajit_tune_envelope env = {
         .models = models.models, .num_models = models.count, .heads = heads.values, .num_heads = heads.count,
         .pages = pages.values, .num_pages = pages.count, .feature_sets = features.count ? features.sets : NULL,
         .num_feature_sets = features.count, .topks = topks.values, .num_topks = topks.count, .rows = rows.values,
         .num_rows = rows.count, .extra_topks = extra.count ? extra.values : NULL, .num_extra_topks = extra.count,
     };
+    mlajit_tune_envelope_defaults(&env); /* the lists not given: the production grid's */
     mlajit_context *ctx = NULL;
     int rc;
     if (!dry_run) {
@@ -304,7 +278,7 @@ int cli_tune(int argc, char **argv)
         .commit = getenv("MLAJIT_COMMIT") ? getenv("MLAJIT_COMMIT") : "unknown",
     };
     mlajit_tune_summary sum;
-    rc = mlajit_tune(ctx, &env, &opts, &sum);
+    rc = mlajit_tune_run(ctx, &env, &opts, &sum);
     if (json)
         fclose(json);
     mlajit_context_destroy(ctx);

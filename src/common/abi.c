@@ -42,6 +42,10 @@ static const struct {
                                  END_OF(mlajit_plan_outline, tiles_per_split), sizeof(mlajit_plan_outline)},
     [MLAJIT_ABI_DECODE_ARGS] = {"mlajit_decode_args", "MLAJIT_DECODE_ARGS_INIT",
                                 END_OF(mlajit_decode_args, workspace_size), sizeof(mlajit_decode_args)},
+    [MLAJIT_ABI_TUNE_GRID] = {"mlajit_tune_grid", "MLAJIT_TUNE_GRID_INIT", END_OF(mlajit_tune_grid, extra_page_size),
+                              sizeof(mlajit_tune_grid)},
+    [MLAJIT_ABI_TUNE_REPORT] = {"mlajit_tune_report", "MLAJIT_TUNE_REPORT_INIT", END_OF(mlajit_tune_report, seconds),
+                                sizeof(mlajit_tune_report)},
 };
 
 size_t mlajit_abi_min_size(mlajit_abi_struct which) { return structs[which].min_size; }

@@ -20,6 +20,8 @@ typedef enum mlajit_abi_struct {
     MLAJIT_ABI_DECODE_SHAPE,
     MLAJIT_ABI_PLAN_OUTLINE,
     MLAJIT_ABI_DECODE_ARGS,
+    MLAJIT_ABI_TUNE_GRID,
+    MLAJIT_ABI_TUNE_REPORT,
     MLAJIT_ABI_STRUCTS
 } mlajit_abi_struct;
 

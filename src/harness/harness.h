@@ -196,6 +196,12 @@ typedef struct mlajit_tune_envelope {
     int extra_page_size;                                /* with an extra topk; 0: 64 */
 } mlajit_tune_envelope;
 
+/* The production grid of issue 47 for each list of env left empty (count 0):
+ * models V3.2 and DSV4, heads 8, 16, 32, 64, 128, pages 64 and 256, topk
+ * buckets 128..2048 and row buckets 1..4096 (powers of two); features and extra
+ * topks stay empty (none). The lists are static. */
+void mlajit_tune_envelope_defaults(mlajit_tune_envelope *env);
+
 /* One candidate of a bucket: a kernel (forced through the spec's variant, tile
  * and heads per CTA) and a split count (forced through the shape's num_splits;
  * 0: the planner's own), told apart from the others by its effective grid. */
@@ -243,7 +249,8 @@ typedef struct mlajit_tune_options {
                          * reached first, 5 at least); 0: 20 (BENCH.md) */
     int sm_count;       /* dry run: 0 = the device's, else MLAJIT_DEFAULT_SM_COUNT */
     FILE *list;         /* the dry run's listing; NULL: stdout */
-    FILE *progress;     /* progress lines; NULL: none */
+    FILE *progress;     /* progress lines; NULL: none, or the log's info level with log_progress */
+    int log_progress;   /* progress lines to the log (mlajit_info) when progress is NULL */
     FILE *json;         /* one JSON line per bucket stored; NULL: none */
     const char *commit; /* for the JSON lines; NULL: "unknown" */
 } mlajit_tune_options;
@@ -268,7 +275,7 @@ typedef struct mlajit_tune_summary {
  * win, and store each bucket's winner with mlajit_tactic_store. ctx may be NULL
  * for a dry run. MLAJIT_OK when it ran to the end or to the budget (summary
  * says which); an error stops it. */
-int mlajit_tune(mlajit_context *ctx, const mlajit_tune_envelope *env, const mlajit_tune_options *opts,
+int mlajit_tune_run(mlajit_context *ctx, const mlajit_tune_envelope *env, const mlajit_tune_options *opts,
                 mlajit_tune_summary *summary);
 
 /* ---- the sweep (tune.c): the tuner checked against every candidate ------------ */

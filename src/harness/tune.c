@@ -3,6 +3,7 @@
  * docs/BENCH.md's graph protocol on caches in HBM, check the winner against
  * the fp64 reference, and store it as a tactic record (cache/tactics.h). */
 #include <math.h>
+#include <stdarg.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -10,6 +11,7 @@
 
 #include "cache/tactics.h"
 #include "codegen/codegen.h"
+#include "common/abi.h"
 #include "common/alloc.h"
 #include "common/error.h"
 #include "harness/harness.h"
@@ -24,6 +26,26 @@
 #define MIN_CALLS 10       /* BENCH.md's graph of 10 calls, at least */
 #define MAX_CALLS 1024     /* small shapes: enough calls that a replay reads 2x the L2 */
 #define LADDER_TURN 1.03   /* a split count this much slower than the one before it ends its kernel's ladder */
+
+/* A progress line: to o->progress when set, else to the log's info level when
+ * o->log_progress (the public mlajit_tune), else nowhere. */
+static void say(const mlajit_tune_options *o, const char *fmt, ...) MLAJIT_PRINTF(2, 3);
+static void say(const mlajit_tune_options *o, const char *fmt, ...)
+{
+    if (!o->progress && !o->log_progress)
+        return;
+    char line[512];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(line, sizeof line, fmt, ap);
+    va_end(ap);
+    if (o->progress) {
+        fprintf(o->progress, "%s\n", line);
+        fflush(o->progress);
+    } else {
+        mlajit_info("%s", line);
+    }
+}
 
 /* ---- candidates ----------------------------------------------------------- */
 
@@ -194,6 +216,24 @@ static int expand_buckets(const mlajit_tune_envelope *env, const char *arch, tun
     return MLAJIT_OK;
 }
 
+void mlajit_tune_envelope_defaults(mlajit_tune_envelope *env)
+{
+    static const mlajit_model models[] = {MLAJIT_MODEL_V32, MLAJIT_MODEL_DSV4};
+    static const int heads[] = {8, 16, 32, 64, 128}, pages[] = {64, 256}, topks[] = {128, 256, 512, 1024, 2048};
+    static const int rows[] = {1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096};
+#define DEFAULT_LIST(list, count, values)                                                                              \
+    if (env->count <= 0) {                                                                                             \
+        env->list = values;                                                                                            \
+        env->count = (int)(sizeof values / sizeof values[0]);                                                          \
+    }
+    DEFAULT_LIST(models, num_models, models)
+    DEFAULT_LIST(heads, num_heads, heads)
+    DEFAULT_LIST(pages, num_pages, pages)
+    DEFAULT_LIST(topks, num_topks, topks)
+    DEFAULT_LIST(rows, num_rows, rows)
+#undef DEFAULT_LIST
+}
+
 static void bucket_name(const tune_bucket *b, char *buf, size_t len)
 {
     char spec[128] = "?";
@@ -309,7 +349,7 @@ static void pool_free(const mlajit_driver *drv, tune_pool *p)
 }
 
 static int pool_get(mlajit_context *ctx, const tune_bucket *b, int64_t pool_bytes, int64_t spread_bytes,
-                    tune_pool *p, FILE *progress)
+                    tune_pool *p, const mlajit_tune_options *o)
 {
     if (p->live && p->model == b->spec.model && p->page_size == b->spec.page_size &&
         p->extra_page_size == b->spec.extra_page_size)
@@ -331,8 +371,7 @@ static int pool_get(mlajit_context *ctx, const tune_bucket *b, int64_t pool_byte
     const double base_bytes = (double)seqs * POOL_SEQLEN * m->bytes_per_token;
     int replicas = (int)(spread_bytes / base_bytes);
     p->replicas = replicas < 1 ? 1 : replicas;
-    if (progress)
-        fprintf(progress, "tune: building a cache pool of %d x %d tokens (%.0f MB) for %s page %d, copied %d times\n",
+    say(o, "tune: building a cache pool of %d x %d tokens (%.0f MB) for %s page %d, copied %d times",
                 seqs, POOL_SEQLEN, base_bytes / 1e6, m->name, b->spec.page_size, p->replicas);
     int rc = mlajit_case_synthesize(&sp, &p->c);
     if (rc)
@@ -616,7 +655,7 @@ done:
  * CPU (NVRTC compiles in parallel: the candidate loop then finds each kernel in
  * memory instead of compiling them one by one, seconds each). */
 static int acquire_all(mlajit_context *ctx, const tune_bucket *buckets, int n_buckets, int sm_count,
-                       mlajit_tune_summary *sum, FILE *progress)
+                       mlajit_tune_summary *sum, const mlajit_tune_options *o)
 {
     mlajit_tune_candidate cands[MLAJIT_TUNE_MAX_CANDIDATES];
     mlajit_kernel_spec *specs = NULL;
@@ -651,12 +690,11 @@ static int acquire_all(mlajit_context *ctx, const tune_bucket *buckets, int n_bu
     }
     if (rc == MLAJIT_OK && n > 0) {
         mlajit_warmup_report rep = MLAJIT_WARMUP_REPORT_INIT;
-        if (progress)
-            fprintf(progress, "tune: acquiring the %d kernels the candidates run (compiled in parallel)\n", n);
+        say(o, "tune: acquiring the %d kernels the candidates run (compiled in parallel)", n);
         rc = mlajit_acquire_batch(ctx, specs, n, 0, NULL, NULL, NULL, &rep);
         sum->compiled = n;
-        if (progress && rc == MLAJIT_OK)
-            fprintf(progress, "tune: %d kernels in %.1f s: %d compiled, %d from the cache, %d from packs\n", n,
+        if (rc == MLAJIT_OK)
+            say(o, "tune: %d kernels in %.1f s: %d compiled, %d from the cache, %d from packs", n,
                     rep.wall_ms / 1e3, rep.compiled, rep.from_disk + rep.from_memory, rep.from_packs);
     }
     free(specs);
@@ -687,7 +725,7 @@ static int tune_buckets(mlajit_context *ctx, const tune_bucket *buckets, int n_b
     check_entry *checks = NULL;
     int n_checks = 0, cap_checks = 0;
     mlajit_tune_candidate cands[MLAJIT_TUNE_MAX_CANDIDATES];
-    if (!opts->dry_run && opts->seconds > 0 && (rc = acquire_all(ctx, buckets, n_buckets, sm_count, sum, opts->progress)))
+    if (!opts->dry_run && opts->seconds > 0 && (rc = acquire_all(ctx, buckets, n_buckets, sm_count, sum, opts)))
         return rc;
     const int pushed = drv ? mlajit_context_enter(ctx) : 0; /* the inputs' driver calls */
     /* the rules' candidate must time the rules, not a record tuned before */
@@ -715,7 +753,7 @@ static int tune_buckets(mlajit_context *ctx, const tune_bucket *buckets, int n_b
             sum->deadline_hit = 1;
             break;
         }
-        if ((rc = pool_get(ctx, b, pool_bytes, spread_bytes, &pool, opts->progress)) ||
+        if ((rc = pool_get(ctx, b, pool_bytes, spread_bytes, &pool, opts)) ||
             (rc = inputs_make(ctx, b, &pool, &in, 1000 + (uint64_t)bi)))
             break;
         double best = 0, runner_up = 0, rules_us = 0;
@@ -773,8 +811,7 @@ static int tune_buckets(mlajit_context *ctx, const tune_bucket *buckets, int n_b
                 snprintf(checks[n_checks - 1].kernel, sizeof checks[0].kernel, "%s", c->kernel);
                 if (!pass) {
                     sum->failed_checks++;
-                    if (opts->progress)
-                        fprintf(opts->progress, "tune: %s splits %d FAILED the reference check (%s): excluded\n",
+                    say(opts, "tune: %s splits %d FAILED the reference check (%s): excluded",
                                 c->kernel, c->grid_splits, why);
                 }
             }
@@ -811,16 +848,14 @@ static int tune_buckets(mlajit_context *ctx, const tune_bucket *buckets, int n_b
                 fflush(opts->json);
             }
         }
-        if (opts->progress) {
+        if (opts->progress || opts->log_progress) {
             double el = (mlajit_now_ms() - t0) / 1e3;
             char eta[32], cn[200] = "none passed its check";
             fmt_seconds(el / sum->buckets_done * (n_buckets - sum->buckets_done), eta, sizeof eta);
             if (winner >= 0)
                 candidate_name(&cands[winner], cn, sizeof cn);
-            fprintf(opts->progress, "tune: %d/%d %s: best %.2f us (%s) vs rules %.2f us (%.3fx); ETA %s\n",
-                    sum->buckets_done, n_buckets, bname, best, cn, rules_us, rules_us > 0 ? best / rules_us : 0.0,
-                    eta);
-            fflush(opts->progress);
+            say(opts, "tune: %d/%d %s: best %.2f us (%s) vs rules %.2f us (%.3fx); ETA %s", sum->buckets_done,
+                n_buckets, bname, best, cn, rules_us, rules_us > 0 ? best / rules_us : 0.0, eta);
         }
     }
     if (drv) {
@@ -833,7 +868,7 @@ static int tune_buckets(mlajit_context *ctx, const tune_bucket *buckets, int n_b
     return rc;
 }
 
-int mlajit_tune(mlajit_context *ctx, const mlajit_tune_envelope *env, const mlajit_tune_options *opts,
+int mlajit_tune_run(mlajit_context *ctx, const mlajit_tune_envelope *env, const mlajit_tune_options *opts,
                 mlajit_tune_summary *sum)
 {
     if (!env || !opts || !sum)
@@ -1091,7 +1126,7 @@ int mlajit_sweep(mlajit_context *ctx, const mlajit_sweep_shape *shapes, int n, c
             break;
         const tune_bucket b = {.spec = shapes[si].spec, .shape = shapes[si].shape};
         int n_c = 0;
-        if ((rc = pool_get(ctx, &b, pool_bytes, spread_bytes, &pool, o->tune.progress)) ||
+        if ((rc = pool_get(ctx, &b, pool_bytes, spread_bytes, &pool, &o->tune)) ||
             (rc = inputs_make(ctx, &b, &pool, &in, 5000 + (uint64_t)si)) ||
             (rc = mlajit_tune_candidates(&b.spec, &b.shape, ctx->sm_count > 0 ? ctx->sm_count : MLAJIT_DEFAULT_SM_COUNT,
                                          cands, MLAJIT_TUNE_MAX_CANDIDATES, &n_c)))
@@ -1120,8 +1155,8 @@ int mlajit_sweep(mlajit_context *ctx, const mlajit_sweep_shape *shapes, int n, c
                 break;
             if (pass)
                 best = order[k];
-            else if (o->tune.progress)
-                fprintf(o->tune.progress, "sweep: %s splits %d failed the reference check (%s)\n", cands[order[k]].kernel,
+            else
+                say(&o->tune, "sweep: %s splits %d failed the reference check (%s)", cands[order[k]].kernel,
                         cands[order[k]].grid_splits, why);
         }
         if (rc)
@@ -1177,9 +1212,8 @@ int mlajit_sweep(mlajit_context *ctx, const mlajit_sweep_shape *shapes, int n, c
         const char *source = outl[1].tactic == MLAJIT_TACTIC_TUNED         ? "tuned"
                              : outl[1].tactic == MLAJIT_TACTIC_TUNED_BELOW ? "tuned-below"
                                                                            : "rules";
-        if (o->tune.progress)
-            fprintf(o->tune.progress, "sweep: %d/%d %s: tuned %.2f us (%s %s) best %.2f rules %.2f: pick error %+.1f%%, "
-                    "spread %.1f%%\n", si + 1, n, line, med[1], source, outl[1].kernel, best_us, med[0],
+        say(&o->tune, "sweep: %d/%d %s: tuned %.2f us (%s %s) best %.2f rules %.2f: pick error %+.1f%%, "
+                    "spread %.1f%%", si + 1, n, line, med[1], source, outl[1].kernel, best_us, med[0],
                     pick_error * 100, spread * 100);
         if (o->tune.json) {
             fprintf(o->tune.json,
@@ -1204,5 +1238,91 @@ int mlajit_sweep(mlajit_context *ctx, const mlajit_sweep_shape *shapes, int n, c
     mlajit_context_set_tactics(ctx, tactics_were);
     mlajit_context_leave(ctx, pushed);
     sum->seconds = (mlajit_now_ms() - t0) / 1e3;
+    return rc;
+}
+
+/* ---- the public entry point ------------------------------------------------------ */
+
+/* A grid list: NULL / 0 for the default, else count values in [lo, hi]. */
+static int check_list(const char *name, const int *values, int count, int lo, int hi)
+{
+    if (count < 0 || (count > 0 && !values))
+        return mlajit_fail(MLAJIT_ERR_INVALID_ARGUMENT, "grid.%s: %d values at %p; allowed a list and its count, or "
+                           "NULL and 0 for the default", name, count, (const void *)values);
+    for (int i = 0; i < count; i++)
+        if (values[i] < lo || values[i] > hi)
+            return mlajit_fail(MLAJIT_ERR_INVALID_ARGUMENT, "grid.%s[%d] = %d; allowed %d..%d", name, i, values[i], lo,
+                               hi);
+    return MLAJIT_OK;
+}
+
+static int tune_public(mlajit_context *ctx, const mlajit_tune_grid *caller_grid, double seconds,
+                       mlajit_tune_summary *sum)
+{
+    if (!ctx)
+        return mlajit_fail(MLAJIT_ERR_INVALID_ARGUMENT, "ctx: NULL");
+    mlajit_tune_grid local;
+    const mlajit_tune_grid *g = caller_grid ? mlajit_abi_in(MLAJIT_ABI_TUNE_GRID, "grid", caller_grid, &local) : NULL;
+    if (caller_grid && !g)
+        return MLAJIT_ERR_INVALID_ARGUMENT;
+    static const mlajit_tune_grid defaults = MLAJIT_TUNE_GRID_INIT;
+    if (!g)
+        g = &defaults;
+    if (!(seconds >= 0 && seconds <= 1e9))
+        return mlajit_fail(MLAJIT_ERR_INVALID_ARGUMENT, "seconds = %g; allowed 0 (tune nothing) or more", seconds);
+    int rc;
+    if ((rc = check_list("head_counts", g->head_counts, g->num_head_counts, 1, MLAJIT_MAX_HEADS)) ||
+        (rc = check_list("page_sizes", g->page_sizes, g->num_page_sizes, 1, MLAJIT_MAX_PAGE_SIZE)) ||
+        (rc = check_list("topks", g->topks, g->num_topks, 1, MLAJIT_MAX_TOPK)) ||
+        (rc = check_list("rows", g->rows, g->num_rows, 1, MLAJIT_MAX_ROWS)) ||
+        (rc = check_list("extra_topks", g->extra_topks, g->num_extra_topks, 0, MLAJIT_MAX_TOPK)) ||
+        (rc = check_list("models", (const int *)g->models, g->num_models, 1, INT32_MAX)) ||
+        (rc = check_list("feature_sets", (const int *)g->feature_sets, g->num_feature_sets, 0, INT32_MAX)))
+        return rc;
+    for (int i = 0; i < g->num_models; i++)
+        if (!mlajit_model_describe(g->models[i]))
+            return mlajit_fail(MLAJIT_ERR_INVALID_ARGUMENT, "grid.models[%d] = %d; allowed the mlajit_model values",
+                               i, (int)g->models[i]);
+    if (g->extra_page_size < 0 || g->extra_page_size > MLAJIT_MAX_PAGE_SIZE)
+        return mlajit_fail(MLAJIT_ERR_INVALID_ARGUMENT, "grid.extra_page_size = %d; allowed 0 (64) or 1..%d",
+                           g->extra_page_size, MLAJIT_MAX_PAGE_SIZE);
+    if (!mlajit_context_driver(ctx))
+        return mlajit_fail(MLAJIT_ERR_NO_DEVICE, "mlajit_tune needs a GPU: %s", ctx->no_device_reason);
+    if (!ctx->store || !ctx->store_writable)
+        return mlajit_fail(MLAJIT_ERR_CACHE, "mlajit_tune stores tactics in the context's writable cache, and this "
+                           "context has none (its options' cache_dir, or MLAJIT_CACHE_DIR)");
+    mlajit_tune_envelope env = {
+        .models = g->models, .num_models = g->num_models, .heads = g->head_counts, .num_heads = g->num_head_counts,
+        .pages = g->page_sizes, .num_pages = g->num_page_sizes, .feature_sets = g->feature_sets,
+        .num_feature_sets = g->num_feature_sets, .topks = g->topks, .num_topks = g->num_topks, .rows = g->rows,
+        .num_rows = g->num_rows, .extra_topks = g->extra_topks, .num_extra_topks = g->num_extra_topks,
+        .extra_page_size = g->extra_page_size,
+    };
+    mlajit_tune_envelope_defaults(&env);
+    const mlajit_tune_options opts = {.seconds = seconds, .log_progress = 1};
+    return mlajit_tune_run(ctx, &env, &opts, sum);
+}
+
+int mlajit_tune(mlajit_context *ctx, const mlajit_tune_grid *grid, double seconds, mlajit_tune_report *caller_report)
+{
+    mlajit_clear_error();
+    if (caller_report && mlajit_abi_check(MLAJIT_ABI_TUNE_REPORT, "report", caller_report))
+        return MLAJIT_ERR_INVALID_ARGUMENT;
+    mlajit_tune_summary sum;
+    memset(&sum, 0, sizeof sum);
+    const int rc = tune_public(ctx, grid, seconds, &sum);
+    if (caller_report) {
+        mlajit_tune_report r = MLAJIT_TUNE_REPORT_INIT;
+        r.buckets = sum.buckets;
+        r.buckets_done = sum.buckets_done;
+        r.stored = sum.stored;
+        r.timed = sum.timed;
+        r.dropped = sum.dropped;
+        r.pruned = sum.pruned;
+        r.failed_checks = sum.failed_checks;
+        r.deadline_hit = sum.deadline_hit;
+        r.seconds = sum.seconds;
+        mlajit_abi_out(MLAJIT_ABI_TUNE_REPORT, caller_report, &r);
+    }
     return rc;
 }
