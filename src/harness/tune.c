@@ -600,6 +600,18 @@ static void fmt_seconds(double s, char *buf, size_t len)
         snprintf(buf, len, "%.0fs", s);
 }
 
+/* The replays of a full look at a plan whose calls take us_per_call each: a
+ * replay of many calls (1024 on a small shape) is already a mean over them, so
+ * replays past FULL_TIMED_MS of GPU time add nothing to the median but time;
+ * MIN_REPLAYS at least, cap (the options' replays) at most. */
+static int full_replays(double us_per_call, int calls, int cap)
+{
+    const double replay_ms = us_per_call * calls / 1e3;
+    int full = replay_ms > 0 ? (int)ceil(FULL_TIMED_MS / replay_ms) : cap;
+    full = full < MIN_REPLAYS ? MIN_REPLAYS : full;
+    return full > cap ? cap : full; /* the caller's cap wins */
+}
+
 /* One candidate's plan and time: MLAJIT_OK with *us. One capture serves both
  * looks: SHORT_REPLAYS first, and a candidate past DROP_RATIO x the best so far
  * stops there (*dropped, *us the short look's time); the rest get replays
@@ -638,13 +650,7 @@ static int time_candidate(mlajit_context *ctx, const tune_bucket *b, const mlaji
         *us = t;
         goto done;
     }
-    /* a replay of many calls (1024 on a small shape) is already a mean over them:
-     * replays past FULL_TIMED_MS of GPU time add nothing to the median but time */
-    const double replay_ms = t * in->calls / 1e3;
-    int full = replay_ms > 0 ? (int)ceil(FULL_TIMED_MS / replay_ms) : replays;
-    full = full < MIN_REPLAYS ? MIN_REPLAYS : full;
-    full = full > replays ? replays : full; /* the caller's cap wins */
-    rc = mlajit_graph_timer_time(timer, full, us);
+    rc = mlajit_graph_timer_time(timer, full_replays(t, in->calls, replays), us);
 done:
     mlajit_graph_timer_free(timer);
     mlajit_plan_destroy(plan);
@@ -1038,6 +1044,16 @@ static int cmp_double(const void *a, const void *b)
     return x < y ? -1 : x > y;
 }
 
+/* Whether a's cache pool sorts before b's (model, page size, extra page size). */
+static int pool_key_less(const mlajit_kernel_spec *a, const mlajit_kernel_spec *b)
+{
+    if (a->model != b->model)
+        return a->model < b->model;
+    if (a->page_size != b->page_size)
+        return a->page_size < b->page_size;
+    return a->extra_page_size < b->extra_page_size;
+}
+
 /* A plan of spec at shape (tactics on or off), its outline and a timer over in. */
 static int sweep_plan(mlajit_context *ctx, const mlajit_kernel_spec *spec, const mlajit_decode_shape *shape,
                       int tactics, tune_inputs *in, mlajit_plan **plan, mlajit_plan_outline *o,
@@ -1074,12 +1090,24 @@ int mlajit_sweep(mlajit_context *ctx, const mlajit_sweep_shape *shapes, int n, c
     if (!drv)
         return mlajit_fail(MLAJIT_ERR_NO_DEVICE, "the sweep needs a GPU");
     int rc = MLAJIT_OK;
-    /* 1. each shape's bucket tuned, as a deployment would tune them */
+    /* the shapes in pool order (model, page, extra page), so each pool is built once */
+    int *order_of = mlajit_malloc((size_t)n * sizeof *order_of);
     tune_bucket *buckets = calloc((size_t)n, sizeof *buckets);
-    if (!buckets)
+    if (!buckets || !order_of) {
+        free(buckets);
+        free(order_of);
         return mlajit_fail_oom("sweep: the buckets");
-    int n_buckets = 0;
+    }
     for (int i = 0; i < n; i++) {
+        int k = i;
+        for (; k > 0 && pool_key_less(&shapes[i].spec, &shapes[order_of[k - 1]].spec); k--)
+            order_of[k] = order_of[k - 1];
+        order_of[k] = i;
+    }
+    /* 1. each shape's bucket tuned, as a deployment would tune them */
+    int n_buckets = 0;
+    for (int oi = 0; oi < n; oi++) {
+        const int i = order_of[oi];
         mlajit_tactic_bucket edge;
         const mlajit_decode_shape *sh = &shapes[i].shape;
         if ((rc = mlajit_tactic_bucket_of((long long)sh->batch * sh->s_q, sh->topk, sh->extra_topk, &edge)))
@@ -1101,8 +1129,10 @@ int mlajit_sweep(mlajit_context *ctx, const mlajit_sweep_shape *shapes, int n, c
         rc = tune_buckets(ctx, buckets, n_buckets, &tune, &sum->tune, t0);
     }
     free(buckets);
-    if (rc)
+    if (rc) {
+        free(order_of);
         return rc;
+    }
 
     /* 2. per shape: every candidate, the rules' plan and the tuned plan, timed on
      * the tuner's inputs at the shape itself; then the three again, interleaved */
@@ -1121,9 +1151,10 @@ int mlajit_sweep(mlajit_context *ctx, const mlajit_sweep_shape *shapes, int n, c
     const int tactics_were = mlajit_context_tactics(ctx);
     mlajit_context_set_tactics(ctx, 0);
     sum->worst_pick_error = 0;
-    for (int si = 0; si < n && rc == MLAJIT_OK; si++) {
+    for (int oi = 0; oi < n && rc == MLAJIT_OK; oi++) {
         if (o->tune.seconds > 0 && mlajit_now_ms() - t0 >= o->tune.seconds * 1e3)
             break;
+        const int si = order_of[oi];
         const tune_bucket b = {.spec = shapes[si].spec, .shape = shapes[si].shape};
         int n_c = 0;
         if ((rc = pool_get(ctx, &b, pool_bytes, spread_bytes, &pool, &o->tune)) ||
@@ -1179,7 +1210,8 @@ int mlajit_sweep(mlajit_context *ctx, const mlajit_sweep_shape *shapes, int n, c
             for (int r = 0; r < nrep && rc == MLAJIT_OK; r++)
                 for (int k = 0; k < 3 && rc == MLAJIT_OK; k++) {
                     /* each timer's workspace pointers were baked in at capture */
-                    rc = mlajit_graph_timer_time(timers[(k + r) % 3], replays, &reps[(k + r) % 3][r]);
+                    rc = mlajit_graph_timer_time(timers[(k + r) % 3], full_replays(times[best], in.calls, replays),
+                                                 &reps[(k + r) % 3][r]);
                 }
         }
         for (int k = 0; k < 3; k++) {
@@ -1213,7 +1245,7 @@ int mlajit_sweep(mlajit_context *ctx, const mlajit_sweep_shape *shapes, int n, c
                              : outl[1].tactic == MLAJIT_TACTIC_TUNED_BELOW ? "tuned-below"
                                                                            : "rules";
         say(&o->tune, "sweep: %d/%d %s: tuned %.2f us (%s %s) best %.2f rules %.2f: pick error %+.1f%%, "
-                    "spread %.1f%%", si + 1, n, line, med[1], source, outl[1].kernel, best_us, med[0],
+                    "spread %.1f%%", oi + 1, n, line, med[1], source, outl[1].kernel, best_us, med[0],
                     pick_error * 100, spread * 100);
         if (o->tune.json) {
             fprintf(o->tune.json,
@@ -1237,6 +1269,7 @@ int mlajit_sweep(mlajit_context *ctx, const mlajit_sweep_shape *shapes, int n, c
     pool_free(drv, &pool);
     mlajit_context_set_tactics(ctx, tactics_were);
     mlajit_context_leave(ctx, pushed);
+    free(order_of);
     sum->seconds = (mlajit_now_ms() - t0) / 1e3;
     return rc;
 }
