@@ -1,7 +1,7 @@
 #!/bin/bash
 # Build, test and benchmark on the GPU host in one call (see shared/device/README.md).
 # Usage (from the project root, with .devdeps/.devtools/.golden carried):
-#   tools/device-run.sh [tests|demo|cases|bench|bench-quick|bench-sm90|compile-times|ncu|ncu-sm90|ncu-source|sol|sass|gather|floor|fuzz:S:SEED|fuzz-bg:S:SEED|suites:A,B|example|base|lookup|python|python-tests|python-install|python-bench|tune-grid|sweep|all]...
+#   tools/device-run.sh [tests|demo|cases|bench|bench-quick|bench-sm90|compile-times|ncu|ncu-sm90|ncu-source|sol|sass|gather|floor|fuzz:S:SEED|fuzz-bg:S:SEED|suites:A,B|example|base|lookup|python|python-tests|python-install|python-bench|tune-grid|sweep|cases-tuned|fuzz-tuned:S:SEED|all]...
 # Logs go to $OUT (or ./device-out) so they come back with the call. The device
 # tool returns at most 8 files, so at the end every log is packed into
 # $OUT/logs-N.tgz (N: the first free number, so a second run into the same $OUT
@@ -35,6 +35,11 @@ for step in "${@:-all}"; do
     cases|all)
       for d in .golden/*/; do ./build-gpu/mlajit run-case "$d" || rc=1; done >"$OUT/cases.log" 2>&1
       grep -E "^case|mlajit vs" "$OUT/cases.log" ;;&
+    cases-tuned)
+      # the golden cases on the cache tune-grid tuned (tactics on)
+      for d in .golden/*/; do MLAJIT_CACHE_DIR=/tmp/mlajit-tuned ./build-gpu/mlajit run-case "$d" || rc=1; done \
+        >"$OUT/cases-tuned.log" 2>&1
+      grep -E "^case|mlajit vs" "$OUT/cases-tuned.log" ;;
     bench|all)
       ./build-gpu/mlajit bench --json "$OUT/h200.jsonl" 2>&1 | tee "$OUT/bench.log" || rc=1 ;;
     suites:*)
@@ -49,11 +54,13 @@ for step in "${@:-all}"; do
       # examples/engine_decode.py's decode loop (against build-gpu's library)
       MLAJIT_LIBRARY=$PWD/build-gpu/libmlajit.so PYTHONPATH=$PWD/python timeout 240 python3 examples/engine_decode.py \
         --steps 10 2>&1 | tee "$OUT/engine-decode.log" || rc=1 ;;
-    fuzz-bg:*)
+    fuzz-bg:*|fuzz-tuned:*)
       # fuzz-bg:SECONDS:SEED: the fuzzer beside the steps after it (its own cache),
-      # waited for before the logs are packed
+      # waited for before the logs are packed; fuzz-tuned: the same on the cache
+      # tune-grid tuned (issue 47's stability run with tactics on)
       IFS=: read -r _ secs seed <<<"$step"
-      (MLAJIT_CACHE_DIR=/tmp/mlajit-fuzz-cache ./build-gpu/mlajit fuzz --seconds "$secs" --seed "$seed" \
+      fuzz_cache=/tmp/mlajit-fuzz-cache; [ "${step%%:*}" = fuzz-tuned ] && fuzz_cache=/tmp/mlajit-tuned
+      (MLAJIT_CACHE_DIR=$fuzz_cache ./build-gpu/mlajit fuzz --seconds "$secs" --seed "$seed" \
          --out "$OUT/fuzz-failures" >"$OUT/fuzz-$seed.log" 2>&1; echo "fuzz rc=$?" >>"$OUT/fuzz-$seed.log") &
       background+=($!) ;;
     base)
