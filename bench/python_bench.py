@@ -5,7 +5,8 @@ torch.ops.mlajit.sparse_mla_decode) and per BENCH.md V3.2 row at the head counts
 asked (default 16 and 128; at 128 also the s_q 2 rows):
   gpu_us    CUDA-graph replay: 10 back-to-back calls captured, 20 replays, the
             median / 10 (the figure the goals use), against `mlajit bench`'s
-            gpu_us for the same row, run first in the same call (goal: within 3%);
+            gpu_us for the same row, run first in the same call (goal: within 3%),
+            and against a second `mlajit bench` run after the Python rows;
   eager_us  CUDA events around each call, median of 100 after 20 warm-up calls;
             both interleaved: each round times one replay (one call) of every
             entry, in a rotating order, so the GPU's clocks drifting over a row
@@ -201,6 +202,10 @@ def summary(results):
         print(f"{name:>9}: gpu / mlajit bench over {len(ratios)} rows: median {statistics.median(ratios):.3f}, "
               f"worst {worst:.3f} (goal within 3%); host overhead median {statistics.median(hosts):.2f} us, "
               f"max {max(hosts):.2f} us (goal <= 10 us)")
+        after = [r["ratio_to_c_after"] for r in rs if r.get("ratio_to_c_after")]
+        if after:
+            worst = max(after, key=lambda x: abs(x - 1))
+            print(f"{name:>9}: gpu / mlajit bench run after: median {statistics.median(after):.3f}, worst {worst:.3f}")
 
 
 WARMUP_SNIPPET = """
@@ -258,6 +263,16 @@ def main():
     json_out = open(args.json, "w") if args.json else None
     c_rows = c_bench(args.cli, heads, args.quick)
     results = bench_rows(heads, args.quick, c_rows, json_out)
+    # `mlajit bench` again after the Python rows: a gap that the second run closes
+    # is the GPU's state over the run, not the entry points'
+    c_after = c_bench(args.cli, heads, args.quick)
+    for r in results:
+        after = c_after.get((r["h_q"], r["b"], r["s_q"], r["topk"]))
+        r["ratio_to_c_after"] = round(r["gpu_us"] / after, 4) if after else None
+    if json_out:
+        json_out.write(json.dumps({"mlajit_bench_after": [{"h_q": h, "b": b, "s_q": s_q, "topk": topk, "gpu_us": us}
+                                                          for (h, b, s_q, topk), us in sorted(c_after.items())]})
+                       + "\n")
     summary(results)
     if not args.no_warmup_times:
         warmup_times(args.cli, json_out)
