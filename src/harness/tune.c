@@ -337,6 +337,16 @@ static int view_replicate(const mlajit_driver *drv, const mlajit_cache_view *fro
     return rc;
 }
 
+/* The pool's bytes (the options', else 4x the L2, at least 64 MiB) and the
+ * device memory it is copied over (the options', else 4 GiB). */
+static void pool_sizes(const mlajit_context *ctx, const mlajit_tune_options *o, int64_t *pool_bytes,
+                       int64_t *spread_bytes)
+{
+    const int64_t l2 = ctx && ctx->l2_bytes > 0 ? ctx->l2_bytes : 50LL << 20;
+    *pool_bytes = o->pool_bytes > 0 ? o->pool_bytes : 4 * l2 > (64LL << 20) ? 4 * l2 : 64LL << 20;
+    *spread_bytes = o->spread_bytes > 0 ? o->spread_bytes : 4LL << 30;
+}
+
 static void pool_free(const mlajit_driver *drv, tune_pool *p)
 {
     devbuf_free(drv, &p->kv.buf);
@@ -721,11 +731,8 @@ static int tune_buckets(mlajit_context *ctx, const tune_bucket *buckets, int n_b
     sum->buckets = n_buckets;
     FILE *list = opts->list ? opts->list : stdout;
     const int replays = opts->replays > 0 ? opts->replays : 20;
-    const int64_t l2 = ctx && ctx->l2_bytes > 0 ? ctx->l2_bytes : 50LL << 20;
-    int64_t pool_bytes = opts->pool_bytes > 0 ? opts->pool_bytes : 4 * l2;
-    if (!opts->pool_bytes && pool_bytes < (64LL << 20))
-        pool_bytes = 64LL << 20;
-    const int64_t spread_bytes = opts->spread_bytes > 0 ? opts->spread_bytes : 4LL << 30;
+    int64_t pool_bytes, spread_bytes;
+    pool_sizes(ctx, opts, &pool_bytes, &spread_bytes);
     tune_pool pool = {0};
     tune_inputs in = {0};
     check_entry *checks = NULL;
@@ -1138,11 +1145,8 @@ int mlajit_sweep(mlajit_context *ctx, const mlajit_sweep_shape *shapes, int n, c
      * the tuner's inputs at the shape itself; then the three again, interleaved */
     const int repeats = o->repeats > 0 ? o->repeats : 3;
     const int replays = o->tune.replays > 0 ? o->tune.replays : 20;
-    const int64_t l2 = ctx->l2_bytes > 0 ? ctx->l2_bytes : 50LL << 20;
-    int64_t pool_bytes = o->tune.pool_bytes > 0 ? o->tune.pool_bytes : 4 * l2;
-    if (!o->tune.pool_bytes && pool_bytes < (64LL << 20))
-        pool_bytes = 64LL << 20;
-    const int64_t spread_bytes = o->tune.spread_bytes > 0 ? o->tune.spread_bytes : 4LL << 30;
+    int64_t pool_bytes, spread_bytes;
+    pool_sizes(ctx, &o->tune, &pool_bytes, &spread_bytes);
     tune_pool pool = {0};
     tune_inputs in = {0};
     devbuf ws[3] = {{0}};
@@ -1152,7 +1156,7 @@ int mlajit_sweep(mlajit_context *ctx, const mlajit_sweep_shape *shapes, int n, c
     mlajit_context_set_tactics(ctx, 0);
     sum->worst_pick_error = 0;
     for (int oi = 0; oi < n && rc == MLAJIT_OK; oi++) {
-        if (o->tune.seconds > 0 && mlajit_now_ms() - t0 >= o->tune.seconds * 1e3)
+        if (mlajit_now_ms() - t0 >= o->tune.seconds * 1e3) /* the budget covers the tuning step too */
             break;
         const int si = order_of[oi];
         const tune_bucket b = {.spec = shapes[si].spec, .shape = shapes[si].shape};
