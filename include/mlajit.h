@@ -644,8 +644,8 @@ typedef struct mlajit_tune_report {
  * log's info level (mlajit_set_log_handler). report (may be NULL) gets the
  * counts, also on failure. Needs a device (MLAJIT_ERR_NO_DEVICE) and a writable
  * cache (MLAJIT_ERR_CACHE); never call it under stream capture. Plans made on
- * ctx by other threads while it runs take the rules (it turns ctx's tactics off
- * to time them, and back on after). Takes minutes for the default grid. */
+ * ctx by other threads meanwhile take tactics as before (the tuner plans its
+ * rules' candidates without them). Takes minutes for the default grid. */
 MLAJIT_API int mlajit_tune(mlajit_context *ctx, const mlajit_tune_grid *grid, double seconds,
                            mlajit_tune_report *report);
 

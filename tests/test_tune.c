@@ -200,8 +200,8 @@ Test(tune, unchecked_winners_are_stored_one_per_bucket_and_found)
 }
 
 /* A second run over a cache that holds the first one's records still times the
- * rules as its rules' candidate (the tuner turns the context's tactics off, and
- * back on after). */
+ * rules as its rules' candidate (the tuner plans its candidates without tactics,
+ * and leaves the context's setting as it was). */
 Test(tune, a_second_run_times_the_rules_not_the_first_runs_records)
 {
     mlajit_context *ctx = gpu_context();

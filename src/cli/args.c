@@ -20,6 +20,22 @@ int cli_error(int status, const char *what)
     return CLI_FAIL;
 }
 
+int cli_gpu_context(const char *what, const char *hint, mlajit_context **ctx, mlajit_context_info *info)
+{
+    *ctx = NULL;
+    int rc = mlajit_context_create(NULL, ctx);
+    if (rc)
+        return cli_error(rc, what);
+    *info = (mlajit_context_info)MLAJIT_CONTEXT_INFO_INIT;
+    mlajit_context_get_info(*ctx, info);
+    if (info->has_device)
+        return CLI_OK;
+    fprintf(stderr, "mlajit: %s needs a GPU%s: %s\n", what, hint ? hint : "", info->no_device_reason);
+    mlajit_context_destroy(*ctx);
+    *ctx = NULL;
+    return CLI_FAIL;
+}
+
 int cli_invalid(int status, const char *what)
 {
     fprintf(stderr, "mlajit: %s: %s (%s)\n", what, mlajit_last_error(), mlajit_status_string(status));
@@ -364,16 +380,16 @@ int cli_each_item(const char *name, const char *value, char sep, int (*item)(con
 
 int cli_add_feature(const char *name, const char *text, void *target)
 {
-    unsigned *features = target;
-    if (strcmp(text, "none") == 0) return 1;
-    else if (strcmp(text, "sink") == 0) *features |= MLAJIT_FEATURE_SINK;
-    else if (strcmp(text, "topk-length") == 0) *features |= MLAJIT_FEATURE_TOPK_LENGTH;
-    else if (strcmp(text, "extra-topk-length") == 0) *features |= MLAJIT_FEATURE_EXTRA_TOPK_LENGTH;
-    else {
+    unsigned *features = target, bit;
+    if (strcmp(text, "none") == 0)
+        return 1;
+    if (mlajit_feature_from_name(text, &bit) != MLAJIT_OK) {
+        mlajit_clear_error();
         fprintf(stderr, "mlajit: %s: '%s' is unknown; allowed none, sink, topk-length, extra-topk-length\n", name,
                 text);
         return 0;
     }
+    *features |= bit;
     return 1;
 }
 

@@ -142,12 +142,6 @@ typedef struct bench_variant {
     mlajit_variant variant;
 } bench_variant;
 
-/* How a row's plan was chosen, for the JSON lines. */
-static const char *tactic_name(int tactic)
-{
-    return tactic == MLAJIT_TACTIC_TUNED ? "tuned" : tactic == MLAJIT_TACTIC_TUNED_BELOW ? "tuned-below" : "rules";
-}
-
 static int run_config(mlajit_context *ctx, const bench_config *cfg, const bench_variant *variant, bench_result *out)
 {
     const mlajit_model_desc *m = mlajit_model_describe(cfg->model);
@@ -280,16 +274,10 @@ int cli_bench(int argc, char **argv)
     if (print_shapes)
         return print_bench_shapes(quick);
     mlajit_context *ctx;
-    int rc = mlajit_context_create(NULL, &ctx);
-    if (rc)
-        return cli_error(rc, "bench");
-    mlajit_context_info info = MLAJIT_CONTEXT_INFO_INIT;
-    mlajit_context_get_info(ctx, &info);
-    if (!info.has_device) {
-        fprintf(stderr, "mlajit: bench needs a GPU: %s\n", info.no_device_reason);
-        mlajit_context_destroy(ctx);
-        return CLI_FAIL;
-    }
+    mlajit_context_info info;
+    int rc = cli_gpu_context("bench", NULL, &ctx, &info);
+    if (rc != CLI_OK)
+        return rc;
     FILE *json = NULL;
     if (json_path && !(json = fopen(json_path, "w"))) {
         fprintf(stderr, "mlajit: bench: cannot write %s\n", json_path);
@@ -357,7 +345,8 @@ int cli_bench(int argc, char **argv)
                     "\"splits\": %d, \"kernel\": \"%s\", \"tactic\": \"%s\", \"flashmla_us\": %.1f, "
                     "\"ratio\": %.3f, \"check\": \"%s\", \"commit\": \"%s\", \"date\": \"%s\"}\n",
                     name, cf->h_q, cf->b, cf->s_q, cf->seqlen, cf->topk, cf->extra_topk, r.gpu_us, r.eager_us,
-                    r.host_us, r.tflops, r.gbps, r.splits, r.kernel.spec, tactic_name(r.tactic), cf->flashmla_us,
+                    r.host_us, r.tflops, r.gbps, r.splits, r.kernel.spec, mlajit_tactic_source_name(r.tactic),
+                    cf->flashmla_us,
                     cf->flashmla_us > 0 ? r.gpu_us / cf->flashmla_us : 0.0, r.pass ? "pass" : "fail", commit, date);
             fflush(json);
         }

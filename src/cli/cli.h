@@ -29,6 +29,11 @@ int cli_tune_grid(mlajit_context *ctx, const struct mlajit_tune_envelope *grid, 
 /* Print "mlajit: <what>: <last error> (<status>)" and return CLI_FAIL: the
  * command ran and failed. */
 int cli_error(int status, const char *what);
+
+/* A default context on the machine's GPU for command `what` into *ctx, with its
+ * info: CLI_OK; else CLI_FAIL after "mlajit: <what> needs a GPU<hint>: <why>"
+ * (or the create error), *ctx NULL. hint may be NULL. */
+int cli_gpu_context(const char *what, const char *hint, mlajit_context **ctx, mlajit_context_info *info);
 /* The same message for an argument the library refused before any work (a spec
  * outside the envelope given to compile): CLI_USAGE. */
 int cli_invalid(int status, const char *what);

@@ -105,19 +105,16 @@ static int read_shapes(const char *path, const char *arch, mlajit_sweep_shape **
 static int run_sweep(const char *path, int seconds, int repeats, int tune_first, int no_check, int pool_mb,
                      int spread_mb, const char *json_path)
 {
-    mlajit_context *ctx = NULL;
-    int rc = mlajit_context_create(NULL, &ctx);
-    if (rc)
-        return cli_error(rc, "tune --sweep");
-    mlajit_context_info info = MLAJIT_CONTEXT_INFO_INIT;
-    mlajit_context_get_info(ctx, &info);
+    mlajit_context *ctx;
+    mlajit_context_info info;
+    int status = cli_gpu_context("tune --sweep", NULL, &ctx, &info);
+    if (status != CLI_OK)
+        return status;
+    status = CLI_FAIL;
     mlajit_sweep_shape *shapes = NULL;
     int n = 0;
     FILE *json = NULL;
-    int status = CLI_FAIL;
-    if (!info.has_device)
-        fprintf(stderr, "mlajit: tune --sweep needs a GPU: %s\n", info.no_device_reason);
-    else if (!read_shapes(path, info.device_arch, &shapes, &n))
+    if (!read_shapes(path, info.device_arch, &shapes, &n))
         ;
     else if (json_path && !(json = fopen(json_path, "w")))
         fprintf(stderr, "mlajit: tune: cannot write %s\n", json_path);
@@ -130,7 +127,7 @@ static int run_sweep(const char *path, int seconds, int repeats, int tune_first,
             .repeats = repeats,
         };
         mlajit_sweep_summary sum;
-        rc = mlajit_sweep(ctx, shapes, n, &o, &sum);
+        const int rc = mlajit_sweep(ctx, shapes, n, &o, &sum);
         if (rc) {
             status = cli_error(rc, "tune --sweep");
         } else {
@@ -254,16 +251,9 @@ int cli_tune(int argc, char **argv)
     mlajit_context *ctx = NULL;
     int rc;
     if (!dry_run) {
-        if ((rc = mlajit_context_create(NULL, &ctx)))
-            return cli_error(rc, "tune");
-        mlajit_context_info info = MLAJIT_CONTEXT_INFO_INIT;
-        mlajit_context_get_info(ctx, &info);
-        if (!info.has_device) {
-            fprintf(stderr, "mlajit: tune needs a GPU (--dry-run lists the candidates without one): %s\n",
-                    info.no_device_reason);
-            mlajit_context_destroy(ctx);
-            return CLI_FAIL;
-        }
+        mlajit_context_info info;
+        if ((rc = cli_gpu_context("tune", " (--dry-run lists the candidates without one)", &ctx, &info)) != CLI_OK)
+            return rc;
     }
     FILE *json = NULL;
     if (json_path && !(json = fopen(json_path, "w"))) {

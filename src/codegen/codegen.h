@@ -11,6 +11,13 @@
 #define MLAJIT_ENTRY_MAIN "mlajit_decode_main"
 #define MLAJIT_ENTRY_COMBINE "mlajit_decode_combine"
 
+/* The optional inputs' names, as the CLI and the sweep's shape lines write them:
+ * sink, topk-length, extra-topk-length. mlajit_feature_name: the i-th name and
+ * its MLAJIT_FEATURE_* bit (may be NULL), NULL past the last; from_name: the bit
+ * of a name, else MLAJIT_ERR_INVALID_ARGUMENT listing the names. */
+const char *mlajit_feature_name(int i, unsigned *bit);
+int mlajit_feature_from_name(const char *name, unsigned *bit);
+
 /* mlajit_spec_parse without the envelope check: the string's fields only (the
  * short forms too: v32.h16.p64 leaves tile, heads per CTA, variant and arch to
  * their defaults). MLAJIT_ERR_INVALID_ARGUMENT naming the form when malformed. */

@@ -1,6 +1,8 @@
 /* The model descriptor table: the one place a model type's numbers live. */
+#include <string.h>
 #include <strings.h>
 
+#include "codegen/codegen.h"
 #include "common/error.h"
 #include "mlajit.h"
 
@@ -67,6 +69,35 @@ int mlajit_model_from_name(const char *name, mlajit_model *out)
         }
     }
     return mlajit_fail(MLAJIT_ERR_INVALID_ARGUMENT, "model '%s' is unknown; allowed: v32, dsv4, glm_nsa, glm53_nope, dots3_swa", name);
+}
+
+static const struct {
+    const char *name;
+    unsigned bit;
+} feature_table[] = {
+    {"sink", MLAJIT_FEATURE_SINK},
+    {"topk-length", MLAJIT_FEATURE_TOPK_LENGTH},
+    {"extra-topk-length", MLAJIT_FEATURE_EXTRA_TOPK_LENGTH},
+};
+
+const char *mlajit_feature_name(int i, unsigned *bit)
+{
+    if (i < 0 || (size_t)i >= sizeof feature_table / sizeof feature_table[0])
+        return NULL;
+    if (bit)
+        *bit = feature_table[i].bit;
+    return feature_table[i].name;
+}
+
+int mlajit_feature_from_name(const char *name, unsigned *bit)
+{
+    for (size_t i = 0; name && i < sizeof feature_table / sizeof feature_table[0]; i++)
+        if (strcmp(feature_table[i].name, name) == 0) {
+            *bit = feature_table[i].bit;
+            return MLAJIT_OK;
+        }
+    return mlajit_fail(MLAJIT_ERR_INVALID_ARGUMENT, "feature '%s' is unknown; allowed sink, topk-length, "
+                       "extra-topk-length", name ? name : "(null)");
 }
 
 int64_t mlajit_min_page_stride(mlajit_model model, int page_size)

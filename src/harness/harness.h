@@ -278,6 +278,10 @@ typedef struct mlajit_tune_summary {
 int mlajit_tune_run(mlajit_context *ctx, const mlajit_tune_envelope *env, const mlajit_tune_options *opts,
                 mlajit_tune_summary *summary);
 
+/* How a plan chose (outline.tactic), as bench's and the sweep's JSON lines say
+ * it: "rules", "tuned" or "tuned-below". */
+const char *mlajit_tactic_source_name(int tactic);
+
 /* ---- the sweep (tune.c): the tuner checked against every candidate ------------ */
 
 /* One shape of the sweep: the spec as asked (auto, arch set) and the call. */

@@ -169,9 +169,10 @@ static int expand_buckets(const mlajit_tune_envelope *env, const char *arch, tun
     const int *extras = env->num_extra_topks ? env->extra_topks : &no_extra;
     const int n_e = env->num_extra_topks ? env->num_extra_topks : 1;
     if (env->num_models < 1 || env->num_heads < 1 || env->num_pages < 1 || env->num_topks < 1 || env->num_rows < 1)
-        return mlajit_fail(MLAJIT_ERR_INVALID_ARGUMENT, "tune: the envelope needs models, heads, pages, topks and rows");
+        return mlajit_fail(MLAJIT_ERR_INVALID_ARGUMENT,
+                           "tune: the envelope needs models, heads, pages, topks and rows");
     size_t cap = (size_t)env->num_models * env->num_pages * n_e * n_f * env->num_heads * env->num_topks * env->num_rows;
-    tune_bucket *b = calloc(cap ? cap : 1, sizeof *b);
+    tune_bucket *b = mlajit_calloc(cap ? cap : 1, sizeof *b);
     if (!b)
         return mlajit_fail_oom("tune: the buckets");
     int n = 0;
@@ -186,7 +187,8 @@ static int expand_buckets(const mlajit_tune_envelope *env, const char *arch, tun
                                 x.spec.model = env->models[m];
                                 x.spec.h_q = env->heads[h];
                                 x.spec.page_size = env->pages[p];
-                                x.spec.extra_page_size = extras[e] > 0 ? (env->extra_page_size ? env->extra_page_size : 64) : 0;
+                                x.spec.extra_page_size =
+                                    extras[e] > 0 ? (env->extra_page_size ? env->extra_page_size : 64) : 0;
                                 x.spec.features = fsets[f];
                                 snprintf(x.spec.arch, sizeof x.spec.arch, "%s", arch);
                                 /* timed at the lower edge of the tactic records' own bucket */
@@ -460,13 +462,14 @@ static int inputs_make(mlajit_context *ctx, const tune_bucket *b, tune_pool *poo
     in->calls = calls;
     in->n_args = calls;
     free(in->args);
-    in->args = calloc((size_t)calls, sizeof *in->args);
+    in->args = mlajit_calloc((size_t)calls, sizeof *in->args);
     size_t n_idx = (size_t)calls * rows * topk, n_eidx = (size_t)calls * rows * etopk;
-    int32_t *idx = malloc(n_idx * 4 + 16), *eidx = malloc(n_eidx * 4 + 16);
-    int32_t *swaps = malloc((size_t)(topk > etopk ? topk : etopk) * 4 + 16), *lens = malloc((size_t)rows * 4 + 16);
+    int32_t *idx = mlajit_malloc(n_idx * 4 + 16), *eidx = mlajit_malloc(n_eidx * 4 + 16);
+    int32_t *swaps = mlajit_malloc((size_t)(topk > etopk ? topk : etopk) * 4 + 16);
+    int32_t *lens = mlajit_malloc((size_t)rows * 4 + 16);
     size_t n_q = (size_t)rows * h * m->d_qk;
-    uint16_t *q = malloc(n_q * 2 + 16);
-    float *sink = malloc((size_t)h * 4 + 16);
+    uint16_t *q = mlajit_malloc(n_q * 2 + 16);
+    float *sink = mlajit_malloc((size_t)h * 4 + 16);
     int rc = (in->args && idx && eidx && swaps && lens && q && sink) ? MLAJIT_OK : mlajit_fail_oom("tune: the inputs");
     if (rc == MLAJIT_OK) {
         mlajit_rng r;
@@ -569,11 +572,11 @@ static int check_candidate(mlajit_context *ctx, const tune_bucket *b, const mlaj
     mlajit_device_case dc = {0};
     size_t rows = (size_t)c.b * c.s_q, n_lse = rows * c.h_q;
     int d_v = mlajit_model_describe(c.model)->d_v;
-    float *out = malloc(n_lse * d_v * sizeof *out + 16), *lse = malloc(n_lse * sizeof *lse + 16);
+    float *out = mlajit_malloc(n_lse * d_v * sizeof *out + 16), *lse = mlajit_malloc(n_lse * sizeof *lse + 16);
     float *ref_out = NULL, *ref_lse = NULL;
     if (!out || !lse)
         rc = mlajit_fail_oom("tune: the check");
-    if (!rc && !(rc = mlajit_plan_create(ctx, &spec, &shape, &plan)) &&
+    if (!rc && !(rc = mlajit_plan_create_tactics(ctx, &spec, &shape, 0, &plan)) &&
         !(rc = mlajit_device_case_upload(ctx, &c, NULL, &dc))) {
         size_t ws = mlajit_plan_workspace_size(plan);
         if (ws && !(rc = mlajit_device_case_alloc(&dc, ws, &dc.args.workspace)))
@@ -634,7 +637,7 @@ static int time_candidate(mlajit_context *ctx, const tune_bucket *b, const mlaji
     shape.num_splits = cand->num_splits;
     mlajit_plan *plan = NULL;
     mlajit_graph_timer *timer = NULL;
-    int rc = mlajit_plan_create(ctx, &cand->spec, &shape, &plan);
+    int rc = mlajit_plan_create_tactics(ctx, &cand->spec, &shape, 0, &plan); /* the rules: not a record tuned before */
     *us = 0;
     *dropped = 0;
     if (rc)
@@ -741,10 +744,6 @@ static int tune_buckets(mlajit_context *ctx, const tune_bucket *buckets, int n_b
     if (!opts->dry_run && opts->seconds > 0 && (rc = acquire_all(ctx, buckets, n_buckets, sm_count, sum, opts)))
         return rc;
     const int pushed = drv ? mlajit_context_enter(ctx) : 0; /* the inputs' driver calls */
-    /* the rules' candidate must time the rules, not a record tuned before */
-    const int tactics_were = drv ? mlajit_context_tactics(ctx) : 0;
-    if (drv)
-        mlajit_context_set_tactics(ctx, 0);
     for (int bi = 0; bi < n_buckets && rc == MLAJIT_OK; bi++) {
         const tune_bucket *b = &buckets[bi];
         char bname[200];
@@ -813,7 +812,7 @@ static int tune_buckets(mlajit_context *ctx, const tune_bucket *buckets, int n_b
                     break;
                 if (n_checks == cap_checks) {
                     cap_checks = cap_checks ? cap_checks * 2 : 32;
-                    check_entry *g = realloc(checks, (size_t)cap_checks * sizeof *g);
+                    check_entry *g = mlajit_realloc(checks, (size_t)cap_checks * sizeof *g);
                     if (!g) {
                         rc = mlajit_fail_oom("tune: the checks");
                         break;
@@ -874,7 +873,6 @@ static int tune_buckets(mlajit_context *ctx, const tune_bucket *buckets, int n_b
     if (drv) {
         inputs_free(drv, &in);
         pool_free(drv, &pool);
-        mlajit_context_set_tactics(ctx, tactics_were);
         mlajit_context_leave(ctx, pushed);
     }
     free(checks);
@@ -904,12 +902,7 @@ int mlajit_tune_run(mlajit_context *ctx, const mlajit_tune_envelope *env, const 
 
 /* ---- the sweep: the tuner checked against every candidate --------------------- */
 
-static const struct { const char *name; unsigned bit; } feature_names[] = {
-    {"sink", MLAJIT_FEATURE_SINK},
-    {"topk-length", MLAJIT_FEATURE_TOPK_LENGTH},
-    {"extra-topk-length", MLAJIT_FEATURE_EXTRA_TOPK_LENGTH},
-};
-
+/* "none", or feature names joined by '+' (mlajit_feature_from_name). */
 static int parse_features(const char *text, unsigned *out)
 {
     *out = 0;
@@ -918,14 +911,12 @@ static int parse_features(const char *text, unsigned *out)
     char buf[96];
     snprintf(buf, sizeof buf, "%s", text);
     for (char *save = NULL, *t = strtok_r(buf, "+", &save); t; t = strtok_r(NULL, "+", &save)) {
-        size_t i = 0;
-        while (i < sizeof feature_names / sizeof feature_names[0] && strcmp(feature_names[i].name, t) != 0)
-            i++;
-        if (i == sizeof feature_names / sizeof feature_names[0])
+        unsigned bit;
+        if (mlajit_feature_from_name(t, &bit) != MLAJIT_OK)
             return mlajit_fail(MLAJIT_ERR_INVALID_ARGUMENT,
                                "features = '%s': '%s' is unknown; allowed none, or sink, topk-length and "
                                "extra-topk-length joined by '+'", text, t);
-        *out |= feature_names[i].bit;
+        *out |= bit;
     }
     return MLAJIT_OK;
 }
@@ -990,12 +981,14 @@ int mlajit_sweep_shape_parse(const char *line, const char *arch, mlajit_sweep_sh
 int mlajit_sweep_shape_format(const mlajit_sweep_shape *s, char *buf, size_t len)
 {
     char feats[96] = "";
-    for (size_t i = 0; i < sizeof feature_names / sizeof feature_names[0]; i++)
-        if (s->spec.features & feature_names[i].bit)
+    unsigned bit;
+    for (int i = 0; mlajit_feature_name(i, &bit); i++)
+        if (s->spec.features & bit)
             snprintf(feats + strlen(feats), sizeof feats - strlen(feats), "%s%s", feats[0] ? "+" : "",
-                     feature_names[i].name);
-    int n = snprintf(buf, len, "model=%s h_q=%d page=%d b=%d s_q=%d topk=%d", mlajit_model_describe(s->spec.model)->name,
-                     s->spec.h_q, s->spec.page_size, s->shape.batch, s->shape.s_q, s->shape.topk);
+                     mlajit_feature_name(i, NULL));
+    int n = snprintf(buf, len, "model=%s h_q=%d page=%d b=%d s_q=%d topk=%d",
+                     mlajit_model_describe(s->spec.model)->name, s->spec.h_q, s->spec.page_size, s->shape.batch,
+                     s->shape.s_q, s->shape.topk);
     if (n >= 0 && (size_t)n < len && s->shape.extra_topk)
         n += snprintf(buf + n, len - (size_t)n, " extra_topk=%d extra_page=%d", s->shape.extra_topk,
                       s->spec.extra_page_size);
@@ -1051,6 +1044,11 @@ static int cmp_double(const void *a, const void *b)
     return x < y ? -1 : x > y;
 }
 
+const char *mlajit_tactic_source_name(int tactic)
+{
+    return tactic == MLAJIT_TACTIC_TUNED ? "tuned" : tactic == MLAJIT_TACTIC_TUNED_BELOW ? "tuned-below" : "rules";
+}
+
 /* Whether a's cache pool sorts before b's (model, page size, extra page size). */
 static int pool_key_less(const mlajit_kernel_spec *a, const mlajit_kernel_spec *b)
 {
@@ -1067,9 +1065,7 @@ static int sweep_plan(mlajit_context *ctx, const mlajit_kernel_spec *spec, const
                       mlajit_graph_timer **timer, devbuf *ws)
 {
     const mlajit_driver *drv = mlajit_context_driver(ctx);
-    mlajit_context_set_tactics(ctx, tactics);
-    int rc = mlajit_plan_create(ctx, spec, shape, plan);
-    mlajit_context_set_tactics(ctx, 0);
+    int rc = mlajit_plan_create_tactics(ctx, spec, shape, tactics, plan);
     if (rc)
         return rc;
     *o = (mlajit_plan_outline)MLAJIT_PLAN_OUTLINE_INIT;
@@ -1083,6 +1079,75 @@ static int sweep_plan(mlajit_context *ctx, const mlajit_kernel_spec *spec, const
         in->args[i].workspace_size = need;
     }
     return mlajit_graph_timer_create(ctx, *plan, in->args, in->n_args, in->calls, NULL, timer);
+}
+
+/* Every candidate of bucket b timed in full (no early drop, no ladder); the
+ * fastest that passes the reference check is *best, with its time. */
+static int sweep_best(mlajit_context *ctx, const tune_bucket *b, const mlajit_tune_candidate *cands, int n_c,
+                      tune_inputs *in, int replays, const mlajit_tune_options *o, int *best, double *best_time)
+{
+    double times[MLAJIT_TUNE_MAX_CANDIDATES];
+    int order[MLAJIT_TUNE_MAX_CANDIDATES], rc = MLAJIT_OK;
+    *best = -1;
+    for (int ci = 0; ci < n_c && rc == MLAJIT_OK; ci++) {
+        int dropped;
+        rc = time_candidate(ctx, b, &cands[ci], in, 0, replays, &times[ci], &dropped);
+        int k = ci; /* order: the candidates by time */
+        for (; k > 0 && times[ci] < times[order[k - 1]]; k--)
+            order[k] = order[k - 1];
+        order[k] = ci;
+    }
+    for (int k = 0; k < n_c && *best < 0 && rc == MLAJIT_OK; k++) {
+        int pass = 1;
+        char why[200] = "";
+        if (!o->skip_check && (rc = check_candidate(ctx, b, &cands[order[k]], &pass, why, sizeof why)))
+            break;
+        if (pass) {
+            *best = order[k];
+            *best_time = times[order[k]];
+        } else {
+            say(o, "sweep: %s splits %d failed the reference check (%s)", cands[order[k]].kernel,
+                cands[order[k]].grid_splits, why);
+        }
+    }
+    if (rc == MLAJIT_OK && *best < 0)
+        rc = mlajit_fail(MLAJIT_ERR_INTERNAL, "sweep: no candidate passed the reference check");
+    return rc;
+}
+
+/* The rules' plan (tactics off), the tuned plan (tactics on) and the best
+ * candidate's, each captured once and timed `repeats` times in turn (`replays`
+ * replays a time): outl, the medians med (in that order) and the largest
+ * max / min - 1 of the three, *spread. ws: a workspace per plan (each graph's
+ * pointers are fixed at its capture). */
+static int sweep_repeats(mlajit_context *ctx, const tune_bucket *b, const mlajit_tune_candidate *best,
+                         tune_inputs *in, devbuf ws[3], int replays, int repeats, mlajit_plan_outline outl[3],
+                         double med[3], double *spread)
+{
+    mlajit_plan *plans[3] = {NULL, NULL, NULL};
+    mlajit_graph_timer *timers[3] = {NULL, NULL, NULL};
+    mlajit_decode_shape best_shape = b->shape;
+    best_shape.num_splits = best->num_splits;
+    double reps[3][16];
+    int rc;
+    if (!(rc = sweep_plan(ctx, &b->spec, &b->shape, 0, in, &plans[0], &outl[0], &timers[0], &ws[0])) &&
+        !(rc = sweep_plan(ctx, &b->spec, &b->shape, 1, in, &plans[1], &outl[1], &timers[1], &ws[1])) &&
+        !(rc = sweep_plan(ctx, &best->spec, &best_shape, 0, in, &plans[2], &outl[2], &timers[2], &ws[2])))
+        for (int r = 0; r < repeats && rc == MLAJIT_OK; r++)
+            for (int k = 0; k < 3 && rc == MLAJIT_OK; k++)
+                rc = mlajit_graph_timer_time(timers[(k + r) % 3], replays, &reps[(k + r) % 3][r]);
+    for (int k = 0; k < 3; k++) {
+        mlajit_graph_timer_free(timers[k]);
+        mlajit_plan_destroy(plans[k]);
+    }
+    *spread = 0;
+    for (int k = 0; k < 3 && rc == MLAJIT_OK; k++) {
+        qsort(reps[k], (size_t)repeats, sizeof reps[k][0], cmp_double);
+        med[k] = repeats % 2 ? reps[k][repeats / 2] : 0.5 * (reps[k][repeats / 2 - 1] + reps[k][repeats / 2]);
+        const double s = reps[k][repeats - 1] / reps[k][0] - 1;
+        *spread = s > *spread ? s : *spread;
+    }
+    return rc;
 }
 
 int mlajit_sweep(mlajit_context *ctx, const mlajit_sweep_shape *shapes, int n, const mlajit_sweep_options *o,
@@ -1099,7 +1164,7 @@ int mlajit_sweep(mlajit_context *ctx, const mlajit_sweep_shape *shapes, int n, c
     int rc = MLAJIT_OK;
     /* the shapes in pool order (model, page, extra page), so each pool is built once */
     int *order_of = mlajit_malloc((size_t)n * sizeof *order_of);
-    tune_bucket *buckets = calloc((size_t)n, sizeof *buckets);
+    tune_bucket *buckets = mlajit_calloc((size_t)n, sizeof *buckets);
     if (!buckets || !order_of) {
         free(buckets);
         free(order_of);
@@ -1126,7 +1191,8 @@ int mlajit_sweep(mlajit_context *ctx, const mlajit_sweep_shape *shapes, int n, c
         x.shape.extra_topk = edge.extra_topk;
         int dup = 0;
         for (int k = 0; k < n_buckets && !dup; k++)
-            dup = !memcmp(&buckets[k].spec, &x.spec, sizeof x.spec) && !memcmp(&buckets[k].shape, &x.shape, sizeof x.shape);
+            dup = !memcmp(&buckets[k].spec, &x.spec, sizeof x.spec) &&
+                  !memcmp(&buckets[k].shape, &x.shape, sizeof x.shape);
         if (!dup)
             buckets[n_buckets++] = x;
     }
@@ -1152,8 +1218,6 @@ int mlajit_sweep(mlajit_context *ctx, const mlajit_sweep_shape *shapes, int n, c
     devbuf ws[3] = {{0}};
     mlajit_tune_candidate cands[MLAJIT_TUNE_MAX_CANDIDATES];
     const int pushed = mlajit_context_enter(ctx);
-    const int tactics_were = mlajit_context_tactics(ctx);
-    mlajit_context_set_tactics(ctx, 0);
     sum->worst_pick_error = 0;
     for (int oi = 0; oi < n && rc == MLAJIT_OK; oi++) {
         if (mlajit_now_ms() - t0 >= o->tune.seconds * 1e3) /* the budget covers the tuning step too */
@@ -1166,73 +1230,13 @@ int mlajit_sweep(mlajit_context *ctx, const mlajit_sweep_shape *shapes, int n, c
             (rc = mlajit_tune_candidates(&b.spec, &b.shape, ctx->sm_count > 0 ? ctx->sm_count : MLAJIT_DEFAULT_SM_COUNT,
                                          cands, MLAJIT_TUNE_MAX_CANDIDATES, &n_c)))
             break;
-        /* every candidate in full (no early drop, no ladder) */
-        double times[MLAJIT_TUNE_MAX_CANDIDATES];
-        int order[MLAJIT_TUNE_MAX_CANDIDATES];
-        for (int ci = 0; ci < n_c && rc == MLAJIT_OK; ci++) {
-            int dropped;
-            order[ci] = ci;
-            rc = time_candidate(ctx, &b, &cands[ci], &in, 0, replays, &times[ci], &dropped);
-        }
-        if (rc)
-            break;
-        for (int x = 1; x < n_c; x++) /* by time: the fastest that passes its check is the best */
-            for (int y = x; y > 0 && times[order[y]] < times[order[y - 1]]; y--) {
-                int t = order[y];
-                order[y] = order[y - 1];
-                order[y - 1] = t;
-            }
-        int best = -1;
-        for (int k = 0; k < n_c && best < 0 && rc == MLAJIT_OK; k++) {
-            int pass = 1;
-            char why[200] = "";
-            if (!o->tune.skip_check && (rc = check_candidate(ctx, &b, &cands[order[k]], &pass, why, sizeof why)))
-                break;
-            if (pass)
-                best = order[k];
-            else
-                say(&o->tune, "sweep: %s splits %d failed the reference check (%s)", cands[order[k]].kernel,
-                        cands[order[k]].grid_splits, why);
-        }
-        if (rc)
-            break;
-        if (best < 0) {
-            rc = mlajit_fail(MLAJIT_ERR_INTERNAL, "sweep: shape %d: no candidate passed the reference check", si);
-            break;
-        }
-        /* rules (tactics off), tuned (tactics on), best: `repeats` interleaved rounds */
-        mlajit_plan *plans[3] = {NULL, NULL, NULL};
-        mlajit_graph_timer *timers[3] = {NULL, NULL, NULL};
+        int best;
+        double best_time = 0, med[3], spread;
         mlajit_plan_outline outl[3];
-        mlajit_decode_shape best_shape = b.shape;
-        best_shape.num_splits = cands[best].num_splits;
-        double reps[3][16];
-        const int nrep = repeats > 16 ? 16 : repeats;
-        if (!(rc = sweep_plan(ctx, &b.spec, &b.shape, 0, &in, &plans[0], &outl[0], &timers[0], &ws[0])) &&
-            !(rc = sweep_plan(ctx, &b.spec, &b.shape, 1, &in, &plans[1], &outl[1], &timers[1], &ws[1])) &&
-            !(rc = sweep_plan(ctx, &cands[best].spec, &best_shape, 0, &in, &plans[2], &outl[2], &timers[2], &ws[2]))) {
-            for (int r = 0; r < nrep && rc == MLAJIT_OK; r++)
-                for (int k = 0; k < 3 && rc == MLAJIT_OK; k++) {
-                    /* each timer's workspace pointers were baked in at capture */
-                    rc = mlajit_graph_timer_time(timers[(k + r) % 3], full_replays(times[best], in.calls, replays),
-                                                 &reps[(k + r) % 3][r]);
-                }
-        }
-        for (int k = 0; k < 3; k++) {
-            mlajit_graph_timer_free(timers[k]);
-            mlajit_plan_destroy(plans[k]);
-        }
-        if (rc)
+        if ((rc = sweep_best(ctx, &b, cands, n_c, &in, replays, &o->tune, &best, &best_time)) ||
+            (rc = sweep_repeats(ctx, &b, &cands[best], &in, ws, full_replays(best_time, in.calls, replays),
+                                repeats > 16 ? 16 : repeats, outl, med, &spread)))
             break;
-        double med[3], spread = 0;
-        for (int k = 0; k < 3; k++) {
-            double v[16];
-            memcpy(v, reps[k], sizeof v[0] * (size_t)nrep);
-            qsort(v, (size_t)nrep, sizeof v[0], cmp_double);
-            med[k] = nrep % 2 ? v[nrep / 2] : 0.5 * (v[nrep / 2 - 1] + v[nrep / 2]);
-            double s = v[nrep - 1] / v[0] - 1;
-            spread = s > spread ? s : spread;
-        }
         /* the best of the sweep is the fastest of everything timed: a tuned or
          * rules plan that beats the candidate on the repeats counts as the best */
         double best_us = med[2] < med[0] ? med[2] : med[0];
@@ -1245,12 +1249,10 @@ int mlajit_sweep(mlajit_context *ctx, const mlajit_sweep_shape *shapes, int n, c
             sum->worst_pick_error = pick_error;
         char line[256];
         mlajit_sweep_shape_format(&shapes[si], line, sizeof line);
-        const char *source = outl[1].tactic == MLAJIT_TACTIC_TUNED         ? "tuned"
-                             : outl[1].tactic == MLAJIT_TACTIC_TUNED_BELOW ? "tuned-below"
-                                                                           : "rules";
+        const char *source = mlajit_tactic_source_name(outl[1].tactic);
         say(&o->tune, "sweep: %d/%d %s: tuned %.2f us (%s %s) best %.2f rules %.2f: pick error %+.1f%%, "
-                    "spread %.1f%%", oi + 1, n, line, med[1], source, outl[1].kernel, best_us, med[0],
-                    pick_error * 100, spread * 100);
+            "spread %.1f%%", oi + 1, n, line, med[1], source, outl[1].kernel, best_us, med[0], pick_error * 100,
+            spread * 100);
         if (o->tune.json) {
             fprintf(o->tune.json,
                     "{\"model\": \"%s\", \"h_q\": %d, \"b\": %d, \"s_q\": %d, \"topk\": %d, \"extra_topk\": %d, "
@@ -1258,12 +1260,13 @@ int mlajit_sweep(mlajit_context *ctx, const mlajit_sweep_shape *shapes, int n, c
                     "\"tactic\": {\"source\": \"%s\", \"kernel\": \"%s\", \"splits\": %d}, "
                     "\"tuned_us\": %.3f, \"best_us\": %.3f, \"rules_us\": %.3f, "
                     "\"best\": {\"kernel\": \"%s\", \"splits\": %d}, \"rules\": {\"kernel\": \"%s\", \"splits\": %d}, "
-                    "\"pick_error\": %.4f, \"spread\": %.4f, \"candidates\": %d, \"repeats\": %d, \"commit\": \"%s\"}\n",
+                    "\"pick_error\": %.4f, \"spread\": %.4f, \"candidates\": %d, \"repeats\": %d, "
+                    "\"commit\": \"%s\"}\n",
                     mlajit_model_describe(b.spec.model)->name, b.spec.h_q, b.shape.batch, b.shape.s_q, b.shape.topk,
                     b.shape.extra_topk, b.spec.page_size, b.spec.extra_page_size, b.spec.features, source,
                     outl[1].kernel, outl[1].num_splits, med[1], best_us, med[0], cands[best].kernel,
-                    outl[2].num_splits, outl[0].kernel, outl[0].num_splits, pick_error, spread, n_c, nrep,
-                    o->tune.commit ? o->tune.commit : "unknown");
+                    outl[2].num_splits, outl[0].kernel, outl[0].num_splits, pick_error, spread, n_c,
+                    repeats > 16 ? 16 : repeats, o->tune.commit ? o->tune.commit : "unknown");
             fflush(o->tune.json);
         }
     }
@@ -1271,7 +1274,6 @@ int mlajit_sweep(mlajit_context *ctx, const mlajit_sweep_shape *shapes, int n, c
         devbuf_free(drv, &ws[k]);
     inputs_free(drv, &in);
     pool_free(drv, &pool);
-    mlajit_context_set_tactics(ctx, tactics_were);
     mlajit_context_leave(ctx, pushed);
     free(order_of);
     sum->seconds = (mlajit_now_ms() - t0) / 1e3;
@@ -1280,17 +1282,24 @@ int mlajit_sweep(mlajit_context *ctx, const mlajit_sweep_shape *shapes, int n, c
 
 /* ---- the public entry point ------------------------------------------------------ */
 
-/* A grid list: NULL / 0 for the default, else count values in [lo, hi]. */
-static int check_list(const char *name, const int *values, int count, int lo, int hi)
+/* A grid list is NULL and 0 (the default) or a list and its count. */
+static int check_list(const char *name, const void *values, int count)
 {
     if (count < 0 || (count > 0 && !values))
         return mlajit_fail(MLAJIT_ERR_INVALID_ARGUMENT, "grid.%s: %d values at %p; allowed a list and its count, or "
-                           "NULL and 0 for the default", name, count, (const void *)values);
-    for (int i = 0; i < count; i++)
-        if (values[i] < lo || values[i] > hi)
-            return mlajit_fail(MLAJIT_ERR_INVALID_ARGUMENT, "grid.%s[%d] = %d; allowed %d..%d", name, i, values[i], lo,
-                               hi);
+                           "NULL and 0 for the default", name, count, values);
     return MLAJIT_OK;
+}
+
+/* ... of ints in [lo, hi]. */
+static int check_ints(const char *name, const int *values, int count, int lo, int hi)
+{
+    int rc = check_list(name, values, count);
+    for (int i = 0; rc == MLAJIT_OK && i < count; i++)
+        if (values[i] < lo || values[i] > hi)
+            rc = mlajit_fail(MLAJIT_ERR_INVALID_ARGUMENT, "grid.%s[%d] = %d; allowed %d..%d", name, i, values[i], lo,
+                             hi);
+    return rc;
 }
 
 static int tune_public(mlajit_context *ctx, const mlajit_tune_grid *caller_grid, double seconds,
@@ -1308,18 +1317,22 @@ static int tune_public(mlajit_context *ctx, const mlajit_tune_grid *caller_grid,
     if (!(seconds >= 0 && seconds <= 1e9))
         return mlajit_fail(MLAJIT_ERR_INVALID_ARGUMENT, "seconds = %g; allowed 0 (tune nothing) or more", seconds);
     int rc;
-    if ((rc = check_list("head_counts", g->head_counts, g->num_head_counts, 1, MLAJIT_MAX_HEADS)) ||
-        (rc = check_list("page_sizes", g->page_sizes, g->num_page_sizes, 1, MLAJIT_MAX_PAGE_SIZE)) ||
-        (rc = check_list("topks", g->topks, g->num_topks, 1, MLAJIT_MAX_TOPK)) ||
-        (rc = check_list("rows", g->rows, g->num_rows, 1, MLAJIT_MAX_ROWS)) ||
-        (rc = check_list("extra_topks", g->extra_topks, g->num_extra_topks, 0, MLAJIT_MAX_TOPK)) ||
-        (rc = check_list("models", (const int *)g->models, g->num_models, 1, INT32_MAX)) ||
-        (rc = check_list("feature_sets", (const int *)g->feature_sets, g->num_feature_sets, 0, INT32_MAX)))
+    if ((rc = check_ints("head_counts", g->head_counts, g->num_head_counts, 1, MLAJIT_MAX_HEADS)) ||
+        (rc = check_ints("page_sizes", g->page_sizes, g->num_page_sizes, 1, MLAJIT_MAX_PAGE_SIZE)) ||
+        (rc = check_ints("topks", g->topks, g->num_topks, 1, MLAJIT_MAX_TOPK)) ||
+        (rc = check_ints("rows", g->rows, g->num_rows, 1, MLAJIT_MAX_ROWS)) ||
+        (rc = check_ints("extra_topks", g->extra_topks, g->num_extra_topks, 0, MLAJIT_MAX_TOPK)) ||
+        (rc = check_list("models", g->models, g->num_models)) ||
+        (rc = check_list("feature_sets", g->feature_sets, g->num_feature_sets)))
         return rc;
     for (int i = 0; i < g->num_models; i++)
         if (!mlajit_model_describe(g->models[i]))
             return mlajit_fail(MLAJIT_ERR_INVALID_ARGUMENT, "grid.models[%d] = %d; allowed the mlajit_model values",
                                i, (int)g->models[i]);
+    for (int i = 0; i < g->num_feature_sets; i++)
+        if (g->feature_sets[i] & ~MLAJIT_FEATURE_ALL)
+            return mlajit_fail(MLAJIT_ERR_INVALID_ARGUMENT, "grid.feature_sets[%d] = %#x; allowed MLAJIT_FEATURE_* "
+                               "bits (%#x)", i, g->feature_sets[i], MLAJIT_FEATURE_ALL);
     if (g->extra_page_size < 0 || g->extra_page_size > MLAJIT_MAX_PAGE_SIZE)
         return mlajit_fail(MLAJIT_ERR_INVALID_ARGUMENT, "grid.extra_page_size = %d; allowed 0 (64) or 1..%d",
                            g->extra_page_size, MLAJIT_MAX_PAGE_SIZE);

@@ -295,15 +295,15 @@ static int tactic_fits(const mlajit_kernel_spec *asked, const mlajit_decode_shap
 }
 
 /* The tactic a plan of spec at shape takes, checked (tactic_fits): 1 with *t,
- * else 0 for the rules - no device, tactics off, splits fixed by the caller,
- * no tactic, or one that does not fit (one warning per context). *m (may be
- * NULL) gets the look-up's answer. Compiles nothing. */
+ * else 0 for the rules - no device, tactics not asked for (use_tactics 0),
+ * splits fixed by the caller, no tactic, or one that does not fit (one warning
+ * per context). *m (may be NULL) gets the look-up's answer. Compiles nothing. */
 static int tactic_for(mlajit_context *ctx, const mlajit_kernel_spec *spec, const mlajit_decode_shape *shape,
-                      plan_tactic *t, mlajit_tactic_match *m_out)
+                      int use_tactics, plan_tactic *t, mlajit_tactic_match *m_out)
 {
     mlajit_tactic_match local, *m = m_out ? m_out : &local;
     memset(m, 0, sizeof *m);
-    if (!ctx->drv || shape->num_splits != 0 || !mlajit_context_tactics(ctx))
+    if (!ctx->drv || shape->num_splits != 0 || !use_tactics)
         return 0;
     if (mlajit_tactic_lookup_memo(ctx, spec, shape, m) != MLAJIT_OK || !m->found) {
         mlajit_clear_error();
@@ -379,7 +379,7 @@ static int describe(mlajit_context *ctx, const mlajit_kernel_spec *spec, const m
     mlajit_decode_shape planned = *shape;
     plan_tactic t;
     int tactic = MLAJIT_TACTIC_RULES;
-    if (ctx && tactic_for(ctx, spec, shape, &t, m)) {
+    if (ctx && tactic_for(ctx, spec, shape, mlajit_context_tactics(ctx), &t, m)) {
         chosen = t.kernel;
         planned.num_splits = t.num_splits;
         tactic = t.tactic;
@@ -440,6 +440,12 @@ int mlajit_plan_get_outline(const mlajit_plan *plan, mlajit_plan_outline *out)
 int mlajit_plan_create(mlajit_context *ctx, const mlajit_kernel_spec *spec, const mlajit_decode_shape *shape,
                        mlajit_plan **out)
 {
+    return mlajit_plan_create_tactics(ctx, spec, shape, mlajit_context_tactics(ctx), out);
+}
+
+int mlajit_plan_create_tactics(mlajit_context *ctx, const mlajit_kernel_spec *spec, const mlajit_decode_shape *shape,
+                               int use_tactics, mlajit_plan **out)
+{
     mlajit_clear_error();
     if (!out)
         return mlajit_fail(MLAJIT_ERR_INVALID_ARGUMENT, "out: NULL; pass the address of a mlajit_plan *");
@@ -469,7 +475,7 @@ int mlajit_plan_create(mlajit_context *ctx, const mlajit_kernel_spec *spec, cons
     int tactic = MLAJIT_TACTIC_RULES;
     plan_tactic t;
     mlajit_tactic_match m;
-    if (tactic_for(ctx, spec, shape, &t, &m)) {
+    if (tactic_for(ctx, spec, shape, use_tactics, &t, &m)) {
         if (mlajit_kernel_acquire(ctx, &t.kernel, ctx->drv != NULL, &k, &report) == MLAJIT_OK) {
             planned.num_splits = t.num_splits;
             tactic = t.tactic;

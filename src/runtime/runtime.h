@@ -264,11 +264,16 @@ int mlajit_tactic_store(mlajit_context *ctx, const mlajit_kernel_spec *spec, con
                         const mlajit_tactic_choice *choice);
 
 /* Whether plans of this context take tactics (on: 1, the default unless
- * MLAJIT_TACTICS=0 was set when it was created). The tuner turns them off to
- * time the rules, and so do benchmarks of the rules; a plan keeps the choice
- * it was made with. Thread-safe. */
+ * MLAJIT_TACTICS=0 was set when it was created). Benchmarks of the rules turn
+ * them off; a plan keeps the choice it was made with. Thread-safe. */
 void mlajit_context_set_tactics(mlajit_context *ctx, int on);
 int mlajit_context_tactics(const mlajit_context *ctx);
+
+/* mlajit_plan_create taking tactics or not as asked (use_tactics 1 or 0)
+ * instead of as the context says: the tuner times the rules with 0 while plans
+ * made by other threads keep the context's setting. */
+int mlajit_plan_create_tactics(mlajit_context *ctx, const mlajit_kernel_spec *spec, const mlajit_decode_shape *shape,
+                               int use_tactics, mlajit_plan **out);
 
 /* mlajit_plan_describe in a context: the context's SM count and arch, and its
  * tactics (outline.tactic says whether one serves), without compiling; what
