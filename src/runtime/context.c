@@ -600,7 +600,6 @@ static int memo_insert(mlajit_context *ctx, const spec_bytes *b, uint64_t hash, 
             if (ctx->memo_slots[i].kernel)
                 memo_place(slots, cap, &ctx->memo_slots[i]);
         free(ctx->memo_slots);
-    mlajit_tactic_memo_free(ctx);
         ctx->memo_slots = slots;
         ctx->memo_cap = cap;
     }
