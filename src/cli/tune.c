@@ -49,6 +49,10 @@ static void print_summary(const mlajit_tune_summary *sum, FILE *to)
             sum->buckets_done, sum->buckets, sum->seconds,
             sum->deadline_hit ? " (the budget ran out; the rest keep the rules)" : "", sum->stored, sum->timed,
             sum->dropped, sum->pruned, sum->failed_checks);
+    if (sum->seconds > 0 && sum->timed > 0)
+        fprintf(to, "  time: kernels %.1f s, cache pools %.1f s, inputs %.1f s, plans and captures %.1f s, "
+                "timed replays %.1f s, reference checks %.1f s\n", sum->s_acquire, sum->s_pools, sum->s_inputs,
+                sum->s_captures, sum->s_replays, sum->s_checks);
 }
 
 /* The shapes of a --sweep file: one a line, blank lines and '#' comments skipped;
@@ -183,7 +187,7 @@ int cli_tune(int argc, char **argv)
         "  --dry-run      list the buckets and their candidates; needs no GPU\n"
         "  --json FILE    one JSON line per stored bucket, with the commit (MLAJIT_COMMIT)\n"
         "  --sm-count N   the dry run's SM count (default: the GPU's, else 132)\n"
-        "  --pool-mb N    the timing cache pool in MB (default 4x the L2)\n"
+        "  --pool-mb N    the timing cache pool in MB before its copies (default 24)\n"
         "  --spread-mb N  the pool copied over N MB, so rows read sequences of their own (default 4096)\n"
         "  --no-check     testing only: store winners without the reference check\n"
         "usage: mlajit tune --sweep FILE [--repeats N] [--no-tune-first] [--seconds N] [--json FILE]\n"

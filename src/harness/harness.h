@@ -242,7 +242,7 @@ typedef struct mlajit_tune_options {
     double seconds;     /* the budget: no candidate starts after it (0: none does) */
     int dry_run;        /* list buckets and candidates on `list`; no device needed */
     int skip_check;     /* testing only: take winners without the reference check */
-    int64_t pool_bytes; /* the timing cache pool; 0: 4x the L2 (at least 64 MiB) */
+    int64_t pool_bytes; /* the timing cache pool before its copies; 0: 24 MiB */
     int64_t spread_bytes; /* the pool copied over this much device memory, for rows
                            * to read their own sequences; 0: 4 GiB (at least one copy) */
     int replays;        /* the most timed replays per candidate (fewer where 40 ms of GPU time is
@@ -260,17 +260,23 @@ typedef struct mlajit_tune_summary {
     int buckets_done;    /* tuned to the end (stored or every candidate failed) */
     int stored;          /* tactic records written */
     int candidates;      /* over every bucket (the dry run's count) */
-    int timed, dropped;  /* candidates timed; dropped early (> 1.3x the best so far) */
+    int timed, dropped;  /* candidates timed; dropped early (> 1.2x the best so far) */
     int pruned;          /* split counts past their kernel's turn (slower than the count before), not timed */
     int compiled;        /* kernels acquired up front in parallel (compiled, or loaded from the cache) */
     int failed_checks;   /* (kernel, splits) pairs that failed the reference check */
     int deadline_hit;    /* 1: the budget ran out before the last bucket */
-    double seconds;      /* wall time */
+    double seconds;      /* wall time, and where it went (seconds): */
+    double s_acquire;    /*   compiling or loading the kernels up front */
+    double s_pools;      /*   building the cache pools */
+    double s_inputs;     /*   drawing and uploading each bucket's indices and q */
+    double s_captures;   /*   plans, captures, instantiation and the untimed replay */
+    double s_replays;    /*   timed replays */
+    double s_checks;     /*   reference checks */
 } mlajit_tune_summary;
 
 /* Tune every bucket of env: time each candidate by mlajit_time_plan_graph on
  * caches in HBM with fresh random indices for each captured call, drop one
- * slower than 1.3x the best so far after a short timing, check a candidate
+ * slower than 1.2x the best so far after a short timing, check a candidate
  * against the fp64 reference once (per kernel and split count) before it may
  * win, and store each bucket's winner with mlajit_tactic_store. ctx may be NULL
  * for a dry run. MLAJIT_OK when it ran to the end or to the budget (summary

@@ -18,13 +18,15 @@
 #include "harness/rng.h"
 #include "runtime/runtime.h"
 
-#define DROP_RATIO 1.3     /* a candidate this much slower than the best after a short timing is dropped */
+#define DROP_RATIO 1.2     /* a candidate this much slower than the best after a short timing is dropped */
 #define SHORT_REPLAYS 3    /* the short timing */
 #define MIN_REPLAYS 5      /* the full timing: at least this many replays, */
 #define FULL_TIMED_MS 40.0 /* and replays until this much GPU time, up to the options' replays */
 #define POOL_SEQLEN 8192   /* tokens per pool sequence (every one quantized) */
-#define MIN_CALLS 10       /* BENCH.md's graph of 10 calls, at least */
-#define MAX_CALLS 1024     /* small shapes: enough calls that a replay reads 2x the L2 */
+#define POOL_BYTES (24LL << 20) /* the base pool: 5-6 sequences (pool_sizes) */
+#define MIN_CALLS 2        /* a call never rereads, from the L2, what it read the replay before */
+#define MAX_CALLS 1024     /* small shapes: enough calls that a replay reads 2x the L2, */
+#define MIN_REPLAY_MB 512  /* and at least this much, so a replay is long against the events' grain */
 #define LADDER_TURN 1.03   /* a split count this much slower than the one before it ends its kernel's ladder */
 
 /* A progress line: to o->progress when set, else to the log's info level when
@@ -317,8 +319,7 @@ typedef struct tune_pool {
     tune_view kv, extra_kv;
 } tune_pool;
 
-/* The base cache of view `from` copied into v->buf `replicas` times (through
- * the host: the driver table has no device-to-device copy). */
+/* The base cache of view `from` copied into v->buf `replicas` times. */
 static int view_replicate(const mlajit_driver *drv, const mlajit_cache_view *from, int page_size, int replicas,
                           tune_view *v)
 {
@@ -326,26 +327,24 @@ static int view_replicate(const mlajit_driver *drv, const mlajit_cache_view *fro
     v->base_slots = from->num_pages * page_size;
     v->view = *from;
     v->view.num_pages = from->num_pages * replicas;
-    void *host = mlajit_malloc(base + 16);
-    if (!host)
-        return mlajit_fail_oom("tune: the cache pool's copy");
-    CUresult r = drv->cuMemcpyDtoH(host, (CUdeviceptr)(uintptr_t)from->data, base);
-    int rc = r ? mlajit_cuda_fail(drv, r, "tune: cuMemcpyDtoH") : devbuf_fill(drv, &v->buf, base * replicas, NULL);
-    for (int i = 0; i < replicas && rc == MLAJIT_OK; i++)
-        if ((r = drv->cuMemcpyHtoD(v->buf.ptr + i * base, host, base)))
-            rc = mlajit_cuda_fail(drv, r, "tune: cuMemcpyHtoD");
-    free(host);
+    int rc = devbuf_fill(drv, &v->buf, base * replicas, NULL);
+    for (int i = 0; i < replicas && rc == MLAJIT_OK; i++) {
+        CUresult r = drv->cuMemcpyDtoD(v->buf.ptr + i * base, (CUdeviceptr)(uintptr_t)from->data, base);
+        if (r)
+            rc = mlajit_cuda_fail(drv, r, "tune: cuMemcpyDtoD");
+    }
     v->view.data = (const void *)(uintptr_t)v->buf.ptr;
     return rc;
 }
 
-/* The pool's bytes (the options', else 4x the L2, at least 64 MiB) and the
- * device memory it is copied over (the options', else 4 GiB). */
-static void pool_sizes(const mlajit_context *ctx, const mlajit_tune_options *o, int64_t *pool_bytes,
-                       int64_t *spread_bytes)
+/* The pool's bytes (the options', else POOL_BYTES) and the device memory it is
+ * copied over (the options', else 4 GiB). The copies give every row addresses
+ * of its own, which is all the L2 sees; the base pool only supplies values, so
+ * a few sequences do: building 4x the L2 of them on the host took seconds per
+ * pool, most of the sweep's time where its shapes' page sizes all differ. */
+static void pool_sizes(const mlajit_tune_options *o, int64_t *pool_bytes, int64_t *spread_bytes)
 {
-    const int64_t l2 = ctx && ctx->l2_bytes > 0 ? ctx->l2_bytes : 50LL << 20;
-    *pool_bytes = o->pool_bytes > 0 ? o->pool_bytes : 4 * l2 > (64LL << 20) ? 4 * l2 : 64LL << 20;
+    *pool_bytes = o->pool_bytes > 0 ? o->pool_bytes : POOL_BYTES;
     *spread_bytes = o->spread_bytes > 0 ? o->spread_bytes : 4LL << 30;
 }
 
@@ -457,8 +456,13 @@ static int inputs_make(mlajit_context *ctx, const tune_bucket *b, tune_pool *poo
     const int topk = b->shape.topk, etopk = b->shape.extra_topk, h = b->spec.h_q;
     const int64_t l2 = ctx->l2_bytes > 0 ? ctx->l2_bytes : 50LL << 20;
     const double per_call = (double)rows * (topk + etopk) * m->bytes_per_token;
-    int calls = (int)ceil(2.0 * (double)l2 / per_call);
-    calls = calls < MIN_CALLS ? MIN_CALLS : calls > MAX_CALLS ? MAX_CALLS : calls;
+    /* A replay reads 2x the L2 and MIN_REPLAY_MB: the call's data is out of the L2
+     * when the next replay comes back to it, and the replay lasts long enough to
+     * time. BENCH.md's fixed 10 calls cost a long shape (rows 4096, topk 2048: GBs
+     * a call) 5x the GPU time for nothing more. */
+    const double replay_bytes = fmax(2.0 * (double)l2, MIN_REPLAY_MB * 1e6);
+    int calls = (int)fmin(ceil(replay_bytes / per_call), MAX_CALLS);
+    calls = calls < MIN_CALLS ? MIN_CALLS : calls;
     in->calls = calls;
     in->n_args = calls;
     free(in->args);
@@ -630,8 +634,11 @@ static int full_replays(double us_per_call, int calls, int cap)
  * stops there (*dropped, *us the short look's time); the rest get replays
  * enough for FULL_TIMED_MS of GPU time, MIN_REPLAYS to `replays`. */
 static int time_candidate(mlajit_context *ctx, const tune_bucket *b, const mlajit_tune_candidate *cand,
-                          tune_inputs *in, double best, int replays, double *us, int *dropped)
+                          tune_inputs *in, double best, int replays, double *us, int *dropped,
+                          mlajit_tune_summary *sum)
 {
+    const double t0 = mlajit_now_ms();
+    double t_timed = t0;
     const mlajit_driver *drv = mlajit_context_driver(ctx);
     mlajit_decode_shape shape = b->shape;
     shape.num_splits = cand->num_splits;
@@ -655,8 +662,10 @@ static int time_candidate(mlajit_context *ctx, const tune_bucket *b, const mlaji
         in->args[i].workspace_size = ws;
     }
     double t;
-    if ((rc = mlajit_graph_timer_create(ctx, plan, in->args, in->n_args, in->calls, NULL, &timer)) ||
-        (rc = mlajit_graph_timer_time(timer, SHORT_REPLAYS, &t)))
+    if ((rc = mlajit_graph_timer_create(ctx, plan, in->args, in->n_args, in->calls, NULL, &timer)))
+        goto done;
+    t_timed = mlajit_now_ms();
+    if ((rc = mlajit_graph_timer_time(timer, SHORT_REPLAYS, &t)))
         goto done;
     if (best > 0 && t > DROP_RATIO * best) {
         *dropped = 1;
@@ -665,8 +674,11 @@ static int time_candidate(mlajit_context *ctx, const tune_bucket *b, const mlaji
     }
     rc = mlajit_graph_timer_time(timer, full_replays(t, in->calls, replays), us);
 done:
+    if (timer) /* timed from the first timed replay; the rest is the capture's */
+        sum->s_replays += (mlajit_now_ms() - t_timed) / 1e3;
     mlajit_graph_timer_free(timer);
     mlajit_plan_destroy(plan);
+    sum->s_captures += (t_timed - t0) / 1e3;
     return rc;
 }
 
@@ -710,8 +722,10 @@ static int acquire_all(mlajit_context *ctx, const tune_bucket *buckets, int n_bu
     if (rc == MLAJIT_OK && n > 0) {
         mlajit_warmup_report rep = MLAJIT_WARMUP_REPORT_INIT;
         say(o, "tune: acquiring the %d kernels the candidates run (compiled in parallel)", n);
+        const double t0 = mlajit_now_ms();
         rc = mlajit_acquire_batch(ctx, specs, n, 0, NULL, NULL, NULL, &rep);
         sum->compiled = n;
+        sum->s_acquire += (mlajit_now_ms() - t0) / 1e3;
         if (rc == MLAJIT_OK)
             say(o, "tune: %d kernels in %.1f s: %d compiled, %d from the cache, %d from packs", n,
                     rep.wall_ms / 1e3, rep.compiled, rep.from_disk + rep.from_memory, rep.from_packs);
@@ -735,7 +749,7 @@ static int tune_buckets(mlajit_context *ctx, const tune_bucket *buckets, int n_b
     FILE *list = opts->list ? opts->list : stdout;
     const int replays = opts->replays > 0 ? opts->replays : 20;
     int64_t pool_bytes, spread_bytes;
-    pool_sizes(ctx, opts, &pool_bytes, &spread_bytes);
+    pool_sizes(opts, &pool_bytes, &spread_bytes);
     tune_pool pool = {0};
     tune_inputs in = {0};
     check_entry *checks = NULL;
@@ -765,9 +779,14 @@ static int tune_buckets(mlajit_context *ctx, const tune_bucket *buckets, int n_b
             sum->deadline_hit = 1;
             break;
         }
-        if ((rc = pool_get(ctx, b, pool_bytes, spread_bytes, &pool, opts)) ||
-            (rc = inputs_make(ctx, b, &pool, &in, 1000 + (uint64_t)bi)))
+        double t_in = mlajit_now_ms();
+        if ((rc = pool_get(ctx, b, pool_bytes, spread_bytes, &pool, opts)))
             break;
+        sum->s_pools += (mlajit_now_ms() - t_in) / 1e3;
+        t_in = mlajit_now_ms();
+        if ((rc = inputs_make(ctx, b, &pool, &in, 1000 + (uint64_t)bi)))
+            break;
+        sum->s_inputs += (mlajit_now_ms() - t_in) / 1e3;
         double best = 0, runner_up = 0, rules_us = 0;
         int winner = -1, measured = 0;
         mlajit_tune_ladder ladder = {.kernel = ""};
@@ -783,7 +802,7 @@ static int tune_buckets(mlajit_context *ctx, const tune_bucket *buckets, int n_b
             }
             double us;
             int dropped;
-            if ((rc = time_candidate(ctx, b, c, &in, best, replays, &us, &dropped)))
+            if ((rc = time_candidate(ctx, b, c, &in, best, replays, &us, &dropped, sum)))
                 break;
             sum->timed++;
             measured++;
@@ -808,8 +827,13 @@ static int tune_buckets(mlajit_context *ctx, const tune_bucket *buckets, int n_b
                 char why[200] = "";
                 if (opts->skip_check)
                     pass = 1;
-                else if ((rc = check_candidate(ctx, b, c, &pass, why, sizeof why)))
-                    break;
+                else {
+                    const double t_check = mlajit_now_ms();
+                    rc = check_candidate(ctx, b, c, &pass, why, sizeof why);
+                    sum->s_checks += (mlajit_now_ms() - t_check) / 1e3;
+                    if (rc)
+                        break;
+                }
                 if (n_checks == cap_checks) {
                     cap_checks = cap_checks ? cap_checks * 2 : 32;
                     check_entry *g = mlajit_realloc(checks, (size_t)cap_checks * sizeof *g);
@@ -1088,10 +1112,11 @@ static int sweep_best(mlajit_context *ctx, const tune_bucket *b, const mlajit_tu
 {
     double times[MLAJIT_TUNE_MAX_CANDIDATES];
     int order[MLAJIT_TUNE_MAX_CANDIDATES], rc = MLAJIT_OK;
+    mlajit_tune_summary unused = {0}; /* the time split is the tuner's */
     *best = -1;
     for (int ci = 0; ci < n_c && rc == MLAJIT_OK; ci++) {
         int dropped;
-        rc = time_candidate(ctx, b, &cands[ci], in, 0, replays, &times[ci], &dropped);
+        rc = time_candidate(ctx, b, &cands[ci], in, 0, replays, &times[ci], &dropped, &unused);
         int k = ci; /* order: the candidates by time */
         for (; k > 0 && times[ci] < times[order[k - 1]]; k--)
             order[k] = order[k - 1];
@@ -1200,6 +1225,7 @@ int mlajit_sweep(mlajit_context *ctx, const mlajit_sweep_shape *shapes, int n, c
         mlajit_tune_options tune = o->tune;
         tune.json = NULL; /* the JSON lines are the sweep's, one per shape */
         rc = tune_buckets(ctx, buckets, n_buckets, &tune, &sum->tune, t0);
+        sum->tune.seconds = (mlajit_now_ms() - t0) / 1e3;
     }
     free(buckets);
     if (rc) {
@@ -1212,7 +1238,7 @@ int mlajit_sweep(mlajit_context *ctx, const mlajit_sweep_shape *shapes, int n, c
     const int repeats = o->repeats > 0 ? o->repeats : 3;
     const int replays = o->tune.replays > 0 ? o->tune.replays : 20;
     int64_t pool_bytes, spread_bytes;
-    pool_sizes(ctx, &o->tune, &pool_bytes, &spread_bytes);
+    pool_sizes(&o->tune, &pool_bytes, &spread_bytes);
     tune_pool pool = {0};
     tune_inputs in = {0};
     devbuf ws[3] = {{0}};
@@ -1244,7 +1270,10 @@ int mlajit_sweep(mlajit_context *ctx, const mlajit_sweep_shape *shapes, int n, c
         const double pick_error = best_us > 0 ? med[1] / best_us - 1 : 0; /* 0: a timer that saw nothing */
         sum->done++;
         sum->within_3pct += pick_error <= 0.03;
-        sum->slower_than_rules += med[1] > med[0] * (1 + spread);
+        /* the same kernel and split count as the rules' is the rules' plan: two
+         * captures of one plan differ by noise alone, however small the spread */
+        const int rules_plan = outl[1].num_splits == outl[0].num_splits && !strcmp(outl[1].kernel, outl[0].kernel);
+        sum->slower_than_rules += !rules_plan && med[1] > med[0] * (1 + spread);
         if (pick_error > sum->worst_pick_error)
             sum->worst_pick_error = pick_error;
         char line[256];

@@ -54,6 +54,7 @@ static void driver_open(void)
         REQUIRED(cuMemFree, "cuMemFree_v2"),
         REQUIRED(cuMemcpyHtoD, "cuMemcpyHtoD_v2"),
         REQUIRED(cuMemcpyDtoH, "cuMemcpyDtoH_v2"),
+        REQUIRED(cuMemcpyDtoD, "cuMemcpyDtoD_v2"),
         REQUIRED(cuMemsetD8, "cuMemsetD8_v2"),
         REQUIRED(cuStreamCreate, "cuStreamCreate"),
         REQUIRED(cuStreamDestroy, "cuStreamDestroy_v2"),

@@ -688,6 +688,15 @@ CUresult cuMemcpyDtoH(void *dst, CUdeviceptr src, size_t bytes)
     LEAVE(CUDA_SUCCESS);
 }
 
+CUresult cuMemcpyDtoD(CUdeviceptr dst, CUdeviceptr src, size_t bytes)
+{
+    ENTER("cuMemcpyDtoD_v2");
+    if (captures_open)
+        LEAVE(CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED);
+    memcpy((void *)(uintptr_t)dst, (const void *)(uintptr_t)src, bytes);
+    LEAVE(CUDA_SUCCESS);
+}
+
 CUresult cuMemsetD8(CUdeviceptr dst, unsigned char value, size_t bytes)
 {
     ENTER("cuMemsetD8_v2");
