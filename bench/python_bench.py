@@ -2,25 +2,40 @@
 
 Per entry point (flash_mla.flash_mla_with_kvcache, SparseMLADecoder.run,
 torch.ops.mlajit.sparse_mla_decode) and per BENCH.md V3.2 row at the head counts
-asked (default 16 and 128; at 128 also the s_q 2 rows):
-  gpu_us    CUDA-graph replay: 10 back-to-back calls captured, 20 replays, the
-            median / 10 (the figure the goals use), against `mlajit bench`'s
-            gpu_us for the same row, run first in the same call (goal: within 3%),
-            and against a second `mlajit bench` run after the Python rows;
+asked (default 16 and 128; at 128 also the s_q 2 rows), with `mlajit bench`'s
+inputs and sequence (src/cli/bench.c, src/harness/synth.c), so the GPU times
+compare:
+  inputs    b sequences of seqlen tokens on the pages of a random block table
+            (page 0 unused): the pool holds b * seqlen tokens; per (row, token)
+            topk distinct random positions of the row's own sequence, unsorted;
+            only the attended slots hold quantized K (normal/10 clamped), every
+            other byte 0xFF as synth.c leaves them; q normal clamped; one index
+            set for all calls (as `mlajit bench`);
+  check     the call once, its first 2 rows against the fp64 reference
+            (python/tests/reference.py) on the slots they attend;
   eager_us  CUDA events around each call, median of 100 after 20 warm-up calls;
-            both interleaved: each round times one replay (one call) of every
-            entry, in a rotating order, so the GPU's clocks drifting over a row
-            weigh on the three alike;
+  gpu_us    then 10 back-to-back calls captured, one untimed replay, 20 timed
+            replays: the median / 10 (the figure the goals use), against `mlajit
+            bench`'s gpu_us for the same row, run first in the same call (goal:
+            within 3%), and against a second `mlajit bench` run after the Python
+            rows; the plan's kernel and split count beside `mlajit bench`'s;
   host_us   eager_us - gpu_us: what the call adds on the host (goal: <= 10 us;
             FlashMLA through PyTorch: 25-60 us); call_us, the Python call alone
             on the host's clock, median.
-Every row is checked once against the fp64 reference (python/tests/reference.py)
-on its first rows. Then the warm-up time of examples/engine_decode.py's envelope
-in fresh processes: cold (empty cache, JIT), from the disk cache, and from a
-pack (`mlajit pack build`, JIT disabled).
+Eager calls and replays are interleaved: each round times one call (or one
+replay) of every entry in a rotating order, so a drift of the GPU's state over a
+row weighs on the three alike; every replay is kept in the JSON line
+(samples_us), and drift is the median of the last 10 replays over the first 10.
+Then the warm-up time of examples/engine_decode.py's envelope in fresh processes:
+cold (empty cache, JIT), from the disk cache, and from a pack (`mlajit pack
+build`, JIT disabled).
 
     PYTHONPATH=python MLAJIT_LIBRARY=build-gpu/libmlajit.so \\
         python3 bench/python_bench.py --cli build-gpu/mlajit --json OUT.jsonl [--heads 16,128] [--quick]
+    python3 bench/python_bench.py --self-check   # no GPU: the inputs and the check on CPU tensors
+--graph-first --full-pool-check bring back the sequence before issue 46's fix
+(graphs timed first, right after the reference dequantized the whole pool on
+the GPU), for an A/B in the same call.
 """
 import argparse
 import json
@@ -37,7 +52,9 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(ROOT, "python"))
 sys.path.insert(0, os.path.join(ROOT, "python", "tests"))
 
+import golden  # noqa: E402  (python/tests)
 import mlajit  # noqa: E402
+import reference  # noqa: E402  (python/tests)
 from mlajit import flash_mla  # noqa: E402
 
 # BENCH.md's V3.2 rows, page 64: (b, s_q, seqlen, topk); the s_q 2 rows at 128 heads
@@ -45,11 +62,13 @@ V32_ROWS = [(1, 1, 32768, 2048), (8, 1, 32768, 2048), (64, 1, 8192, 128), (128, 
             (64, 1, 16384, 512), (128, 1, 16384, 512), (64, 1, 32768, 2048), (128, 1, 32768, 2048),
             (256, 1, 16384, 2048)]
 MTP_ROWS = [(2, 2, 32768, 2048), (64, 2, 32768, 2048), (128, 2, 32768, 2048)]
-PAGE, D_QK, D_V = 64, 576, 512
+PAGE, D_QK, D_V, BPT = 64, 576, 512, 656  # V3.2: 656 bytes a token, so a page of 64 is 41984 (a multiple of 16)
+CALLS, REPLAYS, WARMUP, EAGER = 10, 20, 20, 100  # `mlajit bench`'s (src/cli/bench.c)
+L2_BYTES = 50 * 2 ** 20  # H100 and H200 (BENCH.md)
 
 
 def c_bench(cli, heads, quick):
-    """`mlajit bench` rows (V3.2) at these heads: {(h, b, s_q, topk): gpu_us}."""
+    """`mlajit bench` rows (V3.2) at these heads: {(h, b, s_q, topk): its JSON line}."""
     rows = {}
     for h in heads:
         with tempfile.NamedTemporaryFile(suffix=".jsonl") as f:
@@ -57,24 +76,55 @@ def c_bench(cli, heads, quick):
             subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL)
             for line in open(f.name):
                 r = json.loads(line)
-                rows[(r["h_q"], r["b"], r["s_q"], r["topk"])] = r["gpu_us"]
+                rows[(r["h_q"], r["b"], r["s_q"], r["topk"])] = r
     return rows
 
 
-def inputs(b, s_q, h, seqlen, topk, gen):
-    """BENCH.md's inputs: b sequences of seqlen tokens on random pages, topk distinct
-    positions per (row, token), K normal/10 clamped and quantized, q normal clamped."""
+def inputs(b, s_q, h, seqlen, topk, gen, device="cuda"):
+    """`mlajit bench`'s inputs (synth.c, BENCH.md's recipe): (q, kv, idx).
+
+    kv [b * seqlen / 64 + 1, 64, 1, 656] uint8: b sequences on the pages of a
+    random block table (page 0 unused). idx [b, s_q, topk] int32: per (row,
+    token) topk distinct random positions of the row's sequence, in the order
+    drawn. Only the slots idx names are quantized from normal/10 clamped to
+    [-1, 1]; every other byte is 0xFF, as synth.c leaves it (the kernel reads
+    the same bytes either way, and no multi-GB fp32 cache is built and freed
+    on the GPU before the timing). q [b, s_q, h, 576] bf16, normal clamped."""
     per_seq = seqlen // PAGE
     blocks = b * per_seq + 1
-    table = (torch.randperm(blocks - 1, generator=gen, device="cuda") + 1).view(b, per_seq)
-    values = (torch.randn(blocks * PAGE, D_QK, generator=gen, device="cuda") / 10).clamp(-1, 1)
-    kv = mlajit.quantize_kv(values.to(torch.bfloat16), "v32", PAGE)
-    del values
-    pos = torch.stack([torch.randperm(seqlen, generator=gen, device="cuda")[:topk] for _ in range(b * s_q)])
+    table = (torch.randperm(blocks - 1, generator=gen, device=device) + 1).view(b, per_seq)
+    pos = torch.stack([torch.randperm(seqlen, generator=gen, device=device)[:topk] for _ in range(b * s_q)])
     pos = pos.view(b, s_q, topk)
     idx = (table.gather(1, (pos // PAGE).view(b, -1)).view(b, s_q, topk) * PAGE + pos % PAGE).to(torch.int32)
-    q = torch.randn(b, s_q, h, D_QK, generator=gen, device="cuda").clamp(-1, 1).to(torch.bfloat16)
-    return q, kv, idx.contiguous()
+    pool = torch.full((blocks * PAGE, BPT), 0xFF, dtype=torch.uint8, device=device)
+    slots = torch.unique(idx.view(-1).long())
+    values = (torch.randn(slots.numel(), D_QK, generator=gen, device=device) / 10).clamp(-1, 1)
+    # a token's 656 bytes do not depend on the page size: quantized as pages of one
+    pool[slots] = mlajit.quantize_kv(values.to(torch.bfloat16), "v32", 1).view(slots.numel(), BPT)
+    del values
+    q = torch.randn(b, s_q, h, D_QK, generator=gen, device=device).clamp(-1, 1).to(torch.bfloat16)
+    return q, pool.view(blocks, PAGE, 1, BPT), idx.contiguous()
+
+
+def reference_rows(q, kv, idx, scale, n=2):
+    """The fp64 reference of the first n rows, on the slots they attend alone (a
+    cache of pages of one token), as `mlajit bench` checks its first 2 rows: the
+    whole pool dequantized on the GPU (GBs) would stand between the inputs and
+    the timing."""
+    slots, local = torch.unique(idx[:n].long(), return_inverse=True)
+    sub = kv.reshape(-1, BPT)[slots].view(-1, 1, 1, BPT)
+    return reference.decode("v32", q[:n], sub, local.to(torch.int32), scale)
+
+
+def check(out, lse_bsh, q, kv, idx, scale, label, full_pool=False):
+    """full_pool: the reference dequantizes the whole pool (the check before issue
+    46: GBs of GPU work just before the timing), for an A/B of that burst."""
+    n = min(2, q.shape[0])
+    if full_pool:
+        ref_out, ref_lse = reference.decode("v32", q[:n], kv, idx[:n], scale)
+    else:
+        ref_out, ref_lse = reference_rows(q, kv, idx, scale, n)
+    golden.check_bar(out[:n], lse_bsh[:n], ref_out, ref_lse, label)
 
 
 def rotations(names, rounds):
@@ -84,46 +134,18 @@ def rotations(names, rounds):
         yield names[k:] + names[:k]
 
 
-def graph_us(entries):
-    """Per entry, 10 calls captured in one graph (after 3 eager calls and one
-    untimed replay); then 20 rounds, each replaying every entry's graph once in a
-    rotating order, so a drift of the GPU's clocks over the row weighs on every
-    entry alike: each entry's median replay / 10."""
-    graphs = {}
-    for name, call in entries.items():
-        for _ in range(3):
-            call()
-        g = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(g):
-            for _ in range(10):
-                call()
-        g.replay()
-        graphs[name] = g
-    torch.cuda.synchronize()
-    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    times = {name: [] for name in entries}
-    for order in rotations(list(entries), 20):
-        for name in order:
-            start.record()
-            graphs[name].replay()
-            end.record()
-            end.synchronize()
-            times[name].append(start.elapsed_time(end) * 1000.0 / 10)
-    return {name: statistics.median(t) for name, t in times.items()}
-
-
 def eager_us(entries):
     """Per entry, events around each call (host time included) and the call alone
-    on the host's clock: 20 warm-up calls each, then 100 rounds of one call per
-    entry in a rotating order; the medians."""
+    on the host's clock: WARMUP calls each, then EAGER rounds of one call per entry
+    in a rotating order; the medians. Runs before the graphs, as in `mlajit bench`."""
     for call in entries.values():
-        for _ in range(20):
+        for _ in range(WARMUP):
             call()
     torch.cuda.synchronize()
     start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
     events = {name: [] for name in entries}
     host = {name: [] for name in entries}
-    for order in rotations(list(entries), 100):
+    for order in rotations(list(entries), EAGER):
         for name in order:
             start.record()
             t0 = time.perf_counter()
@@ -135,15 +157,40 @@ def eager_us(entries):
     return {name: (statistics.median(events[name]), statistics.median(host[name])) for name in entries}
 
 
-def check(out, lse_bsh, q, kv, idx, scale, label):
-    import golden
-    import reference
-    n = min(2, q.shape[0])
-    ref_out, ref_lse = reference.decode("v32", q[:n], kv, idx[:n], scale)
-    golden.check_bar(out[:n], lse_bsh[:n], ref_out, ref_lse, label)
+def graph_us(entries):
+    """Per entry, CALLS calls captured in one graph and one untimed replay (as
+    mlajit_time_plan_graph); then REPLAYS rounds, each replaying every entry's
+    graph once in a rotating order: per entry (median replay / CALLS, every
+    replay / CALLS in order)."""
+    graphs = {}
+    for name, call in entries.items():
+        g = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(g):
+            for _ in range(CALLS):
+                call()
+        g.replay()
+        graphs[name] = g
+    torch.cuda.synchronize()
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    times = {name: [] for name in entries}
+    for order in rotations(list(entries), REPLAYS):
+        for name in order:
+            start.record()
+            graphs[name].replay()
+            end.record()
+            end.synchronize()
+            times[name].append(start.elapsed_time(end) * 1000.0 / CALLS)
+    return {name: (statistics.median(t), t) for name, t in times.items()}
 
 
-def bench_rows(heads, quick, c_rows, json_out):
+def plan_of(dec, shape):
+    """The plan the three entry points launch for this geometry (one plan cache
+    serves them all): (kernel spec, split count)."""
+    plan = dec._launchers[shape].plan
+    return plan.report.spec, plan.num_splits
+
+
+def bench_rows(heads, quick, c_rows, json_out, full_pool_check=False, graph_first=False):
     gen = torch.Generator(device="cuda")
     gen.manual_seed(2026)
     scale = D_QK ** -0.55
@@ -157,6 +204,7 @@ def bench_rows(heads, quick, c_rows, json_out):
             lse = torch.empty(b, s_q, h, device="cuda")
             dec = mlajit.SparseMLADecoder("v32", h, PAGE, max_batch_size=b, max_s_q=s_q, max_topk=topk)
             dec.warmup([b], [s_q], [topk])
+            kernel, splits = plan_of(dec, (b, s_q, topk, 0))
             meta, _ = flash_mla.get_mla_metadata()
             entry = {
                 "flash_mla": lambda: flash_mla.flash_mla_with_kvcache(q, kv, None, None, D_V, meta,
@@ -165,24 +213,37 @@ def bench_rows(heads, quick, c_rows, json_out):
                 "op": lambda: torch.ops.mlajit.sparse_mla_decode(q, kv, idx, out, lse, scale),
             }
             fo, fl = entry["flash_mla"]()
-            check(fo, fl.transpose(1, 2), q, kv, idx, scale, f"flash_mla h{h} b{b}")
+            check(fo, fl.transpose(1, 2), q, kv, idx, scale, f"flash_mla h{h} b{b}", full_pool_check)
             for name in ("decoder", "op"):
                 entry[name]()
-                check(out, lse, q, kv, idx, scale, f"{name} h{h} b{b}")
-            c_us = c_rows.get((h, b, s_q, topk))
-            gpu = graph_us(entry)
-            eager = eager_us(entry)
+                check(out, lse, q, kv, idx, scale, f"{name} h{h} b{b}", full_pool_check)
+            fo = fl = None
+            c_row = c_rows.get((h, b, s_q, topk)) or {}
+            c_us = c_row.get("gpu_us")
+            same_plan = (c_row.get("kernel"), c_row.get("splits")) == (kernel, splits) if c_row else None
+            if graph_first:  # the order before issue 46's fix, for the A/B
+                gpu = graph_us(entry)
+                eager = eager_us(entry)
+            else:
+                eager = eager_us(entry)
+                gpu = graph_us(entry)
             for name in entry:
-                g = gpu[name]
+                g, samples = gpu[name]
                 e, host = eager[name]
+                drift = statistics.median(samples[REPLAYS // 2:]) / statistics.median(samples[:REPLAYS // 2])
                 r = {"entry": name, "model": "v32", "h_q": h, "b": b, "s_q": s_q, "seqlen": seqlen, "topk": topk,
                      "gpu_us": round(g, 2), "c_gpu_us": c_us, "ratio_to_c": round(g / c_us, 4) if c_us else None,
                      "eager_us": round(e, 2), "host_us": round(e - g, 2), "call_us": round(host, 2),
-                     "check": "pass"}
+                     "kernel": kernel, "splits": splits, "c_kernel": c_row.get("kernel"),
+                     "c_splits": c_row.get("splits"), "same_plan": same_plan, "drift": round(drift, 4),
+                     "samples_us": [round(t, 2) for t in samples], "graph_first": graph_first,
+                     "full_pool_check": full_pool_check, "check": "pass"}
                 results.append(r)
                 print(f"{name:>9} h{h:3d} b{b:4d} s_q{s_q} topk {topk:5d}: gpu {g:8.2f} us (mlajit bench "
                       f"{c_us if c_us else float('nan'):8.2f}, x{(g / c_us) if c_us else float('nan'):.3f})  "
-                      f"eager {e:8.2f}  host {e - g:6.2f}  call {host:6.2f} us", flush=True)
+                      f"eager {e:8.2f}  host {e - g:6.2f}  call {host:6.2f} us  drift x{drift:.3f}  "
+                      f"{splits} splits{'' if same_plan in (True, None) else '  PLAN DIFFERS from mlajit bench'}",
+                      flush=True)
                 if json_out:
                     json_out.write(json.dumps(r) + "\n")
                     json_out.flush()
@@ -202,6 +263,11 @@ def summary(results):
         print(f"{name:>9}: gpu / mlajit bench over {len(ratios)} rows: median {statistics.median(ratios):.3f}, "
               f"worst {worst:.3f} (goal within 3%); host overhead median {statistics.median(hosts):.2f} us, "
               f"max {max(hosts):.2f} us (goal <= 10 us)")
+        drifts = [r["drift"] for r in rs]
+        worst = max(drifts, key=lambda x: abs(x - 1))
+        print(f"{name:>9}: last 10 replays / first 10 (drift): median {statistics.median(drifts):.3f}, "
+              f"worst {worst:.3f}; plan as mlajit bench's on {sum(r['same_plan'] is True for r in rs)} of "
+              f"{sum(r['same_plan'] is not None for r in rs)} rows")
         after = [r["ratio_to_c_after"] for r in rs if r.get("ratio_to_c_after")]
         if after:
             worst = max(after, key=lambda x: abs(x - 1))
@@ -251,6 +317,58 @@ def warmup_times(cli, json_out):
             MLAJIT_DISABLE_JIT="1")
 
 
+def self_check():
+    """No GPU needed: the inputs and the check on CPU tensors, at a small shape,
+    against synth.c's recipe; then the bytes of every row against the L2."""
+    gen = torch.Generator()
+    gen.manual_seed(46)
+    b, s_q, h, seqlen, topk = 3, 2, 16, 4096, 256
+    q, kv, idx = inputs(b, s_q, h, seqlen, topk, gen, device="cpu")
+    blocks = b * seqlen // PAGE + 1
+    assert kv.shape == (blocks, PAGE, 1, BPT) and kv.is_contiguous() and kv.dtype is torch.uint8
+    assert idx.shape == (b, s_q, topk) and idx.dtype is torch.int32 and idx.is_contiguous()
+    assert q.shape == (b, s_q, h, D_QK) and q.dtype is torch.bfloat16
+    pages = idx.long() // PAGE
+    for i in range(b):
+        own = torch.unique(pages[i])  # every index on this row's own pages, never page 0
+        assert own.min() >= 1 and own.max() < blocks
+        for j in range(s_q):
+            assert torch.unique(idx[i, j]).numel() == topk, "positions not distinct"
+        for k in range(b):
+            if k != i:
+                assert not bool(torch.isin(own, torch.unique(pages[k])).any()), "rows share pages"
+    used = torch.unique(pages)
+    assert used.numel() <= blocks - 1
+    slots = kv.reshape(-1, BPT)
+    attended = torch.zeros(slots.shape[0], dtype=torch.bool)
+    attended[idx.view(-1).long()] = True
+    assert bool((slots[~attended] == 0xFF).all()), "unattended slots not poisoned"
+    assert not bool((slots[attended] == 0xFF).all(dim=1).any()), "an attended slot not quantized"
+    # a token's bytes are the same quantized as pages of one or of 64
+    vals = (torch.randn(2 * PAGE, D_QK, generator=gen) / 10).clamp(-1, 1).to(torch.bfloat16)
+    assert torch.equal(mlajit.quantize_kv(vals, "v32", 1).reshape(-1, BPT),
+                       mlajit.quantize_kv(vals, "v32", PAGE).reshape(-1, BPT))
+    # the check on the attended slots alone is the check on the whole pool
+    scale = D_QK ** -0.55
+    full = reference.decode("v32", q[:2], kv, idx[:2], scale)
+    part = reference_rows(q, kv, idx, scale)
+    assert torch.equal(full[0], part[0]) and torch.equal(full[1], part[1])
+    assert bool(torch.isfinite(part[0]).all())
+    print(f"self-check: b {b} s_q {s_q} seqlen {seqlen} topk {topk}: pool {blocks} pages x {PAGE * BPT} B, "
+          f"{int(attended.sum())} slots quantized, the rest 0xFF; indices distinct, on each row's own pages; "
+          "the 2-row check on the attended slots equals the whole pool's: ok")
+    print(f"per row (V3.2, page {PAGE}): the pool, and what one call reads (KV gathered at {BPT} B a token, q) "
+          f"and writes (out), against the {L2_BYTES >> 20} MiB L2")
+    print(f"{'h_q':>4} {'b':>4} {'s_q':>3} {'seqlen':>6} {'topk':>5} {'pool MB':>8} {'KV MB':>7} {'q MB':>6} "
+          f"{'out MB':>6} {'call/L2':>7}")
+    for h in (16, 128):
+        for b, s_q, seqlen, topk in V32_ROWS + (MTP_ROWS if h == 128 else []):
+            pool = (b * seqlen // PAGE + 1) * PAGE * BPT
+            kv_b, q_b, out_b = b * s_q * topk * BPT, b * s_q * h * D_QK * 2, b * s_q * h * D_V * 2
+            print(f"{h:4d} {b:4d} {s_q:3d} {seqlen:6d} {topk:5d} {pool / 1e6:8.0f} {kv_b / 1e6:7.1f} "
+                  f"{q_b / 1e6:6.1f} {out_b / 1e6:6.1f} {(kv_b + q_b + out_b) / L2_BYTES:7.2f}")
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--cli", default=os.path.join(ROOT, "build-gpu", "mlajit"), help="the mlajit CLI")
@@ -258,20 +376,33 @@ def main():
     parser.add_argument("--quick", action="store_true", help="BENCH.md's quick rows (no b 256, no seqlen 8192)")
     parser.add_argument("--json", help="write every row as a JSON line here")
     parser.add_argument("--no-warmup-times", action="store_true")
+    parser.add_argument("--full-pool-check", action="store_true",
+                        help="check against the reference on the whole pool (GBs of GPU work right before the "
+                        "timing, as before issue 46's fix): the A/B of that burst")
+    parser.add_argument("--graph-first", action="store_true",
+                        help="time the graphs before the eager calls (the order before issue 46's fix): with "
+                        "--full-pool-check, the old sequence")
+    parser.add_argument("--self-check", action="store_true",
+                        help="no GPU: check the inputs and the reference check on CPU tensors, print the bytes")
     args = parser.parse_args()
+    if args.self_check:
+        self_check()
+        return
     heads = [int(h) for h in args.heads.split(",")]
     json_out = open(args.json, "w") if args.json else None
     c_rows = c_bench(args.cli, heads, args.quick)
-    results = bench_rows(heads, args.quick, c_rows, json_out)
+    results = bench_rows(heads, args.quick, c_rows, json_out, args.full_pool_check, args.graph_first)
     # `mlajit bench` again after the Python rows: a gap that the second run closes
     # is the GPU's state over the run, not the entry points'
     c_after = c_bench(args.cli, heads, args.quick)
     for r in results:
-        after = c_after.get((r["h_q"], r["b"], r["s_q"], r["topk"]))
+        after = c_after.get((r["h_q"], r["b"], r["s_q"], r["topk"]), {}).get("gpu_us")
         r["ratio_to_c_after"] = round(r["gpu_us"] / after, 4) if after else None
     if json_out:
-        json_out.write(json.dumps({"mlajit_bench_after": [{"h_q": h, "b": b, "s_q": s_q, "topk": topk, "gpu_us": us}
-                                                          for (h, b, s_q, topk), us in sorted(c_after.items())]})
+        json_out.write(json.dumps({"mlajit_bench_after": [{"h_q": h, "b": b, "s_q": s_q, "topk": topk,
+                                                           "gpu_us": c["gpu_us"], "kernel": c.get("kernel"),
+                                                           "splits": c.get("splits")}
+                                                          for (h, b, s_q, topk), c in sorted(c_after.items())]})
                        + "\n")
     summary(results)
     if not args.no_warmup_times:
