@@ -161,7 +161,8 @@ typedef struct tune_bucket {
 } tune_bucket;
 
 /* Every bucket of env inside the envelope, in pool order (model, page, extra
- * topk outermost), into *out (malloc'd). */
+ * topk outermost) and head counts innermost (one geometry's buckets share their
+ * indices: tune_inputs), into *out (malloc'd). */
 static int expand_buckets(const mlajit_tune_envelope *env, const char *arch, tune_bucket **out, int *count)
 {
     static const unsigned no_features = 0;
@@ -182,9 +183,9 @@ static int expand_buckets(const mlajit_tune_envelope *env, const char *arch, tun
         for (int p = 0; p < env->num_pages; p++)
             for (int e = 0; e < n_e; e++)
                 for (int f = 0; f < n_f; f++)
-                    for (int h = 0; h < env->num_heads; h++)
-                        for (int t = 0; t < env->num_topks; t++)
-                            for (int r = 0; r < env->num_rows; r++) {
+                    for (int t = 0; t < env->num_topks; t++)
+                        for (int r = 0; r < env->num_rows; r++)
+                            for (int h = 0; h < env->num_heads; h++) {
                                 tune_bucket x = {.spec = MLAJIT_KERNEL_SPEC_INIT, .shape = MLAJIT_DECODE_SHAPE_INIT};
                                 x.spec.model = env->models[m];
                                 x.spec.h_q = env->heads[h];
@@ -431,11 +432,18 @@ static void draw_row(mlajit_rng *r, int32_t *pool_rows, int seqs, int replicas, 
 }
 
 /* One bucket's timing inputs: n_args argument blocks over the pool, each with
- * its own fresh indices; q, the lengths, the sink, out and lse shared. */
+ * its own fresh indices; q, the lengths, the sink, out and lse shared. The
+ * indices are kept for the next bucket that reads the same pool at the same
+ * rows and topks (the buckets of one geometry, head counts innermost): drawing
+ * and uploading them was most of a bucket's host time on long shapes. */
 typedef struct tune_inputs {
     devbuf q, idx, eidx, len, elen, sink, out, lse, ws;
     mlajit_decode_args *args;
     int n_args, calls;
+    struct { /* what the indices on the device were drawn for */
+        mlajit_model model;
+        int page_size, extra_page_size, batch, s_q, topk, extra_topk, calls;
+    } drawn;
 } tune_inputs;
 
 static void inputs_free(const mlajit_driver *drv, tune_inputs *in)
@@ -445,6 +453,65 @@ static void inputs_free(const mlajit_driver *drv, tune_inputs *in)
         devbuf_free(drv, all[i]);
     free(in->args);
     in->args = NULL;
+    memset(&in->drawn, 0, sizeof in->drawn);
+}
+
+/* calls x rows rows of fresh indices (and extra indices) and every row's
+ * length, onto the device. */
+static int inputs_draw(const mlajit_driver *drv, const tune_bucket *b, const tune_pool *pool, int calls,
+                       uint64_t seed, tune_inputs *in)
+{
+    const int rows = b->shape.batch * (b->shape.s_q > 0 ? b->shape.s_q : 1);
+    const int topk = b->shape.topk, etopk = b->shape.extra_topk;
+    size_t n_idx = (size_t)calls * rows * topk, n_eidx = (size_t)calls * rows * etopk;
+    int32_t *idx = mlajit_malloc(n_idx * 4 + 16), *eidx = mlajit_malloc(n_eidx * 4 + 16);
+    int32_t *swaps = mlajit_malloc((size_t)(topk > etopk ? topk : etopk) * 4 + 16);
+    int32_t *lens = mlajit_malloc((size_t)rows * 4 + 16);
+    int rc = (idx && eidx && swaps && lens) ? MLAJIT_OK : mlajit_fail_oom("tune: the indices");
+    if (rc == MLAJIT_OK) {
+        mlajit_rng r;
+        mlajit_rng_seed(&r, seed);
+        for (size_t i = 0; i < (size_t)calls * rows; i++) {
+            draw_row(&r, pool->c.indices, pool->c.b, pool->replicas, pool->kv.base_slots, topk, idx + i * topk,
+                     swaps);
+            if (etopk)
+                draw_row(&r, pool->c.extra_indices, pool->c.b, pool->replicas, pool->extra_kv.base_slots, etopk,
+                         eidx + i * etopk, swaps);
+        }
+        for (int i = 0; i < rows; i++)
+            lens[i] = topk < etopk ? etopk : topk; /* every candidate attended */
+        if (!(rc = devbuf_fill(drv, &in->idx, n_idx * 4, idx)) &&
+            !(rc = etopk ? devbuf_fill(drv, &in->eidx, n_eidx * 4, eidx) : MLAJIT_OK) &&
+            !(rc = devbuf_fill(drv, &in->len, (size_t)rows * 4, lens)))
+            rc = devbuf_fill(drv, &in->elen, (size_t)rows * 4, lens);
+    }
+    free(idx);
+    free(eidx);
+    free(swaps);
+    free(lens);
+    return rc;
+}
+
+/* n_q bf16 values of q, uniform in [-1, 1) (never zeros): a random block of
+ * Q_BLOCK values repeated, since values do not change a kernel's time and
+ * drawing every one of a long shape's hundreds of millions took seconds. Any
+ * prefix is as good, so a bucket whose q fits the buffer keeps it. */
+#define Q_BLOCK 65521 /* prime: a row of q does not repeat the one before it */
+static int q_fill(const mlajit_driver *drv, devbuf *q, size_t n_q, uint64_t seed)
+{
+    uint16_t *host = mlajit_malloc(n_q * 2 + 16);
+    if (!host)
+        return mlajit_fail_oom("tune: q");
+    mlajit_rng r;
+    mlajit_rng_seed(&r, seed ^ 0x9e3779b97f4a7c15ULL);
+    const size_t block = n_q < Q_BLOCK ? n_q : Q_BLOCK;
+    for (size_t i = 0; i < block; i++)
+        host[i] = mlajit_float_to_bf16((float)((double)(mlajit_rng_next(&r) >> 11) * 0x1.0p-52 - 1.0));
+    for (size_t i = block; i < n_q; i += block)
+        memcpy(host + i, host, (n_q - i < block ? n_q - i : block) * 2);
+    int rc = devbuf_fill(drv, q, n_q * 2, host);
+    free(host);
+    return rc;
 }
 
 static int inputs_make(mlajit_context *ctx, const tune_bucket *b, tune_pool *pool, tune_inputs *in, uint64_t seed)
@@ -467,40 +534,34 @@ static int inputs_make(mlajit_context *ctx, const tune_bucket *b, tune_pool *poo
     in->n_args = calls;
     free(in->args);
     in->args = mlajit_calloc((size_t)calls, sizeof *in->args);
-    size_t n_idx = (size_t)calls * rows * topk, n_eidx = (size_t)calls * rows * etopk;
-    int32_t *idx = mlajit_malloc(n_idx * 4 + 16), *eidx = mlajit_malloc(n_eidx * 4 + 16);
-    int32_t *swaps = mlajit_malloc((size_t)(topk > etopk ? topk : etopk) * 4 + 16);
-    int32_t *lens = mlajit_malloc((size_t)rows * 4 + 16);
-    size_t n_q = (size_t)rows * h * m->d_qk;
-    uint16_t *q = mlajit_malloc(n_q * 2 + 16);
+    const size_t n_q = (size_t)rows * h * m->d_qk;
     float *sink = mlajit_malloc((size_t)h * 4 + 16);
-    int rc = (in->args && idx && eidx && swaps && lens && q && sink) ? MLAJIT_OK : mlajit_fail_oom("tune: the inputs");
-    if (rc == MLAJIT_OK) {
-        mlajit_rng r;
-        mlajit_rng_seed(&r, seed);
-        for (size_t i = 0; i < (size_t)calls * rows; i++) {
-            draw_row(&r, pool->c.indices, pool->c.b, pool->replicas, pool->kv.base_slots, topk, idx + i * topk,
-                     swaps);
-            if (etopk)
-                draw_row(&r, pool->c.extra_indices, pool->c.b, pool->replicas, pool->extra_kv.base_slots, etopk,
-                         eidx + i * etopk, swaps);
+    int rc = (in->args && sink) ? MLAJIT_OK : mlajit_fail_oom("tune: the inputs");
+    const int same_draw = in->drawn.calls == calls && in->drawn.model == b->spec.model &&
+                          in->drawn.page_size == b->spec.page_size &&
+                          in->drawn.extra_page_size == b->spec.extra_page_size && in->drawn.batch == batch &&
+                          in->drawn.s_q == s_q && in->drawn.topk == topk && in->drawn.extra_topk == etopk;
+    if (rc == MLAJIT_OK && !same_draw) {
+        memset(&in->drawn, 0, sizeof in->drawn);
+        if ((rc = inputs_draw(drv, b, pool, calls, seed, in)) == MLAJIT_OK) {
+            in->drawn.model = b->spec.model;
+            in->drawn.page_size = b->spec.page_size;
+            in->drawn.extra_page_size = b->spec.extra_page_size;
+            in->drawn.batch = batch;
+            in->drawn.s_q = s_q;
+            in->drawn.topk = topk;
+            in->drawn.extra_topk = etopk;
+            in->drawn.calls = calls;
         }
-        for (size_t i = 0; i < n_q; i++) /* uniform in [-1, 1): never zeros */
-            q[i] = mlajit_float_to_bf16((float)((double)(mlajit_rng_next(&r) >> 11) * 0x1.0p-52 - 1.0));
-        for (int i = 0; i < rows; i++)
-            lens[i] = topk < etopk ? etopk : topk; /* every candidate attended */
+    }
+    if (rc == MLAJIT_OK && in->q.bytes < n_q * 2)
+        rc = q_fill(drv, &in->q, n_q, seed);
+    if (rc == MLAJIT_OK) {
         for (int i = 0; i < h; i++)
             sink[i] = 0.5f;
-    }
-    if (rc == MLAJIT_OK && ((rc = devbuf_fill(drv, &in->idx, n_idx * 4, idx)) ||
-                            (etopk && (rc = devbuf_fill(drv, &in->eidx, n_eidx * 4, eidx))) ||
-                            (rc = devbuf_fill(drv, &in->q, n_q * 2, q)) ||
-                            (rc = devbuf_fill(drv, &in->len, (size_t)rows * 4, lens)) ||
-                            (rc = devbuf_fill(drv, &in->elen, (size_t)rows * 4, lens)) ||
-                            (rc = devbuf_fill(drv, &in->sink, (size_t)h * 4, sink)) ||
-                            (rc = devbuf_fill(drv, &in->out, (size_t)rows * h * m->d_v * 2, NULL)) ||
-                            (rc = devbuf_fill(drv, &in->lse, (size_t)rows * h * 4, NULL)))) {
-        /* rc says what failed */
+        if (!(rc = devbuf_fill(drv, &in->sink, (size_t)h * 4, sink)) &&
+            !(rc = devbuf_fill(drv, &in->out, (size_t)rows * h * m->d_v * 2, NULL)))
+            rc = devbuf_fill(drv, &in->lse, (size_t)rows * h * 4, NULL);
     }
     if (rc == MLAJIT_OK) {
         for (int i = 0; i < calls; i++) {
@@ -531,11 +592,6 @@ static int inputs_make(mlajit_context *ctx, const tune_bucket *b, tune_pool *poo
             in->args[i] = a;
         }
     }
-    free(idx);
-    free(eidx);
-    free(swaps);
-    free(lens);
-    free(q);
     free(sink);
     return rc;
 }
@@ -603,6 +659,44 @@ static int check_candidate(mlajit_context *ctx, const tune_bucket *b, const mlaj
     mlajit_plan_destroy(plan);
     mlajit_case_free(&c);
     return rc;
+}
+
+/* Whether candidate c passes its reference check (*pass), checked once per
+ * (kernel, split count) over the run: the list *checks remembers. */
+static int check_once(mlajit_context *ctx, const tune_bucket *b, const mlajit_tune_candidate *c,
+                      const mlajit_tune_options *opts, mlajit_tune_summary *sum, check_entry **checks, int *n_checks,
+                      int *cap_checks, int *pass)
+{
+    for (int k = 0; k < *n_checks; k++)
+        if ((*checks)[k].splits == c->grid_splits && strcmp((*checks)[k].kernel, c->kernel) == 0) {
+            *pass = (*checks)[k].pass;
+            return MLAJIT_OK;
+        }
+    char why[200] = "";
+    *pass = 1;
+    if (!opts->skip_check) {
+        const double t_check = mlajit_now_ms();
+        int rc = check_candidate(ctx, b, c, pass, why, sizeof why);
+        sum->s_checks += (mlajit_now_ms() - t_check) / 1e3;
+        if (rc)
+            return rc;
+    }
+    if (*n_checks == *cap_checks) {
+        int cap = *cap_checks ? *cap_checks * 2 : 32;
+        check_entry *g = mlajit_realloc(*checks, (size_t)cap * sizeof *g);
+        if (!g)
+            return mlajit_fail_oom("tune: the checks");
+        *checks = g;
+        *cap_checks = cap;
+    }
+    check_entry *e = &(*checks)[(*n_checks)++];
+    *e = (check_entry){.splits = c->grid_splits, .pass = *pass};
+    snprintf(e->kernel, sizeof e->kernel, "%s", c->kernel);
+    if (!*pass) {
+        sum->failed_checks++;
+        say(opts, "tune: %s splits %d FAILED the reference check (%s): excluded", c->kernel, c->grid_splits, why);
+    }
+    return MLAJIT_OK;
 }
 
 /* ---- the loop ------------------------------------------------------------------ */
@@ -787,10 +881,12 @@ static int tune_buckets(mlajit_context *ctx, const tune_bucket *buckets, int n_b
         if ((rc = inputs_make(ctx, b, &pool, &in, 1000 + (uint64_t)bi)))
             break;
         sum->s_inputs += (mlajit_now_ms() - t_in) / 1e3;
-        double best = 0, runner_up = 0, rules_us = 0;
+        double best = 0, runner_up = 0, rules_us = 0, fastest = 0;
+        double full_us[MLAJIT_TUNE_MAX_CANDIDATES];
         int winner = -1, measured = 0;
         mlajit_tune_ladder ladder = {.kernel = ""};
         for (int ci = 0; ci < n_c && rc == MLAJIT_OK; ci++) {
+            full_us[ci] = -1; /* not timed in full */
             if (mlajit_now_ms() - t0 >= opts->seconds * 1e3) {
                 sum->deadline_hit = 1;
                 break;
@@ -802,7 +898,7 @@ static int tune_buckets(mlajit_context *ctx, const tune_bucket *buckets, int n_b
             }
             double us;
             int dropped;
-            if ((rc = time_candidate(ctx, b, c, &in, best, replays, &us, &dropped, sum)))
+            if ((rc = time_candidate(ctx, b, c, &in, fastest, replays, &us, &dropped, sum)))
                 break;
             sum->timed++;
             measured++;
@@ -813,50 +909,32 @@ static int tune_buckets(mlajit_context *ctx, const tune_bucket *buckets, int n_b
                 sum->dropped++;
                 continue;
             }
-            if (winner >= 0 && us >= best) {
-                if (runner_up == 0 || us < runner_up)
-                    runner_up = us;
-                continue;
+            full_us[ci] = us;
+            if (fastest == 0 || us < fastest)
+                fastest = us;
+        }
+        /* the fastest that passes its reference check wins (checked once per
+         * kernel and split count over the run; checking only the final order's
+         * head checks far fewer than checking each new best as it came) */
+        while (rc == MLAJIT_OK && !sum->deadline_hit) {
+            int next = -1;
+            for (int ci = 0; ci < n_c; ci++)
+                if (full_us[ci] >= 0 && (next < 0 || full_us[ci] < full_us[next]))
+                    next = ci;
+            if (next < 0)
+                break;
+            if (winner >= 0) { /* the runner-up: the next fastest, checked or not */
+                runner_up = full_us[next];
+                break;
             }
-            /* it would win: checked first, once per (kernel, split count) */
-            int pass = -1;
-            for (int k = 0; k < n_checks && pass < 0; k++)
-                if (checks[k].splits == c->grid_splits && strcmp(checks[k].kernel, c->kernel) == 0)
-                    pass = checks[k].pass;
-            if (pass < 0) {
-                char why[200] = "";
-                if (opts->skip_check)
-                    pass = 1;
-                else {
-                    const double t_check = mlajit_now_ms();
-                    rc = check_candidate(ctx, b, c, &pass, why, sizeof why);
-                    sum->s_checks += (mlajit_now_ms() - t_check) / 1e3;
-                    if (rc)
-                        break;
-                }
-                if (n_checks == cap_checks) {
-                    cap_checks = cap_checks ? cap_checks * 2 : 32;
-                    check_entry *g = mlajit_realloc(checks, (size_t)cap_checks * sizeof *g);
-                    if (!g) {
-                        rc = mlajit_fail_oom("tune: the checks");
-                        break;
-                    }
-                    checks = g;
-                }
-                checks[n_checks++] = (check_entry){.splits = c->grid_splits, .pass = pass};
-                snprintf(checks[n_checks - 1].kernel, sizeof checks[0].kernel, "%s", c->kernel);
-                if (!pass) {
-                    sum->failed_checks++;
-                    say(opts, "tune: %s splits %d FAILED the reference check (%s): excluded",
-                                c->kernel, c->grid_splits, why);
-                }
+            int pass;
+            if ((rc = check_once(ctx, b, &cands[next], opts, sum, &checks, &n_checks, &cap_checks, &pass)))
+                break;
+            if (pass) {
+                winner = next;
+                best = full_us[next];
             }
-            if (!pass)
-                continue;
-            if (winner >= 0)
-                runner_up = best;
-            best = us;
-            winner = ci;
+            full_us[next] = -1;
         }
         if (rc || sum->deadline_hit)
             break;
