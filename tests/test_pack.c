@@ -555,9 +555,9 @@ Test(lookup, jit_disabled_without_the_kernel_names_spec_and_what_serves_it)
     s.tile = 32;
     expect_miss_in_library_terms(ctx, &s, "no kernel for v32.h24.p64.fsl.t32.");
     cr_expect(strstr(mlajit_last_error(), "MLAJIT_DISABLE_JIT=1") != NULL, "%s", mlajit_last_error());
-    mlajit_kernel_spec h128 = spec_of(MLAJIT_MODEL_V32, 128, 64, 0), h128_one_tile = MLAJIT_KERNEL_SPEC_INIT;
-    cr_assert(mlajit_spec_one_tile_alternative(&h128, "sm_90a", &h128_one_tile));
-    expect_miss_in_library_terms(ctx, &h128_one_tile, "no kernel for v32.h128.p64.t64.hc64.sm90-unpaired.sm_90a");
+    mlajit_kernel_spec h128 = spec_of(MLAJIT_MODEL_V32, 128, 64, 0), h128_short = MLAJIT_KERNEL_SPEC_INIT;
+    cr_assert(mlajit_spec_short_walk_alternative(&h128, "sm_90a", &h128_short));
+    expect_miss_in_library_terms(ctx, &h128_short, "no kernel for v32.h128.p64.t64.hc64.sm90-staged.sm_90a");
     mlajit_context_destroy(ctx);
     setenv("MLAJIT_DISABLE_JIT", "0", 1);
     ctx = context_on(NULL, "", 0);
@@ -1367,8 +1367,8 @@ Test(warmup, counts_what_each_layer_served_and_names_a_missing_kernel)
  * (sm90-narrow-long) where its third producer group fits (V3.2 at 8 and 16 heads),
  * the head-split kernel (sm90-narrow with its head group halved) at 9-32 heads;
  * above 32 heads with power-of-two scales the head-split and head-groups kernels
- * (sm90-narrow in groups of 16 and 32) and the short-walk kernel (sm90-staged); the
- * one-tile kernel (sm90-unpaired) at 65-128 heads; so a pack covers every plan. */
+ * (sm90-narrow in groups of 16 and 32) and the short-walk kernel (sm90-staged); so
+ * a pack covers every plan. */
 Test(warmup, grid_brings_every_walk_alternative_along)
 {
     mlajit_model models[] = {MLAJIT_MODEL_V32, MLAJIT_MODEL_DSV4, MLAJIT_MODEL_GLM_NSA};
@@ -1389,7 +1389,6 @@ Test(warmup, grid_brings_every_walk_alternative_along)
         "v32.h64.p64.t64.hc32.sm90-narrow.sm_90a", "v32.h64.p64.t64.hc64.sm90-staged.sm_90a",
         "v32.h128.p64.t64.hc64.sm90.sm_90a", "v32.h128.p64.t64.hc16.sm90-narrow.sm_90a",
         "v32.h128.p64.t64.hc32.sm90-narrow.sm_90a", "v32.h128.p64.t64.hc64.sm90-staged.sm_90a",
-        "v32.h128.p64.t64.hc64.sm90-unpaired.sm_90a",
         "dsv4.h8.p64.t64.hc8.sm90-narrow.sm_90a", "dsv4.h16.p64.t64.hc16.sm90-narrow.sm_90a",
         "dsv4.h16.p64.t64.hc8.sm90-narrow.sm_90a",
         "dsv4.h32.p64.t64.hc32.sm90-narrow.sm_90a", "dsv4.h32.p64.t64.hc16.sm90-narrow.sm_90a",
@@ -1397,10 +1396,9 @@ Test(warmup, grid_brings_every_walk_alternative_along)
         "dsv4.h64.p64.t64.hc32.sm90-narrow.sm_90a", "dsv4.h64.p64.t64.hc64.sm90-staged.sm_90a",
         "dsv4.h128.p64.t64.hc64.sm90.sm_90a", "dsv4.h128.p64.t64.hc16.sm90-narrow.sm_90a",
         "dsv4.h128.p64.t64.hc32.sm90-narrow.sm_90a", "dsv4.h128.p64.t64.hc64.sm90-staged.sm_90a",
-        "dsv4.h128.p64.t64.hc64.sm90-unpaired.sm_90a",
         "glm_nsa.h8.p64.t64.hc64.sm90.sm_90a",   "glm_nsa.h16.p64.t64.hc64.sm90.sm_90a",
         "glm_nsa.h32.p64.t64.hc64.sm90.sm_90a",  "glm_nsa.h64.p64.t64.hc64.sm90.sm_90a",
-        "glm_nsa.h128.p64.t64.hc64.sm90.sm_90a", "glm_nsa.h128.p64.t64.hc64.sm90-unpaired.sm_90a",
+        "glm_nsa.h128.p64.t64.hc64.sm90.sm_90a",
     };
     cr_assert_eq(n, (int)(sizeof expected / sizeof expected[0]));
     for (int i = 0; i < n; i++) {
@@ -1466,7 +1464,7 @@ Test(cli, pack_build_ls_verify_merge_bench_and_jit_disabled, .timeout = 300)
     cr_expect(strstr(out_text(), "v32.h16.p64.t64.hc16.sm90-narrow.") && strstr(out_text(), "dsv4.h16.p64") &&
                   strstr(out_text(), "v32.h16.p64.t64.hc16.sm90-narrow-long.") &&
                   strstr(out_text(), "v32.h16.p64.t64.hc8.sm90-narrow.") &&
-                  strstr(out_text(), "dsv4.h16.p64.t64.hc8.sm90-narrow.") && !strstr(out_text(), "sliced"),
+                  strstr(out_text(), "dsv4.h16.p64.t64.hc8.sm90-narrow."),
               "the grid's kernels, V3.2's long-walk one and both head splits: %s", out_text());
     cr_expect(strstr(out_text(), "nvrtc") != NULL, "%s", out_text());
     cr_assert_eq(sh("%s pack verify prod.pack", cli), 0, "%s", out_text());
@@ -1492,7 +1490,7 @@ Test(cli, pack_build_ls_verify_merge_bench_and_jit_disabled, .timeout = 300)
                                  "--pages 64 --archs sm_90a --out FILE` and add FILE to MLAJIT_PACKS") != NULL,
               "%s", out_text());
     /* the grid form names the features; a spec off the generator's choices needs --spec; a walk's kernel comes
-     * with its auto spec's grid (the one-tile kernel, sm90 without the CTA pair) */
+     * with its auto spec's grid (the short-walk kernel, sm90-staged) */
     cr_expect_eq(sh("MLAJIT_DISABLE_JIT=1 MLAJIT_CACHE_DIR=empty %s compile --model v32 --heads 24 --page 64 "
                     "--features sink,topk-length",
                     cli),
@@ -1505,10 +1503,10 @@ Test(cli, pack_build_ls_verify_merge_bench_and_jit_disabled, .timeout = 300)
                  1, "%s", out_text());
     cr_expect(strstr(out_text(), "mlajit pack build --spec v32.h24.p64.t32.") != NULL, "%s", out_text());
     cr_expect_eq(sh("MLAJIT_DISABLE_JIT=1 MLAJIT_CACHE_DIR=empty %s compile --model v32 --heads 128 --page 64 "
-                    "--variant sm90-unpaired",
+                    "--variant sm90-staged",
                     cli),
                  1, "%s", out_text());
-    cr_expect(strstr(out_text(), "no kernel for v32.h128.p64.t64.hc64.sm90-unpaired.sm_90a") &&
+    cr_expect(strstr(out_text(), "no kernel for v32.h128.p64.t64.hc64.sm90-staged.sm_90a") &&
                   strstr(out_text(), "mlajit pack build --models v32 --heads 128 --pages 64 --archs sm_90a"),
               "%s", out_text());
     cr_expect_eq(sh("MLAJIT_DISABLE_JIT=1 MLAJIT_CACHE_DIR=empty %s compile --model v32 --heads 8 --page 64 "
