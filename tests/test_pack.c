@@ -1542,6 +1542,44 @@ Test(cli, pack_build_ls_verify_merge_bench_and_jit_disabled, .timeout = 300)
     cr_expect_eq(sh("%s pack build --models v32 --heads 16", cli), 2, "a grid needs pages: %s", out_text());
 }
 
+/* A pack made before sliced and sm90-unpaired were retired may hold their kernels:
+ * no plan asks for them, the pack's other kernels serve as before (their keys did
+ * not change), and verify says why such an entry does not key. */
+Test(cli, pack_with_a_retired_kernel_serves_the_rest)
+{
+    const char *cli = cli_path();
+    mlajit_context *k = keyer();
+    const mlajit_kernel_spec *s = three_specs();
+    mlajit_pack_item items[2];
+    mlajit_cache_entry entries[2];
+    char spec_string[128];
+    items[0].key = key_for(k, &s[0], spec_string);
+    entries[0] = fake_entry(spec_string, 40, 5000);
+    items[1].key = key_for(k, &s[2], spec_string); /* sm90's at 128 heads, renamed as the unpaired kernel was */
+    items[1].key.lo ^= 1;
+    entries[1] = fake_entry(spec_string, 41, 6000);
+    snprintf(entries[1].spec_string, sizeof entries[1].spec_string, "v32.h128.p64.t64.hc64.sm90-unpaired.sm_90a");
+    for (int i = 0; i < 2; i++)
+        items[i].entry = &entries[i];
+    mlajit_pack_manifest mine = this_recipe(k);
+    cr_assert_eq(mlajit_pack_write(path_in_root("old.pack"), &mine, items, 2, NULL, 0), MLAJIT_OK, "%s",
+                 mlajit_last_error());
+    for (int i = 0; i < 2; i++)
+        mlajit_cache_entry_clear(&entries[i]);
+    mlajit_context_destroy(k);
+
+    cr_expect_eq(sh("%s pack verify old.pack", cli), 1, "%s", out_text());
+    cr_expect(strstr(out_text(), "spec string 'v32.h128.p64.t64.hc64.sm90-unpaired.sm_90a': variant sm90-unpaired "
+                                 "was retired"),
+              "%s", out_text());
+    mlajit_context *ctx = context_on(NULL, path_in_root("old.pack"), MLAJIT_CONTEXT_NO_JIT);
+    mlajit_kernel_report r = MLAJIT_KERNEL_REPORT_INIT;
+    cr_assert_eq(mlajit_kernel_prepare(ctx, &s[0], &r), MLAJIT_OK, "%s", mlajit_last_error());
+    cr_expect_eq(r.source, MLAJIT_SOURCE_PACK);
+    cr_expect_eq(r.cubin_bytes, 5000u);
+    mlajit_context_destroy(ctx);
+}
+
 Test(cli, cache_ls_stats_gc_verify)
 {
     const char *cli = cli_path();

@@ -83,19 +83,17 @@ static int pages_per_seq_max(int b, int page)
     return (int)per_seq;
 }
 
-/* 1 when `variant` runs this model, head count, page, tile and head group on
- * sm_90a (its spec resolves there); no error is left set. */
-static int resolves_on_sm90a(mlajit_model model, int h_q, int page, int tile, int heads_per_cta,
-                             mlajit_variant variant)
+/* 1 when sm90-narrow runs this model, head count, page and head group on sm_90a
+ * (its spec resolves there); no error is left set. */
+static int narrow_resolves_on_sm90a(mlajit_model model, int h_q, int page, int heads_per_cta)
 {
     mlajit_kernel_spec spec = MLAJIT_KERNEL_SPEC_INIT, resolved = MLAJIT_KERNEL_SPEC_INIT;
     if (mlajit_spec_init(&spec, model, h_q, page) != MLAJIT_OK) {
         mlajit_clear_error();
         return 0;
     }
-    spec.tile = tile;
     spec.heads_per_cta = heads_per_cta;
-    spec.variant = variant;
+    spec.variant = MLAJIT_VARIANT_SM90_NARROW;
     snprintf(spec.arch, sizeof spec.arch, "sm_90a");
     const int ok = mlajit_spec_resolve(&spec, &resolved) == MLAJIT_OK;
     mlajit_clear_error();
@@ -184,9 +182,8 @@ void mlajit_fuzz_draw(uint64_t run_seed, int64_t call, int allow_heavy, mlajit_f
      * before it stay what they were), half of those as sm90-narrow-long (which is
      * sm90-narrow where its third producer group does not fit). */
     const int narrow_max = MLAJIT_NARROW_MAX_HEADS_PER_CTA;
-    const int narrow = resolves_on_sm90a(model, h_q, page, 0, h_q > narrow_max ? narrow_max : 0,
-                                         MLAJIT_VARIANT_SM90_NARROW) &&
-                       chance(&r, 25);
+    const int narrow =
+        narrow_resolves_on_sm90a(model, h_q, page, h_q > narrow_max ? narrow_max : 0) && chance(&r, 25);
     const int narrow_long = narrow && chance(&r, 50);
     const int narrow_scores = narrow && !narrow_long && chance(&r, 50);  /* sm90-narrow where it does not fit */
     /* half the narrow draws at most 32 heads split the heads into groups of 8 .. h_q
