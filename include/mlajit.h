@@ -250,16 +250,17 @@ MLAJIT_API int64_t mlajit_min_page_stride(mlajit_model model, int page_size);
  * tests) that force one kernel; which kernel is fastest where is measured on the
  * H200, not promised, and changes with the kernels. A forced variant the arch,
  * model or head count cannot run is MLAJIT_ERR_UNSUPPORTED, saying why; a few
- * resolve to a sibling where theirs has nothing to add (docs/kernels.md). */
+ * resolve to a sibling where theirs has nothing to add (docs/kernels.md).
+ * Retired variants keep their names and numbers, which are never reused: a spec
+ * naming one is MLAJIT_ERR_UNSUPPORTED, saying what to use instead. */
 typedef enum mlajit_variant {
     MLAJIT_VARIANT_AUTO = 0,               /* the generator's and the planner's choice */
     MLAJIT_VARIANT_PORTABLE = 1,           /* mma.sync bf16, sm_80 and newer */
     MLAJIT_VARIANT_SM90 = 2,               /* wgmma, warp-specialized; sm_90a, 64 heads per CTA, tile 64 */
-    MLAJIT_VARIANT_SLICED = 3,             /* mma.sync, a 64-dim slice per warp; sm_80 on; v32, glm_nsa;
-                                            * 16 or 32 heads per CTA, tile 32 */
+    MLAJIT_VARIANT_SLICED = 3,             /* retired ("sliced"): refused; use auto, sm90 or portable */
     MLAJIT_VARIANT_SM90_STAGED = 4,        /* sm90, output rows staged through shared memory; never splits;
                                             * power-of-two scales (v32, dsv4) */
-    MLAJIT_VARIANT_SM90_UNPAIRED = 5,      /* sm90 without the CTA pair at 65-128 heads */
+    MLAJIT_VARIANT_SM90_UNPAIRED = 5,      /* retired ("sm90-unpaired"): refused; use auto or sm90 */
     MLAJIT_VARIANT_SM90_NARROW = 6,        /* wgmma with heads as N: at most 32 heads per CTA (8, 16, 24
                                             * or 32; required past 32 heads); sm_90a, power-of-two
                                             * scales (v32, dsv4), tile 64 */

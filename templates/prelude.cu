@@ -76,7 +76,9 @@ __device__ __forceinline__ void copy_async(u32 dst, const void* src, bool valid 
     else
         asm volatile("cp.async.ca.shared.global [%0], [%1], 8, %2;\n" :: "r"(dst), "l"(src), "r"(src_bytes) : "memory");
 }
-// Closes the copies issued since the last commit into a group.
+// Closes the copies issued since the last commit into a group. This and
+// copy_async_wait had one user, the retired sliced kernel; every kernel's source
+// still carries them, as removing them would change every cache key.
 __device__ __forceinline__ void copy_async_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
 // Waits until at most kPending of this thread's newest groups are still in flight.
 template <int kPending>
@@ -163,7 +165,8 @@ __device__ __forceinline__ float sink_factor(float sink, float lse)
     return 1.0f / (1.0f + fast_exp2((sink - lse) * kLog2e));
 }
 
-// The mma.sync kernels' shared steps (portable, sliced).
+// The mma.sync kernel's steps (portable; the register-statistics form below was the
+// retired sliced kernel's).
 
 // The CTA's head rows start with nothing attended: max -inf, sum 0.
 __device__ __forceinline__ void init_row_statistics(float* row_max, float* row_sum)
@@ -239,7 +242,9 @@ __device__ __forceinline__ void softmax_row_share(const float (&sc)[kCands], boo
 // them: it is reduced across them every tile, exp needs it) and the thread's own
 // share of the running sum, reduced once when the walk ends. Nothing on a tile's
 // path then waits for a shared-memory read of the statistics or for the sum's
-// shuffles (the sliced kernel, bench/NOTES.md).
+// shuffles (2-3% for the retired sliced kernel, bench/NOTES.md). No kernel uses
+// this form now (nor softmax_row_step, finish_row_statistics); it stays because
+// every kernel's source carries it and removing it would change every cache key.
 struct RowState {
     float max = neg_inf();
     float sum = 0.0f;

@@ -167,6 +167,10 @@ BAD(spec_validate_tile_48, INVALID, "spec.tile = 48", mlajit_spec_validate(SPEC(
 BAD(spec_validate_tile_negative, INVALID, "spec.tile = -32", mlajit_spec_validate(SPEC(.tile = -32)))
 BAD(spec_validate_heads_per_cta_8, INVALID, "spec.heads_per_cta = 8", mlajit_spec_validate(SPEC(.heads_per_cta = 8)))
 BAD(spec_validate_variant, INVALID, "spec.variant = 9", mlajit_spec_validate(SPEC(.variant = (mlajit_variant)9)))
+BAD(spec_validate_retired_sliced, UNSUPPORTED, "spec.variant = 3: variant sliced was retired",
+    mlajit_spec_validate(SPEC(.variant = MLAJIT_VARIANT_SLICED)))
+BAD(spec_validate_retired_unpaired, UNSUPPORTED, "spec.variant = 5: variant sm90-unpaired was retired",
+    mlajit_spec_validate(SPEC(.variant = MLAJIT_VARIANT_SM90_UNPAIRED)))
 BAD(spec_validate_arch_sm_70, INVALID, "spec.arch = 'sm_70'", mlajit_spec_validate(SPEC(.arch = "sm_70")))
 BAD(spec_validate_arch_unknown, INVALID, "spec.arch = 'gfx90a'", mlajit_spec_validate(SPEC(.arch = "gfx90a")))
 BAD(spec_validate_arch_unterminated, INVALID, "spec.arch is not NUL-terminated",
@@ -184,6 +188,8 @@ BAD(spec_parse_truncated, INVALID, "is malformed", mlajit_spec_parse("v32.h16", 
 BAD(spec_parse_unknown_feature, INVALID, "unknown feature 'q'",
     mlajit_spec_parse("v32.h16.p64.fq.t64.hc16.portable.sm_90a", &spec_out))
 BAD(spec_parse_unknown_variant, INVALID, "variant 'fast'", mlajit_spec_parse("v32.h16.p64.t64.hc16.fast.sm_90a", &spec_out))
+BAD(spec_parse_retired_variant, UNSUPPORTED, "v32.h16.p64.t32.hc16.sliced.sm_90a': variant sliced was retired",
+    mlajit_spec_parse("v32.h16.p64.t32.hc16.sliced.sm_90a", &spec_out))
 BAD(spec_parse_h_q_0, INVALID, "spec.h_q = 0", mlajit_spec_parse("v32.h0.p64.t64.hc16.portable.sm_90a", &spec_out))
 BAD(spec_parse_unknown_arch, INVALID, "spec.arch = 'sm_91'", mlajit_spec_parse("v32.h1.p1.t64.hc16.portable.sm_91", &spec_out))
 BAD(spec_parse_too_long, INVALID, "longer than 255 characters",
@@ -238,6 +244,8 @@ BAD(envelope_extra_topk_without_extra, INVALID, "shape.extra_topk = 5", mlajit_e
 BAD(envelope_extra_topk_0_with_extra, INVALID, "shape.extra_topk = 0",
     mlajit_envelope_check(SPEC(.extra_page_size = 2), SHAPE(.extra_topk = 0)))
 BAD(envelope_splits_65, INVALID, "shape.num_splits = 65", mlajit_envelope_check(SPEC(), SHAPE(.num_splits = 65)))
+BAD(envelope_retired_variant, UNSUPPORTED, "variant sm90-unpaired was retired",
+    mlajit_envelope_check(SPEC(.h_q = 128, .variant = MLAJIT_VARIANT_SM90_UNPAIRED, .arch = "sm_90a"), NULL))
 
 /* mlajit_context_create / mlajit_context_get_info */
 BAD(context_null_out, INVALID, "out: NULL", mlajit_context_create(NULL, NULL))
@@ -259,6 +267,8 @@ BAD(prepare_unknown_model, INVALID, "spec.model = 42", mlajit_kernel_prepare(ctx
 BAD(prepare_unknown_arch, INVALID, "spec.arch = 'sm_70'", mlajit_kernel_prepare(ctx, SPEC(.arch = "sm_70"), NULL))
 BAD(prepare_shared_memory, UNSUPPORTED, "shared memory",
     mlajit_kernel_prepare(ctx, SPEC(.tile = 64, .heads_per_cta = 32, .arch = "sm_89"), NULL))
+BAD(prepare_retired_variant, UNSUPPORTED, "variant sliced was retired",
+    mlajit_kernel_prepare(ctx, SPEC(.variant = MLAJIT_VARIANT_SLICED, .arch = "sm_80"), NULL))
 
 /* mlajit_plan_create */
 BAD(plan_null_out, INVALID, "out: NULL", mlajit_plan_create(ctx, SPEC(), SHAPE(), NULL))
@@ -284,6 +294,8 @@ BAD(plan_extra_topk_negative, INVALID, "shape.extra_topk = -3",
     mlajit_plan_create(ctx, SPEC(.extra_page_size = 7), SHAPE(.extra_topk = -3), &plan_out))
 BAD(plan_splits_negative, INVALID, "shape.num_splits = -1", mlajit_plan_create(ctx, SPEC(), SHAPE(.num_splits = -1), &plan_out))
 BAD(plan_splits_65, INVALID, "shape.num_splits = 65", mlajit_plan_create(ctx, SPEC(), SHAPE(.num_splits = 65), &plan_out))
+BAD(plan_retired_variant, UNSUPPORTED, "variant sm90-unpaired was retired",
+    mlajit_plan_create(ctx, SPEC(.h_q = 128, .variant = MLAJIT_VARIANT_SM90_UNPAIRED), SHAPE(), &plan_out))
 
 /* mlajit_decode's own pointers (its arguments' fields are the parameterized rows) */
 static int decode_null_plan(void)
@@ -753,10 +765,10 @@ static const plan_case auto_cases[] = {
     /* more heads, or arbitrary scales: auto's wgmma kernel */
     {MLAJIT_MODEL_GLM_NSA, 16, 128, 2048, 0, ".hc64.sm90.sm_90a", "arbitrary scales"},
     {MLAJIT_MODEL_V32, 33, 128, 2048, 4, ".hc64.sm90.sm_90a", "33 heads, split"},
-    {MLAJIT_MODEL_GLM_NSA, 128, 1, 2048, 0, ".sm90-unpaired.sm_90a", "b 1, 32 splits of one tile"},
-    {MLAJIT_MODEL_GLM_NSA, 96, 2, 2048, 0, ".sm90-unpaired.sm_90a", "96 heads pair too"},
-    {MLAJIT_MODEL_V32, 128, 8, 2048, 32, ".sm90-unpaired.sm_90a", "forced: 32 splits of one tile, 1024 CTAs "
-                                                                   "in head groups"},
+    {MLAJIT_MODEL_GLM_NSA, 128, 1, 2048, 0, ".hc64.sm90.sm_90a", "b 1, 32 splits of one tile keep the pair"},
+    {MLAJIT_MODEL_GLM_NSA, 96, 2, 2048, 0, ".hc64.sm90.sm_90a", "96 heads pair too"},
+    {MLAJIT_MODEL_V32, 128, 8, 2048, 32, ".hc64.sm90.sm_90a", "forced: 32 splits of one tile, 1024 CTAs "
+                                                               "in head groups"},
     {MLAJIT_MODEL_V32, 128, 8, 2048, 0, ".sm90.sm_90a", "b 8: 8 splits of 4 tiles keep the pair (head groups "
                                                          "of 32: 8 tiles, 4 groups, 32 tile gathers)"},
     {MLAJIT_MODEL_V32, 128, 1, 2048, 2, ".sm90.sm_90a", "forced: 2 splits of 16 tiles"},

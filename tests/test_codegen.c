@@ -229,15 +229,14 @@ Test(generate, cluster_pairs_two_sm90_head_groups)
 
 /* kPvInFlight, the pair's P V left in flight behind the next S: chosen for the
  * DSV4 pairs (footer scales), where it was measured faster; not for V3.2's pairs
- * (slower), GLM's (exact scales: no registers for it), one head group (slower, and
- * spills) or the unpaired kernel (no pair), nor any other family. */
+ * (slower), GLM's (exact scales: no registers for it) or one head group (slower,
+ * and spills), nor any other family. */
 Test(generate, pv_in_flight_for_footer_scaled_pairs_only)
 {
     struct { mlajit_model model; int h_q; mlajit_variant variant; int in_flight; } rows[] = {
         {MLAJIT_MODEL_DSV4, 128, MLAJIT_VARIANT_SM90, 1},
         {MLAJIT_MODEL_DSV4, 128, MLAJIT_VARIANT_SM90_STAGED, 1},
         {MLAJIT_MODEL_DSV4, 65, MLAJIT_VARIANT_SM90, 1},
-        {MLAJIT_MODEL_DSV4, 128, MLAJIT_VARIANT_SM90_UNPAIRED, 0},
         {MLAJIT_MODEL_DSV4, 64, MLAJIT_VARIANT_SM90, 0},
         {MLAJIT_MODEL_DSV4, 32, MLAJIT_VARIANT_SM90_NARROW, 0},
         {MLAJIT_MODEL_DSV4, 128, MLAJIT_VARIANT_PORTABLE, 0},
@@ -467,8 +466,7 @@ Test(generate, main_kernel_waits_for_the_previous_grid_first)
 {
     struct { mlajit_variant variant; int h_q; } rows[] = {
         {MLAJIT_VARIANT_PORTABLE, 64}, {MLAJIT_VARIANT_SM90, 128}, {MLAJIT_VARIANT_SM90_STAGED, 64},
-        {MLAJIT_VARIANT_SM90_UNPAIRED, 128}, {MLAJIT_VARIANT_SLICED, 16}, {MLAJIT_VARIANT_SM90_NARROW, 32},
-        {MLAJIT_VARIANT_SM90_NARROW_LONG, 8},
+        {MLAJIT_VARIANT_SM90_NARROW, 32}, {MLAJIT_VARIANT_SM90_NARROW_LONG, 8},
     };
     for (size_t i = 0; i < sizeof rows / sizeof rows[0]; i++) {
         mlajit_kernel_spec s = MLAJIT_KERNEL_SPEC_INIT;
@@ -584,14 +582,13 @@ Test(generate, needs_an_arch)
     cr_expect(strstr(mlajit_last_error(), "arch") != NULL);
 }
 
-/* Every alternative of a spec, as grids and pack hints take them: long walk, head
- * split, head groups, short walk and one tile, each only where the spec has it: at
- * 9-32 heads with power-of-two scales sm90-narrow with its head group halved (8 at
- * 9-16 heads, 16 at 17-32), at 16 and fewer with V3.2's rows first the long walk's
- * sm90-narrow-long (auto's sm90-narrow beat the sliced family on every walk
- * measured since its row ring, so 17-32 heads have no long-walk kernel); past 32
- * heads with power-of-two scales sm90-narrow in groups of 16 and 32 before the
- * wide kernels' own. */
+/* Every alternative of a spec, as grids and pack hints take them: scores kernel,
+ * long walk, head split, head groups and short walk, each only where the spec has
+ * it: at 9-32 heads with power-of-two scales sm90-narrow with its head group halved
+ * (8 at 9-16 heads, 16 at 17-32), at 16 and fewer with V3.2's rows first the long
+ * walk's sm90-narrow-long (17-32 heads have no long-walk kernel); past 32 heads
+ * with power-of-two scales sm90-narrow in groups of 16 and 32 before sm90-staged.
+ * Arbitrary scales have none (the one-tile kernel, sm90-unpaired, is retired). */
 Test(codegen, walk_alternatives_list_each_one_the_spec_has)
 {
     mlajit_kernel_spec s = MLAJIT_KERNEL_SPEC_INIT, alts[MLAJIT_WALK_ALTERNATIVES];
@@ -643,12 +640,11 @@ Test(codegen, walk_alternatives_list_each_one_the_spec_has)
     cr_expect_eq(mlajit_spec_walk_alternatives(&s, "sm_90a", alts), 0, "arbitrary scales at 16 heads: none");
     s.model = MLAJIT_MODEL_V32;
     /* past 32 heads, in the order plans ask them: the head split (groups of 16),
-     * the head groups (of 32), then the wide kernels' short walk and one tile */
+     * the head groups (of 32), then the wide kernels' short walk */
     const int wide_heads[] = {33, 64, 96, 128};
     for (int i = 0; i < 4; i++) {
         s.h_q = wide_heads[i];
-        const int n = s.h_q > 64 ? 4 : 3;
-        cr_expect_eq(mlajit_spec_walk_alternatives(&s, "sm_90a", alts), n, "%d heads", s.h_q);
+        cr_expect_eq(mlajit_spec_walk_alternatives(&s, "sm_90a", alts), 3, "%d heads", s.h_q);
         cr_expect_eq(alts[0].variant, MLAJIT_VARIANT_SM90_NARROW, "%d heads: the head split", s.h_q);
         cr_expect_eq(alts[0].heads_per_cta, 16);
         cr_expect_eq(alts[1].variant, MLAJIT_VARIANT_SM90_NARROW, "%d heads: the head groups", s.h_q);
@@ -656,75 +652,14 @@ Test(codegen, walk_alternatives_list_each_one_the_spec_has)
         cr_expect_eq(alts[2].variant, MLAJIT_VARIANT_SM90_STAGED);
         cr_expect_eq(alts[2].heads_per_cta, 0, "the short walk's kernel keeps the generator's head group");
         cr_expect_str_eq(alts[2].arch, "sm_90a");
-        if (n == 4)
-            cr_expect_eq(alts[3].variant, MLAJIT_VARIANT_SM90_UNPAIRED);
     }
     s.model = MLAJIT_MODEL_DSV4;
-    cr_expect_eq(mlajit_spec_walk_alternatives(&s, "sm_90a", alts), 4, "DSV4 at 128 heads: as V3.2");
-    s.model = MLAJIT_MODEL_V32;
+    cr_expect_eq(mlajit_spec_walk_alternatives(&s, "sm_90a", alts), 3, "DSV4 at 128 heads: as V3.2");
     s.model = MLAJIT_MODEL_GLM_NSA;
-    cr_expect_eq(mlajit_spec_walk_alternatives(&s, "sm_90a", alts), 1, "arbitrary scales at 128 heads: unpaired only");
-    cr_expect_eq(alts[0].variant, MLAJIT_VARIANT_SM90_UNPAIRED);
+    cr_expect_eq(mlajit_spec_walk_alternatives(&s, "sm_90a", alts), 0, "arbitrary scales at 128 heads: none");
     s.model = MLAJIT_MODEL_V32;
     cr_expect_eq(mlajit_spec_walk_alternatives(&s, "sm_80", alts), 0, "not sm_90a: none");
     cr_expect_eq(mlajit_spec_walk_alternatives(NULL, "sm_90a", alts), 0);
-}
-
-/* The one-tile alternative: sm90 without the CTA pair, for auto specs on sm_90a
- * whose sm90 kernel pairs CTAs (65-128 heads); a spec that names it where sm90 has
- * no pair resolves to sm90, so one kernel keeps one name. */
-Test(codegen, one_tile_alternative_is_sm90_without_the_pair)
-{
-    mlajit_kernel_spec s = MLAJIT_KERNEL_SPEC_INIT, alt = MLAJIT_KERNEL_SPEC_INIT, r = MLAJIT_KERNEL_SPEC_INIT;
-    cr_assert_eq(mlajit_spec_init(&s, MLAJIT_MODEL_V32, 128, 64), MLAJIT_OK);
-    cr_expect_eq(mlajit_spec_one_tile_alternative(&s, "sm_90a", &alt), 1);
-    cr_expect_eq(alt.variant, MLAJIT_VARIANT_SM90_UNPAIRED);
-    cr_expect_str_eq(alt.arch, "sm_90a");
-    cr_assert_eq(mlajit_spec_resolve(&alt, &r), MLAJIT_OK);
-    mlajit_kernel_layout unpaired, paired;
-    cr_assert_eq(mlajit_codegen_layout(&r, &unpaired), MLAJIT_OK);
-    cr_expect_eq(unpaired.cluster_ctas, 1);
-    cr_expect_eq(unpaired.single_split, 0, "it splits");
-    char name[128];
-    cr_assert_eq(mlajit_spec_string(&r, name, sizeof name), MLAJIT_OK);
-    cr_expect_str_eq(name, "v32.h128.p64.t64.hc64.sm90-unpaired.sm_90a");
-    mlajit_kernel_spec back = MLAJIT_KERNEL_SPEC_INIT;
-    cr_assert_eq(mlajit_spec_parse(name, &back), MLAJIT_OK);
-    cr_expect_eq(back.variant, MLAJIT_VARIANT_SM90_UNPAIRED);
-    char *src = NULL;
-    cr_assert_eq(mlajit_generate_source(&r, &src), MLAJIT_OK, "%s", mlajit_last_error());
-    cr_expect(strstr(src, "constexpr int kClusterCtas = 1;") && strstr(src, "#define MLAJIT_CLUSTER_DIMS\n"), "no cluster");
-    cr_expect(strstr(src, "constexpr bool kStagedOutput = false;") != NULL);
-    mlajit_free(src);
-    r.variant = MLAJIT_VARIANT_SM90;
-    cr_assert_eq(mlajit_codegen_layout(&r, &paired), MLAJIT_OK);
-    cr_expect_eq(paired.cluster_ctas, 2, "sm90 pairs the two head groups");
-    cr_expect_eq(paired.smem_bytes, unpaired.smem_bytes);
-    /* 65 heads pair too; 64 and fewer have nothing to leave out */
-    s.h_q = 65;
-    cr_expect_eq(mlajit_spec_one_tile_alternative(&s, "sm_90a", &alt), 1);
-    s.h_q = 64;
-    cr_expect_eq(mlajit_spec_one_tile_alternative(&s, "sm_90a", &alt), 0);
-    s.variant = MLAJIT_VARIANT_SM90_UNPAIRED;
-    strcpy(s.arch, "sm_90a");
-    cr_assert_eq(mlajit_spec_string(&s, name, sizeof name), MLAJIT_OK);
-    cr_expect_str_eq(name, "v32.h64.p64.t64.hc64.sm90.sm_90a", "named at 64 heads, it is sm90");
-    /* only auto switches, only on sm_90a; arbitrary scales too (it is sm90's kernel) */
-    s.h_q = 128;
-    cr_expect_eq(mlajit_spec_one_tile_alternative(&s, "sm_90a", &alt), 0, "a named variant stays");
-    s.variant = MLAJIT_VARIANT_AUTO;
-    s.arch[0] = '\0';
-    cr_expect_eq(mlajit_spec_one_tile_alternative(&s, "sm_80", &alt), 0, "wgmma: sm_90a only");
-    cr_expect_eq(mlajit_spec_one_tile_alternative(NULL, "sm_90a", &alt), 0);
-    mlajit_kernel_spec glm = MLAJIT_KERNEL_SPEC_INIT;
-    cr_assert_eq(mlajit_spec_init(&glm, MLAJIT_MODEL_GLM_NSA, 128, 64), MLAJIT_OK);
-    cr_expect_eq(mlajit_spec_one_tile_alternative(&glm, "sm_90a", &alt), 1);
-    /* the portable variant cannot be named unpaired: sm_80 refuses it as it refuses sm90 */
-    cr_assert_eq(mlajit_spec_init(&s, MLAJIT_MODEL_V32, 128, 64), MLAJIT_OK);
-    s.variant = MLAJIT_VARIANT_SM90_UNPAIRED;
-    strcpy(s.arch, "sm_80");
-    cr_expect_eq(mlajit_spec_resolve(&s, &r), MLAJIT_ERR_UNSUPPORTED);
-    cr_expect(strstr(mlajit_last_error(), "sm90-unpaired") != NULL, "%s", mlajit_last_error());
 }
 
 Test(codegen, short_walk_alternative_is_sm90_staged_on_sm90a_auto_specs)
@@ -772,51 +707,12 @@ Test(codegen, short_walk_alternative_is_sm90_staged_on_sm90a_auto_specs)
     mlajit_free(src);
 }
 
-/* The sliced family: tile 32, 16 or 32 heads per CTA, eight warps; V3.2's layout only. */
-Test(codegen, sliced_family_resolves_and_refuses_other_layouts)
-{
-    mlajit_kernel_spec s = MLAJIT_KERNEL_SPEC_INIT, r = MLAJIT_KERNEL_SPEC_INIT;
-    cr_assert_eq(mlajit_spec_init(&s, MLAJIT_MODEL_V32, 24, 64), MLAJIT_OK);
-    s.variant = MLAJIT_VARIANT_SLICED;
-    strcpy(s.arch, "sm_80");
-    cr_assert_eq(mlajit_spec_resolve(&s, &r), MLAJIT_OK, "%s", mlajit_last_error());
-    cr_expect_eq(r.tile, 32);
-    cr_expect_eq(r.heads_per_cta, 32);
-    char name[128];
-    cr_assert_eq(mlajit_spec_string(&s, name, sizeof name), MLAJIT_OK);
-    cr_expect_str_eq(name, "v32.h24.p64.t32.hc32.sliced.sm_80");
-    mlajit_kernel_spec back = MLAJIT_KERNEL_SPEC_INIT;
-    cr_assert_eq(mlajit_spec_parse(name, &back), MLAJIT_OK, "%s", mlajit_last_error());
-    cr_expect_eq(back.variant, MLAJIT_VARIANT_SLICED);
-    mlajit_kernel_layout layout;
-    cr_assert_eq(mlajit_codegen_layout(&r, &layout), MLAJIT_OK);
-    cr_expect_eq(layout.threads, 256);
-    s.heads_per_cta = 16;
-    cr_assert_eq(mlajit_spec_resolve(&s, &r), MLAJIT_OK, "%s", mlajit_last_error());
-    cr_assert_eq(mlajit_codegen_layout(&r, &layout), MLAJIT_OK);
-    cr_expect_eq(layout.blocks_per_sm, 1, "sm_80: two CTAs' shared memory does not fit");
-    strcpy(s.arch, "sm_90a");
-    cr_assert_eq(mlajit_spec_resolve(&s, &r), MLAJIT_OK, "%s", mlajit_last_error());
-    cr_assert_eq(mlajit_codegen_layout(&r, &layout), MLAJIT_OK);
-    cr_expect_eq(layout.blocks_per_sm, 2, "16 heads on sm_90a: two CTAs per SM");
-    s.tile = 64;
-    cr_expect_eq(mlajit_spec_resolve(&s, &r), MLAJIT_ERR_UNSUPPORTED);
-    cr_expect(strstr(mlajit_last_error(), "tile 32") != NULL, "%s", mlajit_last_error());
-    s.tile = 0;
-    s.model = MLAJIT_MODEL_DSV4;
-    cr_expect_eq(mlajit_spec_resolve(&s, &r), MLAJIT_ERR_UNSUPPORTED);
-    cr_expect(strstr(mlajit_last_error(), "variant sliced") != NULL, "%s", mlajit_last_error());
-    char *src = NULL;
-    s.model = MLAJIT_MODEL_V32;
-    cr_assert_eq(mlajit_generate_source(&s, &src), MLAJIT_OK, "%s", mlajit_last_error());
-    cr_expect(strstr(src, "movmatrix.sync.aligned") != NULL, "the sliced kernel");
-    mlajit_free(src);
-}
-
 Test(spec, variant_names_round_trip_and_unknown_names_are_refused)
 {
-    const mlajit_variant all[] = {MLAJIT_VARIANT_AUTO, MLAJIT_VARIANT_PORTABLE, MLAJIT_VARIANT_SM90,
-                                  MLAJIT_VARIANT_SLICED};
+    const mlajit_variant all[] = {MLAJIT_VARIANT_AUTO,          MLAJIT_VARIANT_PORTABLE,
+                                  MLAJIT_VARIANT_SM90,          MLAJIT_VARIANT_SM90_STAGED,
+                                  MLAJIT_VARIANT_SM90_NARROW,   MLAJIT_VARIANT_SM90_NARROW_LONG,
+                                  MLAJIT_VARIANT_SM90_NARROW_SCORES};
     for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) {
         const char *name = mlajit_variant_name(all[i]);
         cr_expect_not_null(strstr(MLAJIT_VARIANT_NAMES, name), "'%s' missing from MLAJIT_VARIANT_NAMES", name);
@@ -829,4 +725,88 @@ Test(spec, variant_names_round_trip_and_unknown_names_are_refused)
     cr_expect_eq(mlajit_variant_from_name("", &v), 0);
     cr_expect_eq(mlajit_variant_from_name(NULL, &v), 0);
     cr_expect_eq(v, MLAJIT_VARIANT_SM90, "a refused name leaves *out alone");
+}
+
+/* The retired variants (sliced, sm90-unpaired) keep their numbers, and every other
+ * variant its own; a spec that names one, by number or by name in a spec string,
+ * is refused as unsupported, the message naming it, saying it was retired and
+ * what to use; nothing resolves, generates or lists it. */
+Test(spec, retired_variants_are_refused_with_what_to_use)
+{
+    cr_expect(MLAJIT_VARIANT_AUTO == 0 && MLAJIT_VARIANT_PORTABLE == 1 && MLAJIT_VARIANT_SM90 == 2 &&
+                  MLAJIT_VARIANT_SLICED == 3 && MLAJIT_VARIANT_SM90_STAGED == 4 && MLAJIT_VARIANT_SM90_UNPAIRED == 5 &&
+                  MLAJIT_VARIANT_SM90_NARROW == 6 && MLAJIT_VARIANT_SM90_NARROW_LONG == 7 &&
+                  MLAJIT_VARIANT_SM90_NARROW_SCORES == 8,
+              "the enum's numbers do not move");
+    const struct {
+        mlajit_variant variant;
+        const char *name, *number, *instead, *spec_string;
+    } retired[] = {
+        {MLAJIT_VARIANT_SLICED, "sliced", "spec.variant = 3: ", "use auto, or force sm90 (sm_90a) or portable",
+         "v32.h16.p64.t32.hc16.sliced.sm_90a"},
+        {MLAJIT_VARIANT_SM90_UNPAIRED, "sm90-unpaired", "spec.variant = 5: ", "use auto, or force sm90",
+         "v32.h128.p64.sm90-unpaired"},
+    };
+    for (size_t i = 0; i < sizeof retired / sizeof retired[0]; i++) {
+        char said[160];
+        snprintf(said, sizeof said, "%svariant %s was retired: ", retired[i].number, retired[i].name);
+        mlajit_kernel_spec s = MLAJIT_KERNEL_SPEC_INIT, r = MLAJIT_KERNEL_SPEC_INIT;
+        cr_assert_eq(mlajit_spec_init(&s, MLAJIT_MODEL_V32, 128, 64), MLAJIT_OK);
+        s.variant = retired[i].variant;
+        cr_expect_eq(mlajit_spec_validate(&s), MLAJIT_ERR_UNSUPPORTED, "%s", retired[i].name);
+        cr_expect(strstr(mlajit_last_error(), said) && strstr(mlajit_last_error(), retired[i].instead) &&
+                      strstr(mlajit_last_error(), "bench/NOTES.md"),
+                  "'%s' should say '%s' and '%s'", mlajit_last_error(), said, retired[i].instead);
+        s.heads_per_cta = 8; /* a head group only a family can take: still the retirement that is said */
+        cr_expect_eq(mlajit_spec_validate(&s), MLAJIT_ERR_UNSUPPORTED, "%s", mlajit_last_error());
+        cr_expect(strstr(mlajit_last_error(), said) != NULL, "%s", mlajit_last_error());
+        s.heads_per_cta = 0;
+        /* on every arch, through every entry that takes a spec */
+        const char *archs[] = {"sm_80", "sm_90a", "sm_100a"};
+        for (int a = 0; a < 3; a++) {
+            strcpy(s.arch, archs[a]);
+            cr_expect_eq(mlajit_spec_resolve(&s, &r), MLAJIT_ERR_UNSUPPORTED, "%s %s", retired[i].name, archs[a]);
+            cr_expect(strstr(mlajit_last_error(), said) != NULL, "%s", mlajit_last_error());
+            char name[128], *src = NULL;
+            cr_expect_eq(mlajit_spec_string(&s, name, sizeof name), MLAJIT_ERR_UNSUPPORTED);
+            cr_expect_eq(mlajit_generate_source(&s, &src), MLAJIT_ERR_UNSUPPORTED);
+            cr_expect_null(src);
+            cr_expect_eq(mlajit_envelope_check(&s, NULL), MLAJIT_ERR_UNSUPPORTED);
+            cr_expect(strstr(mlajit_last_error(), said) != NULL, "%s", mlajit_last_error());
+        }
+        /* by name: in a spec string, and as a variant name */
+        mlajit_kernel_spec parsed = MLAJIT_KERNEL_SPEC_INIT;
+        cr_expect_eq(mlajit_spec_parse(retired[i].spec_string, &parsed), MLAJIT_ERR_UNSUPPORTED);
+        snprintf(said, sizeof said, "spec string '%s': variant %s was retired: ", retired[i].spec_string,
+                 retired[i].name);
+        cr_expect(strstr(mlajit_last_error(), said) && strstr(mlajit_last_error(), retired[i].instead),
+                  "'%s' should say '%s'", mlajit_last_error(), said);
+        cr_expect_eq(mlajit_spec_parse_fields(retired[i].spec_string, &parsed), MLAJIT_ERR_UNSUPPORTED);
+        mlajit_variant v = MLAJIT_VARIANT_AUTO;
+        cr_expect_eq(mlajit_variant_from_name(retired[i].name, &v), 0, "%s is no variant name now", retired[i].name);
+        cr_expect_eq(mlajit_variant_refuse_retired(MLAJIT_VARIANT_AUTO, retired[i].name), MLAJIT_ERR_UNSUPPORTED);
+        cr_expect_eq(mlajit_variant_refuse_retired(retired[i].variant, NULL), MLAJIT_ERR_UNSUPPORTED);
+        /* no row, no listing: only the retired names' list has it */
+        cr_expect_null(mlajit_family_of(retired[i].variant));
+        char list[256], item[64];
+        snprintf(list, sizeof list, ", %s,", MLAJIT_VARIANT_NAMES);
+        snprintf(item, sizeof item, ", %s,", retired[i].name);
+        cr_expect_null(strstr(list, item), "%s is in MLAJIT_VARIANT_NAMES", retired[i].name);
+        snprintf(list, sizeof list, ", %s,", MLAJIT_VARIANT_RETIRED_NAMES);
+        cr_expect_not_null(strstr(list, item), "%s is not in MLAJIT_VARIANT_RETIRED_NAMES", retired[i].name);
+        char allowed[256], number[16];
+        mlajit_variant_values(allowed, sizeof allowed);
+        snprintf(number, sizeof number, "%d (", (int)retired[i].variant);
+        cr_expect_null(strstr(allowed, number), "'%s' lists %s", allowed, retired[i].name);
+    }
+    /* the others are not retired; an unknown number is still an invalid argument */
+    for (int i = 0; i < mlajit_family_count; i++)
+        cr_expect_eq(mlajit_variant_refuse_retired(mlajit_families[i].variant, NULL), MLAJIT_OK);
+    cr_expect_eq(mlajit_variant_refuse_retired(MLAJIT_VARIANT_AUTO, "sm90"), MLAJIT_OK);
+    mlajit_kernel_spec s = MLAJIT_KERNEL_SPEC_INIT;
+    cr_assert_eq(mlajit_spec_init(&s, MLAJIT_MODEL_V32, 16, 64), MLAJIT_OK);
+    s.variant = (mlajit_variant)9;
+    cr_expect_eq(mlajit_spec_validate(&s), MLAJIT_ERR_INVALID_ARGUMENT);
+    cr_expect(strstr(mlajit_last_error(), "spec.variant = 9; allowed 0 (auto), 1 (portable), 2 (sm90), 4 "),
+              "%s", mlajit_last_error());
 }

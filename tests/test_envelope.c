@@ -227,9 +227,7 @@ Test(envelope, every_family_refuses_the_unserved_layouts)
     } rows[] = {
         {MLAJIT_VARIANT_PORTABLE, {"d_rope 0: decode_portable.cu", "d_nope <= 512"}},
         {MLAJIT_VARIANT_SM90, {"d_rope 0: sm90_common.cu", "kDV == 512"}},
-        {MLAJIT_VARIANT_SLICED, {"(d_rope 64)", "(d_v 512)"}},
         {MLAJIT_VARIANT_SM90_STAGED, {"d_rope 0: sm90_common.cu", "kDV == 512"}},
-        {MLAJIT_VARIANT_SM90_UNPAIRED, {"d_rope 0: sm90_common.cu", "kDV == 512"}},
         {MLAJIT_VARIANT_SM90_NARROW, {"d_rope 0: sm90_common.cu", "kDV == 512"}},
         {MLAJIT_VARIANT_SM90_NARROW_LONG, {"d_rope 0: sm90_common.cu", "kDV == 512"}},
         {MLAJIT_VARIANT_SM90_NARROW_SCORES, {"d_rope 0: sm90_common.cu", "kDV == 512"}},

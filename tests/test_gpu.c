@@ -90,15 +90,9 @@ static void for_each_golden_where(const mlajit_gpu_run_options *opts, const char
                   golden_expected(&l, expected), n, l.full_dir[0] ? l.full_dir : l.why_no_full);
 }
 
-static void for_each_golden_of(const mlajit_gpu_run_options *opts, const char *variant, unsigned models,
-                               int expected)
-{
-    for_each_golden_where(opts, variant, models, 0, expected);
-}
-
 static void for_each_golden(const mlajit_gpu_run_options *opts, const char *variant)
 {
-    for_each_golden_of(opts, variant, 0, GOLDEN_FULL_SET_CASES);
+    for_each_golden_where(opts, variant, 0, 0, GOLDEN_FULL_SET_CASES);
 }
 
 Test(gpu, golden_cases)
@@ -129,8 +123,8 @@ static void synth_check(const mlajit_synth_params *p, const mlajit_gpu_run_optio
     mlajit_case_free(&c);
 }
 
-/* `dsv4_as`: the model that takes DSV4's rows (DSV4 itself, or GLM_NSA for a
- * variant that runs only the V3.2 layout: arbitrary fp32 scales instead). */
+/* `dsv4_as`: the model that takes DSV4's rows (DSV4 itself, or V3.2 for a
+ * variant that runs only V3.2's rows). */
 static void sweep_models_upto(const mlajit_gpu_run_options *opts, const char *variant, mlajit_model dsv4_as,
                               int max_heads)
 {
@@ -160,14 +154,9 @@ static void sweep_models_upto(const mlajit_gpu_run_options *opts, const char *va
         }
 }
 
-static void sweep_models(const mlajit_gpu_run_options *opts, const char *variant, mlajit_model dsv4_as)
-{
-    sweep_models_upto(opts, variant, dsv4_as, 128);
-}
-
 static void sweep_heads_pages_ragged_topk(const mlajit_gpu_run_options *opts, const char *variant)
 {
-    sweep_models(opts, variant, MLAJIT_MODEL_DSV4);
+    sweep_models_upto(opts, variant, MLAJIT_MODEL_DSV4, 128);
 }
 
 Test(gpu, sweep_heads_pages_ragged_topk)
@@ -505,68 +494,6 @@ Test(gpu, sm90_staged_refuses_a_split)
     mlajit_gpu_result res;
     cr_expect_eq(mlajit_case_run_gpu(ctx, &c, &o, &res), MLAJIT_ERR_UNSUPPORTED);
     cr_expect(strstr(mlajit_last_error(), "num_splits = 2") != NULL, "%s", mlajit_last_error());
-    mlajit_case_free(&c);
-}
-
-/* sm90-unpaired (sm90 without the CTA pair; at 64 heads and fewer it is sm90) against
- * the same oracles: every golden case, with 3 splits and padded strides, and with 32
- * (one tile per split, the walk auto takes it for); the shape sweep (80 and 128
- * heads are the unpaired kernels there). */
-Test(gpu, sm90_unpaired_golden_cases, .timeout = 180)
-{
-    require_sm90a();
-    golden_plain_and_padded(MLAJIT_VARIANT_SM90_UNPAIRED, 3);
-    mlajit_gpu_run_options one_tile = {.variant = MLAJIT_VARIANT_SM90_UNPAIRED, .num_splits = 32};
-    for_each_golden(&one_tile, "sm90-unpaired, 32 splits");
-}
-
-Test(gpu, sm90_unpaired_sweep_heads_pages_ragged_topk, .timeout = 300)
-{
-    sweep_sm90_variant(MLAJIT_VARIANT_SM90_UNPAIRED);
-}
-
-/* The dim-sliced family (MLAJIT_VARIANT_SLICED; V3.2's layout: v32 and glm_nsa)
- * against the same oracles: the V3.2 golden cases at 16 and 32 heads per CTA (so
- * h_q 64 and 128 run as several head groups), with and without 3 splits; the
- * shape sweep (GLM_NSA in DSV4's rows); the exhaustive dequantization. */
-Test(gpu, sliced_golden_cases, .timeout = 180)
-{
-    const unsigned v32 = 1u << MLAJIT_MODEL_V32;
-    for (int hc = 16; hc <= 32; hc += 16) {
-        mlajit_gpu_run_options o = {.variant = MLAJIT_VARIANT_SLICED, .heads_per_cta = hc};
-        char label[64];
-        snprintf(label, sizeof label, "sliced, %d heads per CTA", hc);
-        for_each_golden_of(&o, label, v32, 4);
-        mlajit_gpu_run_options split = o;
-        split.num_splits = 3;
-        split.lse_head_major = 1;
-        split.pad_strides = 1;
-        snprintf(label, sizeof label, "sliced, %d heads per CTA, 3 splits, lse [b,h,s], padded strides", hc);
-        for_each_golden_of(&split, label, v32, 4);
-    }
-}
-
-Test(gpu, sliced_sweep_heads_pages_ragged_topk, .timeout = 300)
-{
-    mlajit_gpu_run_options o = {.variant = MLAJIT_VARIANT_SLICED};
-    sweep_models(&o, "sliced", MLAJIT_MODEL_GLM_NSA);
-}
-
-Test(gpu, sliced_dequant_every_code_and_scale, .timeout = 180)
-{
-    dequant_every_code_and_scale_of(MLAJIT_VARIANT_SLICED, (1u << MLAJIT_MODEL_V32) | (1u << MLAJIT_MODEL_GLM_NSA));
-}
-
-Test(gpu, sliced_refuses_other_layouts)
-{
-    mlajit_synth_params p = {.model = MLAJIT_MODEL_DSV4, .b = 1, .s_q = 1, .h_q = 16, .topk = 64,
-                             .page_size = 64, .seqlen = 128, .seed = 3};
-    mlajit_case c;
-    cr_assert_eq(mlajit_case_synthesize(&p, &c), MLAJIT_OK, "%s", mlajit_last_error());
-    mlajit_gpu_run_options o = {.variant = MLAJIT_VARIANT_SLICED};
-    mlajit_gpu_result res;
-    cr_expect_eq(mlajit_case_run_gpu(ctx, &c, &o, &res), MLAJIT_ERR_UNSUPPORTED);
-    cr_expect(strstr(mlajit_last_error(), "variant sliced") != NULL, "%s", mlajit_last_error());
     mlajit_case_free(&c);
 }
 

@@ -39,8 +39,6 @@ static void compile_variant_ok(mlajit_model model, int h, int page, int extra_pa
         cr_expect(strstr(name, ".t64.hc64.sm90.sm_90a") != NULL, "%s", name);
         cr_expect(strstr(src, "wgmma.mma_async") != NULL, "%s: the wgmma kernel, not the portable one", name);
     }
-    if (variant == MLAJIT_VARIANT_SLICED)
-        cr_expect(strstr(src, "movmatrix.sync") != NULL, "%s: the sliced kernel", name);
     if (variant == MLAJIT_VARIANT_SM90_STAGED)
         cr_expect(strstr(src, "wgmma.mma_async") && strstr(src, "kStagedOutput = true"), "%s: sm90, staged", name);
     if (variant == MLAJIT_VARIANT_SM90_NARROW)
@@ -211,18 +209,6 @@ Test(nvrtc, sm90_family, .timeout = 600)
     compile_variant_ok(MLAJIT_MODEL_V32, 3, 61, 0, MLAJIT_FEATURE_SINK | MLAJIT_FEATURE_TOPK_LENGTH, "sm_90a", sm90);
     compile_variant_ok(MLAJIT_MODEL_DSV4, 128, 256, 64, MLAJIT_FEATURE_ALL, "sm_90a", sm90);
     compile_variant_ok(MLAJIT_MODEL_GLM_NSA, 64, 1024, 7, MLAJIT_FEATURE_ALL, "sm_90a", sm90);
-}
-
-/* The dim-sliced family (V3.2's layout) compiles with no spills at 16 heads per
- * CTA under the two-CTA register cap, and at 32 heads, with every feature. */
-Test(nvrtc, sliced_family, .timeout = 600)
-{
-    const mlajit_variant sliced = MLAJIT_VARIANT_SLICED;
-    compile_variant_ok(MLAJIT_MODEL_V32, 16, 64, 0, 0, "sm_90a", sliced);
-    compile_variant_ok(MLAJIT_MODEL_V32, 8, 61, 64, MLAJIT_FEATURE_ALL, "sm_90a", sliced);
-    compile_variant_ok(MLAJIT_MODEL_V32, 32, 64, 0, MLAJIT_FEATURE_SINK, "sm_90a", sliced);
-    compile_variant_ok(MLAJIT_MODEL_GLM_NSA, 16, 1024, 7, MLAJIT_FEATURE_ALL, "sm_90a", sliced);
-    compile_variant_ok(MLAJIT_MODEL_V32, 3, 1, 0, MLAJIT_FEATURE_TOPK_LENGTH, "sm_80", sliced);
 }
 
 /* sm90-staged compiles with no spills for the models it takes (power-of-two

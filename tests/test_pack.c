@@ -555,9 +555,9 @@ Test(lookup, jit_disabled_without_the_kernel_names_spec_and_what_serves_it)
     s.tile = 32;
     expect_miss_in_library_terms(ctx, &s, "no kernel for v32.h24.p64.fsl.t32.");
     cr_expect(strstr(mlajit_last_error(), "MLAJIT_DISABLE_JIT=1") != NULL, "%s", mlajit_last_error());
-    mlajit_kernel_spec h128 = spec_of(MLAJIT_MODEL_V32, 128, 64, 0), h128_one_tile = MLAJIT_KERNEL_SPEC_INIT;
-    cr_assert(mlajit_spec_one_tile_alternative(&h128, "sm_90a", &h128_one_tile));
-    expect_miss_in_library_terms(ctx, &h128_one_tile, "no kernel for v32.h128.p64.t64.hc64.sm90-unpaired.sm_90a");
+    mlajit_kernel_spec h128 = spec_of(MLAJIT_MODEL_V32, 128, 64, 0), h128_short = MLAJIT_KERNEL_SPEC_INIT;
+    cr_assert(mlajit_spec_short_walk_alternative(&h128, "sm_90a", &h128_short));
+    expect_miss_in_library_terms(ctx, &h128_short, "no kernel for v32.h128.p64.t64.hc64.sm90-staged.sm_90a");
     mlajit_context_destroy(ctx);
     setenv("MLAJIT_DISABLE_JIT", "0", 1);
     ctx = context_on(NULL, "", 0);
@@ -1367,8 +1367,8 @@ Test(warmup, counts_what_each_layer_served_and_names_a_missing_kernel)
  * (sm90-narrow-long) where its third producer group fits (V3.2 at 8 and 16 heads),
  * the head-split kernel (sm90-narrow with its head group halved) at 9-32 heads;
  * above 32 heads with power-of-two scales the head-split and head-groups kernels
- * (sm90-narrow in groups of 16 and 32) and the short-walk kernel (sm90-staged); the
- * one-tile kernel (sm90-unpaired) at 65-128 heads; so a pack covers every plan. */
+ * (sm90-narrow in groups of 16 and 32) and the short-walk kernel (sm90-staged); so
+ * a pack covers every plan. */
 Test(warmup, grid_brings_every_walk_alternative_along)
 {
     mlajit_model models[] = {MLAJIT_MODEL_V32, MLAJIT_MODEL_DSV4, MLAJIT_MODEL_GLM_NSA};
@@ -1389,7 +1389,6 @@ Test(warmup, grid_brings_every_walk_alternative_along)
         "v32.h64.p64.t64.hc32.sm90-narrow.sm_90a", "v32.h64.p64.t64.hc64.sm90-staged.sm_90a",
         "v32.h128.p64.t64.hc64.sm90.sm_90a", "v32.h128.p64.t64.hc16.sm90-narrow.sm_90a",
         "v32.h128.p64.t64.hc32.sm90-narrow.sm_90a", "v32.h128.p64.t64.hc64.sm90-staged.sm_90a",
-        "v32.h128.p64.t64.hc64.sm90-unpaired.sm_90a",
         "dsv4.h8.p64.t64.hc8.sm90-narrow.sm_90a", "dsv4.h16.p64.t64.hc16.sm90-narrow.sm_90a",
         "dsv4.h16.p64.t64.hc8.sm90-narrow.sm_90a",
         "dsv4.h32.p64.t64.hc32.sm90-narrow.sm_90a", "dsv4.h32.p64.t64.hc16.sm90-narrow.sm_90a",
@@ -1397,10 +1396,9 @@ Test(warmup, grid_brings_every_walk_alternative_along)
         "dsv4.h64.p64.t64.hc32.sm90-narrow.sm_90a", "dsv4.h64.p64.t64.hc64.sm90-staged.sm_90a",
         "dsv4.h128.p64.t64.hc64.sm90.sm_90a", "dsv4.h128.p64.t64.hc16.sm90-narrow.sm_90a",
         "dsv4.h128.p64.t64.hc32.sm90-narrow.sm_90a", "dsv4.h128.p64.t64.hc64.sm90-staged.sm_90a",
-        "dsv4.h128.p64.t64.hc64.sm90-unpaired.sm_90a",
         "glm_nsa.h8.p64.t64.hc64.sm90.sm_90a",   "glm_nsa.h16.p64.t64.hc64.sm90.sm_90a",
         "glm_nsa.h32.p64.t64.hc64.sm90.sm_90a",  "glm_nsa.h64.p64.t64.hc64.sm90.sm_90a",
-        "glm_nsa.h128.p64.t64.hc64.sm90.sm_90a", "glm_nsa.h128.p64.t64.hc64.sm90-unpaired.sm_90a",
+        "glm_nsa.h128.p64.t64.hc64.sm90.sm_90a",
     };
     cr_assert_eq(n, (int)(sizeof expected / sizeof expected[0]));
     for (int i = 0; i < n; i++) {
@@ -1466,7 +1464,7 @@ Test(cli, pack_build_ls_verify_merge_bench_and_jit_disabled, .timeout = 300)
     cr_expect(strstr(out_text(), "v32.h16.p64.t64.hc16.sm90-narrow.") && strstr(out_text(), "dsv4.h16.p64") &&
                   strstr(out_text(), "v32.h16.p64.t64.hc16.sm90-narrow-long.") &&
                   strstr(out_text(), "v32.h16.p64.t64.hc8.sm90-narrow.") &&
-                  strstr(out_text(), "dsv4.h16.p64.t64.hc8.sm90-narrow.") && !strstr(out_text(), "sliced"),
+                  strstr(out_text(), "dsv4.h16.p64.t64.hc8.sm90-narrow."),
               "the grid's kernels, V3.2's long-walk one and both head splits: %s", out_text());
     cr_expect(strstr(out_text(), "nvrtc") != NULL, "%s", out_text());
     cr_assert_eq(sh("%s pack verify prod.pack", cli), 0, "%s", out_text());
@@ -1492,7 +1490,7 @@ Test(cli, pack_build_ls_verify_merge_bench_and_jit_disabled, .timeout = 300)
                                  "--pages 64 --archs sm_90a --out FILE` and add FILE to MLAJIT_PACKS") != NULL,
               "%s", out_text());
     /* the grid form names the features; a spec off the generator's choices needs --spec; a walk's kernel comes
-     * with its auto spec's grid (the one-tile kernel, sm90 without the CTA pair) */
+     * with its auto spec's grid (the short-walk kernel, sm90-staged) */
     cr_expect_eq(sh("MLAJIT_DISABLE_JIT=1 MLAJIT_CACHE_DIR=empty %s compile --model v32 --heads 24 --page 64 "
                     "--features sink,topk-length",
                     cli),
@@ -1505,10 +1503,10 @@ Test(cli, pack_build_ls_verify_merge_bench_and_jit_disabled, .timeout = 300)
                  1, "%s", out_text());
     cr_expect(strstr(out_text(), "mlajit pack build --spec v32.h24.p64.t32.") != NULL, "%s", out_text());
     cr_expect_eq(sh("MLAJIT_DISABLE_JIT=1 MLAJIT_CACHE_DIR=empty %s compile --model v32 --heads 128 --page 64 "
-                    "--variant sm90-unpaired",
+                    "--variant sm90-staged",
                     cli),
                  1, "%s", out_text());
-    cr_expect(strstr(out_text(), "no kernel for v32.h128.p64.t64.hc64.sm90-unpaired.sm_90a") &&
+    cr_expect(strstr(out_text(), "no kernel for v32.h128.p64.t64.hc64.sm90-staged.sm_90a") &&
                   strstr(out_text(), "mlajit pack build --models v32 --heads 128 --pages 64 --archs sm_90a"),
               "%s", out_text());
     cr_expect_eq(sh("MLAJIT_DISABLE_JIT=1 MLAJIT_CACHE_DIR=empty %s compile --model v32 --heads 8 --page 64 "
@@ -1542,6 +1540,44 @@ Test(cli, pack_build_ls_verify_merge_bench_and_jit_disabled, .timeout = 300)
                  0, "%s", out_text());
     cr_expect(strstr(out_text(), "warning: pack skipped") != NULL, "%s", out_text());
     cr_expect_eq(sh("%s pack build --models v32 --heads 16", cli), 2, "a grid needs pages: %s", out_text());
+}
+
+/* A pack made before sliced and sm90-unpaired were retired may hold their kernels:
+ * no plan asks for them, the pack's other kernels serve as before (their keys did
+ * not change), and verify says why such an entry does not key. */
+Test(cli, pack_with_a_retired_kernel_serves_the_rest)
+{
+    const char *cli = cli_path();
+    mlajit_context *k = keyer();
+    const mlajit_kernel_spec *s = three_specs();
+    mlajit_pack_item items[2];
+    mlajit_cache_entry entries[2];
+    char spec_string[128];
+    items[0].key = key_for(k, &s[0], spec_string);
+    entries[0] = fake_entry(spec_string, 40, 5000);
+    items[1].key = key_for(k, &s[2], spec_string); /* sm90's at 128 heads, renamed as the unpaired kernel was */
+    items[1].key.lo ^= 1;
+    entries[1] = fake_entry(spec_string, 41, 6000);
+    snprintf(entries[1].spec_string, sizeof entries[1].spec_string, "v32.h128.p64.t64.hc64.sm90-unpaired.sm_90a");
+    for (int i = 0; i < 2; i++)
+        items[i].entry = &entries[i];
+    mlajit_pack_manifest mine = this_recipe(k);
+    cr_assert_eq(mlajit_pack_write(path_in_root("old.pack"), &mine, items, 2, NULL, 0), MLAJIT_OK, "%s",
+                 mlajit_last_error());
+    for (int i = 0; i < 2; i++)
+        mlajit_cache_entry_clear(&entries[i]);
+    mlajit_context_destroy(k);
+
+    cr_expect_eq(sh("%s pack verify old.pack", cli), 1, "%s", out_text());
+    cr_expect(strstr(out_text(), "spec string 'v32.h128.p64.t64.hc64.sm90-unpaired.sm_90a': variant sm90-unpaired "
+                                 "was retired"),
+              "%s", out_text());
+    mlajit_context *ctx = context_on(NULL, path_in_root("old.pack"), MLAJIT_CONTEXT_NO_JIT);
+    mlajit_kernel_report r = MLAJIT_KERNEL_REPORT_INIT;
+    cr_assert_eq(mlajit_kernel_prepare(ctx, &s[0], &r), MLAJIT_OK, "%s", mlajit_last_error());
+    cr_expect_eq(r.source, MLAJIT_SOURCE_PACK);
+    cr_expect_eq(r.cubin_bytes, 5000u);
+    mlajit_context_destroy(ctx);
 }
 
 Test(cli, cache_ls_stats_gc_verify)

@@ -83,11 +83,10 @@ Test(candidates, v32_h16_rows64_topk512)
 #define SM90 "v32.h128.p64.t64.hc64.sm90.sm_90a"
 #define N128_16 "v32.h128.p64.t64.hc16.sm90-narrow.sm_90a"
 #define N128_32 "v32.h128.p64.t64.hc32.sm90-narrow.sm_90a"
-#define UNPAIRED "v32.h128.p64.t64.hc64.sm90-unpaired.sm_90a"
 
 /* V3.2 h128, 64 rows, topk 512: the rules take sm90-staged, which never splits,
- * so it is one candidate; sm90 (auto's own), the head split, the head groups
- * and sm90-unpaired each at their own and 2, 4, 8 splits. */
+ * so it is one candidate; sm90 (auto's own), the head split and the head groups
+ * each at their own and 2, 4, 8 splits. */
 Test(candidates, v32_h128_rows64_topk512_staged_gets_no_splits)
 {
     static const expected want[] = {
@@ -95,7 +94,6 @@ Test(candidates, v32_h128_rows64_topk512_staged_gets_no_splits)
         {SM90, 0, 1, 0},     {SM90, 2, 2, 0},     {SM90, 4, 4, 0},     {SM90, 8, 8, 0},
         {N128_16, 0, 1, 0},  {N128_16, 2, 2, 0},  {N128_16, 4, 4, 0},  {N128_16, 8, 8, 0},
         {N128_32, 0, 1, 0},  {N128_32, 2, 2, 0},  {N128_32, 4, 4, 0},  {N128_32, 8, 8, 0},
-        {UNPAIRED, 0, 1, 0}, {UNPAIRED, 2, 2, 0}, {UNPAIRED, 4, 4, 0}, {UNPAIRED, 8, 8, 0},
     };
     check_candidates(MLAJIT_MODEL_V32, 128, 64, 512, want, sizeof want / sizeof want[0]);
 }

@@ -348,7 +348,11 @@ int cli_parse_variant(const char *name, const char *value, void *target)
 {
     if (mlajit_variant_from_name(value, target))
         return 1;
-    fprintf(stderr, "mlajit: %s = '%s'; allowed " MLAJIT_VARIANT_NAMES "\n", name, value);
+    int rc = mlajit_variant_refuse_retired(MLAJIT_VARIANT_AUTO, value);
+    if (rc)
+        fprintf(stderr, "mlajit: %s = '%s': %s (%s)\n", name, value, mlajit_last_error(), mlajit_status_string(rc));
+    else
+        fprintf(stderr, "mlajit: %s = '%s'; allowed " MLAJIT_VARIANT_NAMES "\n", name, value);
     return 0;
 }
 

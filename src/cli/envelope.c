@@ -99,11 +99,12 @@ static void print_tables(void)
            "heads_per_cta", "");
     printf("  %-14s auto (on sm_90a where tile and heads_per_cta allow: sm90-narrow at 32 heads and fewer\n"
            "  %-14s with power-of-two scales, else sm90; elsewhere portable; a plan may switch to sm90-staged,\n"
-           "  %-14s sm90-unpaired, sm90-narrow-scores, sm90-narrow-long or sm90-narrow in head groups by its\n"
-           "  %-14s walk and grid), or a family by name (its row in src/codegen/families.c):\n",
+           "  %-14s sm90-narrow-scores, sm90-narrow-long or sm90-narrow in head groups by its walk and\n"
+           "  %-14s grid), or a family by name (its row in src/codegen/families.c):\n",
            "variant", "", "", "");
     for (int i = 0; i < mlajit_family_count; i++)
         print_family(&mlajit_families[i]);
+    printf("  %-14s retired (refused; bench/NOTES.md): " MLAJIT_VARIANT_RETIRED_NAMES "\n", "");
     printf("  %-14s \"\" (the device's; %s without one), %s\n\n", "arch", MLAJIT_DEFAULT_ARCH, mlajit_arch_list());
 
     printf("models (KV-cache layouts, SPEC.md)\n");

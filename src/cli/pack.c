@@ -537,8 +537,13 @@ static int cmd_verify(int argc, char **argv)
             if (!keyed || key.hi != m->kernels[i].key.hi || key.lo != m->kernels[i].key.lo) {
                 char hex[33];
                 mlajit_cache_key_hex(&m->kernels[i].key, hex);
-                fprintf(stderr, "mlajit pack verify: %s: key %s does not match its spec %s\n", path, hex,
-                        m->kernels[i].spec_string);
+                /* a spec this mlajit refuses (a retired variant, say) says why */
+                if (keyed)
+                    fprintf(stderr, "mlajit pack verify: %s: key %s does not match its spec %s\n", path, hex,
+                            m->kernels[i].spec_string);
+                else
+                    fprintf(stderr, "mlajit pack verify: %s: key %s: its spec does not key here: %s\n", path, hex,
+                            mlajit_last_error());
                 bad++;
                 continue;
             }

@@ -37,15 +37,6 @@ int mlajit_spec_parse_fields(const char *str, mlajit_kernel_spec *out);
 int mlajit_spec_short_walk_alternative(const mlajit_kernel_spec *spec, const char *default_arch,
                                        mlajit_kernel_spec *alt);
 
-/* The kernel auto switches to where each CTA walks one tile: for an auto spec on
- * sm_90a (arch "" means default_arch) whose sm90 kernel pairs CTAs (65-128 heads),
- * sm90-unpaired, which beat the pair on the H200 where sm90's plan splits down to
- * one tile per CTA (bench/NOTES.md: V3.2 h128 b 1 topk 2048, 14.5 -> 13.7 us) and
- * lost wherever a CTA walks two or more (the pair halves each CTA's gathers).
- * 1 and *alt (arch set) when the spec has such an alternative, else 0. */
-int mlajit_spec_one_tile_alternative(const mlajit_kernel_spec *spec, const char *default_arch,
-                                     mlajit_kernel_spec *alt);
-
 /* The kernel auto switches to for a long walk per CTA: for an auto spec on sm_90a
  * (arch "" means default_arch) that resolves to sm90-narrow, sm90-narrow-long
  * where it resolves as itself (its third producer group's ring slot fits: v32 at
@@ -102,13 +93,14 @@ int mlajit_spec_head_groups_alternative(const mlajit_kernel_spec *spec, const ch
                                         mlajit_kernel_spec *alt);
 
 /* Every kernel an auto plan of spec may switch to, whatever its shape: the scores
- * kernel's, the long-walk, the head-split, the head-groups, the short-walk and the one-tile
+ * kernel's, the long-walk, the head-split, the head-groups and the short-walk
  * alternative (the order plans ask them in), where it has them, into alts (arch
  * set).
  * Returns how many (0..MLAJIT_WALK_ALTERNATIVES). The one list that plans (which
- * take the first that suits their walk), grids and pack hints use. (The sliced
- * family was the long-walk alternative at 9-16 heads until sm90-narrow's row ring
- * beat it there: bench/HISTORY.md, "The row ring".) */
+ * take the first that suits their walk), grids and pack hints use. (Retired: the
+ * sliced family, the long-walk alternative at 9-16 heads until sm90-narrow's row
+ * ring beat it there, bench/HISTORY.md "The row ring"; sm90-unpaired, the one-tile
+ * alternative at 65-128 heads, which a tuning run picked for no bucket.) */
 #define MLAJIT_WALK_ALTERNATIVES 5
 int mlajit_spec_walk_alternatives(const mlajit_kernel_spec *spec, const char *default_arch,
                                   mlajit_kernel_spec alts[MLAJIT_WALK_ALTERNATIVES]);

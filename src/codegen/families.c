@@ -60,34 +60,24 @@ const char *mlajit_arch_list(void)
 
 static int align16(int x) { return (x + 15) & ~15; }
 
-/* Row strides (bf16) of Q (and the portable kernel's K) in shared memory. The
- * sliced kernel keeps only the NoPE dims there, rows 4 mod 16 elements apart: a
- * half-warp's 8-byte fragment reads (rows g = 0..3, pairs q = 0..3) then hit 32
- * distinct banks. */
-static int qk_full(const mlajit_model_desc *d) { return d->d_qk + kRowPad; }
-static int qk_nope(const mlajit_model_desc *d) { return d->d_nope + 4; }
-
-/* Row strides (elements) of the score/partial-score and P buffers. The sliced
- * kernel's partial rows are 8 mod 32 floats apart (its score_pad): its 8-byte
- * fragment stores of rows g = 0..3 (one half-warp) then fill 32 distinct banks. */
-int mlajit_family_score_stride(const mlajit_kernel_spec *r) { return r->tile + mlajit_family_of(r->variant)->score_pad; }
+/* Row strides (elements) in shared memory of Q and the portable kernel's K (bf16),
+ * of the scores (fp32) and of P (bf16); the pads spread rows over banks. */
+enum { kScorePad = 4 };
+int mlajit_family_qk_stride(const mlajit_model_desc *d) { return d->d_qk + kRowPad; }
+int mlajit_family_score_stride(const mlajit_kernel_spec *r) { return r->tile + kScorePad; }
 int mlajit_family_prob_stride(const mlajit_kernel_spec *r) { return r->tile + kRowPad; }
-int mlajit_family_qk_stride(const mlajit_kernel_spec *r, const mlajit_model_desc *d)
-{
-    return mlajit_family_of(r->variant)->qk_stride(d);
-}
 
 /* Shared-memory map of the portable kernel, in bytes from the dynamic base. */
 static void portable_smem_map(const mlajit_kernel_spec *r, const mlajit_model_desc *d, mlajit_smem_map *m)
 {
     int tile = r->tile, heads = r->heads_per_cta;
-    int qk_stride = d->d_qk + kRowPad; /* bf16 elements; the pad spreads rows over banks */
+    int qk_stride = mlajit_family_qk_stride(d);
     int off = 0;
     memset(m, 0, sizeof *m);
     m->q = off;           off += align16(heads * qk_stride * 2);
     m->k = off;           off += align16(tile * qk_stride * 2);
-    m->scores = off;      off += align16(heads * (tile + 4) * 4);
-    m->probs = off;       off += align16(heads * (tile + kRowPad) * 2);
+    m->scores = off;      off += align16(heads * mlajit_family_score_stride(r) * 4);
+    m->probs = off;       off += align16(heads * mlajit_family_prob_stride(r) * 2);
     m->row_max = off;     off += align16(heads * 4);
     m->row_sum = off;     off += align16(heads * 4);
     m->row_alpha = off;   off += align16(heads * 4);
@@ -201,35 +191,6 @@ static void sm90_scores_smem_map(const mlajit_kernel_spec *r, const mlajit_model
     m->total = off + 1024;
 }
 
-/* The sliced kernel's copy ring: three stages (tiles t .. t + 2) of the tile's
- * rows as they are in the cache, rows 64 mod 128 bytes apart (bank-conflict-free
- * 16-byte reads of rows g, g + 1). */
-enum { kSlicedStages = 3 };
-int mlajit_sliced_stage_row_bytes(const mlajit_model_desc *d) { return (d->row_bytes + 63) / 128 * 128 + 64; }
-
-/* Shared-memory map of the sliced kernel: no K tile (each warp keeps its slice of
- * the candidates in registers): Q's NoPE dims, the eight warps' partial scores, P, the row
- * statistics, three token tables (tiles t, t + 1, t + 2) with their live-candidate
- * masks, and the copy ring. */
-static void sliced_smem_map(const mlajit_kernel_spec *r, const mlajit_model_desc *d, mlajit_smem_map *m)
-{
-    int heads = r->heads_per_cta, tile = r->tile;
-    int off = 0;
-    memset(m, 0, sizeof *m);
-    m->q = off;         off += align16(heads * mlajit_family_qk_stride(r, d) * 2);
-    m->scores = off;    off += align16(8 * heads * mlajit_family_score_stride(r) * 4);
-    m->probs = off;     off += align16(heads * mlajit_family_prob_stride(r) * 2);
-    m->row_max = off;   off += align16(heads * 4);
-    m->row_sum = off;   off += align16(heads * 4);
-    m->row_alpha = off; off += align16(heads * 4);
-    m->token_row = off; off += align16(3 * tile * 8);
-    m->token_valid = off; off += align16(3 * 4); /* per table: bit c = candidate c has a row */
-    m->staging = off;   m->staging_bytes = kSlicedStages * tile * mlajit_sliced_stage_row_bytes(d);
-    m->stages = kSlicedStages;
-    off += m->staging_bytes;
-    m->total = off;
-}
-
 int mlajit_narrow_scores_fits(const mlajit_kernel_spec *r)
 {
     const mlajit_model_desc *d = mlajit_model_describe(r->model);
@@ -268,11 +229,9 @@ int mlajit_family_threads(const mlajit_kernel_spec *r, const mlajit_smem_map *m)
 }
 
 /* Two CTAs per SM double the bytes in flight of the memory-bound one-row-tile
- * kernels when their shared memory fits twice. The register cap that implies
- * (128) holds the tile prefetch of one warp's candidates: ptxas (CUDA 13.0,
- * sm_90a) spills nothing for V32, DSV4 and GLM_NSA at 16 heads per CTA (portable)
- * nor for the power-of-two scales of V32 (sliced: arbitrary fp32 scales take the
- * exact dequantization at every use, which does not fit). */
+ * kernel (portable) when its shared memory fits twice. The register cap that
+ * implies (128) holds the tile prefetch of one warp's candidates: ptxas (CUDA
+ * 13.0, sm_90a) spills nothing for V32, DSV4 and GLM_NSA at 16 heads per CTA. */
 int mlajit_family_min_blocks_per_sm(const mlajit_kernel_spec *r, const mlajit_smem_map *m)
 {
     const mlajit_family *f = mlajit_family_of(r->variant);
@@ -283,9 +242,7 @@ int mlajit_family_min_blocks_per_sm(const mlajit_kernel_spec *r, const mlajit_sm
 
 /* sm90 at two head groups: the pair of CTAs that share a (row, split) form a
  * cluster and each gathers and dequantizes half of every tile for both (FlashMLA's
- * h_q 128 design): the producer, which bounds the kernel, does half the work.
- * sm90-unpaired leaves the pair out (its start-up costs more than half a tile's
- * gather saves where a CTA walks one tile). */
+ * h_q 128 design): the producer, which bounds the kernel, does half the work. */
 int mlajit_family_cluster_ctas(const mlajit_kernel_spec *r)
 {
     return mlajit_family_of(r->variant)->pairs && mlajit_head_groups_pair(r->h_q, r->heads_per_cta) ? 2 : 1;
@@ -356,7 +313,7 @@ static int portable_layout(const mlajit_family *f, const mlajit_model_desc *d)
     return MLAJIT_OK;
 }
 
-/* sm90, sm90-staged, sm90-unpaired and the narrow rows share sm90_common.cu's producer */
+/* sm90, sm90-staged and the narrow rows share sm90_common.cu's producer */
 static int sm90_layout(const mlajit_family *f, const mlajit_model_desc *d)
 {
     if (d->d_rope == 0)
@@ -365,17 +322,6 @@ static int sm90_layout(const mlajit_family *f, const mlajit_model_desc *d)
     if (d->d_v != 512)
         return refuse_layout(f, d, "sm90_common.cu is built for d_v 512 (static_assert kDV == 512: two "
                                    "wgmma N of 256 value dims)");
-    return MLAJIT_OK;
-}
-
-static int sliced_layout(const mlajit_family *f, const mlajit_model_desc *d)
-{
-    if (d->d_rope != 64)
-        return refuse_layout(f, d, "decode_sliced.cu computes the RoPE part of Q K^T as 8 dims per warp "
-                                   "(d_rope 64)");
-    if (d->d_v != 512)
-        return refuse_layout(f, d, "decode_sliced.cu gives each of its eight warps one 64-dim slice of V "
-                                   "(d_v 512)");
     return MLAJIT_OK;
 }
 
@@ -420,9 +366,6 @@ static int sm90_resolve(const mlajit_family *f, mlajit_kernel_spec *r)
     return refuse_scales(f, r);
 }
 
-/* where sm90 has no pair to leave out, sm90-unpaired is sm90: one name per kernel */
-static int unpaired_is_sm90(const mlajit_kernel_spec *r) { return !mlajit_head_groups_pair(r->h_q, r->heads_per_cta); }
-
 /* The narrow family: S^T and O^T, wgmma N is the heads (a multiple of 8, at most
  * 32 beside two gathering warp groups); the producers' 128 registers hold the
  * power-of-two dequantization only. Head groups of 8-32 heads (wgmma N); auto's
@@ -458,25 +401,6 @@ static int narrow_resolve(const mlajit_family *f, mlajit_kernel_spec *r)
 static int long_is_narrow(const mlajit_kernel_spec *r) { return mlajit_narrow_producer_groups(r) < 3; }
 static int scores_is_narrow(const mlajit_kernel_spec *r) { return !mlajit_narrow_scores_fits(r); }
 
-/* The sliced family: one 64-dim slice of V per warp (eight warps), the rest of Q
- * K^T in RoPE dims. */
-static int sliced_resolve(const mlajit_family *f, mlajit_kernel_spec *r)
-{
-    const mlajit_model_desc *d = mlajit_model_describe(r->model);
-    if (d->d_v != d->d_nope || d->d_v != 8 * 64 || d->d_qk - d->d_v != d->d_rope || d->d_rope != 64 ||
-        d->scale_place != MLAJIT_SCALES_INLINE || d->quant_tile % 64 != 0)
-        return mlajit_fail(MLAJIT_ERR_UNSUPPORTED, "variant sliced needs a model whose V is its 512 NoPE dims with "
-                           "inline scales (v32, glm_nsa); model %s: use the portable or sm90 variant", d->name);
-    if ((r->tile && !mlajit_family_takes(f->tiles, r->tile)) ||
-        (r->heads_per_cta && !mlajit_family_takes(f->heads_per_cta, r->heads_per_cta)))
-        return mlajit_fail(MLAJIT_ERR_UNSUPPORTED, "variant sliced runs tile 32 with 16 or 32 heads per CTA; spec has "
-                           "tile %d, heads_per_cta %d: leave them 0 or pick those", r->tile, r->heads_per_cta);
-    r->tile = 32;
-    if (r->heads_per_cta == 0)
-        r->heads_per_cta = r->h_q <= 16 ? 16 : 32;
-    return MLAJIT_OK;
-}
-
 /* ---- the table ------------------------------------------------------------------ */
 
 #define SM90_ROW(v, nm)                                                                                            \
@@ -484,14 +408,15 @@ static int sliced_resolve(const mlajit_family *f, mlajit_kernel_spec *r)
     .roles = "two consumer warp groups (S, P V) and one producer (gather, dequantize); setmaxnreg raises the "     \
              "score group, lowers the others",                                                                    \
     .threads = 384, .tiles = MLAJIT_SIZES(64), .heads_per_cta = MLAJIT_SIZES(64), .resolve = sm90_resolve,         \
-    .accepts_layout = sm90_layout, .smem_map = sm90_smem_map, .qk_stride = qk_full, .score_pad = 4
+    .accepts_layout = sm90_layout, .smem_map = sm90_smem_map
 #define NARROW_ROW(v, nm)                                                                                          \
     .variant = v, .name = nm, .arch = "sm_90a", .sm90_common = 1, .tiles = MLAJIT_SIZES(64),                       \
     .heads_per_cta = MLAJIT_SIZES(8) | MLAJIT_SIZES(16) | MLAJIT_SIZES(24) | MLAJIT_SIZES(32),                     \
     .max_heads_per_cta = MLAJIT_NARROW_MAX_HEADS_PER_CTA, .scales = MLAJIT_SCALES_POW2, .resolve = narrow_resolve, \
-    .accepts_layout = sm90_layout, .qk_stride = qk_full, .score_pad = 4
+    .accepts_layout = sm90_layout
 
-/* In variant order (mlajit_family_of indexes it). */
+/* In variant order; retired variants (MLAJIT_VARIANT_SLICED, _SM90_UNPAIRED) have no
+ * row, only an entry in retired_variants below. */
 const mlajit_family mlajit_families[] = {
     {
         .variant = MLAJIT_VARIANT_PORTABLE, .name = "portable", .kernel = "decode_portable",
@@ -501,32 +426,17 @@ const mlajit_family mlajit_families[] = {
         .heads_per_cta = MLAJIT_SIZES(16) | MLAJIT_SIZES(32) | MLAJIT_SIZES(64),
         .scales = MLAJIT_SCALES_ANY, .models = "v32, dsv4, glm_nsa", .resolve = portable_resolve,
         .accepts_layout = portable_layout,
-        .smem_map = portable_smem_map, .qk_stride = qk_full, .score_pad = 4,
+        .smem_map = portable_smem_map,
         .two_blocks_scales = MLAJIT_SCALES_ANY,
         .knobs = MLAJIT_KNOB_TILE | MLAJIT_KNOB_HEADS_PER_CTA | MLAJIT_KNOB_SPLITS,
     },
     {
         SM90_ROW(MLAJIT_VARIANT_SM90, "sm90"), .scales = MLAJIT_SCALES_ANY, .models = "v32, dsv4, glm_nsa", .pairs = 1,
-        .knobs = MLAJIT_KNOB_SPLITS | MLAJIT_KNOB_PAIRING,
-    },
-    {
-        .variant = MLAJIT_VARIANT_SLICED, .name = "sliced", .kernel = "decode_sliced",
-        .roles = "eight warps, one 64-dim slice of V each",
-        .threads = 256, .tiles = MLAJIT_SIZES(32), .heads_per_cta = MLAJIT_SIZES(16) | MLAJIT_SIZES(32),
-        .scales = MLAJIT_SCALES_ANY, .models = "v32, glm_nsa (V is the NoPE dims, scales inline)", .resolve = sliced_resolve,
-        .accepts_layout = sliced_layout,
-        .smem_map = sliced_smem_map, .qk_stride = qk_nope, .score_pad = 8,
-        .two_blocks_scales = MLAJIT_SCALES_POW2,
-        .knobs = MLAJIT_KNOB_HEADS_PER_CTA | MLAJIT_KNOB_SPLITS,
+        .knobs = MLAJIT_KNOB_SPLITS,
     },
     {
         SM90_ROW(MLAJIT_VARIANT_SM90_STAGED, "sm90-staged"), .scales = MLAJIT_SCALES_POW2, .models = "v32, dsv4", .pairs = 1,
         .single_split = 1, .staged_output = 1, .walk = MLAJIT_WALK_SHORT, .walk_tiles = MLAJIT_STAGED_PAIR_BELOW_TILES,
-    },
-    {
-        SM90_ROW(MLAJIT_VARIANT_SM90_UNPAIRED, "sm90-unpaired"), .scales = MLAJIT_SCALES_ANY, .models = "v32, dsv4, glm_nsa",
-        .alias = MLAJIT_VARIANT_SM90, .alias_when = unpaired_is_sm90,
-        .knobs = MLAJIT_KNOB_SPLITS | MLAJIT_KNOB_PAIRING, .walk = MLAJIT_WALK_ONE_TILE,
     },
     {
         NARROW_ROW(MLAJIT_VARIANT_SM90_NARROW, "sm90-narrow"), .kernel = "decode_sm90_narrow", .models = "v32, dsv4",
@@ -558,8 +468,10 @@ const int mlajit_family_count = (int)(sizeof mlajit_families / sizeof mlajit_fam
 
 const mlajit_family *mlajit_family_of(mlajit_variant v)
 {
-    int i = (int)v - 1;
-    return i >= 0 && i < mlajit_family_count && mlajit_families[i].variant == v ? &mlajit_families[i] : NULL;
+    for (int i = 0; i < mlajit_family_count; i++)
+        if (mlajit_families[i].variant == v)
+            return &mlajit_families[i];
+    return NULL;
 }
 
 /* auto on sm_90a with tile 0 or 64: at most 32 heads with power-of-two scales and
@@ -582,6 +494,31 @@ mlajit_variant mlajit_family_auto(const mlajit_kernel_spec *r)
 }
 
 /* ---- names ---------------------------------------------------------------------- */
+
+/* Variants taken out of the table: mlajit.h keeps their numbers and names, never
+ * reused, so a caller still naming one is told why and what to use (their
+ * measurements: bench/NOTES.md, section 4). */
+static const struct retired_variant {
+    mlajit_variant variant;
+    const char *name, *why, *instead;
+} retired_variants[] = {
+    {MLAJIT_VARIANT_SLICED, "sliced", "sm90-narrow beat it on every walk measured, so no plan took it",
+     "auto, or force sm90 (sm_90a) or portable (any arch)"},
+    {MLAJIT_VARIANT_SM90_UNPAIRED, "sm90-unpaired",
+     "a tuning run over 298 buckets, every 128-head one a candidate for it, picked it for none",
+     "auto, or force sm90 (it pairs the CTAs at 65-128 heads)"},
+};
+
+int mlajit_variant_refuse_retired(mlajit_variant v, const char *name)
+{
+    for (size_t i = 0; i < sizeof retired_variants / sizeof retired_variants[0]; i++) {
+        const struct retired_variant *rv = &retired_variants[i];
+        if (name ? strcmp(name, rv->name) == 0 : v == rv->variant)
+            return mlajit_fail(MLAJIT_ERR_UNSUPPORTED, "variant %s was retired: %s (bench/NOTES.md); use %s",
+                               rv->name, rv->why, rv->instead);
+    }
+    return MLAJIT_OK;
+}
 
 const char *mlajit_variant_name(mlajit_variant v)
 {

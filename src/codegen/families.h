@@ -83,8 +83,7 @@ enum {
     MLAJIT_KNOB_TILE = 1u << 0,          /* 32 or 64 candidates per tile */
     MLAJIT_KNOB_HEADS_PER_CTA = 1u << 1, /* the head group */
     MLAJIT_KNOB_SPLITS = 1u << 2,        /* split-KV split count */
-    MLAJIT_KNOB_PAIRING = 1u << 3,       /* CTA pairs of two head groups (sm90 / sm90-unpaired) */
-    MLAJIT_KNOB_PRODUCERS = 1u << 4,     /* producer warp groups (sm90-narrow / sm90-narrow-long) */
+    MLAJIT_KNOB_PRODUCERS = 1u << 3,     /* producer warp groups (sm90-narrow / sm90-narrow-long) */
 };
 
 /* How auto's plans decide, from a shape's grid, that this family beats auto's own
@@ -100,7 +99,6 @@ enum {
 typedef enum mlajit_walk_rule {
     MLAJIT_WALK_NONE = 0,
     MLAJIT_WALK_SHORT,       /* no split and, in a CTA pair, fewer than walk_tiles tiles per CTA (sm90-staged) */
-    MLAJIT_WALK_ONE_TILE,    /* one tile per CTA (sm90-unpaired) */
     MLAJIT_WALK_AT_LEAST,    /* at least walk_tiles tiles per CTA (sm90-narrow-long, -scores) */
     MLAJIT_WALK_HEAD_GROUPS, /* its head groups of the most heads fill one wave with at most walk_tiles tile
                                 gathers per row-split, or its halved head groups fill SMs left idle (sm90-narrow) */
@@ -134,9 +132,6 @@ struct mlajit_family {
     int (*alias_when)(const mlajit_kernel_spec *r);
     /* its shared-memory map (r resolved) */
     void (*smem_map)(const mlajit_kernel_spec *r, const mlajit_model_desc *d, mlajit_smem_map *m);
-    /* rows of Q (and K) in shared memory (bf16), of the scores (fp32) */
-    int (*qk_stride)(const mlajit_model_desc *d);
-    int score_pad;            /* a score row's floats past the tile */
     /* two CTAs per SM at 16 heads per CTA where the map fits twice, for these scale formats */
     unsigned two_blocks_scales;
     int pairs;                /* 1: the CTAs of a (row, split) in head-group pairs share a cluster */
@@ -149,18 +144,24 @@ struct mlajit_family {
 
 /* The row of variant v; NULL for auto and unknown values. */
 const mlajit_family *mlajit_family_of(mlajit_variant v);
-/* The rows, in variant order. */
+/* The rows, in variant order (retired variants leave gaps). */
 extern const mlajit_family mlajit_families[];
 extern const int mlajit_family_count;
 /* 1 when f takes heads-per-CTA (or tile) size v (a multiple of 8). */
 int mlajit_family_takes(unsigned sizes, int v);
 
 /* The variants' names, as spec strings and the CLI spell them. */
-#define MLAJIT_VARIANT_NAMES "auto, portable, sm90, sliced, sm90-staged, sm90-unpaired, sm90-narrow, sm90-narrow-long, sm90-narrow-scores"
+#define MLAJIT_VARIANT_NAMES "auto, portable, sm90, sm90-staged, sm90-narrow, sm90-narrow-long, sm90-narrow-scores"
+/* The retired variants' names (refused: mlajit_variant_refuse_retired). */
+#define MLAJIT_VARIANT_RETIRED_NAMES "sliced, sm90-unpaired"
 /* The name of variant v ("auto" for an unknown value). */
 const char *mlajit_variant_name(mlajit_variant v);
-/* The variant called `name`: 1 and *out, else 0 (no error is set). */
+/* The variant called `name`: 1 and *out, else 0 (no error is set; a retired name is 0). */
 int mlajit_variant_from_name(const char *name, mlajit_variant *out);
+/* A retired variant (mlajit.h keeps its number and name reserved), by number v or,
+ * where name is not NULL, by name: MLAJIT_ERR_UNSUPPORTED with a message naming it
+ * and what to use instead; MLAJIT_OK (nothing set) for any other. */
+int mlajit_variant_refuse_retired(mlajit_variant v, const char *name);
 /* "0 (auto), 1 (portable), ...": the allowed values, for messages. */
 void mlajit_variant_values(char *buf, size_t len);
 
@@ -177,15 +178,13 @@ int mlajit_family_min_blocks_per_sm(const mlajit_kernel_spec *r, const mlajit_sm
 int mlajit_family_cluster_ctas(const mlajit_kernel_spec *r);
 /* Its shared-memory rows: Q's (and the portable kernel's K, bf16), the scores'
  * (fp32) and P's (bf16). */
-int mlajit_family_qk_stride(const mlajit_kernel_spec *r, const mlajit_model_desc *d);
+int mlajit_family_qk_stride(const mlajit_model_desc *d);
 int mlajit_family_score_stride(const mlajit_kernel_spec *r);
 int mlajit_family_prob_stride(const mlajit_kernel_spec *r);
-/* The sliced kernel's staged row stride (bytes; emitted for every kernel). */
-int mlajit_sliced_stage_row_bytes(const mlajit_model_desc *d);
 
 /* Whether the sm90 family pairs the CTAs of a (row, split) in a cluster at h_q
  * heads, heads_per_cta per CTA: where the head groups come in pairs (65-128 heads
- * at 64 per CTA). sm90-unpaired differs from sm90 only there. */
+ * at 64 per CTA). */
 int mlajit_head_groups_pair(int h_q, int heads_per_cta);
 
 /* sm90-narrow's producer warp groups for a spec of the narrow pair with its tile

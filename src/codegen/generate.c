@@ -95,16 +95,18 @@ static void emit_config(mlajit_strbuf *b, const mlajit_kernel_spec *r, const mla
     mlajit_strbuf_printf(b, "constexpr int kMinBlocksPerSM = %d;\n", mlajit_family_min_blocks_per_sm(r, &m));
     int cluster = mlajit_family_cluster_ctas(r);
     mlajit_strbuf_printf(b, "constexpr int kClusterCtas = %d;\n", cluster);
-    mlajit_strbuf_printf(b, "constexpr int kQKStride = %d;\n", mlajit_family_qk_stride(r, d));
+    mlajit_strbuf_printf(b, "constexpr int kQKStride = %d;\n", mlajit_family_qk_stride(d));
     mlajit_strbuf_printf(b, "constexpr int kScoreStride = %d;\n", mlajit_family_score_stride(r));
     mlajit_strbuf_printf(b, "constexpr int kProbStride = %d;\n", mlajit_family_prob_stride(r));
     mlajit_strbuf_printf(b, "constexpr int kCombineThreads = %d;\n", kCombineThreads);
     mlajit_strbuf_printf(b, "constexpr int kCombineStagedSplits = %d;\n", kCombineStagedSplits);
     mlajit_strbuf_printf(b, "constexpr int kMaxSplits = %d;\n", MLAJIT_MAX_SPLITS);
     mlajit_strbuf_printf(b, "constexpr bool kDependentLaunch = %s;\n", TF(mlajit_arch_has_grid_dependency(r->arch)));
-    /* the shared-memory map (bytes); the staging area is the sliced kernel's
-     * tiles and sm90-narrow's rounds per producer; kStageRowBytes a staged row's
-     * stride (sliced) */
+    /* the shared-memory map (bytes); the staging area is the row rings of
+     * sm90-narrow(-long) and sm90-narrow-scores. kStageRowBytes was the retired
+     * sliced kernel's staged row stride: no template reads it, but every kernel's
+     * source has it, and dropping it would change every cache key (and miss every
+     * shipped pack); it goes with the next change that changes keys anyway */
     mlajit_strbuf_printf(b, "constexpr int kSmemQ = %d, kSmemK = %d, kSmemScores = %d, kSmemProbs = %d;\n", m.q, m.k,
                          m.scores, m.probs);
     mlajit_strbuf_printf(b, "constexpr int kSmemRowMax = %d, kSmemRowSum = %d, kSmemRowAlpha = %d;\n", m.row_max,
@@ -114,7 +116,7 @@ static void emit_config(mlajit_strbuf *b, const mlajit_kernel_spec *r, const mla
     mlajit_strbuf_printf(b, "constexpr int kSmemBarriers = %d;\n", m.barriers);
     mlajit_strbuf_printf(b, "constexpr int kSmemStaging = %d, kSmemStagingBytes = %d, kStagingStages = %d;\n",
                          m.staging, m.staging_bytes, m.stages);
-    mlajit_strbuf_printf(b, "constexpr int kStageRowBytes = %d;\n", mlajit_sliced_stage_row_bytes(d));
+    mlajit_strbuf_printf(b, "constexpr int kStageRowBytes = %d;\n", (d->row_bytes + 63) / 128 * 128 + 64);
     mlajit_strbuf_printf(b, "constexpr int kSmemBytes = %d;\n", m.total);
     mlajit_strbuf_printf(b, "}\n");
 #undef TF

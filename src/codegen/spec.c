@@ -59,6 +59,10 @@ int mlajit_spec_validate(const mlajit_kernel_spec *caller_spec)
     /* 8 and 24 are h_q rounded up to 8, which only sm90-narrow's wgmma N takes */
     const int narrow_only = spec->heads_per_cta == 8 || spec->heads_per_cta == 24;
     const mlajit_family *family = mlajit_family_of(spec->variant);
+    /* a retired variant before the head group, whose check depends on the family */
+    int rc = family ? MLAJIT_OK : mlajit_variant_refuse_retired(spec->variant, NULL);
+    if (rc)
+        return mlajit_fail_prefix(rc, "spec.variant = %d: ", (int)spec->variant);
     if ((spec->heads_per_cta != 0 && spec->heads_per_cta != 16 && spec->heads_per_cta != 32 &&
          spec->heads_per_cta != 64 && !narrow_only) ||
         (narrow_only && !(family && mlajit_family_takes(family->heads_per_cta, spec->heads_per_cta))))
@@ -157,13 +161,6 @@ int mlajit_spec_short_walk_alternative(const mlajit_kernel_spec *spec, const cha
     return auto_alternative(spec, default_arch, MLAJIT_VARIANT_SM90_STAGED, 0, 0, alt);
 }
 
-int mlajit_spec_one_tile_alternative(const mlajit_kernel_spec *spec, const char *default_arch,
-                                     mlajit_kernel_spec *alt)
-{
-    /* only where it resolves as itself: elsewhere sm90 has no pair to leave out */
-    return auto_alternative(spec, default_arch, MLAJIT_VARIANT_SM90_UNPAIRED, 0, 1, alt);
-}
-
 int mlajit_spec_long_walk_alternative(const mlajit_kernel_spec *spec, const char *default_arch,
                                       mlajit_kernel_spec *alt)
 {
@@ -219,13 +216,12 @@ int mlajit_spec_walk_alternatives(const mlajit_kernel_spec *spec, const char *de
     /* in the order plans ask them: at most 32 heads the scores kernel (from 4
      * tiles per CTA, 1-8 heads) and the long walk (from 16) before the head split;
      * past 32 the head split (groups of 16) and the head groups (of 32) before the
-     * wide kernels' short walk and one tile */
+     * wide kernels' short walk */
     n += mlajit_spec_scores_alternative(spec, default_arch, &alts[n]);
     n += mlajit_spec_long_walk_alternative(spec, default_arch, &alts[n]);
     n += mlajit_spec_head_split_alternative(spec, default_arch, &alts[n]);
     n += mlajit_spec_head_groups_alternative(spec, default_arch, &alts[n]);
     n += mlajit_spec_short_walk_alternative(spec, default_arch, &alts[n]);
-    n += mlajit_spec_one_tile_alternative(spec, default_arch, &alts[n]);
     return n;
 }
 
@@ -360,6 +356,9 @@ int mlajit_spec_parse_fields(const char *str, mlajit_kernel_spec *out)
     }
     if (i < nt) {
         const char *t = toks[i];
+        int rc = mlajit_variant_refuse_retired(MLAJIT_VARIANT_AUTO, t);
+        if (rc)
+            return mlajit_fail_prefix(rc, "spec string '%s': ", str);
         mlajit_variant v;
         int x;
         int field_like = parse_field(t, "t", &x) || parse_field(t, "e", &x) || parse_field(t, "hc", &x) ||

@@ -83,19 +83,17 @@ static int pages_per_seq_max(int b, int page)
     return (int)per_seq;
 }
 
-/* 1 when `variant` runs this model, head count, page, tile and head group on
- * sm_90a (its spec resolves there); no error is left set. */
-static int resolves_on_sm90a(mlajit_model model, int h_q, int page, int tile, int heads_per_cta,
-                             mlajit_variant variant)
+/* 1 when sm90-narrow runs this model, head count, page and head group on sm_90a
+ * (its spec resolves there); no error is left set. */
+static int narrow_resolves_on_sm90a(mlajit_model model, int h_q, int page, int heads_per_cta)
 {
     mlajit_kernel_spec spec = MLAJIT_KERNEL_SPEC_INIT, resolved = MLAJIT_KERNEL_SPEC_INIT;
     if (mlajit_spec_init(&spec, model, h_q, page) != MLAJIT_OK) {
         mlajit_clear_error();
         return 0;
     }
-    spec.tile = tile;
     spec.heads_per_cta = heads_per_cta;
-    spec.variant = variant;
+    spec.variant = MLAJIT_VARIANT_SM90_NARROW;
     snprintf(spec.arch, sizeof spec.arch, "sm_90a");
     const int ok = mlajit_spec_resolve(&spec, &resolved) == MLAJIT_OK;
     mlajit_clear_error();
@@ -179,18 +177,13 @@ void mlajit_fuzz_draw(uint64_t run_seed, int64_t call, int allow_heavy, mlajit_f
         out->huge_length_rows = chance(&r, 30) ? 50 : 0;
     }
     out->duplicate_percent = chance(&r, 20) ? 10 : 0;
-    /* The sliced family where it runs this draw's model, tile and heads per CTA
-     * (it resolves), a quarter of those draws (drawn last: the draws before it
-     * stay what they were); then sm90-narrow where it resolves (power-of-two
-     * scales; its own tile; head groups of at most 32), a quarter of the draws
-     * that did not take sliced, half of those as sm90-narrow-long (which is
+    /* sm90-narrow where it resolves (power-of-two scales; its own tile; head
+     * groups of at most 32), a quarter of those draws (drawn last: the draws
+     * before it stay what they were), half of those as sm90-narrow-long (which is
      * sm90-narrow where its third producer group does not fit). */
-    const int sliced = resolves_on_sm90a(model, h_q, page, tile, hc, MLAJIT_VARIANT_SLICED) && chance(&r, 25);
     const int narrow_max = MLAJIT_NARROW_MAX_HEADS_PER_CTA;
-    const int narrow = !sliced &&
-                       resolves_on_sm90a(model, h_q, page, 0, h_q > narrow_max ? narrow_max : 0,
-                                         MLAJIT_VARIANT_SM90_NARROW) &&
-                       chance(&r, 25);
+    const int narrow =
+        narrow_resolves_on_sm90a(model, h_q, page, h_q > narrow_max ? narrow_max : 0) && chance(&r, 25);
     const int narrow_long = narrow && chance(&r, 50);
     const int narrow_scores = narrow && !narrow_long && chance(&r, 50);  /* sm90-narrow where it does not fit */
     /* half the narrow draws at most 32 heads split the heads into groups of 8 .. h_q
@@ -243,11 +236,10 @@ void mlajit_fuzz_draw(uint64_t run_seed, int64_t call, int allow_heavy, mlajit_f
     sp->features = features;
     sp->tile = narrow ? 0 : tile;
     sp->heads_per_cta = narrow ? narrow_hc : hc;
-    sp->variant = sliced        ? MLAJIT_VARIANT_SLICED
-                  : narrow_long ? MLAJIT_VARIANT_SM90_NARROW_LONG
+    sp->variant = narrow_long     ? MLAJIT_VARIANT_SM90_NARROW_LONG
                   : narrow_scores ? MLAJIT_VARIANT_SM90_NARROW_SCORES
-                  : narrow      ? MLAJIT_VARIANT_SM90_NARROW
-                                : MLAJIT_VARIANT_AUTO;
+                  : narrow        ? MLAJIT_VARIANT_SM90_NARROW
+                                  : MLAJIT_VARIANT_AUTO;
     out->shape = (mlajit_decode_shape){.struct_size = sizeof(mlajit_decode_shape), .batch = b, .s_q = s_q,
                                        .topk = topk, .extra_topk = extra_topk, .num_splits = num_splits};
     out->synth = (mlajit_synth_params){

@@ -125,14 +125,6 @@ static int walk_is_short(const mlajit_kernel_spec *alt, const mlajit_decode_shap
            (!g.paired || g.tiles_per_split < pair_below_tiles);
 }
 
-/* Whether a plan of `shape` with kernel `alt` (sm90-unpaired, whose grid is its
- * paired twin's) walks one tile per CTA. */
-static int walk_is_one_tile(const mlajit_kernel_spec *alt, const mlajit_decode_shape *shape, int sm_count)
-{
-    plan_grid g;
-    return grid_of(alt, shape, sm_count, 0, &g) && g.rows > 0 && g.tiles_per_split == 1;
-}
-
 /* Whether a plan of `shape` with kernel `alt` (sm90-narrow-long or
  * sm90-narrow-scores, whose grids are sm90-narrow's) walks at least `tiles` tiles
  * per CTA. */
@@ -177,7 +169,6 @@ static int walk_suits(const mlajit_kernel_spec *alt, const mlajit_decode_shape *
     const mlajit_family *f = mlajit_family_of(alt->variant);
     switch (f ? f->walk : MLAJIT_WALK_NONE) {
     case MLAJIT_WALK_SHORT: return walk_is_short(alt, shape, sm_count, f->walk_tiles);
-    case MLAJIT_WALK_ONE_TILE: return walk_is_one_tile(alt, shape, sm_count);
     case MLAJIT_WALK_AT_LEAST: return walk_is_at_least(alt, shape, sm_count, f->walk_tiles);
     /* past 32 heads in groups of the most heads a CTA holds, the head groups, else
      * the head split (at most 32 heads auto's own kernel is sm90-narrow) */
@@ -466,8 +457,8 @@ int mlajit_plan_create_tactics(mlajit_context *ctx, const mlajit_kernel_spec *sp
     int64_t l2_bytes = ctx->l2_bytes > 0 ? ctx->l2_bytes : 50LL << 20;
     /* Without a device the plan still compiles (and validates decode args);
      * mlajit_decode then reports MLAJIT_ERR_NO_DEVICE. auto takes a walk
-     * alternative (long walk, head split, head groups, short walk, one tile per
-     * CTA) where it is faster and can be had (JIT, disk cache or pack); where it
+     * alternative (scores kernel, long walk, head split, head groups, short walk)
+     * where it is faster and can be had (JIT, disk cache or pack); where it
      * cannot (no JIT and not packed, say), auto's own kernel, as without it. */
     /* A tuned tactic first (checked, its kernel acquired: a tactic whose kernel
      * cannot be had falls back to the rules, with one warning per context). */

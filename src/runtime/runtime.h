@@ -187,8 +187,8 @@ int mlajit_acquire_batch(mlajit_context *ctx, const mlajit_kernel_spec *specs, i
 
 /* The specs of a grid (malloc'd into *specs), arch "" replaced by default_arch,
  * each validated: the first invalid one fails with its place in the grid. Each
- * spec is followed by its walk alternatives (long walk, short walk, one tile),
- * where it has them (mlajit_spec_walk_alternatives). */
+ * spec is followed by its walk alternatives where it has them
+ * (mlajit_spec_walk_alternatives). */
 int mlajit_grid_expand(const mlajit_kernel_grid *grid, const char *default_arch, mlajit_kernel_spec **specs,
                        int *count);
 
