@@ -399,7 +399,8 @@ _PROTOTYPES = {
     "mlajit_plan_get_outline": (c_int, [c_void_p, POINTER(PlanOutline)]),
     "mlajit_plan_describe_in_context": (c_int, [c_void_p, POINTER(KernelSpec), POINTER(DecodeShape),
                                                 POINTER(PlanOutline)]),
-    # The hot call: plain addresses (ints), so ctypes converts nothing but ints.
+    # The hot call: plain addresses (ints), so ctypes converts nothing but ints
+    # (see also `decode` below, the same function called holding the GIL).
     "mlajit_decode": (c_int, [c_void_p, c_void_p, c_void_p]),
     "mlajit_quantize_token": (c_int, [c_int, POINTER(c_uint16), c_void_p, c_int, c_int]),
     "mlajit_dequantize_token": (c_int, [c_int, c_void_p, c_int, c_int, POINTER(c_float)]),
@@ -448,14 +449,26 @@ def _load():
             fn.restype = restype
             fn.argtypes = argtypes
         lib.path = path
-        return lib
+        return lib, _holding_gil(path, "mlajit_decode")
     raise LibraryNotFound(
         "mlajit: libmlajit.so not found; tried: " + "; ".join(tried) +
         f". Install the package (pip install .), build the library (meson compile -C build), or set "
         f"{LIBRARY_ENV} to its path")
 
 
-lib = _load()
+def _holding_gil(path: str, name: str):
+    """A function of the library called without releasing the GIL (ctypes.PyDLL).
+    For mlajit_decode: a few microseconds that hold no lock of the library while
+    waiting (its one possible log line, once per context, reaches the handler on
+    this thread, which holds the GIL already); releasing and taking back the GIL
+    around it costs more, and more again where other Python threads want it.
+    torch launches its own kernels holding the GIL too."""
+    fn = getattr(ctypes.PyDLL(path), name)
+    fn.restype, fn.argtypes = _PROTOTYPES[name]
+    return fn
+
+
+lib, decode = _load()
 
 
 def last_error() -> str:

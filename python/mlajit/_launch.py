@@ -5,10 +5,11 @@ torch's current stream.
 
 The per-call path is kept short: a Launcher is made once per plan and holds a
 prebuilt ctypes mlajit_decode_args; a call reads each tensor's shape, dtype,
-strides and pointer once, compares them with what the plan was made for, writes
-the fields and calls mlajit_decode with plain addresses. Only when a check fails
-does the slow path (_explain) work out which argument is wrong and say what is
-allowed.
+device and pointer once (its strides only when it is not contiguous),
+compares them with what the plan was made for, writes the fields in one
+struct.pack_into and calls mlajit_decode with plain addresses, holding the GIL.
+Only when a check fails does the slow path (_explain) work out which argument
+is wrong and say what is allowed. bench/python_overhead.py times it.
 """
 from __future__ import annotations
 
@@ -24,13 +25,11 @@ from .errors import GraphCaptureError, InvalidArgumentError, MlajitError, except
 from .models import Model, ModelInfo, as_features, make_spec, model_info
 
 _lib = _capi.lib
-_decode = _lib.mlajit_decode
+_decode = _capi.decode  # mlajit_decode, holding the GIL
 # mlajit_decode_args from q up to the workspace, written in one call per decode
 # (a leading field before q, such as a struct_size, stays as the Launcher set it)
 _ARGS_PACKER, _ARGS_PACK_OFFSET = _capi.packer(_capi.DecodeArgs, "q", "workspace")
 _pack_args = _ARGS_PACKER.pack_into
-_NO_EXTRA = (0, 0, 0, 0, 0, 0, 0)
-_NO_LSE = (0, 0, 0, 0)
 _BF16 = torch.bfloat16
 _F32 = torch.float32
 _I32 = torch.int32
@@ -47,8 +46,9 @@ def current_stream(device_index: int) -> int:
     return _raw_stream(device_index)
 
 
-def capturing() -> bool:
-    return torch.cuda.is_current_stream_capturing()
+# Whether torch's current stream is being captured into a CUDA graph (torch's
+# own function, without torch.cuda's Python wrapper around it).
+capturing = getattr(torch._C, "_cuda_isCurrentStreamCapturing", torch.cuda.is_current_stream_capturing)
 
 
 class Names(NamedTuple):
@@ -102,25 +102,67 @@ class Layout:
         return bool(self.features & _capi.FEATURE_EXTRA_TOPK_LENGTH)
 
 
-def _stride_or_dense(stride: int, size: int) -> int:
-    # A dimension of one entry: its stride is never used, so 0 (the library's
-    # "dense") keeps torch's arbitrary value there out of the checks.
-    return stride if size > 1 else 0
+def _kept(strides, sizes) -> tuple:
+    """Strides as mlajit_decode takes them: a dimension of one entry gets 0 (the
+    library's "dense": its stride is never used, and torch's value there is
+    arbitrary)."""
+    return tuple(st if n > 1 else 0 for st, n in zip(strides, sizes))
+
+
+def _contiguous(sizes) -> tuple:
+    """The strides of a contiguous tensor of these sizes."""
+    strides, step = [], 1
+    for n in reversed(sizes):
+        strides.append(step)
+        step *= max(n, 1)
+    return tuple(reversed(strides))
+
+
+class _Cache:
+    """What a cache argument (the main or the extra one) must look like, and the
+    shape seen last: [pages, page, 1, bpt] or [pages, page, bpt], 1-byte elements,
+    each page's tokens contiguous; the page stride is stride(0)."""
+
+    __slots__ = ("page_size", "tails", "page_bytes", "single_page_stride", "seen_shape")
+
+    def __init__(self, page_size: int, bytes_per_token: int, min_page_stride: int):
+        self.page_size = page_size
+        self.tails = (torch.Size((page_size, 1, bytes_per_token)), torch.Size((page_size, bytes_per_token)))
+        self.page_bytes = page_size * bytes_per_token  # a contiguous cache's page stride
+        # a one-page cache's stride is never used: the layout's minimum, rounded to 16
+        self.single_page_stride = (min_page_stride + 15) // 16 * 16
+        self.seen_shape = None  # a shape whose tail passed (the next layer's cache, say)
+
+
+# At most this many stride patterns remembered per argument of a launcher.
+_MEMO_SIZE = 32
 
 
 class Launcher:
-    """One plan with its argument block, for calls of exactly its geometry."""
+    """One plan with its argument block, for calls of exactly its geometry.
 
-    __slots__ = ("plan", "layout", "device_index", "args", "args_address", "plan_handle", "batch", "s_q", "topk",
-                 "extra_topk", "heads", "q_shape", "idx_shape", "extra_idx_shape", "out_shape", "lse_shape",
-                 "rows_shape", "sink_shape", "cache_tail", "cache_tail_3d", "extra_cache_tail", "extra_cache_tail_3d",
-                 "workspace", "min_page_stride", "extra_min_page_stride", "bytes_per_token", "single_page_stride",
-                 "extra_single_page_stride", "kv_seen_shape", "kv_seen_stride", "has_sink", "has_topk_length", "has_extra", "has_extra_topk_length")
+    A call reads each tensor's shape, dtype, device and pointer once and compares
+    them with what the plan was made for. Strides: a contiguous tensor's are the
+    plan's dense ones (``is_contiguous()`` is cheaper than reading ``stride()``);
+    another's are checked once per stride pattern and remembered per argument.
+    Pointers' alignment, page strides and overlapping output rows are
+    mlajit_decode's checks, on every call. The fields go into the argument block
+    in one struct.pack_into, and mlajit_decode runs on torch's current stream."""
+
+    __slots__ = ("plan", "layout", "device_index", "device", "args", "args_address", "plan_handle", "batch", "s_q",
+                 "topk", "extra_topk", "heads", "workspace", "workspace_size", "bytes_per_token",
+                 "q_shape", "idx_shape", "extra_idx_shape", "out_shape", "lse_shape", "rows_shape", "sink_shape",
+                 "q_dense", "idx_dense", "extra_idx_dense", "out_dense", "lse_dense",
+                 "q_seen", "idx_seen", "extra_idx_seen", "out_seen", "lse_seen", "kv", "extra_kv",
+                 "out_dims", "out_strides", "lse_dims", "lse_strides",
+                 "has_sink", "has_topk_length", "has_extra", "has_extra_topk_length")
 
     def __init__(self, layout: Layout, plan: Plan, device_index: int):
         self.plan = plan
         self.layout = layout
         self.device_index = device_index
+        # where flash_mla allocates its outputs (the fake-driver tests run on CPU tensors: -1)
+        self.device = torch.device("cuda", device_index) if device_index >= 0 else torch.device("cpu")
         self.plan_handle = plan.handle
         b, s_q, topk, extra_topk = plan.shape
         self.batch, self.s_q, self.topk, self.extra_topk = b, s_q, topk, extra_topk
@@ -133,25 +175,32 @@ class Launcher:
         self.lse_shape = torch.Size((b, s_q, h))
         self.rows_shape = torch.Size((b,))
         self.sink_shape = torch.Size((h,))
+        # a contiguous tensor's fields (rows: the last dimension is the element's, stride 1)
+        self.q_dense = _kept(_contiguous(self.q_shape)[:3], self.q_shape)
+        self.idx_dense = _kept(_contiguous(self.idx_shape)[:2], self.idx_shape)
+        self.extra_idx_dense = _kept(_contiguous(self.extra_idx_shape)[:2], self.extra_idx_shape)
+        self.out_dense = _kept(_contiguous(self.out_shape)[:3], self.out_shape)
+        self.lse_dense = _kept(_contiguous(self.lse_shape), self.lse_shape)
+        # other strides that passed, per argument: stride() -> fields
+        self.q_seen, self.idx_seen, self.extra_idx_seen, self.out_seen, self.lse_seen = {}, {}, {}, {}, {}
         bpt = self.bytes_per_token = info.bytes_per_token
-        # a cache's shape past its page count: [page, 1, bpt] (FlashMLA's) or [page, bpt]
-        self.cache_tail = torch.Size((layout.page_size, 1, bpt))
-        self.cache_tail_3d = torch.Size((layout.page_size, bpt))
-        self.extra_cache_tail = torch.Size((layout.extra_page_size, 1, bpt))
-        self.extra_cache_tail_3d = torch.Size((layout.extra_page_size, bpt))
-        self.min_page_stride = info.min_page_stride(layout.page_size)
-        self.extra_min_page_stride = info.min_page_stride(layout.extra_page_size) if layout.extra_page_size else 0
+        self.kv = _Cache(layout.page_size, bpt, info.min_page_stride(layout.page_size))
+        self.extra_kv = (_Cache(layout.extra_page_size, bpt, info.min_page_stride(layout.extra_page_size))
+                         if layout.extra_page_size else None)
+        # flash_mla's outputs as it allocates them: out contiguous, lse FlashMLA's
+        # [b, h_q, s_q] over memory laid out [b, s_q, h_q] (lse_dense)
+        self.out_dims = tuple(self.out_shape)
+        self.out_strides = _contiguous(self.out_dims)
+        self.lse_dims = (b, h, s_q)
+        self.lse_strides = (s_q * h, 1, h)
         self.has_sink = layout.has_sink
         self.has_topk_length = layout.has_topk_length
         self.has_extra = bool(layout.extra_page_size)
         self.has_extra_topk_length = layout.has_extra_topk_length
-        # a one-page cache's stride is never used: the layout's minimum, rounded to 16
-        self.single_page_stride = (self.min_page_stride + 15) // 16 * 16
-        self.extra_single_page_stride = (self.extra_min_page_stride + 15) // 16 * 16
-        self.kv_seen_shape = self.kv_seen_stride = None
         self.args = _capi.DecodeArgs()
         self.args_address = ctypes.addressof(self.args)
         self.workspace = None
+        self.workspace_size = plan.workspace_size
 
     def set_workspace(self, workspace: Optional[torch.Tensor]) -> None:
         """The device memory the plan's split partials go to (None when it needs none)."""
@@ -163,41 +212,36 @@ class Launcher:
 
     def __call__(self, q, kv, indices, out, lse, sm_scale, topk_length, attn_sink, extra_kv, extra_indices,
                  extra_topk_length, names: Names) -> None:
-        # Each tensor: one read of its shape, dtype, device, strides and pointer; a
-        # dimension of one entry gets stride 0 (the library's dense: its stride is
-        # never used, and torch's value there is arbitrary). The fields go into the
-        # argument block in one struct.pack_into.
+        """launch(), reading the shapes here."""
+        self.launch(q, q.shape, kv, kv.shape, indices, indices.shape, out, lse, sm_scale, topk_length, attn_sink,
+                    extra_kv, extra_indices, extra_topk_length, names)
+
+    def launch(self, q, q_shape, kv, kv_shape, indices, idx_shape, out, lse, sm_scale, topk_length, attn_sink,
+               extra_kv, extra_indices, extra_topk_length, names: Names, fresh: bool = False) -> None:
+        """Check the tensors and run the decode. q_shape, kv_shape and idx_shape
+        are q.shape, kv.shape and indices.shape, which the entry points read
+        already. fresh: out and lse were just allocated by launcher.out_dims /
+        out_strides and lse_dims / lse_strides (flash_mla), so they need no check."""
         dev = self.device_index
-        b, s_q, h = self.batch, self.s_q, self.heads
-        # q [b, s_q, h_q, d_qk] bf16, last dim contiguous
-        # (the shape is compared before the strides are unpacked, so a tensor of
-        # another rank is named; a stride 0 on a dimension of more than one entry,
-        # a broadcast, is refused: the library would read 0 as the dense step)
-        if q.shape != self.q_shape or q.dtype is not _BF16 or q.get_device() != dev:
+        # q [b, s_q, h_q, d_qk] bf16, last dim contiguous (the shape is compared
+        # before the strides are read, so a tensor of another rank is named; a
+        # stride 0 on a dimension of more than one entry, a broadcast, is refused:
+        # the library would read 0 as the dense step)
+        if q_shape != self.q_shape or q.dtype is not _BF16 or q.get_device() != dev:
             self._explain(q, self.q_shape, _BF16, names.q)
-        sb, ss, sh, sd = q.stride()
-        if sd != 1 or (not sb and b > 1) or (not ss and s_q > 1) or (not sh and h > 1):
-            self._explain(q, self.q_shape, _BF16, names.q)
-        # the cache: [pages, page, 1, bpt] or [pages, page, bpt], 1-byte elements,
-        # each page's tokens contiguous; the page stride is stride(0). A shape and
-        # strides seen last time (the next layer's cache, say) need no second look.
-        shape = kv.shape
-        stride = kv.stride()
-        if shape != self.kv_seen_shape or stride != self.kv_seen_stride:
-            self._check_cache(kv, shape, stride, names)
-        if kv.dtype not in CACHE_DTYPES or kv.get_device() != dev:
-            self._explain_cache(kv, self.layout.page_size, names, "kv")
-        pages = shape[0]
+        q_b, q_s, q_h = self.q_dense if q.is_contiguous() else self._strides(q, self.q_seen, self.q_shape, _BF16,
+                                                                             names.q)
+        # the cache [pages, page, 1, bpt] or [pages, page, bpt], 1-byte elements
+        page_stride = self._page_stride(kv, kv_shape, self.kv, names.kv)
         # indices [b, s_q, topk] int32, last dim contiguous
-        if indices.shape != self.idx_shape or indices.dtype is not _I32 or indices.get_device() != dev:
+        if idx_shape != self.idx_shape or indices.dtype is not _I32 or indices.get_device() != dev:
             self._explain(indices, self.idx_shape, _I32, names.indices)
-        ib, is_, ik = indices.stride()
-        if (ik != 1 and self.topk > 1) or (not ib and b > 1) or (not is_ and s_q > 1):
-            self._explain(indices, self.idx_shape, _I32, names.indices)
-        # optional inputs: exactly those the kernel was made with
+        i_b, i_s = self.idx_dense if indices.is_contiguous() else self._strides(indices, self.idx_seen,
+                                                                                self.idx_shape, _I32, names.indices)
+        # optional inputs: exactly those the kernel was made with, contiguous
         if topk_length is not None:
             if (not self.has_topk_length or topk_length.shape != self.rows_shape or topk_length.dtype is not _I32 or
-                    topk_length.get_device() != dev or (b > 1 and topk_length.stride(0) != 1)):
+                    topk_length.get_device() != dev or not topk_length.is_contiguous()):
                 self._explain_optional(topk_length, self.has_topk_length, self.rows_shape, _I32, names.topk_length)
             lengths_ptr = topk_length.data_ptr()
         elif self.has_topk_length:
@@ -206,7 +250,7 @@ class Launcher:
             lengths_ptr = 0
         if attn_sink is not None:
             if (not self.has_sink or attn_sink.shape != self.sink_shape or attn_sink.dtype is not _F32 or
-                    attn_sink.get_device() != dev or (h > 1 and attn_sink.stride(0) != 1)):
+                    attn_sink.get_device() != dev or not attn_sink.is_contiguous()):
                 self._explain_optional(attn_sink, self.has_sink, self.sink_shape, _F32, names.attn_sink)
             sink_ptr = attn_sink.data_ptr()
         elif self.has_sink:
@@ -214,64 +258,87 @@ class Launcher:
         else:
             sink_ptr = 0
         if self.has_extra:
-            extra = self._extra(extra_kv, extra_indices, extra_topk_length, names)
+            e_kv, e_page_stride, e_pages, e_idx, e_b, e_s, e_lengths = self._extra(extra_kv, extra_indices,
+                                                                                    extra_topk_length, names)
         elif extra_kv is not None or extra_indices is not None or extra_topk_length is not None:
             self._unexpected(names, extra_kv, extra_indices, extra_topk_length)
         else:
-            extra = _NO_EXTRA
-        # out [b, s_q, h_q, d_v] bf16, last dim contiguous
-        if out.shape != self.out_shape or out.dtype is not _BF16 or out.get_device() != dev:
-            self._explain(out, self.out_shape, _BF16, names.out)
-        ob, os_, oh, od = out.stride()
-        if od != 1 or (not ob and b > 1) or (not os_ and s_q > 1) or (not oh and h > 1):
-            self._explain(out, self.out_shape, _BF16, names.out)
-        if lse is not None:
-            if lse.shape != self.lse_shape or lse.dtype is not _F32 or lse.get_device() != dev:
-                self._explain(lse, self.lse_shape, _F32, names.lse)
-            lb, ls, lh = lse.stride()
-            if (not lb and b > 1) or (not ls and s_q > 1) or (not lh and h > 1):
-                self._explain(lse, self.lse_shape, _F32, names.lse)
-            lse_fields = (lse.data_ptr(), lb if b > 1 else 0, ls if s_q > 1 else 0, lh if h > 1 else 0)
+            e_kv = e_page_stride = e_pages = e_idx = e_b = e_s = e_lengths = 0
+        if fresh:  # flash_mla's own outputs, made by this launcher's numbers
+            o_b, o_s, o_h = self.out_dense
+            lse_ptr = lse.data_ptr()
+            l_b, l_s, l_h = self.lse_dense
         else:
-            lse_fields = _NO_LSE
-        _pack_args(self.args, _ARGS_PACK_OFFSET,
-                   q.data_ptr(), sb if b > 1 else 0, ss if s_q > 1 else 0, sh if h > 1 else 0,
-                   kv.data_ptr(), stride[0] if pages > 1 else self.single_page_stride, pages,
-                   indices.data_ptr(), ib if b > 1 else 0, is_ if s_q > 1 else 0,
-                   lengths_ptr, sink_ptr, *extra, sm_scale,
-                   out.data_ptr(), ob if b > 1 else 0, os_ if s_q > 1 else 0, oh if h > 1 else 0, *lse_fields)
+            # out [b, s_q, h_q, d_v] bf16, last dim contiguous
+            if out.shape != self.out_shape or out.dtype is not _BF16 or out.get_device() != dev:
+                self._explain(out, self.out_shape, _BF16, names.out)
+            o_b, o_s, o_h = (self.out_dense if out.is_contiguous() else
+                             self._strides(out, self.out_seen, self.out_shape, _BF16, names.out))
+            # lse [b, s_q, h_q] float32, any strides
+            if lse is not None:
+                if lse.shape != self.lse_shape or lse.dtype is not _F32 or lse.get_device() != dev:
+                    self._explain(lse, self.lse_shape, _F32, names.lse)
+                l_b, l_s, l_h = (self.lse_dense if lse.is_contiguous() else
+                                 self._strides(lse, self.lse_seen, self.lse_shape, _F32, names.lse, unit_last=False))
+                lse_ptr = lse.data_ptr()
+            else:
+                lse_ptr = l_b = l_s = l_h = 0
+        _pack_args(self.args, _ARGS_PACK_OFFSET, q.data_ptr(), q_b, q_s, q_h, kv.data_ptr(), page_stride, kv_shape[0],
+                   indices.data_ptr(), i_b, i_s, lengths_ptr, sink_ptr, e_kv, e_page_stride, e_pages, e_idx, e_b, e_s,
+                   e_lengths, sm_scale, out.data_ptr(), o_b, o_s, o_h, lse_ptr, l_b, l_s, l_h)
         status = _decode(self.plan_handle, self.args_address, _raw_stream(dev))
         if status:
             self._failed(status, names)
 
-    def _check_cache(self, kv, shape, stride, names: Names) -> None:
-        if ((shape[1:] != self.cache_tail and shape[1:] != self.cache_tail_3d) or stride[-1] != 1 or
-                stride[1] != self.bytes_per_token or (not stride[0] and shape[0] > 1)):
-            self._explain_cache(kv, self.layout.page_size, names, "kv")
-        self.kv_seen_shape, self.kv_seen_stride = shape, stride
+    def _strides(self, t, seen: dict, shape, dtype, name: str, unit_last: bool = True) -> tuple:
+        """The fields of a tensor that is not contiguous: its strides checked once
+        per pattern and remembered in `seen` (no broadcast dimension; with
+        unit_last, the last dimension contiguous and left out of the fields)."""
+        stride = t.stride()
+        fields = seen.get(stride)
+        if fields is None:
+            if ((unit_last and stride[-1] != 1 and shape[-1] > 1) or
+                    any(not st and n > 1 for st, n in zip(stride, shape))):
+                self._explain(t, shape, dtype, name)
+            fields = _kept(stride[:-1] if unit_last else stride, shape)
+            if len(seen) >= _MEMO_SIZE:
+                seen.clear()
+            seen[stride] = fields
+        return fields
+
+    def _page_stride(self, kv, shape, cache: _Cache, name: str) -> int:
+        """A cache's page stride, the cache checked: its shape's tail when the
+        shape is new (the next layer's cache of the same shape needs no second
+        look), its dtype and device each call, its strides when it is not
+        contiguous (pages apart, say)."""
+        if shape != cache.seen_shape or kv.dtype not in CACHE_DTYPES or kv.get_device() != self.device_index:
+            if shape[1:] not in cache.tails or kv.dtype not in CACHE_DTYPES or kv.get_device() != self.device_index:
+                self._explain_cache(kv, cache.page_size, name)
+            cache.seen_shape = shape
+        pages = shape[0]
+        if kv.is_contiguous():
+            return cache.page_bytes if pages > 1 else cache.single_page_stride
+        stride = kv.stride()
+        if stride[-1] != 1 or stride[1] != self.bytes_per_token or (not stride[0] and pages > 1):
+            self._explain_cache(kv, cache.page_size, name)
+        return stride[0] if pages > 1 else cache.single_page_stride
 
     def _extra(self, extra_kv, extra_indices, extra_topk_length, names: Names) -> tuple:
         """The extra cache's fields of the argument block (DeepSeek-V4's dual cache)."""
         dev = self.device_index
-        b, s_q = self.batch, self.s_q
         if extra_kv is None or extra_indices is None:
             self._missing(names.extra_kv if extra_kv is None else names.extra_indices, "the extra cache and its indices")
         shape = extra_kv.shape
-        stride = extra_kv.stride()
-        if ((shape[1:] != self.extra_cache_tail and shape[1:] != self.extra_cache_tail_3d) or
-                extra_kv.dtype not in CACHE_DTYPES or extra_kv.get_device() != dev or stride[-1] != 1 or
-                stride[1] != self.bytes_per_token or (not stride[0] and shape[0] > 1)):
-            self._explain_cache(extra_kv, self.layout.extra_page_size, names, "extra_kv")
+        page_stride = self._page_stride(extra_kv, shape, self.extra_kv, names.extra_kv)
         if (extra_indices.shape != self.extra_idx_shape or extra_indices.dtype is not _I32 or
                 extra_indices.get_device() != dev):
             self._explain(extra_indices, self.extra_idx_shape, _I32, names.extra_indices)
-        eb, es, ek = extra_indices.stride()
-        if (ek != 1 and self.extra_topk > 1) or (not eb and b > 1) or (not es and s_q > 1):
-            self._explain(extra_indices, self.extra_idx_shape, _I32, names.extra_indices)
+        e_b, e_s = (self.extra_idx_dense if extra_indices.is_contiguous() else
+                    self._strides(extra_indices, self.extra_idx_seen, self.extra_idx_shape, _I32, names.extra_indices))
         if extra_topk_length is not None:
             if (not self.has_extra_topk_length or extra_topk_length.shape != self.rows_shape or
                     extra_topk_length.dtype is not _I32 or extra_topk_length.get_device() != dev or
-                    (b > 1 and extra_topk_length.stride(0) != 1)):
+                    not extra_topk_length.is_contiguous()):
                 self._explain_optional(extra_topk_length, self.has_extra_topk_length, self.rows_shape, _I32,
                                        names.extra_topk_length)
             lengths_ptr = extra_topk_length.data_ptr()
@@ -279,9 +346,7 @@ class Launcher:
             self._missing(names.extra_topk_length, "int32 [b]")
         else:
             lengths_ptr = 0
-        pages = shape[0]
-        return (extra_kv.data_ptr(), stride[0] if pages > 1 else self.extra_single_page_stride, pages,
-                extra_indices.data_ptr(), eb if b > 1 else 0, es if s_q > 1 else 0, lengths_ptr)
+        return extra_kv.data_ptr(), page_stride, shape[0], extra_indices.data_ptr(), e_b, e_s, lengths_ptr
 
     # -- the slow paths: say exactly what is wrong -------------------------------
 
@@ -315,8 +380,7 @@ class Launcher:
         raise InvalidArgumentError(f"{name}.stride() = {t.stride()}; allowed: the last dimension contiguous "
                                    "(stride 1)")
 
-    def _explain_cache(self, kv, page_size, names: Names, which):
-        name = names.kv if which == "kv" else names.extra_kv
+    def _explain_cache(self, kv, page_size, name):
         bpt = self.bytes_per_token
         want = f"[num_blocks, {page_size}, 1, {bpt}] (or [num_blocks, {page_size}, {bpt}])"
         if not isinstance(kv, torch.Tensor):
@@ -359,16 +423,21 @@ class Launcher:
 
 class PlanCache:
     """Plans by (context, layout, geometry), shared by every entry point, and
-    launchers for the entry points that have no object of their own to hold one
-    (the torch op). Making a plan compiles or loads its kernel when it has to,
-    which cannot happen under stream capture: there a miss plans only when its
-    kernel is already loaded (host work alone), else raises GraphCaptureError."""
+    launchers and workspaces for the entry point that has no object of its own
+    to hold them (the torch op). Making a plan compiles or loads its kernel when
+    it has to, which cannot happen under stream capture: there a miss plans only
+    when its kernel is already loaded (host work alone), else raises
+    GraphCaptureError."""
 
     def __init__(self):
         self._lock = threading.Lock()
         self._plans: Dict[tuple, Plan] = {}
-        self._launchers: Dict[tuple, Launcher] = {}
         self._layouts: Dict[tuple, Layout] = {}
+        # The torch op's launchers by its arguments' signature and the calling
+        # thread (a launcher's argument block is written per call), and its split
+        # workspaces by (device, stream): ops.py.
+        self.op_launchers: Dict[tuple, Launcher] = {}
+        self.op_workspaces: Dict[tuple, torch.Tensor] = {}
         # Specs of the kernels plans were made on, per context.
         self._loaded: Dict[int, set] = {}
 
@@ -400,15 +469,6 @@ class PlanCache:
             plan = self._plans.setdefault(key, plan)
             self._loaded.setdefault(ctx.handle, set()).add(plan.report.spec)
         return plan
-
-    def launcher(self, ctx: Context, layout: Layout, batch: int, s_q: int, topk: int, extra_topk: int,
-                 device_index: int) -> Launcher:
-        key = (ctx.handle, layout.key, batch, s_q, topk, extra_topk)
-        launcher = self._launchers.get(key)
-        if launcher is None:
-            launcher = Launcher(layout, self.plan(ctx, layout, batch, s_q, topk, extra_topk), device_index)
-            launcher = self._launchers.setdefault(key, launcher)
-        return launcher
 
     def kernel_loaded(self, ctx: Context, layout: Layout, batch: int, s_q: int, topk: int, extra_topk: int) -> bool:
         """Whether a plan of this geometry would run a kernel a plan made here

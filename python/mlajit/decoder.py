@@ -171,16 +171,18 @@ class SparseMLADecoder:
         feature; extra_kv_cache and extra_indices [b, s_q, extra_topk] with an
         extra cache. A geometry not warmed up is planned now, outside capture."""
         try:
-            qs = q.shape
-            shape = (qs[0], qs[1], indices.shape[-1], extra_indices.shape[-1] if extra_indices is not None else 0)
+            q_shape, idx_shape, kv_shape = q.shape, indices.shape, kv_cache.shape
+            shape = (q_shape[0], q_shape[1], idx_shape[-1],
+                     extra_indices.shape[-1] if extra_indices is not None else 0)
         except (AttributeError, IndexError, TypeError):
-            raise InvalidArgumentError("q, indices (and extra_indices): allowed torch.Tensors q [b, s_q, h_q, d_qk], "
-                                       "indices [b, s_q, topk]") from None
+            raise InvalidArgumentError("q, kv_cache, indices (and extra_indices): allowed torch.Tensors q [b, s_q, "
+                                       "h_q, d_qk], kv_cache [num_blocks, page_size, 1, bytes_per_token], indices "
+                                       "[b, s_q, topk]") from None
         launcher = self._launchers.get(shape)
         if launcher is None:
             launcher = self._miss(shape)
-        launcher(q, kv_cache, indices, out, lse, sm_scale, topk_length, attn_sink, extra_kv_cache, extra_indices,
-                 extra_topk_length, _NAMES)
+        launcher.launch(q, q_shape, kv_cache, kv_shape, indices, idx_shape, out, lse, sm_scale, topk_length,
+                        attn_sink, extra_kv_cache, extra_indices, extra_topk_length, _NAMES)
         return out
 
     def _miss(self, shape: Shape) -> _launch.Launcher:

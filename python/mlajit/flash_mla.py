@@ -32,6 +32,9 @@ from . import ops as _ops  # noqa: F401  (registers torch.ops.mlajit.sparse_mla_
 
 __all__ = ["MLASchedMeta", "get_mla_metadata", "flash_mla_with_kvcache"]
 
+_BF16 = torch.bfloat16
+_F32 = torch.float32
+
 _NAMES = _launch.Names(q="q", kv="k_cache", indices="indices", out="out", lse="lse", topk_length="topk_length",
                        attn_sink="attn_sink", extra_kv="extra_k_cache", extra_indices="extra_indices_in_kvcache",
                        extra_topk_length="extra_topk_length", sm_scale="softmax_scale")
@@ -196,15 +199,24 @@ def flash_mla_with_kvcache(
         _check_flags(num_splits, causal, is_fp8_kvcache, indices)
     if softmax_scale is None:
         softmax_scale = meta._default_scale
-    device = q.device
     if meta._folded:
         return _folded_call(launcher, q, k_cache, indices, out, softmax_scale, topk_length, attn_sink, extra_k_cache,
                             extra_indices_in_kvcache, extra_topk_length)
-    if out is None:
-        out = torch.empty(launcher.out_shape, dtype=torch.bfloat16, device=device)
-    lse = torch.empty(launcher.lse_shape, dtype=torch.float32, device=device)
-    launcher(q, k_cache, indices, out, lse, softmax_scale, topk_length, attn_sink, extra_k_cache,
-             extra_indices_in_kvcache, extra_topk_length, _NAMES)
+    try:
+        q_shape, kv_shape, idx_shape = q.shape, k_cache.shape, indices.shape
+    except AttributeError:
+        raise InvalidArgumentError("q, k_cache, indices: allowed torch.Tensors, of the shapes this metadata was made "
+                                   f"for ({meta.config})") from None
+    device = launcher.device
+    if out is None:  # both outputs new, in the layouts the launcher expects (no check needed)
+        out = torch.empty_strided(launcher.out_dims, launcher.out_strides, dtype=_BF16, device=device)
+        lse = torch.empty_strided(launcher.lse_dims, launcher.lse_strides, dtype=_F32, device=device)
+        launcher.launch(q, q_shape, k_cache, kv_shape, indices, idx_shape, out, lse, softmax_scale, topk_length,
+                        attn_sink, extra_k_cache, extra_indices_in_kvcache, extra_topk_length, _NAMES, True)
+        return out, lse
+    lse = torch.empty(launcher.lse_shape, dtype=_F32, device=device)
+    launcher.launch(q, q_shape, k_cache, kv_shape, indices, idx_shape, out, lse, softmax_scale, topk_length,
+                    attn_sink, extra_k_cache, extra_indices_in_kvcache, extra_topk_length, _NAMES)
     return out, lse.transpose(1, 2)
 
 

@@ -5,6 +5,8 @@ FlashMLA's metadata binding and reuse, SparseMLADecoder's warm-up, plans,
 workspace and capture rule, and the torch op's dispatch, each launching the
 plan's kernels with the arguments it was given. What the kernels compute is
 test_gpu.py's part."""
+import ctypes
+
 import pytest
 
 from conftest import NO_TORCH
@@ -157,3 +159,100 @@ def test_the_op_dispatches_to_the_launcher(fake, host):
     assert fake.fake_cuda_counts_get().launches >= 1
     with pytest.raises(mlajit.InvalidArgumentError, match="kv_scale_format = 'ue8m0' does not fit"):
         torch.ops.mlajit.sparse_mla_decode(q, kv, idx, out, lse, 0.04, kv_scale_format="ue8m0")
+
+
+def test_the_op_keeps_a_workspace_per_stream_and_takes_a_new_one_under_capture(fake, host, monkeypatch):
+    """A split plan's workspace: one per (device, stream) outside capture, grown as
+    plans need; under capture one per call (torch's allocator: the graph's pool)."""
+    q, kv, idx = v32(b=1, h=16, topk=2048)
+    out = torch.empty(1, 1, 16, 512, dtype=torch.bfloat16)
+    op = torch.ops.mlajit.sparse_mla_decode
+    op(q, kv, idx, out, None, 0.04)
+    (launcher,) = _launch.plans.op_launchers.values()
+    assert launcher.workspace_size > 0 and host["allocations"] == 1
+    workspace = launcher.workspace
+    for _ in range(3):
+        op(q, kv, idx, out, None, 0.04)
+    assert host["allocations"] == 1 and launcher.workspace is workspace
+    stream = ctypes.c_void_p()
+    assert fake.cuStreamCreate(ctypes.byref(stream), 0) == 0
+    monkeypatch.setattr(_launch, "_raw_stream", lambda device_index: stream.value)  # another stream: its own
+    op(q, kv, idx, out, None, 0.04)
+    assert host["allocations"] == 2 and launcher.workspace is not workspace
+    host["capturing"] = True
+    op(q, kv, idx, out, None, 0.04)
+    op(q, kv, idx, out, None, 0.04)
+    assert host["allocations"] == 4
+    host["capturing"] = False
+    monkeypatch.setattr(_launch, "_raw_stream", lambda device_index: 0)
+    op(q, kv, idx, out, None, 0.04)
+    assert host["allocations"] == 4 and launcher.workspace is workspace
+    assert fake.fake_cuda_launch_at(0).contents.grid[2] > 1  # split: the workspace was needed
+    fake.cuStreamDestroy_v2(stream)
+
+
+def test_the_op_gives_each_thread_its_own_launcher(fake, host):
+    """A launcher's argument block is written per call: two threads never share one."""
+    import threading
+    q, kv, idx = v32()
+    out = torch.empty(2, 1, 16, 512, dtype=torch.bfloat16)
+    torch.ops.mlajit.sparse_mla_decode(q, kv, idx, out, None, 0.04)
+    errors = []
+
+    def other():
+        try:
+            torch.ops.mlajit.sparse_mla_decode(q, kv, idx, out, None, 0.04)
+        except Exception as e:  # pragma: no cover - reported below
+            errors.append(e)
+
+    thread = threading.Thread(target=other)
+    thread.start()
+    thread.join()
+    assert not errors
+    launchers = list(_launch.plans.op_launchers.values())
+    assert len(launchers) == 2 and launchers[0] is not launchers[1]
+    assert launchers[0].plan is launchers[1].plan
+
+
+def test_what_a_launcher_remembers_never_lets_a_bad_tensor_through(fake, host):
+    """Stride patterns and cache shapes that passed are remembered per argument;
+    each call still checks shape, dtype and device, and a new pattern is checked."""
+    dec = mlajit.SparseMLADecoder("v32", 16, 64, max_batch_size=2, max_s_q=2, max_topk=64, device=-1,
+                                  context=host["ctx"])
+    q, kv, idx = v32(b=2, s_q=2, topk=64)
+    padded = torch.zeros(2, 2, 16, 640, dtype=torch.bfloat16)[..., :576]  # rows 640 apart: not contiguous
+    out = torch.empty(2, 2, 16, 512, dtype=torch.bfloat16)
+    lse = torch.empty(2, 16, 2).transpose(1, 2)  # FlashMLA's order
+    for _ in range(2):
+        dec.run(padded, kv, idx, out, 0.04, lse=lse)
+    with pytest.raises(mlajit.InvalidArgumentError, match=r"q.stride\(\) = .*no broadcast dimension"):
+        dec.run(torch.zeros(2, 2, 1, 576, dtype=torch.bfloat16).expand(2, 2, 16, 576), kv, idx, out, 0.04)
+    with pytest.raises(mlajit.InvalidArgumentError, match=r"q.dtype = torch.float16"):
+        dec.run(padded.half(), kv, idx, out, 0.04, lse=lse)
+    with pytest.raises(mlajit.InvalidArgumentError, match=r"lse.stride\(\) = .*no broadcast dimension"):
+        dec.run(q, kv, idx, out, 0.04, lse=torch.empty(2, 2, 1).expand(2, 2, 16))
+    with pytest.raises(mlajit.InvalidArgumentError, match=r"kv_cache.dtype = torch.float16"):
+        dec.run(q, torch.zeros(kv.shape, dtype=torch.float16), idx, out, 0.04)  # the shape seen, another dtype
+    with pytest.raises(mlajit.InvalidArgumentError, match=r"indices.stride\(\) = .*last dimension contiguous"):
+        dec.run(q, kv, torch.zeros(2, 2, 128, dtype=torch.int32)[..., ::2], out, 0.04)
+    with pytest.raises(mlajit.InvalidArgumentError, match=r"out.stride\(\) = .*last dimension contiguous"):
+        dec.run(q, kv, idx, torch.empty(2, 2, 16, 1024, dtype=torch.bfloat16)[..., ::2], 0.04)
+    fake.fake_cuda_forget_launches()
+    dec.run(q, kv[:3], idx, out, 0.04)  # another page count: the shape's tail checked again
+    assert fake.fake_cuda_counts_get().launches >= 1
+    with pytest.raises(mlajit.InvalidArgumentError, match=r"kv_cache.shape = \(3, 32, 1, 656\)"):
+        dec.run(q, kv[:3].view(3, 32, 2, 656)[:, :, :1], idx, out, 0.04)
+
+
+def test_flash_mla_returns_its_outputs_in_flashmlas_layouts(fake, host):
+    q, kv, idx = v32(b=2, s_q=2, h=16)
+    meta, _ = flash_mla.get_mla_metadata()
+    out, lse = flash_mla.flash_mla_with_kvcache(q, kv, None, None, 512, meta, indices=idx)
+    assert out.shape == (2, 2, 16, 512) and out.is_contiguous()
+    assert lse.shape == (2, 16, 2) and lse.stride() == (32, 1, 16)  # [b, h, s_q] over [b, s_q, h] memory
+    mine = torch.empty(2, 2, 16, 512, dtype=torch.bfloat16)
+    got, lse2 = flash_mla.flash_mla_with_kvcache(q, kv, None, None, 512, meta, indices=idx, out=mine)
+    assert got is mine and lse2.shape == (2, 16, 2) and lse2.stride() == (32, 1, 16)
+    with pytest.raises(mlajit.InvalidArgumentError, match=r"out.shape = \(2, 2, 16, 256\)"):
+        flash_mla.flash_mla_with_kvcache(q, kv, None, None, 512, meta, indices=idx,
+                                         out=torch.empty(2, 2, 16, 256, dtype=torch.bfloat16))
