@@ -1288,11 +1288,14 @@ Test(plan, a_tactic_of_the_shapes_bucket_chooses_the_kernel_and_splits_it_launch
     cr_expect_str_eq(fake_cuda_launch_at(1)->function, MLAJIT_ENTRY_COMBINE);
     mlajit_plan_destroy(plan);
 
-    /* the shape's bucket: b 100 (rows 64..127), topk 3000 (2048..4095) */
+    /* the shape's bucket: b 100 (rows 64..127), topk 3000 (2048..4095): the 8
+     * tiles per split measured at the edge, so 47 tiles in 6 splits (1200 CTAs,
+     * 9 waves: no thin last wave to avoid) */
     mlajit_decode_shape in_bucket = shape_of(100, 1, 3000);
     o = planned(ctx, &s, &in_bucket);
-    cr_expect(strcmp(o.kernel, KERNEL32) == 0 && o.num_splits == 4 && o.tactic == MLAJIT_TACTIC_TUNED,
-              "%s, %d splits, tactic %d", o.kernel, o.num_splits, o.tactic);
+    cr_expect(strcmp(o.kernel, KERNEL32) == 0 && o.num_splits == 6 && o.tiles_per_split == 8 &&
+                  o.tactic == MLAJIT_TACTIC_TUNED,
+              "%s, %d splits of %d tiles, tactic %d", o.kernel, o.num_splits, o.tiles_per_split, o.tactic);
     mlajit_context_destroy(ctx);
 }
 
@@ -1303,8 +1306,8 @@ Test(plan, a_larger_shape_takes_the_nearest_bucket_below_and_a_smaller_one_the_r
     mlajit_decode_shape larger = shape_of(256, 1, 4096);
     mlajit_plan_outline o = planned(ctx, &s, &larger);
     cr_expect_str_eq(o.kernel, KERNEL32);
-    cr_expect_eq(o.num_splits, 4);
-    cr_expect_eq(o.tiles_per_split, 16);
+    cr_expect_eq(o.num_splits, 8, "64 tiles at the edge's 8 a split");
+    cr_expect_eq(o.tiles_per_split, 8);
     cr_expect_eq(o.tactic, MLAJIT_TACTIC_TUNED_BELOW);
 
     mlajit_decode_shape smaller = shape_of(32, 1, 2048), short_walk = shape_of(64, 1, 1024);
@@ -1369,28 +1372,59 @@ Test(plan, a_tactic_that_does_not_fit_warns_once_and_the_rules_serve)
 {
     mlajit_context *ctx = gpu_context(path_in_root("cache"), NULL);
     mlajit_kernel_spec s = spec32();
-    mlajit_decode_shape at64 = shape_of(64, 1, 2048), at128 = shape_of(128, 1, 2048);
-    /* more splits (64) than the shape has tiles (32), at 64 and 128 rows */
-    mlajit_tactic_choice c = choice_of(KERNEL32, 64, 11.0);
+    /* one split at rows 64 (2 head groups: 128 CTAs, one wave of the fake's SMs);
+     * at 67 and 68 rows the grid takes a second wave of 2 and 4 CTAs, and one
+     * split cannot be lowered */
+    mlajit_decode_shape at64 = shape_of(64, 1, 2048), at67 = shape_of(67, 1, 2048), at68 = shape_of(68, 1, 2048);
+    mlajit_context_info info = MLAJIT_CONTEXT_INFO_INIT;
+    cr_assert_eq(mlajit_context_get_info(ctx, &info), MLAJIT_OK);
+    cr_assert(info.sm_count >= 128 && info.sm_count < 134, "the fake's SMs: %d", info.sm_count);
+    mlajit_tactic_choice c = choice_of(KERNEL32, 1, 11.0);
     cr_assert_eq(mlajit_tactic_store(ctx, &s, &at64, &c), MLAJIT_OK, "%s", mlajit_last_error());
-    cr_assert_eq(mlajit_tactic_store(ctx, &s, &at128, &c), MLAJIT_OK, "%s", mlajit_last_error());
-    mlajit_plan_outline r64 = by_rules(&s, &at64), r128 = by_rules(&s, &at128);
+    mlajit_plan_outline r67 = by_rules(&s, &at67), r68 = by_rules(&s, &at68);
     capture_begin();
     mlajit_plan *p1 = NULL, *p2 = NULL;
-    int rc1 = mlajit_plan_create(ctx, &s, &at64, &p1), rc2 = mlajit_plan_create(ctx, &s, &at128, &p2);
+    int rc1 = mlajit_plan_create(ctx, &s, &at67, &p1), rc2 = mlajit_plan_create(ctx, &s, &at68, &p2);
     const char *err = capture_end();
     cr_assert(rc1 == MLAJIT_OK && rc2 == MLAJIT_OK, "%s", mlajit_last_error());
     mlajit_plan_outline o1 = MLAJIT_PLAN_OUTLINE_INIT, o2 = MLAJIT_PLAN_OUTLINE_INIT;
     cr_assert_eq(mlajit_plan_get_outline(p1, &o1), MLAJIT_OK);
     cr_assert_eq(mlajit_plan_get_outline(p2, &o2), MLAJIT_OK);
-    cr_expect(o1.tactic == MLAJIT_TACTIC_RULES && strcmp(o1.kernel, r64.kernel) == 0 &&
-                  o1.num_splits == r64.num_splits, "%s in %d splits", o1.kernel, o1.num_splits);
-    cr_expect(o2.tactic == MLAJIT_TACTIC_RULES && strcmp(o2.kernel, r128.kernel) == 0 &&
-                  o2.num_splits == r128.num_splits, "%s in %d splits", o2.kernel, o2.num_splits);
+    cr_expect(o1.tactic == MLAJIT_TACTIC_RULES && strcmp(o1.kernel, r67.kernel) == 0 &&
+                  o1.num_splits == r67.num_splits, "%s in %d splits", o1.kernel, o1.num_splits);
+    cr_expect(o2.tactic == MLAJIT_TACTIC_RULES && strcmp(o2.kernel, r68.kernel) == 0 &&
+                  o2.num_splits == r68.num_splits, "%s in %d splits", o2.kernel, o2.num_splits);
     cr_expect_eq(count_of(err, "warning"), 1, "one warning for the context: %s", err);
-    cr_expect(strstr(err, "64 splits of 32 tiles") != NULL, "%s", err);
+    cr_expect(strstr(err, "less than half full") != NULL, "%s", err);
     mlajit_plan_destroy(p1);
     mlajit_plan_destroy(p2);
+    mlajit_context_destroy(ctx);
+}
+
+Test(plan, a_tactic_keeps_its_tiles_per_split_and_sheds_a_thin_last_wave)
+{
+    mlajit_context *ctx = gpu_context(path_in_root("cache"), NULL);
+    mlajit_kernel_spec s = spec32();
+    /* 64 splits stored for 32 tiles: 1 tile a split at the edge, so 32 splits */
+    mlajit_decode_shape edge = shape_of(2, 1, 2048), wider = shape_of(2, 1, 4000);
+    mlajit_tactic_choice c = choice_of(KERNEL32, 64, 11.0);
+    cr_assert_eq(mlajit_tactic_store(ctx, &s, &edge, &c), MLAJIT_OK, "%s", mlajit_last_error());
+    mlajit_plan_outline o = planned(ctx, &s, &edge);
+    cr_expect(o.tactic == MLAJIT_TACTIC_TUNED && o.num_splits == 32 && o.tiles_per_split == 1,
+              "%d splits of %d tiles, tactic %d", o.num_splits, o.tiles_per_split, o.tactic);
+    /* topk 4000 (63 tiles) in the same bucket: 2 rows x 2 head groups x 63
+     * splits is 252 CTAs, a second wave of about 120 (not thin): kept */
+    o = planned(ctx, &s, &wider);
+    cr_expect(o.tactic == MLAJIT_TACTIC_TUNED && o.num_splits == 63 && o.tiles_per_split == 1,
+              "%d splits of %d tiles, tactic %d", o.num_splits, o.tiles_per_split, o.tactic);
+    /* 8 splits at rows 8 (32 tiles, 4 a split: 128 CTAs); at rows 9 and topk 2048
+     * 144 CTAs end in a thin wave, so 7 splits (5 tiles each, 126 CTAs) */
+    mlajit_decode_shape at8 = shape_of(8, 1, 2048), at9 = shape_of(9, 1, 2048);
+    c = choice_of(KERNEL32, 8, 11.0);
+    cr_assert_eq(mlajit_tactic_store(ctx, &s, &at8, &c), MLAJIT_OK, "%s", mlajit_last_error());
+    o = planned(ctx, &s, &at9);
+    cr_expect(o.tactic == MLAJIT_TACTIC_TUNED && o.num_splits == 7 && o.tiles_per_split == 5,
+              "%d splits of %d tiles, tactic %d", o.num_splits, o.tiles_per_split, o.tactic);
     mlajit_context_destroy(ctx);
 }
 

@@ -232,13 +232,59 @@ static void warn_tactic_refused(mlajit_context *ctx, const mlajit_tactic_match *
                 m->record.num_splits, why);
 }
 
+/* Whether a grid of few waves of CTAs ends in one less than half full (a tail
+ * that costs a whole CTA's time for a few CTAs' work, 1/8 of the time or more
+ * below THIN_TAIL_WAVES waves): a grid of one wave has none. */
+#define THIN_TAIL_WAVES 8
+static int grid_has_thin_tail(const plan_grid *g, int slots)
+{
+    const long ctas = (long)g->head_groups * g->rows * g->num_splits;
+    const long tail = ctas % slots;
+    return ctas > slots && ctas < (long)THIN_TAIL_WAVES * slots && tail != 0 && 2 * tail < slots;
+}
+
+/* The split count a tactic measured at its bucket's lower edge gives a shape of
+ * that bucket (or one above it): a split count chosen at the edge keeps the
+ * tiles per split it walked there (a topk past the edge walks more tiles, so
+ * it takes more splits, not longer ones), lowered until the grid has no thin
+ * last wave of CTAs; 0 (the planner's own) stays 0. -1 where the grid at the
+ * shape ends in a thin wave at every split count the tactic allows though it
+ * had none where it was measured (rows past a multiple of the SMs): the tactic
+ * does not carry over, and the rules plan. */
+static int tactic_splits_at(const mlajit_kernel_layout *layout, int h_q, const mlajit_tactic_bucket *edge_bucket,
+                            int edge_splits, const mlajit_decode_shape *shape, int sm_count)
+{
+    mlajit_decode_shape edge = MLAJIT_DECODE_SHAPE_INIT, at = *shape;
+    edge.batch = edge_bucket->rows;
+    edge.s_q = 1;
+    edge.topk = edge_bucket->topk;
+    edge.extra_topk = edge_bucket->extra_topk;
+    edge.num_splits = edge_splits;
+    const plan_grid ge = grid_for(layout, h_q, &edge, sm_count);
+    const int slots = sm_count * (layout->blocks_per_sm > 0 ? layout->blocks_per_sm : 1);
+    const int num_tiles = (shape->topk + shape->extra_topk + layout->tile - 1) / layout->tile;
+    int splits = edge_splits ? (num_tiles + ge.tiles_per_split - 1) / ge.tiles_per_split : 0;
+    splits = splits > MLAJIT_MAX_SPLITS ? MLAJIT_MAX_SPLITS : splits;
+    at.num_splits = splits;
+    plan_grid g = grid_for(layout, h_q, &at, sm_count);
+    if (grid_has_thin_tail(&ge, slots) || !grid_has_thin_tail(&g, slots))
+        return splits;
+    for (int s = g.num_splits - 1; edge_splits && s >= 1; s--) {
+        at.num_splits = s;
+        g = grid_for(layout, h_q, &at, sm_count);
+        if (!grid_has_thin_tail(&g, slots))
+            return s;
+    }
+    return -1;
+}
+
 /* Whether a tactic's choice fits a plan of spec (as asked, arch filled in) at
  * shape: 1 with *t filled; else 0 and why. Parses and resolves its kernel (no
  * compiling): it must be a kernel of the spec (model, heads, pages, features,
  * arch), the spec's own kernel where the spec names its variant, accept the
  * shape, and split only where its layout splits and into no more splits than
  * it has tiles. */
-static int tactic_fits(const mlajit_kernel_spec *asked, const mlajit_decode_shape *shape,
+static int tactic_fits(const mlajit_kernel_spec *asked, const mlajit_decode_shape *shape, int sm_count,
                        const mlajit_tactic_match *m, plan_tactic *t, char *why, size_t why_len)
 {
     const mlajit_tactic_record *r = &m->record;
@@ -268,19 +314,18 @@ static int tactic_fits(const mlajit_kernel_spec *asked, const mlajit_decode_shap
         }
     }
     mlajit_decode_shape planned = *shape;
-    planned.num_splits = r->num_splits;
+    planned.num_splits = tactic_splits_at(&layout, k.h_q, &r->bucket, r->num_splits, shape, sm_count);
+    if (planned.num_splits < 0) {
+        snprintf(why, why_len, "at this shape its grid would end in a wave of CTAs less than half full, where "
+                               "it was measured with none (a wave's tail takes a whole CTA's time)");
+        return 0;
+    }
     if (mlajit_shape_validate(&k, &planned) != MLAJIT_OK) {
         snprintf(why, why_len, "its kernel does not take the shape (%s)", mlajit_last_error());
         return 0;
     }
-    /* (a kernel that never splits was refused just above, by the shape's check) */
-    const int num_tiles = (shape->topk + shape->extra_topk + layout.tile - 1) / layout.tile;
-    if (r->num_splits > num_tiles) {
-        snprintf(why, why_len, "%d splits of %d tile%s", r->num_splits, num_tiles, num_tiles == 1 ? "" : "s");
-        return 0;
-    }
     t->kernel = k;
-    t->num_splits = r->num_splits;
+    t->num_splits = planned.num_splits;
     t->tactic = m->exact ? MLAJIT_TACTIC_TUNED : MLAJIT_TACTIC_TUNED_BELOW;
     return 1;
 }
@@ -290,7 +335,7 @@ static int tactic_fits(const mlajit_kernel_spec *asked, const mlajit_decode_shap
  * splits fixed by the caller, no tactic, or one that does not fit (one warning
  * per context). *m (may be NULL) gets the look-up's answer. Compiles nothing. */
 static int tactic_for(mlajit_context *ctx, const mlajit_kernel_spec *spec, const mlajit_decode_shape *shape,
-                      int use_tactics, plan_tactic *t, mlajit_tactic_match *m_out)
+                      int sm_count, int use_tactics, plan_tactic *t, mlajit_tactic_match *m_out)
 {
     mlajit_tactic_match local, *m = m_out ? m_out : &local;
     memset(m, 0, sizeof *m);
@@ -305,7 +350,7 @@ static int tactic_for(mlajit_context *ctx, const mlajit_kernel_spec *spec, const
     if (!asked.arch[0])
         snprintf(asked.arch, sizeof asked.arch, "%s", ctx->arch);
     char why[512];
-    if (!tactic_fits(&asked, shape, m, t, why, sizeof why)) {
+    if (!tactic_fits(&asked, shape, sm_count, m, t, why, sizeof why)) {
         mlajit_clear_error();
         warn_tactic_refused(ctx, m, why);
         m->found = 0;
@@ -370,7 +415,7 @@ static int describe(mlajit_context *ctx, const mlajit_kernel_spec *spec, const m
     mlajit_decode_shape planned = *shape;
     plan_tactic t;
     int tactic = MLAJIT_TACTIC_RULES;
-    if (ctx && tactic_for(ctx, spec, shape, mlajit_context_tactics(ctx), &t, m)) {
+    if (ctx && tactic_for(ctx, spec, shape, sm_count, mlajit_context_tactics(ctx), &t, m)) {
         chosen = t.kernel;
         planned.num_splits = t.num_splits;
         tactic = t.tactic;
@@ -466,7 +511,7 @@ int mlajit_plan_create_tactics(mlajit_context *ctx, const mlajit_kernel_spec *sp
     int tactic = MLAJIT_TACTIC_RULES;
     plan_tactic t;
     mlajit_tactic_match m;
-    if (tactic_for(ctx, spec, shape, use_tactics, &t, &m)) {
+    if (tactic_for(ctx, spec, shape, sm_count, use_tactics, &t, &m)) {
         if (mlajit_kernel_acquire(ctx, &t.kernel, ctx->drv != NULL, &k, &report) == MLAJIT_OK) {
             planned.num_splits = t.num_splits;
             tactic = t.tactic;
