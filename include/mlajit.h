@@ -629,7 +629,7 @@ typedef struct mlajit_tune_report {
     int buckets_done;   /* tuned to the end */
     int stored;         /* tactic records written */
     int timed;          /* candidates timed */
-    int dropped;        /* of those, stopped after a short look (1.3x the best so far) */
+    int dropped;        /* of those, stopped after a short look (1.2x the best so far) */
     int pruned;         /* split counts past their kernel's turn, not timed */
     int failed_checks;  /* (kernel, split count) pairs that failed the reference check */
     int deadline_hit;   /* 1: the budget ran out before the last bucket */
