@@ -282,8 +282,8 @@ static int tactic_splits_at(const mlajit_kernel_layout *layout, int h_q, const m
  * shape: 1 with *t filled; else 0 and why. Parses and resolves its kernel (no
  * compiling): it must be a kernel of the spec (model, heads, pages, features,
  * arch), the spec's own kernel where the spec names its variant, accept the
- * shape, and split only where its layout splits and into no more splits than
- * it has tiles. */
+ * shape with its split count carried there (tactic_splits_at), and split only
+ * where its layout splits. */
 static int tactic_fits(const mlajit_kernel_spec *asked, const mlajit_decode_shape *shape, int sm_count,
                        const mlajit_tactic_match *m, plan_tactic *t, char *why, size_t why_len)
 {
