@@ -1,7 +1,7 @@
 #!/bin/bash
 # Build, test and benchmark on the GPU host in one call (see shared/device/README.md).
 # Usage (from the project root, with .devdeps/.devtools/.golden carried):
-#   tools/device-run.sh [tests|demo|cases|bench|bench-quick|bench-sm90|compile-times|ncu|ncu-sm90|ncu-source|sol|sass|gather|floor|fuzz:S:SEED|fuzz-bg:S:SEED|suites:A,B|example|base|lookup|python|python-tests|python-install|python-bench|tune-grid|sweep|cases-tuned|fuzz-tuned:S:SEED|all]...
+#   tools/device-run.sh [tests|demo|cases|bench|bench-quick|bench-sm90|compile-times|ncu|ncu-sm90|ncu-source|sol|sass|gather|floor|fuzz:S:SEED|fuzz-bg:S:SEED|suites:A,B|example|base|lookup|python|python-tests|python-install|python-bench|tune-grid|sweep|stability|cases-tuned|fuzz-tuned:S:SEED|all]...
 # Logs go to $OUT (or ./device-out) so they come back with the call. The device
 # tool returns at most 8 files, so at the end every log is packed into
 # $OUT/logs-N.tgz (N: the first free number, so a second run into the same $OUT
@@ -193,7 +193,26 @@ for step in "${@:-all}"; do
       # TUNE_SECONDS (default 540: a call's limit is 600 s)
       MLAJIT_CACHE_DIR=/tmp/mlajit-tuned ./build-gpu/mlajit tune --seconds "${TUNE_SECONDS:-540}" \
         --json "$OUT/tune-h200.jsonl" >"$OUT/tune.log" 2>"$OUT/tune-progress.log" || rc=1
-      cat "$OUT/tune.log"; grep -E "acquir|kernels in" "$OUT/tune-progress.log" ;;
+      cat "$OUT/tune.log"; grep -E "acquir|kernels in" "$OUT/tune-progress.log"
+      # its tactics and their kernels as a pack, for the stability step (and back in the logs)
+      MLAJIT_CACHE_DIR=/tmp/mlajit-tuned ./build-gpu/mlajit pack build --models v32 --heads 16 --pages 64 \
+        --tactics-from /tmp/mlajit-tuned --out /tmp/mlajit-tuned.pack 2>&1 | tail -1
+      cp /tmp/mlajit-tuned.pack "$OUT/tuned.pack" 2>/dev/null ;;
+    stability)
+      # issue 47's stability run with tuned tactics on, from the pack tune-grid made
+      # (TUNED_PACK: a carried one): the golden cases, the GPU suite, and the fuzzer
+      # beside the suite for FUZZ_SECONDS (default 480) with FUZZ_SEED (default 4747)
+      pack=$(realpath "${TUNED_PACK:-/tmp/mlajit-tuned.pack}" 2>/dev/null)
+      if [ ! -f "$pack" ]; then echo "stability: no tuned pack: run tune-grid first, or set TUNED_PACK"; rc=1; continue; fi
+      (MLAJIT_PACKS=$pack MLAJIT_CACHE_DIR=/tmp/mlajit-stability-fuzz ./build-gpu/mlajit fuzz \
+         --seconds "${FUZZ_SECONDS:-480}" --seed "${FUZZ_SEED:-4747}" --out "$OUT/fuzz-failures" \
+         >"$OUT/fuzz-stability.log" 2>&1; echo "fuzz rc=$?" >>"$OUT/fuzz-stability.log") &
+      background+=($!)
+      for d in .golden/*/; do MLAJIT_PACKS=$pack MLAJIT_CACHE_DIR=/tmp/mlajit-stability ./build-gpu/mlajit run-case "$d" || rc=1; done \
+        >"$OUT/cases-stability.log" 2>&1
+      grep -E "^case|mlajit vs" "$OUT/cases-stability.log"
+      MLAJIT_PACKS=$pack meson test -C build-gpu --print-errorlogs --num-processes 4 gpu >"$OUT/suite-stability.log" 2>&1 || rc=1
+      grep -E "^ *[0-9]+/[0-9]+ |^Ok|^Fail" "$OUT/suite-stability.log" ;;
     sweep)
       # issue 47's record: BENCH.md's 63 rows and 40 shapes off the grid (seed 47), each
       # bucket tuned into /tmp/mlajit-tuned, then every candidate, the rules and the tuned

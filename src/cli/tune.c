@@ -138,10 +138,11 @@ static int run_sweep(const char *path, int seconds, int repeats, int tune_first,
             if (tune_first)
                 print_summary(&sum.tune, stdout);
             printf("swept %d of %d shapes in %.1f s: the tuned plan within 3%% of the best on %d, slower than the "
-                   "rules past the repeats' spread on %d; worst pick error %.1f%%\n",
+                   "rules past the repeats' spread on %d; worst pick error %.1f%%; %d tuned plans failed the "
+                   "reference check at their shape\n",
                    sum.done, sum.shapes, sum.seconds, sum.within_3pct, sum.slower_than_rules,
-                   sum.worst_pick_error * 100);
-            status = CLI_OK;
+                   sum.worst_pick_error * 100, sum.tuned_failed);
+            status = sum.tuned_failed ? CLI_FAIL : CLI_OK;
         }
     }
     if (json)

@@ -320,6 +320,7 @@ typedef struct mlajit_sweep_summary {
     int shapes, done;
     int within_3pct;          /* tuned within 3% of the best */
     int slower_than_rules;    /* tuned slower than the rules by more than the repeats' spread */
+    int tuned_failed;         /* tuned plans that failed the fp64 check at their shape */
     double worst_pick_error;  /* the largest tuned / best - 1 */
     mlajit_tune_summary tune; /* the tuning step's */
     double seconds;
@@ -329,8 +330,10 @@ typedef struct mlajit_sweep_summary {
  * every candidate at the shape itself in full (no early drop, no ladder), take
  * the fastest that passes the reference check as the best, and time the rules'
  * plan (tactics off), the tuned plan (tactics on) and the best `repeats` times
- * more in turn: the medians, and their largest max / min - 1 as the spread. On
- * the tuner's inputs (docs/tuning.md). */
+ * more in turn: the medians, and their largest max / min - 1 as the spread; then
+ * check the tuned plan's kernel and split count at the shape's topk against the
+ * fp64 reference (the tactic as carried there). On the tuner's inputs
+ * (docs/tuning.md). */
 int mlajit_sweep(mlajit_context *ctx, const mlajit_sweep_shape *shapes, int n, const mlajit_sweep_options *o,
                  mlajit_sweep_summary *sum);
 

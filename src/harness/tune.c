@@ -1341,6 +1341,19 @@ int mlajit_sweep(mlajit_context *ctx, const mlajit_sweep_shape *shapes, int n, c
             (rc = sweep_repeats(ctx, &b, &cands[best], &in, ws, full_replays(best_time, in.calls, replays),
                                 repeats > 16 ? 16 : repeats, outl, med, &spread)))
             break;
+        /* the tuned plan as carried to the shape (its kernel and split count),
+         * checked on a small case at the shape's topk */
+        mlajit_tune_candidate tuned = {.grid_splits = outl[1].num_splits};
+        snprintf(tuned.kernel, sizeof tuned.kernel, "%s", outl[1].kernel);
+        int tuned_pass = 1;
+        char why[200] = "";
+        if (!o->tune.skip_check && (rc = check_candidate(ctx, &b, &tuned, &tuned_pass, why, sizeof why)))
+            break;
+        if (!tuned_pass) {
+            sum->tuned_failed++;
+            say(&o->tune, "sweep: the tuned plan %s in %d splits FAILED the reference check (%s)", outl[1].kernel,
+                outl[1].num_splits, why);
+        }
         /* the best of the sweep is the fastest of everything timed: a tuned or
          * rules plan that beats the candidate on the repeats counts as the best */
         double best_us = med[2] < med[0] ? med[2] : med[0];
@@ -1368,12 +1381,13 @@ int mlajit_sweep(mlajit_context *ctx, const mlajit_sweep_shape *shapes, int n, c
                     "\"tuned_us\": %.3f, \"best_us\": %.3f, \"rules_us\": %.3f, "
                     "\"best\": {\"kernel\": \"%s\", \"splits\": %d}, \"rules\": {\"kernel\": \"%s\", \"splits\": %d}, "
                     "\"pick_error\": %.4f, \"spread\": %.4f, \"candidates\": %d, \"repeats\": %d, "
-                    "\"commit\": \"%s\"}\n",
+                    "\"tuned_check\": \"%s\", \"commit\": \"%s\"}\n",
                     mlajit_model_describe(b.spec.model)->name, b.spec.h_q, b.shape.batch, b.shape.s_q, b.shape.topk,
                     b.shape.extra_topk, b.spec.page_size, b.spec.extra_page_size, b.spec.features, source,
                     outl[1].kernel, outl[1].num_splits, med[1], best_us, med[0], cands[best].kernel,
                     outl[2].num_splits, outl[0].kernel, outl[0].num_splits, pick_error, spread, n_c,
-                    repeats > 16 ? 16 : repeats, o->tune.commit ? o->tune.commit : "unknown");
+                    repeats > 16 ? 16 : repeats, o->tune.skip_check ? "skipped" : tuned_pass ? "pass" : "fail",
+                    o->tune.commit ? o->tune.commit : "unknown");
             fflush(o->tune.json);
         }
     }
