@@ -160,6 +160,43 @@ Test(envelope, shapes_agree_with_the_planner)
     cr_expect(strstr(mlajit_last_error(), "extra_topk") != NULL);
 }
 
+/* --tuned-grid: every call on a spec of the tuner's production grid, within
+ * the budgets, its shape drawn as ever. */
+Test(envelope, tuned_grid_draws_take_the_grids_specs)
+{
+    int heads_seen = 0, pages_seen = 0, models_seen = 0, past_edge = 0;
+    for (int64_t k = 0; k < 2000; k++) {
+        mlajit_fuzz_call c, plain, again;
+        mlajit_fuzz_draw(11, k, MLAJIT_FUZZ_TUNED_GRID, &c);
+        const mlajit_kernel_spec *s = &c.spec;
+        cr_assert(s->model == MLAJIT_MODEL_V32 || s->model == MLAJIT_MODEL_DSV4, "call %lld: model %d",
+                  (long long)k, (int)s->model);
+        cr_assert(s->page_size == 64 || s->page_size == 256, "call %lld: page %d", (long long)k, s->page_size);
+        cr_assert(s->extra_page_size == 0 && s->features == 0 && s->tile == 0 && s->heads_per_cta == 0 &&
+                      s->variant == MLAJIT_VARIANT_AUTO && c.shape.extra_topk == 0,
+                  "call %lld: not the grid's auto spec", (long long)k);
+        /* the reference budget may halve the heads: 128 -> 64 -> ... -> 1 */
+        cr_assert(s->h_q >= 1 && s->h_q <= 128 && (s->h_q & (s->h_q - 1)) == 0, "call %lld: h_q %d", (long long)k,
+                  s->h_q);
+        cr_assert_eq(mlajit_envelope_check(s, &c.shape), MLAJIT_OK, "call %lld: %s", (long long)k,
+                     mlajit_last_error());
+        int64_t cost = (int64_t)c.shape.batch * c.shape.s_q * s->h_q * c.shape.topk;
+        cr_assert_leq(cost, MLAJIT_FUZZ_REF_BUDGET, "call %lld over the reference budget", (long long)k);
+        heads_seen |= 1 << (s->h_q == 8 ? 0 : s->h_q == 16 ? 1 : s->h_q == 32 ? 2 : s->h_q == 64 ? 3 : 4);
+        pages_seen |= s->page_size == 64 ? 1 : 2;
+        models_seen |= s->model == MLAJIT_MODEL_V32 ? 1 : 2;
+        past_edge += c.shape.topk & (c.shape.topk - 1) ? 1 : 0; /* topk off a power of two: a carried tactic */
+        mlajit_fuzz_draw(11, k, MLAJIT_FUZZ_TUNED_GRID, &again);
+        cr_assert(memcmp(&c.spec, &again.spec, sizeof c.spec) == 0 && memcmp(&c.shape, &again.shape, sizeof c.shape) == 0,
+                  "a call is a function of (seed, number, flags)");
+        mlajit_fuzz_draw(11, k, 0, &plain);
+        cr_assert_eq(plain.seed, c.seed);
+    }
+    cr_expect_eq(heads_seen, 31, "the grid's head counts 8..128 drawn: mask %x", heads_seen);
+    cr_expect(pages_seen == 3 && models_seen == 3 && past_edge > 100, "pages %x, models %x, off-edge topks %d",
+              pages_seen, models_seen, past_edge);
+}
+
 /* The draws cover the envelope's corners over a modest number of calls. */
 Test(envelope, fuzz_draws_cover_the_envelope)
 {

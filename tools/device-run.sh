@@ -205,7 +205,7 @@ for step in "${@:-all}"; do
       pack=$(realpath "${TUNED_PACK:-/tmp/mlajit-tuned.pack}" 2>/dev/null)
       if [ ! -f "$pack" ]; then echo "stability: no tuned pack: run tune-grid first, or set TUNED_PACK"; rc=1; continue; fi
       (MLAJIT_PACKS=$pack MLAJIT_CACHE_DIR=/tmp/mlajit-stability-fuzz ./build-gpu/mlajit fuzz \
-         --seconds "${FUZZ_SECONDS:-480}" --seed "${FUZZ_SEED:-4747}" --out "$OUT/fuzz-failures" \
+         --tuned-grid --seconds "${FUZZ_SECONDS:-480}" --seed "${FUZZ_SEED:-4747}" --out "$OUT/fuzz-failures" \
          >"$OUT/fuzz-stability.log" 2>&1; echo "fuzz rc=$?" >>"$OUT/fuzz-stability.log") &
       background+=($!)
       for d in .golden/*/; do MLAJIT_PACKS=$pack MLAJIT_CACHE_DIR=/tmp/mlajit-stability ./build-gpu/mlajit run-case "$d" || rc=1; done \

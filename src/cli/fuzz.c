@@ -79,7 +79,13 @@ typedef struct fuzz_options {
     int cpu_only;
     int64_t only_call; /* --call N, else -1 */
     const char *out_dir;
+    int tuned_grid; /* --tuned-grid */
 } fuzz_options;
+
+static unsigned draw_flags(const fuzz_options *o, unsigned flags)
+{
+    return flags | (o->tuned_grid ? MLAJIT_FUZZ_TUNED_GRID : 0);
+}
 
 typedef struct call_outcome {
     int kind;
@@ -478,8 +484,8 @@ static void print_failure(const fuzz_options *opts, const mlajit_fuzz_call *draw
         if (s->heads_per_cta) printf(" --heads-per-cta %d", s->heads_per_cta);
         printf(" --arch %s\n", o->arch);
     }
-    printf("  redraw: mlajit fuzz%s --seed %llu --call %lld\n", opts->cpu_only ? " --cpu-only" : "",
-           (unsigned long long)opts->seed, (long long)drawn->number);
+    printf("  redraw: mlajit fuzz%s%s --seed %llu --call %lld\n", opts->cpu_only ? " --cpu-only" : "",
+           opts->tuned_grid ? " --tuned-grid" : "", (unsigned long long)opts->seed, (long long)drawn->number);
     fflush(stdout);
 }
 
@@ -515,7 +521,7 @@ static int fuzz_cpu(const fuzz_options *opts, const char *tmp_root, fuzz_counts 
     double last_print = t0;
     for (int64_t k = opts->only_call >= 0 ? opts->only_call : 0; !stop_now(opts, k, deadline); k++) {
         mlajit_fuzz_call call;
-        mlajit_fuzz_draw(opts->seed, k, 0, &call);
+        mlajit_fuzz_draw(opts->seed, k, draw_flags(opts, 0), &call);
         mlajit_case c;
         call_outcome o;
         int have_case = mlajit_fuzz_make_case(&call, &c) == MLAJIT_OK;
@@ -566,7 +572,7 @@ static int gpu_worker(const fuzz_options *opts, const char *cache_dir, int64_t f
     }
     for (int64_t k = first; !stop_now(opts, k, deadline) && k < first + WORKER_CALLS; k++) {
         mlajit_fuzz_call drawn, call;
-        mlajit_fuzz_draw(opts->seed, k, 1, &drawn);
+        mlajit_fuzz_draw(opts->seed, k, draw_flags(opts, MLAJIT_FUZZ_ALLOW_HEAVY), &drawn);
         call = drawn;
         mlajit_case c;
         call_outcome o = {0};
@@ -640,7 +646,8 @@ static int fuzz_gpu(const fuzz_options *opts, const char *cache_dir, fuzz_counts
             count(n, &crash);
             printf("FAIL call %lld (seed %llu): %s: the worker died of signal %d\n", (long long)next,
                    (unsigned long long)opts->seed, fail_name(FAIL_CRASH), WTERMSIG(status));
-            printf("  redraw: mlajit fuzz --seed %llu --call %lld\n", (unsigned long long)opts->seed, (long long)next);
+            printf("  redraw: mlajit fuzz%s --seed %llu --call %lld\n", opts->tuned_grid ? " --tuned-grid" : "",
+                   (unsigned long long)opts->seed, (long long)next);
             next++;
         }
     }
@@ -664,7 +671,7 @@ static void remove_tree(const char *dir)
 }
 
 static const char fuzz_usage[] =
-    "usage: mlajit fuzz [--seconds N] [--seed S] [--cpu-only] [--call N] [--out DIR]\n"
+    "usage: mlajit fuzz [--seconds N] [--seed S] [--cpu-only] [--call N] [--tuned-grid] [--out DIR]\n"
     "  random decode calls over the whole envelope against the fp64 reference; a failing call\n"
     "  is shrunk and saved as a case directory under DIR with its run-case replay line\n"
     "  --seconds N  how long, 1..604800 (default 60)\n"
@@ -672,6 +679,9 @@ static const char fuzz_usage[] =
     "  --call N     redraw call N of the seed's run only\n"
     "  --cpu-only   no GPU: generate and NVRTC-compile each call's kernel for sm_80, sm_90a,\n"
     "               sm_100a and sm_120a, and round-trip its case directory\n"
+    "  --tuned-grid every call on a spec of the tuner's production grid (V3.2 / DSV4, heads\n"
+    "               8-128, pages 64 / 256, auto, no features), its shape drawn as ever: with\n"
+    "               tuned tactics on (MLAJIT_PACKS, the cache) plans carry them to random shapes\n"
     "  --out DIR    where failing cases go (default fuzz-failures)\n"
     "exit status: 0 every call passed, 1 one failed, 2 bad arguments (docs/fuzzing.md)\n";
 
@@ -685,6 +695,7 @@ int cli_fuzz(int argc, char **argv)
         {"--cpu-only", CLI_FLAG, .target = &opts.cpu_only},
         {"--call", CLI_INT64, &opts.only_call, .lo = 0, .hi = INT64_MAX},
         {"--out", CLI_STRING, .target = &opts.out_dir},
+        {"--tuned-grid", CLI_FLAG, .target = &opts.tuned_grid},
     };
     const cli_command cmd = {"fuzz", fuzz_usage, options, sizeof options / sizeof options[0], 0, 0, NULL};
     int n_operands, parsed = cli_parse(&cmd, argc, argv, &n_operands);

@@ -34,9 +34,18 @@ typedef struct mlajit_fuzz_call {
  * calls are unrelated and call 0 of seed 1 is not call 1 of seed 0. */
 uint64_t mlajit_fuzz_call_seed(uint64_t run_seed, int64_t call);
 
-/* Draw call number `call` of the run seeded run_seed. allow_heavy = 0 keeps
- * every call within MLAJIT_FUZZ_REF_BUDGET (the CPU-only and sanitizer runs). */
-void mlajit_fuzz_draw(uint64_t run_seed, int64_t call, int allow_heavy, mlajit_fuzz_call *out);
+/* How calls are drawn (mlajit_fuzz_draw's flags). */
+enum {
+    MLAJIT_FUZZ_ALLOW_HEAVY = 1, /* some calls up to MLAJIT_FUZZ_HEAVY_BUDGET (the GPU runs) */
+    MLAJIT_FUZZ_TUNED_GRID = 2,  /* specs of the tuner's production grid (V3.2 / DSV4, heads 8-128,
+                                    pages 64 / 256, auto, no features or extra cache), shapes as
+                                    ever: plans carry tuned tactics to random shapes */
+};
+
+/* Draw call number `call` of the run seeded run_seed, with flags. Without
+ * MLAJIT_FUZZ_ALLOW_HEAVY every call stays within MLAJIT_FUZZ_REF_BUDGET (the
+ * CPU-only and sanitizer runs). */
+void mlajit_fuzz_draw(uint64_t run_seed, int64_t call, unsigned flags, mlajit_fuzz_call *out);
 
 /* Build the call's case: synthesize it, then apply the length and duplicate
  * edits (only ones that keep every attended slot quantized, so the unreferenced

@@ -106,8 +106,19 @@ uint64_t mlajit_fuzz_call_seed(uint64_t run_seed, int64_t call)
     return mlajit_splitmix64(&a) ^ mlajit_rotl64(mlajit_splitmix64(&b), 17);
 }
 
-void mlajit_fuzz_draw(uint64_t run_seed, int64_t call, int allow_heavy, mlajit_fuzz_call *out)
+/* The tuner's production grid's specs (mlajit_tune_envelope_defaults). */
+static void draw_tuned_grid_spec(rng *r, mlajit_model *model, int *h_q, int *page)
 {
+    static const mlajit_model models[] = {MLAJIT_MODEL_V32, MLAJIT_MODEL_DSV4};
+    static const int heads[] = {8, 16, 32, 64, 128}, pages[] = {64, 256};
+    *model = models[below(r, 2)];
+    *h_q = PICK(r, heads);
+    *page = PICK(r, pages);
+}
+
+void mlajit_fuzz_draw(uint64_t run_seed, int64_t call, unsigned flags, mlajit_fuzz_call *out)
+{
+    const int allow_heavy = (flags & MLAJIT_FUZZ_ALLOW_HEAVY) != 0, tuned_grid = (flags & MLAJIT_FUZZ_TUNED_GRID) != 0;
     memset(out, 0, sizeof *out);
     out->run_seed = run_seed;
     out->number = call;
@@ -119,17 +130,23 @@ void mlajit_fuzz_draw(uint64_t run_seed, int64_t call, int allow_heavy, mlajit_f
      * every family's row (families.c) until a template is built for them, so drawing
      * them would only test that refusal (the envelope suite does). */
     static const mlajit_model models[] = {MLAJIT_MODEL_V32, MLAJIT_MODEL_DSV4, MLAJIT_MODEL_GLM_NSA};
-    const mlajit_model model = models[below(&r, 3)];
+    mlajit_model model = models[below(&r, 3)];
     int h_q = draw_heads(&r);
-    const int page = draw_page(&r);
-    const int has_extra = chance(&r, 40);
-    const int extra_page = has_extra ? draw_page(&r) : 0;
+    int page = draw_page(&r);
+    int has_extra = chance(&r, 40);
+    int extra_page = has_extra ? draw_page(&r) : 0;
     unsigned features = 0;
     if (chance(&r, 40)) features |= MLAJIT_FEATURE_SINK;
     if (chance(&r, 40)) features |= MLAJIT_FEATURE_TOPK_LENGTH;
     if (has_extra && chance(&r, 50)) features |= MLAJIT_FEATURE_EXTRA_TOPK_LENGTH;
     static const int tiles[] = {0, 32, 64}, heads_per_cta[] = {0, 16, 32, 64};
-    const int tile = PICK(&r, tiles), hc = PICK(&r, heads_per_cta);
+    int tile = PICK(&r, tiles), hc = PICK(&r, heads_per_cta);
+    if (tuned_grid) { /* the rest of the draw as ever */
+        draw_tuned_grid_spec(&r, &model, &h_q, &page);
+        has_extra = extra_page = 0;
+        features = 0;
+        tile = hc = 0;
+    }
     int topk = draw_topk(&r);
     int extra_topk = has_extra ? draw_topk(&r) : 0;
 
@@ -183,7 +200,8 @@ void mlajit_fuzz_draw(uint64_t run_seed, int64_t call, int allow_heavy, mlajit_f
      * sm90-narrow where its third producer group does not fit). */
     const int narrow_max = MLAJIT_NARROW_MAX_HEADS_PER_CTA;
     const int narrow =
-        narrow_resolves_on_sm90a(model, h_q, page, h_q > narrow_max ? narrow_max : 0) && chance(&r, 25);
+        !tuned_grid && narrow_resolves_on_sm90a(model, h_q, page, h_q > narrow_max ? narrow_max : 0) &&
+        chance(&r, 25);
     const int narrow_long = narrow && chance(&r, 50);
     const int narrow_scores = narrow && !narrow_long && chance(&r, 50);  /* sm90-narrow where it does not fit */
     /* half the narrow draws at most 32 heads split the heads into groups of 8 .. h_q
