@@ -436,14 +436,16 @@ static void draw_row(mlajit_rng *r, int32_t *pool_rows, int seqs, int replicas, 
  * indices are kept for the next bucket that reads the same pool at the same
  * rows and topks (the buckets of one geometry, head counts innermost): drawing
  * and uploading them was most of a bucket's host time on long shapes. */
+typedef struct draw_key { /* what indices are drawn for */
+    mlajit_model model;
+    int page_size, extra_page_size, batch, s_q, topk, extra_topk, calls;
+} draw_key;
+
 typedef struct tune_inputs {
     devbuf q, idx, eidx, len, elen, sink, out, lse, ws;
     mlajit_decode_args *args;
     int n_args, calls;
-    struct { /* what the indices on the device were drawn for */
-        mlajit_model model;
-        int page_size, extra_page_size, batch, s_q, topk, extra_topk, calls;
-    } drawn;
+    draw_key drawn; /* the indices on the device (all 0: none) */
 } tune_inputs;
 
 static void inputs_free(const mlajit_driver *drv, tune_inputs *in)
@@ -537,22 +539,13 @@ static int inputs_make(mlajit_context *ctx, const tune_bucket *b, tune_pool *poo
     const size_t n_q = (size_t)rows * h * m->d_qk;
     float *sink = mlajit_malloc((size_t)h * 4 + 16);
     int rc = (in->args && sink) ? MLAJIT_OK : mlajit_fail_oom("tune: the inputs");
-    const int same_draw = in->drawn.calls == calls && in->drawn.model == b->spec.model &&
-                          in->drawn.page_size == b->spec.page_size &&
-                          in->drawn.extra_page_size == b->spec.extra_page_size && in->drawn.batch == batch &&
-                          in->drawn.s_q == s_q && in->drawn.topk == topk && in->drawn.extra_topk == etopk;
-    if (rc == MLAJIT_OK && !same_draw) {
+    const draw_key key = {.model = b->spec.model, .page_size = b->spec.page_size,
+                          .extra_page_size = b->spec.extra_page_size, .batch = batch, .s_q = s_q, .topk = topk,
+                          .extra_topk = etopk, .calls = calls};
+    if (rc == MLAJIT_OK && memcmp(&key, &in->drawn, sizeof key) != 0) {
         memset(&in->drawn, 0, sizeof in->drawn);
-        if ((rc = inputs_draw(drv, b, pool, calls, seed, in)) == MLAJIT_OK) {
-            in->drawn.model = b->spec.model;
-            in->drawn.page_size = b->spec.page_size;
-            in->drawn.extra_page_size = b->spec.extra_page_size;
-            in->drawn.batch = batch;
-            in->drawn.s_q = s_q;
-            in->drawn.topk = topk;
-            in->drawn.extra_topk = etopk;
-            in->drawn.calls = calls;
-        }
+        if ((rc = inputs_draw(drv, b, pool, calls, seed, in)) == MLAJIT_OK)
+            in->drawn = key;
     }
     if (rc == MLAJIT_OK && in->q.bytes < n_q * 2)
         rc = q_fill(drv, &in->q, n_q, seed);
@@ -726,7 +719,8 @@ static int full_replays(double us_per_call, int calls, int cap)
 /* One candidate's plan and time: MLAJIT_OK with *us. One capture serves both
  * looks: SHORT_REPLAYS first, and a candidate past DROP_RATIO x the best so far
  * stops there (*dropped, *us the short look's time); the rest get replays
- * enough for FULL_TIMED_MS of GPU time, MIN_REPLAYS to `replays`. */
+ * enough for FULL_TIMED_MS of GPU time, MIN_REPLAYS to `replays`. The time
+ * split goes to sum (NULL: nowhere). */
 static int time_candidate(mlajit_context *ctx, const tune_bucket *b, const mlajit_tune_candidate *cand,
                           tune_inputs *in, double best, int replays, double *us, int *dropped,
                           mlajit_tune_summary *sum)
@@ -768,11 +762,12 @@ static int time_candidate(mlajit_context *ctx, const tune_bucket *b, const mlaji
     }
     rc = mlajit_graph_timer_time(timer, full_replays(t, in->calls, replays), us);
 done:
-    if (timer) /* timed from the first timed replay; the rest is the capture's */
+    if (sum && timer) /* timed from the first timed replay; the rest is the capture's */
         sum->s_replays += (mlajit_now_ms() - t_timed) / 1e3;
     mlajit_graph_timer_free(timer);
     mlajit_plan_destroy(plan);
-    sum->s_captures += (t_timed - t0) / 1e3;
+    if (sum)
+        sum->s_captures += (t_timed - t0) / 1e3;
     return rc;
 }
 
@@ -1190,11 +1185,10 @@ static int sweep_best(mlajit_context *ctx, const tune_bucket *b, const mlajit_tu
 {
     double times[MLAJIT_TUNE_MAX_CANDIDATES];
     int order[MLAJIT_TUNE_MAX_CANDIDATES], rc = MLAJIT_OK;
-    mlajit_tune_summary unused = {0}; /* the time split is the tuner's */
     *best = -1;
     for (int ci = 0; ci < n_c && rc == MLAJIT_OK; ci++) {
         int dropped;
-        rc = time_candidate(ctx, b, &cands[ci], in, 0, replays, &times[ci], &dropped, &unused);
+        rc = time_candidate(ctx, b, &cands[ci], in, 0, replays, &times[ci], &dropped, NULL);
         int k = ci; /* order: the candidates by time */
         for (; k > 0 && times[ci] < times[order[k - 1]]; k--)
             order[k] = order[k - 1];
@@ -1342,12 +1336,15 @@ int mlajit_sweep(mlajit_context *ctx, const mlajit_sweep_shape *shapes, int n, c
                                 repeats > 16 ? 16 : repeats, outl, med, &spread)))
             break;
         /* the tuned plan as carried to the shape (its kernel and split count),
-         * checked on a small case at the shape's topk */
+         * checked on a small case at the shape's topk, unless it is the best
+         * candidate's, which sweep_best checked there already */
         mlajit_tune_candidate tuned = {.grid_splits = outl[1].num_splits};
         snprintf(tuned.kernel, sizeof tuned.kernel, "%s", outl[1].kernel);
+        const int checked = tuned.grid_splits == cands[best].grid_splits && !strcmp(tuned.kernel, cands[best].kernel);
         int tuned_pass = 1;
         char why[200] = "";
-        if (!o->tune.skip_check && (rc = check_candidate(ctx, &b, &tuned, &tuned_pass, why, sizeof why)))
+        if (!o->tune.skip_check && !checked &&
+            (rc = check_candidate(ctx, &b, &tuned, &tuned_pass, why, sizeof why)))
             break;
         if (!tuned_pass) {
             sum->tuned_failed++;
