@@ -252,6 +252,86 @@ def bench_rows(heads, quick, c_rows, json_out, full_pool_check=False, graph_firs
     return results
 
 
+def host_floors(json_out):
+    """What a call costs the host before it does any of mlajit's work, timed as
+    eager_us times the entries (events around the call, median of EAGER after
+    WARMUP): nothing; flash_mla's two new outputs (torch.empty_strided on the
+    GPU, the shapes of h128 b64); and a no-op torch.library operator of
+    sparse_mla_decode's schema, registered as ops.py registers it, on the GPU
+    tensors of a small call. With the decoder's own overhead, these are the
+    floors of flash_mla's and the op's: what they add to the decoder that
+    mlajit's code does not spend."""
+    lib = torch.library.Library("mlajit_floor", "DEF")
+    lib.define(ops_schema())
+    lib.impl("noop", lambda *args: None, "CompositeExplicitAutograd")
+    noop = torch.ops.mlajit_floor.noop
+    q = torch.zeros(1, 1, 16, D_QK, dtype=torch.bfloat16, device="cuda")
+    kv = torch.zeros(2, PAGE, 1, BPT, dtype=torch.uint8, device="cuda")
+    idx = torch.zeros(1, 1, 128, dtype=torch.int32, device="cuda")
+    out = torch.empty(1, 1, 16, D_V, dtype=torch.bfloat16, device="cuda")
+    lse = torch.empty(1, 1, 16, device="cuda")
+    b, h = 64, 128
+    dev = torch.device("cuda")
+
+    def two_outputs():
+        torch.empty_strided((b, 1, h, D_V), (h * D_V, h * D_V, D_V, 1), dtype=torch.bfloat16, device=dev)
+        torch.empty_strided((b, h, 1), (h, 1, h), dtype=torch.float32, device=dev)
+
+    entries = {"nothing": lambda: None, "two_outputs": two_outputs,
+               "noop_op": lambda: noop(q, kv, idx, out, lse, 1.0)}
+    floors = eager_us(entries)
+    for name, (e, host) in floors.items():
+        print(f"host floor {name:>12}: events {e:6.2f} us, the call alone {host:6.2f} us", flush=True)
+        if json_out:
+            json_out.write(json.dumps({"host_floor": name, "eager_us": round(e, 2), "call_us": round(host, 2)})
+                           + "\n")
+    return floors
+
+
+def ops_schema():
+    """sparse_mla_decode's schema (python/mlajit/ops.py) under the name noop."""
+    from mlajit import ops
+    return ops._SCHEMA.replace("sparse_mla_decode(", "noop(", 1)
+
+
+def placement_scan(row, placements, json_out):
+    """One row's decoder timed at several places in device memory: before each
+    placement a pad of 7 MB more than the last stays allocated, then new inputs,
+    out, lse and decoder (workspace included), and the graph replay time as in
+    graph_us. Every placement's tensors stay alive, so each gets memory no earlier
+    placement had. A spread past 3% here is the row's sensitivity to where its
+    bytes land (L2 residency between the 10 captured calls), not the entry
+    point's: the kernel, grid and inputs' values are the same each time."""
+    h, b, s_q, topk = row
+    seqlen = 32768
+    keep, times = [], []
+    scale = D_QK ** -0.55
+    for k in range(placements):
+        gen = torch.Generator(device="cuda")
+        gen.manual_seed(2026)
+        pad = torch.empty(k * 7 * 2 ** 20 + 1, dtype=torch.uint8, device="cuda")
+        q, kv, idx = inputs(b, s_q, h, seqlen, topk, gen)
+        out = torch.empty(b, s_q, h, D_V, dtype=torch.bfloat16, device="cuda")
+        lse = torch.empty(b, s_q, h, device="cuda")
+        dec = mlajit.SparseMLADecoder("v32", h, PAGE, max_batch_size=b, max_s_q=s_q, max_topk=topk)
+        dec.warmup([b], [s_q], [topk])
+        call = lambda: dec.run(q, kv, idx, out, scale, lse=lse)  # noqa: E731
+        call()
+        check(out, lse, q, kv, idx, scale, f"placement {k}")
+        g, samples = graph_us({"decoder": call})["decoder"]
+        times.append(g)
+        keep.append((pad, q, kv, idx, out, lse, dec))
+        ptrs = {"kv": kv.data_ptr(), "out": out.data_ptr(), "workspace": dec._workspace.data_ptr() if dec._workspace is not None else 0}
+        print(f"placement {k}: h{h} b{b} s_q{s_q} topk {topk}: gpu {g:8.2f} us  "
+              + "  ".join(f"{n} 0x{v:x}" for n, v in ptrs.items()), flush=True)
+        if json_out:
+            json_out.write(json.dumps({"placement": k, "h_q": h, "b": b, "s_q": s_q, "topk": topk,
+                                       "gpu_us": round(g, 2), "samples_us": [round(t, 2) for t in samples],
+                                       **{n + "_ptr": v for n, v in ptrs.items()}}) + "\n")
+    print(f"placement scan h{h} b{b} s_q{s_q} topk {topk}: {min(times):.2f}-{max(times):.2f} us "
+          f"(max / min {max(times) / min(times):.3f}) over {placements} placements")
+
+
 def summary(results):
     for name in ("flash_mla", "decoder", "op"):
         rs = [r for r in results if r["entry"] == name]
@@ -384,7 +464,19 @@ def main():
                         "--full-pool-check, the old sequence")
     parser.add_argument("--self-check", action="store_true",
                         help="no GPU: check the inputs and the reference check on CPU tensors, print the bytes")
+    parser.add_argument("--placement-scan", metavar="H,B,S_Q,TOPK",
+                        help="only time this row's decoder at several places in device memory (see "
+                        "placement_scan), beside `mlajit bench`'s figure for it")
+    parser.add_argument("--placements", type=int, default=6)
     args = parser.parse_args()
+    if args.placement_scan:
+        h, b, s_q, topk = (int(v) for v in args.placement_scan.split(","))
+        json_out = open(args.json, "w") if args.json else None
+        for _ in range(2):
+            subprocess.run([args.cli, "bench", "--model", "v32", "--heads", str(h), "--batch", str(b),
+                            "--topk", str(topk)], check=True)
+        placement_scan((h, b, s_q, topk), args.placements, json_out)
+        return
     if args.self_check:
         self_check()
         return
@@ -405,6 +497,7 @@ def main():
                                                           for (h, b, s_q, topk), c in sorted(c_after.items())]})
                        + "\n")
     summary(results)
+    host_floors(json_out)
     if not args.no_warmup_times:
         warmup_times(args.cli, json_out)
 

@@ -845,6 +845,32 @@ Test(api, plan_describe_names_what_the_plan_launches)
 }
 
 /* Bad input to mlajit_plan_describe: a status naming the argument, *out untouched. */
+/* The split count counts what a CTA costs beyond its tiles, more with more
+ * heads: at 64 heads per CTA (v32 h49 b 46 s_q 3 topk 1834, 138 CTAs a split on
+ * 132 SMs) 3 splits, where a tile per CTA chose 5 and the sweep measured 5 at
+ * 11.5% behind the best (2); at 16 heads per CTA the same walk still splits into
+ * more. */
+Test(api, planner_split_count_weighs_a_ctas_own_cost_by_its_heads)
+{
+    mlajit_kernel_spec s = MLAJIT_KERNEL_SPEC_INIT;
+    cr_assert_eq(mlajit_spec_init(&s, MLAJIT_MODEL_V32, 49, 3), MLAJIT_OK);
+    s.variant = MLAJIT_VARIANT_SM90;
+    mlajit_decode_shape shape = {.struct_size = sizeof shape, .batch = 46, .s_q = 3, .topk = 1834};
+    mlajit_plan_outline o = MLAJIT_PLAN_OUTLINE_INIT;
+    cr_assert_eq(mlajit_plan_describe(&s, &shape, 132, &o), MLAJIT_OK, "%s", mlajit_last_error());
+    cr_expect_eq(o.heads_per_cta, 64);
+    cr_expect_eq(o.num_splits, 3, "64 heads a CTA: %d splits", o.num_splits);
+    /* 16 heads a CTA (4 groups of 16 at 64 heads, b 8): 32 CTAs a split, a walk of 29 tiles */
+    cr_assert_eq(mlajit_spec_init(&s, MLAJIT_MODEL_V32, 64, 3), MLAJIT_OK);
+    s.variant = MLAJIT_VARIANT_SM90_NARROW;
+    s.heads_per_cta = 16;
+    shape.batch = 8;
+    shape.s_q = 1;
+    cr_assert_eq(mlajit_plan_describe(&s, &shape, 132, &o), MLAJIT_OK, "%s", mlajit_last_error());
+    cr_expect_eq(o.head_groups, 4);
+    cr_expect_gt(o.num_splits, 3, "16 heads a CTA, 32 CTAs a split: %d splits", o.num_splits);
+}
+
 Test(bad_input, plan_describe)
 {
     mlajit_kernel_spec s = MLAJIT_KERNEL_SPEC_INIT;

@@ -26,25 +26,30 @@ _Static_assert(MLAJIT_MAX_ROWS <= 0x7fffffffLL && MLAJIT_MAX_HEADS <= 65535 && M
 static size_t round_up(size_t x, size_t a) { return (x + a - 1) / a * a; }
 
 /* Split-KV: pick the split count that finishes soonest, counting time in
- * tiles per CTA, plus about one tile per CTA for its start and its output (Q in,
- * the result or a partial out), times waves of CTAs (sm_count * blocks_per_sm
- * resident at once), plus about one tile for the combine kernel when split.
- * Small batches thus still reach every SM, and a grid of 1.5 waves is evened out;
- * from two waves on, the block scheduler evens out the tail itself. Ties go to
- * fewer splits (less workspace traffic). */
-static int choose_splits(int ctas, int num_tiles, int sm_count, int blocks_per_sm)
+ * tiles per CTA, plus what a CTA costs beyond its tiles, times waves of CTAs
+ * (sm_count * blocks_per_sm resident at once), plus about one tile for the
+ * combine kernel when split. A CTA's own cost is about a tile for its start
+ * (the ring filling) and its end, and a quarter tile per 8 heads it holds for
+ * reading their Q and writing their output or fp32 partial: at 64 heads a CTA
+ * moves 200 KB that way, some 3 tiles' time (bench/NOTES.md 1c: v32 h49 b46
+ * s_q 3 topk 1834 ran fastest at 2 splits, 11% ahead of the 5 that one tile
+ * per CTA chose). Small batches thus still reach every SM, and a grid of 1.5
+ * waves is evened out; from two waves on, the block scheduler evens out the
+ * tail itself. Ties go to fewer splits (less workspace traffic). */
+static int choose_splits(int ctas, int num_tiles, int heads_per_cta, int sm_count, int blocks_per_sm)
 {
     if (ctas <= 0 || num_tiles <= 1)
         return 1;
     long slots = (long)sm_count * (blocks_per_sm > 0 ? blocks_per_sm : 1);
     if (ctas >= 2 * slots)
         return 1;
+    const long cta_quarters = 4 + heads_per_cta / 8; /* a CTA's own cost, in quarter tiles */
     int best = 1;
     long best_cost = 0;
     for (int s = 1; s <= kMaxSplits && s <= num_tiles; s++) {
         long waves = ((long)ctas * s + slots - 1) / slots;
         long tiles = (num_tiles + s - 1) / s;
-        long cost = waves * (tiles + 1) + (s > 1 ? 1 : 0);
+        long cost = waves * (4 * tiles + cta_quarters) + (s > 1 ? 4 : 0);
         if (s == 1 || cost < best_cost) {
             best = s;
             best_cost = cost;
@@ -87,7 +92,8 @@ static plan_grid grid_for(const mlajit_kernel_layout *layout, int h_q, const mla
     g.num_tiles = (shape->topk + shape->extra_topk + layout->tile - 1) / layout->tile;
     int splits = layout->single_split ? 1
                  : shape->num_splits  ? shape->num_splits
-                                      : choose_splits(g.head_groups * g.rows, g.num_tiles, sm_count, layout->blocks_per_sm);
+                                      : choose_splits(g.head_groups * g.rows, g.num_tiles, layout->heads_per_cta, sm_count,
+                                                      layout->blocks_per_sm);
     if (splits > g.num_tiles)
         splits = g.num_tiles;
     g.tiles_per_split = (g.num_tiles + splits - 1) / splits;
