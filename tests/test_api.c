@@ -871,6 +871,25 @@ Test(api, planner_split_count_weighs_a_ctas_own_cost_by_its_heads)
     cr_expect_gt(o.num_splits, 3, "16 heads a CTA, 32 CTAs a split: %d splits", o.num_splits);
 }
 
+/* Past 32 heads, auto's plan runs heads in groups of 32 where that grid fits one
+ * wave and a row-split's tiles summed over the groups are at most 24 (v32 h125
+ * b 17 topk 333: 4 groups x 6 tiles, measured 4% ahead of sm90), not at 32 (topk
+ * 512: 4 x 8). */
+Test(api, planner_takes_head_groups_up_to_24_summed_tiles)
+{
+    mlajit_kernel_spec s = MLAJIT_KERNEL_SPEC_INIT;
+    cr_assert_eq(mlajit_spec_init(&s, MLAJIT_MODEL_V32, 125, 7), MLAJIT_OK);
+    mlajit_decode_shape shape = {.struct_size = sizeof shape, .batch = 17, .s_q = 1, .topk = 333};
+    mlajit_plan_outline o = MLAJIT_PLAN_OUTLINE_INIT;
+    cr_assert_eq(mlajit_plan_describe(&s, &shape, 132, &o), MLAJIT_OK, "%s", mlajit_last_error());
+    cr_expect_eq(o.variant, MLAJIT_VARIANT_SM90_NARROW, "%s", o.kernel);
+    cr_expect_eq(o.heads_per_cta, 32);
+    cr_expect_eq(o.num_splits, 1);
+    shape.topk = 512;
+    cr_assert_eq(mlajit_plan_describe(&s, &shape, 132, &o), MLAJIT_OK, "%s", mlajit_last_error());
+    cr_expect_eq(o.heads_per_cta, 64, "32 summed tiles: %s", o.kernel);
+}
+
 Test(bad_input, plan_describe)
 {
     mlajit_kernel_spec s = MLAJIT_KERNEL_SPEC_INIT;

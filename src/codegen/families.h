@@ -95,7 +95,9 @@ enum {
 #define MLAJIT_STAGED_PAIR_BELOW_TILES 20
 #define MLAJIT_NARROW_LONG_FROM_TILES 16
 #define MLAJIT_NARROW_SCORES_FROM_TILES 4
-#define MLAJIT_HEAD_GROUPS_MAX_TILES 16
+/* head groups of 32: won at 16 summed tiles (H200) and 24 (the H100 sweep's v32
+ * h125 b 17 topk 333, 4.6%), lost 5-8% at 32 */
+#define MLAJIT_HEAD_GROUPS_MAX_TILES 24
 typedef enum mlajit_walk_rule {
     MLAJIT_WALK_NONE = 0,
     MLAJIT_WALK_SHORT,       /* no split and, in a CTA pair, fewer than walk_tiles tiles per CTA (sm90-staged) */
