@@ -468,7 +468,11 @@ def main():
                         help="only time this row's decoder at several places in device memory (see "
                         "placement_scan), beside `mlajit bench`'s figure for it")
     parser.add_argument("--placements", type=int, default=6)
+    parser.add_argument("--floors", action="store_true", help="only time the host floors (host_floors)")
     args = parser.parse_args()
+    if args.floors:
+        host_floors(open(args.json, "w") if args.json else None)
+        return
     if args.placement_scan:
         h, b, s_q, topk = (int(v) for v in args.placement_scan.split(","))
         json_out = open(args.json, "w") if args.json else None

@@ -26,7 +26,7 @@ static const char RECORD_MAGIC[8] = {'M', 'L', 'A', 'J', 'I', 'T', 'T', 'R'};
 #define VERSION_MAX_LEN (sizeof(((mlajit_tactic_record *)0)->version) - 1)
 #define RECIPE_MAX_LEN (sizeof(((mlajit_tactic_record *)0)->key_recipe) - 1)
 /* Everything but the five strings' bytes. */
-#define FIXED_BYTES (PREFIX_BYTES + 5 * 4 + 4 + 4 + 3 * 4 + 4 + 3 * 8 + 4 + 8 + 8)
+#define FIXED_BYTES (PREFIX_BYTES + 5 * 4 + 4 + 4 + 3 * 4 + 4 + 4 + 3 * 8 + 4 + 8 + 8)
 #define MAX_BYTES (FIXED_BYTES + NAME_MAX_LEN + SPEC_MAX_LEN + KERNEL_MAX_LEN + VERSION_MAX_LEN + RECIPE_MAX_LEN)
 #define MAX_CANDIDATES 1000000
 
@@ -164,6 +164,10 @@ static int record_fields_check(const mlajit_tactic_record *r, int status)
         bad = "kernel must be a spec string of 1..127 characters without spaces";
     else if (r->num_splits < 0 || r->num_splits > MLAJIT_TACTIC_MAX_SPLITS)
         bad = "num_splits must be 0 (the planner's choice) .. 64";
+    else if (r->follows_rules != 0 && r->follows_rules != 1)
+        bad = "follows_rules must be 0 or 1";
+    else if (r->follows_rules && r->num_splits)
+        bad = "a record that follows the rules has num_splits 0 (the planner's)";
     else if (!time_ok(r->tuned_us) || r->tuned_us <= 0)
         bad = "tuned_us must be a finite time above 0";
     else if (!time_ok(r->rules_us) || !time_ok(r->runner_up_us))
@@ -274,6 +278,7 @@ int mlajit_tactic_encode(const mlajit_tactic_record *r, void **value, size_t *le
     put_u32(&p, (uint32_t)r->bucket.extra_topk);
     mlajit_put_string(&p, r->kernel, strlen(r->kernel));
     put_u32(&p, (uint32_t)r->num_splits);
+    put_u32(&p, (uint32_t)r->follows_rules);
     put_double(&p, r->tuned_us);
     put_double(&p, r->rules_us);
     put_double(&p, r->runner_up_us);
@@ -332,7 +337,8 @@ int mlajit_tactic_decode(const void *value, size_t len, mlajit_tactic_record *ou
             mlajit_reader_u32(&rd, &u[4]);
     if (fixed)
         status = mlajit_reader_string(&rd, "kernel", r.kernel, KERNEL_MAX_LEN);
-    fixed = fixed && status == MLAJIT_OK && mlajit_reader_u32(&rd, &u[5]) && mlajit_reader_u64(&rd, &bits[0]) &&
+    fixed = fixed && status == MLAJIT_OK && mlajit_reader_u32(&rd, &u[5]) && mlajit_reader_u32(&rd, &u[7]) &&
+            mlajit_reader_u64(&rd, &bits[0]) &&
             mlajit_reader_u64(&rd, &bits[1]) && mlajit_reader_u64(&rd, &bits[2]) && mlajit_reader_u32(&rd, &u[6]);
     if (fixed)
         status = mlajit_reader_string(&rd, "version", r.version, VERSION_MAX_LEN);
@@ -352,6 +358,7 @@ int mlajit_tactic_decode(const void *value, size_t len, mlajit_tactic_record *ou
     r.bucket.topk = as_int(u[3]);
     r.bucket.extra_topk = as_int(u[4]);
     r.num_splits = as_int(u[5]);
+    r.follows_rules = as_int(u[7]);
     r.candidates = as_int(u[6]);
     memcpy(&r.tuned_us, &bits[0], sizeof r.tuned_us);
     memcpy(&r.rules_us, &bits[1], sizeof r.rules_us);

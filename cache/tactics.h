@@ -47,7 +47,7 @@
  * The value (all integers little-endian, no padding), self-checking like a
  * cache entry:
  *   0   8    magic "MLAJITTR"
- *   8   4    u32 format version (1)
+ *   8   4    u32 format version (2; 1 had no rules flag)
  *   12  4    u32 total length L
  *   16  ..   u32 n + n bytes: the GPU's name (n < 128)
  *   ..  4    u32 SM count
@@ -56,6 +56,7 @@
  *   ..  12   u32 rows, topk, extra_topk buckets (the powers themselves)
  *   ..  ..   u32 n + n bytes: the chosen kernel, canonical and resolved (n < 128)
  *   ..  4    u32 split count (0: the planner's own choice)
+ *   ..  4    u32 1: the rules' plan won (follows_rules), else 0
  *   ..  24   tuned_us, rules_us, runner_up_us as IEEE-754 double bits
  *   ..  4    u32 candidates measured
  *   ..  ..   u32 n + n bytes: the mlajit version that measured it (n < 32)
@@ -77,7 +78,7 @@
 
 /* Names what the key hashes and how; change it whenever the key changes. */
 #define MLAJIT_TACTIC_KEY_RECIPE "mlajit-tactic-key-1"
-#define MLAJIT_TACTIC_FORMAT_VERSION 1u
+#define MLAJIT_TACTIC_FORMAT_VERSION 2u
 #define MLAJIT_TACTIC_KEY_BYTES 27u
 #define MLAJIT_TACTIC_PREFIX_BYTES 24u /* magic + identity: every bucket of one (GPU, spec) */
 #define MLAJIT_TACTIC_MAGIC_BYTES 8u   /* every tactic record */
@@ -137,6 +138,8 @@ typedef struct mlajit_tactic_record {
     mlajit_tactic_bucket bucket; /* where it was measured (its lower edge) */
     char kernel[128];            /* the chosen kernel's canonical resolved spec string */
     int num_splits;              /* 0: the planner's own choice; else 1..MLAJIT_TACTIC_MAX_SPLITS */
+    int follows_rules;           /* 1: the rules' plan won where measured (kernel is theirs there), so a plan
+                                  * of any shape of the bucket follows the rules; 0: kernel and num_splits */
     double tuned_us;             /* the chosen candidate's time, > 0 */
     double rules_us;             /* the default rule's plan's time; 0: not measured */
     double runner_up_us;         /* the best other candidate's time; 0: none */

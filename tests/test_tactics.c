@@ -82,6 +82,7 @@ static void expect_same_record(const mlajit_tactic_record *a, const mlajit_tacti
               b->bucket.topk, b->bucket.extra_topk);
     cr_expect_str_eq(a->kernel, b->kernel);
     cr_expect_eq(a->num_splits, b->num_splits);
+    cr_expect_eq(a->follows_rules, b->follows_rules);
     cr_expect(a->tuned_us == b->tuned_us && a->rules_us == b->rules_us && a->runner_up_us == b->runner_up_us);
     cr_expect_eq(a->candidates, b->candidates);
     cr_expect_str_eq(a->version, b->version);
@@ -281,6 +282,8 @@ static int spoil(mlajit_tactic_record *r, int i, const char **field)
     case 18: r->candidates = 0; *field = "candidates"; return 1;
     case 19: r->version[0] = '\0'; *field = "version"; return 1;
     case 20: r->key_recipe[0] = '\0'; *field = "key_recipe"; return 1;
+    case 21: r->follows_rules = 2; *field = "follows_rules"; return 1;
+    case 22: r->follows_rules = 1; *field = "follows the rules"; return 1; /* with 3 splits */
     default: return 0;
     }
 }
@@ -298,7 +301,7 @@ Test(record, a_field_out_of_range_is_refused_by_name_and_nothing_is_encoded)
         cr_expect(strstr(mlajit_last_error(), field) != NULL, "mutation %d: '%s' should name %s", i,
                   mlajit_last_error(), field);
     }
-    cr_expect_eq(n, 21);
+    cr_expect_eq(n, 23);
 }
 
 Test(record, every_flipped_byte_and_every_truncation_is_refused)
@@ -326,6 +329,20 @@ Test(record, every_flipped_byte_and_every_truncation_is_refused)
     cr_expect_eq(mlajit_tactic_decode(NULL, 0, &back), MLAJIT_ERR_CORRUPT);
     cr_expect_eq(mlajit_tactic_decode(bytes, len, &back), MLAJIT_OK, "the original still decodes");
     free(longer);
+    free(bytes);
+}
+
+Test(record, a_record_that_follows_the_rules_round_trips)
+{
+    mlajit_tactic_record r = plain_record(), back;
+    r.num_splits = 0;
+    r.follows_rules = 1;
+    uint8_t *bytes;
+    size_t len;
+    encode(&r, &bytes, &len);
+    cr_assert_eq(mlajit_tactic_decode(bytes, len, &back), MLAJIT_OK, "%s", mlajit_last_error());
+    expect_same_record(&r, &back);
+    cr_expect_eq(back.follows_rules, 1);
     free(bytes);
 }
 
@@ -633,7 +650,7 @@ Test(store, damaged_records_are_skipped_counted_and_never_used)
         switch (i) {
         case 0: bad[len / 2] ^= 0x10; break;
         case 1: bad_len = len - 9; break;
-        case 2: bad[8] = 2; reseal_record(bad, len); break;
+        case 2: bad[8] = MLAJIT_TACTIC_FORMAT_VERSION + 1; reseal_record(bad, len); break;
         case 3: free(bad); encode(&other, &other_bytes, &bad_len); bad = other_bytes; break;
         default: memset(bad, 0xA5, len); break;
         }
@@ -1247,6 +1264,36 @@ static mlajit_context *tuned_context(void)
     mlajit_tactic_choice c = choice_of(KERNEL32, 4, 11.0);
     cr_assert_eq(mlajit_tactic_store(ctx, &s, &at64, &c), MLAJIT_OK, "%s", mlajit_last_error());
     return ctx;
+}
+
+/* A record saying the rules' plan won at its bucket's edge: every shape of
+ * the bucket plans by the rules (their kernel and split count there, which
+ * need not be the kernel recorded at the edge), reported as tuned. */
+Test(plan, a_tactic_that_follows_the_rules_plans_each_shape_by_them)
+{
+    mlajit_context *ctx = gpu_context(path_in_root("cache"), NULL);
+    mlajit_kernel_spec s = spec32();
+    mlajit_decode_shape at64 = shape_of(64, 1, 2048);
+    mlajit_plan_outline edge_rules = by_rules(&s, &at64);
+    mlajit_tactic_choice c = choice_of(edge_rules.kernel, 0, 11.0);
+    c.follows_rules = 1;
+    c.rules_us = 11.0;
+    cr_assert_eq(mlajit_tactic_store(ctx, &s, &at64, &c), MLAJIT_OK, "%s", mlajit_last_error());
+    /* at the edge, at shapes of the bucket and above it: the rules' own plan */
+    const mlajit_decode_shape shapes[] = {shape_of(64, 1, 2048), shape_of(100, 1, 3000), shape_of(127, 1, 2048),
+                                          shape_of(64, 1, 9000), shape_of(1000, 1, 2100)};
+    int other_kernel = 0;
+    for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++) {
+        mlajit_plan_outline rules = by_rules(&s, &shapes[i]), o = planned(ctx, &s, &shapes[i]);
+        cr_expect(strcmp(o.kernel, rules.kernel) == 0 && o.num_splits == rules.num_splits,
+                  "shape %zu: %s in %d splits; the rules: %s in %d", i, o.kernel, o.num_splits, rules.kernel,
+                  rules.num_splits);
+        cr_expect(o.tactic == MLAJIT_TACTIC_TUNED || o.tactic == MLAJIT_TACTIC_TUNED_BELOW, "shape %zu: tactic %d", i,
+                  o.tactic);
+        other_kernel |= strcmp(rules.kernel, edge_rules.kernel) != 0 || rules.num_splits != edge_rules.num_splits;
+    }
+    cr_expect(other_kernel, "some shape must plan otherwise than the edge, or the test shows nothing");
+    mlajit_context_destroy(ctx);
 }
 
 Test(plan, a_tactic_of_the_shapes_bucket_chooses_the_kernel_and_splits_it_launches)

@@ -1,7 +1,7 @@
 #!/bin/bash
 # Build, test and benchmark on the GPU host in one call (see shared/device/README.md).
 # Usage (from the project root, with .devdeps/.devtools/.golden carried):
-#   tools/device-run.sh [tests|demo|cases|bench|bench-quick|bench-sm90|compile-times|ncu|ncu-sm90|ncu-source|sol|sass|gather|floor|fuzz:S:SEED|fuzz-bg:S:SEED|suites:A,B|example|base|lookup|python|python-tests|python-install|python-bench|tune-grid|sweep|stability|cases-tuned|fuzz-tuned:S:SEED|all]...
+#   tools/device-run.sh [tests|demo|python-scan|cases|bench|bench-quick|bench-sm90|compile-times|ncu|ncu-sm90|ncu-source|sol|sass|gather|floor|fuzz:S:SEED|fuzz-bg:S:SEED|suites:A,B|example|base|lookup|python|python-tests|python-install|python-bench|tune-grid|sweep|stability|cases-tuned|fuzz-tuned:S:SEED|all]...
 # Logs go to $OUT (or ./device-out) so they come back with the call. The device
 # tool returns at most 8 files, so at the end every log is packed into
 # $OUT/logs-N.tgz (N: the first free number, so a second run into the same $OUT
@@ -188,6 +188,13 @@ for step in "${@:-all}"; do
         python3 bench/python_bench.py --cli build-gpu/mlajit --json "$OUT/h200-python${PY_BENCH_TAG:-}.jsonl" \
           ${PY_BENCH_ARGS:-} 2>&1 | tee "$OUT/python-bench${PY_BENCH_TAG:-}.log" || rc=1
       fi ;;
+    python-scan)
+      # issue 46's last row: h128 b8 topk 2048's decoder at 6 places in device memory
+      # beside `mlajit bench`'s figure, and the host floors of the entry points
+      export MLAJIT_LIBRARY=$PWD/build-gpu/libmlajit.so PYTHONPATH=$PWD/python
+      timeout 240 python3 bench/python_bench.py --cli build-gpu/mlajit --placement-scan 128,8,1,2048 \
+        --json "$OUT/h200-placement.jsonl" 2>&1 | grep -vE "^ *$" | tail -14 || rc=1
+      timeout 60 python3 bench/python_bench.py --floors --json "$OUT/h200-floors.jsonl" 2>&1 | tail -4 || rc=1 ;;
     tune-grid)
       # issue 47's production grid tuned into /tmp/mlajit-tuned (the sweep's cache), within
       # TUNE_SECONDS (default 540: a call's limit is 600 s)

@@ -179,7 +179,7 @@ void cli_tactic_rows_print(const cli_tactic_rows *l)
         const mlajit_tactic_record *r = &row->record;
         char gpu[200], splits[16], rules[24] = "-", gain[16] = "-", age[32];
         snprintf(gpu, sizeof gpu, "%s (%d, %d MHz)", r->gpu.name, r->gpu.sm_count, r->gpu.clock_class_mhz);
-        snprintf(splits, sizeof splits, r->num_splits ? "%d" : "planner", r->num_splits);
+        snprintf(splits, sizeof splits, r->follows_rules ? "rules" : r->num_splits ? "%d" : "planner", r->num_splits);
         if (r->rules_us > 0) {
             snprintf(rules, sizeof rules, "%.2f us", r->rules_us);
             snprintf(gain, sizeof gain, "%.1f%%", 100.0 * (r->rules_us - r->tuned_us) / r->rules_us);

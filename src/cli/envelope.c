@@ -201,12 +201,16 @@ static void describe_plan(const mlajit_kernel_spec *spec, const mlajit_decode_sh
         if (o.tactic != MLAJIT_TACTIC_RULES && m.found) {
             const mlajit_tactic_record *r = &m.record;
             const mlajit_pack *pack = m.pack_index >= 0 ? mlajit_context_pack(ctx, m.pack_index) : NULL;
-            printf("tactic: tuned (measured) at %s rows %d, topk %d, extra_topk %d on %s: %d splits%s, %.2f us "
+            char choice[64];
+            if (r->follows_rules)
+                snprintf(choice, sizeof choice, "the rules' plan won there, so the rules plan here");
+            else
+                snprintf(choice, sizeof choice, "%d splits%s", r->num_splits, r->num_splits ? "" : " (the planner's)");
+            printf("tactic: tuned (measured) at %s rows %d, topk %d, extra_topk %d on %s: %s, %.2f us "
                    "(rules %.2f us); from %s %s\n",
                    o.tactic == MLAJIT_TACTIC_TUNED ? "this shape's bucket," : "the nearest bucket below,",
-                   r->bucket.rows, r->bucket.topk, r->bucket.extra_topk, r->gpu.name, r->num_splits,
-                   r->num_splits ? "" : " (the planner's)", r->tuned_us, r->rules_us, pack ? "pack" : "cache",
-                   pack ? mlajit_pack_path(pack) : info.cache_dir);
+                   r->bucket.rows, r->bucket.topk, r->bucket.extra_topk, r->gpu.name, choice, r->tuned_us,
+                   r->rules_us, pack ? "pack" : "cache", pack ? mlajit_pack_path(pack) : info.cache_dir);
         } else {
             const char *why = !ctx || !info.has_device     ? "no GPU here: tactics are measured per GPU"
                               : shape->num_splits          ? "--splits fixes the split count"

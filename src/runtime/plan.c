@@ -289,11 +289,13 @@ static int tactic_splits_at(const mlajit_kernel_layout *layout, int h_q, const m
  * compiling): it must be a kernel of the spec (model, heads, pages, features,
  * arch), the spec's own kernel where the spec names its variant, accept the
  * shape with its split count carried there (tactic_splits_at), and split only
- * where its layout splits. */
+ * where its layout splits. A record that follows the rules gives the rules'
+ * kernel at this shape, with the planner's split count. */
 static int tactic_fits(const mlajit_kernel_spec *asked, const mlajit_decode_shape *shape, int sm_count,
                        const mlajit_tactic_match *m, plan_tactic *t, char *why, size_t why_len)
 {
     const mlajit_tactic_record *r = &m->record;
+    memset(t, 0, sizeof *t);
     mlajit_kernel_spec parsed = MLAJIT_KERNEL_SPEC_INIT, k = MLAJIT_KERNEL_SPEC_INIT;
     mlajit_kernel_layout layout;
     if (mlajit_spec_parse(r->kernel, &parsed) != MLAJIT_OK || mlajit_spec_resolve(&parsed, &k) != MLAJIT_OK ||
@@ -319,6 +321,21 @@ static int tactic_fits(const mlajit_kernel_spec *asked, const mlajit_decode_shap
             return 0;
         }
     }
+    t->tactic = m->exact ? MLAJIT_TACTIC_TUNED : MLAJIT_TACTIC_TUNED_BELOW;
+    if (r->follows_rules) {
+        /* the rules' plan won where it was measured (or came within the tuner's
+         * margin of the best): the rules plan this shape too, which may take
+         * another kernel or split count here than at the bucket's edge */
+        mlajit_kernel_spec chosen = *asked;
+        walk_alternative_for(asked, asked->arch, shape, sm_count, &chosen);
+        t->kernel = (mlajit_kernel_spec)MLAJIT_KERNEL_SPEC_INIT;
+        if (mlajit_spec_resolve(&chosen, &t->kernel) != MLAJIT_OK) {
+            snprintf(why, why_len, "the rules' kernel does not resolve (%s)", mlajit_last_error());
+            return 0;
+        }
+        t->num_splits = 0;
+        return 1;
+    }
     mlajit_decode_shape planned = *shape;
     planned.num_splits = tactic_splits_at(&layout, k.h_q, &r->bucket, r->num_splits, shape, sm_count);
     if (planned.num_splits < 0) {
@@ -332,7 +349,6 @@ static int tactic_fits(const mlajit_kernel_spec *asked, const mlajit_decode_shap
     }
     t->kernel = k;
     t->num_splits = planned.num_splits;
-    t->tactic = m->exact ? MLAJIT_TACTIC_TUNED : MLAJIT_TACTIC_TUNED_BELOW;
     return 1;
 }
 

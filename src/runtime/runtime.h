@@ -244,6 +244,7 @@ void mlajit_tactic_memo_free(mlajit_context *ctx);
 typedef struct mlajit_tactic_choice {
     mlajit_kernel_spec kernel; /* the winner: a kernel of the spec (same model, heads, pages, features, arch) */
     int num_splits;            /* 0: the planner's own; else 1..MLAJIT_MAX_SPLITS */
+    int follows_rules;         /* 1: the winner is the rules' plan (kernel: theirs here; num_splits 0) */
     double tuned_us;           /* the winner's time */
     double rules_us;           /* the default rule's plan's (0: not measured) */
     double runner_up_us;       /* the best other candidate's (0: none) */

@@ -269,6 +269,7 @@ int mlajit_tactic_record_make(const mlajit_context *ctx, const mlajit_kernel_spe
     if ((rc = kernel_of_spec(out->kernel, &asked)))
         return mlajit_fail_prefix(rc, "choice.kernel for %s: ", out->spec);
     out->num_splits = choice->num_splits;
+    out->follows_rules = choice->follows_rules;
     out->tuned_us = choice->tuned_us;
     out->rules_us = choice->rules_us;
     out->runner_up_us = choice->runner_up_us;
