@@ -34,7 +34,7 @@ def check(ok, what):
 def main() -> int:
     embed_script, templates_dir, mlajit = sys.argv[1:4]
     sys.path.insert(0, os.path.dirname(os.path.abspath(embed_script)))
-    from embed_templates import StripError, strip_comments
+    from embed_templates import StripError, split_editions, strip_comments
 
     # 1. constructs: (input, what is embedded)
     cases = [
@@ -94,6 +94,28 @@ def main() -> int:
             check(False, f"strip {text!r} must fail")
         except StripError as e:
             check(words in str(e) and "t.cu:" in str(e), f"strip {text!r}: the error names the file and says why: {e}")
+
+    # 1b. editions: `#if MLAJIT_LAYOUTS` blocks resolved at embed time, the base
+    # text (the #else parts) as it was before the block was written
+    editions = [
+        ("a;\n", ("a;\n", None)),
+        ("a;\n#if MLAJIT_LAYOUTS\nb2;\n#else\nb;\n#endif\nc;\n", ("a;\nb;\nc;\n", "a;\nb2;\nc;\n")),
+        ("#if MLAJIT_LAYOUTS\nnew;\n#endif\nc;\n", ("c;\n", "new;\nc;\n")),
+        ("#if MLAJIT_LAYOUTS\n#if X\nx;\n#else\ny;\n#endif\n#else\nold;\n#endif\n",
+         ("old;\n", "#if X\nx;\n#else\ny;\n#endif\n")),
+        ("  #if MLAJIT_LAYOUTS\n#pragma unroll\n  #else\n#pragma unroll 2\n  #endif\n", ("#pragma unroll 2\n", "#pragma unroll\n")),
+    ]
+    for text, want in editions:
+        got = split_editions(text)
+        check(got == want, f"editions of {text!r}: got {got!r}, want {want!r}")
+    for text, words in [("#if MLAJIT_LAYOUTS\na;\n", "not closed"),
+                        ("#if MLAJIT_LAYOUTS\n#if MLAJIT_LAYOUTS\n#endif\n#endif\n", "do not nest"),
+                        ("#if MLAJIT_LAYOUTS\n#else\n#else\n#endif\n", "one #else")]:
+        try:
+            split_editions(text, "t.cu")
+            check(False, f"editions of {text!r} must fail")
+        except StripError as e:
+            check(words in str(e) and "t.cu" in str(e), f"editions of {text!r}: the error says why: {e}")
 
     # 2. every template
     names = sorted(f for f in os.listdir(templates_dir) if f.endswith(".cu"))
@@ -168,6 +190,7 @@ def main() -> int:
                                env=env, encoding="latin-1")
             check(r.returncode == 0 and "mlajit_decode_main" in r.stdout, f"compile {args} --emit-source: {r.stderr}")
             check(strip_comments(r.stdout) == r.stdout, f"{args}: the generated source has comments or blank lines")
+            check("MLAJIT_LAYOUTS" not in r.stdout, f"{args}: an edition block reached the generated source")
 
     print(f"{len(failures)} failure(s)")
     return 1 if failures else 0
