@@ -174,6 +174,22 @@ def main() -> int:
             f.write(changed)
         check(embed(code_dir, "code.c") != original, "a code edit must change what is embedded")
 
+        # a code edit in a layouts part changes that edition, not the base text
+        # (the keys of the models the base serves)
+        layouts_dir = os.path.join(tmp, "layouts")
+        shutil.copytree(templates_dir, layouts_dir)
+        path = os.path.join(layouts_dir, "decode_portable.cu")
+        with open(path, encoding="latin-1") as f:
+            text = f.read()
+        changed = text.replace("#if MLAJIT_LAYOUTS\n", "#if MLAJIT_LAYOUTS\nconstexpr int kAnEdit = 1;\n", 1)
+        check(changed != text, "decode_portable.cu has a layouts part")
+        with open(path, "w", encoding="latin-1") as f:
+            f.write(changed)
+        edited = embed(layouts_dir, "layouts.c")
+        base_of = lambda c: c.split(b"mlajit_template_decode_portable_layouts")[0]
+        check(edited != original and base_of(edited) == base_of(original),
+              "a layouts edit changes the layouts edition alone")
+
         # 4. what the generator emits, per family
         families = [
             ["--model", "v32", "--heads", "16", "--page", "64", "--variant", "portable", "--arch", "sm_80"],
@@ -183,6 +199,8 @@ def main() -> int:
             ["--model", "dsv4", "--heads", "16", "--page", "64", "--variant", "sm90-narrow", "--arch", "sm_90a"],
             ["--model", "v32", "--heads", "8", "--page", "64", "--variant", "sm90-narrow-long", "--arch", "sm_90a"],
             ["--model", "v32", "--heads", "4", "--page", "64", "--variant", "sm90-narrow-scores", "--arch", "sm_90a"],
+            ["--model", "glm53_nope", "--heads", "128", "--page", "64", "--variant", "sm90", "--arch", "sm_90a"],
+            ["--model", "dots3_swa", "--heads", "16", "--page", "64", "--variant", "portable", "--arch", "sm_80"],
         ]
         env = dict(os.environ, MLAJIT_CACHE_DIR=os.path.join(tmp, "cache"), MLAJIT_LOG="quiet")
         for args in families:

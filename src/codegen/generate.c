@@ -98,8 +98,8 @@ static void emit_config(mlajit_strbuf *b, const mlajit_kernel_spec *r, const mla
     mlajit_strbuf_printf(b, "constexpr int kQKStride = %d;\n", mlajit_family_qk_stride(d));
     mlajit_strbuf_printf(b, "constexpr int kScoreStride = %d;\n", mlajit_family_score_stride(r));
     mlajit_strbuf_printf(b, "constexpr int kProbStride = %d;\n", mlajit_family_prob_stride(r));
-    mlajit_strbuf_printf(b, "constexpr int kCombineThreads = %d;\n", kCombineThreads);
-    mlajit_strbuf_printf(b, "constexpr int kCombineStagedSplits = %d;\n", kCombineStagedSplits);
+    mlajit_strbuf_printf(b, "constexpr int kCombineThreads = %d;\n", mlajit_combine_threads_of(d));
+    mlajit_strbuf_printf(b, "constexpr int kCombineStagedSplits = %d;\n", mlajit_combine_staged_splits_of(d));
     mlajit_strbuf_printf(b, "constexpr int kMaxSplits = %d;\n", MLAJIT_MAX_SPLITS);
     mlajit_strbuf_printf(b, "constexpr bool kDependentLaunch = %s;\n", TF(mlajit_arch_has_grid_dependency(r->arch)));
     /* the shared-memory map (bytes); the staging area is the row rings of
