@@ -371,6 +371,7 @@ expect 1 "variant sm90-narrow does not serve model dots3_swa" envelope dots3_swa
 expect 1 "needs power-of-two scales" envelope glm53_nope.h8.p64.sm90-narrow.sm_90a
 expect 1 "64 heads per CTA only at d_v <= 512" envelope dots3_swa.h64.p64.hc64.portable.sm_90a
 expect 1 "at tile 32 and 16 heads per CTA, the least there is" envelope dots3_swa.h16.p64.portable.sm_86
+expect 1 "the least there is" envelope dots3_swa.h128.p64.sm_120a
 expect 0 "replay: mlajit run-case" case make glm53_nope.h16.p64.fl --out "$made/glm53" --batch 2 --topk 100 --invalid 0.2
 expect 0 "glm53_nope b 2 s_q 1 h_q 16 topk 100" run-case --cpu "$made/glm53"
 expect 0 "PASS" run-case --cpu "$made/glm53"

@@ -342,6 +342,7 @@ static int portable_resolve(const mlajit_family *f, mlajit_kernel_spec *r)
         return mlajit_fail(MLAJIT_ERR_UNSUPPORTED, "variant %s holds 64 heads per CTA only at d_v <= %d (the O "
                            "accumulators of 512 threads spill at 128 registers); model %s has d_v %d: use 16 or "
                            "32, or 0", f->name, kPortableWideMaxDV, d->name, d->d_v);
+    const int chose_both = r->heads_per_cta == 0 && r->tile == 0;
     if (r->heads_per_cta == 0) {
         r->heads_per_cta = r->h_q <= 16 ? 16 : 32;
         if (r->h_q > 32 && (r->h_q + 63) / 64 * 64 == (r->h_q + 31) / 32 * 32 && (r->tile == 0 || r->tile == 64) &&
@@ -361,6 +362,12 @@ static int portable_resolve(const mlajit_family *f, mlajit_kernel_spec *r)
         if (mlajit_codegen_layout(r, &layout) == MLAJIT_OK && layout.smem_bytes > mlajit_arch_max_smem(r->arch))
             r->tile = 32;
     }
+    /* 32 heads that do not fit even at tile 32 (DOTS3_SWA's rows on the 99 KB archs):
+     * 16, so that a refusal names the least there is (V3.2's rows fit at 32) */
+    mlajit_kernel_layout layout;
+    if (chose_both && r->heads_per_cta == 32 && mlajit_codegen_layout(r, &layout) == MLAJIT_OK &&
+        layout.smem_bytes > mlajit_arch_max_smem(r->arch))
+        r->heads_per_cta = 16;
     return MLAJIT_OK;
 }
 
