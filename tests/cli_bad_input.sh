@@ -101,6 +101,8 @@ fuzz --call -3                                             | --call = '-3'
 fuzz --out=                                                | --out = ''
 fuzz leftover                                              | extra argument 'leftover'
 fuzz --bogus                                               | unknown option '--bogus'
+fuzz --model llama                                         | model 'llama' is unknown
+fuzz --model v32 --tuned-grid                              | the grid draws its own models
 bench --splits 65                                          | --splits = '65'
 bench --heads 0                                            | --heads = '0'
 bench --batch x                                            | --batch = 'x'

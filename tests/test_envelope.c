@@ -249,6 +249,33 @@ Test(envelope, fuzz_draws_cover_the_envelope)
               sq_past_16);
 }
 
+/* mlajit fuzz --model: every call on the model, inside the envelope, a function
+ * of (seed, number, flags). */
+Test(envelope, fuzz_draws_of_one_model)
+{
+    const mlajit_model models[] = {MLAJIT_MODEL_GLM53_NOPE, MLAJIT_MODEL_DOTS3_SWA};
+    for (int m = 0; m < 2; m++) {
+        const unsigned flags = (unsigned)models[m] << MLAJIT_FUZZ_MODEL_SHIFT;
+        int extra = 0, features = 0, forced_tiles = 0;
+        for (int64_t k = 0; k < 500; k++) {
+            mlajit_fuzz_call c, again;
+            mlajit_fuzz_draw(49, k, flags, &c);
+            cr_assert_eq(c.spec.model, models[m], "call %lld: model %d", (long long)k, (int)c.spec.model);
+            cr_assert_eq(c.synth.model, models[m]);
+            cr_assert_eq(mlajit_envelope_check(&c.spec, &c.shape), MLAJIT_OK, "call %lld: %s", (long long)k,
+                         mlajit_last_error());
+            mlajit_fuzz_draw(49, k, flags, &again);
+            cr_assert(memcmp(&c.spec, &again.spec, sizeof c.spec) == 0 && memcmp(&c.shape, &again.shape,
+                                                                                 sizeof c.shape) == 0);
+            extra += c.spec.extra_page_size > 0;
+            features += c.spec.features == MLAJIT_FEATURE_ALL;
+            forced_tiles += c.spec.tile != 0 || c.spec.heads_per_cta != 0;
+        }
+        cr_expect(extra && features && forced_tiles, "extra %d, all features %d, forced tile or heads %d", extra,
+                  features, forced_tiles);
+    }
+}
+
 /* GLM53_NOPE and DOTS3_SWA: the families whose templates serve them accept them
  * (auto takes sm90 for GLM53_NOPE on sm_90a, portable for DOTS3_SWA); every other
  * family refuses them with a reason naming the model and why, and prepare refuses

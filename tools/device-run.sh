@@ -1,7 +1,7 @@
 #!/bin/bash
 # Build, test and benchmark on the GPU host in one call (see shared/device/README.md).
 # Usage (from the project root, with .devdeps/.devtools/.golden carried):
-#   tools/device-run.sh [tests|demo|cases|bench|bench-quick|bench-sm90|compile-times|ncu|ncu-sm90|ncu-source|sol|sass|gather|floor|fuzz:S:SEED|fuzz-bg:S:SEED|suites:A,B|example|base|lookup|python|python-tests|python-install|python-bench|tune-grid|sweep|stability|cases-tuned|fuzz-tuned:S:SEED|layouts|all]...
+#   tools/device-run.sh [tests|demo|cases|bench|bench-quick|bench-sm90|compile-times|ncu|ncu-sm90|ncu-source|sol|sass|gather|floor|fuzz:S:SEED[:MODEL]|fuzz-bg:S:SEED|suites:A,B|example|base|lookup|python|python-tests|python-install|python-bench|tune-grid|sweep|stability|cases-tuned|fuzz-tuned:S:SEED|layouts|all]...
 # Logs go to $OUT (or ./device-out) so they come back with the call. The device
 # tool returns at most 8 files, so at the end every log is packed into
 # $OUT/logs-N.tgz (N: the first free number, so a second run into the same $OUT
@@ -97,10 +97,11 @@ for step in "${@:-all}"; do
           grep -E "^(spec|cache)"
       done 2>&1 | tee "$OUT/generate-cost.log" ;;
     fuzz:*)
-      # fuzz:SECONDS:SEED
-      IFS=: read -r _ secs seed <<<"$step"
-      ./build-gpu/mlajit fuzz --seconds "$secs" --seed "$seed" --out "$OUT/fuzz-failures" >"$OUT/fuzz-$seed.log" 2>&1 || rc=1
-      tail -15 "$OUT/fuzz-$seed.log" ;;
+      # fuzz:SECONDS:SEED[:MODEL] (MODEL: every call on it, mlajit fuzz --model)
+      IFS=: read -r _ secs seed model <<<"$step"
+      ./build-gpu/mlajit fuzz --seconds "$secs" --seed "$seed" ${model:+--model "$model"} --out "$OUT/fuzz-failures" \
+        >"$OUT/fuzz-$seed${model:+-$model}.log" 2>&1 || rc=1
+      tail -15 "$OUT/fuzz-$seed${model:+-$model}.log" ;;
     compile-times)
       # cold compile, then a cache hit in a fresh process (open, look up, load)
       rm -rf /tmp/mlajit-ct

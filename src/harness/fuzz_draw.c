@@ -132,6 +132,8 @@ void mlajit_fuzz_draw(uint64_t run_seed, int64_t call, unsigned flags, mlajit_fu
     static const mlajit_model models[] = {MLAJIT_MODEL_V32, MLAJIT_MODEL_DSV4, MLAJIT_MODEL_GLM_NSA,
                                           MLAJIT_MODEL_GLM53_NOPE, MLAJIT_MODEL_DOTS3_SWA};
     mlajit_model model = models[below(&r, (int)(sizeof models / sizeof models[0]))];
+    if (flags >> MLAJIT_FUZZ_MODEL_SHIFT) /* one model asked for */
+        model = (mlajit_model)(flags >> MLAJIT_FUZZ_MODEL_SHIFT);
     int h_q = draw_heads(&r);
     int page = draw_page(&r);
     int has_extra = chance(&r, 40);
