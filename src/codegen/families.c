@@ -296,9 +296,8 @@ static int refuse_scales(const mlajit_family *f, const mlajit_kernel_spec *r)
 /* The layouts each template is built for: NULL, or why not (a fact about the
  * family's template, printed by the envelope). GLM53_NOPE (d_rope 0) and DOTS3_SWA
  * (d_nope 1024, d_v 1024, d_qk 1088) take the templates' layouts edition
- * (generate.c). */
-/* sm90 and sm90-staged: Q and two K tile buffers of d_qk / 64 swizzled blocks of 64
- * rows each, and P V in two wgmma N of 256 value dims */
+ * (generate.c). sm90 and sm90-staged: Q and two K tile buffers of d_qk / 64
+ * swizzled blocks of 64 rows each, and P V in two wgmma N of 256 value dims. */
 static const char *sm90_layout(const mlajit_model_desc *d)
 {
     if (d->d_v != 512)
