@@ -55,6 +55,39 @@ static_assert((cfg::kDQK / 16) % 2 == 0, "K fragments are loaded two k-steps at 
 static_assert(kVNTiles % 2 == 0, "V fragments are loaded two n-tiles at a time");
 static_assert(kMTiles % kSMSplit == 0, "score row tiles must split evenly over warps");
 
+#if MLAJIT_LAYOUTS
+// Who loads what (the layouts edition, tools/embed_templates.py): warp w owns
+// candidates [w * kTokensPerWarp, (w + 1) * kTokensPerWarp) of a tile. A row's
+// NoPE chunks take kNopePasses passes of the warp's lanes (two at DOTS3_SWA's 64
+// chunks): NoPE slot j is pass j % kNopePasses of candidate j / kNopePasses, lane
+// l loading chunk l + 32 * pass (lanes past kNopeChunks idle), so a slot's scale
+// index is the same in every tile. RoPE slot j: lane l loads chunk l % kRopeChunks
+// of candidate j * (32 / kRopeChunks) + l / kRopeChunks; without RoPE (GLM53_NOPE)
+// there is no RoPE slot.
+constexpr int kTokensPerWarp = cfg::kTile / cfg::kWarps;
+constexpr int kNopePasses = (kNopeChunks + 31) / 32;
+constexpr int kNopeSlots = kTokensPerWarp * kNopePasses;
+constexpr int kRopeLanes = kRopeChunks > 0 ? kRopeChunks : 1;  // a divisor even without RoPE
+constexpr int kRopeTokensPerSlot = 32 / kRopeLanes;
+constexpr int kRopeSlots = kRopeChunks > 0 ? (kTokensPerWarp + kRopeTokensPerSlot - 1) / kRopeTokensPerSlot : 0;
+static_assert(cfg::kTile % cfg::kWarps == 0, "candidates must split evenly over warps");
+static_assert(32 % kRopeLanes == 0, "RoPE chunks must tile a warp");
+static_assert(kNopeSlots + kRopeSlots <= 32, "slot presence is a 32-bit mask");
+static_assert(cfg::kQuantTile % 16 == 0, "a 16-code chunk has one scale");
+
+// One tile's bytes in flight: this lane's 16-byte chunks and, when scales live in a
+// page footer (another cache line), the scales of its NoPE chunks (ue8m0 bytes
+// packed four to a register). Inline scales share a line with the row's last NoPE
+// chunk, so they are read (from L1) when the tile is stored: fewer registers.
+constexpr bool kPackedScales = cfg::kScaleFormat == 3;
+constexpr int kScaleRegs = cfg::kScalesInline ? 1 : kPackedScales ? (kNopeSlots + 3) / 4 : kNopeSlots;
+struct TilePrefetch {
+    U32x4 nope[kNopeSlots];
+    U32x4 rope[kRopeSlots > 0 ? kRopeSlots : 1];  // NVRTC has no arrays of size 0
+    u32 scale_bits[kScaleRegs];
+    u32 present;  // bit j: NoPE slot j valid; bit kNopeSlots + j: RoPE slot j valid
+};
+#else
 // Who loads what: warp w owns candidates [w * kTokensPerWarp, (w + 1) * kTokensPerWarp)
 // of a tile. NoPE slot j: lane l loads 16-byte chunk l of candidate j (lanes past
 // kNopeChunks idle), so a lane's quantization block, hence its scale index, is the
@@ -82,6 +115,7 @@ struct TilePrefetch {
     u32 scale_bits[kScaleRegs];
     u32 present;  // bit j: NoPE slot j valid; bit kNopeSlots + j: RoPE slot j valid
 };
+#endif
 
 __device__ __forceinline__ u32 prefetched_scale(const TilePrefetch& f, int j)
 {
@@ -101,6 +135,71 @@ __device__ __forceinline__ void build_token_table(const DecodeParams& p, int til
     valid[t] = c.row != nullptr;
 }
 
+#if MLAJIT_LAYOUTS
+// Issue this lane's 16-byte loads of one tile (see "Who loads what").
+__device__ __forceinline__ void issue_tile_loads(TilePrefetch& f, const u8* const* rows, const u8* const* scales)
+{
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+    const int tok0 = warp * kTokensPerWarp;
+    f.present = 0u;
+#pragma unroll
+    for (int i = 0; i < kScaleRegs; i++) f.scale_bits[i] = 0u;
+#pragma unroll
+    for (int j = 0; j < kNopeSlots; j++) {
+        const int t = tok0 + j / kNopePasses, chunk = lane + 32 * (j % kNopePasses);
+        const u8* src = rows[t];
+        f.nope[j] = U32x4{0u, 0u, 0u, 0u};
+        if (src && chunk < kNopeChunks) {
+            f.present |= 1u << j;
+            f.nope[j] = *reinterpret_cast<const U32x4*>(src + chunk * 16);
+            if (!cfg::kScalesInline) {
+                u32 bits = load_scale_bits(scales[t], chunk * 16 / cfg::kQuantTile);
+                if (kPackedScales) f.scale_bits[j / 4] |= bits << (8 * (j % 4));
+                else f.scale_bits[j] = bits;
+            }
+        }
+    }
+#pragma unroll
+    for (int j = 0; j < kRopeSlots; j++) {
+        const int t = j * kRopeTokensPerSlot + lane / kRopeLanes;
+        const u8* src = t < kTokensPerWarp ? rows[tok0 + t] : nullptr;
+        f.rope[j] = U32x4{0u, 0u, 0u, 0u};
+        if (src) {
+            f.present |= 1u << (kNopeSlots + j);
+            f.rope[j] = *reinterpret_cast<const U32x4*>(src + cfg::kRopeOffset + (lane % kRopeLanes) * 16);
+        }
+    }
+}
+
+// Dequantize the prefetched chunks into sK; absent candidates become zero rows.
+__device__ __forceinline__ void store_tile(const TilePrefetch& f, const u8* const* scales, u16* sK)
+{
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+    const int tok0 = warp * kTokensPerWarp;
+#pragma unroll
+    for (int j = 0; j < kNopeSlots; j++) {
+        const int t = tok0 + j / kNopePasses, chunk = lane + 32 * (j % kNopePasses);
+        if (chunk >= kNopeChunks) continue;
+        u32 words[8] = {0u, 0u, 0u, 0u, 0u, 0u, 0u, 0u};
+        if ((f.present >> j) & 1u) {
+            const u32 bits = cfg::kScalesInline ? load_scale_bits(scales[t], chunk * 16 / cfg::kQuantTile)
+                                                 : prefetched_scale(f, j);
+            dequant16(f.nope[j], bits, words);
+        }
+        U32x4* dst = reinterpret_cast<U32x4*>(sK + t * cfg::kQKStride + chunk * 16);
+        dst[0] = U32x4{words[0], words[1], words[2], words[3]};
+        dst[1] = U32x4{words[4], words[5], words[6], words[7]};
+    }
+#pragma unroll
+    for (int j = 0; j < kRopeSlots; j++) {
+        int t = j * kRopeTokensPerSlot + lane / kRopeLanes;
+        if (t >= kTokensPerWarp) break;
+        t += tok0;
+        *reinterpret_cast<U32x4*>(sK + t * cfg::kQKStride + cfg::kDNope + (lane % kRopeLanes) * 8) =
+            ((f.present >> (kNopeSlots + j)) & 1u) ? f.rope[j] : U32x4{0u, 0u, 0u, 0u};
+    }
+}
+#else
 // Issue this lane's 16-byte loads of one tile (see "Who loads what").
 __device__ __forceinline__ void issue_tile_loads(TilePrefetch& f, const u8* const* rows, const u8* const* scales)
 {
@@ -162,6 +261,7 @@ __device__ __forceinline__ void store_tile(const TilePrefetch& f, const u8* cons
             ((f.present >> (kNopeSlots + j)) & 1u) ? f.rope[j] : U32x4{0u, 0u, 0u, 0u};
     }
 }
+#endif
 
 }  // namespace portable
 

@@ -68,9 +68,21 @@ constexpr int kPairCtas = cfg::kClusterCtas;  // 2: the CTA pair (two head group
 // feature set at these (CUDA 13.0). Every warp starts at the kernel's count, 65536 /
 // 384 rounded down to 8 = 168, and an increase waits until decreases have released
 // enough: the three must not sum past 3 x 168, or the score group waits forever.
+#if MLAJIT_LAYOUTS
+// Without RoPE (GLM53_NOPE, exact scales only) and one CTA per row, GLM-NSA's split
+// spilled 16-76 bytes (the sink's epilogue most); 8 registers moved from the
+// score group to the producer spill none without features, 4-12 bytes with the sink
+// or the extra cache (ptxas, CUDA 13.0; no split of 504 spilled none in every
+// feature set). The pair's split is GLM-NSA's: it spills nothing.
+constexpr bool kNoRopeSingle = kExactScalesOnly && cfg::kDRope == 0 && kPairCtas == 1;
+constexpr int kScoreRegisters = kNoRopeSingle ? 192 : kExactScalesOnly ? 200 : kPairCtas > 1 ? 216 : 208;
+constexpr int kValueRegisters = 160;
+constexpr int kProducerRegisters = kNoRopeSingle ? 152 : kExactScalesOnly ? 144 : kPairCtas > 1 ? 128 : 136;
+#else
 constexpr int kScoreRegisters = kExactScalesOnly ? 200 : kPairCtas > 1 ? 216 : 208;
 constexpr int kValueRegisters = 160;
 constexpr int kProducerRegisters = kExactScalesOnly ? 144 : kPairCtas > 1 ? 128 : 136;
+#endif
 constexpr int kLaunchRegisters = (65536 / kCtaThreads) & ~7;
 static_assert(kScoreRegisters + kValueRegisters + kProducerRegisters <= 3 * kLaunchRegisters,
               "setmaxnreg: the increase must be covered by the decreases");

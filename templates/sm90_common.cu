@@ -327,7 +327,11 @@ __device__ __forceinline__ void prefetch_l2_line(const u8* src, int evict_last)
 // the RoPE chunks l / 8 + 4 i.
 struct RoundLoads {
     U32x4 nope[kNopeLoads];
+#if MLAJIT_LAYOUTS
+    U32x4 rope[kRopeLoads > 0 ? kRopeLoads : 1];  // NVRTC has no arrays of size 0 (d_rope 0: unused)
+#else
     U32x4 rope[kRopeLoads];
+#endif
     u32 scales[kScaleWords];  // the candidate's scales, raw
     bool live;
 };

@@ -101,6 +101,8 @@ fuzz --call -3                                             | --call = '-3'
 fuzz --out=                                                | --out = ''
 fuzz leftover                                              | extra argument 'leftover'
 fuzz --bogus                                               | unknown option '--bogus'
+fuzz --model llama                                         | model 'llama' is unknown
+fuzz --model v32 --tuned-grid                              | the grid draws its own models
 bench --splits 65                                          | --splits = '65'
 bench --heads 0                                            | --heads = '0'
 bench --batch x                                            | --batch = 'x'
@@ -357,17 +359,26 @@ expect 0 "PASS" run-case --cpu "$made/v32"
 # a damaged expected output is caught: run-case --cpu fails outside the bar
 printf '\x00\x00\xc0\x7f' | dd of="$made/v32/out_ref.f32" bs=1 seek=4096 conv=notrunc 2>/dev/null
 expect 1 "FAIL" run-case --cpu "$made/v32"
-# GLM53_NOPE and DOTS3_SWA: no kernel serves them yet, so the envelope refuses them
-# (exit 1) naming the model and why; case make still writes their data (synthetic
-# inputs, fp64 expected output) and run-case --cpu reads it back
-expect 1 "variant sm90 does not serve model glm53_nope" envelope glm53_nope.h16.p64
-expect 1 "d_rope 0: decode_portable.cu" envelope glm53_nope.h16.p64.portable.sm_80
-expect 1 "variant portable does not serve model dots3_swa" envelope dots3_swa.h128.p64.portable.sm_90a
+# GLM53_NOPE and DOTS3_SWA: the portable family serves both, sm90 GLM53_NOPE (auto's
+# pick on sm_90a); the families that do not serve one say why (exit 1); case make
+# writes their data (synthetic inputs, fp64 expected output) and run-case --cpu
+# reads it back
+expect 0 "accepted: glm53_nope.h16.p64.t64.hc64.sm90.sm_90a" envelope glm53_nope.h16.p64
+expect 0 "accepted: glm53_nope.h16.p64.t64.hc16.portable.sm_80" envelope glm53_nope.h16.p64.portable.sm_80
+expect 0 "accepted: dots3_swa.h128.p64.t64.hc32.portable.sm_90a" envelope dots3_swa.h128.p64
+expect 0 "accepted: dots3_swa.h16.p64.t32.hc16.portable.sm_80" envelope dots3_swa.h16.p64.portable.sm_80
+expect 1 "variant sm90 does not serve model dots3_swa" envelope dots3_swa.h64.p64.sm90.sm_90a
 expect 1 "kDV == 512" envelope dots3_swa.h64.p64.sm90.sm_90a
-expect 0 "no kernel runs it yet" case make glm53_nope.h16.p64.fl --out "$made/glm53" --batch 2 --topk 100 --invalid 0.2
+expect 1 "variant sm90-narrow does not serve model dots3_swa" envelope dots3_swa.h8.p64.sm90-narrow.sm_90a
+expect 1 "needs power-of-two scales" envelope glm53_nope.h8.p64.sm90-narrow.sm_90a
+expect 1 "64 heads per CTA only at d_v <= 512" envelope dots3_swa.h64.p64.hc64.portable.sm_90a
+expect 1 "at tile 32 and 16 heads per CTA, the least there is" envelope dots3_swa.h16.p64.portable.sm_86
+expect 1 "the least there is" envelope dots3_swa.h128.p64.sm_120a
+expect 0 "replay: mlajit run-case" case make glm53_nope.h16.p64.fl --out "$made/glm53" --batch 2 --topk 100 --invalid 0.2
 expect 0 "glm53_nope b 2 s_q 1 h_q 16 topk 100" run-case --cpu "$made/glm53"
 expect 0 "PASS" run-case --cpu "$made/glm53"
-expect 0 "no kernel runs it yet" case make dots3_swa.h8.p32.e16 --out "$made/dots3" --topk 600 --extra-topk 40
+expect 0 "replay: mlajit run-case" case make dots3_swa.h8.p32.e16 --out "$made/dots3" --topk 600 --extra-topk 40
+expect 0 "no kernel runs it yet" case make dots3_swa.h8.p32.portable.sm_86 --out "$made/dots3-86" --topk 60
 expect 0 "PASS" run-case --cpu "$made/dots3"
 if [ "$(stat -c %s "$made/dots3/kv.u8")" -eq $(( $(stat -c %s "$made/dots3/kv.u8") / 37120 * 37120 )) ]; then
   passed=$((passed + 1)); else fail "case make dots3_swa: kv.u8 is not whole 32-token pages of 1160 bytes"; fi

@@ -34,7 +34,7 @@ def check(ok, what):
 def main() -> int:
     embed_script, templates_dir, mlajit = sys.argv[1:4]
     sys.path.insert(0, os.path.dirname(os.path.abspath(embed_script)))
-    from embed_templates import StripError, strip_comments
+    from embed_templates import StripError, split_editions, strip_comments
 
     # 1. constructs: (input, what is embedded)
     cases = [
@@ -95,6 +95,28 @@ def main() -> int:
         except StripError as e:
             check(words in str(e) and "t.cu:" in str(e), f"strip {text!r}: the error names the file and says why: {e}")
 
+    # 1b. editions: `#if MLAJIT_LAYOUTS` blocks resolved at embed time, the base
+    # text (the #else parts) as it was before the block was written
+    editions = [
+        ("a;\n", ("a;\n", None)),
+        ("a;\n#if MLAJIT_LAYOUTS\nb2;\n#else\nb;\n#endif\nc;\n", ("a;\nb;\nc;\n", "a;\nb2;\nc;\n")),
+        ("#if MLAJIT_LAYOUTS\nnew;\n#endif\nc;\n", ("c;\n", "new;\nc;\n")),
+        ("#if MLAJIT_LAYOUTS\n#if X\nx;\n#else\ny;\n#endif\n#else\nold;\n#endif\n",
+         ("old;\n", "#if X\nx;\n#else\ny;\n#endif\n")),
+        ("  #if MLAJIT_LAYOUTS\n#pragma unroll\n  #else\n#pragma unroll 2\n  #endif\n", ("#pragma unroll 2\n", "#pragma unroll\n")),
+    ]
+    for text, want in editions:
+        got = split_editions(text)
+        check(got == want, f"editions of {text!r}: got {got!r}, want {want!r}")
+    for text, words in [("#if MLAJIT_LAYOUTS\na;\n", "not closed"),
+                        ("#if MLAJIT_LAYOUTS\n#if MLAJIT_LAYOUTS\n#endif\n#endif\n", "do not nest"),
+                        ("#if MLAJIT_LAYOUTS\n#else\n#else\n#endif\n", "one #else")]:
+        try:
+            split_editions(text, "t.cu")
+            check(False, f"editions of {text!r} must fail")
+        except StripError as e:
+            check(words in str(e) and "t.cu" in str(e), f"editions of {text!r}: the error says why: {e}")
+
     # 2. every template
     names = sorted(f for f in os.listdir(templates_dir) if f.endswith(".cu"))
     check(len(names) >= 8, f"the templates are in {templates_dir}: {names}")
@@ -152,6 +174,22 @@ def main() -> int:
             f.write(changed)
         check(embed(code_dir, "code.c") != original, "a code edit must change what is embedded")
 
+        # a code edit in a layouts part changes that edition, not the base text
+        # (the keys of the models the base serves)
+        layouts_dir = os.path.join(tmp, "layouts")
+        shutil.copytree(templates_dir, layouts_dir)
+        path = os.path.join(layouts_dir, "decode_portable.cu")
+        with open(path, encoding="latin-1") as f:
+            text = f.read()
+        changed = text.replace("#if MLAJIT_LAYOUTS\n", "#if MLAJIT_LAYOUTS\nconstexpr int kAnEdit = 1;\n", 1)
+        check(changed != text, "decode_portable.cu has a layouts part")
+        with open(path, "w", encoding="latin-1") as f:
+            f.write(changed)
+        edited = embed(layouts_dir, "layouts.c")
+        base_of = lambda c: c.split(b"mlajit_template_decode_portable_layouts")[0]
+        check(edited != original and base_of(edited) == base_of(original),
+              "a layouts edit changes the layouts edition alone")
+
         # 4. what the generator emits, per family
         families = [
             ["--model", "v32", "--heads", "16", "--page", "64", "--variant", "portable", "--arch", "sm_80"],
@@ -161,6 +199,8 @@ def main() -> int:
             ["--model", "dsv4", "--heads", "16", "--page", "64", "--variant", "sm90-narrow", "--arch", "sm_90a"],
             ["--model", "v32", "--heads", "8", "--page", "64", "--variant", "sm90-narrow-long", "--arch", "sm_90a"],
             ["--model", "v32", "--heads", "4", "--page", "64", "--variant", "sm90-narrow-scores", "--arch", "sm_90a"],
+            ["--model", "glm53_nope", "--heads", "128", "--page", "64", "--variant", "sm90", "--arch", "sm_90a"],
+            ["--model", "dots3_swa", "--heads", "16", "--page", "64", "--variant", "portable", "--arch", "sm_80"],
         ]
         env = dict(os.environ, MLAJIT_CACHE_DIR=os.path.join(tmp, "cache"), MLAJIT_LOG="quiet")
         for args in families:
@@ -168,6 +208,7 @@ def main() -> int:
                                env=env, encoding="latin-1")
             check(r.returncode == 0 and "mlajit_decode_main" in r.stdout, f"compile {args} --emit-source: {r.stderr}")
             check(strip_comments(r.stdout) == r.stdout, f"{args}: the generated source has comments or blank lines")
+            check("MLAJIT_LAYOUTS" not in r.stdout, f"{args}: an edition block reached the generated source")
 
     print(f"{len(failures)} failure(s)")
     return 1 if failures else 0

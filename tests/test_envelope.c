@@ -61,11 +61,12 @@ Test(envelope, agrees_with_prepare_on_every_variant)
 {
     char list[256];
     snprintf(list, sizeof list, "%s", mlajit_arch_list());
-    const mlajit_model models[] = {MLAJIT_MODEL_V32, MLAJIT_MODEL_DSV4, MLAJIT_MODEL_GLM_NSA};
+    const mlajit_model models[] = {MLAJIT_MODEL_V32, MLAJIT_MODEL_DSV4, MLAJIT_MODEL_GLM_NSA, MLAJIT_MODEL_GLM53_NOPE,
+                                   MLAJIT_MODEL_DOTS3_SWA};
     const int tiles[] = {0, 32, 64}, hcs[] = {0, 16, 32};
     int accepted = 0, refused = 0;
     for (char *save = NULL, *arch = strtok_r(list, ", ", &save); arch; arch = strtok_r(NULL, ", ", &save))
-        for (int m = 0; m < 3; m++)
+        for (int m = 0; m < 5; m++)
             for (int t = 0; t < 3; t++)
                 for (int h = 0; h < 3; h++) {
                     mlajit_kernel_spec s = MLAJIT_KERNEL_SPEC_INIT, r = MLAJIT_KERNEL_SPEC_INIT;
@@ -200,7 +201,7 @@ Test(envelope, tuned_grid_draws_take_the_grids_specs)
 /* The draws cover the envelope's corners over a modest number of calls. */
 Test(envelope, fuzz_draws_cover_the_envelope)
 {
-    int models[4] = {0}, extra = 0, tile_multiple = 0, off_tile = 0, b0 = 0, big_b = 0, sq16 = 0, h128 = 0, h1 = 0;
+    int models[MLAJIT_MODEL_DOTS3_SWA + 1] = {0}, extra = 0, tile_multiple = 0, off_tile = 0, b0 = 0, big_b = 0, sq16 = 0, h128 = 0, h1 = 0;
     int page1 = 0, page1024 = 0, invalid = 0, all_features = 0, rows_past_4096 = 0, sq_past_16 = 0;
     for (int64_t k = 0; k < 4000; k++) {
         mlajit_fuzz_call c;
@@ -237,7 +238,8 @@ Test(envelope, fuzz_draws_cover_the_envelope)
                       c.synth.page_stride_pad == again.synth.page_stride_pad,
                   "a call is a function of (seed, number)");
     }
-    cr_expect(models[1] && models[2] && models[3]);
+    cr_expect(models[MLAJIT_MODEL_V32] && models[MLAJIT_MODEL_DSV4] && models[MLAJIT_MODEL_GLM_NSA] &&
+              models[MLAJIT_MODEL_GLM53_NOPE] && models[MLAJIT_MODEL_DOTS3_SWA]);
     cr_expect(extra && tile_multiple && off_tile && b0 && big_b && sq16 && h128 && h1 && page1 && page1024 &&
                   invalid && all_features,
               "extra %d, multiple %d, off %d, b0 %d, b>256 %d, s_q16 %d, h128 %d, h1 %d, p1 %d, p1024 %d, invalid %d, "
@@ -247,45 +249,80 @@ Test(envelope, fuzz_draws_cover_the_envelope)
               sq_past_16);
 }
 
-/* GLM53_NOPE and DOTS3_SWA are in the model table, but no template is built for
- * them: every family (and auto) refuses them, on every arch it compiles for, with
- * a reason naming the model and the template's assumption it breaks; prepare
- * refuses the same way before compiling anything. */
-Test(envelope, every_family_refuses_the_unserved_layouts)
+/* mlajit fuzz --model: every call on the model, inside the envelope, a function
+ * of (seed, number, flags). */
+Test(envelope, fuzz_draws_of_one_model)
+{
+    const mlajit_model models[] = {MLAJIT_MODEL_GLM53_NOPE, MLAJIT_MODEL_DOTS3_SWA};
+    for (int m = 0; m < 2; m++) {
+        const unsigned flags = (unsigned)models[m] << MLAJIT_FUZZ_MODEL_SHIFT;
+        int extra = 0, features = 0, forced_tiles = 0;
+        for (int64_t k = 0; k < 500; k++) {
+            mlajit_fuzz_call c, again;
+            mlajit_fuzz_draw(49, k, flags, &c);
+            cr_assert_eq(c.spec.model, models[m], "call %lld: model %d", (long long)k, (int)c.spec.model);
+            cr_assert_eq(c.synth.model, models[m]);
+            cr_assert_eq(mlajit_envelope_check(&c.spec, &c.shape), MLAJIT_OK, "call %lld: %s", (long long)k,
+                         mlajit_last_error());
+            mlajit_fuzz_draw(49, k, flags, &again);
+            cr_assert(memcmp(&c.spec, &again.spec, sizeof c.spec) == 0 && memcmp(&c.shape, &again.shape,
+                                                                                 sizeof c.shape) == 0);
+            extra += c.spec.extra_page_size > 0;
+            features += c.spec.features == MLAJIT_FEATURE_ALL;
+            forced_tiles += c.spec.tile != 0 || c.spec.heads_per_cta != 0;
+        }
+        cr_expect(extra && features && forced_tiles, "extra %d, all features %d, forced tile or heads %d", extra,
+                  features, forced_tiles);
+    }
+}
+
+/* GLM53_NOPE and DOTS3_SWA: the families whose templates serve them accept them
+ * (auto takes sm90 for GLM53_NOPE on sm_90a, portable for DOTS3_SWA); every other
+ * family refuses them with a reason naming the model and why, and prepare refuses
+ * the same way before compiling anything. */
+Test(envelope, the_new_layouts_are_served_or_refused_with_the_reason)
 {
     static const struct {
         mlajit_model model;
         const char *name;
-    } unserved[] = {{MLAJIT_MODEL_GLM53_NOPE, "glm53_nope"}, {MLAJIT_MODEL_DOTS3_SWA, "dots3_swa"}};
-    /* per family, for each model: a phrase of its reason */
+    } layouts[] = {{MLAJIT_MODEL_GLM53_NOPE, "glm53_nope"}, {MLAJIT_MODEL_DOTS3_SWA, "dots3_swa"}};
+    /* per family, for each model: NULL where it serves it, else a phrase of its reason */
     static const struct {
         mlajit_variant variant;
         const char *why[2];
+        mlajit_variant resolves_to[2];
     } rows[] = {
-        {MLAJIT_VARIANT_PORTABLE, {"d_rope 0: decode_portable.cu", "d_nope <= 512"}},
-        {MLAJIT_VARIANT_SM90, {"d_rope 0: sm90_common.cu", "kDV == 512"}},
-        {MLAJIT_VARIANT_SM90_STAGED, {"d_rope 0: sm90_common.cu", "kDV == 512"}},
-        {MLAJIT_VARIANT_SM90_NARROW, {"d_rope 0: sm90_common.cu", "kDV == 512"}},
-        {MLAJIT_VARIANT_SM90_NARROW_LONG, {"d_rope 0: sm90_common.cu", "kDV == 512"}},
-        {MLAJIT_VARIANT_SM90_NARROW_SCORES, {"d_rope 0: sm90_common.cu", "kDV == 512"}},
-        {MLAJIT_VARIANT_AUTO, {"d_rope 0", "d_v 1024"}},
+        {MLAJIT_VARIANT_PORTABLE, {NULL, NULL}, {MLAJIT_VARIANT_PORTABLE, MLAJIT_VARIANT_PORTABLE}},
+        {MLAJIT_VARIANT_SM90, {NULL, "kDV == 512"}, {MLAJIT_VARIANT_SM90, MLAJIT_VARIANT_AUTO}},
+        {MLAJIT_VARIANT_SM90_STAGED, {"power-of-two scales", "kDV == 512"}, {MLAJIT_VARIANT_AUTO, MLAJIT_VARIANT_AUTO}},
+        {MLAJIT_VARIANT_SM90_NARROW, {"power-of-two scales", "kDV == 512"}, {MLAJIT_VARIANT_AUTO, MLAJIT_VARIANT_AUTO}},
+        {MLAJIT_VARIANT_SM90_NARROW_LONG, {"power-of-two scales", "kDV == 512"}, {MLAJIT_VARIANT_AUTO, MLAJIT_VARIANT_AUTO}},
+        {MLAJIT_VARIANT_SM90_NARROW_SCORES, {"power-of-two scales", "kDV == 512"}, {MLAJIT_VARIANT_AUTO, MLAJIT_VARIANT_AUTO}},
+        {MLAJIT_VARIANT_AUTO, {NULL, NULL}, {MLAJIT_VARIANT_SM90, MLAJIT_VARIANT_PORTABLE}},
     };
     cr_assert_eq(sizeof rows / sizeof rows[0], (size_t)mlajit_family_count + 1, "a row per family, and auto");
     for (size_t m = 0; m < 2; m++)
         for (size_t f = 0; f < sizeof rows / sizeof rows[0]; f++) {
             const mlajit_family *fam = mlajit_family_of(rows[f].variant);
-            mlajit_kernel_spec s = MLAJIT_KERNEL_SPEC_INIT;
-            cr_assert_eq(mlajit_spec_init(&s, unserved[m].model, 16, 64), MLAJIT_OK, "%s", mlajit_last_error());
+            mlajit_kernel_spec s = MLAJIT_KERNEL_SPEC_INIT, r = MLAJIT_KERNEL_SPEC_INIT;
+            cr_assert_eq(mlajit_spec_init(&s, layouts[m].model, 16, 64), MLAJIT_OK, "%s", mlajit_last_error());
             s.variant = rows[f].variant;
             strcpy(s.arch, fam && fam->arch ? fam->arch : "sm_90a");
             const int env = mlajit_envelope_check(&s, NULL);
             char reason[1024];
             snprintf(reason, sizeof reason, "%s", mlajit_last_error());
-            cr_expect_eq(env, MLAJIT_ERR_UNSUPPORTED, "%s %s: %d", unserved[m].name, mlajit_variant_name(rows[f].variant),
+            if (!rows[f].why[m]) {
+                cr_expect_eq(env, MLAJIT_OK, "%s %s: %s", layouts[m].name, mlajit_variant_name(rows[f].variant),
+                             reason);
+                cr_expect_eq(mlajit_spec_resolve(&s, &r), MLAJIT_OK, "%s", mlajit_last_error());
+                cr_expect_eq(r.variant, rows[f].resolves_to[m], "%s %s resolves to %s", layouts[m].name,
+                             mlajit_variant_name(rows[f].variant), mlajit_variant_name(r.variant));
+                continue;
+            }
+            cr_expect_eq(env, MLAJIT_ERR_UNSUPPORTED, "%s %s: %d", layouts[m].name, mlajit_variant_name(rows[f].variant),
                          env);
-            cr_expect(strstr(reason, unserved[m].name) && strstr(reason, rows[f].why[m]) &&
-                          strstr(reason, "no kernel family serves"),
-                      "%s %s: the reason names the model and why: %s", unserved[m].name,
+            cr_expect(strstr(reason, layouts[m].name) && strstr(reason, rows[f].why[m]),
+                      "%s %s: the reason names the model and why: %s", layouts[m].name,
                       mlajit_variant_name(rows[f].variant), reason);
             cr_expect_eq(mlajit_kernel_prepare(ctx, &s, NULL), MLAJIT_ERR_UNSUPPORTED, "prepare agrees: %s",
                          mlajit_last_error());

@@ -56,6 +56,10 @@ static void compile_variant_ok(mlajit_model model, int h, int page, int extra_pa
     cr_assert_eq(rc, MLAJIT_OK, "%s: %s", name, mlajit_last_error());
     cr_expect_gt(c.cubin_size, 1000u, "%s: a real cubin", name);
     int allowed = r.variant == MLAJIT_VARIANT_PORTABLE && r.heads_per_cta == 64 ? 64 : 0;
+    /* sm90 at GLM53_NOPE with one CTA per row: a few words with the sink (no
+     * register split of 504 spilled none in every feature set; decode_sm90.cu) */
+    if (r.variant == MLAJIT_VARIANT_SM90 && r.model == MLAJIT_MODEL_GLM53_NOPE && r.h_q <= 64)
+        allowed = 32;
     cr_expect_leq(c.spill_bytes, allowed, "%s spills %d bytes (allowed %d)", name, c.spill_bytes, allowed);
     cr_expect_eq(c.wgmma_serialized, 0, "%s: ptxas serialized wgmma; log:\n%s", name, c.log ? c.log : "(none)");
     cr_expect_gt(c.registers, 0, "%s: the register count was found; log:\n%s", name, c.log ? c.log : "(none)");
@@ -209,6 +213,21 @@ Test(nvrtc, sm90_family, .timeout = 600)
     compile_variant_ok(MLAJIT_MODEL_V32, 3, 61, 0, MLAJIT_FEATURE_SINK | MLAJIT_FEATURE_TOPK_LENGTH, "sm_90a", sm90);
     compile_variant_ok(MLAJIT_MODEL_DSV4, 128, 256, 64, MLAJIT_FEATURE_ALL, "sm_90a", sm90);
     compile_variant_ok(MLAJIT_MODEL_GLM_NSA, 64, 1024, 7, MLAJIT_FEATURE_ALL, "sm_90a", sm90);
+}
+
+/* GLM53_NOPE and DOTS3_SWA (the layouts edition of the templates): the portable
+ * family on sm_80 and sm_90a and sm90's pair with no spills; sm90 with one CTA per
+ * row within its allowance (compile_variant_ok). */
+Test(nvrtc, new_layouts, .timeout = 600)
+{
+    const mlajit_variant portable = MLAJIT_VARIANT_PORTABLE, sm90 = MLAJIT_VARIANT_SM90;
+    compile_variant_ok(MLAJIT_MODEL_GLM53_NOPE, 128, 64, 64, MLAJIT_FEATURE_ALL, "sm_90a", sm90);
+    compile_variant_ok(MLAJIT_MODEL_GLM53_NOPE, 33, 1, 64, MLAJIT_FEATURE_ALL, "sm_90a", sm90);
+    compile_variant_ok(MLAJIT_MODEL_GLM53_NOPE, 64, 256, 0, 0, "sm_90a", sm90);
+    compile_variant_ok(MLAJIT_MODEL_GLM53_NOPE, 16, 64, 64, MLAJIT_FEATURE_ALL, "sm_80", portable);
+    compile_variant_ok(MLAJIT_MODEL_DOTS3_SWA, 16, 64, 64, MLAJIT_FEATURE_ALL, "sm_90a", portable);
+    compile_variant_ok(MLAJIT_MODEL_DOTS3_SWA, 128, 256, 0, MLAJIT_FEATURE_SINK, "sm_90a", portable);
+    compile_variant_ok(MLAJIT_MODEL_DOTS3_SWA, 33, 1, 64, MLAJIT_FEATURE_ALL, "sm_80", portable);
 }
 
 /* sm90-staged compiles with no spills for the models it takes (power-of-two

@@ -1,7 +1,7 @@
 #!/bin/bash
 # Build, test and benchmark on the GPU host in one call (see shared/device/README.md).
 # Usage (from the project root, with .devdeps/.devtools/.golden carried):
-#   tools/device-run.sh [tests|demo|python-scan|cases|bench|bench-quick|bench-sm90|compile-times|ncu|ncu-sm90|ncu-source|sol|sass|gather|floor|fuzz:S:SEED|fuzz-bg:S:SEED|suites:A,B|example|base|lookup|python|python-tests|python-install|python-bench|tune-grid|sweep|stability|cases-tuned|fuzz-tuned:S:SEED|all]...
+#   tools/device-run.sh [tests|demo|python-scan|cases|bench|bench-quick|bench-sm90|compile-times|ncu|ncu-sm90|ncu-source|sol|sass|gather|floor|fuzz:S:SEED[:MODEL]|fuzz-bg:S:SEED|suites:A,B|example|base|lookup|python|python-tests|python-install|python-bench|tune-grid|sweep|stability|cases-tuned|fuzz-tuned:S:SEED|layouts|all]...
 # Logs go to $OUT (or ./device-out) so they come back with the call. The device
 # tool returns at most 8 files, so at the end every log is packed into
 # $OUT/logs-N.tgz (N: the first free number, so a second run into the same $OUT
@@ -97,10 +97,11 @@ for step in "${@:-all}"; do
           grep -E "^(spec|cache)"
       done 2>&1 | tee "$OUT/generate-cost.log" ;;
     fuzz:*)
-      # fuzz:SECONDS:SEED
-      IFS=: read -r _ secs seed <<<"$step"
-      ./build-gpu/mlajit fuzz --seconds "$secs" --seed "$seed" --out "$OUT/fuzz-failures" >"$OUT/fuzz-$seed.log" 2>&1 || rc=1
-      tail -15 "$OUT/fuzz-$seed.log" ;;
+      # fuzz:SECONDS:SEED[:MODEL] (MODEL: every call on it, mlajit fuzz --model)
+      IFS=: read -r _ secs seed model <<<"$step"
+      ./build-gpu/mlajit fuzz --seconds "$secs" --seed "$seed" ${model:+--model "$model"} --out "$OUT/fuzz-failures" \
+        >"$OUT/fuzz-$seed${model:+-$model}.log" 2>&1 || rc=1
+      tail -15 "$OUT/fuzz-$seed${model:+-$model}.log" ;;
     compile-times)
       # cold compile, then a cache hit in a fresh process (open, look up, load)
       rm -rf /tmp/mlajit-ct
@@ -220,6 +221,38 @@ for step in "${@:-all}"; do
       grep -E "^case|mlajit vs" "$OUT/cases-stability.log"
       MLAJIT_PACKS=$pack meson test -C build-gpu --print-errorlogs --num-processes 4 gpu >"$OUT/suite-stability.log" 2>&1 || rc=1
       grep -E "^ *[0-9]+/[0-9]+ |^Ok|^Fail" "$OUT/suite-stability.log" ;;
+    layouts)
+      # issue 49's layouts (GLM53_NOPE, DOTS3_SWA) against the fp64 reference: a
+      # synthetic case per model x heads (1 7 16 33 64 128), its page (1 64 256) and
+      # ragged topk (100 600 2048) rotating, without and with the extra cache and
+      # every feature (10% invalid indices); each run by auto and every family that
+      # serves the model, auto also with forced splits (the combine at d_v 1024),
+      # lse head-major and padded strides, portable also at tile 32 and 16 heads
+      # per CTA. Eight runs at a time; each prints PASS or FAIL with its replay line
+      lay=/tmp/mlajit-layouts; rm -rf "$lay"; mkdir -p "$lay"
+      pages=(1 64 256); topks=(100 600 2048); i=0; : >"$lay/runs"
+      for model in glm53_nope dots3_swa; do
+        variants="auto portable"; [ $model = glm53_nope ] && variants="auto sm90 portable"
+        for h in 1 7 16 33 64 128; do
+          for extra in "" .e64.fslx; do
+            page=${pages[i % 3]} topk=${topks[i % 3]}; i=$((i + 1))
+            dir=$lay/$model.h$h.p$page$extra.k$topk
+            ./build-gpu/mlajit case make "$model.h$h.p$page$extra" --out "$dir" --batch 2 --s-q $((1 + i % 2)) \
+              --topk $topk ${extra:+--extra-topk 64} --invalid 0.1 --seed $i >/dev/null 2>&1 ||
+              { echo "FAIL case make $dir"; rc=1; }
+            for v in $variants; do echo "$dir --variant $v"; done >>"$lay/runs"
+            echo "$dir --variant auto --splits 5 --lse-head-major --pad-strides" >>"$lay/runs"
+            echo "$dir --variant portable --tile 32 --heads-per-cta 16" >>"$lay/runs"
+          done
+        done
+      done
+      # shellcheck disable=SC2016
+      xargs -P 8 -L 1 bash -c 'd=$0; if ./build-gpu/mlajit run-case "$@" "$d" >"$d.$(echo "$*" | tr -c "a-z0-9" _).log" 2>&1
+        then echo "PASS $d $*"; else echo "FAIL $d $* (mlajit run-case $* $d)"; fi' <"$lay/runs" >"$OUT/layouts.log"
+      sort "$OUT/layouts.log" -o "$OUT/layouts.log"
+      tail -n +1 "$lay"/*.log >"$OUT/layouts-runs.log" 2>/dev/null
+      grep "^FAIL" "$OUT/layouts.log" && rc=1
+      echo "layouts: $(grep -c "^PASS" "$OUT/layouts.log") of $(wc -l <"$lay/runs") runs passed" ;;
     sweep)
       # issue 47's record: BENCH.md's 63 rows and 40 shapes off the grid (seed 47), each
       # bucket tuned into /tmp/mlajit-tuned, then every candidate, the rules and the tuned

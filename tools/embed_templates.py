@@ -13,7 +13,15 @@ byte for byte: string and character literals (a // inside one is not a
 comment), raw strings, digit separators (1'000), preprocessor lines and line
 splices. A construct whose reading depends on the compiler (a backslash with
 blanks after it at the end of a line) or an unterminated comment or literal
-fails the build, naming the file and line."""
+fails the build, naming the file and line.
+
+Editions: a template may hold blocks `#if MLAJIT_LAYOUTS` ... `#else` ... `#endif`
+(the #else part optional; other preprocessor conditionals nest inside). They are
+resolved here, not by NVRTC: the template embeds as `stem` with the #else parts
+(its text as it was before the block was written, so the keys of the models it
+served stay as they were) and as `stem:layouts` with the #if parts, the general
+form the generator takes for the layouts the first serves not
+(src/codegen/generate.c)."""
 import os
 import sys
 
@@ -180,6 +188,47 @@ def strip_comments(text, name="<text>"):
     return "".join(out)
 
 
+LAYOUTS_IF = "#if MLAJIT_LAYOUTS"
+
+
+def split_editions(text, name="<text>"):
+    """(base, layouts): text with its `#if MLAJIT_LAYOUTS` blocks resolved both
+    ways, or (text, None) where it has none (see the module's doc)."""
+    if LAYOUTS_IF not in text:
+        return text, None
+    base, layouts = [], []
+    state = None  # None outside a block; else "if" or "else"
+    depth = 0  # other conditionals open inside the block
+    for number, line in enumerate(text.splitlines(keepends=True), 1):
+        directive = line.strip()
+        word = directive[1:].strip().split(" ")[0] if directive.startswith("#") else ""
+        if state is None:
+            if directive == LAYOUTS_IF:
+                state = "if"
+                continue
+            base.append(line)
+            layouts.append(line)
+            continue
+        if word in ("if", "ifdef", "ifndef"):
+            if directive == LAYOUTS_IF:
+                raise StripError(f"{name}:{number}: #if MLAJIT_LAYOUTS blocks do not nest")
+            depth += 1
+        elif word == "endif" and depth:
+            depth -= 1
+        elif word == "endif":
+            state = None
+            continue
+        elif word in ("else", "elif") and not depth:
+            if word == "elif" or state == "else":
+                raise StripError(f"{name}:{number}: an #if MLAJIT_LAYOUTS block takes one #else and no #elif")
+            state = "else"
+            continue
+        (layouts if state == "if" else base).append(line)
+    if state is not None:
+        raise StripError(f"{name}: an #if MLAJIT_LAYOUTS block is not closed")
+    return "".join(base), "".join(layouts)
+
+
 def c_array(data: bytes) -> str:
     out = []
     for i in range(0, len(data), 16):
@@ -191,6 +240,16 @@ def read_stripped(path):
     # latin-1 maps every byte to one character and back: the bytes stay as they are
     with open(path, "rb") as f:
         return strip_comments(f.read().decode("latin-1"), path).encode("latin-1")
+
+
+def read_editions(path):
+    """[(suffix, bytes)]: the template's base text and, where it has
+    #if MLAJIT_LAYOUTS blocks, its layouts edition."""
+    base, layouts = split_editions(read_stripped(path).decode("latin-1"), path)
+    editions = [("", base.encode("latin-1"))]
+    if layouts is not None:
+        editions.append(("layouts", layouts.encode("latin-1")))
+    return editions
 
 
 def main() -> int:
@@ -207,17 +266,19 @@ def main() -> int:
         names = []
         for path in inputs:
             stem = os.path.splitext(os.path.basename(path))[0]
-            data = read_stripped(path)
-            names.append((stem, len(data)))
-            parts.append(f"const char mlajit_template_{stem}[{len(data) + 1}] = {{")
-            parts.append(c_array(data + b"\0"))
-            parts.append("};\n")
+            for suffix, data in read_editions(path):
+                name = f"{stem}:{suffix}" if suffix else stem
+                symbol = f"{stem}_{suffix}" if suffix else stem
+                names.append((name, symbol, len(data)))
+                parts.append(f"const char mlajit_template_{symbol}[{len(data) + 1}] = {{")
+                parts.append(c_array(data + b"\0"))
+                parts.append("};\n")
     except StripError as e:
         sys.stderr.write(f"embed_templates.py: {e}\n")
         return 1
     parts.append("const mlajit_template mlajit_templates[] = {")
-    for stem, size in names:
-        parts.append(f'    {{"{stem}", mlajit_template_{stem}, {size}}},')
+    for name, symbol, size in names:
+        parts.append(f'    {{"{name}", mlajit_template_{symbol}, {size}}},')
     parts.append("};")
     parts.append(f"const size_t mlajit_template_count = {len(names)};")
     with open(out_path, "w") as f:

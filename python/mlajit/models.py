@@ -17,8 +17,9 @@ class Model(enum.IntEnum):
     footer), GLM_NSA = V3.2's layout with arbitrary fp32 scales, GLM53_NOPE = 512
     NoPE dims and no RoPE (656-byte rows, 528 used, arbitrary fp32 scales inline),
     DOTS3_SWA = 1024 NoPE + 64 RoPE dims, d_v 1024 (1160 B/token, ue8m0 scales in
-    a page footer). No kernel serves GLM53_NOPE or DOTS3_SWA yet: supported() says
-    why; the quantizer and the reference take them."""
+    a page footer). GLM53_NOPE runs on the sm90 and portable kernels, DOTS3_SWA
+    on the portable kernel (sm_80, sm_90a, sm_100a: its rows outgrow the shared
+    memory of the others); supported() says why where not."""
 
     V32 = _capi.MODEL_V32
     DSV4 = _capi.MODEL_DSV4

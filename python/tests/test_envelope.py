@@ -61,12 +61,16 @@ def test_supported_agrees_with_the_cli(args, kwargs, ok, words):
     assert (run.returncode == 0) == ok, (cmd, run.stdout, run.stderr)
 
 
-@pytest.mark.parametrize("model, why", [
-    ("glm53_nope", "d_rope 0"),
-    ("dots3_swa", "d_v 512"),
-])
-def test_the_layouts_no_kernel_serves_yet_are_refused_with_the_reason(model, why):
-    ok, reason = mlajit.supported(model, 16, 64, 2048)
+def test_glm53_nope_and_dots3_swa_are_served():
+    # GLM53_NOPE: auto's pick on sm_90a is sm90; DOTS3_SWA: portable (sm_90a, sm_80)
+    for model in ("glm53_nope", "dots3_swa"):
+        for arch in ("", "sm_80"):
+            ok, reason = mlajit.supported(model, 16, 64, 2048, arch=arch)
+            assert ok, (model, arch, reason)
+        assert mlajit.model_info(model).name == model
+
+
+def test_dots3_swa_is_refused_where_its_rows_do_not_fit_with_the_reason():
+    ok, reason = mlajit.supported("dots3_swa", 16, 64, 2048, arch="sm_86")
     assert not ok
-    assert f"model {model}" in reason and why in reason and "no kernel family serves" in reason, reason
-    assert mlajit.model_info(model).name == model
+    assert "dots3_swa" in reason and "the least there is" in reason, reason

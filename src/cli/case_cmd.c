@@ -80,8 +80,8 @@ static int cmd_make(int argc, char **argv)
     /* the call as the library would be asked for it (no compiler asked: the case is data) */
     const mlajit_decode_shape shape = {.struct_size = sizeof shape, .batch = batch, .s_q = s_q, .topk = topk,
                                        .extra_topk = extra_topk};
-    /* A spec no kernel family serves (GLM53_NOPE, DOTS3_SWA: families.c refuses them)
-     * still makes a case: the case is data, inputs and the fp64 expected output, for
+    /* A spec no kernel family serves (DOTS3_SWA on the 99 KB archs, a family forced
+     * that refuses the model: families.c) still makes a case: the case is data, inputs and the fp64 expected output, for
      * the kernel that comes to serve it. Its spec and shape must still be valid. */
     char no_kernel[512] = "";
     if ((rc = mlajit_envelope_check_with(&spec, &shape, NULL))) {

@@ -123,7 +123,8 @@ static void print_tables(void)
         printf("\narch targets: NVRTC %d.%d, and each kernel variant's shared memory per block\n", major, minor);
     else
         printf("\narch targets: no NVRTC (%s), and each kernel variant's shared memory per block\n", where);
-    printf("(tile x heads per CTA; 'no' = over the arch's limit; auto = the generator's choice for h_q 16 / 128)\n");
+    printf("(tile x heads per CTA; 'no' = over the arch's limit, or 64 heads at d_v 1024 (their registers); auto = "
+           "the generator's choice for h_q 16 / 128)\n");
     static const int variants[][2] = {{32, 16}, {32, 32}, {32, 64}, {64, 16}, {64, 32}, {64, 64}};
     const int nvariants = (int)(sizeof variants / sizeof variants[0]);
     printf("  %-8s %-6s %9s  %-10s", "arch", "nvrtc", "smem max", "model");

@@ -80,11 +80,21 @@ typedef struct fuzz_options {
     int64_t only_call; /* --call N, else -1 */
     const char *out_dir;
     int tuned_grid; /* --tuned-grid */
+    const char *model_name; /* --model M, else NULL */
+    mlajit_model model;
 } fuzz_options;
 
 static unsigned draw_flags(const fuzz_options *o, unsigned flags)
 {
-    return flags | (o->tuned_grid ? MLAJIT_FUZZ_TUNED_GRID : 0);
+    return flags | (o->tuned_grid ? MLAJIT_FUZZ_TUNED_GRID : 0) |
+           (o->model_name ? (unsigned)o->model << MLAJIT_FUZZ_MODEL_SHIFT : 0);
+}
+
+/* the redraw line's options besides the seed and call */
+static void print_redraw_options(const fuzz_options *o)
+{
+    if (o->tuned_grid) printf(" --tuned-grid");
+    if (o->model_name) printf(" --model %s", mlajit_model_describe(o->model)->name);
 }
 
 typedef struct call_outcome {
@@ -484,8 +494,9 @@ static void print_failure(const fuzz_options *opts, const mlajit_fuzz_call *draw
         if (s->heads_per_cta) printf(" --heads-per-cta %d", s->heads_per_cta);
         printf(" --arch %s\n", o->arch);
     }
-    printf("  redraw: mlajit fuzz%s%s --seed %llu --call %lld\n", opts->cpu_only ? " --cpu-only" : "",
-           opts->tuned_grid ? " --tuned-grid" : "", (unsigned long long)opts->seed, (long long)drawn->number);
+    printf("  redraw: mlajit fuzz%s", opts->cpu_only ? " --cpu-only" : "");
+    print_redraw_options(opts);
+    printf(" --seed %llu --call %lld\n", (unsigned long long)opts->seed, (long long)drawn->number);
     fflush(stdout);
 }
 
@@ -646,8 +657,9 @@ static int fuzz_gpu(const fuzz_options *opts, const char *cache_dir, fuzz_counts
             count(n, &crash);
             printf("FAIL call %lld (seed %llu): %s: the worker died of signal %d\n", (long long)next,
                    (unsigned long long)opts->seed, fail_name(FAIL_CRASH), WTERMSIG(status));
-            printf("  redraw: mlajit fuzz%s --seed %llu --call %lld\n", opts->tuned_grid ? " --tuned-grid" : "",
-                   (unsigned long long)opts->seed, (long long)next);
+            printf("  redraw: mlajit fuzz");
+            print_redraw_options(opts);
+            printf(" --seed %llu --call %lld\n", (unsigned long long)opts->seed, (long long)next);
             next++;
         }
     }
@@ -671,7 +683,7 @@ static void remove_tree(const char *dir)
 }
 
 static const char fuzz_usage[] =
-    "usage: mlajit fuzz [--seconds N] [--seed S] [--cpu-only] [--call N] [--tuned-grid] [--out DIR]\n"
+    "usage: mlajit fuzz [--seconds N] [--seed S] [--cpu-only] [--call N] [--tuned-grid] [--model M] [--out DIR]\n"
     "  random decode calls over the whole envelope against the fp64 reference; a failing call\n"
     "  is shrunk and saved as a case directory under DIR with its run-case replay line\n"
     "  --seconds N  how long, 1..604800 (default 60)\n"
@@ -682,6 +694,7 @@ static const char fuzz_usage[] =
     "  --tuned-grid every call on a spec of the tuner's production grid (V3.2 / DSV4, heads\n"
     "               8-128, pages 64 / 256, auto, no features), its shape drawn as ever: with\n"
     "               tuned tactics on (MLAJIT_PACKS, the cache) plans carry them to random shapes\n"
+    "  --model M    every call on model M (v32, dsv4, glm_nsa, glm53_nope, dots3_swa)\n"
     "  --out DIR    where failing cases go (default fuzz-failures)\n"
     "exit status: 0 every call passed, 1 one failed, 2 bad arguments (docs/fuzzing.md)\n";
 
@@ -696,11 +709,16 @@ int cli_fuzz(int argc, char **argv)
         {"--call", CLI_INT64, &opts.only_call, .lo = 0, .hi = INT64_MAX},
         {"--out", CLI_STRING, .target = &opts.out_dir},
         {"--tuned-grid", CLI_FLAG, .target = &opts.tuned_grid},
+        {"--model", CLI_STRING, .target = &opts.model_name},
     };
     const cli_command cmd = {"fuzz", fuzz_usage, options, sizeof options / sizeof options[0], 0, 0, NULL};
     int n_operands, parsed = cli_parse(&cmd, argc, argv, &n_operands);
     if (parsed != CLI_PARSED)
         return parsed;
+    if (opts.model_name && mlajit_model_from_name(opts.model_name, &opts.model) != MLAJIT_OK)
+        return cli_usage_error(&cmd, "--model: %s", mlajit_last_error());
+    if (opts.model_name && opts.tuned_grid)
+        return cli_usage_error(&cmd, "--model and --tuned-grid: the grid draws its own models (v32, dsv4)");
     if (!seeded) {
         struct timespec ts;
         clock_gettime(CLOCK_REALTIME, &ts);
@@ -719,8 +737,9 @@ int cli_fuzz(int argc, char **argv)
         printf("fuzz: seed %llu, call %lld only%s\n", (unsigned long long)opts.seed, (long long)opts.only_call,
                opts.cpu_only ? ", no GPU: generate + NVRTC for sm_80, sm_90a, sm_100a, sm_120a" : "");
     else
-        printf("fuzz: seed %llu, %d s%s; failing cases go to %s/\n", (unsigned long long)opts.seed, opts.seconds,
+        printf("fuzz: seed %llu, %d s%s%s%s; failing cases go to %s/\n", (unsigned long long)opts.seed, opts.seconds,
                opts.cpu_only ? ", no GPU: generate + NVRTC for sm_80, sm_90a, sm_100a, sm_120a" : " on the GPU",
+               opts.model_name ? ", model " : "", opts.model_name ? mlajit_model_describe(opts.model)->name : "",
                opts.out_dir);
     fflush(stdout);
     fuzz_counts n = {0};

@@ -260,8 +260,8 @@ int mlajit_codegen_layout(const mlajit_kernel_spec *r, mlajit_kernel_layout *lay
     layout->tile = r->tile;
     layout->heads_per_cta = r->heads_per_cta;
     layout->smem_bytes = m.total;
-    layout->combine_threads = kCombineThreads;
-    layout->combine_staged_splits = kCombineStagedSplits;
+    layout->combine_threads = mlajit_combine_threads_of(d);
+    layout->combine_staged_splits = mlajit_combine_staged_splits_of(d);
     layout->combine_bytes_per_split = d->d_v * (int)sizeof(float);
     layout->blocks_per_sm = mlajit_family_min_blocks_per_sm(r, &m);
     layout->cluster_ctas = mlajit_family_cluster_ctas(r);
@@ -269,6 +269,9 @@ int mlajit_codegen_layout(const mlajit_kernel_spec *r, mlajit_kernel_layout *lay
     layout->single_split = f->single_split;
     return MLAJIT_OK;
 }
+
+int mlajit_combine_threads_of(const mlajit_model_desc *d) { return kCombineThreads * d->d_v / 512; }
+int mlajit_combine_staged_splits_of(const mlajit_model_desc *d) { return kCombineStagedSplits * 512 / d->d_v; }
 
 int mlajit_combine_smem_bytes(const mlajit_kernel_layout *layout, int num_splits)
 {
@@ -290,50 +293,59 @@ static int refuse_scales(const mlajit_family *f, const mlajit_kernel_spec *r)
                        "model %s has arbitrary fp32 scales: use the sm90 variant", f->name, d->name);
 }
 
-/* The layouts each template is built for. GLM53_NOPE (d_rope 0) and DOTS3_SWA
- * (d_nope 1024, d_v 1024, d_qk 1088) are in the contract and the model table, but
- * no template is built for them yet: every family refuses them here, naming the
- * model and the template's assumption it breaks (docs/kernels.md). */
-static int refuse_layout(const mlajit_family *f, const mlajit_model_desc *d, const char *why)
+/* The layouts each template is built for: NULL, or why not (a fact about the
+ * family's template, printed by the envelope). GLM53_NOPE (d_rope 0) and DOTS3_SWA
+ * (d_nope 1024, d_v 1024, d_qk 1088) take the templates' layouts edition
+ * (generate.c). sm90 and sm90-staged: Q and two K tile buffers of d_qk / 64
+ * swizzled blocks of 64 rows each, and P V in two wgmma N of 256 value dims. */
+static const char *sm90_layout(const mlajit_model_desc *d)
 {
-    return mlajit_fail(MLAJIT_ERR_UNSUPPORTED,
-                       "variant %s does not serve model %s (d_qk %d, d_nope %d, d_rope %d, d_v %d): %s; "
-                       "no kernel family serves %s yet (v32, dsv4 and glm_nsa run)",
-                       f->name, d->name, d->d_qk, d->d_nope, d->d_rope, d->d_v, why, d->name);
-}
-
-static int portable_layout(const mlajit_family *f, const mlajit_model_desc *d)
-{
-    if (d->d_rope == 0)
-        return refuse_layout(f, d, "d_rope 0: decode_portable.cu's RoPE gather splits a warp into d_rope / 8 "
-                                   "chunks (kRopeChunks; 32 % kRopeChunks), none without RoPE");
-    if (d->d_nope > 512)
-        return refuse_layout(f, d, "decode_portable.cu gathers one 16-code NoPE chunk per lane "
-                                   "(d_nope / 16 <= 32, so d_nope <= 512)");
-    return MLAJIT_OK;
-}
-
-/* sm90, sm90-staged and the narrow rows share sm90_common.cu's producer */
-static int sm90_layout(const mlajit_family *f, const mlajit_model_desc *d)
-{
-    if (d->d_rope == 0)
-        return refuse_layout(f, d, "d_rope 0: sm90_common.cu's producer holds each lane's RoPE loads in "
-                                   "U32x4 rope[d_rope / 32], an array of size 0 without RoPE");
     if (d->d_v != 512)
-        return refuse_layout(f, d, "sm90_common.cu is built for d_v 512 (static_assert kDV == 512: two "
-                                   "wgmma N of 256 value dims)");
-    return MLAJIT_OK;
+        return "decode_sm90.cu is built for d_v 512 (static_assert kDV == 512 in sm90_common.cu: two wgmma N of "
+               "256 value dims), and its Q and two K tile buffers (3 x d_qk / 64 blocks of 8 KB: 408 KB at d_qk "
+               "1088) outgrow the 227 KB of shared memory; the portable family serves it on sm_90a";
+    return NULL;
+}
+
+/* the narrow rows: as sm90 (their Q is `heads` rows, their two K buffers as sm90's) */
+static const char *narrow_layout(const mlajit_model_desc *d)
+{
+    if (d->d_v != 512)
+        return "sm90_common.cu is built for d_v 512 (static_assert kDV == 512), and the two K tile buffers "
+               "(2 x d_qk / 64 blocks of 8 KB: 272 KB at d_qk 1088) outgrow the 227 KB of shared memory; the "
+               "portable family serves it on sm_90a";
+    return NULL;
+}
+
+int mlajit_family_check_layout(const mlajit_family *f, const mlajit_model_desc *d)
+{
+    const char *why = f->layout_refusal ? f->layout_refusal(d) : NULL;
+    if (!why)
+        return MLAJIT_OK;
+    return mlajit_fail(MLAJIT_ERR_UNSUPPORTED, "variant %s does not serve model %s (d_qk %d, d_nope %d, d_rope %d, "
+                       "d_v %d): %s", f->name, d->name, d->d_qk, d->d_nope, d->d_rope, d->d_v, why);
 }
 
 /* The portable family: 16 heads fill one mma row tile; past that more row tiles
  * per CTA cut how often each K tile is gathered and dequantized: 64 heads (512
  * threads) when that pads no more heads than 32 would and a 64-candidate tile
  * fits. A 64-candidate tile when the arch has the shared memory for it. */
+enum { kPortableWideMaxDV = 512 };
 static int portable_resolve(const mlajit_family *f, mlajit_kernel_spec *r)
 {
+    const mlajit_model_desc *d = mlajit_model_describe(r->model);
+    /* 64 heads: 512 threads under the 128-register cap, each warp's O accumulators
+     * 4 row tiles x d_v / 16 dims: DOTS3_SWA's d_v 1024 spilled 2 KB (ptxas, CUDA
+     * 13.0, sm_90a); at 32 heads, 256 threads, it spills nothing */
+    if (r->heads_per_cta == 64 && d->d_v > kPortableWideMaxDV)
+        return mlajit_fail(MLAJIT_ERR_UNSUPPORTED, "variant %s holds 64 heads per CTA only at d_v <= %d (the O "
+                           "accumulators of 512 threads spill at 128 registers); model %s has d_v %d: use 16 or "
+                           "32, or 0", f->name, kPortableWideMaxDV, d->name, d->d_v);
+    const int chose_both = r->heads_per_cta == 0 && r->tile == 0;
     if (r->heads_per_cta == 0) {
         r->heads_per_cta = r->h_q <= 16 ? 16 : 32;
-        if (r->h_q > 32 && (r->h_q + 63) / 64 * 64 == (r->h_q + 31) / 32 * 32 && (r->tile == 0 || r->tile == 64)) {
+        if (r->h_q > 32 && (r->h_q + 63) / 64 * 64 == (r->h_q + 31) / 32 * 32 && (r->tile == 0 || r->tile == 64) &&
+            d->d_v <= kPortableWideMaxDV) {
             mlajit_kernel_spec wide = *r;
             wide.heads_per_cta = 64;
             wide.tile = 64;
@@ -349,6 +361,12 @@ static int portable_resolve(const mlajit_family *f, mlajit_kernel_spec *r)
         if (mlajit_codegen_layout(r, &layout) == MLAJIT_OK && layout.smem_bytes > mlajit_arch_max_smem(r->arch))
             r->tile = 32;
     }
+    /* 32 heads that do not fit even at tile 32 (DOTS3_SWA's rows on the 99 KB archs):
+     * 16, so that a refusal names the least there is (V3.2's rows fit at 32) */
+    mlajit_kernel_layout layout;
+    if (chose_both && r->heads_per_cta == 32 && mlajit_codegen_layout(r, &layout) == MLAJIT_OK &&
+        layout.smem_bytes > mlajit_arch_max_smem(r->arch))
+        r->heads_per_cta = 16;
     return MLAJIT_OK;
 }
 
@@ -408,12 +426,12 @@ static int scores_is_narrow(const mlajit_kernel_spec *r) { return !mlajit_narrow
     .roles = "two consumer warp groups (S, P V) and one producer (gather, dequantize); setmaxnreg raises the "     \
              "score group, lowers the others",                                                                    \
     .threads = 384, .tiles = MLAJIT_SIZES(64), .heads_per_cta = MLAJIT_SIZES(64), .resolve = sm90_resolve,         \
-    .accepts_layout = sm90_layout, .smem_map = sm90_smem_map
+    .layout_refusal = sm90_layout, .smem_map = sm90_smem_map
 #define NARROW_ROW(v, nm)                                                                                          \
     .variant = v, .name = nm, .arch = "sm_90a", .sm90_common = 1, .tiles = MLAJIT_SIZES(64),                       \
     .heads_per_cta = MLAJIT_SIZES(8) | MLAJIT_SIZES(16) | MLAJIT_SIZES(24) | MLAJIT_SIZES(32),                     \
     .max_heads_per_cta = MLAJIT_NARROW_MAX_HEADS_PER_CTA, .scales = MLAJIT_SCALES_POW2, .resolve = narrow_resolve, \
-    .accepts_layout = sm90_layout
+    .layout_refusal = narrow_layout
 
 /* In variant order; retired variants (MLAJIT_VARIANT_SLICED, _SM90_UNPAIRED) have no
  * row, only an entry in retired_variants below. */
@@ -424,14 +442,16 @@ const mlajit_family mlajit_families[] = {
         .threads = 256, .threads_wide = 512,
         .tiles = MLAJIT_SIZES(32) | MLAJIT_SIZES(64),
         .heads_per_cta = MLAJIT_SIZES(16) | MLAJIT_SIZES(32) | MLAJIT_SIZES(64),
-        .scales = MLAJIT_SCALES_ANY, .models = "v32, dsv4, glm_nsa", .resolve = portable_resolve,
-        .accepts_layout = portable_layout,
+        .scales = MLAJIT_SCALES_ANY, .models = "v32, dsv4, glm_nsa, glm53_nope, dots3_swa (at most 32 heads per CTA)",
+        .resolve = portable_resolve,
+        /* no layout_refusal: every model (no RoPE slots without RoPE; NoPE chunks in passes of 32 lanes) */
         .smem_map = portable_smem_map,
         .two_blocks_scales = MLAJIT_SCALES_ANY,
         .knobs = MLAJIT_KNOB_TILE | MLAJIT_KNOB_HEADS_PER_CTA | MLAJIT_KNOB_SPLITS,
     },
     {
-        SM90_ROW(MLAJIT_VARIANT_SM90, "sm90"), .scales = MLAJIT_SCALES_ANY, .models = "v32, dsv4, glm_nsa", .pairs = 1,
+        SM90_ROW(MLAJIT_VARIANT_SM90, "sm90"), .scales = MLAJIT_SCALES_ANY, .models = "v32, dsv4, glm_nsa, glm53_nope",
+        .pairs = 1,
         .knobs = MLAJIT_KNOB_SPLITS,
     },
     {
@@ -479,16 +499,20 @@ const mlajit_family *mlajit_family_of(mlajit_variant v)
  * on every V3.2 and DSV4 row at 8, 16 and 32 heads measured on the H200); else
  * the sm90 family where the head group is 0 or 64 (faster than the portable family
  * on every row measured, padded head counts included); else portable
- * (bench/NOTES.md). */
+ * (bench/NOTES.md). A family whose template is not built for the model's layout
+ * is passed over (DOTS3_SWA on sm_90a: portable). */
 mlajit_variant mlajit_family_auto(const mlajit_kernel_spec *r)
 {
     const mlajit_family *narrow = mlajit_family_of(MLAJIT_VARIANT_SM90_NARROW);
     const mlajit_family *sm90 = mlajit_family_of(MLAJIT_VARIANT_SM90);
     const int hopper = strcmp(r->arch, sm90->arch) == 0 && (r->tile == 0 || mlajit_family_takes(sm90->tiles, r->tile));
-    const unsigned scale = MLAJIT_SCALES(mlajit_model_describe(r->model)->scale_format);
-    if (hopper && r->heads_per_cta == 0 && r->h_q <= narrow->max_heads_per_cta && (narrow->scales & scale))
+    const mlajit_model_desc *d = mlajit_model_describe(r->model);
+    const unsigned scale = MLAJIT_SCALES(d->scale_format);
+    if (hopper && r->heads_per_cta == 0 && r->h_q <= narrow->max_heads_per_cta && (narrow->scales & scale) &&
+        !narrow->layout_refusal(d))
         return MLAJIT_VARIANT_SM90_NARROW;
-    return hopper && (r->heads_per_cta == 0 || mlajit_family_takes(sm90->heads_per_cta, r->heads_per_cta))
+    return hopper && !sm90->layout_refusal(d) &&
+                   (r->heads_per_cta == 0 || mlajit_family_takes(sm90->heads_per_cta, r->heads_per_cta))
                ? MLAJIT_VARIANT_SM90
                : MLAJIT_VARIANT_PORTABLE;
 }

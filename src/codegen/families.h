@@ -27,10 +27,17 @@ const char *mlajit_arch_list(void);
 
 /* ---- layout ------------------------------------------------------------------- */
 
-/* The combine kernel's block size and the split rows it copies into shared
- * memory per round (d_v fp32 each: 64 KB for 32 splits of 512 dims); the pad of
- * shared-memory rows (bf16 elements) that spreads them over banks. */
+/* The combine kernel's block size at d_v 512 and the split rows it copies into
+ * shared memory per round (d_v fp32 each: 64 KB for 32 splits of 512 dims); the
+ * pad of shared-memory rows (bf16 elements) that spreads them over banks. A wider
+ * V keeps a thread's 4 dims and the 64 KB (mlajit_combine_threads_of). */
 enum { kCombineThreads = 128, kCombineStagedSplits = 32, kRowPad = 8 };
+
+/* The combine's block size and staged split rows for model d: a thread per 4 value
+ * dims (combine.cu: one 16-byte group per split), 64 KB of staged rows (256 threads
+ * and 16 rows at DOTS3_SWA's d_v 1024; sm_86's 99 KB holds them). */
+int mlajit_combine_threads_of(const mlajit_model_desc *d);
+int mlajit_combine_staged_splits_of(const mlajit_model_desc *d);
 
 /* Launch geometry of a resolved spec's kernels. */
 typedef struct mlajit_kernel_layout {
@@ -123,9 +130,9 @@ struct mlajit_family {
     int max_heads_per_cta;    /* the most heads a CTA holds without head groups (0: no limit but its sizes) */
     unsigned scales;          /* scale formats it runs (MLAJIT_SCALES); the others are refused */
     const char *models;       /* the models it runs, in words (its resolve checks them) */
-    /* the layouts its template is built for: 0, or an error naming the model and why
-     * not (checked by the resolver before the arch and resolve; NULL: any) */
-    int (*accepts_layout)(const mlajit_family *f, const mlajit_model_desc *d);
+    /* the layouts its template is built for: NULL, or why not (checked by the resolver
+     * before the arch and resolve, mlajit_family_check_layout; NULL: any) */
+    const char *(*layout_refusal)(const mlajit_model_desc *d);
     /* its choices and refusals for a spec of it, in the resolver's order: tile and head
      * group set, the model checked (0, or an error set) */
     int (*resolve)(const mlajit_family *f, mlajit_kernel_spec *r);
@@ -170,6 +177,10 @@ void mlajit_variant_values(char *buf, size_t len);
 /* The kernel auto runs before its plans' walk alternatives: its variant for a
  * spec (arch set) whose variant is auto. */
 mlajit_variant mlajit_family_auto(const mlajit_kernel_spec *r);
+
+/* 0 where family f's template is built for model d's layout, else an error saying
+ * why not (MLAJIT_ERR_UNSUPPORTED) */
+int mlajit_family_check_layout(const mlajit_family *f, const mlajit_model_desc *d);
 
 /* The layout of a resolved spec (tile and heads per CTA set). */
 int mlajit_codegen_layout(const mlajit_kernel_spec *resolved, mlajit_kernel_layout *layout);

@@ -98,8 +98,8 @@ static void emit_config(mlajit_strbuf *b, const mlajit_kernel_spec *r, const mla
     mlajit_strbuf_printf(b, "constexpr int kQKStride = %d;\n", mlajit_family_qk_stride(d));
     mlajit_strbuf_printf(b, "constexpr int kScoreStride = %d;\n", mlajit_family_score_stride(r));
     mlajit_strbuf_printf(b, "constexpr int kProbStride = %d;\n", mlajit_family_prob_stride(r));
-    mlajit_strbuf_printf(b, "constexpr int kCombineThreads = %d;\n", kCombineThreads);
-    mlajit_strbuf_printf(b, "constexpr int kCombineStagedSplits = %d;\n", kCombineStagedSplits);
+    mlajit_strbuf_printf(b, "constexpr int kCombineThreads = %d;\n", mlajit_combine_threads_of(d));
+    mlajit_strbuf_printf(b, "constexpr int kCombineStagedSplits = %d;\n", mlajit_combine_staged_splits_of(d));
     mlajit_strbuf_printf(b, "constexpr int kMaxSplits = %d;\n", MLAJIT_MAX_SPLITS);
     mlajit_strbuf_printf(b, "constexpr bool kDependentLaunch = %s;\n", TF(mlajit_arch_has_grid_dependency(r->arch)));
     /* the shared-memory map (bytes); the staging area is the row rings of
@@ -157,6 +157,17 @@ uint64_t mlajit_decode_params_layout_hash(void)
     return XXH3_64bits(layout, sizeof layout - 1);
 }
 
+/* The templates' base text is what the keys of V3.2's, DSV4's and GLM-NSA's
+ * kernels were made from; their `#if MLAJIT_LAYOUTS` parts (resolved by the
+ * embedder, tools/embed_templates.py) generalize them to no RoPE and to NoPE and
+ * value dims past 512 (GLM53_NOPE, DOTS3_SWA). Those layouts take the layouts
+ * edition of a template that has one, the others the base text: their sources,
+ * hence every key and shipped pack, stay as they were. */
+static int needs_layouts_edition(const mlajit_model_desc *d)
+{
+    return d->d_rope == 0 || d->d_nope > 512 || d->d_v > 512;
+}
+
 int mlajit_generate_source(const mlajit_kernel_spec *spec, char **source)
 {
     mlajit_kernel_spec r = MLAJIT_KERNEL_SPEC_INIT;
@@ -176,10 +187,17 @@ int mlajit_generate_source(const mlajit_kernel_spec *spec, char **source)
     const char *names[] = {"prelude", "gather", f->sm90_common ? "sm90_common" : "", f->kernel, "combine"};
     enum { kParts = sizeof names / sizeof names[0] };
     const mlajit_template *parts[kParts] = {0};
+    const mlajit_model_desc *d = mlajit_model_describe(r.model);
+    const int layouts = needs_layouts_edition(d);
     size_t templates_bytes = 0;
     for (size_t k = 0; k < kParts; k++) {
         if (!names[k][0])
             continue;
+        char edition[64];
+        snprintf(edition, sizeof edition, "%s:layouts", names[k]);
+        for (size_t i = 0; layouts && i < mlajit_template_count && !parts[k]; i++)
+            if (strcmp(mlajit_templates[i].name, edition) == 0)
+                parts[k] = &mlajit_templates[i];
         for (size_t i = 0; i < mlajit_template_count && !parts[k]; i++)
             if (strcmp(mlajit_templates[i].name, names[k]) == 0)
                 parts[k] = &mlajit_templates[i];
@@ -187,7 +205,6 @@ int mlajit_generate_source(const mlajit_kernel_spec *spec, char **source)
             return mlajit_fail(MLAJIT_ERR_INTERNAL, "template '%s' is not embedded (build)", names[k]);
         templates_bytes += parts[k]->size;
     }
-    const mlajit_model_desc *d = mlajit_model_describe(r.model);
     mlajit_strbuf b = {0};
     /* one allocation (the config block is about 2 KB) */
     mlajit_strbuf_reserve(&b, sizeof params_block + templates_bytes + 4096);

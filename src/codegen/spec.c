@@ -102,7 +102,7 @@ int mlajit_spec_resolve(const mlajit_kernel_spec *caller_spec, mlajit_kernel_spe
     if (r.variant == MLAJIT_VARIANT_AUTO)
         r.variant = mlajit_family_auto(&r);
     const mlajit_family *f = mlajit_family_of(r.variant);
-    if (f->accepts_layout && (rc = f->accepts_layout(f, mlajit_model_describe(r.model))))
+    if ((rc = mlajit_family_check_layout(f, mlajit_model_describe(r.model))))
         return rc;
     if (f->arch && strcmp(r.arch, f->arch) != 0)
         return mlajit_fail(MLAJIT_ERR_UNSUPPORTED, "variant %s needs spec.arch = %s (wgmma); spec.arch = '%s': "
@@ -115,6 +115,15 @@ int mlajit_spec_resolve(const mlajit_kernel_spec *caller_spec, mlajit_kernel_spe
     rc = mlajit_codegen_layout(&r, &layout);
     if (rc)
         return rc;
+    /* the portable family's smallest tile and head group (DOTS3_SWA's 1088-dim rows on
+     * the 99 KB archs) leave nothing to lower */
+    if (layout.smem_bytes > mlajit_arch_max_smem(r.arch) && r.tile == 32 && r.heads_per_cta <= 16)
+        return mlajit_fail(MLAJIT_ERR_UNSUPPORTED,
+                           "spec needs %d bytes of shared memory per block at tile 32 and %d heads per CTA, the "
+                           "least there is (model %s's rows of %d dims); %s allows %d: use an arch with more "
+                           "(sm_80, sm_90a, sm_100a)", layout.smem_bytes, r.heads_per_cta,
+                           mlajit_model_describe(r.model)->name, mlajit_model_describe(r.model)->d_qk, r.arch,
+                           mlajit_arch_max_smem(r.arch));
     if (layout.smem_bytes > mlajit_arch_max_smem(r.arch))
         return mlajit_fail(MLAJIT_ERR_UNSUPPORTED,
                            "spec needs %d bytes of shared memory per block; %s allows %d: use tile 32 or fewer heads_per_cta",

@@ -40,6 +40,8 @@ enum {
     MLAJIT_FUZZ_TUNED_GRID = 2,  /* specs of the tuner's production grid (V3.2 / DSV4, heads 8-128,
                                     pages 64 / 256, auto, no features or extra cache), shapes as
                                     ever: plans carry tuned tactics to random shapes */
+    MLAJIT_FUZZ_MODEL_SHIFT = 8,  /* flags | model << 8: every call on that model (mlajit fuzz
+                                     --model; its calls are not a plain run's with the model set) */
 };
 
 /* Draw call number `call` of the run seeded run_seed, with flags. Without

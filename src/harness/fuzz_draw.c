@@ -126,11 +126,14 @@ void mlajit_fuzz_draw(uint64_t run_seed, int64_t call, unsigned flags, mlajit_fu
     rng r;
     rng_seed(&r, out->seed);
 
-    /* The models some kernel family serves. GLM53_NOPE and DOTS3_SWA are refused by
-     * every family's row (families.c) until a template is built for them, so drawing
-     * them would only test that refusal (the envelope suite does). */
-    static const mlajit_model models[] = {MLAJIT_MODEL_V32, MLAJIT_MODEL_DSV4, MLAJIT_MODEL_GLM_NSA};
-    mlajit_model model = models[below(&r, 3)];
+    /* Every model of the table: a family serves each (families.c). A drawn spec a
+     * family does not serve (DOTS3_SWA with a forced sm90 variant, or a layout
+     * outside an arch's shared memory) is refused by the envelope like any other. */
+    static const mlajit_model models[] = {MLAJIT_MODEL_V32, MLAJIT_MODEL_DSV4, MLAJIT_MODEL_GLM_NSA,
+                                          MLAJIT_MODEL_GLM53_NOPE, MLAJIT_MODEL_DOTS3_SWA};
+    mlajit_model model = models[below(&r, (int)(sizeof models / sizeof models[0]))];
+    if (flags >> MLAJIT_FUZZ_MODEL_SHIFT) /* one model asked for */
+        model = (mlajit_model)(flags >> MLAJIT_FUZZ_MODEL_SHIFT);
     int h_q = draw_heads(&r);
     int page = draw_page(&r);
     int has_extra = chance(&r, 40);
@@ -141,6 +144,8 @@ void mlajit_fuzz_draw(uint64_t run_seed, int64_t call, unsigned flags, mlajit_fu
     if (has_extra && chance(&r, 50)) features |= MLAJIT_FEATURE_EXTRA_TOPK_LENGTH;
     static const int tiles[] = {0, 32, 64}, heads_per_cta[] = {0, 16, 32, 64};
     int tile = PICK(&r, tiles), hc = PICK(&r, heads_per_cta);
+    if (hc == 64 && mlajit_model_describe(model)->d_v > 512)
+        hc = 32; /* the portable family holds 64 heads only at d_v 512 (families.c); no draw taken */
     if (tuned_grid) { /* the rest of the draw as ever */
         draw_tuned_grid_spec(&r, &model, &h_q, &page);
         has_extra = extra_page = 0;
