@@ -193,7 +193,7 @@ static void sm90_scores_smem_map(const mlajit_kernel_spec *r, const mlajit_model
 
 int mlajit_narrow_scores_fits(const mlajit_kernel_spec *r)
 {
-    const mlajit_model_desc *d = mlajit_model_describe(r->model);
+    const mlajit_model_desc *d = mlajit_spec_desc(r);
     mlajit_smem_map m;
     if (!d || r->tile != 64 || (r->heads_per_cta != 8 && r->heads_per_cta != 16) ||
         d->scale_place != MLAJIT_SCALES_INLINE || d->scale_format == MLAJIT_SCALE_FP32 || d->quant_tile % 64 != 0)
@@ -204,7 +204,7 @@ int mlajit_narrow_scores_fits(const mlajit_kernel_spec *r)
 
 int mlajit_narrow_producer_groups(const mlajit_kernel_spec *r)
 {
-    const mlajit_model_desc *d = mlajit_model_describe(r->model);
+    const mlajit_model_desc *d = mlajit_spec_desc(r);
     const mlajit_family *f = mlajit_family_of(r->variant);
     mlajit_smem_map m;
     if (!d || !f || f->smem_map != sm90_narrow_smem_map || r->tile <= 0 || r->heads_per_cta <= 0)
@@ -236,7 +236,7 @@ int mlajit_family_min_blocks_per_sm(const mlajit_kernel_spec *r, const mlajit_sm
 {
     const mlajit_family *f = mlajit_family_of(r->variant);
     int fits = 2 * m->total <= mlajit_arch_max_smem(r->arch);
-    int scales_ok = (f->two_blocks_scales & MLAJIT_SCALES(mlajit_model_describe(r->model)->scale_format)) != 0;
+    int scales_ok = (f->two_blocks_scales & MLAJIT_SCALES(mlajit_spec_desc(r)->scale_format)) != 0;
     return scales_ok && r->heads_per_cta == 16 && fits ? 2 : 1;
 }
 
@@ -250,7 +250,7 @@ int mlajit_family_cluster_ctas(const mlajit_kernel_spec *r)
 
 int mlajit_codegen_layout(const mlajit_kernel_spec *r, mlajit_kernel_layout *layout)
 {
-    const mlajit_model_desc *d = mlajit_model_describe(r->model);
+    const mlajit_model_desc *d = mlajit_spec_desc(r);
     if (!d || !layout || r->tile <= 0 || r->heads_per_cta <= 0 || !mlajit_family_of(r->variant))
         return mlajit_fail(MLAJIT_ERR_INVALID_ARGUMENT, "layout needs a resolved spec (tile and heads_per_cta set)");
     const mlajit_family *f = mlajit_family_of(r->variant);
@@ -283,7 +283,7 @@ int mlajit_family_takes(unsigned sizes, int v) { return v > 0 && v % 8 == 0 && v
 /* The refusal of a family that runs only some scale formats. */
 static int refuse_scales(const mlajit_family *f, const mlajit_kernel_spec *r)
 {
-    const mlajit_model_desc *d = mlajit_model_describe(r->model);
+    const mlajit_model_desc *d = mlajit_spec_desc(r);
     if (f->scales & MLAJIT_SCALES(d->scale_format))
         return MLAJIT_OK;
     return mlajit_fail(MLAJIT_ERR_UNSUPPORTED, "variant %s needs power-of-two scales (v32, dsv4); "
@@ -300,6 +300,18 @@ static int refuse_layout(const mlajit_family *f, const mlajit_model_desc *d, con
                        "variant %s does not serve model %s (d_qk %d, d_nope %d, d_rope %d, d_v %d): %s; "
                        "no kernel family serves %s yet (v32, dsv4 and glm_nsa run)",
                        f->name, d->name, d->d_qk, d->d_nope, d->d_rope, d->d_v, why, d->name);
+}
+
+int mlajit_family_layout_gate(const mlajit_family *f, const mlajit_model_desc *d)
+{
+    if (!d)
+        return mlajit_fail(MLAJIT_ERR_INVALID_ARGUMENT, "spec has no valid layout");
+    if (d->scale_format == MLAJIT_SCALE_NONE)
+        return mlajit_fail(MLAJIT_ERR_UNSUPPORTED,
+                           "variant %s does not serve layout %s: its NoPE dims are bf16 values (scales none), and "
+                           "no kernel reads bf16 NoPE values yet; quantize the cache to fp8 (scales pow2, fp32 or ue8m0)",
+                           f->name, d->name);
+    return MLAJIT_OK;
 }
 
 static int portable_layout(const mlajit_family *f, const mlajit_model_desc *d)
@@ -485,7 +497,7 @@ mlajit_variant mlajit_family_auto(const mlajit_kernel_spec *r)
     const mlajit_family *narrow = mlajit_family_of(MLAJIT_VARIANT_SM90_NARROW);
     const mlajit_family *sm90 = mlajit_family_of(MLAJIT_VARIANT_SM90);
     const int hopper = strcmp(r->arch, sm90->arch) == 0 && (r->tile == 0 || mlajit_family_takes(sm90->tiles, r->tile));
-    const unsigned scale = MLAJIT_SCALES(mlajit_model_describe(r->model)->scale_format);
+    const unsigned scale = MLAJIT_SCALES(mlajit_spec_desc(r)->scale_format);
     if (hopper && r->heads_per_cta == 0 && r->h_q <= narrow->max_heads_per_cta && (narrow->scales & scale))
         return MLAJIT_VARIANT_SM90_NARROW;
     return hopper && (r->heads_per_cta == 0 || mlajit_family_takes(sm90->heads_per_cta, r->heads_per_cta))

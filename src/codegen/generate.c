@@ -39,8 +39,7 @@ static void emit_config(mlajit_strbuf *b, const mlajit_kernel_spec *r, const mla
     const mlajit_family *f = mlajit_family_of(r->variant);
     mlajit_smem_map m;
     f->smem_map(r, d, &m);
-    int scale_offset = d->scale_place == MLAJIT_SCALES_INLINE ? d->d_nope : 0;
-    int rope_offset = d->d_nope + (d->scale_place == MLAJIT_SCALES_INLINE ? d->num_scales * 4 : 0);
+    const int scale_offset = d->scale_offset, rope_offset = d->rope_offset; /* models.c's rule */
 #define TF(x) ((x) ? "true" : "false")
     /* the spec the source was generated for, so that a content key names its spec
      * (a macro: a variable would be a device global, and the cubin would hold it) */
@@ -187,7 +186,7 @@ int mlajit_generate_source(const mlajit_kernel_spec *spec, char **source)
             return mlajit_fail(MLAJIT_ERR_INTERNAL, "template '%s' is not embedded (build)", names[k]);
         templates_bytes += parts[k]->size;
     }
-    const mlajit_model_desc *d = mlajit_model_describe(r.model);
+    const mlajit_model_desc *d = mlajit_spec_desc(&r);
     mlajit_strbuf b = {0};
     /* one allocation (the config block is about 2 KB) */
     mlajit_strbuf_reserve(&b, sizeof params_block + templates_bytes + 4096);
