@@ -399,7 +399,10 @@ MLAJIT_API int mlajit_spec_string(const mlajit_kernel_spec *spec, char *buf, siz
  * (mlajit_spec_validate); *out is unchanged on a failure. The string is the
  * canonical form mlajit_spec_string writes, or a short form that leaves fields
  * off from the right, e.g. "v32.h16.p64" or "dsv4.h64.p256.e64.fs" (tile, heads
- * per CTA, variant and arch then take their defaults: t0, hc0, auto, any). */
+ * per CTA, variant and arch then take their defaults: t0, hc0, auto, any). The
+ * first field is a model's name or a layout: its canonical string or its
+ * inline keys (mlajit_layout_parse), e.g.
+ * "d_nope=256,d_rope=64,tile=32,scales=ue8m0,place=inline.h16.p64". */
 MLAJIT_API int mlajit_spec_parse(const char *str, mlajit_kernel_spec *out);
 
 /* Resolve the generator's choices (tile, heads per CTA, variant) for spec->arch,

@@ -361,7 +361,7 @@ int mlajit_spec_parse_fields(const char *str, mlajit_kernel_spec *out)
      * model's layout stands for the model) */
     if (nt >= 1 && mlajit_model_from_name(toks[0], &s.model) != MLAJIT_OK) {
         mlajit_clear_error();
-        if (strchr(toks[0], '-') && strchr(toks[0], '=') == NULL) {
+        if (strchr(toks[0], '-') || strchr(toks[0], '=')) {
             int rc = mlajit_layout_parse(toks[0], &s.layout);
             if (rc)
                 return mlajit_fail_prefix(rc, "spec string '%s': ", str);
