@@ -302,6 +302,12 @@ static int refuse_layout(const mlajit_family *f, const mlajit_model_desc *d, con
                        f->name, d->name, d->d_qk, d->d_nope, d->d_rope, d->d_v, why, d->name);
 }
 
+/* A custom layout's refusal: the family and the template's assumption it breaks. */
+static int refuse_custom(const mlajit_family *f, const mlajit_model_desc *d, const char *why)
+{
+    return mlajit_fail(MLAJIT_ERR_UNSUPPORTED, "variant %s does not serve layout %s: %s", f->name, d->name, why);
+}
+
 int mlajit_family_layout_gate(const mlajit_family *f, const mlajit_model_desc *d)
 {
     if (!d)
@@ -311,6 +317,37 @@ int mlajit_family_layout_gate(const mlajit_family *f, const mlajit_model_desc *d
                            "variant %s does not serve layout %s: its NoPE dims are bf16 values (scales none), and "
                            "no kernel reads bf16 NoPE values yet; quantize the cache to fp8 (scales pow2, fp32 or ue8m0)",
                            f->name, d->name);
+    /* The named models are served as each family's accepts_layout says. A custom
+     * layout must also keep to what the templates are written for today (their
+     * static_asserts), so that what the envelope accepts compiles: conservative,
+     * a layout refused here may become served as the templates generalise. */
+    if (d->model != MLAJIT_MODEL_CUSTOM)
+        return MLAJIT_OK;
+    if (d->d_v != 4 * kCombineThreads)
+        return refuse_custom(f, d, "combine.cu is built for d_v 512 (each of its 128 threads merges 4 value dims)");
+    const int inline_fp32 = d->scale_place == MLAJIT_SCALES_INLINE && d->scale_format != MLAJIT_SCALE_UE8M0;
+    const int footer_ue8m0 = d->scale_place == MLAJIT_SCALES_PAGE_FOOTER && d->scale_format == MLAJIT_SCALE_UE8M0;
+    if (!inline_fp32 && !footer_ue8m0)
+        return refuse_custom(f, d, "the kernels read fp32 scales inline or ue8m0 scales in a page footer");
+    if (f->sm90_common) {
+        if (d->d_nope % 64 || d->d_rope % 64 || d->quant_tile % 64)
+            return refuse_custom(f, d, "sm90_common.cu's producer splits each row over 4 lanes 64 bytes apart and "
+                                       "its K tiles are 64-dim swizzle blocks (d_nope, d_rope and the quant tile "
+                                       "multiples of 64)");
+        if (footer_ue8m0 && (d->footer_bytes != 8 || d->num_scales > 8))
+            return refuse_custom(f, d, "sm90_common.cu reads a token's ue8m0 scales in one 8-byte footer load "
+                                       "(footer_bytes 8, at most 8 scales)");
+        if (inline_fp32 && d->num_scales != 4)
+            return refuse_custom(f, d, "sm90_common.cu reads a token's inline fp32 scales in one 16-byte load "
+                                       "(4 scales)");
+    } else {
+        if (d->d_qk % 32)
+            return refuse_custom(f, d, "decode_portable.cu loads K fragments two k-steps at a time (d_qk a multiple "
+                                       "of 32)");
+        if (d->d_rope && 32 % (d->d_rope / 8))
+            return refuse_custom(f, d, "decode_portable.cu's RoPE chunks of 8 dims must tile a warp (d_rope 8, 16, "
+                                       "32, 64, 128 or 256)");
+    }
     return MLAJIT_OK;
 }
 
