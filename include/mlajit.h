@@ -246,8 +246,7 @@ typedef struct mlajit_layout {
     int d_nope;          /* quantized dims: 16..2048, a multiple of 16 */
     int d_rope;          /* bf16 dims stored verbatim after them: 0..512, a multiple of 8; d_nope + d_rope <= 2048 */
     int d_v;             /* value width, V = K[0 : d_v]: 16..d_nope + d_rope, a multiple of 16 */
-    int quant_tile;      /* NoPE dims per scale: a multiple of 16 dividing d_nope, at most 128 scales;
-                            0 with MLAJIT_SCALE_NONE */
+    int quant_tile;      /* NoPE dims per scale: a multiple of 16 dividing d_nope; 0 with MLAJIT_SCALE_NONE */
     mlajit_scale_format scale_format; /* MLAJIT_SCALE_* */
     mlajit_scale_place scale_place;   /* MLAJIT_SCALES_*; 0 with MLAJIT_SCALE_NONE */
     int row_bytes;       /* bytes of one token's row: at least what it holds, a multiple of 16, <= 16384 */

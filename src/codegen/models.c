@@ -48,7 +48,6 @@ static const struct {
 
 #define MAX_D_QK 2048
 #define MAX_D_ROPE 512
-#define MAX_SCALES 128
 #define MAX_ROW_BYTES 16384
 #define MAX_FOOTER_BYTES 1024
 
@@ -131,11 +130,6 @@ int mlajit_layout_validate(const mlajit_layout *l)
             return mlajit_fail(MLAJIT_ERR_INVALID_ARGUMENT,
                                "layout.quant_tile = %d; allowed a multiple of 16 that divides d_nope %d", l->quant_tile,
                                l->d_nope);
-        if (l->d_nope / l->quant_tile > MAX_SCALES)
-            return mlajit_fail(MLAJIT_ERR_INVALID_ARGUMENT,
-                               "layout.quant_tile = %d makes %d scales a token; allowed at most %d (a tile of %d or more)",
-                               l->quant_tile, l->d_nope / l->quant_tile, MAX_SCALES,
-                               round_up((l->d_nope + MAX_SCALES - 1) / MAX_SCALES, 16));
         if (l->scale_place != MLAJIT_SCALES_INLINE && l->scale_place != MLAJIT_SCALES_PAGE_FOOTER)
             return mlajit_fail(MLAJIT_ERR_INVALID_ARGUMENT,
                                "layout.scale_place = %d; allowed MLAJIT_SCALES_INLINE (1, inline), "
