@@ -409,6 +409,25 @@ expect 1 "no kernel reads bf16 NoPE values yet" envelope "d_nope=512,d_rope=64,v
 expect 1 "combine.cu is built for d_v 512" envelope "d_nope=256,d_rope=64,tile=32,scales=ue8m0,place=inline.h16.p64"
 expect 2 "layout key place = 'nowhere' is unknown" envelope "d_nope=512,tile=128,scales=pow2,place=nowhere.h16.p64"
 expect 2 "layout.d_v = 1024" envelope "d_nope=512,d_v=1024,tile=128,scales=pow2,place=inline.h16.p64"
+# case make writes a custom layout's case (synthetic inputs through the layout's
+# quantizer, the fp64 expected output) that run-case --cpu passes, served or not
+expect 0 "nope512-rope64-v512-tile128-fp32-inline-row672 b 2 s_q 2 h_q 16 topk 100 extra_topk 40" case make \
+  "d_nope=512,d_rope=64,tile=128,scales=fp32,place=inline,row_bytes=672.h16.p64.e32.fsl" --out "$made/custom" \
+  --batch 2 --s-q 2 --topk 100 --extra-topk 40 --invalid 0.1
+expect 0 "PASS" run-case --cpu "$made/custom"
+if grep -q '"layout": "nope512-rope64-v512-tile128-fp32-inline-row672"' "$made/custom/case.json"; then
+  passed=$((passed + 1)); else fail "case make: case.json does not hold the custom layout"; fi
+expect 0 "no kernel reads bf16 NoPE values yet" case make "d_nope=512,d_rope=64,v=all,scales=none.h8.p16" \
+  --out "$made/bf16" --topk 64
+expect 0 "PASS" run-case --cpu "$made/bf16"
+expect 0 "PASS" run-case --cpu "$(cd "$made" && pwd)/custom"
+# a case.json whose layout is bad names it
+cp -r "$made/custom" "$made/custom-bad"
+sed -i 's/"layout": "nope512-rope64-v512-tile128-fp32-inline-row672"/"layout": "nope512-rope64-v512-tile100-fp32-inline-row672"/' \
+  "$made/custom-bad/case.json"
+expect 1 "case.json: model custom: layout 'nope512-rope64-v512-tile100-fp32-inline-row672': layout.quant_tile = 100" \
+  run-case --cpu "$made/custom-bad"
+expect 2 "layout key tile is missing" case make "d_nope=512,scales=pow2,place=inline.h16.p64" --out "$made/none"
 
 echo "$passed passed, $failed failed"
 [ "$failed" -eq 0 ]

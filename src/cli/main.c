@@ -253,7 +253,7 @@ static int cmd_run_case(int argc, char **argv)
     mlajit_case c;
     if ((rc = mlajit_case_load(dir, &c)))
         return cli_error(rc, "run-case");
-    const mlajit_model_desc *m = mlajit_model_describe(c.model);
+    const mlajit_model_desc *m = mlajit_case_desc(&c);
     size_t n_lse = (size_t)c.b * c.s_q * c.h_q, n_out = n_lse * m->d_v;
     printf("case %s: %s b %d s_q %d h_q %d topk %d extra_topk %d\n", dir, m->name, c.b, c.s_q, c.h_q, c.topk,
            c.extra_topk);
@@ -389,7 +389,7 @@ static int cmd_demo(int argc, char **argv)
     printf("  %-28s %9.2f ms\n", "CPU reference (fp64)", mlajit_now_ms() - t);
     size_t n_lse = (size_t)c.b * c.s_q * c.h_q;
     mlajit_compare_result r;
-    mlajit_compare(res.out, c.expected_out, n_lse * mlajit_model_describe(c.model)->d_v, res.lse, c.expected_lse,
+    mlajit_compare(res.out, c.expected_out, n_lse * mlajit_case_desc(&c)->d_v, res.lse, c.expected_lse,
                    n_lse, &r);
     print_compare("check vs reference", &r);
     mlajit_gpu_result_free(&res);

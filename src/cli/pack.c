@@ -825,7 +825,8 @@ void cli_pack_build_line(const mlajit_kernel_spec *r, char *buf, size_t len)
     for (int i = 0; i < n_alts && !by_grid; i++)
         by_grid = mlajit_spec_string(&alts[i], alt_string, sizeof alt_string) == MLAJIT_OK &&
                   strcmp(alt_string, spec_string) == 0;
-    if (!by_grid) {
+    /* a grid names models; a custom layout's kernel goes by its spec string */
+    if (!by_grid || r->model == MLAJIT_MODEL_CUSTOM) {
         snprintf(buf, len, "mlajit pack build --spec %s --out FILE", spec_string);
         return;
     }

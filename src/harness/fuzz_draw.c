@@ -350,7 +350,7 @@ void mlajit_fuzz_describe(const mlajit_fuzz_call *call, char *buf, size_t len)
     snprintf(buf, len,
              "%s h_q %d b %d s_q %d; main: page %d topk %d seqlen %d%s; features%s%s%s%s; tile %d hc %d%s%s splits %d; "
              "invalid %.0f%% page pad %lld%s%s%s%s%s%s",
-             mlajit_model_describe(s->model)->name, s->h_q, sh->batch, sh->s_q, s->page_size, sh->topk, p->seqlen,
+             mlajit_spec_desc(s)->name, s->h_q, sh->batch, sh->s_q, s->page_size, sh->topk, p->seqlen,
              extra, s->features ? "" : " none", (s->features & MLAJIT_FEATURE_SINK) ? " sink" : "",
              (s->features & MLAJIT_FEATURE_TOPK_LENGTH) ? " topk-length" : "",
              (s->features & MLAJIT_FEATURE_EXTRA_TOPK_LENGTH) ? " extra-topk-length" : "", s->tile, s->heads_per_cta,
