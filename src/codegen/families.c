@@ -534,7 +534,13 @@ mlajit_variant mlajit_family_auto(const mlajit_kernel_spec *r)
     const mlajit_family *narrow = mlajit_family_of(MLAJIT_VARIANT_SM90_NARROW);
     const mlajit_family *sm90 = mlajit_family_of(MLAJIT_VARIANT_SM90);
     const int hopper = strcmp(r->arch, sm90->arch) == 0 && (r->tile == 0 || mlajit_family_takes(sm90->tiles, r->tile));
-    const unsigned scale = MLAJIT_SCALES(mlajit_spec_desc(r)->scale_format);
+    const mlajit_model_desc *d = mlajit_spec_desc(r);
+    const unsigned scale = MLAJIT_SCALES(d->scale_format);
+    /* a custom layout sm_90a's families are not written for runs on the portable family */
+    if (hopper && d->model == MLAJIT_MODEL_CUSTOM && mlajit_family_layout_gate(sm90, d) != MLAJIT_OK) {
+        mlajit_clear_error();
+        return MLAJIT_VARIANT_PORTABLE;
+    }
     if (hopper && r->heads_per_cta == 0 && r->h_q <= narrow->max_heads_per_cta && (narrow->scales & scale))
         return MLAJIT_VARIANT_SM90_NARROW;
     return hopper && (r->heads_per_cta == 0 || mlajit_family_takes(sm90->heads_per_cta, r->heads_per_cta))

@@ -268,8 +268,8 @@ int mlajit_case_synthesize(const mlajit_synth_params *p, mlajit_case *c)
     rng r;
     rng_seed(&r, p->seed);
 
-    c->model = p->model;
-    if (p->model == MLAJIT_MODEL_CUSTOM)
+    c->model = d->model; /* a custom layout that is a named model's is that model */
+    if (d->model == MLAJIT_MODEL_CUSTOM)
         c->layout = p->layout;
     c->b = p->b;
     c->s_q = p->s_q;
