@@ -406,3 +406,23 @@ Test(layout, quantizer_follows_the_layout)
     cr_expect(strstr(mlajit_last_error(), "mlajit_quantize_token_layout: layout.d_nope") != NULL, "%s",
               mlajit_last_error());
 }
+
+/* The longest layout and spec strings fit their buffers: MLAJIT_LAYOUT_STRING_LEN,
+ * and the 128 bytes of reports, outlines, pack manifests and tactic records. */
+Test(layout, longest_strings_fit)
+{
+    mlajit_layout l = parsed("d_nope=1536,d_rope=512,d_v=2048,tile=16,scales=ue8m0,place=footer,"
+                             "footer_bytes=1024,row_bytes=16384");
+    char text[MLAJIT_LAYOUT_STRING_LEN];
+    cr_assert_eq(mlajit_layout_string(&l, text, sizeof text), MLAJIT_OK, "%s", mlajit_last_error());
+    mlajit_kernel_spec s = MLAJIT_KERNEL_SPEC_INIT;
+    cr_assert_eq(mlajit_spec_init_layout(&s, &l, 128, 1024), MLAJIT_OK);
+    s.extra_page_size = 1024;
+    s.features = MLAJIT_FEATURE_ALL;
+    s.tile = 64;
+    s.heads_per_cta = 64;
+    s.variant = MLAJIT_VARIANT_SM90_NARROW_SCORES;
+    char spec[128];
+    cr_assert_eq(mlajit_spec_string(&s, spec, sizeof spec), MLAJIT_OK, "%s", mlajit_last_error());
+    cr_expect_lt(strlen(spec) + strlen("sm_120a") - strlen("any"), sizeof spec, "%s", spec);
+}
