@@ -32,8 +32,10 @@
  *  - status codes, enum values and flag bits keep their numbers; new ones may
  *    be added, so treat an unknown status as a failure and pass through what
  *    you do not know;
- *  - structs grow only at their end, by the struct_size rule below; the one
- *    struct embedded by value in another, mlajit_cache_view, never changes;
+ *  - structs grow only at their end, by the struct_size rule below; the two
+ *    structs embedded by value in others, mlajit_cache_view and mlajit_layout,
+ *    never change size (mlajit_layout's reserved fields may gain a meaning, 0
+ *    keeping today's);
  *  - MLAJIT_MAX_* limits may grow;
  *  - spec strings (mlajit_spec_string) stay parseable;
  *  - which kernel auto picks, and its speed, is not part of the ABI.

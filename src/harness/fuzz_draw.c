@@ -320,6 +320,22 @@ void mlajit_fuzz_draw(uint64_t run_seed, int64_t call, unsigned flags, mlajit_fu
     }
     out->shape = (mlajit_decode_shape){.struct_size = sizeof(mlajit_decode_shape), .batch = b, .s_q = s_q,
                                        .topk = topk, .extra_topk = extra_topk, .num_splits = num_splits};
+    if (sp->model == MLAJIT_MODEL_CUSTOM && mlajit_envelope_check(sp, &out->shape) != MLAJIT_OK) {
+        /* a custom layout's rows may not fit the drawn tile or head group: the
+         * generator's choices, else the named model drawn before it */
+        sp->tile = sp->heads_per_cta = 0;
+        if (mlajit_envelope_check(sp, &out->shape) != MLAJIT_OK) {
+            sp->model = model;
+            memset(&sp->layout, 0, sizeof sp->layout);
+            sp->tile = narrow ? 0 : tile;
+            sp->heads_per_cta = narrow ? narrow_hc : hc;
+            sp->variant = narrow_long     ? MLAJIT_VARIANT_SM90_NARROW_LONG
+                          : narrow_scores ? MLAJIT_VARIANT_SM90_NARROW_SCORES
+                          : narrow        ? MLAJIT_VARIANT_SM90_NARROW
+                                          : MLAJIT_VARIANT_AUTO;
+        }
+        mlajit_clear_error();
+    }
     out->synth = (mlajit_synth_params){
         .model = sp->model, .layout = sp->layout, .b = b, .s_q = s_q, .h_q = h_q, .topk = topk,
         .extra_topk = extra_topk,
