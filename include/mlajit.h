@@ -553,18 +553,21 @@ typedef enum mlajit_kernel_source {
 MLAJIT_API int mlajit_kernel_prepare(mlajit_context *ctx, const mlajit_kernel_spec *spec,
                                      mlajit_kernel_report *report);
 
-/* A set of kernels: the product of its lists (models x head counts x page sizes
- * x extra page sizes x feature sets x archs), plus, for each spec whose plans
+/* A set of kernels: the product of its lists ((models and layouts) x head counts x
+ * page sizes x extra page sizes x feature sets x archs), plus, for each spec whose plans
  * switch kernels by their walk or heads (docs/kernels.md), those kernels too. A
  * NULL list or a count of 0 takes the default named on the field. */
 typedef struct mlajit_kernel_grid {
     size_t struct_size;             /* sizeof(mlajit_kernel_grid): MLAJIT_KERNEL_GRID_INIT */
-    const mlajit_model *models;     int num_models;           /* required */
+    const mlajit_model *models;     int num_models;           /* required (or layouts) */
     const int *head_counts;         int num_head_counts;      /* required */
     const int *page_sizes;          int num_page_sizes;       /* required */
     const int *extra_page_sizes;    int num_extra_page_sizes; /* default {0}: no extra cache */
     const unsigned *feature_sets;   int num_feature_sets;     /* default {0}: no features */
     const char *const *archs;       int num_archs;            /* default {""}: the context's */
+    /* Added after 1.0: */
+    const mlajit_layout *layouts;   int num_layouts;          /* custom layouts, beside the models
+                                                                 (default none) */
 } mlajit_kernel_grid;
 
 typedef struct mlajit_warmup_report {

@@ -88,6 +88,7 @@ int main(void)
     FIELD(mlajit_kernel_grid, num_page_sizes); FIELD(mlajit_kernel_grid, extra_page_sizes);
     FIELD(mlajit_kernel_grid, num_extra_page_sizes); FIELD(mlajit_kernel_grid, feature_sets);
     FIELD(mlajit_kernel_grid, num_feature_sets); FIELD(mlajit_kernel_grid, archs); FIELD(mlajit_kernel_grid, num_archs);
+    FIELD(mlajit_kernel_grid, layouts); FIELD(mlajit_kernel_grid, num_layouts);
     END();
 
     BEGIN(mlajit_warmup_report);

@@ -428,6 +428,13 @@ sed -i 's/"layout": "nope512-rope64-v512-tile128-fp32-inline-row672"/"layout": "
 expect 1 "case.json: model custom: layout 'nope512-rope64-v512-tile100-fp32-inline-row672': layout.quant_tile = 100" \
   run-case --cpu "$made/custom-bad"
 expect 2 "layout key tile is missing" case make "d_nope=512,scales=pow2,place=inline.h16.p64" --out "$made/none"
+# pack build takes custom layouts beside its models (--layout, repeatable)
+expect 2 "layout.quant_tile = 7" pack build --layout d_nope=512,tile=7,scales=pow2,place=inline --heads 16 --pages 64 \
+  --out "$made/none.pack"
+expect 2 "a grid needs --models, --heads and --pages together (--layout counts as --models)" pack build \
+  --layout nope448-rope64-v512-tile32-ue8m0-footer16-row576 --out "$made/none.pack"
+expect 2 "--tune tunes the named models' grid" pack build --layout v32 --heads 16 --pages 64 --tune 10 \
+  --out "$made/none.pack"
 
 echo "$passed passed, $failed failed"
 [ "$failed" -eq 0 ]

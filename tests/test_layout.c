@@ -9,6 +9,7 @@
 
 #include "codegen/codegen.h"
 #include "harness/rng.h"
+#include "runtime/runtime.h"
 #include "mlajit.h"
 
 /* Each named model's layout as inline keys, with only what its defaults do not give. */
@@ -425,4 +426,40 @@ Test(layout, longest_strings_fit)
     char spec[128];
     cr_assert_eq(mlajit_spec_string(&s, spec, sizeof spec), MLAJIT_OK, "%s", mlajit_last_error());
     cr_expect_lt(strlen(spec) + strlen("sm_120a") - strlen("any"), sizeof spec, "%s", spec);
+}
+
+/* Grids (warm-up, pack build) take custom layouts beside the models. */
+Test(layout, grids_take_layouts)
+{
+    const mlajit_model models[] = {MLAJIT_MODEL_V32};
+    const mlajit_layout layouts[] = {parsed("d_nope=448,d_rope=64,v=all,tile=32,scales=ue8m0,place=footer"),
+                                     parsed("d_nope=512,d_rope=64,tile=128,scales=fp32,place=inline,row_bytes=672")};
+    const int heads[] = {16}, pages[] = {64};
+    mlajit_kernel_grid grid = MLAJIT_KERNEL_GRID_INIT;
+    grid.head_counts = heads;
+    grid.num_head_counts = 1;
+    grid.page_sizes = pages;
+    grid.num_page_sizes = 1;
+    grid.layouts = layouts;
+    grid.num_layouts = 2;
+    mlajit_kernel_spec *specs = NULL;
+    int count = 0;
+    cr_assert_eq(mlajit_grid_expand(&grid, "sm_80", &specs, &count), MLAJIT_OK, "%s", mlajit_last_error());
+    cr_expect_eq(count, 2, "layouts alone make a grid");
+    cr_expect_eq(specs[0].model, MLAJIT_MODEL_CUSTOM);
+    cr_expect_eq(memcmp(&specs[1].layout, &layouts[1], sizeof layouts[1]), 0);
+    free(specs);
+    grid.models = models;
+    grid.num_models = 1;
+    cr_assert_eq(mlajit_grid_expand(&grid, "sm_80", &specs, &count), MLAJIT_OK, "%s", mlajit_last_error());
+    cr_expect_eq(count, 3);
+    cr_expect_eq(specs[0].model, MLAJIT_MODEL_V32);
+    free(specs);
+    mlajit_layout bad[] = {layouts[0]};
+    bad[0].quant_tile = 40;
+    grid.layouts = bad;
+    grid.num_layouts = 1;
+    cr_expect_eq(mlajit_grid_expand(&grid, "sm_80", &specs, &count), MLAJIT_ERR_INVALID_ARGUMENT);
+    cr_expect(strstr(mlajit_last_error(), "layouts[0]") && strstr(mlajit_last_error(), "layout.quant_tile = 40"), "%s",
+              mlajit_last_error());
 }

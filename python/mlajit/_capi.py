@@ -215,6 +215,8 @@ class KernelGrid(SizedStructure):
         ("num_feature_sets", c_int),
         ("archs", POINTER(c_char_p)),
         ("num_archs", c_int),
+        ("layouts", POINTER(Layout)),
+        ("num_layouts", c_int),
     ]
 
 
