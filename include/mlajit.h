@@ -32,8 +32,10 @@
  *  - status codes, enum values and flag bits keep their numbers; new ones may
  *    be added, so treat an unknown status as a failure and pass through what
  *    you do not know;
- *  - structs grow only at their end, by the struct_size rule below; the one
- *    struct embedded by value in another, mlajit_cache_view, never changes;
+ *  - structs grow only at their end, by the struct_size rule below; the two
+ *    structs embedded by value in others, mlajit_cache_view and mlajit_layout,
+ *    never change size (mlajit_layout's reserved fields may gain a meaning, 0
+ *    keeping today's);
  *  - MLAJIT_MAX_* limits may grow;
  *  - spec strings (mlajit_spec_string) stay parseable;
  *  - which kernel auto picks, and its speed, is not part of the ABI.
@@ -182,13 +184,15 @@ typedef enum mlajit_model {
     MLAJIT_MODEL_DSV4 = 2,   /* DeepSeek-V4: 512 = 448 fp8 + 64 bf16 RoPE, ue8m0 scales in page footer */
     MLAJIT_MODEL_GLM_NSA = 3,    /* V3.2 layout with arbitrary fp32 scales (amax / 448) */
     MLAJIT_MODEL_GLM53_NOPE = 4, /* 512 fp8 NoPE, no RoPE, arbitrary fp32 scales inline, 656-byte rows (528 used) */
-    MLAJIT_MODEL_DOTS3_SWA = 5   /* 1088 = 1024 fp8 + 64 bf16 RoPE, d_v 1024, ue8m0 scales in page footer */
+    MLAJIT_MODEL_DOTS3_SWA = 5,  /* 1088 = 1024 fp8 + 64 bf16 RoPE, d_v 1024, ue8m0 scales in page footer */
+    MLAJIT_MODEL_CUSTOM = 100    /* the layout a spec describes itself (mlajit_kernel_spec.layout) */
 } mlajit_model;
 
 typedef enum mlajit_scale_format {
     MLAJIT_SCALE_FP32_POW2 = 1, /* fp32 scales that are powers of two */
     MLAJIT_SCALE_FP32 = 2,      /* arbitrary fp32 scales: product rounded to bf16 */
-    MLAJIT_SCALE_UE8M0 = 3      /* one byte e, value 2^(e-127) */
+    MLAJIT_SCALE_UE8M0 = 3,     /* one byte e, value 2^(e-127) */
+    MLAJIT_SCALE_NONE = 4       /* no scales: the NoPE dims are stored as bf16 values (the bf16 layout) */
 } mlajit_scale_format;
 
 typedef enum mlajit_scale_place {
@@ -211,15 +215,95 @@ typedef struct mlajit_model_desc {
     int row_bytes;          /* bytes of one token's row (inline: the whole record) */
     int footer_bytes;       /* bytes per token in the page footer (0 when inline) */
     int bytes_per_token;    /* row_bytes + footer_bytes: what one attended token reads */
+    /* Added after 1.0 (read them only where struct_size covers them): */
+    int scale_offset;       /* inline: the scales' byte offset in a row; in a page footer: 0 (the
+                               footer's token t starts at page_size * row_bytes + t * footer_bytes) */
+    int rope_offset;        /* the RoPE values' byte offset in a row */
 } mlajit_model_desc;
 
 /* The descriptor of a model (read-only, the library's), or NULL for an unknown
- * value. */
+ * value (MLAJIT_MODEL_CUSTOM included: its descriptor is mlajit_layout_describe's). */
 MLAJIT_API const mlajit_model_desc *mlajit_model_describe(mlajit_model model);
 
 /* Find a model by name ("v32", "dsv4", "glm_nsa", "glm53_nope", "dots3_swa";
  * case-insensitive). */
 MLAJIT_API int mlajit_model_from_name(const char *name, mlajit_model *out);
+
+/* ------------------------------------------------------------------------- */
+/* Layouts described at run time                                              */
+/* ------------------------------------------------------------------------- */
+
+/* A KV-cache layout, described by its numbers instead of a model's name
+ * (docs/layouts.md). A token's row holds, in order: d_nope NoPE values (fp8, or
+ * bf16 with MLAJIT_SCALE_NONE); with inline scales, num_scales = d_nope /
+ * quant_tile scales (fp32: 4 bytes each, ue8m0: 1), padded to 16 bytes; then
+ * d_rope bf16 RoPE values; then padding up to row_bytes. With scales in a page
+ * footer, token t's scales start at page_size * row_bytes + t * footer_bytes.
+ * V is K[0 : d_v]. The five named models are layouts too (mlajit_model_layout).
+ *
+ * Embedded by value in mlajit_kernel_spec, so it has no struct_size and its
+ * sizeof never changes: later versions give meaning to the reserved fields, 0
+ * keeping today's behaviour. Bounds and combinations: mlajit_layout_validate. */
+typedef struct mlajit_layout {
+    int d_nope;          /* quantized dims: 16..2048, a multiple of 16 */
+    int d_rope;          /* bf16 dims stored verbatim after them: 0..512, a multiple of 8; d_nope + d_rope <= 2048 */
+    int d_v;             /* value width, V = K[0 : d_v]: 16..d_nope + d_rope, a multiple of 16 */
+    int quant_tile;      /* NoPE dims per scale: a multiple of 16 dividing d_nope; 0 with MLAJIT_SCALE_NONE */
+    mlajit_scale_format scale_format; /* MLAJIT_SCALE_* */
+    mlajit_scale_place scale_place;   /* MLAJIT_SCALES_*; 0 with MLAJIT_SCALE_NONE */
+    int row_bytes;       /* bytes of one token's row: at least what it holds, a multiple of 16, <= 16384 */
+    int footer_bytes;    /* page-footer bytes a token: with MLAJIT_SCALES_PAGE_FOOTER at least its scales'
+                            bytes, a multiple of 8, <= 1024; else 0 */
+    int reserved[8];     /* 0 */
+} mlajit_layout;
+
+/* Check a layout: every field's bounds, then the combinations (the tile against
+ * d_nope, the row against what it holds, the footer against the place...).
+ * MLAJIT_OK, or MLAJIT_ERR_INVALID_ARGUMENT whose message names the field
+ * ("layout.quant_tile = 48 does not divide d_nope 512; ...") and what is
+ * allowed. Valid is not served: which kernels run a layout, mlajit_envelope_check
+ * says. */
+MLAJIT_API int mlajit_layout_validate(const mlajit_layout *layout);
+
+/* Parse a layout from text into *out (checked with mlajit_layout_validate; *out
+ * is unchanged on a failure). The text is one of
+ *  - inline keys, comma-separated, in any order:
+ *      d_nope=<n>,d_rope=<n>,d_v=<n>,tile=<n>,scales=pow2|fp32|ue8m0|none,
+ *      place=inline|footer[,row_bytes=<n>][,footer_bytes=<n>][,v=nope|all]
+ *    d_nope and scales are required; tile too unless scales=none; place unless
+ *    scales=none (which takes none); d_rope defaults to 0; d_v to v's choice (nope:
+ *    d_nope, the default; all: d_nope + d_rope); row_bytes to what the row holds
+ *    rounded up to 16 bytes; footer_bytes to the scales' bytes rounded up to 8;
+ *  - the canonical string mlajit_layout_string writes;
+ *  - a model's name ("v32", ...): its layout.
+ * e.g. "d_nope=256,d_rope=64,d_v=256,tile=32,scales=ue8m0,place=inline". A bad
+ * text is MLAJIT_ERR_INVALID_ARGUMENT naming the key and what it allows. */
+MLAJIT_API int mlajit_layout_parse(const char *text, mlajit_layout *out);
+
+/* The canonical string of a valid layout: every field, '-'-separated, e.g.
+ * "nope512-rope64-v512-tile128-pow2-inline-row656" (V3.2),
+ * "nope448-rope64-v512-tile64-ue8m0-footer8-row576" (V4) or
+ * "nope512-rope64-v576-none-row1152" (bf16). Stable across versions, no '.'
+ * (it is a spec string's first field) and mlajit_layout_parse reads it back.
+ * Writes at most len bytes including the NUL; MLAJIT_ERR_INVALID_ARGUMENT for an
+ * invalid layout or a short buffer (64 bytes always suffice). */
+#define MLAJIT_LAYOUT_STRING_LEN 64
+MLAJIT_API int mlajit_layout_string(const mlajit_layout *layout, char *buf, size_t len);
+
+/* The layout of a named model into *out; MLAJIT_ERR_INVALID_ARGUMENT for an
+ * unknown model (MLAJIT_MODEL_CUSTOM included) or a NULL out. */
+MLAJIT_API int mlajit_model_layout(mlajit_model model, mlajit_layout *out);
+
+/* The descriptor of a valid layout (read-only, the library's, kept for the
+ * life of the process, one per distinct layout): a named model's own where the
+ * layout is one (model and name are then the model's), else model
+ * MLAJIT_MODEL_CUSTOM and name the canonical string. NULL for an invalid layout
+ * (mlajit_layout_validate says why) or when memory ran out. */
+MLAJIT_API const mlajit_model_desc *mlajit_layout_describe(const mlajit_layout *layout);
+
+/* mlajit_min_page_stride for a layout: page_size * (row_bytes + footer_bytes);
+ * -1 for an invalid layout or a page size below 1. */
+MLAJIT_API int64_t mlajit_layout_min_page_stride(const mlajit_layout *layout, int page_size);
 
 /* Minimum page stride in bytes for a model and page size (what the layout needs;
  * larger strides are allowed and must be multiples of 16); -1 for an unknown
@@ -283,6 +367,9 @@ typedef struct mlajit_kernel_spec {
                           * sm90-narrow takes at most h_q rounded up to 8 and at most 32) */
     mlajit_variant variant;
     char arch[MLAJIT_ARCH_LEN]; /* "sm_80", "sm_90a", ...; "" = the context's device (sm_90a without one) */
+    /* Added after 1.0: */
+    mlajit_layout layout; /* with model MLAJIT_MODEL_CUSTOM, the cache's layout (mlajit_spec_init_layout);
+                             else all zero. A custom layout equal to a named model's is that model. */
 } mlajit_kernel_spec;
 
 /* Fill a spec (its struct_size set: MLAJIT_KERNEL_SPEC_INIT) with a model, head
@@ -291,12 +378,20 @@ typedef struct mlajit_kernel_spec {
  * MLAJIT_ERR_INVALID_ARGUMENT for bad values (the spec is filled even so). */
 MLAJIT_API int mlajit_spec_init(mlajit_kernel_spec *spec, mlajit_model model, int h_q, int page_size);
 
+/* mlajit_spec_init for a layout described at run time: model
+ * MLAJIT_MODEL_CUSTOM and spec->layout = *layout (checked with
+ * mlajit_layout_validate, then the spec with mlajit_spec_validate). */
+MLAJIT_API int mlajit_spec_init_layout(mlajit_kernel_spec *spec, const mlajit_layout *layout, int h_q,
+                                       int page_size);
+
 /* Check a spec against the envelope without CUDA or compiling. MLAJIT_OK, or a
  * status whose message (mlajit_last_error) says which field and what is allowed. */
 MLAJIT_API int mlajit_spec_validate(const mlajit_kernel_spec *spec);
 
 /* The canonical, stable, human-readable name of a resolved spec, e.g.
- * "v32.h128.p64.t64.hc64.sm90.sm_90a". Generator choices (tile = 0, ...) are
+ * "v32.h128.p64.t64.hc64.sm90.sm_90a"; a custom layout's spec starts with the
+ * layout's canonical string instead of a model's name
+ * ("nope256-rope64-v256-tile32-ue8m0-inline-row400.h16.p64..."). Generator choices (tile = 0, ...) are
  * resolved first, so equal kernels have equal strings. Writes at most len bytes
  * including the terminating NUL; returns MLAJIT_ERR_INVALID_ARGUMENT if too short. */
 MLAJIT_API int mlajit_spec_string(const mlajit_kernel_spec *spec, char *buf, size_t len);
@@ -305,7 +400,10 @@ MLAJIT_API int mlajit_spec_string(const mlajit_kernel_spec *spec, char *buf, siz
  * (mlajit_spec_validate); *out is unchanged on a failure. The string is the
  * canonical form mlajit_spec_string writes, or a short form that leaves fields
  * off from the right, e.g. "v32.h16.p64" or "dsv4.h64.p256.e64.fs" (tile, heads
- * per CTA, variant and arch then take their defaults: t0, hc0, auto, any). */
+ * per CTA, variant and arch then take their defaults: t0, hc0, auto, any). The
+ * first field is a model's name or a layout: its canonical string or its
+ * inline keys (mlajit_layout_parse), e.g.
+ * "d_nope=256,d_rope=64,tile=32,scales=ue8m0,place=inline.h16.p64". */
 MLAJIT_API int mlajit_spec_parse(const char *str, mlajit_kernel_spec *out);
 
 /* Resolve the generator's choices (tile, heads per CTA, variant) for spec->arch,
@@ -455,18 +553,21 @@ typedef enum mlajit_kernel_source {
 MLAJIT_API int mlajit_kernel_prepare(mlajit_context *ctx, const mlajit_kernel_spec *spec,
                                      mlajit_kernel_report *report);
 
-/* A set of kernels: the product of its lists (models x head counts x page sizes
- * x extra page sizes x feature sets x archs), plus, for each spec whose plans
+/* A set of kernels: the product of its lists ((models and layouts) x head counts x
+ * page sizes x extra page sizes x feature sets x archs), plus, for each spec whose plans
  * switch kernels by their walk or heads (docs/kernels.md), those kernels too. A
  * NULL list or a count of 0 takes the default named on the field. */
 typedef struct mlajit_kernel_grid {
     size_t struct_size;             /* sizeof(mlajit_kernel_grid): MLAJIT_KERNEL_GRID_INIT */
-    const mlajit_model *models;     int num_models;           /* required */
+    const mlajit_model *models;     int num_models;           /* required (or layouts) */
     const int *head_counts;         int num_head_counts;      /* required */
     const int *page_sizes;          int num_page_sizes;       /* required */
     const int *extra_page_sizes;    int num_extra_page_sizes; /* default {0}: no extra cache */
     const unsigned *feature_sets;   int num_feature_sets;     /* default {0}: no features */
     const char *const *archs;       int num_archs;            /* default {""}: the context's */
+    /* Added after 1.0: */
+    const mlajit_layout *layouts;   int num_layouts;          /* custom layouts, beside the models
+                                                                 (default none) */
 } mlajit_kernel_grid;
 
 typedef struct mlajit_warmup_report {
@@ -721,6 +822,14 @@ MLAJIT_API int mlajit_quantize_token(mlajit_model model, const uint16_t *values_
  * use: bf16(fp8 * scale) for the NoPE dims, the stored bf16 for RoPE). */
 MLAJIT_API int mlajit_dequantize_token(mlajit_model model, const void *page_base, int page_size,
                                        int token_in_page, float *out);
+
+/* mlajit_quantize_token and mlajit_dequantize_token for a layout described at run
+ * time (checked with mlajit_layout_validate). With MLAJIT_SCALE_NONE the NoPE
+ * values are stored as the bf16 they are. */
+MLAJIT_API int mlajit_quantize_token_layout(const mlajit_layout *layout, const uint16_t *values_bf16,
+                                            void *page_base, int page_size, int token_in_page);
+MLAJIT_API int mlajit_dequantize_token_layout(const mlajit_layout *layout, const void *page_base, int page_size,
+                                              int token_in_page, float *out);
 
 /* The SPEC.md operation in double precision on host memory. args holds host
  * pointers (its out, lse and workspace fields are ignored); writes out_ref

@@ -32,7 +32,14 @@ int main(void)
     FIELD(mlajit_model_desc, d_nope); FIELD(mlajit_model_desc, d_rope); FIELD(mlajit_model_desc, d_v);
     FIELD(mlajit_model_desc, quant_tile); FIELD(mlajit_model_desc, num_scales); FIELD(mlajit_model_desc, scale_format);
     FIELD(mlajit_model_desc, scale_place); FIELD(mlajit_model_desc, row_bytes); FIELD(mlajit_model_desc, footer_bytes);
-    FIELD(mlajit_model_desc, bytes_per_token);
+    FIELD(mlajit_model_desc, bytes_per_token); FIELD(mlajit_model_desc, scale_offset);
+    FIELD(mlajit_model_desc, rope_offset);
+    END();
+
+    BEGIN(mlajit_layout);
+    FIELD(mlajit_layout, d_nope); FIELD(mlajit_layout, d_rope); FIELD(mlajit_layout, d_v);
+    FIELD(mlajit_layout, quant_tile); FIELD(mlajit_layout, scale_format); FIELD(mlajit_layout, scale_place);
+    FIELD(mlajit_layout, row_bytes); FIELD(mlajit_layout, footer_bytes); FIELD(mlajit_layout, reserved);
     END();
 
     BEGIN(mlajit_kernel_spec);
@@ -40,6 +47,7 @@ int main(void)
     FIELD(mlajit_kernel_spec, model); FIELD(mlajit_kernel_spec, h_q); FIELD(mlajit_kernel_spec, page_size);
     FIELD(mlajit_kernel_spec, extra_page_size); FIELD(mlajit_kernel_spec, features); FIELD(mlajit_kernel_spec, tile);
     FIELD(mlajit_kernel_spec, heads_per_cta); FIELD(mlajit_kernel_spec, variant); FIELD(mlajit_kernel_spec, arch);
+    FIELD(mlajit_kernel_spec, layout);
     END();
 
     BEGIN(mlajit_context_options);
@@ -80,6 +88,7 @@ int main(void)
     FIELD(mlajit_kernel_grid, num_page_sizes); FIELD(mlajit_kernel_grid, extra_page_sizes);
     FIELD(mlajit_kernel_grid, num_extra_page_sizes); FIELD(mlajit_kernel_grid, feature_sets);
     FIELD(mlajit_kernel_grid, num_feature_sets); FIELD(mlajit_kernel_grid, archs); FIELD(mlajit_kernel_grid, num_archs);
+    FIELD(mlajit_kernel_grid, layouts); FIELD(mlajit_kernel_grid, num_layouts);
     END();
 
     BEGIN(mlajit_warmup_report);
@@ -149,8 +158,9 @@ int main(void)
         C(MLAJIT_ERR_NO_DEVICE), C(MLAJIT_ERR_COMPILE), C(MLAJIT_ERR_CACHE), C(MLAJIT_ERR_CUDA), C(MLAJIT_ERR_IO),
         C(MLAJIT_ERR_NOT_FOUND), C(MLAJIT_ERR_CORRUPT), C(MLAJIT_ERR_INTERNAL),
         C(MLAJIT_MODEL_V32), C(MLAJIT_MODEL_DSV4), C(MLAJIT_MODEL_GLM_NSA), C(MLAJIT_MODEL_GLM53_NOPE),
-        C(MLAJIT_MODEL_DOTS3_SWA),
-        C(MLAJIT_SCALE_FP32_POW2), C(MLAJIT_SCALE_FP32), C(MLAJIT_SCALE_UE8M0),
+        C(MLAJIT_MODEL_DOTS3_SWA), C(MLAJIT_MODEL_CUSTOM),
+        C(MLAJIT_SCALE_FP32_POW2), C(MLAJIT_SCALE_FP32), C(MLAJIT_SCALE_UE8M0), C(MLAJIT_SCALE_NONE),
+        C(MLAJIT_LAYOUT_STRING_LEN),
         C(MLAJIT_SCALES_INLINE), C(MLAJIT_SCALES_PAGE_FOOTER),
         C(MLAJIT_FEATURE_SINK), C(MLAJIT_FEATURE_TOPK_LENGTH), C(MLAJIT_FEATURE_EXTRA_TOPK_LENGTH),
         C(MLAJIT_FEATURE_ALL), C(MLAJIT_MAX_HEADS), C(MLAJIT_MAX_PAGE_SIZE), C(MLAJIT_MAX_TOPK), C(MLAJIT_MAX_SQ),

@@ -385,5 +385,67 @@ if [ "$(stat -c %s "$made/dots3/kv.u8")" -eq $(( $(stat -c %s "$made/dots3/kv.u8
 # nothing is written for bad input
 if [ ! -e x ] && [ ! -e "$made/none" ]; then passed=$((passed + 1)); else fail "a refused case make wrote something"; fi
 
+# ---- layouts described at run time (--layout, and a layout as a spec's first field) ----
+# a bad layout exits 2 naming the key or field and what it allows
+expect 2 "layout.quant_tile = 48; allowed a multiple of 16 that divides d_nope 512" compile \
+  --layout d_nope=512,d_rope=64,tile=48,scales=pow2,place=inline --heads 16 --page 64
+expect 2 "layout key 'colour' is unknown" compile --layout d_nope=512,colour=red --heads 16 --page 64
+expect 2 "layout key scales = 'fp16' is unknown; allowed pow2" compile \
+  --layout d_nope=512,tile=128,scales=fp16,place=inline --heads 16 --page 64
+expect 2 "layout key place is missing" compile --layout d_nope=512,tile=128,scales=pow2 --heads 16 --page 64
+expect 2 "layout.row_bytes = 600" compile --layout d_nope=512,d_rope=64,tile=128,scales=pow2,place=inline,row_bytes=600 \
+  --heads 16 --page 64
+expect 2 "layout.footer_bytes = 4" compile \
+  --layout d_nope=448,d_rope=64,v=all,tile=64,scales=ue8m0,place=footer,footer_bytes=4 --heads 16 --page 64
+expect 2 "neither a model name" compile --layout llama --heads 16 --page 64
+expect 2 "give --model or --layout, not both" compile --model v32 --layout v32 --heads 16 --page 64
+expect 2 "layout file $scratch/no-such.json cannot be read" compile --layout "$scratch/no-such.json" --heads 16 --page 64
+printf '{"d_nope": 512, "tile": 100' >"$scratch/broken.json"
+expect 2 "is not JSON" compile --layout "$scratch/broken.json" --heads 16 --page 64
+printf '{"d_nope": 512, "d_rope": 64, "tile": 100, "scales": "pow2", "place": "inline"}' >"$scratch/tile.json"
+expect 2 "layout.quant_tile = 100" compile --layout "$scratch/tile.json" --heads 16 --page 64
+printf '{"d_nope": 448, "d_rope": 64, "v": "all", "tile": 64, "scales": "ue8m0", "place": "footer"}' >"$scratch/v4.json"
+expect 0 'MLAJIT_SPEC "dsv4.h16.p64' compile --layout "$scratch/v4.json" --heads 16 --page 64 --emit-source
+expect 0 'MLAJIT_SPEC "nope512-rope64-v512-tile128-fp32-inline-row672.h16.p64' compile \
+  --layout d_nope=512,d_rope=64,tile=128,scales=fp32,place=inline,row_bytes=672 --heads 16 --page 64 --emit-source
+expect 0 "constexpr int kRowBytes = 672;" compile --layout nope512-rope64-v512-tile128-fp32-inline-row672 \
+  --heads 16 --page 64 --arch sm_80 --emit-source
+# the envelope answers for a custom layout as for a named one: accepted, refused with a
+# reason (exit 1), or a bad layout (exit 2)
+expect 0 "accepted: nope512-rope64-v512-tile128-fp32-inline-row672.h16.p64" envelope \
+  "d_nope=512,d_rope=64,tile=128,scales=fp32,place=inline,row_bytes=672.h16.p64"
+expect 0 "accepted: nope448-rope64-v512-tile32-ue8m0-footer16-row576.h16.p64.t64.hc16.portable.sm_80" envelope \
+  nope448-rope64-v512-tile32-ue8m0-footer16-row576.h16.p64.portable.sm_80
+expect 1 "no kernel reads bf16 NoPE values yet" envelope "d_nope=512,d_rope=64,v=all,scales=none.h16.p64"
+expect 1 "combine.cu is built for d_v 512" envelope "d_nope=256,d_rope=64,tile=32,scales=ue8m0,place=inline.h16.p64"
+expect 2 "layout key place = 'nowhere' is unknown" envelope "d_nope=512,tile=128,scales=pow2,place=nowhere.h16.p64"
+expect 2 "layout.d_v = 1024" envelope "d_nope=512,d_v=1024,tile=128,scales=pow2,place=inline.h16.p64"
+# case make writes a custom layout's case (synthetic inputs through the layout's
+# quantizer, the fp64 expected output) that run-case --cpu passes, served or not
+expect 0 "nope512-rope64-v512-tile128-fp32-inline-row672 b 2 s_q 2 h_q 16 topk 100 extra_topk 40" case make \
+  "d_nope=512,d_rope=64,tile=128,scales=fp32,place=inline,row_bytes=672.h16.p64.e32.fsl" --out "$made/custom" \
+  --batch 2 --s-q 2 --topk 100 --extra-topk 40 --invalid 0.1
+expect 0 "PASS" run-case --cpu "$made/custom"
+if grep -q '"layout": "nope512-rope64-v512-tile128-fp32-inline-row672"' "$made/custom/case.json"; then
+  passed=$((passed + 1)); else fail "case make: case.json does not hold the custom layout"; fi
+expect 0 "no kernel reads bf16 NoPE values yet" case make "d_nope=512,d_rope=64,v=all,scales=none.h8.p16" \
+  --out "$made/bf16" --topk 64
+expect 0 "PASS" run-case --cpu "$made/bf16"
+expect 0 "PASS" run-case --cpu "$(cd "$made" && pwd)/custom"
+# a case.json whose layout is bad names it
+cp -r "$made/custom" "$made/custom-bad"
+sed -i 's/"layout": "nope512-rope64-v512-tile128-fp32-inline-row672"/"layout": "nope512-rope64-v512-tile100-fp32-inline-row672"/' \
+  "$made/custom-bad/case.json"
+expect 1 "case.json: model custom: layout 'nope512-rope64-v512-tile100-fp32-inline-row672': layout.quant_tile = 100" \
+  run-case --cpu "$made/custom-bad"
+expect 2 "layout key tile is missing" case make "d_nope=512,scales=pow2,place=inline.h16.p64" --out "$made/none"
+# pack build takes custom layouts beside its models (--layout, repeatable)
+expect 2 "layout.quant_tile = 7" pack build --layout d_nope=512,tile=7,scales=pow2,place=inline --heads 16 --pages 64 \
+  --out "$made/none.pack"
+expect 2 "a grid needs --models, --heads and --pages together (--layout counts as --models)" pack build \
+  --layout nope448-rope64-v512-tile32-ue8m0-footer16-row576 --out "$made/none.pack"
+expect 2 "--tune tunes the named models' grid" pack build --layout v32 --heads 16 --pages 64 --tune 10 \
+  --out "$made/none.pack"
+
 echo "$passed passed, $failed failed"
 [ "$failed" -eq 0 ]

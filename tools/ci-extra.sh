@@ -7,10 +7,10 @@
 #  2. the sanitizer build (./build-asan: clang, AddressSanitizer +
 #     UndefinedBehaviorSanitizer, the libFuzzer harnesses): the CPU suites, each
 #     harness over its kept corpus, a bounded fuzz --cpu-only under it, and
-#     bounded runs of fuzz_cache_file (whole damaged cache data files) and
-#     fuzz_tactic (tactic records).
+#     bounded runs of fuzz_cache_file (whole damaged cache data files),
+#     fuzz_tactic (tactic records) and fuzz_layout (layout and spec text).
 # Fuzz time in all: FUZZ_SECONDS + ASAN_FUZZ_SECONDS + CACHE_FUZZ_SECONDS +
-# TACTIC_FUZZ_SECONDS (default 60 + 30 + 60 + 20 s).
+# TACTIC_FUZZ_SECONDS + LAYOUT_FUZZ_SECONDS (default 60 + 30 + 60 + 20 + 20 s).
 # Installs clang and its sanitizer runtimes when missing. See docs/fuzzing.md.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -18,6 +18,7 @@ FUZZ_SECONDS=${FUZZ_SECONDS:-60}
 ASAN_FUZZ_SECONDS=${ASAN_FUZZ_SECONDS:-30}
 CACHE_FUZZ_SECONDS=${CACHE_FUZZ_SECONDS:-60}
 TACTIC_FUZZ_SECONDS=${TACTIC_FUZZ_SECONDS:-20}
+LAYOUT_FUZZ_SECONDS=${LAYOUT_FUZZ_SECONDS:-20}
 FUZZ_SEED=${FUZZ_SEED:-20261130} # fixed: CI is repeatable; run `mlajit fuzz` by hand for new seeds
 export MLAJIT_LOG=quiet
 scratch=$(mktemp -d /tmp/mlajit-ci-XXXXXX)
@@ -91,4 +92,6 @@ step "fuzz_cache_file, ${CACHE_FUZZ_SECONDS} s: mutated cache data files under t
 run_fuzzer fuzz_cache_file "$CACHE_FUZZ_SECONDS"
 step "fuzz_tactic, ${TACTIC_FUZZ_SECONDS} s: mutated tactic records under the sanitizers"
 run_fuzzer fuzz_tactic "$TACTIC_FUZZ_SECONDS"
+step "fuzz_layout, ${LAYOUT_FUZZ_SECONDS} s: mutated layout and spec text under the sanitizers"
+run_fuzzer fuzz_layout "$LAYOUT_FUZZ_SECONDS"
 step "ci-extra done"

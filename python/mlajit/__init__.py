@@ -27,7 +27,7 @@ from .envelope import supported
 from .errors import (CacheError, CompileError, CorruptError, CudaError, FileError, GraphCaptureError,
                      InternalError, InvalidArgumentError, MlajitError, NoDeviceError, NotFoundError,
                      OutOfHostMemoryError, UnsupportedError)
-from .models import FEATURES, Model, ModelInfo, model_info
+from .models import FEATURES, Layout, Model, ModelInfo, model_info
 
 __version__ = "1.0.0"  # the C library's (tests/test_abi.py checks it against mlajit_version)
 
@@ -61,7 +61,7 @@ def library_path() -> str:
 
 __all__ = [
     "CacheError", "CompileError", "Context", "ContextInfo", "CorruptError", "CudaError", "DecoderWarmup", "FEATURES",
-    "FileError", "GraphCaptureError", "InternalError", "InvalidArgumentError", "KernelReport", "LibraryNotFound",
+    "FileError", "GraphCaptureError", "InternalError", "InvalidArgumentError", "KernelReport", "Layout", "LibraryNotFound",
     "MlajitError", "Model", "ModelInfo", "NoDeviceError", "NotFoundError", "OutOfHostMemoryError", "Plan",
     "SparseMLADecoder", "TuneReport", "UnsupportedError", "WarmupReport", "context", "flash_mla", "library_path",
     "model_info", "ops", "quantize_kv", "supported",

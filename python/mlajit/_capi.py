@@ -36,10 +36,13 @@ MODEL_DSV4 = 2
 MODEL_GLM_NSA = 3
 MODEL_GLM53_NOPE = 4
 MODEL_DOTS3_SWA = 5
+MODEL_CUSTOM = 100  # the layout in KernelSpec.layout
 
 SCALE_FP32_POW2 = 1
 SCALE_FP32 = 2
 SCALE_UE8M0 = 3
+SCALE_NONE = 4  # bf16 NoPE values, no scales
+LAYOUT_STRING_LEN = 64
 
 SCALES_INLINE = 1
 SCALES_PAGE_FOOTER = 2
@@ -105,6 +108,22 @@ class ModelDesc(Structure):  # the library's, returned by pointer: its struct_si
         ("row_bytes", c_int),
         ("footer_bytes", c_int),
         ("bytes_per_token", c_int),
+        ("scale_offset", c_int),
+        ("rope_offset", c_int),
+    ]
+
+
+class Layout(Structure):  # embedded by value in KernelSpec: no struct_size, never grows
+    _fields_ = [
+        ("d_nope", c_int),
+        ("d_rope", c_int),
+        ("d_v", c_int),
+        ("quant_tile", c_int),
+        ("scale_format", c_int),
+        ("scale_place", c_int),
+        ("row_bytes", c_int),
+        ("footer_bytes", c_int),
+        ("reserved", c_int * 8),
     ]
 
 
@@ -120,6 +139,7 @@ class KernelSpec(SizedStructure):
         ("heads_per_cta", c_int),
         ("variant", c_int),
         ("arch", c_char * ARCH_LEN),
+        ("layout", Layout),
     ]
 
 
@@ -195,6 +215,8 @@ class KernelGrid(SizedStructure):
         ("num_feature_sets", c_int),
         ("archs", POINTER(c_char_p)),
         ("num_archs", c_int),
+        ("layouts", POINTER(Layout)),
+        ("num_layouts", c_int),
     ]
 
 
@@ -318,6 +340,7 @@ class DecodeArgs(SizedStructure):
 # Every public struct, by its C name: what test_abi.py compares with the header.
 STRUCTS = {
     "mlajit_model_desc": ModelDesc,
+    "mlajit_layout": Layout,
     "mlajit_kernel_spec": KernelSpec,
     "mlajit_context_options": ContextOptions,
     "mlajit_context_info": ContextInfo,
@@ -378,7 +401,14 @@ _PROTOTYPES = {
     "mlajit_model_describe": (POINTER(ModelDesc), [c_int]),
     "mlajit_model_from_name": (c_int, [c_char_p, POINTER(c_int)]),
     "mlajit_min_page_stride": (c_int64, [c_int, c_int]),
+    "mlajit_layout_validate": (c_int, [POINTER(Layout)]),
+    "mlajit_layout_parse": (c_int, [c_char_p, POINTER(Layout)]),
+    "mlajit_layout_string": (c_int, [POINTER(Layout), c_char_p, c_size_t]),
+    "mlajit_model_layout": (c_int, [c_int, POINTER(Layout)]),
+    "mlajit_layout_describe": (POINTER(ModelDesc), [POINTER(Layout)]),
+    "mlajit_layout_min_page_stride": (c_int64, [POINTER(Layout), c_int]),
     "mlajit_spec_init": (c_int, [POINTER(KernelSpec), c_int, c_int, c_int]),
+    "mlajit_spec_init_layout": (c_int, [POINTER(KernelSpec), POINTER(Layout), c_int, c_int]),
     "mlajit_spec_validate": (c_int, [POINTER(KernelSpec)]),
     "mlajit_spec_string": (c_int, [POINTER(KernelSpec), c_char_p, c_size_t]),
     "mlajit_spec_parse": (c_int, [c_char_p, POINTER(KernelSpec)]),
@@ -404,6 +434,8 @@ _PROTOTYPES = {
     "mlajit_decode": (c_int, [c_void_p, c_void_p, c_void_p]),
     "mlajit_quantize_token": (c_int, [c_int, POINTER(c_uint16), c_void_p, c_int, c_int]),
     "mlajit_dequantize_token": (c_int, [c_int, c_void_p, c_int, c_int, POINTER(c_float)]),
+    "mlajit_quantize_token_layout": (c_int, [POINTER(Layout), POINTER(c_uint16), c_void_p, c_int, c_int]),
+    "mlajit_dequantize_token_layout": (c_int, [POINTER(Layout), c_void_p, c_int, c_int, POINTER(c_float)]),
     "mlajit_reference_decode": (c_int, [POINTER(KernelSpec), POINTER(DecodeShape), POINTER(DecodeArgs),
                                         POINTER(c_double), POINTER(c_double)]),
 }

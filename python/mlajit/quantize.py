@@ -14,11 +14,12 @@ inputs, padding bytes zero:
 """
 from __future__ import annotations
 
+import ctypes
 from typing import Optional
 
 import torch
 
-from .errors import InvalidArgumentError
+from .errors import InvalidArgumentError, check
 from .models import ModelLike, model_info
 from . import _capi
 
@@ -87,6 +88,22 @@ def _quantize_pages(info, tokens: torch.Tensor, page_size: int, pages: torch.Ten
         pages[:, data:data + page_size * info.footer_bytes] = footer.reshape(num_blocks, -1)
 
 
+def _quantize_pages_c(info, tokens: torch.Tensor, page_size: int, pages: torch.Tensor) -> None:
+    """A custom layout's pages, token by token through the C quantizer
+    (mlajit_quantize_token_layout: the one that follows any layout), on the host."""
+    layout = info.model._to_c()
+    host_tokens = tokens.detach().to("cpu").contiguous()
+    host_pages = torch.zeros(tuple(pages.shape), dtype=torch.uint8)
+    stride = pages.shape[1]
+    row_bytes = host_tokens.shape[1] * 2
+    base = host_pages.data_ptr()
+    for t in range(host_tokens.shape[0]):
+        row = ctypes.cast(host_tokens.data_ptr() + t * row_bytes, ctypes.POINTER(ctypes.c_uint16))
+        check(_capi.lib.mlajit_quantize_token_layout(ctypes.byref(layout), row, base + (t // page_size) * stride,
+                                                      page_size, t % page_size))
+    pages.copy_(host_pages)
+
+
 def quantize_kv(values: torch.Tensor, model: ModelLike, page_size: int, *,
                 page_stride: Optional[int] = None) -> torch.Tensor:
     """Quantize bf16 key rows into a cache.
@@ -94,7 +111,8 @@ def quantize_kv(values: torch.Tensor, model: ModelLike, page_size: int, *,
     values: bf16 [num_blocks, page_size, d_qk] or [num_tokens, d_qk] (token t in
         slot t: page t // page_size, offset t % page_size; num_tokens a multiple of
         page_size), on any device.
-    model: "v32", "dsv4", "glm_nsa", "glm53_nope", "dots3_swa" (or mlajit.Model).
+    model: "v32", "dsv4", "glm_nsa", "glm53_nope", "dots3_swa" (or mlajit.Model), or
+        an mlajit.Layout (a custom layout: quantized on the host by the C quantizer).
     page_stride: bytes from one page to the next (default: the layout's minimum
         rounded up to 16; at least that, a multiple of 16).
 
@@ -125,10 +143,13 @@ def quantize_kv(values: torch.Tensor, model: ModelLike, page_size: int, *,
                                    f"({info.name}, page size {page_size})")
 
     pages = torch.zeros((num_blocks, page_stride), dtype=torch.uint8, device=values.device)
-    # a chunk of pages at a time, so a large cache needs a bounded fp32 copy
-    per_chunk = max(1, _CHUNK_TOKENS // page_size)
-    for first in range(0, num_blocks, per_chunk):
-        last = min(num_blocks, first + per_chunk)
-        _quantize_pages(info, tokens[first * page_size:last * page_size], page_size, pages[first:last])
+    if info.is_custom:
+        _quantize_pages_c(info, tokens, page_size, pages)
+    else:
+        # a chunk of pages at a time, so a large cache needs a bounded fp32 copy
+        per_chunk = max(1, _CHUNK_TOKENS // page_size)
+        for first in range(0, num_blocks, per_chunk):
+            last = min(num_blocks, first + per_chunk)
+            _quantize_pages(info, tokens[first * page_size:last * page_size], page_size, pages[first:last])
     return pages.as_strided((num_blocks, page_size, 1, info.bytes_per_token),
                             (page_stride, info.bytes_per_token, info.bytes_per_token, 1))

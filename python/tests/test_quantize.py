@@ -119,3 +119,24 @@ def test_a_cache_quantized_in_chunks_is_the_same(monkeypatch):
     whole = raw_pages(mlajit.quantize_kv(values, "dsv4", 3)).clone()
     monkeypatch.setattr(mlajit.quantize, "_CHUNK_TOKENS", 5)  # one page of 3 tokens per chunk
     assert torch.equal(raw_pages(mlajit.quantize_kv(values, "dsv4", 3)), whole)
+
+
+def test_quantize_kv_takes_a_layout():
+    """A Layout equal to a named model's quantizes as the model; a custom one as the
+    C quantizer writes it (mlajit_quantize_token_layout), its pages padded as asked."""
+    values = values_with_edges(6, 576, 3)
+    named = mlajit.quantize_kv(values, mlajit.Layout.of("v32"), 3)
+    assert torch.equal(raw_pages(named), raw_pages(mlajit.quantize_kv(values, "v32", 3)))
+    layout = mlajit.Layout.parse("d_nope=512,d_rope=64,tile=64,scales=ue8m0,place=inline")
+    info = mlajit.model_info(layout)
+    cache = mlajit.quantize_kv(values, layout, 3, page_stride=3 * info.bytes_per_token + 32)
+    assert tuple(cache.shape) == (2, 3, 1, info.bytes_per_token) and cache.stride(0) == 3 * info.bytes_per_token + 32
+    pages = raw_pages(cache)
+    c_layout = layout._to_c()
+    for t in range(6):
+        out = (ctypes.c_float * 576)()
+        page = pages[t // 3].contiguous()
+        assert _capi.lib.mlajit_dequantize_token_layout(ctypes.byref(c_layout), page.data_ptr(), 3, t % 3, out) == 0
+        assert torch.allclose(torch.tensor(list(out)), values[t].float(), rtol=0.07, atol=1e-3)
+    with pytest.raises(mlajit.InvalidArgumentError, match="values.shape"):
+        mlajit.quantize_kv(values[:, :512], layout, 3)

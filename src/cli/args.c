@@ -9,10 +9,12 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "cli/cli.h"
 #include "codegen/codegen.h"
 #include "common/error.h"
+#include "harness/json.h"
 
 int cli_error(int status, const char *what)
 {
@@ -361,6 +363,23 @@ int cli_parse_model(const char *name, const char *value, void *target)
     if (mlajit_model_from_name(value, target) == MLAJIT_OK)
         return 1;
     fprintf(stderr, "mlajit: %s = '%s': model '%s' is unknown; allowed v32, dsv4, glm_nsa, glm53_nope, dots3_swa\n", name, value, value);
+    return 0;
+}
+
+int cli_parse_layout(const char *name, const char *value, void *target)
+{
+    struct stat st;
+    int rc;
+    /* a file when one is there (or the name says JSON), else text the library reads */
+    if (!strchr(value, '=') && (stat(value, &st) == 0 || strstr(value, ".json")))
+        rc = mlajit_layout_read_json_file(value, target);
+    else
+        rc = mlajit_layout_parse(value, target);
+    if (rc == MLAJIT_OK)
+        return 1;
+    fprintf(stderr, "mlajit: %s = '%s': %s\n  (inline keys: d_nope=,d_rope=,d_v=,tile=,scales=pow2|fp32|ue8m0|none,"
+            "place=inline|footer[,row_bytes=][,footer_bytes=][,v=nope|all]; or a JSON file of those keys)\n",
+            name, value, mlajit_last_error());
     return 0;
 }
 

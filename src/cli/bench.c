@@ -109,7 +109,7 @@ static int check_rows(mlajit_device_case *dc, mlajit_case *c, int *pass, double 
 {
     int check_b = c->b < 2 ? c->b : 2;
     size_t rows = (size_t)check_b * c->s_q, n_lse = rows * c->h_q;
-    int d_v = mlajit_model_describe(c->model)->d_v;
+    int d_v = mlajit_case_desc(c)->d_v;
     float *out = malloc(n_lse * d_v * sizeof *out + 16), *lse = malloc(n_lse * sizeof *lse + 16);
     float *ref_out = NULL, *ref_lse = NULL;
     int rc = (out && lse) ? MLAJIT_OK : mlajit_fail(MLAJIT_ERR_OUT_OF_MEMORY, "check");

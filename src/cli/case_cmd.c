@@ -98,7 +98,7 @@ static int cmd_make(int argc, char **argv)
         return CLI_FAIL;
     }
     const mlajit_synth_params params = {
-        .model = spec.model, .b = batch, .s_q = s_q, .h_q = spec.h_q, .topk = topk, .extra_topk = extra_topk,
+        .model = spec.model, .layout = spec.layout, .b = batch, .s_q = s_q, .h_q = spec.h_q, .topk = topk, .extra_topk = extra_topk,
         .page_size = spec.page_size, .extra_page_size = spec.extra_page_size,
         .seqlen = seqlen ? seqlen : 2 * topk,
         .extra_seqlen = spec.extra_page_size ? (extra_seqlen ? extra_seqlen : 2 * extra_topk) : 0,
@@ -116,7 +116,7 @@ static int cmd_make(int argc, char **argv)
         mlajit_case_free(&c);
         return cli_error(rc, "case make");
     }
-    const mlajit_model_desc *m = mlajit_model_describe(c.model);
+    const mlajit_model_desc *m = mlajit_case_desc(&c);
     printf("case %s: %s b %d s_q %d h_q %d topk %d extra_topk %d, page %d%s, seed %llu; reference %.0f ms\n",
            out_dir, m->name, c.b, c.s_q, c.h_q, c.topk, c.extra_topk, c.kv.page_size,
            c.has_extra ? " + extra cache" : "", (unsigned long long)c.seed, mlajit_now_ms() - t);

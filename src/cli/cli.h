@@ -135,6 +135,8 @@ int cli_parse_integer(const char *s, long long lo, long long hi, long long *out)
 /* Value parsers for CLI_CUSTOM options (target types in brackets). */
 int cli_parse_variant(const char *name, const char *value, void *target);  /* [mlajit_variant] */
 int cli_parse_model(const char *name, const char *value, void *target);    /* [mlajit_model] */
+/* [mlajit_layout]: inline keys, a JSON file of them, a canonical layout string or a model name */
+int cli_parse_layout(const char *name, const char *value, void *target);
 int cli_parse_features(const char *name, const char *value, void *target); /* [unsigned]: sink,topk-length,... */
 
 /* Call item(name, text, target) for each item of the list value, split at sep:

@@ -23,6 +23,7 @@ static const char *scale_text(const mlajit_model_desc *d)
     case MLAJIT_SCALE_FP32_POW2: return "fp32 pow2";
     case MLAJIT_SCALE_FP32: return "fp32";
     case MLAJIT_SCALE_UE8M0: return "ue8m0";
+    case MLAJIT_SCALE_NONE: return "none (bf16)";
     }
     return "?";
 }

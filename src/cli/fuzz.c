@@ -175,7 +175,7 @@ static void gpu_check_call(mlajit_context *ctx, const char *arch, const mlajit_f
     }
     size_t n_lse = (size_t)c->b * c->s_q * c->h_q;
     mlajit_compare_result r;
-    mlajit_compare(res.out, c->expected_out, n_lse * mlajit_model_describe(c->model)->d_v, res.lse, c->expected_lse,
+    mlajit_compare(res.out, c->expected_out, n_lse * mlajit_case_desc(c)->d_v, res.lse, c->expected_lse,
                    n_lse, &r);
     if (!r.pass) {
         char detail[400];
@@ -204,7 +204,7 @@ typedef struct arch_job {
 static void host_args_for(const mlajit_fuzz_call *call, const mlajit_case *c, void *out, float *lse,
                           mlajit_decode_args *a)
 {
-    const mlajit_model_desc *m = mlajit_model_describe(c->model);
+    const mlajit_model_desc *m = mlajit_case_desc(c);
     mlajit_case_host_args(c, a);
     int pad = call->pad_strides ? 8 : 0;
     int64_t q_row = m->d_qk + pad, out_row = m->d_v + pad, idx_row = c->topk + pad, eidx_row = c->extra_topk + pad;
@@ -278,7 +278,7 @@ static void *cpu_check_arch(void *arg)
  * out is 0 for lack of candidates. */
 static void check_reference(const mlajit_case *c, call_outcome *o)
 {
-    const int d_v = mlajit_model_describe(c->model)->d_v;
+    const int d_v = mlajit_case_desc(c)->d_v;
     size_t n_lse = (size_t)c->b * c->s_q * c->h_q;
     char where[160];
     for (size_t r = 0; r < n_lse; r++) {
@@ -318,7 +318,7 @@ static void check_round_trip(const mlajit_case *c, const char *tmp_root, call_ou
         outcome_fail(o, FAIL_ROUND_TRIP, "", "%s", mlajit_last_error());
         return;
     }
-    const mlajit_model_desc *m = mlajit_model_describe(c->model);
+    const mlajit_model_desc *m = mlajit_case_desc(c);
     size_t rows = (size_t)c->b * c->s_q, n_lse = rows * c->h_q;
     const char *differs = NULL;
     if (back.model != c->model || back.b != c->b || back.s_q != c->s_q || back.h_q != c->h_q ||
@@ -479,7 +479,8 @@ static void print_failure(const fuzz_options *opts, const mlajit_fuzz_call *draw
     }
     if (opts->cpu_only && o->arch[0]) {
         const mlajit_kernel_spec *s = &call->spec;
-        printf("  compile: mlajit compile --model %s --heads %d --page %d", mlajit_model_describe(s->model)->name,
+        printf("  compile: mlajit compile --%s %s --heads %d --page %d",
+               mlajit_spec_desc(s)->model == MLAJIT_MODEL_CUSTOM ? "layout" : "model", mlajit_spec_desc(s)->name,
                s->h_q, s->page_size);
         if (s->extra_page_size) printf(" --extra-page %d", s->extra_page_size);
         if (s->features) {

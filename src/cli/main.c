@@ -18,7 +18,7 @@ static const char usage_text[] =
     "\n"
     "commands:\n"
     "  info                          version, NVRTC, driver and GPU, cache directory and size\n"
-    "  compile --model M --heads N --page P [--extra-page P2] [--features LIST]\n"
+    "  compile --model M|--layout L --heads N --page P [--extra-page P2] [--features LIST]\n"
     "          [--tile T] [--heads-per-cta H] [--variant V] [--arch sm_XX]\n"
     "          [--emit-source]\n"
     "                                generate, compile and cache one kernel\n"
@@ -44,7 +44,8 @@ static const char usage_text[] =
     "models: v32, dsv4, glm_nsa, glm53_nope, dots3_swa; features: sink, topk-length, extra-topk-length\n"
     "variants (V): " MLAJIT_VARIANT_NAMES "\n"
     "SPEC: model.hN.pN[.eN][.f<s|l|x>][.tN][.hcN][.variant][.arch], e.g. v32.h16.p64 or\n"
-    "      v32.h128.p64.t64.hc64.sm90.sm_90a (as mlajit compile prints it)\n"
+    "      v32.h128.p64.t64.hc64.sm90.sm_90a (as mlajit compile prints it); model may be a layout:\n"
+    "      its inline keys or canonical string, e.g. d_nope=256,d_rope=64,tile=32,scales=ue8m0,place=inline.h16.p64\n"
     "exit status: 0 ok, 1 failure (or the answer no), 2 usage or invalid arguments\n";
 
 static const char info_usage[] =
@@ -100,11 +101,15 @@ static int cmd_info(int argc, char **argv)
 }
 
 static const char compile_usage[] =
-    "usage: mlajit compile --model M --heads N --page P [--extra-page P2] [--features LIST]\n"
+    "usage: mlajit compile --model M|--layout L --heads N --page P [--extra-page P2] [--features LIST]\n"
     "                      [--tile T] [--heads-per-cta H] [--variant V] [--arch sm_XX] [--emit-source]\n"
     "  generate, compile (NVRTC) and cache one kernel; prints its key, compile time, registers,\n"
     "  shared memory, spills and whether it was a cache hit\n"
     "  --model M          v32, dsv4, glm_nsa, glm53_nope, dots3_swa\n"
+    "  --layout L         instead of --model: a layout described at run time, as inline keys\n"
+    "                     (d_nope=256,d_rope=64,d_v=256,tile=32,scales=ue8m0,place=inline; also\n"
+    "                     row_bytes=, footer_bytes=, v=nope|all; docs/layouts.md), a JSON file of\n"
+    "                     those keys, or a layout's canonical string\n"
     "  --heads N          query heads, 1..128\n"
     "  --page P           tokens per page of the main cache, 1..1024\n"
     "  --extra-page P2    tokens per page of the extra cache (DeepSeek-V4's dual cache), 1..1024\n"
@@ -121,11 +126,13 @@ static int cmd_compile(int argc, char **argv)
     const char *arch = "";
     int heads = 0, page = 0, extra_page = 0, tile = 0, heads_per_cta = 0, emit = 0;
     mlajit_model model = MLAJIT_MODEL_V32;
-    int have_model = 0;
+    mlajit_layout layout = {0};
+    int have_model = 0, have_layout = 0;
     mlajit_variant variant = MLAJIT_VARIANT_AUTO;
     unsigned features = 0;
     const cli_option options[] = {
         {"--model", CLI_CUSTOM, &model, .parse = cli_parse_model, .given = &have_model},
+        {"--layout", CLI_CUSTOM, &layout, .parse = cli_parse_layout, .given = &have_layout},
         {"--heads", CLI_INT, &heads, .lo = 1, .hi = MLAJIT_MAX_HEADS},
         {"--page", CLI_INT, &page, .lo = 1, .hi = MLAJIT_MAX_PAGE_SIZE},
         {"--extra-page", CLI_INT, &extra_page, .lo = 1, .hi = MLAJIT_MAX_PAGE_SIZE},
@@ -140,10 +147,13 @@ static int cmd_compile(int argc, char **argv)
     int n, rc = cli_parse(&cmd, argc, argv, &n);
     if (rc != CLI_PARSED)
         return rc;
-    if (!have_model || !heads || !page)
-        return cli_usage_error(&cmd, "needs --model, --heads and --page");
+    if (have_model && have_layout)
+        return cli_usage_error(&cmd, "give --model or --layout, not both");
+    if ((!have_model && !have_layout) || !heads || !page)
+        return cli_usage_error(&cmd, "needs --model (or --layout), --heads and --page");
     mlajit_kernel_spec spec = MLAJIT_KERNEL_SPEC_INIT;
-    if ((rc = mlajit_spec_init(&spec, model, heads, page)))
+    if ((rc = have_layout ? mlajit_spec_init_layout(&spec, &layout, heads, page)
+                          : mlajit_spec_init(&spec, model, heads, page)))
         return cli_invalid(rc, "compile");
     spec.extra_page_size = extra_page;
     spec.features = features;
@@ -243,7 +253,7 @@ static int cmd_run_case(int argc, char **argv)
     mlajit_case c;
     if ((rc = mlajit_case_load(dir, &c)))
         return cli_error(rc, "run-case");
-    const mlajit_model_desc *m = mlajit_model_describe(c.model);
+    const mlajit_model_desc *m = mlajit_case_desc(&c);
     size_t n_lse = (size_t)c.b * c.s_q * c.h_q, n_out = n_lse * m->d_v;
     printf("case %s: %s b %d s_q %d h_q %d topk %d extra_topk %d\n", dir, m->name, c.b, c.s_q, c.h_q, c.topk,
            c.extra_topk);
@@ -379,7 +389,7 @@ static int cmd_demo(int argc, char **argv)
     printf("  %-28s %9.2f ms\n", "CPU reference (fp64)", mlajit_now_ms() - t);
     size_t n_lse = (size_t)c.b * c.s_q * c.h_q;
     mlajit_compare_result r;
-    mlajit_compare(res.out, c.expected_out, n_lse * mlajit_model_describe(c.model)->d_v, res.lse, c.expected_lse,
+    mlajit_compare(res.out, c.expected_out, n_lse * mlajit_case_desc(&c)->d_v, res.lse, c.expected_lse,
                    n_lse, &r);
     print_compare("check vs reference", &r);
     mlajit_gpu_result_free(&res);

@@ -19,7 +19,7 @@
 static const char pack_usage[] =
     "usage: mlajit pack <command>      (mlajit pack <command> --help: its usage)\n"
     "\n"
-    "  build [--models LIST] [--heads LIST] [--pages LIST] [--extra-pages LIST]\n"
+    "  build [--models LIST] [--layout L]... [--heads LIST] [--pages LIST] [--extra-pages LIST]\n"
     "        [--features SETS] [--archs LIST] [--spec SPEC]... [--specs FILE]\n"
     "        [--tactics-from DIR] [--tune SECONDS] [--out FILE] [--jobs N] [--no-cache]\n"
     "                             compile a grid and specs in parallel into one pack, with the\n"
@@ -33,13 +33,15 @@ static const char pack_usage[] =
     "Packs are read at run time from MLAJIT_PACKS (':'-separated), before the cache (docs/packs.md).\n";
 
 static const char build_usage[] =
-    "usage: mlajit pack build [--models LIST] [--heads LIST] [--pages LIST] [--extra-pages LIST]\n"
+    "usage: mlajit pack build [--models LIST] [--layout L]... [--heads LIST] [--pages LIST] [--extra-pages LIST]\n"
     "                         [--features SETS] [--archs LIST] [--spec SPEC]... [--specs FILE]\n"
     "                         [--tactics-from DIR] [--tune SECONDS] [--out FILE] [--jobs N] [--no-cache]\n"
     "  compile the grid (models x heads x pages x extra pages x feature sets x archs) and the\n"
     "  listed specs in parallel, and write one pack (default mlajit.pack). LISTs are\n"
     "  comma-separated; a feature set joins names with '+', e.g. --features none,sink+topk-length.\n"
-    "  FILE for --specs holds spec strings, one a line ('#' starts a comment). Kernels already\n"
+    "  --layout L adds a custom layout to the models (inline keys, a JSON file or a canonical\n"
+    "  string; docs/layouts.md), up to 8. FILE for --specs holds spec strings, one a line ('#'\n"
+    "  starts a comment). Kernels already\n"
     "  in the cache are reused unless --no-cache. --jobs N: 1..256 workers (default: the cores).\n"
     "  --tactics-from DIR copies every usable tactic record of the cache DIR (measured choices,\n"
     "  used only on the GPU they were measured on) into the pack, and the kernels they choose.\n"
@@ -92,6 +94,23 @@ static void string_list_free(string_list *l)
         free(l->items[i]);
     free(l->items);
     memset(l, 0, sizeof *l);
+}
+
+/* --layout, repeatable: each adds a custom layout to the grid's model axis. */
+typedef struct layout_list {
+    mlajit_layout layouts[8];
+    int count;
+} layout_list;
+
+static int add_layout(const char *name, const char *value, void *target)
+{
+    layout_list *l = target;
+    if (!cli_room_for(name, l->count, 8))
+        return 0;
+    if (!cli_parse_layout(name, value, &l->layouts[l->count]))
+        return 0;
+    l->count++;
+    return 1;
 }
 
 static int add_spec(const char *name, const char *value, void *target)
@@ -234,6 +253,7 @@ static int cmd_build(int argc, char **argv)
     cli_int_list heads = {.lo = 1, .hi = MLAJIT_MAX_HEADS}, pages = {.lo = 1, .hi = MLAJIT_MAX_PAGE_SIZE},
              extra = {.lo = 0, .hi = MLAJIT_MAX_PAGE_SIZE};
     string_list archs = {0}, spec_strings = {0};
+    layout_list layout_set = {0};
     const char *out_path = "mlajit.pack", *tactics_from = NULL;
     int tune_seconds = -1, tune_no_check = 0;
     mlajit_context_info tuned_info = MLAJIT_CONTEXT_INFO_INIT;
@@ -241,6 +261,7 @@ static int cmd_build(int argc, char **argv)
     size_t tactic_count = 0;
     const cli_option options[] = {
         {"--models", CLI_CUSTOM, &model_set, .parse = cli_parse_model_list},
+        {"--layout", CLI_CUSTOM, &layout_set, .parse = add_layout},
         {"--heads", CLI_CUSTOM, &heads, .parse = cli_parse_int_list},
         {"--pages", CLI_CUSTOM, &pages, .parse = cli_parse_int_list},
         {"--extra-pages", CLI_CUSTOM, &extra, .parse = cli_parse_int_list},
@@ -263,9 +284,13 @@ static int cmd_build(int argc, char **argv)
     const mlajit_model *models = model_set.models;
     const int num_models = model_set.count, num_features = feature_set.count;
     const unsigned *features = feature_set.sets;
-    int grid_given = num_models || heads.count || pages.count;
-    if (grid_given && !(num_models && heads.count && pages.count)) {
-        status = cli_usage_error(&cmd, "a grid needs --models, --heads and --pages together");
+    int grid_given = num_models || layout_set.count || heads.count || pages.count;
+    if (grid_given && !((num_models || layout_set.count) && heads.count && pages.count)) {
+        status = cli_usage_error(&cmd, "a grid needs --models, --heads and --pages together (--layout counts as --models)");
+        goto done;
+    }
+    if (tune_seconds >= 0 && layout_set.count) {
+        status = cli_usage_error(&cmd, "--tune tunes the named models' grid; give custom layouts' kernels without it");
         goto done;
     }
     if (!grid_given && spec_strings.count == 0 && !tactics_from) {
@@ -319,6 +344,7 @@ static int cmd_build(int argc, char **argv)
             .extra_page_sizes = extra.count ? extra.values : NULL, .num_extra_page_sizes = extra.count,
             .feature_sets = num_features ? features : NULL, .num_feature_sets = num_features,
             .archs = num_archs ? arch_ptrs : NULL, .num_archs = num_archs,
+            .layouts = layout_set.count ? layout_set.layouts : NULL, .num_layouts = layout_set.count,
         };
         if ((rc = mlajit_grid_expand(&grid, MLAJIT_DEFAULT_ARCH, &specs, &count))) {
             mlajit_context_destroy(ctx);
@@ -825,7 +851,8 @@ void cli_pack_build_line(const mlajit_kernel_spec *r, char *buf, size_t len)
     for (int i = 0; i < n_alts && !by_grid; i++)
         by_grid = mlajit_spec_string(&alts[i], alt_string, sizeof alt_string) == MLAJIT_OK &&
                   strcmp(alt_string, spec_string) == 0;
-    if (!by_grid) {
+    /* a grid names models; a custom layout's kernel goes by its spec string */
+    if (!by_grid || r->model == MLAJIT_MODEL_CUSTOM) {
         snprintf(buf, len, "mlajit pack build --spec %s --out FILE", spec_string);
         return;
     }

@@ -111,6 +111,11 @@ int mlajit_spec_walk_alternatives(const mlajit_kernel_spec *spec, const char *de
  * has chosen its kernel: the key of its tactics (cache/tactics.h). */
 int mlajit_spec_string_as_asked(const mlajit_kernel_spec *spec, const char *default_arch, char *buf, size_t len);
 
+/* *out = *spec, with a custom layout that is a named model's replaced by that
+ * model (layout zeroed): the one form a kernel has, so that its string, memo
+ * entry and generated source are the named model's. 1 when it replaced. */
+int mlajit_spec_named_model(const mlajit_kernel_spec *spec, mlajit_kernel_spec *out);
+
 /* ---- the envelope (envelope.c) ---------------------------------------------- */
 
 #define MLAJIT_DEFAULT_ARCH "sm_90a" /* the target without a device (spec.arch "") */

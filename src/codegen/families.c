@@ -193,7 +193,7 @@ static void sm90_scores_smem_map(const mlajit_kernel_spec *r, const mlajit_model
 
 int mlajit_narrow_scores_fits(const mlajit_kernel_spec *r)
 {
-    const mlajit_model_desc *d = mlajit_model_describe(r->model);
+    const mlajit_model_desc *d = mlajit_spec_desc(r);
     mlajit_smem_map m;
     if (!d || r->tile != 64 || (r->heads_per_cta != 8 && r->heads_per_cta != 16) ||
         d->scale_place != MLAJIT_SCALES_INLINE || d->scale_format == MLAJIT_SCALE_FP32 || d->quant_tile % 64 != 0)
@@ -204,7 +204,7 @@ int mlajit_narrow_scores_fits(const mlajit_kernel_spec *r)
 
 int mlajit_narrow_producer_groups(const mlajit_kernel_spec *r)
 {
-    const mlajit_model_desc *d = mlajit_model_describe(r->model);
+    const mlajit_model_desc *d = mlajit_spec_desc(r);
     const mlajit_family *f = mlajit_family_of(r->variant);
     mlajit_smem_map m;
     if (!d || !f || f->smem_map != sm90_narrow_smem_map || r->tile <= 0 || r->heads_per_cta <= 0)
@@ -236,7 +236,7 @@ int mlajit_family_min_blocks_per_sm(const mlajit_kernel_spec *r, const mlajit_sm
 {
     const mlajit_family *f = mlajit_family_of(r->variant);
     int fits = 2 * m->total <= mlajit_arch_max_smem(r->arch);
-    int scales_ok = (f->two_blocks_scales & MLAJIT_SCALES(mlajit_model_describe(r->model)->scale_format)) != 0;
+    int scales_ok = (f->two_blocks_scales & MLAJIT_SCALES(mlajit_spec_desc(r)->scale_format)) != 0;
     return scales_ok && r->heads_per_cta == 16 && fits ? 2 : 1;
 }
 
@@ -250,7 +250,7 @@ int mlajit_family_cluster_ctas(const mlajit_kernel_spec *r)
 
 int mlajit_codegen_layout(const mlajit_kernel_spec *r, mlajit_kernel_layout *layout)
 {
-    const mlajit_model_desc *d = mlajit_model_describe(r->model);
+    const mlajit_model_desc *d = mlajit_spec_desc(r);
     if (!d || !layout || r->tile <= 0 || r->heads_per_cta <= 0 || !mlajit_family_of(r->variant))
         return mlajit_fail(MLAJIT_ERR_INVALID_ARGUMENT, "layout needs a resolved spec (tile and heads_per_cta set)");
     const mlajit_family *f = mlajit_family_of(r->variant);
@@ -286,11 +286,60 @@ int mlajit_family_takes(unsigned sizes, int v) { return v > 0 && v % 8 == 0 && v
 /* The refusal of a family that runs only some scale formats. */
 static int refuse_scales(const mlajit_family *f, const mlajit_kernel_spec *r)
 {
-    const mlajit_model_desc *d = mlajit_model_describe(r->model);
+    const mlajit_model_desc *d = mlajit_spec_desc(r);
     if (f->scales & MLAJIT_SCALES(d->scale_format))
         return MLAJIT_OK;
     return mlajit_fail(MLAJIT_ERR_UNSUPPORTED, "variant %s needs power-of-two scales (v32, dsv4); "
                        "model %s has arbitrary fp32 scales: use the sm90 variant", f->name, d->name);
+}
+
+/* A custom layout's refusal: the family and the template's assumption it breaks. */
+static int refuse_custom(const mlajit_family *f, const mlajit_model_desc *d, const char *why)
+{
+    return mlajit_fail(MLAJIT_ERR_UNSUPPORTED, "variant %s does not serve layout %s: %s", f->name, d->name, why);
+}
+
+int mlajit_family_layout_gate(const mlajit_family *f, const mlajit_model_desc *d)
+{
+    if (!d)
+        return mlajit_fail(MLAJIT_ERR_INVALID_ARGUMENT, "spec has no valid layout");
+    if (d->scale_format == MLAJIT_SCALE_NONE)
+        return mlajit_fail(MLAJIT_ERR_UNSUPPORTED,
+                           "variant %s does not serve layout %s: its NoPE dims are bf16 values (scales none), and "
+                           "no kernel reads bf16 NoPE values yet; quantize the cache to fp8 (scales pow2, fp32 or ue8m0)",
+                           f->name, d->name);
+    /* The named models are served as each family's accepts_layout says. A custom
+     * layout must also keep to what the templates are written for today (their
+     * static_asserts), so that what the envelope accepts compiles: conservative,
+     * a layout refused here may become served as the templates generalise. */
+    if (d->model != MLAJIT_MODEL_CUSTOM)
+        return MLAJIT_OK;
+    if (d->d_v != 4 * kCombineThreads)
+        return refuse_custom(f, d, "combine.cu is built for d_v 512 (each of its 128 threads merges 4 value dims)");
+    const int inline_fp32 = d->scale_place == MLAJIT_SCALES_INLINE && d->scale_format != MLAJIT_SCALE_UE8M0;
+    const int footer_ue8m0 = d->scale_place == MLAJIT_SCALES_PAGE_FOOTER && d->scale_format == MLAJIT_SCALE_UE8M0;
+    if (!inline_fp32 && !footer_ue8m0)
+        return refuse_custom(f, d, "the kernels read fp32 scales inline or ue8m0 scales in a page footer");
+    if (f->sm90_common) {
+        if (d->d_nope % 64 || d->d_rope % 64 || d->quant_tile % 64)
+            return refuse_custom(f, d, "sm90_common.cu's producer splits each row over 4 lanes 64 bytes apart and "
+                                       "its K tiles are 64-dim swizzle blocks (d_nope, d_rope and the quant tile "
+                                       "multiples of 64)");
+        if (footer_ue8m0 && (d->footer_bytes != 8 || d->num_scales > 8))
+            return refuse_custom(f, d, "sm90_common.cu reads a token's ue8m0 scales in one 8-byte footer load "
+                                       "(footer_bytes 8, at most 8 scales)");
+        if (inline_fp32 && d->num_scales != 4)
+            return refuse_custom(f, d, "sm90_common.cu reads a token's inline fp32 scales in one 16-byte load "
+                                       "(4 scales)");
+    } else {
+        if (d->d_qk % 32)
+            return refuse_custom(f, d, "decode_portable.cu loads K fragments two k-steps at a time (d_qk a multiple "
+                                       "of 32)");
+        if (d->d_rope && 32 % (d->d_rope / 8))
+            return refuse_custom(f, d, "decode_portable.cu's RoPE chunks of 8 dims must tile a warp (d_rope 8, 16, "
+                                       "32, 64, 128 or 256)");
+    }
+    return MLAJIT_OK;
 }
 
 /* The layouts each template is built for: NULL, or why not (a fact about the
@@ -333,7 +382,7 @@ int mlajit_family_check_layout(const mlajit_family *f, const mlajit_model_desc *
 enum { kPortableWideMaxDV = 512 };
 static int portable_resolve(const mlajit_family *f, mlajit_kernel_spec *r)
 {
-    const mlajit_model_desc *d = mlajit_model_describe(r->model);
+    const mlajit_model_desc *d = mlajit_spec_desc(r);
     /* 64 heads: 512 threads under the 128-register cap, each warp's O accumulators
      * 4 row tiles x d_v / 16 dims: DOTS3_SWA's d_v 1024 spilled 2 KB (ptxas, CUDA
      * 13.0, sm_90a); at 32 heads, 256 threads, it spills nothing */
@@ -506,8 +555,13 @@ mlajit_variant mlajit_family_auto(const mlajit_kernel_spec *r)
     const mlajit_family *narrow = mlajit_family_of(MLAJIT_VARIANT_SM90_NARROW);
     const mlajit_family *sm90 = mlajit_family_of(MLAJIT_VARIANT_SM90);
     const int hopper = strcmp(r->arch, sm90->arch) == 0 && (r->tile == 0 || mlajit_family_takes(sm90->tiles, r->tile));
-    const mlajit_model_desc *d = mlajit_model_describe(r->model);
+    const mlajit_model_desc *d = mlajit_spec_desc(r);
     const unsigned scale = MLAJIT_SCALES(d->scale_format);
+    /* a custom layout sm_90a's families are not written for runs on the portable family */
+    if (hopper && d->model == MLAJIT_MODEL_CUSTOM && mlajit_family_layout_gate(sm90, d) != MLAJIT_OK) {
+        mlajit_clear_error();
+        return MLAJIT_VARIANT_PORTABLE;
+    }
     if (hopper && r->heads_per_cta == 0 && r->h_q <= narrow->max_heads_per_cta && (narrow->scales & scale) &&
         !narrow->layout_refusal(d))
         return MLAJIT_VARIANT_SM90_NARROW;

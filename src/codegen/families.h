@@ -151,6 +151,17 @@ struct mlajit_family {
     int walk_tiles;
 };
 
+/* The descriptor of a spec's layout: its named model's, or for MLAJIT_MODEL_CUSTOM
+ * its layout's (mlajit_layout_describe: the named model's where the layout is
+ * one). NULL for an unknown model or an invalid layout. The one way the library
+ * reads a spec's layout. */
+const mlajit_model_desc *mlajit_spec_desc(const mlajit_kernel_spec *spec);
+
+/* What every family needs of a layout, checked before its own accepts_layout:
+ * 0, or MLAJIT_ERR_UNSUPPORTED naming the layout and why no template reads it
+ * (bf16 NoPE values, MLAJIT_SCALE_NONE: no template reads them yet). */
+int mlajit_family_layout_gate(const mlajit_family *f, const mlajit_model_desc *d);
+
 /* The row of variant v; NULL for auto and unknown values. */
 const mlajit_family *mlajit_family_of(mlajit_variant v);
 /* The rows, in variant order (retired variants leave gaps). */

@@ -39,8 +39,7 @@ static void emit_config(mlajit_strbuf *b, const mlajit_kernel_spec *r, const mla
     const mlajit_family *f = mlajit_family_of(r->variant);
     mlajit_smem_map m;
     f->smem_map(r, d, &m);
-    int scale_offset = d->scale_place == MLAJIT_SCALES_INLINE ? d->d_nope : 0;
-    int rope_offset = d->d_nope + (d->scale_place == MLAJIT_SCALES_INLINE ? d->num_scales * 4 : 0);
+    const int scale_offset = d->scale_offset, rope_offset = d->rope_offset; /* models.c's rule */
 #define TF(x) ((x) ? "true" : "false")
     /* the spec the source was generated for, so that a content key names its spec
      * (a macro: a variable would be a device global, and the cubin would hold it) */
@@ -187,7 +186,7 @@ int mlajit_generate_source(const mlajit_kernel_spec *spec, char **source)
     const char *names[] = {"prelude", "gather", f->sm90_common ? "sm90_common" : "", f->kernel, "combine"};
     enum { kParts = sizeof names / sizeof names[0] };
     const mlajit_template *parts[kParts] = {0};
-    const mlajit_model_desc *d = mlajit_model_describe(r.model);
+    const mlajit_model_desc *d = mlajit_spec_desc(&r);
     const int layouts = needs_layouts_edition(d);
     size_t templates_bytes = 0;
     for (size_t k = 0; k < kParts; k++) {

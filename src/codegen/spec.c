@@ -7,6 +7,7 @@
 #include "codegen/codegen.h"
 #include "codegen/families.h"
 #include "common/abi.h"
+#include "common/alloc.h"
 #include "common/error.h"
 #include "mlajit.h"
 
@@ -23,6 +24,24 @@ int mlajit_spec_init(mlajit_kernel_spec *spec, mlajit_model model, int h_q, int 
     return mlajit_spec_validate(&s);
 }
 
+int mlajit_spec_init_layout(mlajit_kernel_spec *spec, const mlajit_layout *layout, int h_q, int page_size)
+{
+    int rc = mlajit_abi_check(MLAJIT_ABI_KERNEL_SPEC, "spec", spec);
+    if (rc || (rc = mlajit_layout_validate(layout)))
+        return rc;
+    if (spec->struct_size < offsetof(mlajit_kernel_spec, layout) + sizeof(mlajit_layout))
+        return mlajit_fail(MLAJIT_ERR_INVALID_ARGUMENT,
+                           "spec.struct_size = %zu has no room for spec.layout; build with mlajit.h 1.1 or newer "
+                           "(MLAJIT_KERNEL_SPEC_INIT)", spec->struct_size);
+    mlajit_kernel_spec s = MLAJIT_KERNEL_SPEC_INIT;
+    s.model = MLAJIT_MODEL_CUSTOM;
+    s.layout = *layout;
+    s.h_q = h_q;
+    s.page_size = page_size;
+    mlajit_abi_out(MLAJIT_ABI_KERNEL_SPEC, spec, &s);
+    return mlajit_spec_validate(&s);
+}
+
 static int page_size_ok(int p) { return p >= 1 && p <= MLAJIT_MAX_PAGE_SIZE; }
 
 int mlajit_spec_validate(const mlajit_kernel_spec *caller_spec)
@@ -31,11 +50,23 @@ int mlajit_spec_validate(const mlajit_kernel_spec *caller_spec)
     const mlajit_kernel_spec *spec = mlajit_abi_in(MLAJIT_ABI_KERNEL_SPEC, "spec", caller_spec, &local);
     if (!spec)
         return MLAJIT_ERR_INVALID_ARGUMENT;
-    if (!mlajit_model_describe(spec->model))
+    static const mlajit_layout no_layout;
+    if (spec->model == MLAJIT_MODEL_CUSTOM) {
+        int rc = mlajit_layout_validate(&spec->layout);
+        if (rc)
+            return mlajit_fail_prefix(rc, "spec.");
+        if (!mlajit_spec_desc(spec))
+            return mlajit_fail_oom("a layout's descriptor");
+    } else if (!mlajit_model_describe(spec->model)) {
         return mlajit_fail(MLAJIT_ERR_INVALID_ARGUMENT,
                            "spec.model = %d is unknown; allowed: MLAJIT_MODEL_V32 (1), MLAJIT_MODEL_DSV4 (2), MLAJIT_MODEL_GLM_NSA (3), "
-                           "MLAJIT_MODEL_GLM53_NOPE (4), MLAJIT_MODEL_DOTS3_SWA (5)",
+                           "MLAJIT_MODEL_GLM53_NOPE (4), MLAJIT_MODEL_DOTS3_SWA (5), MLAJIT_MODEL_CUSTOM (100, with spec.layout)",
                            (int)spec->model);
+    } else if (memcmp(&spec->layout, &no_layout, sizeof no_layout) != 0) {
+        return mlajit_fail(MLAJIT_ERR_INVALID_ARGUMENT,
+                           "spec.layout is set with spec.model = %d (a named model has its own layout); "
+                           "set spec.model = MLAJIT_MODEL_CUSTOM (100) or leave spec.layout zero", (int)spec->model);
+    }
     if (spec->h_q < 1 || spec->h_q > MLAJIT_MAX_HEADS)
         return mlajit_fail(MLAJIT_ERR_INVALID_ARGUMENT, "spec.h_q = %d; allowed 1..%d", spec->h_q, MLAJIT_MAX_HEADS);
     if (!page_size_ok(spec->page_size))
@@ -95,14 +126,16 @@ int mlajit_spec_resolve(const mlajit_kernel_spec *caller_spec, mlajit_kernel_spe
     if (!spec->arch[0])
         return mlajit_fail(MLAJIT_ERR_INVALID_ARGUMENT, "spec.arch is empty; resolve needs a target arch (%s)",
                            mlajit_arch_list());
-    mlajit_kernel_spec r = *spec;
+    mlajit_kernel_spec r;
+    mlajit_spec_named_model(spec, &r);
     r.struct_size = sizeof r;
     /* auto's kernel (families.c), then the family's row: its arch, its choices and
      * refusals, the sibling it is where it has nothing to add */
     if (r.variant == MLAJIT_VARIANT_AUTO)
         r.variant = mlajit_family_auto(&r);
     const mlajit_family *f = mlajit_family_of(r.variant);
-    if ((rc = mlajit_family_check_layout(f, mlajit_model_describe(r.model))))
+    if ((rc = mlajit_family_layout_gate(f, mlajit_spec_desc(&r))) ||
+        (rc = mlajit_family_check_layout(f, mlajit_spec_desc(&r))))
         return rc;
     if (f->arch && strcmp(r.arch, f->arch) != 0)
         return mlajit_fail(MLAJIT_ERR_UNSUPPORTED, "variant %s needs spec.arch = %s (wgmma); spec.arch = '%s': "
@@ -122,7 +155,7 @@ int mlajit_spec_resolve(const mlajit_kernel_spec *caller_spec, mlajit_kernel_spe
                            "spec needs %d bytes of shared memory per block at tile 32 and %d heads per CTA, the "
                            "least there is (model %s's rows of %d dims); %s allows %d: use an arch with more "
                            "(sm_80, sm_90a, sm_100a)", layout.smem_bytes, r.heads_per_cta,
-                           mlajit_model_describe(r.model)->name, mlajit_model_describe(r.model)->d_qk, r.arch,
+                           mlajit_spec_desc(&r)->name, mlajit_spec_desc(&r)->d_qk, r.arch,
                            mlajit_arch_max_smem(r.arch));
     if (layout.smem_bytes > mlajit_arch_max_smem(r.arch))
         return mlajit_fail(MLAJIT_ERR_UNSUPPORTED,
@@ -252,7 +285,7 @@ static int spec_fields_string(const mlajit_kernel_spec *r, char *buf, size_t len
     feature_letters(r->features, feats);
     if (feats[0])
         snprintf(fpart, sizeof fpart, ".f%s", feats);
-    int n = snprintf(buf, len, "%s.h%d.p%d%s%s.t%d.hc%d.%s.%s", mlajit_model_describe(r->model)->name, r->h_q,
+    int n = snprintf(buf, len, "%s.h%d.p%d%s%s.t%d.hc%d.%s.%s", mlajit_spec_desc(r)->name, r->h_q,
                      r->page_size, extra, fpart, r->tile, r->heads_per_cta, mlajit_variant_name(r->variant),
                      r->arch[0] ? r->arch : "any");
     if (n < 0 || (size_t)n >= len)
@@ -313,7 +346,7 @@ static int parse_field(const char *tok, const char *prefix, int *out)
  * features) may be left off from the right or singly: they default to t0, hc0,
  * auto, any (the generator's choices, the device's arch). */
 #define SPEC_FORM                                                                                                  \
-    "<model>.h<heads>.p<page>[.e<extra page>][.f<s|l|x>][.t<tile>][.hc<heads per cta>][.<variant>][.<arch|any>]"
+    "<model|layout>.h<heads>.p<page>[.e<extra page>][.f<s|l|x>][.t<tile>][.hc<heads per cta>][.<variant>][.<arch|any>]"
 
 int mlajit_spec_parse_fields(const char *str, mlajit_kernel_spec *out)
 {
@@ -333,9 +366,23 @@ int mlajit_spec_parse_fields(const char *str, mlajit_kernel_spec *out)
     }
     mlajit_kernel_spec s = MLAJIT_KERNEL_SPEC_INIT;
     int i = 0;
-    if (nt < 3 || mlajit_model_from_name(toks[i++], &s.model) != MLAJIT_OK || !parse_field(toks[i++], "h", &s.h_q) ||
-        !parse_field(toks[i++], "p", &s.page_size))
+    /* the first field: a model's name, or a layout's canonical string (a named
+     * model's layout stands for the model) */
+    if (nt >= 1 && mlajit_model_from_name(toks[0], &s.model) != MLAJIT_OK) {
+        mlajit_clear_error();
+        if (strchr(toks[0], '-') || strchr(toks[0], '=')) {
+            int rc = mlajit_layout_parse(toks[0], &s.layout);
+            if (rc)
+                return mlajit_fail_prefix(rc, "spec string '%s': ", str);
+            s.model = MLAJIT_MODEL_CUSTOM;
+            mlajit_kernel_spec named;
+            if (mlajit_spec_named_model(&s, &named))
+                s = named;
+        }
+    }
+    if (nt < 3 || !s.model || !parse_field(toks[++i], "h", &s.h_q) || !parse_field(toks[++i], "p", &s.page_size))
         return mlajit_fail(MLAJIT_ERR_INVALID_ARGUMENT, "spec string '%s' is malformed; form: %s", str, SPEC_FORM);
+    i++;
     if (i < nt && parse_field(toks[i], "e", &s.extra_page_size))
         i++;
     if (i < nt && toks[i][0] == 'f') {

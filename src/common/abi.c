@@ -19,6 +19,14 @@ _Static_assert(offsetof(mlajit_plan_outline, tactic) >=
                    (END_OF(mlajit_plan_outline, tiles_per_split) + _Alignof(mlajit_plan_outline) - 1) /
                        _Alignof(mlajit_plan_outline) * _Alignof(mlajit_plan_outline),
                "mlajit_plan_outline.tactic must not land in 1.0's trailing padding");
+_Static_assert(offsetof(mlajit_kernel_spec, layout) >=
+                   (END_OF(mlajit_kernel_spec, arch) + _Alignof(mlajit_kernel_spec) - 1) /
+                       _Alignof(mlajit_kernel_spec) * _Alignof(mlajit_kernel_spec),
+               "mlajit_kernel_spec.layout must not land in 1.0's trailing padding");
+_Static_assert(offsetof(mlajit_kernel_grid, layouts) >=
+                   (END_OF(mlajit_kernel_grid, num_archs) + _Alignof(mlajit_kernel_grid) - 1) /
+                       _Alignof(mlajit_kernel_grid) * _Alignof(mlajit_kernel_grid),
+               "mlajit_kernel_grid.layouts must not land in 1.0's trailing padding");
 
 static const struct {
     const char *type, *init;

@@ -20,6 +20,7 @@
 #include "common/error.h"
 #include "common/file.h"
 #include "harness/harness.h"
+#include "codegen/codegen.h"
 #include "harness/json.h"
 
 #define CASE_JSON_NAME "case.json"
@@ -248,7 +249,7 @@ static int load_cache(const char *dir, const mlajit_json *obj, const char *where
     st = get_int(obj, "num_blocks", 1, MAX_NUM_PAGES / page_size, field, &num_pages);
     if (st != MLAJIT_OK)
         return st;
-    const int64_t min_stride = mlajit_min_page_stride(d->model, (int)page_size);
+    const int64_t min_stride = page_size * d->bytes_per_token;
     snprintf(field, sizeof field, "%s.block_stride_bytes", where);
     st = get_int(obj, "block_stride_bytes", min_stride, MAX_ARRAY_BYTES, field, &stride);
     if (st != MLAJIT_OK)
@@ -336,12 +337,21 @@ static int load_from_json(const char *dir, const mlajit_json *root, mlajit_case 
 {
     const mlajit_json *model = mlajit_json_get(root, "model");
     if (!model || model->type != MLAJIT_JSON_STRING)
-        return mlajit_fail(MLAJIT_ERR_CORRUPT, "case.json: model must be a string (v32, dsv4, glm_nsa, glm53_nope, dots3_swa); it is %s",
+        return mlajit_fail(MLAJIT_ERR_CORRUPT, "case.json: model must be a string (v32, dsv4, glm_nsa, glm53_nope, dots3_swa, custom); it is %s",
                            json_type_name(model));
-    if (mlajit_model_from_name(model->text, &c->model) != MLAJIT_OK)
-        return mlajit_fail(MLAJIT_ERR_CORRUPT, "case.json: model '%s' is unknown; allowed: v32, dsv4, glm_nsa, glm53_nope, dots3_swa",
+    if (strcmp(model->text, "custom") == 0) {
+        /* a layout described at run time: "layout" holds it (its canonical string, or an object of its keys) */
+        c->model = MLAJIT_MODEL_CUSTOM;
+        int rc = mlajit_layout_from_json(mlajit_json_get(root, "layout"), &c->layout);
+        if (rc)
+            return mlajit_fail_prefix(MLAJIT_ERR_CORRUPT, "case.json: model custom: ");
+    } else if (mlajit_model_from_name(model->text, &c->model) != MLAJIT_OK) {
+        return mlajit_fail(MLAJIT_ERR_CORRUPT, "case.json: model '%s' is unknown; allowed: v32, dsv4, glm_nsa, glm53_nope, dots3_swa, custom (with a layout)",
                            model->text);
-    const mlajit_model_desc *d = mlajit_model_describe(c->model);
+    }
+    const mlajit_model_desc *d = mlajit_case_desc(c);
+    if (!d)
+        return mlajit_fail_oom("the case's layout");
 
     /* The geometry stated in the file must be the model's. */
     const struct {
@@ -574,7 +584,8 @@ static int write_file(const char *dir, const char *name, const void *data, size_
 static int check_savable(const mlajit_case *c, const mlajit_model_desc *d)
 {
     if (!d)
-        return mlajit_fail(MLAJIT_ERR_INVALID_ARGUMENT, "case save: model %d is unknown", (int)c->model);
+        return mlajit_fail(MLAJIT_ERR_INVALID_ARGUMENT, "case save: model %d is unknown (or its layout is invalid)",
+                           (int)c->model);
     if (c->b < 0 || c->b > MLAJIT_MAX_BATCH || c->s_q < 0 || c->s_q > MLAJIT_MAX_SQ ||
         (int64_t)c->b * c->s_q > MLAJIT_MAX_ROWS || c->h_q < 1 || c->h_q > MLAJIT_MAX_HEADS)
         return mlajit_fail(MLAJIT_ERR_INVALID_ARGUMENT, "case save: b %d, s_q %d or h_q %d out of range", c->b, c->s_q,
@@ -583,12 +594,12 @@ static int check_savable(const mlajit_case *c, const mlajit_model_desc *d)
         return mlajit_fail(MLAJIT_ERR_INVALID_ARGUMENT, "case save: topk %d out of range, or q / indices missing",
                            c->topk);
     if (!c->kv.bytes || c->kv.num_pages < 1 || c->kv.page_size < 1 ||
-        c->kv.page_stride < mlajit_min_page_stride(c->model, c->kv.page_size))
+        c->kv.page_stride < (int64_t)c->kv.page_size * d->bytes_per_token)
         return mlajit_fail(MLAJIT_ERR_INVALID_ARGUMENT, "case save: the kv cache is missing or malformed");
     if (c->has_extra &&
         (c->extra_topk < 1 || c->extra_topk > MLAJIT_MAX_TOPK || !c->extra_indices || !c->extra_kv.bytes ||
          c->extra_kv.num_pages < 1 || c->extra_kv.page_size < 1 ||
-         c->extra_kv.page_stride < mlajit_min_page_stride(c->model, c->extra_kv.page_size)))
+         c->extra_kv.page_stride < (int64_t)c->extra_kv.page_size * d->bytes_per_token))
         return mlajit_fail(MLAJIT_ERR_INVALID_ARGUMENT, "case save: the extra cache is missing or malformed");
     if (!isfinite(c->sm_scale) || c->sm_scale <= 0.0)
         return mlajit_fail(MLAJIT_ERR_INVALID_ARGUMENT, "case save: sm_scale %g must be finite and > 0", c->sm_scale);
@@ -632,7 +643,7 @@ int mlajit_case_save(const char *dir, const mlajit_case *c)
 {
     if (!dir || !c)
         return mlajit_fail(MLAJIT_ERR_INVALID_ARGUMENT, "case save: dir and case must not be NULL");
-    const mlajit_model_desc *d = mlajit_model_describe(c->model);
+    const mlajit_model_desc *d = mlajit_case_desc(c);
     int st = check_savable(c, d);
     if (st != MLAJIT_OK)
         return st;
@@ -674,7 +685,12 @@ int mlajit_case_save(const char *dir, const mlajit_case *c)
     mlajit_json_writer w;
     mlajit_json_writer_init(&w);
     mlajit_json_begin_object(&w, NULL);
-    mlajit_json_write_string(&w, "model", d->name);
+    if (d->model == MLAJIT_MODEL_CUSTOM) {
+        mlajit_json_write_string(&w, "model", "custom");
+        mlajit_json_write_string(&w, "layout", d->name); /* the canonical string */
+    } else {
+        mlajit_json_write_string(&w, "model", d->name);
+    }
     mlajit_json_write_int(&w, "d_qk", d->d_qk);
     mlajit_json_write_int(&w, "d_v", d->d_v);
     mlajit_json_write_int(&w, "bytes_per_token", d->bytes_per_token);
@@ -732,6 +748,8 @@ void mlajit_case_spec(const mlajit_case *c, mlajit_kernel_spec *spec)
     memset(spec, 0, sizeof *spec);
     spec->struct_size = sizeof *spec;
     spec->model = c->model;
+    if (c->model == MLAJIT_MODEL_CUSTOM)
+        spec->layout = c->layout;
     spec->h_q = c->h_q;
     spec->page_size = c->kv.page_size;
     spec->extra_page_size = c->has_extra ? c->extra_kv.page_size : 0;
@@ -762,7 +780,7 @@ void mlajit_case_host_args(const mlajit_case *c, mlajit_decode_args *args)
 {
     memset(args, 0, sizeof *args);
     args->struct_size = sizeof *args;
-    const mlajit_model_desc *d = mlajit_model_describe(c->model);
+    const mlajit_model_desc *d = mlajit_case_desc(c);
     const int64_t d_qk = d ? d->d_qk : 0, d_v = d ? d->d_v : 0;
     const int64_t h_q = c->h_q, s_q = c->s_q;
 
@@ -802,7 +820,7 @@ int mlajit_case_reference(const mlajit_case *c, int batch, float **out_f, float 
         return mlajit_fail(MLAJIT_ERR_INVALID_ARGUMENT, "case reference: case, out and lse must not be NULL");
     *out_f = NULL;
     *lse_f = NULL;
-    const mlajit_model_desc *d = mlajit_model_describe(c->model);
+    const mlajit_model_desc *d = mlajit_case_desc(c);
     if (!d)
         return mlajit_fail(MLAJIT_ERR_INVALID_ARGUMENT, "case: model %d is unknown", (int)c->model);
     if (batch < 0 || batch > c->b)
@@ -855,4 +873,11 @@ int mlajit_case_compute_expected(mlajit_case *c)
         c->expected_lse = lse;
     }
     return st;
+}
+
+const mlajit_model_desc *mlajit_case_desc(const mlajit_case *c)
+{
+    if (!c)
+        return NULL;
+    return c->model == MLAJIT_MODEL_CUSTOM ? mlajit_layout_describe(&c->layout) : mlajit_model_describe(c->model);
 }

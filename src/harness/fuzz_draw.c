@@ -106,6 +106,50 @@ uint64_t mlajit_fuzz_call_seed(uint64_t run_seed, int64_t call)
     return mlajit_splitmix64(&a) ^ mlajit_rotl64(mlajit_splitmix64(&b), 17);
 }
 
+/* A layout from the valid space (random NoPE and RoPE widths, tiles, scale
+ * formats and places, padding; d_v <= d_qk), kept only where some family serves
+ * it (the envelope accepts a portable spec of it on sm_80: where sm_90a's
+ * families are not written for it, auto runs portable there too). 1 and *out,
+ * or 0 after a few tries. */
+static int draw_served_layout(rng *r, mlajit_layout *out)
+{
+    static const int nopes[] = {256, 384, 448, 512, 576, 1024}, ropes[] = {0, 64, 64, 128},
+                     tiles[] = {16, 32, 64, 128, 256};
+    static const char *const formats[] = {"pow2", "fp32", "ue8m0"};
+    for (int attempt = 0; attempt < 16; attempt++) {
+        const int d_nope = PICK(r, nopes), d_rope = PICK(r, ropes), tile = PICK(r, tiles);
+        const int d_qk = d_nope + d_rope;
+        /* V: the NoPE dims, all of them, or 512 (the combine's today) where it fits */
+        const int d_v = chance(r, 60) && d_qk >= 512 ? 512 : chance(r, 50) ? d_nope : d_qk;
+        const int footer = chance(r, 50);
+        char text[256];
+        snprintf(text, sizeof text, "d_nope=%d,d_rope=%d,d_v=%d,tile=%d,scales=%s,place=%s", d_nope, d_rope, d_v,
+                 tile, formats[below(r, 3)], footer ? "footer" : "inline");
+        mlajit_layout l;
+        if (mlajit_layout_parse(text, &l) != MLAJIT_OK) {
+            mlajit_clear_error();
+            continue;
+        }
+        if (chance(r, 30))
+            l.row_bytes += 16 * (1 + below(r, 4));
+        if (footer && chance(r, 30))
+            l.footer_bytes += 8;
+        mlajit_kernel_spec s = MLAJIT_KERNEL_SPEC_INIT;
+        if (mlajit_spec_init_layout(&s, &l, 16, 64) != MLAJIT_OK) {
+            mlajit_clear_error();
+            continue;
+        }
+        s.variant = MLAJIT_VARIANT_PORTABLE;
+        snprintf(s.arch, sizeof s.arch, "sm_80");
+        if (mlajit_envelope_check(&s, NULL) == MLAJIT_OK) {
+            *out = l;
+            return 1;
+        }
+        mlajit_clear_error();
+    }
+    return 0;
+}
+
 /* The tuner's production grid's specs (mlajit_tune_envelope_defaults). */
 static void draw_tuned_grid_spec(rng *r, mlajit_model *model, int *h_q, int *page)
 {
@@ -250,9 +294,22 @@ void mlajit_fuzz_draw(uint64_t run_seed, int64_t call, unsigned flags, mlajit_fu
             extra_seqlen = draw_seqlen(&r, extra_topk, pages_per_seq_max(b, extra_page) * extra_page);
     }
 
+    /* A custom layout (drawn last, so the other calls stay what they were), a fifth
+     * of the draws: from the valid space, kept where some family serves it; never
+     * where one model is asked for (mlajit fuzz --model) */
+    mlajit_layout layout = {0};
+    const int custom = !tuned_grid && !(flags >> MLAJIT_FUZZ_MODEL_SHIFT) && chance(&r, 20) &&
+                       draw_served_layout(&r, &layout);
+
     mlajit_kernel_spec *sp = &out->spec;
     sp->struct_size = sizeof *sp;
     sp->model = model;
+    if (custom) { /* a layout that is a named model's is that model (as its spec string and case.json say) */
+        const mlajit_model_desc *d = mlajit_layout_describe(&layout);
+        sp->model = d->model;
+        if (d->model == MLAJIT_MODEL_CUSTOM)
+            sp->layout = layout;
+    }
     sp->h_q = h_q;
     sp->page_size = page;
     sp->extra_page_size = extra_page;
@@ -263,10 +320,32 @@ void mlajit_fuzz_draw(uint64_t run_seed, int64_t call, unsigned flags, mlajit_fu
                   : narrow_scores ? MLAJIT_VARIANT_SM90_NARROW_SCORES
                   : narrow        ? MLAJIT_VARIANT_SM90_NARROW
                                   : MLAJIT_VARIANT_AUTO;
+    if (custom && narrow) { /* the narrow draw was for the named model: auto's choice for the layout */
+        sp->variant = MLAJIT_VARIANT_AUTO;
+        sp->heads_per_cta = hc;
+        sp->tile = tile;
+    }
     out->shape = (mlajit_decode_shape){.struct_size = sizeof(mlajit_decode_shape), .batch = b, .s_q = s_q,
                                        .topk = topk, .extra_topk = extra_topk, .num_splits = num_splits};
+    if (sp->model == MLAJIT_MODEL_CUSTOM && mlajit_envelope_check(sp, &out->shape) != MLAJIT_OK) {
+        /* a custom layout's rows may not fit the drawn tile or head group: the
+         * generator's choices, else the named model drawn before it */
+        sp->tile = sp->heads_per_cta = 0;
+        if (mlajit_envelope_check(sp, &out->shape) != MLAJIT_OK) {
+            sp->model = model;
+            memset(&sp->layout, 0, sizeof sp->layout);
+            sp->tile = narrow ? 0 : tile;
+            sp->heads_per_cta = narrow ? narrow_hc : hc;
+            sp->variant = narrow_long     ? MLAJIT_VARIANT_SM90_NARROW_LONG
+                          : narrow_scores ? MLAJIT_VARIANT_SM90_NARROW_SCORES
+                          : narrow        ? MLAJIT_VARIANT_SM90_NARROW
+                                          : MLAJIT_VARIANT_AUTO;
+        }
+        mlajit_clear_error();
+    }
     out->synth = (mlajit_synth_params){
-        .model = model, .b = b, .s_q = s_q, .h_q = h_q, .topk = topk, .extra_topk = extra_topk,
+        .model = sp->model, .layout = sp->layout, .b = b, .s_q = s_q, .h_q = h_q, .topk = topk,
+        .extra_topk = extra_topk,
         .page_size = page, .extra_page_size = extra_page,
         .seqlen = max_int(seqlen, 1), .extra_seqlen = has_extra ? max_int(extra_seqlen, 1) : 0,
         .page_stride_pad = stride_pad,
@@ -355,7 +434,7 @@ void mlajit_fuzz_describe(const mlajit_fuzz_call *call, char *buf, size_t len)
     snprintf(buf, len,
              "%s h_q %d b %d s_q %d; main: page %d topk %d seqlen %d%s; features%s%s%s%s; tile %d hc %d%s%s splits %d; "
              "invalid %.0f%% page pad %lld%s%s%s%s%s%s",
-             mlajit_model_describe(s->model)->name, s->h_q, sh->batch, sh->s_q, s->page_size, sh->topk, p->seqlen,
+             mlajit_spec_desc(s)->name, s->h_q, sh->batch, sh->s_q, s->page_size, sh->topk, p->seqlen,
              extra, s->features ? "" : " none", (s->features & MLAJIT_FEATURE_SINK) ? " sink" : "",
              (s->features & MLAJIT_FEATURE_TOPK_LENGTH) ? " topk-length" : "",
              (s->features & MLAJIT_FEATURE_EXTRA_TOPK_LENGTH) ? " extra-topk-length" : "", s->tile, s->heads_per_cta,

@@ -93,7 +93,7 @@ int mlajit_device_case_upload(mlajit_context *ctx, const mlajit_case *c, const m
     int rc = need_device(ctx);
     if (rc)
         return rc;
-    const mlajit_model_desc *m = mlajit_model_describe(c->model);
+    const mlajit_model_desc *m = mlajit_case_desc(c);
     size_t rows = (size_t)c->b * c->s_q;
     int pad = opts->pad_strides ? 8 : 0;
     int q_row = m->d_qk + pad, idx_row = c->topk + pad, eidx_row = c->extra_topk + pad;
@@ -168,7 +168,7 @@ int mlajit_device_case_download(mlajit_device_case *dc, const mlajit_case *c, co
                                 size_t n_rows, float *out, float *lse)
 {
     const mlajit_driver *drv = mlajit_context_driver(dc->ctx);
-    const mlajit_model_desc *m = mlajit_model_describe(c->model);
+    const mlajit_model_desc *m = mlajit_case_desc(c);
     size_t rows = (size_t)c->b * c->s_q, out_bytes = n_rows * c->h_q * dc->out_row * 2;
     uint16_t *out_padded = mlajit_malloc(out_bytes + 16);
     float *lse_all = mlajit_malloc(rows * c->h_q * 4 + 16);
@@ -262,7 +262,7 @@ int mlajit_case_run_gpu(mlajit_context *ctx, const mlajit_case *c, const mlajit_
     if (rc == MLAJIT_OK)
         rc = mlajit_decode(plan, &dc.args, NULL);
     if (rc == MLAJIT_OK) {
-        res->out = mlajit_malloc(n_lse * mlajit_model_describe(c->model)->d_v * sizeof(float) + 16);
+        res->out = mlajit_malloc(n_lse * mlajit_case_desc(c)->d_v * sizeof(float) + 16);
         res->lse = mlajit_malloc(n_lse * sizeof(float) + 16);
         rc = (res->out && res->lse) ? mlajit_device_case_download(&dc, c, opts, rows, res->out, res->lse)
                                     : mlajit_fail_oom("the result buffers");

@@ -24,6 +24,7 @@ typedef struct mlajit_case_cache {
  * contiguous. Optional arrays are NULL when absent. */
 typedef struct mlajit_case {
     mlajit_model model;
+    mlajit_layout layout;   /* with model MLAJIT_MODEL_CUSTOM: the cache's layout (else zero) */
     int b, s_q, h_q;
     int topk, extra_topk;   /* extra_topk = 0 without an extra cache */
     double sm_scale;
@@ -53,6 +54,12 @@ int mlajit_case_save(const char *dir, const mlajit_case *c);
 
 void mlajit_case_free(mlajit_case *c);
 
+/* The descriptor of a case's (or synthetic parameters') layout: its model's, or
+ * its custom layout's; NULL when neither is valid. */
+const mlajit_model_desc *mlajit_case_desc(const mlajit_case *c);
+struct mlajit_synth_params;
+const mlajit_model_desc *mlajit_synth_desc(const struct mlajit_synth_params *p);
+
 /* The spec (arch left ""), shape and host-pointer args that describe a case. */
 void mlajit_case_spec(const mlajit_case *c, mlajit_kernel_spec *spec);
 void mlajit_case_shape(const mlajit_case *c, mlajit_decode_shape *shape);
@@ -70,6 +77,7 @@ int mlajit_case_compute_expected(mlajit_case *c);
 
 typedef struct mlajit_synth_params {
     mlajit_model model;
+    mlajit_layout layout;       /* with model MLAJIT_MODEL_CUSTOM: the layout (else zero) */
     int b, s_q, h_q;
     int topk, extra_topk;       /* extra_topk > 0 turns the extra cache on */
     int page_size, extra_page_size;

@@ -85,4 +85,15 @@ void mlajit_json_write_shape(mlajit_json_writer *w, const char *key, const int64
 /* 0 when everything was written (w->buf holds len bytes, NUL-terminated). */
 int mlajit_json_writer_ok(const mlajit_json_writer *w);
 
+/* ---- layouts (layout_json.c) --------------------------------------------- */
+
+struct mlajit_layout;
+/* A layout from JSON: an object of mlajit_layout_parse's inline keys (numbers;
+ * strings for scales, place and v), e.g. {"d_nope": 256, "d_rope": 64, "tile":
+ * 32, "scales": "ue8m0", "place": "inline"}, or a string that function reads.
+ * MLAJIT_OK, or MLAJIT_ERR_INVALID_ARGUMENT naming the key. */
+int mlajit_layout_from_json(const mlajit_json *v, struct mlajit_layout *out);
+/* The same from a file holding that JSON (MLAJIT_ERR_IO when unreadable). */
+int mlajit_layout_read_json_file(const char *path, struct mlajit_layout *out);
+
 #endif

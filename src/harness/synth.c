@@ -13,6 +13,7 @@
 #include "common/alloc.h"
 #include "common/error.h"
 #include "harness/harness.h"
+#include "reference/quantize.h"
 #include "harness/rng.h"
 
 #define MAX_CACHE_BYTES ((int64_t)1 << 36)
@@ -101,7 +102,7 @@ static int build_scope(rng *r, const mlajit_synth_params *p, const mlajit_model_
         return mlajit_fail(MLAJIT_ERR_INVALID_ARGUMENT,
                            "synth: %s cache of %lld slots does not fit int32 indices; lower b or seqlen", sp->name,
                            (long long)num_slots);
-    const int64_t page_stride = (mlajit_min_page_stride(p->model, page_size) + 15) / 16 * 16 + p->page_stride_pad;
+    const int64_t page_stride = ((int64_t)page_size * d->bytes_per_token + 15) / 16 * 16 + p->page_stride_pad;
     if (num_pages > MAX_CACHE_BYTES / page_stride)
         return mlajit_fail(MLAJIT_ERR_INVALID_ARGUMENT, "synth: %s cache of %lld pages x %lld bytes is too large",
                            sp->name, (long long)num_pages, (long long)page_stride);
@@ -186,7 +187,7 @@ static int build_scope(rng *r, const mlajit_synth_params *p, const mlajit_model_
                 done[slot / 8] |= (uint8_t)(1u << (slot % 8));
                 for (int c = 0; c < d->d_qk; c++)
                     values[c] = mlajit_float_to_bf16((float)clamp_unit(rng_normal(r) / 10.0));
-                st = mlajit_quantize_token(p->model, values, cache->bytes + (int64_t)(slot / page_size) * page_stride,
+                st = mlajit_quantize_token_desc(d, values, cache->bytes + (int64_t)(slot / page_size) * page_stride,
                                            page_size, slot % page_size);
                 if (st != MLAJIT_OK)
                     goto out;
@@ -210,9 +211,12 @@ out:
 
 static int check_params(const mlajit_synth_params *p)
 {
-    if (!mlajit_model_describe(p->model))
-        return mlajit_fail(MLAJIT_ERR_INVALID_ARGUMENT, "synth: model %d is unknown; allowed: v32, dsv4, glm_nsa, glm53_nope, dots3_swa",
-                           (int)p->model);
+    if (!mlajit_synth_desc(p)) {
+        if (p->model == MLAJIT_MODEL_CUSTOM && mlajit_layout_validate(&p->layout))
+            return mlajit_fail_prefix(MLAJIT_ERR_INVALID_ARGUMENT, "synth: ");
+        return mlajit_fail(MLAJIT_ERR_INVALID_ARGUMENT, "synth: model %d is unknown; allowed: v32, dsv4, glm_nsa, "
+                           "glm53_nope, dots3_swa, or MLAJIT_MODEL_CUSTOM with a layout", (int)p->model);
+    }
     if (p->b < 0 || p->b > MLAJIT_MAX_BATCH)
         return mlajit_fail(MLAJIT_ERR_INVALID_ARGUMENT, "synth: b is %d; allowed 0..%d", p->b, MLAJIT_MAX_BATCH);
     if (p->s_q < 0 || p->s_q > MLAJIT_MAX_SQ)
@@ -260,11 +264,13 @@ int mlajit_case_synthesize(const mlajit_synth_params *p, mlajit_case *c)
     int st = check_params(p);
     if (st != MLAJIT_OK)
         return st;
-    const mlajit_model_desc *d = mlajit_model_describe(p->model);
+    const mlajit_model_desc *d = mlajit_synth_desc(p);
     rng r;
     rng_seed(&r, p->seed);
 
-    c->model = p->model;
+    c->model = d->model; /* a custom layout that is a named model's is that model */
+    if (d->model == MLAJIT_MODEL_CUSTOM)
+        c->layout = p->layout;
     c->b = p->b;
     c->s_q = p->s_q;
     c->h_q = p->h_q;
@@ -310,4 +316,11 @@ int mlajit_case_synthesize(const mlajit_synth_params *p, mlajit_case *c)
             c->attn_sink[1] = -INFINITY;
     }
     return MLAJIT_OK;
+}
+
+const mlajit_model_desc *mlajit_synth_desc(const mlajit_synth_params *p)
+{
+    if (!p)
+        return NULL;
+    return p->model == MLAJIT_MODEL_CUSTOM ? mlajit_layout_describe(&p->layout) : mlajit_model_describe(p->model);
 }

@@ -371,7 +371,7 @@ static int pool_get(mlajit_context *ctx, const tune_bucket *b, int64_t pool_byte
         return MLAJIT_OK;
     const mlajit_driver *drv = mlajit_context_driver(ctx);
     pool_free(drv, p);
-    const mlajit_model_desc *m = mlajit_model_describe(b->spec.model);
+    const mlajit_model_desc *m = mlajit_spec_desc(&b->spec);
     int64_t tokens = pool_bytes / m->bytes_per_token;
     int seqs = (int)((tokens + POOL_SEQLEN - 1) / POOL_SEQLEN);
     if (seqs < 1)
@@ -522,7 +522,7 @@ static int q_fill(const mlajit_driver *drv, devbuf *q, size_t n_q, uint64_t seed
 static int inputs_make(mlajit_context *ctx, const tune_bucket *b, tune_pool *pool, tune_inputs *in, uint64_t seed)
 {
     const mlajit_driver *drv = mlajit_context_driver(ctx);
-    const mlajit_model_desc *m = mlajit_model_describe(b->spec.model);
+    const mlajit_model_desc *m = mlajit_spec_desc(&b->spec);
     /* rows = batch x s_q query tokens, each with its own indices; the lengths per batch entry */
     const int batch = b->shape.batch, s_q = b->shape.s_q > 0 ? b->shape.s_q : 1, rows = batch * s_q;
     const int topk = b->shape.topk, etopk = b->shape.extra_topk, h = b->spec.h_q;
@@ -627,7 +627,7 @@ static int check_candidate(mlajit_context *ctx, const tune_bucket *b, const mlaj
     mlajit_plan *plan = NULL;
     mlajit_device_case dc = {0};
     size_t rows = (size_t)c.b * c.s_q, n_lse = rows * c.h_q;
-    int d_v = mlajit_model_describe(c.model)->d_v;
+    int d_v = mlajit_case_desc(&c)->d_v;
     float *out = mlajit_malloc(n_lse * d_v * sizeof *out + 16), *lse = mlajit_malloc(n_lse * sizeof *lse + 16);
     float *ref_out = NULL, *ref_lse = NULL;
     if (!out || !lse)
@@ -973,7 +973,7 @@ static int tune_buckets(mlajit_context *ctx, const tune_bucket *buckets, int n_b
                         "\"page_size\": %d, \"tactic\": {\"kernel\": \"%s\", \"splits\": %d, \"follows_rules\": %s}, "
                         "\"tuned_us\": %.3f, \"rules_us\": %.3f, \"best_us\": %.3f, \"fastest_us\": %.3f, "
                         "\"runner_up_us\": %.3f, \"candidates\": %d, \"commit\": \"%s\"}\n",
-                        mlajit_model_describe(b->spec.model)->name, b->spec.h_q, b->shape.batch, b->shape.s_q,
+                        mlajit_spec_desc(&b->spec)->name, b->spec.h_q, b->shape.batch, b->shape.s_q,
                         b->shape.topk, b->shape.extra_topk, b->spec.page_size, w->kernel, choice.num_splits,
                         choice.follows_rules ? "true" : "false", best, rules_us, best, fastest, runner_up, measured,
                         opts->commit ? opts->commit : "unknown");
@@ -1107,7 +1107,7 @@ int mlajit_sweep_shape_format(const mlajit_sweep_shape *s, char *buf, size_t len
             snprintf(feats + strlen(feats), sizeof feats - strlen(feats), "%s%s", feats[0] ? "+" : "",
                      mlajit_feature_name(i, NULL));
     int n = snprintf(buf, len, "model=%s h_q=%d page=%d b=%d s_q=%d topk=%d",
-                     mlajit_model_describe(s->spec.model)->name, s->spec.h_q, s->spec.page_size, s->shape.batch,
+                     mlajit_spec_desc(&s->spec)->name, s->spec.h_q, s->spec.page_size, s->shape.batch,
                      s->shape.s_q, s->shape.topk);
     if (n >= 0 && (size_t)n < len && s->shape.extra_topk)
         n += snprintf(buf + n, len - (size_t)n, " extra_topk=%d extra_page=%d", s->shape.extra_topk,
@@ -1402,7 +1402,7 @@ int mlajit_sweep(mlajit_context *ctx, const mlajit_sweep_shape *shapes, int n, c
                     "\"best\": {\"kernel\": \"%s\", \"splits\": %d}, \"rules\": {\"kernel\": \"%s\", \"splits\": %d}, "
                     "\"pick_error\": %.4f, \"spread\": %.4f, \"candidates\": %d, \"repeats\": %d, "
                     "\"tuned_check\": \"%s\", \"commit\": \"%s\"}\n",
-                    mlajit_model_describe(b.spec.model)->name, b.spec.h_q, b.shape.batch, b.shape.s_q, b.shape.topk,
+                    mlajit_spec_desc(&b.spec)->name, b.spec.h_q, b.shape.batch, b.shape.s_q, b.shape.topk,
                     b.shape.extra_topk, b.spec.page_size, b.spec.extra_page_size, b.spec.features, source,
                     outl[1].kernel, outl[1].num_splits, med[1], best_us, med[0], cands[best].kernel,
                     outl[2].num_splits, outl[0].kernel, outl[0].num_splits, pick_error, spread, n_c,

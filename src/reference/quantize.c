@@ -18,6 +18,7 @@
 
 #include "common/error.h"
 #include "mlajit.h"
+#include "reference/quantize.h"
 
 /* HFAI FP8's FP8_AMAX_MARGIN, also FlashMLA's: the smallest scale before rounding,
  * so an all-zero tile still gets a usable (and, for pow2, finite-exponent) scale.
@@ -109,10 +110,10 @@ static float ue8m0_value(uint8_t e)
     return ldexpf(1.0f, (int)e - 127);
 }
 
-/* Where a token's pieces live in a page. */
+/* Where a token's pieces live in a page (the descriptor's offsets: models.c). */
 typedef struct token_layout {
-    size_t row;    /* fp8 NoPE values */
-    size_t scales; /* fp32 scales (inline) or ue8m0 bytes (footer) */
+    size_t row;    /* NoPE values: fp8, or bf16 without scales */
+    size_t scales; /* fp32 or ue8m0 scales, inline or in the page footer */
     size_t rope;   /* bf16 RoPE values */
 } token_layout;
 
@@ -120,23 +121,17 @@ static token_layout layout_of(const mlajit_model_desc *d, int page_size, int tok
 {
     token_layout l;
     l.row = (size_t)token * (size_t)d->row_bytes;
-    if (d->scale_place == MLAJIT_SCALES_INLINE) {
-        l.scales = l.row + (size_t)d->d_nope;
-        l.rope = l.scales + (size_t)d->num_scales * sizeof(float);
-    } else {
+    l.rope = l.row + (size_t)d->rope_offset;
+    if (d->scale_place == MLAJIT_SCALES_INLINE)
+        l.scales = l.row + (size_t)d->scale_offset;
+    else
         l.scales = (size_t)page_size * (size_t)d->row_bytes + (size_t)token * (size_t)d->footer_bytes;
-        l.rope = l.row + (size_t)d->d_nope;
-    }
     return l;
 }
 
-static int check_token_args(mlajit_model model, const void *values, const char *values_name, const void *page_base,
-                            int page_size, int token_in_page, const char *fn, const mlajit_model_desc **desc)
+static int check_token_args(const mlajit_model_desc *d, const void *values, const char *values_name,
+                            const void *page_base, int page_size, int token_in_page, const char *fn)
 {
-    *desc = mlajit_model_describe(model);
-    if (!*desc)
-        return mlajit_fail(MLAJIT_ERR_INVALID_ARGUMENT, "%s: model %d is unknown; allowed: v32, dsv4, glm_nsa, glm53_nope, dots3_swa", fn,
-                           (int)model);
     if (!values)
         return mlajit_fail(MLAJIT_ERR_INVALID_ARGUMENT, "%s: %s is NULL", fn, values_name);
     if (!page_base)
@@ -147,20 +142,42 @@ static int check_token_args(mlajit_model model, const void *values, const char *
     if (token_in_page < 0 || token_in_page >= page_size)
         return mlajit_fail(MLAJIT_ERR_INVALID_ARGUMENT, "%s: token_in_page is %d; allowed 0..%d", fn, token_in_page,
                            page_size - 1);
+    (void)d;
     return MLAJIT_OK;
 }
 
-int mlajit_quantize_token(mlajit_model model, const uint16_t *values_bf16, void *page_base, int page_size,
-                          int token_in_page)
+static const mlajit_model_desc *model_desc(mlajit_model model, const char *fn)
 {
-    const mlajit_model_desc *d;
-    int st = check_token_args(model, values_bf16, "values_bf16", page_base, page_size, token_in_page,
-                              "mlajit_quantize_token", &d);
+    const mlajit_model_desc *d = mlajit_model_describe(model);
+    if (!d)
+        mlajit_fail(MLAJIT_ERR_INVALID_ARGUMENT,
+                    "%s: model %d is unknown; allowed: v32, dsv4, glm_nsa, glm53_nope, dots3_swa (a custom layout: "
+                    "the _layout function)", fn, (int)model);
+    return d;
+}
+
+static int layout_desc(const mlajit_layout *layout, const char *fn, const mlajit_model_desc **d)
+{
+    int st = mlajit_layout_validate(layout);
+    if (st)
+        return mlajit_fail_prefix(st, "%s: ", fn);
+    if (!(*d = mlajit_layout_describe(layout)))
+        return mlajit_fail(MLAJIT_ERR_OUT_OF_MEMORY, "%s: out of host memory for the layout's descriptor", fn);
+    return MLAJIT_OK;
+}
+
+int mlajit_quantize_token_desc(const mlajit_model_desc *d, const uint16_t *values_bf16, void *page_base,
+                               int page_size, int token_in_page)
+{
+    int st = check_token_args(d, values_bf16, "values_bf16", page_base, page_size, token_in_page,
+                              "mlajit_quantize_token");
     if (st != MLAJIT_OK)
         return st;
     uint8_t *page = page_base;
     token_layout l = layout_of(d, page_size, token_in_page);
 
+    if (d->scale_format == MLAJIT_SCALE_NONE) /* the bf16 layout: NoPE values as they are */
+        memcpy(page + l.row, values_bf16, (size_t)d->d_nope * sizeof(uint16_t));
     for (int tile = 0; tile < d->num_scales; tile++) {
         const uint16_t *x = values_bf16 + (size_t)tile * (size_t)d->quant_tile;
         float amax = 0.0f;
@@ -179,9 +196,15 @@ int mlajit_quantize_token(mlajit_model model, const uint16_t *values_bf16, void 
         else
             memcpy(page + l.scales + (size_t)tile * sizeof(float), &s, sizeof s);
     }
-    memcpy(page + l.rope, values_bf16 + d->d_nope, (size_t)d->d_rope * sizeof(uint16_t));
     if (d->scale_place == MLAJIT_SCALES_INLINE) {
-        /* an inline record's unused tail (GLM53_NOPE: [528, 656)) is written zero */
+        /* inline scales' padding up to the RoPE values, written zero */
+        size_t scales_end = l.scales + (size_t)d->num_scales * (d->scale_format == MLAJIT_SCALE_UE8M0 ? 1 : 4);
+        if (l.rope > scales_end)
+            memset(page + scales_end, 0, l.rope - scales_end);
+    }
+    memcpy(page + l.rope, values_bf16 + d->d_nope, (size_t)d->d_rope * sizeof(uint16_t));
+    if (d->scale_place != MLAJIT_SCALES_PAGE_FOOTER) {
+        /* a record's unused tail (GLM53_NOPE: [528, 656)) is written zero */
         size_t used = l.rope + (size_t)d->d_rope * sizeof(uint16_t), end = l.row + (size_t)d->row_bytes;
         if (end > used)
             memset(page + used, 0, end - used);
@@ -189,15 +212,22 @@ int mlajit_quantize_token(mlajit_model model, const uint16_t *values_bf16, void 
     return MLAJIT_OK;
 }
 
-int mlajit_dequantize_token(mlajit_model model, const void *page_base, int page_size, int token_in_page, float *out)
+int mlajit_dequantize_token_desc(const mlajit_model_desc *d, const void *page_base, int page_size, int token_in_page,
+                                 float *out)
 {
-    const mlajit_model_desc *d;
-    int st = check_token_args(model, out, "out", page_base, page_size, token_in_page, "mlajit_dequantize_token", &d);
+    int st = check_token_args(d, out, "out", page_base, page_size, token_in_page, "mlajit_dequantize_token");
     if (st != MLAJIT_OK)
         return st;
     const uint8_t *page = page_base;
     token_layout l = layout_of(d, page_size, token_in_page);
 
+    if (d->scale_format == MLAJIT_SCALE_NONE) {
+        for (int k = 0; k < d->d_nope; k++) {
+            uint16_t v;
+            memcpy(&v, page + l.row + (size_t)k * sizeof v, sizeof v);
+            out[k] = bf16_value(v);
+        }
+    }
     for (int tile = 0; tile < d->num_scales; tile++) {
         float scale;
         if (d->scale_format == MLAJIT_SCALE_UE8M0)
@@ -216,4 +246,34 @@ int mlajit_dequantize_token(mlajit_model model, const void *page_base, int page_
         out[d->d_nope + k] = bf16_value(v);
     }
     return MLAJIT_OK;
+}
+
+int mlajit_quantize_token(mlajit_model model, const uint16_t *values_bf16, void *page_base, int page_size,
+                          int token_in_page)
+{
+    const mlajit_model_desc *d = model_desc(model, "mlajit_quantize_token");
+    return d ? mlajit_quantize_token_desc(d, values_bf16, page_base, page_size, token_in_page)
+             : MLAJIT_ERR_INVALID_ARGUMENT;
+}
+
+int mlajit_dequantize_token(mlajit_model model, const void *page_base, int page_size, int token_in_page, float *out)
+{
+    const mlajit_model_desc *d = model_desc(model, "mlajit_dequantize_token");
+    return d ? mlajit_dequantize_token_desc(d, page_base, page_size, token_in_page, out) : MLAJIT_ERR_INVALID_ARGUMENT;
+}
+
+int mlajit_quantize_token_layout(const mlajit_layout *layout, const uint16_t *values_bf16, void *page_base,
+                                 int page_size, int token_in_page)
+{
+    const mlajit_model_desc *d = NULL;
+    int st = layout_desc(layout, "mlajit_quantize_token_layout", &d);
+    return st ? st : mlajit_quantize_token_desc(d, values_bf16, page_base, page_size, token_in_page);
+}
+
+int mlajit_dequantize_token_layout(const mlajit_layout *layout, const void *page_base, int page_size,
+                                   int token_in_page, float *out)
+{
+    const mlajit_model_desc *d = NULL;
+    int st = layout_desc(layout, "mlajit_dequantize_token_layout", &d);
+    return st ? st : mlajit_dequantize_token_desc(d, page_base, page_size, token_in_page, out);
 }

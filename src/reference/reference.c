@@ -8,10 +8,12 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "codegen/codegen.h"
 #include "common/abi.h"
 #include "common/alloc.h"
 #include "common/error.h"
 #include "mlajit.h"
+#include "reference/quantize.h"
 
 typedef struct scope_view {
     const mlajit_cache_view *cache;
@@ -30,11 +32,11 @@ static float bf16_value(uint16_t v)
     return f;
 }
 
-static int check_cache(const mlajit_cache_view *cache, mlajit_model model, int page_size, const char *name)
+static int check_cache(const mlajit_cache_view *cache, const mlajit_model_desc *model, int page_size, const char *name)
 {
     if (!cache->data)
         return mlajit_fail(MLAJIT_ERR_INVALID_ARGUMENT, "reference: %s.data is NULL", name);
-    int64_t min_stride = mlajit_min_page_stride(model, page_size);
+    int64_t min_stride = (int64_t)page_size * model->bytes_per_token;
     if (cache->page_stride < min_stride)
         return mlajit_fail(MLAJIT_ERR_INVALID_ARGUMENT,
                            "reference: %s.page_stride is %lld bytes; allowed >= %lld (page size %d)", name,
@@ -58,9 +60,12 @@ static int validate(const mlajit_kernel_spec *spec, const mlajit_decode_shape *s
 {
     if (!spec || !shape || !args)
         return mlajit_fail(MLAJIT_ERR_INVALID_ARGUMENT, "reference: spec, shape and args must not be NULL");
-    if (!mlajit_model_describe(spec->model))
-        return mlajit_fail(MLAJIT_ERR_INVALID_ARGUMENT, "reference: spec.model %d is unknown; allowed: v32, dsv4, glm_nsa, glm53_nope, dots3_swa",
-                           (int)spec->model);
+    if (!mlajit_spec_desc(spec)) {
+        if (spec->model == MLAJIT_MODEL_CUSTOM && mlajit_layout_validate(&spec->layout))
+            return mlajit_fail_prefix(MLAJIT_ERR_INVALID_ARGUMENT, "reference: spec.");
+        return mlajit_fail(MLAJIT_ERR_INVALID_ARGUMENT, "reference: spec.model %d is unknown; allowed: v32, dsv4, "
+                           "glm_nsa, glm53_nope, dots3_swa, or MLAJIT_MODEL_CUSTOM with spec.layout", (int)spec->model);
+    }
     if (spec->h_q < 1 || spec->h_q > MLAJIT_MAX_HEADS)
         return mlajit_fail(MLAJIT_ERR_INVALID_ARGUMENT, "reference: spec.h_q is %d; allowed 1..%d", spec->h_q,
                            MLAJIT_MAX_HEADS);
@@ -120,7 +125,7 @@ static int validate(const mlajit_kernel_spec *spec, const mlajit_decode_shape *s
         return mlajit_fail(MLAJIT_ERR_INVALID_ARGUMENT, "reference: args.q is NULL");
     if (!args->indices)
         return mlajit_fail(MLAJIT_ERR_INVALID_ARGUMENT, "reference: args.indices is NULL");
-    int st = check_cache(&args->kv, spec->model, spec->page_size, "kv");
+    int st = check_cache(&args->kv, mlajit_spec_desc(spec), spec->page_size, "kv");
     if (st != MLAJIT_OK)
         return st;
     if ((spec->features & MLAJIT_FEATURE_TOPK_LENGTH) && !args->topk_length)
@@ -129,7 +134,7 @@ static int validate(const mlajit_kernel_spec *spec, const mlajit_decode_shape *s
     if ((spec->features & MLAJIT_FEATURE_SINK) && !args->attn_sink)
         return mlajit_fail(MLAJIT_ERR_INVALID_ARGUMENT, "reference: args.attn_sink is NULL but the spec has feature SINK");
     if (has_extra && shape->extra_topk > 0) {
-        st = check_cache(&args->extra_kv, spec->model, spec->extra_page_size, "extra_kv");
+        st = check_cache(&args->extra_kv, mlajit_spec_desc(spec), spec->extra_page_size, "extra_kv");
         if (st != MLAJIT_OK)
             return st;
         if (!args->extra_indices)
@@ -145,7 +150,7 @@ static int validate(const mlajit_kernel_spec *spec, const mlajit_decode_shape *s
 /* Dequantize the valid candidates of one scope for (row i, query token j) into
  * k_buf (d_qk floats each; dequantized values are bf16, so float is exact),
  * appending after the *count already there. */
-static int gather_scope(const scope_view *sv, mlajit_model model, int d_qk, int i, int j, float *k_buf, int *count)
+static int gather_scope(const scope_view *sv, const mlajit_model_desc *model, int d_qk, int i, int j, float *k_buf, int *count)
 {
     int limit = sv->topk;
     if (sv->lengths) {
@@ -160,7 +165,7 @@ static int gather_scope(const scope_view *sv, mlajit_model model, int d_qk, int 
         if (slot < 0 || slot >= num_slots)
             continue; /* -1 and out-of-range indices are skipped, never read */
         const uint8_t *page = base + (slot / sv->page_size) * sv->cache->page_stride;
-        int st = mlajit_dequantize_token(model, page, sv->page_size, (int)(slot % sv->page_size),
+        int st = mlajit_dequantize_token_desc(model, page, sv->page_size, (int)(slot % sv->page_size),
                                          k_buf + (size_t)*count * (size_t)d_qk);
         if (st != MLAJIT_OK)
             return st;
@@ -252,7 +257,7 @@ int mlajit_reference_decode(const mlajit_kernel_spec *caller_spec, const mlajit_
     int st = validate(spec, shape, args, out_ref, lse_ref);
     if (st != MLAJIT_OK)
         return st;
-    const mlajit_model_desc *d = mlajit_model_describe(spec->model);
+    const mlajit_model_desc *d = mlajit_spec_desc(spec);
     const int b = shape->batch, s_q = shape->s_q, h_q = spec->h_q;
     const int d_qk = d->d_qk, d_v = d->d_v;
     if ((int64_t)b * s_q == 0)
@@ -307,7 +312,7 @@ int mlajit_reference_decode(const mlajit_kernel_spec *caller_spec, const mlajit_
             /* every candidate of this (row, query token) is dequantized once */
             int n = 0;
             for (int s = 0; s < num_scopes && st == MLAJIT_OK; s++)
-                st = gather_scope(&scopes[s], spec->model, d_qk, i, j, k_buf, &n);
+                st = gather_scope(&scopes[s], d, d_qk, i, j, k_buf, &n);
             if (st != MLAJIT_OK)
                 break;
 

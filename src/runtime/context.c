@@ -540,6 +540,7 @@ static int map_insert(mlajit_context *ctx, mlajit_kernel *k)
 typedef struct spec_bytes {
     int32_t model, h_q, page_size, extra_page_size, features, tile, heads_per_cta, variant;
     char arch[MLAJIT_ARCH_LEN];
+    mlajit_layout layout; /* ints only: no padding; zero for a named model */
 } spec_bytes;
 
 typedef struct mlajit_spec_memo {
@@ -561,6 +562,7 @@ static void spec_bytes_of(const mlajit_kernel_spec *s, spec_bytes *b)
     b->heads_per_cta = s->heads_per_cta;
     b->variant = (int32_t)s->variant;
     memcpy(b->arch, s->arch, strnlen(s->arch, sizeof b->arch - 1));
+    b->layout = s->layout; /* validated: all zero unless the model is MLAJIT_MODEL_CUSTOM */
 }
 
 /* Caller holds map_lock. */

@@ -67,16 +67,16 @@ static int check_strides3(const char *name, int64_t *sb, int64_t *ss, int64_t *s
     return MLAJIT_OK;
 }
 
-static int check_cache(const char *name, const mlajit_cache_view *v, mlajit_model model, int page_size)
+static int check_cache(const char *name, const mlajit_cache_view *v, const mlajit_model_desc *model, int page_size)
 {
-    int64_t min_stride = mlajit_min_page_stride(model, page_size);
+    int64_t min_stride = (int64_t)page_size * model->bytes_per_token;
     if (!v->data)
         return INVALID("args.%s.data: NULL; pass the device pointer of the cache", name);
     if (misaligned(v->data, 16))
         return INVALID("args.%s.data = %p is not 16-byte aligned", name, v->data);
     if (v->page_stride < min_stride || v->page_stride % 16)
         return INVALID("args.%s.page_stride = %lld; allowed: a multiple of 16 >= %lld (%s, page size %d)", name,
-                       (long long)v->page_stride, (long long)min_stride, mlajit_model_describe(model)->name,
+                       (long long)v->page_stride, (long long)min_stride, model->name,
                        page_size);
     if (v->num_pages < 0 || v->num_pages * (int64_t)page_size > INT32_MAX)
         return INVALID("args.%s.num_pages = %lld; allowed 0..%lld (slots are int32)", name, (long long)v->num_pages,
@@ -114,7 +114,7 @@ static int fill_params(const mlajit_plan *plan, const mlajit_decode_args *a, mla
                              m->d_qk, 8, 0)))
         return rc;
 
-    if ((rc = check_cache("kv", &a->kv, spec->model, spec->page_size))) return rc;
+    if ((rc = check_cache("kv", &a->kv, m, spec->page_size))) return rc;
     p->kv = a->kv.data;
     p->kv_page_stride = a->kv.page_stride;
     p->kv_num_slots = a->kv.num_pages * spec->page_size;
@@ -133,7 +133,7 @@ static int fill_params(const mlajit_plan *plan, const mlajit_decode_args *a, mla
         p->attn_sink = a->attn_sink;
     }
     if (spec->extra_page_size) {
-        if ((rc = check_cache("extra_kv", &a->extra_kv, spec->model, spec->extra_page_size))) return rc;
+        if ((rc = check_cache("extra_kv", &a->extra_kv, m, spec->extra_page_size))) return rc;
         p->extra_kv = a->extra_kv.data;
         p->extra_page_stride = a->extra_kv.page_stride;
         p->extra_num_slots = a->extra_kv.num_pages * spec->extra_page_size;

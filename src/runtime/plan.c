@@ -303,7 +303,7 @@ static int tactic_fits(const mlajit_kernel_spec *asked, const mlajit_decode_shap
         snprintf(why, why_len, "its kernel does not resolve (%s)", mlajit_last_error());
         return 0;
     }
-    if (k.model != asked->model || k.h_q != asked->h_q || k.page_size != asked->page_size ||
+    if (mlajit_spec_desc(&k) != mlajit_spec_desc(asked) || k.h_q != asked->h_q || k.page_size != asked->page_size ||
         k.extra_page_size != asked->extra_page_size || k.features != asked->features ||
         strcmp(k.arch, asked->arch) != 0) {
         snprintf(why, why_len, "its kernel is not a kernel of the spec (another model, head count, page size, extra "
@@ -560,7 +560,7 @@ int mlajit_plan_create_tactics(mlajit_context *ctx, const mlajit_kernel_spec *sp
     p->ctx = ctx;
     p->kernel = k;
     p->shape = *shape;
-    p->model = mlajit_model_describe(spec->model);
+    p->model = mlajit_spec_desc(spec);
     p->tactic = tactic;
     plan_grid g = grid_for(&k->layout, spec->h_q, &planned, sm_count);
     p->head_groups = g.head_groups;

@@ -49,7 +49,7 @@ static int kernel_of_spec(const char *kernel_string, const mlajit_kernel_spec *a
     mlajit_kernel_spec k = MLAJIT_KERNEL_SPEC_INIT;
     if (mlajit_spec_parse(kernel_string, &k) != MLAJIT_OK)
         return mlajit_fail_prefix(MLAJIT_ERR_INVALID_ARGUMENT, "kernel: ");
-    if (k.model != asked->model || k.h_q != asked->h_q || k.page_size != asked->page_size ||
+    if (mlajit_spec_desc(&k) != mlajit_spec_desc(asked) || k.h_q != asked->h_q || k.page_size != asked->page_size ||
         k.extra_page_size != asked->extra_page_size || k.features != asked->features ||
         strcmp(k.arch, asked->arch) != 0)
         return mlajit_fail(MLAJIT_ERR_INVALID_ARGUMENT,

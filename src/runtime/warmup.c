@@ -21,10 +21,14 @@ int mlajit_grid_expand(const mlajit_kernel_grid *grid, const char *default_arch,
     *count = 0;
     if (!grid)
         return mlajit_fail(MLAJIT_ERR_INVALID_ARGUMENT, "grid: NULL");
-    if (!grid->models || grid->num_models <= 0 || !grid->head_counts || grid->num_head_counts <= 0 ||
-        !grid->page_sizes || grid->num_page_sizes <= 0)
+    /* the model axis: the named models, then the custom layouts */
+    const int num_models = grid->models && grid->num_models > 0 ? grid->num_models : 0;
+    const int num_layouts = grid->layouts && grid->num_layouts > 0 ? grid->num_layouts : 0;
+    if (num_models + num_layouts <= 0 || !grid->head_counts || grid->num_head_counts <= 0 || !grid->page_sizes ||
+        grid->num_page_sizes <= 0)
         return mlajit_fail(MLAJIT_ERR_INVALID_ARGUMENT,
-                           "grid: models, head_counts and page_sizes are required (a list and a count > 0 each)");
+                           "grid: models (or layouts), head_counts and page_sizes are required (a list and a count > 0 "
+                           "each)");
     static const int no_extra[] = {0};
     static const unsigned no_features[] = {0};
     static const char *const context_arch[] = {""};
@@ -35,7 +39,7 @@ int mlajit_grid_expand(const mlajit_kernel_grid *grid, const char *default_arch,
     const char *const *archs = grid->archs && grid->num_archs > 0 ? grid->archs : context_arch;
     int n_archs = grid->archs && grid->num_archs > 0 ? grid->num_archs : 1;
 
-    long long total = (long long)grid->num_models * grid->num_head_counts * grid->num_page_sizes * n_extras *
+    long long total = (long long)(num_models + num_layouts) * grid->num_head_counts * grid->num_page_sizes * n_extras *
                       n_features * n_archs;
     if (total > 1000000)
         return mlajit_fail(MLAJIT_ERR_INVALID_ARGUMENT, "grid: %lld kernels; at most 1000000", total);
@@ -45,14 +49,18 @@ int mlajit_grid_expand(const mlajit_kernel_grid *grid, const char *default_arch,
         return mlajit_fail_oom("a grid of %lld kernels", total);
     int n = 0;
     for (int a = 0; a < n_archs; a++)
-        for (int m = 0; m < grid->num_models; m++)
+        for (int m = 0; m < num_models + num_layouts; m++)
             for (int h = 0; h < grid->num_head_counts; h++)
                 for (int p = 0; p < grid->num_page_sizes; p++)
                     for (int e = 0; e < n_extras; e++)
                         for (int f = 0; f < n_features; f++) {
                             mlajit_kernel_spec *s = &out[n];
                             s->struct_size = sizeof *s;
-                            int rc = mlajit_spec_init(s, grid->models[m], grid->head_counts[h], grid->page_sizes[p]);
+                            int rc = m < num_models
+                                         ? mlajit_spec_init(s, grid->models[m], grid->head_counts[h],
+                                                            grid->page_sizes[p])
+                                         : mlajit_spec_init_layout(s, &grid->layouts[m - num_models],
+                                                                   grid->head_counts[h], grid->page_sizes[p]);
                             if (rc == MLAJIT_OK) {
                                 s->extra_page_size = extras[e];
                                 s->features = features[f];
@@ -67,9 +75,10 @@ int mlajit_grid_expand(const mlajit_kernel_grid *grid, const char *default_arch,
                             if (rc != MLAJIT_OK) {
                                 free(out);
                                 return mlajit_fail_prefix(rc,
-                                                          "grid kernel (models[%d], head_counts[%d], page_sizes[%d], "
+                                                          "grid kernel (%s[%d], head_counts[%d], page_sizes[%d], "
                                                           "extra_page_sizes[%d], feature_sets[%d], archs[%d]): ",
-                                                          m, h, p, e, f, a);
+                                                          m < num_models ? "models" : "layouts",
+                                                          m < num_models ? m : m - num_models, h, p, e, f, a);
                             }
                             n++;
                             /* the kernels auto's plans may take instead, so a warmed-up
