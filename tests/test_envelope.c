@@ -202,7 +202,7 @@ Test(envelope, tuned_grid_draws_take_the_grids_specs)
 Test(envelope, fuzz_draws_cover_the_envelope)
 {
     int models[MLAJIT_MODEL_DOTS3_SWA + 1] = {0}, extra = 0, tile_multiple = 0, off_tile = 0, b0 = 0, big_b = 0, sq16 = 0, h128 = 0, h1 = 0;
-    int page1 = 0, page1024 = 0, invalid = 0, all_features = 0, rows_past_4096 = 0, sq_past_16 = 0;
+    int page1 = 0, page1024 = 0, invalid = 0, all_features = 0, rows_past_4096 = 0, sq_past_16 = 0, custom = 0;
     for (int64_t k = 0; k < 4000; k++) {
         mlajit_fuzz_call c;
         mlajit_fuzz_draw(7, k, 0, &c);
@@ -214,7 +214,10 @@ Test(envelope, fuzz_draws_cover_the_envelope)
         int64_t pages = (int64_t)c.shape.batch * ((c.synth.seqlen + c.spec.page_size - 1) / c.spec.page_size);
         cr_assert_leq(pages * c.spec.page_size, MLAJIT_FUZZ_MAX_TOKENS, "call %lld over the token budget",
                       (long long)k);
-        models[c.spec.model]++;
+        if (c.spec.model == MLAJIT_MODEL_CUSTOM)
+            custom++;
+        else
+            models[c.spec.model]++;
         extra += c.spec.extra_page_size > 0;
         tile_multiple += c.shape.topk % 64 == 0;
         off_tile += c.shape.topk % 32 != 0;
@@ -240,6 +243,7 @@ Test(envelope, fuzz_draws_cover_the_envelope)
     }
     cr_expect(models[MLAJIT_MODEL_V32] && models[MLAJIT_MODEL_DSV4] && models[MLAJIT_MODEL_GLM_NSA] &&
               models[MLAJIT_MODEL_GLM53_NOPE] && models[MLAJIT_MODEL_DOTS3_SWA]);
+    cr_expect_gt(custom, 100, "custom layouts drawn: %d of 4000", custom);
     cr_expect(extra && tile_multiple && off_tile && b0 && big_b && sq16 && h128 && h1 && page1 && page1024 &&
                   invalid && all_features,
               "extra %d, multiple %d, off %d, b0 %d, b>256 %d, s_q16 %d, h128 %d, h1 %d, p1 %d, p1024 %d, invalid %d, "
