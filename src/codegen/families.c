@@ -308,7 +308,7 @@ int mlajit_family_layout_gate(const mlajit_family *f, const mlajit_model_desc *d
                            "variant %s does not serve layout %s: its NoPE dims are bf16 values (scales none), and "
                            "no kernel reads bf16 NoPE values yet; quantize the cache to fp8 (scales pow2, fp32 or ue8m0)",
                            f->name, d->name);
-    /* The named models are served as each family's accepts_layout says. A custom
+    /* The named models are served as each family's layout_refusal says. A custom
      * layout must also keep to what the templates are written for today (their
      * static_asserts), so that what the envelope accepts compiles: conservative,
      * a layout refused here may become served as the templates generalise. */
@@ -379,22 +379,21 @@ int mlajit_family_check_layout(const mlajit_family *f, const mlajit_model_desc *
  * per CTA cut how often each K tile is gathered and dequantized: 64 heads (512
  * threads) when that pads no more heads than 32 would and a 64-candidate tile
  * fits. A 64-candidate tile when the arch has the shared memory for it. */
-enum { kPortableWideMaxDV = 512 };
 static int portable_resolve(const mlajit_family *f, mlajit_kernel_spec *r)
 {
     const mlajit_model_desc *d = mlajit_spec_desc(r);
     /* 64 heads: 512 threads under the 128-register cap, each warp's O accumulators
      * 4 row tiles x d_v / 16 dims: DOTS3_SWA's d_v 1024 spilled 2 KB (ptxas, CUDA
      * 13.0, sm_90a); at 32 heads, 256 threads, it spills nothing */
-    if (r->heads_per_cta == 64 && d->d_v > kPortableWideMaxDV)
+    if (r->heads_per_cta == 64 && d->d_v > MLAJIT_PORTABLE_WIDE_MAX_DV)
         return mlajit_fail(MLAJIT_ERR_UNSUPPORTED, "variant %s holds 64 heads per CTA only at d_v <= %d (the O "
                            "accumulators of 512 threads spill at 128 registers); model %s has d_v %d: use 16 or "
-                           "32, or 0", f->name, kPortableWideMaxDV, d->name, d->d_v);
+                           "32, or 0", f->name, MLAJIT_PORTABLE_WIDE_MAX_DV, d->name, d->d_v);
     const int chose_both = r->heads_per_cta == 0 && r->tile == 0;
     if (r->heads_per_cta == 0) {
         r->heads_per_cta = r->h_q <= 16 ? 16 : 32;
         if (r->h_q > 32 && (r->h_q + 63) / 64 * 64 == (r->h_q + 31) / 32 * 32 && (r->tile == 0 || r->tile == 64) &&
-            d->d_v <= kPortableWideMaxDV) {
+            d->d_v <= MLAJIT_PORTABLE_WIDE_MAX_DV) {
             mlajit_kernel_spec wide = *r;
             wide.heads_per_cta = 64;
             wide.tile = 64;

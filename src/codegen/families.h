@@ -157,7 +157,11 @@ struct mlajit_family {
  * reads a spec's layout. */
 const mlajit_model_desc *mlajit_spec_desc(const mlajit_kernel_spec *spec);
 
-/* What every family needs of a layout, checked before its own accepts_layout:
+/* The portable family holds 64 heads per CTA only up to this d_v: past it the O
+ * accumulators of its 512 threads spill at 128 registers (portable_resolve). */
+#define MLAJIT_PORTABLE_WIDE_MAX_DV 512
+
+/* What every family needs of a layout, checked before its row's layout_refusal:
  * 0, or MLAJIT_ERR_UNSUPPORTED naming the layout and why no template reads it
  * (bf16 NoPE values, MLAJIT_SCALE_NONE: no template reads them yet). */
 int mlajit_family_layout_gate(const mlajit_family *f, const mlajit_model_desc *d);

@@ -188,8 +188,8 @@ void mlajit_fuzz_draw(uint64_t run_seed, int64_t call, unsigned flags, mlajit_fu
     if (has_extra && chance(&r, 50)) features |= MLAJIT_FEATURE_EXTRA_TOPK_LENGTH;
     static const int tiles[] = {0, 32, 64}, heads_per_cta[] = {0, 16, 32, 64};
     int tile = PICK(&r, tiles), hc = PICK(&r, heads_per_cta);
-    if (hc == 64 && mlajit_model_describe(model)->d_v > 512)
-        hc = 32; /* the portable family holds 64 heads only at d_v 512 (families.c); no draw taken */
+    if (hc == 64 && mlajit_model_describe(model)->d_v > MLAJIT_PORTABLE_WIDE_MAX_DV)
+        hc = 32; /* no draw taken */
     if (tuned_grid) { /* the rest of the draw as ever */
         draw_tuned_grid_spec(&r, &model, &h_q, &page);
         has_extra = extra_page = 0;
@@ -314,12 +314,15 @@ void mlajit_fuzz_draw(uint64_t run_seed, int64_t call, unsigned flags, mlajit_fu
     sp->page_size = page;
     sp->extra_page_size = extra_page;
     sp->features = features;
-    sp->tile = narrow ? 0 : tile;
-    sp->heads_per_cta = narrow ? narrow_hc : hc;
-    sp->variant = narrow_long     ? MLAJIT_VARIANT_SM90_NARROW_LONG
-                  : narrow_scores ? MLAJIT_VARIANT_SM90_NARROW_SCORES
-                  : narrow        ? MLAJIT_VARIANT_SM90_NARROW
-                                  : MLAJIT_VARIANT_AUTO;
+    /* the kernel choices drawn for the named model */
+    const int named_tile = narrow ? 0 : tile, named_hc = narrow ? narrow_hc : hc;
+    const mlajit_variant named_variant = narrow_long     ? MLAJIT_VARIANT_SM90_NARROW_LONG
+                                         : narrow_scores ? MLAJIT_VARIANT_SM90_NARROW_SCORES
+                                         : narrow        ? MLAJIT_VARIANT_SM90_NARROW
+                                                         : MLAJIT_VARIANT_AUTO;
+    sp->tile = named_tile;
+    sp->heads_per_cta = named_hc;
+    sp->variant = named_variant;
     if (custom && narrow) { /* the narrow draw was for the named model: auto's choice for the layout */
         sp->variant = MLAJIT_VARIANT_AUTO;
         sp->heads_per_cta = hc;
@@ -334,12 +337,9 @@ void mlajit_fuzz_draw(uint64_t run_seed, int64_t call, unsigned flags, mlajit_fu
         if (mlajit_envelope_check(sp, &out->shape) != MLAJIT_OK) {
             sp->model = model;
             memset(&sp->layout, 0, sizeof sp->layout);
-            sp->tile = narrow ? 0 : tile;
-            sp->heads_per_cta = narrow ? narrow_hc : hc;
-            sp->variant = narrow_long     ? MLAJIT_VARIANT_SM90_NARROW_LONG
-                          : narrow_scores ? MLAJIT_VARIANT_SM90_NARROW_SCORES
-                          : narrow        ? MLAJIT_VARIANT_SM90_NARROW
-                                          : MLAJIT_VARIANT_AUTO;
+            sp->tile = named_tile;
+            sp->heads_per_cta = named_hc;
+            sp->variant = named_variant;
         }
         mlajit_clear_error();
     }
