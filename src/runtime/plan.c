@@ -303,9 +303,7 @@ static int tactic_fits(const mlajit_kernel_spec *asked, const mlajit_decode_shap
         snprintf(why, why_len, "its kernel does not resolve (%s)", mlajit_last_error());
         return 0;
     }
-    if (mlajit_spec_desc(&k) != mlajit_spec_desc(asked) || k.h_q != asked->h_q || k.page_size != asked->page_size ||
-        k.extra_page_size != asked->extra_page_size || k.features != asked->features ||
-        strcmp(k.arch, asked->arch) != 0) {
+    if (!mlajit_kernel_is_of_spec(&k, asked)) {
         snprintf(why, why_len, "its kernel is not a kernel of the spec (another model, head count, page size, extra "
                                "page size, feature set or arch)");
         return 0;

@@ -241,6 +241,11 @@ void mlajit_tactic_memo_clear(mlajit_context *ctx);
 void mlajit_tactic_memo_free(mlajit_context *ctx);
 
 /* What a tuner measured for one (spec, shape). */
+/* 1 when kernel k is a kernel of the spec asked (arch filled in): the same
+ * layout, heads, pages, features and arch, whatever it chose; the one test a
+ * tactic's kernel meets when stored and when planned. */
+int mlajit_kernel_is_of_spec(const mlajit_kernel_spec *k, const mlajit_kernel_spec *asked);
+
 typedef struct mlajit_tactic_choice {
     mlajit_kernel_spec kernel; /* the winner: a kernel of the spec (same model, heads, pages, features, arch) */
     int num_splits;            /* 0: the planner's own; else 1..MLAJIT_MAX_SPLITS */

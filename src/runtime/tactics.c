@@ -42,16 +42,21 @@ static int tactic_key_parts(const mlajit_context *ctx, const mlajit_kernel_spec 
     return rc ? mlajit_fail_prefix(rc, "shape: ") : MLAJIT_OK;
 }
 
+int mlajit_kernel_is_of_spec(const mlajit_kernel_spec *k, const mlajit_kernel_spec *asked)
+{
+    return mlajit_spec_desc(k) == mlajit_spec_desc(asked) && k->h_q == asked->h_q &&
+           k->page_size == asked->page_size && k->extra_page_size == asked->extra_page_size &&
+           k->features == asked->features && strcmp(k->arch, asked->arch) == 0;
+}
+
 /* MLAJIT_OK when kernel_string names a kernel of the spec asked (arch filled
- * in): the same model, heads, pages, features and arch, whatever it chose. */
+ * in): mlajit_kernel_is_of_spec. */
 static int kernel_of_spec(const char *kernel_string, const mlajit_kernel_spec *asked)
 {
     mlajit_kernel_spec k = MLAJIT_KERNEL_SPEC_INIT;
     if (mlajit_spec_parse(kernel_string, &k) != MLAJIT_OK)
         return mlajit_fail_prefix(MLAJIT_ERR_INVALID_ARGUMENT, "kernel: ");
-    if (mlajit_spec_desc(&k) != mlajit_spec_desc(asked) || k.h_q != asked->h_q || k.page_size != asked->page_size ||
-        k.extra_page_size != asked->extra_page_size || k.features != asked->features ||
-        strcmp(k.arch, asked->arch) != 0)
+    if (!mlajit_kernel_is_of_spec(&k, asked))
         return mlajit_fail(MLAJIT_ERR_INVALID_ARGUMENT,
                            "kernel %s is not a kernel of the spec (another model, head count, page size, extra page "
                            "size, feature set or arch)", kernel_string);
