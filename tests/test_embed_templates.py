@@ -34,7 +34,7 @@ def check(ok, what):
 def main() -> int:
     embed_script, templates_dir, mlajit = sys.argv[1:4]
     sys.path.insert(0, os.path.dirname(os.path.abspath(embed_script)))
-    from embed_templates import StripError, split_editions, strip_comments
+    from embed_templates import StripError, resolve_editions, split_editions, strip_comments
 
     # 1. constructs: (input, what is embedded)
     cases = [
@@ -113,6 +113,24 @@ def main() -> int:
                         ("#if MLAJIT_LAYOUTS\n#else\n#else\n#endif\n", "one #else")]:
         try:
             split_editions(text, "t.cu")
+            check(False, f"editions of {text!r} must fail")
+        except StripError as e:
+            check(words in str(e) and "t.cu" in str(e), f"editions of {text!r}: the error says why: {e}")
+    # `#if MLAJIT_BF16` blocks, the next level: the bf16 edition takes both markers'
+    # #if parts, the layouts edition and the base text their #else parts as before
+    bf16 = [
+        ("a;\n#if MLAJIT_BF16\nb2;\n#else\nb;\n#endif\n", {"": "a;\nb;\n", "bf16": "a;\nb2;\n"}),
+        ("#if MLAJIT_LAYOUTS\nl;\n#if MLAJIT_BF16\nh;\n#else\nf;\n#endif\n#else\nold;\n#endif\n#if MLAJIT_BF16\nz;\n#endif\n",
+         {"": "old;\n", "layouts": "l;\nf;\n", "bf16": "l;\nh;\nz;\n"}),
+    ]
+    for text, want in bf16:
+        got = resolve_editions(text)
+        check(got == want, f"editions of {text!r}: got {got!r}, want {want!r}")
+    for text, words in [("#if MLAJIT_BF16\n#if MLAJIT_LAYOUTS\n#endif\n#endif\n", "do not nest"),
+                        ("#if MLAJIT_LAYOUTS\n#else\n#if MLAJIT_BF16\n#endif\n#endif\n", "inside an #else part"),
+                        ("#if MLAJIT_BF16\na;\n", "not closed")]:
+        try:
+            resolve_editions(text, "t.cu")
             check(False, f"editions of {text!r} must fail")
         except StripError as e:
             check(words in str(e) and "t.cu" in str(e), f"editions of {text!r}: the error says why: {e}")
@@ -208,7 +226,8 @@ def main() -> int:
                                env=env, encoding="latin-1")
             check(r.returncode == 0 and "mlajit_decode_main" in r.stdout, f"compile {args} --emit-source: {r.stderr}")
             check(strip_comments(r.stdout) == r.stdout, f"{args}: the generated source has comments or blank lines")
-            check("MLAJIT_LAYOUTS" not in r.stdout, f"{args}: an edition block reached the generated source")
+            check("MLAJIT_LAYOUTS" not in r.stdout and "MLAJIT_BF16" not in r.stdout,
+                  f"{args}: an edition block reached the generated source")
 
     print(f"{len(failures)} failure(s)")
     return 1 if failures else 0

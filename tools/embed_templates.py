@@ -21,7 +21,11 @@ resolved here, not by NVRTC: the template embeds as `stem` with the #else parts
 (its text as it was before the block was written, so the keys of the models it
 served stay as they were) and as `stem:layouts` with the #if parts, the general
 form the generator takes for the layouts the first serves not
-(src/codegen/generate.c)."""
+(src/codegen/generate.c). `#if MLAJIT_BF16` blocks are the next level the same
+way: `stem:bf16` (bf16 NoPE values, scales none) takes the #if parts of both
+markers, `stem:layouts` and `stem` their #else parts, so adding one leaves the
+other editions' text, hence their keys, as they were. A block nests only inside
+the #if part of a lower level's block (a BF16 block inside a LAYOUTS #if part)."""
 import os
 import sys
 
@@ -188,45 +192,60 @@ def strip_comments(text, name="<text>"):
     return "".join(out)
 
 
-LAYOUTS_IF = "#if MLAJIT_LAYOUTS"
+# The edition markers, lowest level first, and the editions' suffixes: edition k
+# takes the #if parts of markers 1..k and the #else parts of the others.
+MARKERS = [("#if MLAJIT_LAYOUTS", "layouts"), ("#if MLAJIT_BF16", "bf16")]
+LAYOUTS_IF = MARKERS[0][0]
+
+
+def resolve_editions(text, name="<text>"):
+    """{suffix: text}: "" (the base text) always, and each marker's edition
+    where the text has that marker's blocks (see the module's doc)."""
+    present = [k + 1 for k, (marker, _) in enumerate(MARKERS) if marker in text]
+    out = {0: []}
+    for level in present:
+        out[level] = []
+    stack = []  # [level, part ("if" / "else"), other conditionals open inside]
+    for number, line in enumerate(text.splitlines(keepends=True), 1):
+        directive = line.strip()
+        word = directive[1:].strip().split(" ")[0] if directive.startswith("#") else ""
+        level = next((k + 1 for k, (marker, _) in enumerate(MARKERS) if directive == marker), 0)
+        if level:
+            if stack and stack[-1][2] == 0 and (stack[-1][0] >= level or stack[-1][1] != "if"):
+                raise StripError(f"{name}:{number}: {directive} blocks do not nest" +
+                                 ("" if stack[-1][0] >= level else " inside an #else part"))
+            if any(frame[0] >= level for frame in stack):
+                raise StripError(f"{name}:{number}: {directive} blocks do not nest")
+            stack.append([level, "if", 0])
+            continue
+        if stack:
+            top = stack[-1]
+            if word in ("if", "ifdef", "ifndef"):
+                top[2] += 1
+            elif word == "endif" and top[2]:
+                top[2] -= 1
+            elif word == "endif":
+                stack.pop()
+                continue
+            elif word in ("else", "elif") and not top[2]:
+                if word == "elif" or top[1] == "else":
+                    raise StripError(f"{name}:{number}: an {MARKERS[top[0] - 1][0]} block takes one #else and "
+                                     "no #elif")
+                top[1] = "else"
+                continue
+        for edition, lines in out.items():
+            if all((edition >= frame[0]) == (frame[1] == "if") for frame in stack):
+                lines.append(line)
+    if stack:
+        raise StripError(f"{name}: an {MARKERS[stack[-1][0] - 1][0]} block is not closed")
+    return {("" if level == 0 else MARKERS[level - 1][1]): "".join(lines) for level, lines in out.items()}
 
 
 def split_editions(text, name="<text>"):
     """(base, layouts): text with its `#if MLAJIT_LAYOUTS` blocks resolved both
-    ways, or (text, None) where it has none (see the module's doc)."""
-    if LAYOUTS_IF not in text:
-        return text, None
-    base, layouts = [], []
-    state = None  # None outside a block; else "if" or "else"
-    depth = 0  # other conditionals open inside the block
-    for number, line in enumerate(text.splitlines(keepends=True), 1):
-        directive = line.strip()
-        word = directive[1:].strip().split(" ")[0] if directive.startswith("#") else ""
-        if state is None:
-            if directive == LAYOUTS_IF:
-                state = "if"
-                continue
-            base.append(line)
-            layouts.append(line)
-            continue
-        if word in ("if", "ifdef", "ifndef"):
-            if directive == LAYOUTS_IF:
-                raise StripError(f"{name}:{number}: #if MLAJIT_LAYOUTS blocks do not nest")
-            depth += 1
-        elif word == "endif" and depth:
-            depth -= 1
-        elif word == "endif":
-            state = None
-            continue
-        elif word in ("else", "elif") and not depth:
-            if word == "elif" or state == "else":
-                raise StripError(f"{name}:{number}: an #if MLAJIT_LAYOUTS block takes one #else and no #elif")
-            state = "else"
-            continue
-        (layouts if state == "if" else base).append(line)
-    if state is not None:
-        raise StripError(f"{name}: an #if MLAJIT_LAYOUTS block is not closed")
-    return "".join(base), "".join(layouts)
+    ways, or (text, None) where it has none."""
+    editions = resolve_editions(text, name)
+    return editions[""], editions.get("layouts")
 
 
 def c_array(data: bytes) -> str:
@@ -243,13 +262,10 @@ def read_stripped(path):
 
 
 def read_editions(path):
-    """[(suffix, bytes)]: the template's base text and, where it has
-    #if MLAJIT_LAYOUTS blocks, its layouts edition."""
-    base, layouts = split_editions(read_stripped(path).decode("latin-1"), path)
-    editions = [("", base.encode("latin-1"))]
-    if layouts is not None:
-        editions.append(("layouts", layouts.encode("latin-1")))
-    return editions
+    """[(suffix, bytes)]: the template's base text and, where it has a marker's
+    blocks, that marker's edition."""
+    editions = resolve_editions(read_stripped(path).decode("latin-1"), path)
+    return [(suffix, text.encode("latin-1")) for suffix, text in editions.items()]
 
 
 def main() -> int:
