@@ -40,7 +40,14 @@ constexpr int kSUnits = kSNGroups * kSMSplit;
 constexpr int kSKUnroll = cfg::kThreads > 256 ? 2 : cfg::kMinBlocksPerSM > 1 ? 6 : cfg::kDQK / 32;
 constexpr int kVDimsPerWarp = cfg::kDV / cfg::kWarps;
 constexpr int kVNTiles = kVDimsPerWarp / 8;
+#if MLAJIT_BF16
+// The bf16 edition (scales none, the generator's choice for those layouts only):
+// the NoPE dims are bf16 values, 8 to a 16-byte chunk, copied into sK as they are.
+static_assert(cfg::kScaleFormat == 4, "the bf16 edition reads bf16 NoPE values (scales none)");
+constexpr int kNopeChunks = cfg::kDNope * 2 / 16; // 8 bf16 per chunk
+#else
 constexpr int kNopeChunks = cfg::kDNope / 16;     // 16 fp8 codes per chunk
+#endif
 constexpr int kRopeChunks = cfg::kDRope * 2 / 16; // 8 bf16 per chunk
 constexpr int kTokensPerSoftmaxThread = cfg::kTile * cfg::kHeadsPerCta / cfg::kThreads;
 constexpr int kSoftmaxThreadsPerRow = cfg::kThreads / cfg::kHeadsPerCta;
@@ -152,11 +159,15 @@ __device__ __forceinline__ void issue_tile_loads(TilePrefetch& f, const u8* cons
         if (src && chunk < kNopeChunks) {
             f.present |= 1u << j;
             f.nope[j] = *reinterpret_cast<const U32x4*>(src + chunk * 16);
+#if MLAJIT_BF16
+            // no scales to load
+#else
             if (!cfg::kScalesInline) {
                 u32 bits = load_scale_bits(scales[t], chunk * 16 / cfg::kQuantTile);
                 if (kPackedScales) f.scale_bits[j / 4] |= bits << (8 * (j % 4));
                 else f.scale_bits[j] = bits;
             }
+#endif
         }
     }
 #pragma unroll
@@ -180,6 +191,11 @@ __device__ __forceinline__ void store_tile(const TilePrefetch& f, const u8* cons
     for (int j = 0; j < kNopeSlots; j++) {
         const int t = tok0 + j / kNopePasses, chunk = lane + 32 * (j % kNopePasses);
         if (chunk >= kNopeChunks) continue;
+#if MLAJIT_BF16
+        // bf16 values: the chunk's 8 dims as loaded (zero for an absent candidate)
+        *reinterpret_cast<U32x4*>(sK + t * cfg::kQKStride + chunk * 8) =
+            ((f.present >> j) & 1u) ? f.nope[j] : U32x4{0u, 0u, 0u, 0u};
+#else
         u32 words[8] = {0u, 0u, 0u, 0u, 0u, 0u, 0u, 0u};
         if ((f.present >> j) & 1u) {
             const u32 bits = cfg::kScalesInline ? load_scale_bits(scales[t], chunk * 16 / cfg::kQuantTile)
@@ -189,6 +205,7 @@ __device__ __forceinline__ void store_tile(const TilePrefetch& f, const u8* cons
         U32x4* dst = reinterpret_cast<U32x4*>(sK + t * cfg::kQKStride + chunk * 16);
         dst[0] = U32x4{words[0], words[1], words[2], words[3]};
         dst[1] = U32x4{words[4], words[5], words[6], words[7]};
+#endif
     }
 #pragma unroll
     for (int j = 0; j < kRopeSlots; j++) {

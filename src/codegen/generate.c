@@ -159,12 +159,36 @@ uint64_t mlajit_decode_params_layout_hash(void)
 /* The templates' base text is what the keys of V3.2's, DSV4's and GLM-NSA's
  * kernels were made from; their `#if MLAJIT_LAYOUTS` parts (resolved by the
  * embedder, tools/embed_templates.py) generalize them to no RoPE and to NoPE and
- * value dims past 512 (GLM53_NOPE, DOTS3_SWA). Those layouts take the layouts
- * edition of a template that has one, the others the base text: their sources,
- * hence every key and shipped pack, stay as they were. */
-static int needs_layouts_edition(const mlajit_model_desc *d)
+ * value dims past 512 (GLM53_NOPE, DOTS3_SWA), and their `#if MLAJIT_BF16` parts
+ * on top of those read bf16 NoPE values (scales none). A layout takes the most
+ * general edition it needs that a template has, falling back level by level
+ * (bf16, layouts, the base text): the sources of the layouts an edition was
+ * added after, hence every key and shipped pack, stay as they were. */
+/* The editions, most general first; "" is the base text. */
+static const char *const editions[] = {"bf16", "layouts", ""};
+enum { kEditions = sizeof editions / sizeof editions[0] };
+
+static const char *edition_of(const mlajit_model_desc *d)
 {
-    return d->d_rope == 0 || d->d_nope > 512 || d->d_v > 512;
+    if (d->scale_format == MLAJIT_SCALE_NONE)
+        return "bf16";
+    return d->d_rope == 0 || d->d_nope > 512 || d->d_v > 512 ? "layouts" : "";
+}
+
+/* The template `name` in `edition` or, where it has none, the next lower one. */
+static const mlajit_template *template_of(const char *name, const char *edition)
+{
+    int k = 0;
+    while (k < kEditions - 1 && strcmp(editions[k], edition) != 0)
+        k++;
+    for (; k < kEditions; k++) {
+        char wanted[64];
+        snprintf(wanted, sizeof wanted, "%s%s%s", name, editions[k][0] ? ":" : "", editions[k]);
+        for (size_t i = 0; i < mlajit_template_count; i++)
+            if (strcmp(mlajit_templates[i].name, wanted) == 0)
+                return &mlajit_templates[i];
+    }
+    return NULL;
 }
 
 int mlajit_generate_source(const mlajit_kernel_spec *spec, char **source)
@@ -187,19 +211,12 @@ int mlajit_generate_source(const mlajit_kernel_spec *spec, char **source)
     enum { kParts = sizeof names / sizeof names[0] };
     const mlajit_template *parts[kParts] = {0};
     const mlajit_model_desc *d = mlajit_spec_desc(&r);
-    const int layouts = needs_layouts_edition(d);
+    const char *edition = edition_of(d);
     size_t templates_bytes = 0;
     for (size_t k = 0; k < kParts; k++) {
         if (!names[k][0])
             continue;
-        char edition[64];
-        snprintf(edition, sizeof edition, "%s:layouts", names[k]);
-        for (size_t i = 0; layouts && i < mlajit_template_count && !parts[k]; i++)
-            if (strcmp(mlajit_templates[i].name, edition) == 0)
-                parts[k] = &mlajit_templates[i];
-        for (size_t i = 0; i < mlajit_template_count && !parts[k]; i++)
-            if (strcmp(mlajit_templates[i].name, names[k]) == 0)
-                parts[k] = &mlajit_templates[i];
+        parts[k] = template_of(names[k], edition);
         if (!parts[k])
             return mlajit_fail(MLAJIT_ERR_INTERNAL, "template '%s' is not embedded (build)", names[k]);
         templates_bytes += parts[k]->size;
