@@ -185,6 +185,8 @@ typedef enum mlajit_model {
     MLAJIT_MODEL_GLM_NSA = 3,    /* V3.2 layout with arbitrary fp32 scales (amax / 448) */
     MLAJIT_MODEL_GLM53_NOPE = 4, /* 512 fp8 NoPE, no RoPE, arbitrary fp32 scales inline, 656-byte rows (528 used) */
     MLAJIT_MODEL_DOTS3_SWA = 5,  /* 1088 = 1024 fp8 + 64 bf16 RoPE, d_v 1024, ue8m0 scales in page footer */
+    MLAJIT_MODEL_V32_BF16 = 6,   /* V3.2's dims as bf16 values (scales none): 576 bf16 a token, d_v 512 */
+    MLAJIT_MODEL_DSV4_BF16 = 7,  /* V4's dims as bf16 values (scales none): 512 bf16 a token, d_v 512 */
     MLAJIT_MODEL_CUSTOM = 100    /* the layout a spec describes itself (mlajit_kernel_spec.layout) */
 } mlajit_model;
 
@@ -203,7 +205,8 @@ typedef enum mlajit_scale_place {
 typedef struct mlajit_model_desc {
     size_t struct_size;     /* the library's sizeof (the descriptor is the library's) */
     mlajit_model model;
-    const char *name;       /* "v32", "dsv4", "glm_nsa", "glm53_nope", "dots3_swa": what the CLI and spec strings use */
+    const char *name;       /* "v32", "dsv4", "glm_nsa", "glm53_nope", "dots3_swa", "v32_bf16", "dsv4_bf16":
+                               what the CLI and spec strings use */
     int d_qk;               /* query/key width */
     int d_nope;             /* fp8-quantized dims */
     int d_rope;             /* bf16 dims stored verbatim after the NoPE dims */
@@ -225,8 +228,8 @@ typedef struct mlajit_model_desc {
  * value (MLAJIT_MODEL_CUSTOM included: its descriptor is mlajit_layout_describe's). */
 MLAJIT_API const mlajit_model_desc *mlajit_model_describe(mlajit_model model);
 
-/* Find a model by name ("v32", "dsv4", "glm_nsa", "glm53_nope", "dots3_swa";
- * case-insensitive). */
+/* Find a model by name ("v32", "dsv4", "glm_nsa", "glm53_nope", "dots3_swa",
+ * "v32_bf16", "dsv4_bf16"; case-insensitive). */
 MLAJIT_API int mlajit_model_from_name(const char *name, mlajit_model *out);
 
 /* ------------------------------------------------------------------------- */

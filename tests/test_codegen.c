@@ -56,7 +56,7 @@ Test(spec, validation_names_the_field)
     strcpy(s.arch, "sm_90a");
     s.tile = 48;
     cr_expect_eq(mlajit_spec_validate(&s), MLAJIT_ERR_INVALID_ARGUMENT);
-    s.model = (mlajit_model)7;
+    s.model = (mlajit_model)8; /* past the named models (v32 .. dsv4_bf16) */
     s.tile = 0;
     cr_expect_eq(mlajit_spec_validate(&s), MLAJIT_ERR_INVALID_ARGUMENT);
     cr_expect_eq(mlajit_spec_validate(NULL), MLAJIT_ERR_INVALID_ARGUMENT);

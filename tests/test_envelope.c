@@ -201,7 +201,7 @@ Test(envelope, tuned_grid_draws_take_the_grids_specs)
 /* The draws cover the envelope's corners over a modest number of calls. */
 Test(envelope, fuzz_draws_cover_the_envelope)
 {
-    int models[MLAJIT_MODEL_DOTS3_SWA + 1] = {0}, extra = 0, tile_multiple = 0, off_tile = 0, b0 = 0, big_b = 0, sq16 = 0, h128 = 0, h1 = 0;
+    int models[MLAJIT_MODEL_DSV4_BF16 + 1] = {0}, extra = 0, tile_multiple = 0, off_tile = 0, b0 = 0, big_b = 0, sq16 = 0, h128 = 0, h1 = 0;
     int page1 = 0, page1024 = 0, invalid = 0, all_features = 0, rows_past_4096 = 0, sq_past_16 = 0, custom = 0;
     for (int64_t k = 0; k < 4000; k++) {
         mlajit_fuzz_call c;

@@ -28,6 +28,8 @@ static const struct {
      "nope512-rope0-v512-tile128-fp32-inline-row656"},
     {MLAJIT_MODEL_DOTS3_SWA, "d_nope=1024,d_rope=64,tile=128,scales=ue8m0,place=footer",
      "nope1024-rope64-v1024-tile128-ue8m0-footer8-row1152"},
+    {MLAJIT_MODEL_V32_BF16, "d_nope=512,d_rope=64,scales=none", "nope512-rope64-v512-none-row1152"},
+    {MLAJIT_MODEL_DSV4_BF16, "d_nope=448,d_rope=64,v=all,scales=none", "nope448-rope64-v512-none-row1024"},
 };
 #define NAMED (sizeof named / sizeof named[0])
 
@@ -360,7 +362,8 @@ Test(layout, quantizer_follows_the_layout)
     enum { PAGE = 4 };
     const char *texts[] = {"d_nope=256,d_rope=64,d_v=256,tile=32,scales=ue8m0,place=inline",
                            "d_nope=512,d_rope=64,tile=32,scales=pow2,place=footer,footer_bytes=136",
-                           "d_nope=512,d_rope=64,v=all,scales=none,row_bytes=1168", "v32", "dsv4"};
+                           "d_nope=512,d_rope=64,v=all,scales=none,row_bytes=1168", "v32", "dsv4", "v32_bf16",
+                           "dsv4_bf16"};
     for (size_t t = 0; t < sizeof texts / sizeof texts[0]; t++) {
         mlajit_layout l = parsed(texts[t]);
         const mlajit_model_desc *d = mlajit_layout_describe(&l);

@@ -495,7 +495,10 @@ SCALE_FORMATS = ("auto", "fp32_pow2", "fp32", "ue8m0")
 _CACHE_LAYOUTS = {(576, 656): {"auto": Model.V32, "fp32_pow2": Model.V32, "fp32": Model.GLM_NSA},
                   (512, 584): {"auto": Model.DSV4, "ue8m0": Model.DSV4},
                   (512, 656): {"auto": Model.GLM53_NOPE, "fp32": Model.GLM53_NOPE},
-                  (1088, 1160): {"auto": Model.DOTS3_SWA, "ue8m0": Model.DOTS3_SWA}}
+                  (1088, 1160): {"auto": Model.DOTS3_SWA, "ue8m0": Model.DOTS3_SWA},
+                  # bf16 caches (no scales): V3.2's and V4's dims, two bytes each
+                  (576, 1152): {"auto": Model.V32_BF16},
+                  (512, 1024): {"auto": Model.DSV4_BF16}}
 
 
 def model_of_cache(d_qk: int, bytes_per_token: int, kv_scale_format: str = "auto") -> Model:
@@ -507,7 +510,8 @@ def model_of_cache(d_qk: int, bytes_per_token: int, kv_scale_format: str = "auto
     if by_format is None:
         raise InvalidArgumentError(
             f"q.shape[-1] = {d_qk} with {bytes_per_token} bytes per cache token (the cache's last dimension) is no "
-            "known layout; allowed: 576 with 656 (DeepSeek-V3.2, GLM-NSA) or 512 with 584 (DeepSeek-V4)")
+            "known layout; allowed: 576 with 656 (DeepSeek-V3.2, GLM-NSA), 512 with 584 (DeepSeek-V4), 512 with 656 "
+            "(GLM-5.3 NoPE), 1088 with 1160 (dots3 SWA), 576 with 1152 (V3.2 in bf16) or 512 with 1024 (V4 in bf16)")
     model = by_format.get(kv_scale_format)
     if model is None:
         raise InvalidArgumentError(f"kv_scale_format = {kv_scale_format!r} does not fit a d_qk {d_qk} cache; "

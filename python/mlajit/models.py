@@ -19,13 +19,17 @@ class Model(enum.IntEnum):
     DOTS3_SWA = 1024 NoPE + 64 RoPE dims, d_v 1024 (1160 B/token, ue8m0 scales in
     a page footer). GLM53_NOPE runs on the sm90 and portable kernels, DOTS3_SWA
     on the portable kernel (sm_80, sm_90a, sm_100a: its rows outgrow the shared
-    memory of the others); supported() says why where not."""
+    memory of the others). V32_BF16 and DSV4_BF16 are V3.2's and V4's dims as
+    bf16 values (no scales; 1152 and 1024 B/token), on the portable kernel;
+    supported() says why where not."""
 
     V32 = _capi.MODEL_V32
     DSV4 = _capi.MODEL_DSV4
     GLM_NSA = _capi.MODEL_GLM_NSA
     GLM53_NOPE = _capi.MODEL_GLM53_NOPE
     DOTS3_SWA = _capi.MODEL_DOTS3_SWA
+    V32_BF16 = _capi.MODEL_V32_BF16
+    DSV4_BF16 = _capi.MODEL_DSV4_BF16
 
 
 @dataclasses.dataclass(frozen=True)
@@ -123,7 +127,7 @@ class ModelInfo:
         return int(_capi.lib.mlajit_min_page_stride(int(self.model), page_size))
 
 
-_MODEL_NAMES = "v32, dsv4, glm_nsa, glm53_nope, dots3_swa"
+_MODEL_NAMES = "v32, dsv4, glm_nsa, glm53_nope, dots3_swa, v32_bf16, dsv4_bf16"
 
 
 def as_model_or_layout(model: ModelLike, argument: str = "model") -> Union[Model, Layout]:

@@ -14,8 +14,9 @@
 #include "runtime/nvrtc.h"
 #include "runtime/runtime.h"
 
-static const mlajit_model all_models[] = {MLAJIT_MODEL_V32, MLAJIT_MODEL_DSV4, MLAJIT_MODEL_GLM_NSA,
-                                          MLAJIT_MODEL_GLM53_NOPE, MLAJIT_MODEL_DOTS3_SWA};
+static const mlajit_model all_models[] = {MLAJIT_MODEL_V32,       MLAJIT_MODEL_DSV4,      MLAJIT_MODEL_GLM_NSA,
+                                          MLAJIT_MODEL_GLM53_NOPE, MLAJIT_MODEL_DOTS3_SWA, MLAJIT_MODEL_V32_BF16,
+                                          MLAJIT_MODEL_DSV4_BF16};
 
 static const char *scale_text(const mlajit_model_desc *d)
 {
@@ -89,7 +90,7 @@ static void print_tables(void)
            "indices");
 
     printf("kernel spec (mlajit_kernel_spec)\n");
-    printf("  %-14s v32, dsv4, glm_nsa, glm53_nope, dots3_swa\n", "model");
+    printf("  %-14s v32, dsv4, glm_nsa, glm53_nope, dots3_swa, v32_bf16, dsv4_bf16\n", "model");
     printf("  %-14s 1..%d\n", "h_q", MLAJIT_MAX_HEADS);
     printf("  %-14s 1..%d tokens\n", "page_size", MLAJIT_MAX_PAGE_SIZE);
     printf("  %-14s 0 (no extra cache) or 1..%d\n", "extra_page_size", MLAJIT_MAX_PAGE_SIZE);
@@ -113,9 +114,13 @@ static void print_tables(void)
            "scales");
     for (size_t m = 0; m < sizeof all_models / sizeof all_models[0]; m++) {
         const mlajit_model_desc *d = mlajit_model_describe(all_models[m]);
-        printf("  %-10s %5d %6d %6d %4d %11d  %d x %s per %d dims, %s\n", d->name, d->d_qk, d->d_nope, d->d_rope,
-               d->d_v, d->bytes_per_token, d->num_scales, scale_text(d), d->quant_tile,
-               d->scale_place == MLAJIT_SCALES_INLINE ? "inline" : "page footer");
+        if (d->scale_format == MLAJIT_SCALE_NONE)
+            printf("  %-10s %5d %6d %6d %4d %11d  none: bf16 values\n", d->name, d->d_qk, d->d_nope, d->d_rope,
+                   d->d_v, d->bytes_per_token);
+        else
+            printf("  %-10s %5d %6d %6d %4d %11d  %d x %s per %d dims, %s\n", d->name, d->d_qk, d->d_nope,
+                   d->d_rope, d->d_v, d->bytes_per_token, d->num_scales, scale_text(d), d->quant_tile,
+                   d->scale_place == MLAJIT_SCALES_INLINE ? "inline" : "page footer");
     }
 
     mlajit_nvrtc_version(&major, &minor);

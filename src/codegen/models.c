@@ -39,10 +39,17 @@ static const struct {
     {MLAJIT_MODEL_DOTS3_SWA, "dots3_swa",
      {.d_nope = 1024, .d_rope = 64, .d_v = 1024, .quant_tile = 128, .scale_format = MLAJIT_SCALE_UE8M0,
       .scale_place = MLAJIT_SCALES_PAGE_FOOTER, .row_bytes = 1152, .footer_bytes = 8}},
+    /* the bf16 caches of V3.2's and V4's dims (an engine's cache upconverted for
+     * prefill, or a bf16-cache model): every dim a bf16 value, no scales; V is the
+     * first 512 dims (V4's: its 448 NoPE and 64 RoPE dims) */
+    {MLAJIT_MODEL_V32_BF16, "v32_bf16",
+     {.d_nope = 512, .d_rope = 64, .d_v = 512, .scale_format = MLAJIT_SCALE_NONE, .row_bytes = 1152}},
+    {MLAJIT_MODEL_DSV4_BF16, "dsv4_bf16",
+     {.d_nope = 448, .d_rope = 64, .d_v = 512, .scale_format = MLAJIT_SCALE_NONE, .row_bytes = 1024}},
 };
 
 #define MODEL_COUNT (sizeof named_models / sizeof named_models[0])
-#define MODEL_NAMES "v32, dsv4, glm_nsa, glm53_nope, dots3_swa"
+#define MODEL_NAMES "v32, dsv4, glm_nsa, glm53_nope, dots3_swa, v32_bf16, dsv4_bf16"
 
 /* ---- the layout's rules ------------------------------------------------------ */
 

@@ -60,7 +60,8 @@ int mlajit_spec_validate(const mlajit_kernel_spec *caller_spec)
     } else if (!mlajit_model_describe(spec->model)) {
         return mlajit_fail(MLAJIT_ERR_INVALID_ARGUMENT,
                            "spec.model = %d is unknown; allowed: MLAJIT_MODEL_V32 (1), MLAJIT_MODEL_DSV4 (2), MLAJIT_MODEL_GLM_NSA (3), "
-                           "MLAJIT_MODEL_GLM53_NOPE (4), MLAJIT_MODEL_DOTS3_SWA (5), MLAJIT_MODEL_CUSTOM (100, with spec.layout)",
+                           "MLAJIT_MODEL_GLM53_NOPE (4), MLAJIT_MODEL_DOTS3_SWA (5), MLAJIT_MODEL_V32_BF16 (6), "
+                           "MLAJIT_MODEL_DSV4_BF16 (7), MLAJIT_MODEL_CUSTOM (100, with spec.layout)",
                            (int)spec->model);
     } else if (memcmp(&spec->layout, &no_layout, sizeof no_layout) != 0) {
         return mlajit_fail(MLAJIT_ERR_INVALID_ARGUMENT,
