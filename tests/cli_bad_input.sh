@@ -416,8 +416,14 @@ expect 0 "accepted: nope512-rope64-v512-tile128-fp32-inline-row672.h16.p64" enve
   "d_nope=512,d_rope=64,tile=128,scales=fp32,place=inline,row_bytes=672.h16.p64"
 expect 0 "accepted: nope448-rope64-v512-tile32-ue8m0-footer16-row576.h16.p64.t64.hc16.portable.sm_80" envelope \
   nope448-rope64-v512-tile32-ue8m0-footer16-row576.h16.p64.portable.sm_80
-expect 1 "no kernel reads bf16 NoPE values yet" envelope "d_nope=512,d_rope=64,v=all,scales=none.h16.p64"
-expect 1 "combine.cu is built for d_v 512" envelope "d_nope=256,d_rope=64,tile=32,scales=ue8m0,place=inline.h16.p64"
+expect 1 "layout.d_v must be a multiple of 128 and at least 256" envelope "d_nope=512,d_rope=64,v=all,scales=none.h16.p64"
+expect 0 "accepted: v32_bf16.h16.p64.t64.hc16.portable.sm_90a" envelope "d_nope=512,d_rope=64,scales=none.h16.p64"
+expect 1 "layout.scale_format is none (bf16 NoPE values)" envelope v32_bf16.h16.p64.sm90.sm_90a
+expect 0 "accepted: nope256-rope64-v256-tile32-ue8m0-inline-row400.h16.p64" envelope \
+  "d_nope=256,d_rope=64,tile=32,scales=ue8m0,place=inline.h16.p64"
+expect 1 "layout.d_v must be 512" envelope "d_nope=256,d_rope=64,tile=32,scales=ue8m0,place=inline.h16.p64.sm90.sm_90a"
+expect 1 "layout.scale_format and scale_place" envelope \
+  "d_nope=512,d_rope=64,tile=64,scales=ue8m0,place=inline.h16.p64.sm90-narrow.sm_90a"
 expect 2 "layout key place = 'nowhere' is unknown" envelope "d_nope=512,tile=128,scales=pow2,place=nowhere.h16.p64"
 expect 2 "layout.d_v = 1024" envelope "d_nope=512,d_v=1024,tile=128,scales=pow2,place=inline.h16.p64"
 # case make writes a custom layout's case (synthetic inputs through the layout's
@@ -428,9 +434,18 @@ expect 0 "nope512-rope64-v512-tile128-fp32-inline-row672 b 2 s_q 2 h_q 16 topk 1
 expect 0 "PASS" run-case --cpu "$made/custom"
 if grep -q '"layout": "nope512-rope64-v512-tile128-fp32-inline-row672"' "$made/custom/case.json"; then
   passed=$((passed + 1)); else fail "case make: case.json does not hold the custom layout"; fi
-expect 0 "no kernel reads bf16 NoPE values yet" case make "d_nope=512,d_rope=64,v=all,scales=none.h8.p16" \
-  --out "$made/bf16" --topk 64
+expect 0 "case $made/bf16: v32_bf16" case make "d_nope=512,d_rope=64,scales=none.h8.p16" --out "$made/bf16" \
+  --topk 64
 expect 0 "PASS" run-case --cpu "$made/bf16"
+expect 0 "case $made/dsv4_bf16: dsv4_bf16" case make "dsv4_bf16.h33.p64.e64.fslx" --out "$made/dsv4_bf16" \
+  --topk 600 --extra-topk 64 --invalid 0.1
+expect 0 "PASS" run-case --cpu "$made/dsv4_bf16"
+for layout in "d_nope=256,d_rope=64,d_v=256,tile=32,scales=ue8m0,place=inline" \
+  "d_nope=512,tile=128,scales=fp32,place=footer" "d_nope=512,d_rope=64,d_v=256,tile=128,scales=pow2,place=inline"; do
+  expect 0 "case $made/served: nope" case make "$layout.h7.p1.e64.fslx" --out "$made/served" --topk 100 --extra-topk 64 --invalid 0.1
+  expect 0 "PASS" run-case --cpu "$made/served"
+  rm -rf "$made/served"
+done
 expect 0 "PASS" run-case --cpu "$(cd "$made" && pwd)/custom"
 # a case.json whose layout is bad names it
 cp -r "$made/custom" "$made/custom-bad"

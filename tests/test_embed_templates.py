@@ -219,6 +219,7 @@ def main() -> int:
             ["--model", "v32", "--heads", "4", "--page", "64", "--variant", "sm90-narrow-scores", "--arch", "sm_90a"],
             ["--model", "glm53_nope", "--heads", "128", "--page", "64", "--variant", "sm90", "--arch", "sm_90a"],
             ["--model", "dots3_swa", "--heads", "16", "--page", "64", "--variant", "portable", "--arch", "sm_80"],
+            ["--model", "v32_bf16", "--heads", "64", "--page", "64", "--variant", "portable", "--arch", "sm_90a"],
         ]
         env = dict(os.environ, MLAJIT_CACHE_DIR=os.path.join(tmp, "cache"), MLAJIT_LOG="quiet")
         for args in families:

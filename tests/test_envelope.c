@@ -61,12 +61,13 @@ Test(envelope, agrees_with_prepare_on_every_variant)
 {
     char list[256];
     snprintf(list, sizeof list, "%s", mlajit_arch_list());
-    const mlajit_model models[] = {MLAJIT_MODEL_V32, MLAJIT_MODEL_DSV4, MLAJIT_MODEL_GLM_NSA, MLAJIT_MODEL_GLM53_NOPE,
-                                   MLAJIT_MODEL_DOTS3_SWA};
+    const mlajit_model models[] = {MLAJIT_MODEL_V32,       MLAJIT_MODEL_DSV4,      MLAJIT_MODEL_GLM_NSA,
+                                   MLAJIT_MODEL_GLM53_NOPE, MLAJIT_MODEL_DOTS3_SWA, MLAJIT_MODEL_V32_BF16,
+                                   MLAJIT_MODEL_DSV4_BF16};
     const int tiles[] = {0, 32, 64}, hcs[] = {0, 16, 32};
     int accepted = 0, refused = 0;
     for (char *save = NULL, *arch = strtok_r(list, ", ", &save); arch; arch = strtok_r(NULL, ", ", &save))
-        for (int m = 0; m < 5; m++)
+        for (int m = 0; m < (int)(sizeof models / sizeof models[0]); m++)
             for (int t = 0; t < 3; t++)
                 for (int h = 0; h < 3; h++) {
                     mlajit_kernel_spec s = MLAJIT_KERNEL_SPEC_INIT, r = MLAJIT_KERNEL_SPEC_INIT;

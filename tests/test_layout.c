@@ -339,16 +339,86 @@ Test(layout, spec_refusals_name_the_field)
     old.struct_size = offsetof(mlajit_kernel_spec, layout);
     cr_expect_eq(mlajit_spec_init_layout(&old, &l, 16, 64), MLAJIT_ERR_INVALID_ARGUMENT);
     cr_expect(strstr(mlajit_last_error(), "no room for spec.layout") != NULL, "%s", mlajit_last_error());
-    /* valid but not served: a reason, from the envelope and the resolver alike */
-    l = parsed("d_nope=512,d_rope=64,d_v=576,scales=none");
-    cr_assert_eq(mlajit_spec_init_layout(&s, &l, 16, 64), MLAJIT_OK);
-    cr_expect_eq(mlajit_envelope_check(&s, NULL), MLAJIT_ERR_UNSUPPORTED);
-    cr_expect(strstr(mlajit_last_error(), "bf16") != NULL, "%s", mlajit_last_error());
-    l = parsed("d_nope=256,d_rope=64,tile=32,scales=ue8m0,place=inline");
-    cr_assert_eq(mlajit_spec_init_layout(&s, &l, 16, 64), MLAJIT_OK);
-    strcpy(s.arch, "sm_80");
-    cr_expect_eq(mlajit_envelope_check(&s, NULL), MLAJIT_ERR_UNSUPPORTED);
-    cr_expect(strstr(mlajit_last_error(), "d_v 512") != NULL, "%s", mlajit_last_error());
+    /* valid but not served: a reason naming the field and what it allows, from the
+     * envelope and the resolver alike (the family's one layout check) */
+    static const struct {
+        const char *layout;
+        mlajit_variant variant;
+        const char *arch, *words;
+    } refused[] = {
+        /* the combine's d_v, whatever the family */
+        {"d_nope=512,d_rope=64,d_v=576,scales=none", MLAJIT_VARIANT_AUTO, "sm_90a",
+         "layout.d_v must be a multiple of 128 and at least 256"},
+        {"d_nope=256,d_rope=64,d_v=128,tile=32,scales=ue8m0,place=inline", MLAJIT_VARIANT_PORTABLE, "sm_80",
+         "layout.d_v must be a multiple of 128 and at least 256"},
+        /* the portable template's fragments and RoPE chunks */
+        {"d_nope=256,d_rope=24,d_v=256,tile=32,scales=ue8m0,place=inline", MLAJIT_VARIANT_PORTABLE, "sm_80",
+         "layout.d_nope + d_rope must be a multiple of 32"},
+        {"d_nope=256,d_rope=96,d_v=256,tile=32,scales=pow2,place=inline", MLAJIT_VARIANT_PORTABLE, "sm_80",
+         "layout.d_rope must be 0, 8, 16, 32, 64, 128 or 256"},
+        /* sm90_common.cu's producers: fp8 codes only, its scale reads, its blocks */
+        {"v32_bf16", MLAJIT_VARIANT_SM90, "sm_90a", "layout.scale_format is none (bf16 NoPE values)"},
+        {"dsv4_bf16", MLAJIT_VARIANT_SM90_NARROW, "sm_90a", "layout.scale_format is none (bf16 NoPE values)"},
+        {"d_nope=512,tile=128,scales=fp32,place=footer", MLAJIT_VARIANT_SM90, "sm_90a",
+         "layout.scale_format and scale_place"},
+        {"d_nope=512,d_rope=64,tile=128,scales=ue8m0,place=inline", MLAJIT_VARIANT_SM90, "sm_90a",
+         "layout.scale_format and scale_place"},
+        {"d_nope=480,d_rope=32,v=all,tile=32,scales=ue8m0,place=footer", MLAJIT_VARIANT_SM90, "sm_90a",
+         "layout.d_nope, d_rope and quant_tile must be multiples of 64"},
+        {"d_nope=1024,d_rope=64,d_v=512,tile=64,scales=ue8m0,place=footer", MLAJIT_VARIANT_SM90_STAGED, "sm_90a",
+         "layout.footer_bytes must be 8"},
+        {"d_nope=512,d_rope=64,tile=256,scales=pow2,place=inline", MLAJIT_VARIANT_SM90, "sm_90a",
+         "layout.quant_tile must be d_nope / 4"},
+        {"d_nope=512,d_rope=64,d_v=256,tile=128,scales=pow2,place=inline", MLAJIT_VARIANT_SM90, "sm_90a",
+         "layout.d_v must be 512"},
+    };
+    for (size_t i = 0; i < sizeof refused / sizeof refused[0]; i++) {
+        l = parsed(refused[i].layout);
+        cr_assert_eq(mlajit_spec_init_layout(&s, &l, 16, 64), MLAJIT_OK);
+        s.variant = refused[i].variant;
+        strcpy(s.arch, refused[i].arch);
+        cr_expect_eq(mlajit_envelope_check(&s, NULL), MLAJIT_ERR_UNSUPPORTED, "%s", refused[i].layout);
+        cr_expect(strstr(mlajit_last_error(), refused[i].words) != NULL, "%s: %s", refused[i].layout,
+                  mlajit_last_error());
+        mlajit_kernel_spec r = MLAJIT_KERNEL_SPEC_INIT;
+        cr_expect_eq(mlajit_spec_resolve(&s, &r), MLAJIT_ERR_UNSUPPORTED, "%s", refused[i].layout);
+        cr_expect(strstr(mlajit_last_error(), refused[i].words) != NULL, "%s: %s", refused[i].layout,
+                  mlajit_last_error());
+    }
+    s.variant = MLAJIT_VARIANT_AUTO;
+    /* served: bf16 V3.2 and V4, and the three custom layouts issue 49 names, by the
+     * portable family (auto's choice on sm_90a too); a custom layout sm90_common.cu
+     * reads (fp32 inline, 4 scales) by sm90 as well */
+    static const struct {
+        const char *layout;
+        mlajit_variant on_sm90a; /* auto's kernel at 64 heads */
+    } served[] = {
+        {"v32_bf16", MLAJIT_VARIANT_PORTABLE},
+        {"dsv4_bf16", MLAJIT_VARIANT_PORTABLE},
+        {"d_nope=256,d_rope=64,d_v=256,tile=32,scales=ue8m0,place=inline", MLAJIT_VARIANT_PORTABLE},
+        {"d_nope=512,tile=128,scales=fp32,place=footer", MLAJIT_VARIANT_PORTABLE},
+        {"d_nope=512,d_rope=64,d_v=256,tile=128,scales=pow2,place=inline", MLAJIT_VARIANT_PORTABLE},
+        {"d_nope=512,d_rope=64,tile=128,scales=fp32,place=inline,row_bytes=672", MLAJIT_VARIANT_SM90},
+    };
+    for (size_t i = 0; i < sizeof served / sizeof served[0]; i++) {
+        l = parsed(served[i].layout);
+        for (int h = 1; h <= 128; h = h * 2 + 1) {
+            cr_assert_eq(mlajit_spec_init_layout(&s, &l, h, 64), MLAJIT_OK);
+            strcpy(s.arch, "sm_80");
+            s.variant = MLAJIT_VARIANT_PORTABLE;
+            cr_expect_eq(mlajit_envelope_check(&s, NULL), MLAJIT_OK, "%s h%d: %s", served[i].layout, h,
+                         mlajit_last_error());
+            strcpy(s.arch, "sm_90a");
+            s.variant = MLAJIT_VARIANT_AUTO;
+            mlajit_kernel_spec r = MLAJIT_KERNEL_SPEC_INIT;
+            cr_expect_eq(mlajit_spec_resolve(&s, &r), MLAJIT_OK, "%s h%d: %s", served[i].layout, h,
+                         mlajit_last_error());
+            if (h > 32)
+                cr_expect_eq(r.variant, served[i].on_sm90a, "%s h%d: auto took %s", served[i].layout, h,
+                             mlajit_variant_name(r.variant));
+        }
+    }
+    s.variant = MLAJIT_VARIANT_AUTO;
     /* spec strings with a bad layout say which key */
     mlajit_kernel_spec p = MLAJIT_KERNEL_SPEC_INIT;
     cr_expect_eq(mlajit_spec_parse("d_nope=512,tile=100,scales=pow2,place=inline.h16.p64", &p),

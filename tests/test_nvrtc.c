@@ -20,16 +20,10 @@
  * output accumulator: with every feature on, ptxas may put a few words on the
  * (L1-resident) stack. Anything more, or any spill elsewhere (the sm90 family
  * included), is a failure. */
-static void compile_variant_ok(mlajit_model model, int h, int page, int extra_page, unsigned features,
-                               const char *arch, mlajit_variant variant)
+static void compile_spec_ok(mlajit_kernel_spec s, const char *arch)
 {
-    mlajit_kernel_spec s = MLAJIT_KERNEL_SPEC_INIT;
-    cr_assert_eq(mlajit_spec_init(&s, model, h, page), MLAJIT_OK);
-    s.extra_page_size = extra_page;
-    s.features = features;
-    s.variant = variant;
-    strcpy(s.arch, arch);
-    char name[128];
+    const mlajit_variant variant = s.variant;
+    char name[256];
     cr_assert_eq(mlajit_spec_string(&s, name, sizeof name), MLAJIT_OK, "%s", mlajit_last_error());
     mlajit_kernel_spec r = MLAJIT_KERNEL_SPEC_INIT;
     cr_assert_eq(mlajit_spec_resolve(&s, &r), MLAJIT_OK, "%s", mlajit_last_error());
@@ -50,6 +44,10 @@ static void compile_variant_ok(mlajit_model model, int h, int page, int extra_pa
         cr_expect(strstr(src, "kBarRingRead") && strstr(src, "kProducerGroups = 3") &&
                       strstr(name, ".sm90-narrow-long.sm_90a"),
                   "%s: the narrow kernel with three producer groups", name);
+    /* bf16 NoPE values (scales none) take the templates' bf16 edition, and only they */
+    const int bf16 = mlajit_spec_desc(&r)->scale_format == MLAJIT_SCALE_NONE;
+    cr_expect_eq(strstr(src, "the bf16 edition reads bf16 NoPE values") != NULL, bf16, "%s: bf16 edition %s", name,
+                 bf16 ? "missing" : "taken");
     mlajit_compiled c;
     int rc = mlajit_nvrtc_compile(src, name, arch, &c);
     mlajit_free(src);
@@ -72,6 +70,18 @@ static void compile_variant_ok(mlajit_model model, int h, int page, int extra_pa
     if (from_log.registers > 0)
         cr_expect_eq(from_log.registers, c.registers, "%s: log %d, cubin %d", name, from_log.registers, c.registers);
     mlajit_compiled_free(&c);
+}
+
+static void compile_variant_ok(mlajit_model model, int h, int page, int extra_page, unsigned features,
+                               const char *arch, mlajit_variant variant)
+{
+    mlajit_kernel_spec s = MLAJIT_KERNEL_SPEC_INIT;
+    cr_assert_eq(mlajit_spec_init(&s, model, h, page), MLAJIT_OK);
+    s.extra_page_size = extra_page;
+    s.features = features;
+    s.variant = variant;
+    strcpy(s.arch, arch);
+    compile_spec_ok(s, arch);
 }
 
 /* The cubin reader on a real image, every truncation of it and damaged copies:
@@ -228,6 +238,37 @@ Test(nvrtc, new_layouts, .timeout = 600)
     compile_variant_ok(MLAJIT_MODEL_DOTS3_SWA, 16, 64, 64, MLAJIT_FEATURE_ALL, "sm_90a", portable);
     compile_variant_ok(MLAJIT_MODEL_DOTS3_SWA, 128, 256, 0, MLAJIT_FEATURE_SINK, "sm_90a", portable);
     compile_variant_ok(MLAJIT_MODEL_DOTS3_SWA, 33, 1, 64, MLAJIT_FEATURE_ALL, "sm_80", portable);
+}
+
+/* bf16 (scales none: the templates' bf16 edition) and the custom layouts issue 49
+ * names (d_nope 256 with ue8m0 scales inline; no RoPE with fp32 scales in a page
+ * footer; d_v 256): the portable family, auto's kernel on sm_90a, with and without
+ * the extra cache and every feature, one to four row tiles of heads. */
+Test(nvrtc, bf16_and_custom_layouts, .timeout = 900)
+{
+    const mlajit_variant portable = MLAJIT_VARIANT_PORTABLE;
+    compile_variant_ok(MLAJIT_MODEL_V32_BF16, 16, 64, 0, 0, "sm_80", portable);
+    compile_variant_ok(MLAJIT_MODEL_V32_BF16, 128, 1, 64, MLAJIT_FEATURE_ALL, "sm_90a", portable);
+    compile_variant_ok(MLAJIT_MODEL_DSV4_BF16, 7, 256, 64, MLAJIT_FEATURE_ALL, "sm_90a", portable);
+    compile_variant_ok(MLAJIT_MODEL_DSV4_BF16, 64, 64, 0, MLAJIT_FEATURE_SINK, "sm_80", portable);
+    static const char *const layouts[] = {"d_nope=256,d_rope=64,d_v=256,tile=32,scales=ue8m0,place=inline",
+                                          "d_nope=512,tile=128,scales=fp32,place=footer",
+                                          "d_nope=512,d_rope=64,d_v=256,tile=128,scales=pow2,place=inline"};
+    for (size_t i = 0; i < sizeof layouts / sizeof layouts[0]; i++) {
+        mlajit_layout l;
+        cr_assert_eq(mlajit_layout_parse(layouts[i], &l), MLAJIT_OK, "%s", mlajit_last_error());
+        static const struct { int h, page, extra; unsigned features; const char *arch; } calls[] = {
+            {16, 64, 0, 0, "sm_80"}, {33, 1, 64, MLAJIT_FEATURE_ALL, "sm_90a"}, {128, 256, 0, 0, "sm_90a"}};
+        for (size_t k = 0; k < sizeof calls / sizeof calls[0]; k++) {
+            mlajit_kernel_spec s = MLAJIT_KERNEL_SPEC_INIT;
+            cr_assert_eq(mlajit_spec_init_layout(&s, &l, calls[k].h, calls[k].page), MLAJIT_OK);
+            s.extra_page_size = calls[k].extra;
+            s.features = calls[k].features;
+            s.variant = portable;
+            strcpy(s.arch, calls[k].arch);
+            compile_spec_ok(s, calls[k].arch);
+        }
+    }
 }
 
 /* sm90-staged compiles with no spills for the models it takes (power-of-two

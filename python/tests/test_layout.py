@@ -46,8 +46,9 @@ def test_supported_takes_a_layout():
     portable_only = mlajit.Layout.parse("d_nope=448,d_rope=64,v=all,tile=32,scales=ue8m0,place=footer")
     assert mlajit.supported(portable_only, 16, 64, 512, arch="sm_80") == (True, "")
     assert mlajit.supported(portable_only, 16, 64, 512) == (True, "")  # auto runs portable on sm_90a
+    # bf16 (scales none) and d_v 256: the portable family, auto's kernel on sm_90a too
+    assert mlajit.supported(mlajit.Layout.parse("d_nope=512,d_rope=64,scales=none"), 64, 64) == (True, "")
+    assert mlajit.supported(mlajit.Layout.parse("d_nope=256,d_rope=64,tile=32,scales=ue8m0,place=inline"),
+                            16, 64) == (True, "")
     ok, reason = mlajit.supported(mlajit.Layout.parse("d_nope=512,d_rope=64,v=all,scales=none"), 16, 64)
-    assert not ok and "bf16" in reason
-    ok, reason = mlajit.supported(mlajit.Layout.parse("d_nope=256,d_rope=64,tile=32,scales=ue8m0,place=inline"),
-                                  16, 64)
-    assert not ok and "d_v 512" in reason
+    assert not ok and "layout.d_v must be a multiple of 128" in reason

@@ -119,7 +119,8 @@ int mlajit_spec_named_model(const mlajit_kernel_spec *spec, mlajit_kernel_spec *
 /* ---- the envelope (envelope.c) ---------------------------------------------- */
 
 #define MLAJIT_DEFAULT_ARCH "sm_90a" /* the target without a device (spec.arch "") */
-#define MLAJIT_MAX_SPLITS 64
+/* MLAJIT_MAX_SPLITS, the split-KV splits a plan may use: families.h (the combine
+ * has a thread per split's lse) */
 
 /* Check a call geometry against a spec: batch, s_q, topk, extra_topk (present
  * exactly when the spec has an extra cache) and num_splits. */

@@ -293,92 +293,133 @@ static int refuse_scales(const mlajit_family *f, const mlajit_kernel_spec *r)
                        "model %s has arbitrary fp32 scales: use the sm90 variant", f->name, d->name);
 }
 
-/* A custom layout's refusal: the family and the template's assumption it breaks. */
-static int refuse_custom(const mlajit_family *f, const mlajit_model_desc *d, const char *why)
+/* ---- the layouts each family serves ------------------------------------------ */
+
+/* Each row's layout_refusal says, for any layout (a named model's or one described
+ * at run time), NULL where its templates are written for it, else why not: the
+ * field and what the template allows. mlajit_family_check_layout asks it (after
+ * the combine's, which every family shares), so the resolver, the envelope and
+ * auto read one answer. */
+
+/* combine.cu: a thread per 4 value dims (d_v / 4 threads, whole warps) and a
+ * thread per split's lse (MLAJIT_MAX_SPLITS of them) */
+static const char *combine_refusal(const mlajit_model_desc *d)
 {
-    return mlajit_fail(MLAJIT_ERR_UNSUPPORTED, "variant %s does not serve layout %s: %s", f->name, d->name, why);
+    if (d->d_v % 128 || d->d_v < 4 * MLAJIT_MAX_SPLITS)
+        return "layout.d_v must be a multiple of 128 and at least 256: combine.cu merges the splits with a thread "
+               "per 4 value dims, in whole warps, and a thread per split's lse (up to 64 splits)";
+    return NULL;
 }
 
-int mlajit_family_layout_gate(const mlajit_family *f, const mlajit_model_desc *d)
+/* decode_portable.cu: any scale format and place (its layouts edition reads either
+ * place, its bf16 edition bf16 NoPE values); its limits are the mma fragments' and
+ * the RoPE chunks' */
+static const char *portable_layout(const mlajit_model_desc *d)
 {
-    if (!d)
-        return mlajit_fail(MLAJIT_ERR_INVALID_ARGUMENT, "spec has no valid layout");
+    if (d->d_qk % 32)
+        return "layout.d_nope + d_rope must be a multiple of 32: decode_portable.cu loads K fragments two "
+               "k-steps (32 dims) at a time";
+    if (d->d_rope && 32 % (d->d_rope / 8))
+        return "layout.d_rope must be 0, 8, 16, 32, 64, 128 or 256: decode_portable.cu's RoPE chunks of 8 dims "
+               "tile a warp's 32 lanes";
+    return NULL;
+}
+
+/* sm90_common.cu, which the wgmma rows share: its producers dequantize fp8 codes
+ * into 64-dim swizzle blocks, each row's bytes over 4 lanes 64 bytes apart, a
+ * token's scales in one load. NULL where it reads the layout. */
+static const char *sm90_common_refusal(const mlajit_model_desc *d)
+{
     if (d->scale_format == MLAJIT_SCALE_NONE)
-        return mlajit_fail(MLAJIT_ERR_UNSUPPORTED,
-                           "variant %s does not serve layout %s: its NoPE dims are bf16 values (scales none), and "
-                           "no kernel reads bf16 NoPE values yet; quantize the cache to fp8 (scales pow2, fp32 or ue8m0)",
-                           f->name, d->name);
-    /* The named models are served as each family's layout_refusal says. A custom
-     * layout must also keep to what the templates are written for today (their
-     * static_asserts), so that what the envelope accepts compiles: conservative,
-     * a layout refused here may become served as the templates generalise. */
-    if (d->model != MLAJIT_MODEL_CUSTOM)
-        return MLAJIT_OK;
-    if (d->d_v != 4 * kCombineThreads)
-        return refuse_custom(f, d, "combine.cu is built for d_v 512 (each of its 128 threads merges 4 value dims)");
+        return "layout.scale_format is none (bf16 NoPE values), and sm90_common.cu's producers dequantize fp8 "
+               "codes: allowed pow2 or fp32 scales inline, or ue8m0 scales in a page footer; the portable family "
+               "serves bf16 (auto takes it on sm_90a)";
     const int inline_fp32 = d->scale_place == MLAJIT_SCALES_INLINE && d->scale_format != MLAJIT_SCALE_UE8M0;
     const int footer_ue8m0 = d->scale_place == MLAJIT_SCALES_PAGE_FOOTER && d->scale_format == MLAJIT_SCALE_UE8M0;
     if (!inline_fp32 && !footer_ue8m0)
-        return refuse_custom(f, d, "the kernels read fp32 scales inline or ue8m0 scales in a page footer");
-    if (f->sm90_common) {
-        if (d->d_nope % 64 || d->d_rope % 64 || d->quant_tile % 64)
-            return refuse_custom(f, d, "sm90_common.cu's producer splits each row over 4 lanes 64 bytes apart and "
-                                       "its K tiles are 64-dim swizzle blocks (d_nope, d_rope and the quant tile "
-                                       "multiples of 64)");
-        if (footer_ue8m0 && (d->footer_bytes != 8 || d->num_scales > 8))
-            return refuse_custom(f, d, "sm90_common.cu reads a token's ue8m0 scales in one 8-byte footer load "
-                                       "(footer_bytes 8, at most 8 scales)");
-        if (inline_fp32 && d->num_scales != 4)
-            return refuse_custom(f, d, "sm90_common.cu reads a token's inline fp32 scales in one 16-byte load "
-                                       "(4 scales)");
-    } else {
-        if (d->d_qk % 32)
-            return refuse_custom(f, d, "decode_portable.cu loads K fragments two k-steps at a time (d_qk a multiple "
-                                       "of 32)");
-        if (d->d_rope && 32 % (d->d_rope / 8))
-            return refuse_custom(f, d, "decode_portable.cu's RoPE chunks of 8 dims must tile a warp (d_rope 8, 16, "
-                                       "32, 64, 128 or 256)");
-    }
-    return MLAJIT_OK;
+        return "layout.scale_format and scale_place: sm90_common.cu reads pow2 or fp32 scales inline, or ue8m0 "
+               "scales in a page footer; the portable family serves the others";
+    if (d->d_nope % 64 || d->d_rope % 64 || d->quant_tile % 64)
+        return "layout.d_nope, d_rope and quant_tile must be multiples of 64: sm90_common.cu's producer splits a "
+               "row over 4 lanes 64 bytes apart and its K tiles are 64-dim swizzle blocks";
+    if (footer_ue8m0 && (d->footer_bytes != 8 || d->num_scales > 8))
+        return "layout.footer_bytes must be 8, with at most 8 scales (d_nope / quant_tile): sm90_common.cu reads "
+               "a token's ue8m0 scales in one 8-byte footer load";
+    if (inline_fp32 && d->num_scales != 4)
+        return "layout.quant_tile must be d_nope / 4 with fp32 scales inline: sm90_common.cu reads a token's 4 "
+               "scales in one 16-byte load";
+    return NULL;
 }
 
-/* The layouts each template is built for: NULL, or why not (a fact about the
- * family's template, printed by the envelope). GLM53_NOPE (d_rope 0) and DOTS3_SWA
- * (d_nope 1024, d_v 1024, d_qk 1088) take the templates' layouts edition
- * (generate.c). sm90 and sm90-staged: Q and two K tile buffers of d_qk / 64
- * swizzled blocks of 64 rows each, and P V in two wgmma N of 256 value dims. */
+/* sm90 and sm90-staged: Q and two K tile buffers of d_qk / 64 swizzled blocks of
+ * 64 rows each, and P V in two wgmma N of 256 value dims. GLM53_NOPE (d_rope 0)
+ * takes the templates' layouts edition (generate.c). */
 static const char *sm90_layout(const mlajit_model_desc *d)
 {
     if (d->d_v != 512)
-        return "decode_sm90.cu is built for d_v 512 (static_assert kDV == 512 in sm90_common.cu: two wgmma N of "
-               "256 value dims), and its Q and two K tile buffers (3 x d_qk / 64 blocks of 8 KB: 408 KB at d_qk "
-               "1088) outgrow the 227 KB of shared memory; the portable family serves it on sm_90a";
-    return NULL;
+        return "layout.d_v must be 512: decode_sm90.cu is built for it (static_assert kDV == 512 in "
+               "sm90_common.cu: two wgmma N of 256 value dims), and its Q and two K tile buffers (3 x d_qk / 64 "
+               "blocks of 8 KB: 408 KB at d_qk 1088) outgrow the 227 KB of shared memory; the portable family "
+               "serves it on sm_90a";
+    return sm90_common_refusal(d);
 }
 
 /* the narrow rows: as sm90 (their Q is `heads` rows, their two K buffers as sm90's) */
 static const char *narrow_layout(const mlajit_model_desc *d)
 {
     if (d->d_v != 512)
-        return "sm90_common.cu is built for d_v 512 (static_assert kDV == 512), and the two K tile buffers "
-               "(2 x d_qk / 64 blocks of 8 KB: 272 KB at d_qk 1088) outgrow the 227 KB of shared memory; the "
-               "portable family serves it on sm_90a";
-    return NULL;
+        return "layout.d_v must be 512: sm90_common.cu is built for it (static_assert kDV == 512), and the two "
+               "K tile buffers (2 x d_qk / 64 blocks of 8 KB: 272 KB at d_qk 1088) outgrow the 227 KB of shared "
+               "memory; the portable family serves it on sm_90a";
+    return sm90_common_refusal(d);
+}
+
+const char *mlajit_family_layout_refusal(const mlajit_family *f, const mlajit_model_desc *d)
+{
+    const char *why = combine_refusal(d);
+    return why ? why : f->layout_refusal(d);
 }
 
 int mlajit_family_check_layout(const mlajit_family *f, const mlajit_model_desc *d)
 {
-    const char *why = f->layout_refusal ? f->layout_refusal(d) : NULL;
+    if (!d)
+        return mlajit_fail(MLAJIT_ERR_INVALID_ARGUMENT, "spec has no valid layout");
+    const char *why = mlajit_family_layout_refusal(f, d);
     if (!why)
         return MLAJIT_OK;
-    return mlajit_fail(MLAJIT_ERR_UNSUPPORTED, "variant %s does not serve model %s (d_qk %d, d_nope %d, d_rope %d, "
-                       "d_v %d): %s", f->name, d->name, d->d_qk, d->d_nope, d->d_rope, d->d_v, why);
+    return mlajit_fail(MLAJIT_ERR_UNSUPPORTED, "variant %s does not serve %s %s (d_qk %d, d_nope %d, d_rope %d, "
+                       "d_v %d): %s", f->name, d->model == MLAJIT_MODEL_CUSTOM ? "layout" : "model", d->name,
+                       d->d_qk, d->d_nope, d->d_rope, d->d_v, why);
 }
 
 /* The portable family: 16 heads fill one mma row tile; past that more row tiles
  * per CTA cut how often each K tile is gathered and dequantized: 64 heads (512
  * threads) when that pads no more heads than 32 would and a 64-candidate tile
  * fits. A 64-candidate tile when the arch has the shared memory for it. */
+/* What decode_portable.cu's static_asserts need of a tile and head group beyond the
+ * layout (NULL, or why not): 16 warps at 64 heads take the value dims in pairs of
+ * 8-dim n-tiles each; a warp's tile loads (its candidates' NoPE chunks in passes of
+ * 32 lanes, and their RoPE chunks) are marked in one 32-bit mask. */
+static int portable_nope_chunks(const mlajit_model_desc *d)
+{
+    return d->d_nope * (d->scale_format == MLAJIT_SCALE_NONE ? 2 : 1) / 16;
+}
+
+static const char *portable_tile_refusal(const mlajit_kernel_spec *r, const mlajit_model_desc *d)
+{
+    const int warps = r->heads_per_cta > 32 ? 16 : 8, tokens_per_warp = r->tile / warps;
+    if (warps == 16 && d->d_v % 256)
+        return "64 heads per CTA need layout.d_v a multiple of 256 (16 warps, each a pair of 8-dim n-tiles)";
+    const int nope_chunks = portable_nope_chunks(d);
+    const int rope_chunks = d->d_rope * 2 / 16;
+    const int slots = tokens_per_warp * ((nope_chunks + 31) / 32) +
+                      (rope_chunks ? (tokens_per_warp + 32 / rope_chunks - 1) / (32 / rope_chunks) : 0);
+    if (slots > 32)
+        return "a warp's tile loads exceed its 32-bit presence mask at this tile (layout.d_nope's 16-byte chunks "
+               "in passes of 32 lanes): use tile 32";
+    return NULL;
+}
+
 static int portable_resolve(const mlajit_family *f, mlajit_kernel_spec *r)
 {
     const mlajit_model_desc *d = mlajit_spec_desc(r);
@@ -392,21 +433,24 @@ static int portable_resolve(const mlajit_family *f, mlajit_kernel_spec *r)
     const int chose_both = r->heads_per_cta == 0 && r->tile == 0;
     if (r->heads_per_cta == 0) {
         r->heads_per_cta = r->h_q <= 16 ? 16 : 32;
+        /* and a row's NoPE chunks in one pass of the lanes: in two (bf16 V3.2's 64
+         * chunks) 64 heads spilled 112 bytes (ptxas, CUDA 13.0, sm_90a) */
         if (r->h_q > 32 && (r->h_q + 63) / 64 * 64 == (r->h_q + 31) / 32 * 32 && (r->tile == 0 || r->tile == 64) &&
-            d->d_v <= MLAJIT_PORTABLE_WIDE_MAX_DV) {
+            d->d_v <= MLAJIT_PORTABLE_WIDE_MAX_DV && portable_nope_chunks(d) <= 32) {
             mlajit_kernel_spec wide = *r;
             wide.heads_per_cta = 64;
             wide.tile = 64;
             mlajit_kernel_layout layout;
             if (mlajit_codegen_layout(&wide, &layout) == MLAJIT_OK &&
-                layout.smem_bytes <= mlajit_arch_max_smem(r->arch))
+                layout.smem_bytes <= mlajit_arch_max_smem(r->arch) && !portable_tile_refusal(&wide, d))
                 r->heads_per_cta = 64;
         }
     }
     if (r->tile == 0) {
         r->tile = 64;
         mlajit_kernel_layout layout;
-        if (mlajit_codegen_layout(r, &layout) == MLAJIT_OK && layout.smem_bytes > mlajit_arch_max_smem(r->arch))
+        if ((mlajit_codegen_layout(r, &layout) == MLAJIT_OK && layout.smem_bytes > mlajit_arch_max_smem(r->arch)) ||
+            portable_tile_refusal(r, d))
             r->tile = 32;
     }
     /* 32 heads that do not fit even at tile 32 (DOTS3_SWA's rows on the 99 KB archs):
@@ -415,6 +459,11 @@ static int portable_resolve(const mlajit_family *f, mlajit_kernel_spec *r)
     if (chose_both && r->heads_per_cta == 32 && mlajit_codegen_layout(r, &layout) == MLAJIT_OK &&
         layout.smem_bytes > mlajit_arch_max_smem(r->arch))
         r->heads_per_cta = 16;
+    const char *why = portable_tile_refusal(r, d);
+    if (why)
+        return mlajit_fail(MLAJIT_ERR_UNSUPPORTED, "variant %s at tile %d and %d heads per CTA does not serve %s (d_nope "
+                           "%d, d_rope %d, d_v %d): %s", f->name, r->tile, r->heads_per_cta, d->name, d->d_nope,
+                           d->d_rope, d->d_v, why);
     return MLAJIT_OK;
 }
 
@@ -490,10 +539,14 @@ const mlajit_family mlajit_families[] = {
         .threads = 256, .threads_wide = 512,
         .tiles = MLAJIT_SIZES(32) | MLAJIT_SIZES(64),
         .heads_per_cta = MLAJIT_SIZES(16) | MLAJIT_SIZES(32) | MLAJIT_SIZES(64),
-        .scales = MLAJIT_SCALES_ANY, .models = "v32, dsv4, glm_nsa, glm53_nope, dots3_swa (at most 32 heads per CTA)",
+        .scales = MLAJIT_SCALES_ANY | MLAJIT_SCALES(MLAJIT_SCALE_NONE),
+        .models = "v32, dsv4, glm_nsa, glm53_nope, dots3_swa (at most 32 heads per CTA), v32_bf16, dsv4_bf16; "
+                  "custom layouts within its layout_refusal",
         .resolve = portable_resolve,
-        /* no layout_refusal: every model (no RoPE slots without RoPE; NoPE chunks in passes of 32 lanes) */
+        /* every named model (no RoPE slots without RoPE; NoPE chunks in passes of 32 lanes) */
+        .layout_refusal = portable_layout,
         .smem_map = portable_smem_map,
+        /* not bf16: its NoPE chunks (twice fp8's) under the 128-register cap are unmeasured */
         .two_blocks_scales = MLAJIT_SCALES_ANY,
         .knobs = MLAJIT_KNOB_TILE | MLAJIT_KNOB_HEADS_PER_CTA | MLAJIT_KNOB_SPLITS,
     },
@@ -556,15 +609,12 @@ mlajit_variant mlajit_family_auto(const mlajit_kernel_spec *r)
     const int hopper = strcmp(r->arch, sm90->arch) == 0 && (r->tile == 0 || mlajit_family_takes(sm90->tiles, r->tile));
     const mlajit_model_desc *d = mlajit_spec_desc(r);
     const unsigned scale = MLAJIT_SCALES(d->scale_format);
-    /* a custom layout sm_90a's families are not written for runs on the portable family */
-    if (hopper && d->model == MLAJIT_MODEL_CUSTOM && mlajit_family_layout_gate(sm90, d) != MLAJIT_OK) {
-        mlajit_clear_error();
-        return MLAJIT_VARIANT_PORTABLE;
-    }
+    /* a layout sm_90a's families are not written for (bf16, DOTS3_SWA's d_v 1024, a
+     * custom one) runs on the portable family */
     if (hopper && r->heads_per_cta == 0 && r->h_q <= narrow->max_heads_per_cta && (narrow->scales & scale) &&
-        !narrow->layout_refusal(d))
+        !mlajit_family_layout_refusal(narrow, d))
         return MLAJIT_VARIANT_SM90_NARROW;
-    return hopper && !sm90->layout_refusal(d) &&
+    return hopper && !mlajit_family_layout_refusal(sm90, d) &&
                    (r->heads_per_cta == 0 || mlajit_family_takes(sm90->heads_per_cta, r->heads_per_cta))
                ? MLAJIT_VARIANT_SM90
                : MLAJIT_VARIANT_PORTABLE;

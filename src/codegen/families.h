@@ -33,6 +33,10 @@ const char *mlajit_arch_list(void);
  * V keeps a thread's 4 dims and the 64 KB (mlajit_combine_threads_of). */
 enum { kCombineThreads = 128, kCombineStagedSplits = 32, kRowPad = 8 };
 
+/* The split-KV splits a plan may use: the combine holds each split's lse in a
+ * thread, so d_v / 4 threads must cover them (d_v at least 256). */
+#define MLAJIT_MAX_SPLITS 64
+
 /* The combine's block size and staged split rows for model d: a thread per 4 value
  * dims (combine.cu: one 16-byte group per split), 64 KB of staged rows (256 threads
  * and 16 rows at DOTS3_SWA's d_v 1024; sm_86's 99 KB holds them). */
@@ -130,8 +134,9 @@ struct mlajit_family {
     int max_heads_per_cta;    /* the most heads a CTA holds without head groups (0: no limit but its sizes) */
     unsigned scales;          /* scale formats it runs (MLAJIT_SCALES); the others are refused */
     const char *models;       /* the models it runs, in words (its resolve checks them) */
-    /* the layouts its template is built for: NULL, or why not (checked by the resolver
-     * before the arch and resolve, mlajit_family_check_layout; NULL: any) */
+    /* the layouts its templates are written for, named or custom: NULL, or why not
+     * (the field and what it allows; checked by the resolver before the arch and
+     * resolve, through mlajit_family_check_layout, which asks the combine's first) */
     const char *(*layout_refusal)(const mlajit_model_desc *d);
     /* its choices and refusals for a spec of it, in the resolver's order: tile and head
      * group set, the model checked (0, or an error set) */
@@ -161,10 +166,6 @@ const mlajit_model_desc *mlajit_spec_desc(const mlajit_kernel_spec *spec);
  * accumulators of its 512 threads spill at 128 registers (portable_resolve). */
 #define MLAJIT_PORTABLE_WIDE_MAX_DV 512
 
-/* What every family needs of a layout, checked before its row's layout_refusal:
- * 0, or MLAJIT_ERR_UNSUPPORTED naming the layout and why no template reads it
- * (bf16 NoPE values, MLAJIT_SCALE_NONE: no template reads them yet). */
-int mlajit_family_layout_gate(const mlajit_family *f, const mlajit_model_desc *d);
 
 /* The row of variant v; NULL for auto and unknown values. */
 const mlajit_family *mlajit_family_of(mlajit_variant v);
@@ -193,8 +194,12 @@ void mlajit_variant_values(char *buf, size_t len);
  * spec (arch set) whose variant is auto. */
 mlajit_variant mlajit_family_auto(const mlajit_kernel_spec *r);
 
-/* 0 where family f's template is built for model d's layout, else an error saying
- * why not (MLAJIT_ERR_UNSUPPORTED) */
+/* Whether family f's templates are written for layout d (a named model's or a
+ * custom one): NULL, or why not, naming the layout's field and what is allowed
+ * (the combine's limit, then the row's layout_refusal). No error is set. */
+const char *mlajit_family_layout_refusal(const mlajit_family *f, const mlajit_model_desc *d);
+/* The same as a status: 0, or MLAJIT_ERR_UNSUPPORTED with a message naming the
+ * family, the layout and the reason (MLAJIT_ERR_INVALID_ARGUMENT for a NULL d). */
 int mlajit_family_check_layout(const mlajit_family *f, const mlajit_model_desc *d);
 
 /* The layout of a resolved spec (tile and heads per CTA set). */

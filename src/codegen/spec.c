@@ -135,8 +135,7 @@ int mlajit_spec_resolve(const mlajit_kernel_spec *caller_spec, mlajit_kernel_spe
     if (r.variant == MLAJIT_VARIANT_AUTO)
         r.variant = mlajit_family_auto(&r);
     const mlajit_family *f = mlajit_family_of(r.variant);
-    if ((rc = mlajit_family_layout_gate(f, mlajit_spec_desc(&r))) ||
-        (rc = mlajit_family_check_layout(f, mlajit_spec_desc(&r))))
+    if ((rc = mlajit_family_check_layout(f, mlajit_spec_desc(&r))))
         return rc;
     if (f->arch && strcmp(r.arch, f->arch) != 0)
         return mlajit_fail(MLAJIT_ERR_UNSUPPORTED, "variant %s needs spec.arch = %s (wgmma); spec.arch = '%s': "
