@@ -204,6 +204,7 @@ Test(envelope, fuzz_draws_cover_the_envelope)
 {
     int models[MLAJIT_MODEL_DSV4_BF16 + 1] = {0}, extra = 0, tile_multiple = 0, off_tile = 0, b0 = 0, big_b = 0, sq16 = 0, h128 = 0, h1 = 0;
     int page1 = 0, page1024 = 0, invalid = 0, all_features = 0, rows_past_4096 = 0, sq_past_16 = 0, custom = 0;
+    int bf16 = 0, dv256 = 0, nope256_ue8m0_inline = 0, rope0_fp32_footer = 0; /* issue 49's layouts */
     for (int64_t k = 0; k < 4000; k++) {
         mlajit_fuzz_call c;
         mlajit_fuzz_draw(7, k, 0, &c);
@@ -219,6 +220,13 @@ Test(envelope, fuzz_draws_cover_the_envelope)
             custom++;
         else
             models[c.spec.model]++;
+        const mlajit_model_desc *d = mlajit_spec_desc(&c.spec);
+        bf16 += d->scale_format == MLAJIT_SCALE_NONE;
+        dv256 += d->d_v == 256;
+        nope256_ue8m0_inline += d->d_nope == 256 && d->scale_format == MLAJIT_SCALE_UE8M0 &&
+                                d->scale_place == MLAJIT_SCALES_INLINE;
+        rope0_fp32_footer += d->d_rope == 0 && d->scale_format == MLAJIT_SCALE_FP32 &&
+                             d->scale_place == MLAJIT_SCALES_PAGE_FOOTER;
         extra += c.spec.extra_page_size > 0;
         tile_multiple += c.shape.topk % 64 == 0;
         off_tile += c.shape.topk % 32 != 0;
@@ -245,6 +253,9 @@ Test(envelope, fuzz_draws_cover_the_envelope)
     cr_expect(models[MLAJIT_MODEL_V32] && models[MLAJIT_MODEL_DSV4] && models[MLAJIT_MODEL_GLM_NSA] &&
               models[MLAJIT_MODEL_GLM53_NOPE] && models[MLAJIT_MODEL_DOTS3_SWA]);
     cr_expect_gt(custom, 100, "custom layouts drawn: %d of 4000", custom);
+    cr_expect(bf16 >= 10 && dv256 >= 10 && nope256_ue8m0_inline >= 3 && rope0_fp32_footer >= 3,
+              "of 4000: %d bf16 (scales none), %d at d_v 256, %d d_nope 256 ue8m0 inline, %d no RoPE fp32 footer",
+              bf16, dv256, nope256_ue8m0_inline, rope0_fp32_footer);
     cr_expect(extra && tile_multiple && off_tile && b0 && big_b && sq16 && h128 && h1 && page1 && page1024 &&
                   invalid && all_features,
               "extra %d, multiple %d, off %d, b0 %d, b>256 %d, s_q16 %d, h128 %d, h1 %d, p1 %d, p1024 %d, invalid %d, "

@@ -107,24 +107,30 @@ uint64_t mlajit_fuzz_call_seed(uint64_t run_seed, int64_t call)
 }
 
 /* A layout from the valid space (random NoPE and RoPE widths, tiles, scale
- * formats and places, padding; d_v <= d_qk), kept only where some family serves
- * it (the envelope accepts a portable spec of it on sm_80: where sm_90a's
- * families are not written for it, auto runs portable there too). 1 and *out,
- * or 0 after a few tries. */
+ * formats and places, bf16 values (scales none), padding; d_v <= d_qk), kept only
+ * where some family serves it (the envelope accepts a portable spec of it on
+ * sm_80: where sm_90a's families are not written for it, auto runs portable there
+ * too). A bf16 layout of V3.2's or V4's dims is that named model (v32_bf16,
+ * dsv4_bf16). 1 and *out, or 0 after a few tries. */
 static int draw_served_layout(rng *r, mlajit_layout *out)
 {
     static const int nopes[] = {256, 384, 448, 512, 576, 1024}, ropes[] = {0, 64, 64, 128},
                      tiles[] = {16, 32, 64, 128, 256};
-    static const char *const formats[] = {"pow2", "fp32", "ue8m0"};
+    static const char *const formats[] = {"pow2", "fp32", "ue8m0", "none"};
     for (int attempt = 0; attempt < 16; attempt++) {
         const int d_nope = PICK(r, nopes), d_rope = PICK(r, ropes), tile = PICK(r, tiles);
         const int d_qk = d_nope + d_rope;
-        /* V: the NoPE dims, all of them, or 512 (the combine's today) where it fits */
-        const int d_v = chance(r, 60) && d_qk >= 512 ? 512 : chance(r, 50) ? d_nope : d_qk;
+        /* V: 512 where it fits, the NoPE dims, all of them, or 256 (the combine
+         * takes multiples of 128 from 256; the others are refused and drawn again) */
+        const int d_v = chance(r, 50) && d_qk >= 512 ? 512 : chance(r, 30) ? 256 : chance(r, 50) ? d_nope : d_qk;
         const int footer = chance(r, 50);
+        const char *format = formats[below(r, 4)];
         char text[256];
-        snprintf(text, sizeof text, "d_nope=%d,d_rope=%d,d_v=%d,tile=%d,scales=%s,place=%s", d_nope, d_rope, d_v,
-                 tile, formats[below(r, 3)], footer ? "footer" : "inline");
+        if (strcmp(format, "none") == 0) /* bf16 values: no tile, no place */
+            snprintf(text, sizeof text, "d_nope=%d,d_rope=%d,d_v=%d,scales=none", d_nope, d_rope, d_v);
+        else
+            snprintf(text, sizeof text, "d_nope=%d,d_rope=%d,d_v=%d,tile=%d,scales=%s,place=%s", d_nope, d_rope,
+                     d_v, tile, format, footer ? "footer" : "inline");
         mlajit_layout l;
         if (mlajit_layout_parse(text, &l) != MLAJIT_OK) {
             mlajit_clear_error();
