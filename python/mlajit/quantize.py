@@ -59,6 +59,13 @@ def _e4m3_round(v: torch.Tensor) -> torch.Tensor:
 def _quantize_pages(info, tokens: torch.Tensor, page_size: int, pages: torch.Tensor) -> None:
     """Quantize whole pages of tokens [n_pages * page_size, d_qk] into pages [n_pages, page_stride]."""
     num_blocks = pages.shape[0]
+    if info.scale_format == _capi.SCALE_NONE:
+        # bf16 values (v32_bf16, dsv4_bf16): a row is the token's bf16 bytes as they
+        # are, then zero padding up to row_bytes
+        rows = torch.zeros((tokens.shape[0], info.row_bytes), dtype=torch.uint8, device=tokens.device)
+        rows[:, :2 * info.d_qk] = tokens.contiguous().view(torch.uint8)
+        pages[:, :page_size * info.row_bytes] = rows.reshape(num_blocks, page_size * info.row_bytes)
+        return
     nope = tokens[:, :info.d_nope].float().reshape(-1, info.num_scales, info.quant_tile)
     amax = nope.abs().amax(dim=-1)
     # amax / 448 correctly rounded (in fp64, then to fp32): a CUDA tensor divided
@@ -111,7 +118,8 @@ def quantize_kv(values: torch.Tensor, model: ModelLike, page_size: int, *,
     values: bf16 [num_blocks, page_size, d_qk] or [num_tokens, d_qk] (token t in
         slot t: page t // page_size, offset t % page_size; num_tokens a multiple of
         page_size), on any device.
-    model: "v32", "dsv4", "glm_nsa", "glm53_nope", "dots3_swa" (or mlajit.Model), or
+    model: "v32", "dsv4", "glm_nsa", "glm53_nope", "dots3_swa", "v32_bf16", "dsv4_bf16" (bf16
+        values, copied as they are; or mlajit.Model), or
         an mlajit.Layout (a custom layout: quantized on the host by the C quantizer).
     page_stride: bytes from one page to the next (default: the layout's minimum
         rounded up to 16; at least that, a multiple of 16).

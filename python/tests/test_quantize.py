@@ -44,7 +44,7 @@ def values_with_edges(n_tokens, d_qk, seed):
     return v.to(torch.bfloat16)
 
 
-@pytest.mark.parametrize("model", ["v32", "dsv4", "glm_nsa"])
+@pytest.mark.parametrize("model", ["v32", "dsv4", "glm_nsa", "v32_bf16", "dsv4_bf16"])
 @pytest.mark.parametrize("page_size", [1, 3, 64])
 def test_quantize_kv_matches_the_c_quantizer_byte_for_byte(model, page_size):
     info = mlajit.model_info(model)
