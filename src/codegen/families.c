@@ -541,7 +541,7 @@ const mlajit_family mlajit_families[] = {
         .heads_per_cta = MLAJIT_SIZES(16) | MLAJIT_SIZES(32) | MLAJIT_SIZES(64),
         .scales = MLAJIT_SCALES_ANY | MLAJIT_SCALES(MLAJIT_SCALE_NONE),
         .models = "v32, dsv4, glm_nsa, glm53_nope, dots3_swa (at most 32 heads per CTA), v32_bf16, dsv4_bf16; "
-                  "custom layouts within its layout_refusal",
+                  "custom layouts (docs/layouts.md)",
         .resolve = portable_resolve,
         /* every named model (no RoPE slots without RoPE; NoPE chunks in passes of 32 lanes) */
         .layout_refusal = portable_layout,
