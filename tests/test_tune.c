@@ -200,6 +200,48 @@ Test(tune, unchecked_winners_are_stored_one_per_bucket_and_found)
 /* A second run over a cache that holds the first one's records still times the
  * rules as its rules' candidate (the tuner plans its candidates without tactics,
  * and leaves the context's setting as it was). */
+static double json_number(const char *line, const char *key)
+{
+    const char *p = strstr(line, key);
+    cr_assert_not_null(p, "no %s in %s", key, line);
+    return strtod(p + strlen(key), NULL);
+}
+
+/* Each bucket's JSON line: tuned_us is the time of the plan the record gives
+ * (the rules' where it follows them), best_us the fastest candidate's; with the
+ * check skipped every candidate passes, so the fastest is fastest_us. The fake
+ * driver's times are host noise, so which buckets the rules keep varies (a
+ * run may have none): the relations hold on every line, and the choice itself
+ * is pinned by the scripted test above. */
+Test(tune, the_json_line_gives_the_records_time_and_the_fastest_apart)
+{
+    mlajit_context *ctx = gpu_context();
+    mlajit_tune_envelope env = small_envelope();
+    mlajit_tune_options o = fake_options(600, 1);
+    FILE *json = tmpfile();
+    o.json = json;
+    mlajit_tune_summary s;
+    cr_assert_eq(mlajit_tune_run(ctx, &env, &o, &s), MLAJIT_OK, "%s", mlajit_last_error());
+    cr_assert_eq(s.stored, 4);
+    rewind(json);
+    char line[2048];
+    int lines = 0;
+    while (fgets(line, sizeof line, json)) {
+        lines++;
+        double tuned = json_number(line, "\"tuned_us\": "), best = json_number(line, "\"best_us\": ");
+        double rules = json_number(line, "\"rules_us\": "), fastest = json_number(line, "\"fastest_us\": ");
+        cr_expect_eq(best, fastest, "line %d: best_us is the fastest candidate: %s", lines, line);
+        cr_expect_leq(best, tuned, "line %d: %s", lines, line);
+        if (strstr(line, "\"follows_rules\": true"))
+            cr_expect_eq(tuned, rules, "line %d: a record of the rules gives the rules' time: %s", lines, line);
+        else
+            cr_expect_eq(tuned, best, "line %d: a record of another plan gives the winner's time: %s", lines, line);
+    }
+    cr_expect_eq(lines, 4);
+    fclose(json);
+    mlajit_context_destroy(ctx);
+}
+
 Test(tune, a_second_run_times_the_rules_not_the_first_runs_records)
 {
     mlajit_context *ctx = gpu_context();
@@ -269,6 +311,55 @@ static mlajit_tune_candidate rung(const char *kernel, int splits, int is_rules)
 /* The split ladder: counts are timed until one is slower than the one before
  * by more than 3%; then that kernel's larger counts are skipped, and the next
  * kernel climbs its own. */
+/* ---- a bucket's winner, and the times its JSON line reports ------------------- */
+
+typedef struct scripted_checks {
+    const int *pass; /* per candidate */
+    int asked[8];    /* how often each was checked */
+} scripted_checks;
+
+static int scripted_check(void *user, int ci, int *pass)
+{
+    scripted_checks *s = user;
+    s->asked[ci]++;
+    *pass = s->pass[ci];
+    return MLAJIT_OK;
+}
+
+Test(candidates, the_winner_and_its_times_are_the_plan_the_record_gives)
+{
+    /* candidate 0 is the rules' own plan, as the tuner orders them; -1: not timed in full */
+    const struct {
+        const char *what;
+        double us[4];
+        int pass[4], rules_ci;
+        int winner;
+        double tuned, best, runner_up;
+    } cases[] = {
+        {"the rules within 1% of a faster one keep the bucket at their own time",
+         {10.05, 10.0, 12.0, -1}, {1, 1, 1, 1}, 0, 0, 10.05, 10.0, 10.0},
+        {"the rules past 1% lose to the fastest", {10.5, 10.0, 12.0, -1}, {1, 1, 1, 1}, 0, 1, 10.0, 10.0, 10.5},
+        {"the fastest failing its check: the next one is the best, the rules within 1% of it win",
+         {10.05, 9.0, 10.02, -1}, {1, 0, 1, 1}, 0, 0, 10.05, 10.02, 10.02},
+        {"the rules failing their check leave the fastest", {10.05, 10.0, 12.0, -1}, {0, 1, 1, 1}, 0, 1, 10.0, 10.0,
+         10.05},
+        {"the rules the fastest: tuned and best alike", {9.0, 10.0, -1, 12.0}, {1, 1, 1, 1}, 0, 0, 9.0, 9.0, 10.0},
+        {"the rules dropped early (not timed in full)", {-1, 10.0, 10.01, -1}, {1, 1, 1, 1}, -1, 1, 10.0, 10.0, 10.01},
+        {"none passes: no winner", {10.0, 11.0, -1, -1}, {0, 0, 1, 1}, 0, -1, 0, 0, 0},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        scripted_checks sc = {.pass = cases[i].pass};
+        mlajit_tune_settled st;
+        cr_assert_eq(mlajit_tune_settle(cases[i].us, 4, cases[i].rules_ci, scripted_check, &sc, &st), MLAJIT_OK);
+        cr_expect_eq(st.winner, cases[i].winner, "%s: winner %d", cases[i].what, st.winner);
+        cr_expect_eq(st.tuned_us, cases[i].tuned, "%s: tuned_us %g", cases[i].what, st.tuned_us);
+        cr_expect_eq(st.best_us, cases[i].best, "%s: best_us %g", cases[i].what, st.best_us);
+        cr_expect_eq(st.runner_up_us, cases[i].runner_up, "%s: runner_up_us %g", cases[i].what, st.runner_up_us);
+        for (int c = 0; c < 4; c++)
+            cr_expect_leq(sc.asked[c], 1, "%s: candidate %d checked %d times", cases[i].what, c, sc.asked[c]);
+    }
+}
+
 Test(candidates, a_kernels_split_ladder_stops_at_its_turn)
 {
     mlajit_tune_ladder l = {.kernel = ""};

@@ -246,6 +246,21 @@ int mlajit_tune_ladder_skips(const mlajit_tune_ladder *l, const mlajit_tune_cand
  * own count, are ignored; another kernel starts a new ladder). */
 void mlajit_tune_ladder_note(mlajit_tune_ladder *l, const mlajit_tune_candidate *c, double us);
 
+/* A bucket's winner among the candidates timed in full (full_us[i] >= 0; -1:
+ * not timed in full): the fastest that passes check (asked once per candidate
+ * in the order of their times), then the rules' candidate (rules_ci, -1: none)
+ * instead where it is within 1% of that one and passes its check. tuned_us is
+ * the winner's time, what the record gives at the bucket; best_us the fastest
+ * candidate that passed; runner_up_us the next time after the fastest passing
+ * one (after the winner's, where the rules took it: the fastest's). */
+typedef int (*mlajit_tune_check_fn)(void *user, int candidate, int *pass);
+typedef struct mlajit_tune_settled {
+    int winner; /* -1: none passed */
+    double tuned_us, best_us, runner_up_us;
+} mlajit_tune_settled;
+int mlajit_tune_settle(const double *full_us, int n, int rules_ci, mlajit_tune_check_fn check, void *user,
+                       mlajit_tune_settled *out);
+
 typedef struct mlajit_tune_options {
     double seconds;     /* the budget: no candidate starts after it (0: none does) */
     int dry_run;        /* list buckets and candidates on `list`; no device needed */

@@ -695,6 +695,75 @@ static int check_once(mlajit_context *ctx, const tune_bucket *b, const mlajit_tu
     return MLAJIT_OK;
 }
 
+/* ---- choosing a bucket's winner ------------------------------------------------ */
+
+int mlajit_tune_settle(const double *full_us, int n, int rules_ci, mlajit_tune_check_fn check, void *user,
+                       mlajit_tune_settled *out)
+{
+    *out = (mlajit_tune_settled){.winner = -1};
+    double *left = mlajit_malloc((size_t)(n > 0 ? n : 1) * sizeof *left);
+    if (!left)
+        return mlajit_fail_oom("tune: the winner's order");
+    for (int i = 0; i < n; i++)
+        left[i] = full_us[i];
+    int rc = MLAJIT_OK;
+    /* the fastest that passes its reference check wins (checked once per
+     * kernel and split count over the run; checking only the final order's
+     * head checks far fewer than checking each new best as it came) */
+    for (;;) {
+        int next = -1;
+        for (int ci = 0; ci < n; ci++)
+            if (left[ci] >= 0 && (next < 0 || left[ci] < left[next]))
+                next = ci;
+        if (next < 0)
+            break;
+        if (out->winner >= 0) { /* the runner-up: the next fastest, checked or not */
+            out->runner_up_us = left[next];
+            break;
+        }
+        int pass;
+        if ((rc = check(user, next, &pass)))
+            break;
+        if (pass) {
+            out->winner = next;
+            out->best_us = out->tuned_us = left[next];
+        }
+        left[next] = -1;
+    }
+    free(left);
+    /* the rules' plan, timed in full and within RULES_MARGIN of the winner,
+     * wins instead where it passes its check: a tactic leaves the rules only
+     * for a win past noise, and a record of the rules follows them to the
+     * bucket's other shapes; the record then gives the rules' time, while
+     * best_us stays the fastest candidate's */
+    if (rc == MLAJIT_OK && out->winner >= 0 && out->winner != rules_ci && rules_ci >= 0 && rules_ci < n &&
+        full_us[rules_ci] >= 0 && full_us[rules_ci] <= out->best_us * (1 + RULES_MARGIN)) {
+        int pass;
+        if ((rc = check(user, rules_ci, &pass)) == MLAJIT_OK && pass) {
+            out->runner_up_us = out->best_us;
+            out->tuned_us = full_us[rules_ci];
+            out->winner = rules_ci;
+        }
+    }
+    return rc;
+}
+
+typedef struct settle_ctx {
+    mlajit_context *ctx;
+    const tune_bucket *b;
+    const mlajit_tune_candidate *cands;
+    const mlajit_tune_options *opts;
+    mlajit_tune_summary *sum;
+    check_entry **checks;
+    int *n_checks, *cap_checks;
+} settle_ctx;
+
+static int settle_check(void *user, int ci, int *pass)
+{
+    settle_ctx *s = user;
+    return check_once(s->ctx, s->b, &s->cands[ci], s->opts, s->sum, s->checks, s->n_checks, s->cap_checks, pass);
+}
+
 /* ---- the loop ------------------------------------------------------------------ */
 
 static void fmt_seconds(double s, char *buf, size_t len)
@@ -879,7 +948,7 @@ static int tune_buckets(mlajit_context *ctx, const tune_bucket *buckets, int n_b
         if ((rc = inputs_make(ctx, b, &pool, &in, 1000 + (uint64_t)bi)))
             break;
         sum->s_inputs += (mlajit_now_ms() - t_in) / 1e3;
-        double best = 0, runner_up = 0, rules_us = 0, fastest = 0, rules_full_us = -1;
+        double best = 0, runner_up = 0, rules_us = 0, fastest = 0;
         double full_us[MLAJIT_TUNE_MAX_CANDIDATES];
         int winner = -1, measured = 0, rules_ci = -1;
         mlajit_tune_ladder ladder = {.kernel = ""};
@@ -908,51 +977,20 @@ static int tune_buckets(mlajit_context *ctx, const tune_bucket *buckets, int n_b
                 continue;
             }
             full_us[ci] = us;
-            if (c->is_rules) {
+            if (c->is_rules)
                 rules_ci = ci;
-                rules_full_us = us;
-            }
             if (fastest == 0 || us < fastest)
                 fastest = us;
         }
-        /* the fastest that passes its reference check wins (checked once per
-         * kernel and split count over the run; checking only the final order's
-         * head checks far fewer than checking each new best as it came) */
-        while (rc == MLAJIT_OK && !sum->deadline_hit) {
-            int next = -1;
-            for (int ci = 0; ci < n_c; ci++)
-                if (full_us[ci] >= 0 && (next < 0 || full_us[ci] < full_us[next]))
-                    next = ci;
-            if (next < 0)
-                break;
-            if (winner >= 0) { /* the runner-up: the next fastest, checked or not */
-                runner_up = full_us[next];
-                break;
-            }
-            int pass;
-            if ((rc = check_once(ctx, b, &cands[next], opts, sum, &checks, &n_checks, &cap_checks, &pass)))
-                break;
-            if (pass) {
-                winner = next;
-                best = full_us[next];
-            }
-            full_us[next] = -1;
+        /* the winner among those timed in full (mlajit_tune_settle) */
+        mlajit_tune_settled st = {.winner = -1};
+        if (rc == MLAJIT_OK && !sum->deadline_hit) {
+            settle_ctx sc = {ctx, b, cands, opts, sum, &checks, &n_checks, &cap_checks};
+            rc = mlajit_tune_settle(full_us, n_c, rules_ci, settle_check, &sc, &st);
         }
-        /* the rules' plan, timed in full and within RULES_MARGIN of the winner,
-         * wins instead where it passes its check: a tactic leaves the rules only
-         * for a win past noise, and a record of the rules follows them to the
-         * bucket's other shapes */
-        if (rc == MLAJIT_OK && !sum->deadline_hit && winner >= 0 && !cands[winner].is_rules && rules_ci >= 0 &&
-            rules_full_us <= best * (1 + RULES_MARGIN)) {
-            int pass;
-            if ((rc = check_once(ctx, b, &cands[rules_ci], opts, sum, &checks, &n_checks, &cap_checks, &pass)))
-                break;
-            if (pass) {
-                runner_up = best;
-                best = rules_full_us;
-                winner = rules_ci;
-            }
-        }
+        winner = st.winner;
+        best = st.tuned_us;
+        runner_up = st.runner_up_us;
         if (rc || sum->deadline_hit)
             break;
         sum->buckets_done++;
@@ -975,7 +1013,8 @@ static int tune_buckets(mlajit_context *ctx, const tune_bucket *buckets, int n_b
                         "\"runner_up_us\": %.3f, \"candidates\": %d, \"commit\": \"%s\"}\n",
                         mlajit_spec_desc(&b->spec)->name, b->spec.h_q, b->shape.batch, b->shape.s_q,
                         b->shape.topk, b->shape.extra_topk, b->spec.page_size, w->kernel, choice.num_splits,
-                        choice.follows_rules ? "true" : "false", best, rules_us, best, fastest, runner_up, measured,
+                        choice.follows_rules ? "true" : "false", best, rules_us, st.best_us, fastest, runner_up,
+                        measured,
                         opts->commit ? opts->commit : "unknown");
                 fflush(opts->json);
             }
