@@ -99,5 +99,27 @@ expect_lines '^v32 +5 +1 +1 +32768 +2048 +0 .* 17\.2 ' 1 bench --heads 5 --batch
 expect_lines '^(v32|dsv4) ' 1 bench --heads 5 --batch 1 --topk 2048
 expect_lines '^v32 +64 +1 +1 +32768 +2048 +0 .* 17\.2 ' 1 bench --heads 64 --batch 1 --topk 2048
 expect_lines '^v32 +100 +2 +2 +32768 +2048 +0 .* 19\.1 ' 1 bench --heads 100 --batch 2 --topk 2048
+
+# bench --layouts on the fake driver (it computes nothing, so every check fails
+# and exits 1; the rows, their kernels and the JSON are what is checked): per
+# (heads, b) the V3.2 row, then each layout's, a custom layout by its canonical
+# string; the fraction's ratio to V3.2's is left out where V3.2's check failed
+layouts_file=$MLAJIT_CACHE_DIR/layouts.jsonl
+custom=d_nope=512,d_rope=64,tile=128,scales=fp32,place=inline,row_bytes=672
+expect_lines '^(v32|glm53_nope|dots3_swa) +16 +2 +2048 .* 32 FAIL' 3 bench --layouts --heads 16 --batch 2 --seqlen 2048
+MLAJIT_COMMIT=abc1234 "$mlajit" bench --layout "$custom" --layout dots3_swa --heads 64 --batch 2 --seqlen 2048 \
+  --json "$layouts_file" >/dev/null 2>&1
+layout_lines=$(cat "$layouts_file" 2>/dev/null)
+if [ "$(grep -c '"table": "layouts"' <<<"$layout_lines")" -eq 3 ] &&
+   grep -q '^{"table": "layouts", "layout": "v32", .*"h_q": 64, "b": 2, .*"bound": "compute", .*"v32": null' <<<"$layout_lines" &&
+   grep -q '"layout": "nope512-rope64-v512-tile128-fp32-inline-row672", .*"bytes_per_token": 672, .*"kernel": "nope512-rope64-v512-tile128-fp32-inline-row672.h64.p64' <<<"$layout_lines" &&
+   grep -q '"layout": "dots3_swa", "layout_string": "nope1024-rope64-v1024-tile128-ue8m0-footer8-row1152", .*"kernel": "dots3_swa.h64.p64.*portable' <<<"$layout_lines" &&
+   [ "$(grep -c '"check": "fail", "commit": "abc1234"' <<<"$layout_lines")" -eq 3 ]; then
+  passed=$((passed + 1))
+else
+  failed=$((failed + 1))
+  echo "FAIL: bench --layout ... --json: expected 3 layouts lines (v32, the custom layout, dots3_swa), got:"
+  sed 's/^/    /' <<<"$layout_lines"
+fi
 echo "cli on the fake driver: $passed passed, $failed failed"
 [ "$failed" -eq 0 ]

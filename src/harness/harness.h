@@ -186,6 +186,28 @@ int mlajit_graph_timer_create(mlajit_context *ctx, const mlajit_plan *plan, cons
 int mlajit_graph_timer_time(mlajit_graph_timer *t, int replays, double *us);
 void mlajit_graph_timer_free(mlajit_graph_timer *t);
 
+/* ---- work and the H200's ceilings (work.c) ----------------------------------- */
+
+/* docs/BENCH.md's measured H200 ceilings: the HBM device-to-device copy and
+ * cuBLAS's dense bf16 product (the kernels' products are bf16). */
+#define MLAJIT_H200_HBM_BYTES_PER_S 4.25e12
+#define MLAJIT_H200_BF16_FLOPS 786e12
+
+/* One decode call's work from its layout's descriptor. */
+typedef struct mlajit_work {
+    double flop;      /* BENCH.md: 2 h_q b s_q (topk + extra_topk) (d_qk + d_v) */
+    double kv_bytes;  /* BENCH.md's bytes: b s_q (topk + extra_topk) bytes_per_token (row and footer gathered) */
+    double q_bytes;   /* q read once: b s_q h_q d_qk, bf16 */
+    double out_bytes; /* out (bf16, d_v wide) and lse (fp32) written: b s_q h_q (2 d_v + 4) */
+} mlajit_work;
+int mlajit_work_count(const mlajit_model_desc *m, int h_q, int b, int s_q, int topk, int extra_topk, mlajit_work *w);
+/* kv + q + out: every byte the call must move at least once */
+double mlajit_work_bytes(const mlajit_work *w);
+/* The least time the ceilings allow for flop and bytes (µs): the larger of the
+ * compute and the memory time; *memory_bound (may be NULL) says which. A
+ * measured time's fraction of the ceiling is this over the measured time. */
+double mlajit_ceiling_us(double flop, double bytes, int *memory_bound);
+
 /* ---- the tuner (tune.c) ------------------------------------------------------- */
 
 /* The buckets to tune: models x feature sets x page sizes x extra topks x heads
