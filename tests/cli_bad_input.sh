@@ -456,8 +456,17 @@ expect 2 "layout.quant_tile = 7" pack build --layout d_nope=512,tile=7,scales=po
   --out "$made/none.pack"
 expect 2 "a grid needs --models, --heads and --pages together (--layout counts as --models)" pack build \
   --layout nope448-rope64-v512-tile32-ue8m0-footer16-row576 --out "$made/none.pack"
-expect 2 "--tune tunes the named models' grid" pack build --layout v32 --heads 16 --pages 64 --tune 10 \
-  --out "$made/none.pack"
+# tune takes custom layouts on its model axis (--layout, repeatable), not in a sweep's shape lines
+expect 2 "layout.quant_tile = 7" tune --layout d_nope=512,tile=7,scales=pow2,place=inline --dry-run
+expect 2 "--layout goes with the grid, not --sweep" tune --layout v32 --sweep "$made/none.txt"
+expect 2 "--layout goes with the grid, not --draw-shapes" tune --layout v32 --draw-shapes 2
+expect 0 "bucket 1/2: nope512-rope64-v512-tile128-fp32-inline-row672.h16.p64.t0.hc0.auto.sm_90a rows 1 topk 128" \
+  tune --layout d_nope=512,d_rope=64,tile=128,scales=fp32,place=inline,row_bytes=672 --heads 16 --pages 64 \
+  --topk 128 --rows 1,2 --dry-run
+out=$("$mlajit" tune --layout d_nope=512,d_rope=64,tile=128,scales=fp32,place=inline,row_bytes=672 --heads 16 \
+  --pages 64 --topk 128 --rows 1 --dry-run 2>&1)
+if grep -q "^1 buckets" <<<"$out" && ! grep -q "^bucket .*v32\|dsv4" <<<"$out"; then
+  passed=$((passed + 1)); else fail "tune --layout without --models: only the layout's buckets expected:"; fi
 
 # bench --layouts --dry-run: issue 49's rows and their work, no GPU. The figures
 # are tests/test_case.c's "work" suite's hand counts (GFLOP, MB of rows gathered,

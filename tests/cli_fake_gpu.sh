@@ -121,5 +121,19 @@ else
   echo "FAIL: bench --layout ... --json: expected 3 layouts lines (v32, the custom layout, dots3_swa), got:"
   sed 's/^/    /' <<<"$layout_lines"
 fi
+
+# custom layouts through the tuner and packs as named models go: tune --layout
+# stores the layout's tactics, cache ls lists them, pack build --layout ships
+# them, and a plan of the layout (as inline keys) finds them in the pack alone
+custom_cache=$MLAJIT_CACHE_DIR/custom-tuned
+custom_spec=nope512-rope64-v512-tile128-fp32-inline-row672.h16.p64.t0.hc0.auto.sm_90a
+MLAJIT_CACHE_DIR=$custom_cache expect "tuned 2 of 2 buckets" tune --layout "$custom" --heads 16 --pages 64 \
+  --topk 128 --rows 1,2 --pool-mb 8 --spread-mb 16 --no-check
+MLAJIT_CACHE_DIR=$custom_cache expect_lines "^  Fake NVIDIA H200 .* $custom_spec +[12] +128 " 2 cache ls
+MLAJIT_CACHE_DIR=$custom_cache expect "2 tactic records" pack build --layout "$custom" --heads 16 --pages 64 \
+  --tune 0 --out "$MLAJIT_CACHE_DIR/custom.pack"
+expect_lines "^  Fake NVIDIA H200 .* $custom_spec " 2 pack ls "$MLAJIT_CACHE_DIR/custom.pack"
+MLAJIT_PACKS=$MLAJIT_CACHE_DIR/custom.pack MLAJIT_CACHE_DIR=$MLAJIT_CACHE_DIR/empty expect \
+  "tactic: tuned (measured) at this shape's bucket, rows 2, topk 128" envelope "$custom.h16.p64" --batch 2 --topk 128
 echo "cli on the fake driver: $passed passed, $failed failed"
 [ "$failed" -eq 0 ]

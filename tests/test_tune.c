@@ -242,6 +242,70 @@ Test(tune, the_json_line_gives_the_records_time_and_the_fastest_apart)
     mlajit_context_destroy(ctx);
 }
 
+/* Custom layouts are a model axis of their own: with layouts and no models only
+ * they are tuned, their records are found under the layout's spec, and a layout
+ * equal to a named model's is tuned (and found) as that model. */
+Test(tune, custom_layouts_are_tuned_and_found_like_named_models)
+{
+    mlajit_context *ctx = gpu_context();
+    mlajit_layout lay[2];
+    cr_assert_eq(mlajit_layout_parse("d_nope=512,d_rope=64,tile=128,scales=fp32,place=inline,row_bytes=672", &lay[0]),
+                 MLAJIT_OK, "%s", mlajit_last_error());
+    cr_assert_eq(mlajit_layout_parse("v32", &lay[1]), MLAJIT_OK, "%s", mlajit_last_error());
+    mlajit_tune_envelope env = small_envelope();
+    env.models = NULL;
+    env.num_models = 0;
+    env.layouts = lay;
+    env.num_layouts = 2;
+    mlajit_tune_options o = fake_options(600, 1);
+    FILE *json = tmpfile();
+    o.json = json;
+    mlajit_tune_summary s;
+    cr_assert_eq(mlajit_tune_run(ctx, &env, &o, &s), MLAJIT_OK, "%s", mlajit_last_error());
+    cr_expect_eq(s.buckets, 8, "2 layouts x 2 topks x 2 rows");
+    cr_expect_eq(s.stored, 8);
+    cr_expect_eq(records_found(ctx), 4, "v32's layout tunes as v32: its records are v32's");
+    int found = 0;
+    for (int t = 0; t < 2; t++)
+        for (int r = 0; r < 2; r++) {
+            mlajit_kernel_spec spec = MLAJIT_KERNEL_SPEC_INIT;
+            cr_assert_eq(mlajit_spec_init_layout(&spec, &lay[0], 16, 64), MLAJIT_OK, "%s", mlajit_last_error());
+            mlajit_decode_shape shape = MLAJIT_DECODE_SHAPE_INIT;
+            shape.batch = rows_[r];
+            shape.s_q = 1;
+            shape.topk = topks[t];
+            mlajit_tactic_match m;
+            cr_assert_eq(mlajit_tactic_lookup(ctx, &spec, &shape, &m), MLAJIT_OK, "%s", mlajit_last_error());
+            found += m.found && m.exact;
+        }
+    cr_expect_eq(found, 4, "the custom layout's 4 buckets have records");
+    rewind(json);
+    char line[2048];
+    int custom_lines = 0, v32_lines = 0;
+    while (fgets(line, sizeof line, json)) {
+        custom_lines += strstr(line, "\"model\": \"nope512-rope64-v512-tile128-fp32-inline-row672\"") != NULL;
+        v32_lines += strstr(line, "\"model\": \"v32\"") != NULL;
+    }
+    cr_expect_eq(custom_lines, 4, "the JSON names a custom layout by its canonical string");
+    cr_expect_eq(v32_lines, 4);
+    fclose(json);
+    mlajit_context_destroy(ctx);
+}
+
+Test(tune, a_bad_layout_in_the_envelope_is_refused_naming_it)
+{
+    mlajit_layout bad = {0};
+    mlajit_tune_envelope env = small_envelope();
+    env.layouts = &bad;
+    env.num_layouts = 1;
+    FILE *list = tmpfile();
+    mlajit_tune_options o = {.dry_run = 1, .list = list};
+    mlajit_tune_summary s;
+    cr_expect_neq(mlajit_tune_run(NULL, &env, &o, &s), MLAJIT_OK);
+    cr_expect(strstr(mlajit_last_error(), "layouts[0]") != NULL, "%s", mlajit_last_error());
+    fclose(list);
+}
+
 Test(tune, a_second_run_times_the_rules_not_the_first_runs_records)
 {
     mlajit_context *ctx = gpu_context();

@@ -232,25 +232,13 @@ done:
 /* ---- issue 49: the new layouts beside V3.2 (bench --layouts) --------------------- */
 
 #define LAYOUTS_GOAL 0.85 /* a layout's fraction of the ceiling over V3.2's, at the same heads and b */
-#define LAYOUTS_MAX 8
-#define LAYOUTS_MAX_ROWS (3 * 2 * (1 + LAYOUTS_MAX))
+#define LAYOUTS_MAX_ROWS (3 * 2 * (1 + 8)) /* heads x b x (V3.2 + at most 8 layouts) */
 
 /* The layouts table's axes and layouts (0: the default axis). */
 typedef struct layouts_setup {
-    mlajit_layout layouts[LAYOUTS_MAX]; /* empty: glm53_nope and dots3_swa */
-    int count;
+    cli_layout_list layouts; /* empty: glm53_nope and dots3_swa */
     int heads, batch, topk, seqlen;
 } layouts_setup;
-
-/* --layout, repeatable */
-static int add_bench_layout(const char *name, const char *value, void *target)
-{
-    layouts_setup *l = target;
-    if (!cli_room_for(name, l->count, LAYOUTS_MAX) || !cli_parse_layout(name, value, &l->layouts[l->count]))
-        return 0;
-    l->count++;
-    return 1;
-}
 
 static const mlajit_model_desc *config_desc(const bench_config *cf)
 {
@@ -270,8 +258,8 @@ static int layouts_rows(const layouts_setup *ls, bench_config *out, int max)
 {
     static const int heads_def[] = {16, 64, 128}, batch_def[] = {64, 128};
     mlajit_layout defaults[2];
-    const mlajit_layout *lays = ls->layouts;
-    int n_lays = ls->count;
+    const mlajit_layout *lays = ls->layouts.layouts;
+    int n_lays = ls->layouts.count;
     if (!n_lays) {
         if (mlajit_layout_parse("glm53_nope", &defaults[0]) || mlajit_layout_parse("dots3_swa", &defaults[1]))
             return -1;
@@ -490,12 +478,12 @@ int cli_bench(int argc, char **argv)
         "               time and stop; needs no GPU\n";
     mlajit_model model = MLAJIT_MODEL_V32;
     int model_given = 0, layouts = 0, dry_run = 0, seqlen = 0, quick_given = 0;
-    layouts_setup ls = {.count = 0};
+    layouts_setup ls = {.layouts.count = 0};
     const cli_option options[] = {
         {"--json", CLI_STRING, .target = &json_path},
         {"--quick", CLI_FLAG, .target = &quick, .given = &quick_given},
         {"--layouts", CLI_FLAG, .target = &layouts},
-        {"--layout", CLI_CUSTOM, &ls, .parse = add_bench_layout},
+        {"--layout", CLI_CUSTOM, &ls.layouts, .parse = cli_add_layout},
         {"--seqlen", CLI_INT, &seqlen, .lo = 1, .hi = 1 << 24},
         {"--dry-run", CLI_FLAG, .target = &dry_run},
         {"--shapes", CLI_FLAG, .target = &print_shapes},
@@ -512,7 +500,7 @@ int cli_bench(int argc, char **argv)
     int n_operands, parsed = cli_parse(&cmd, argc, argv, &n_operands);
     if (parsed != CLI_PARSED)
         return parsed;
-    layouts |= ls.count > 0; /* --layout implies the layouts table */
+    layouts |= ls.layouts.count > 0; /* --layout implies the layouts table */
     if (layouts) {
         if (model_given || quick_given || print_shapes)
             return cli_usage_error(&cmd, "%s does not go with --layouts (its rows are issue 49's; --dry-run lists "

@@ -224,10 +224,12 @@ typedef struct mlajit_tune_envelope {
     const int *rows;              int num_rows;
     const int *extra_topks;       int num_extra_topks;  /* NULL / 0: {0}: no extra cache */
     int extra_page_size;                                /* with an extra topk; 0: 64 */
+    const mlajit_layout *layouts; int num_layouts;      /* custom layouts: the model axis after the models (a
+                                                         * layout equal to a named model's tunes as that model) */
 } mlajit_tune_envelope;
 
 /* The production grid of issue 47 for each list of env left empty (count 0):
- * models V3.2 and DSV4, heads 8, 16, 32, 64, 128, pages 64 and 256, topk
+ * models V3.2 and DSV4 (none where env has layouts), heads 8, 16, 32, 64, 128, pages 64 and 256, topk
  * buckets 128..2048 and row buckets 1..4096 (powers of two); features and extra
  * topks stay empty (none). The lists are static. */
 void mlajit_tune_envelope_defaults(mlajit_tune_envelope *env);

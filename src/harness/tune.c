@@ -174,15 +174,19 @@ static int expand_buckets(const mlajit_tune_envelope *env, const char *arch, tun
     const int n_f = env->num_feature_sets ? env->num_feature_sets : 1;
     const int *extras = env->num_extra_topks ? env->extra_topks : &no_extra;
     const int n_e = env->num_extra_topks ? env->num_extra_topks : 1;
-    if (env->num_models < 1 || env->num_heads < 1 || env->num_pages < 1 || env->num_topks < 1 || env->num_rows < 1)
+    const int n_m = (env->num_models > 0 ? env->num_models : 0) + (env->num_layouts > 0 ? env->num_layouts : 0);
+    if (n_m < 1 || env->num_heads < 1 || env->num_pages < 1 || env->num_topks < 1 || env->num_rows < 1)
         return mlajit_fail(MLAJIT_ERR_INVALID_ARGUMENT,
-                           "tune: the envelope needs models, heads, pages, topks and rows");
-    size_t cap = (size_t)env->num_models * env->num_pages * n_e * n_f * env->num_heads * env->num_topks * env->num_rows;
+                           "tune: the envelope needs models (or layouts), heads, pages, topks and rows");
+    for (int l = 0; l < env->num_layouts; l++)
+        if (mlajit_layout_validate(&env->layouts[l]) != MLAJIT_OK)
+            return mlajit_fail(MLAJIT_ERR_INVALID_ARGUMENT, "tune: layouts[%d]: %s", l, mlajit_last_error());
+    size_t cap = (size_t)n_m * env->num_pages * n_e * n_f * env->num_heads * env->num_topks * env->num_rows;
     tune_bucket *b = mlajit_calloc(cap ? cap : 1, sizeof *b);
     if (!b)
         return mlajit_fail_oom("tune: the buckets");
     int n = 0;
-    for (int m = 0; m < env->num_models; m++)
+    for (int m = 0; m < n_m; m++)
         for (int p = 0; p < env->num_pages; p++)
             for (int e = 0; e < n_e; e++)
                 for (int f = 0; f < n_f; f++)
@@ -190,7 +194,14 @@ static int expand_buckets(const mlajit_tune_envelope *env, const char *arch, tun
                         for (int r = 0; r < env->num_rows; r++)
                             for (int h = 0; h < env->num_heads; h++) {
                                 tune_bucket x = {.spec = MLAJIT_KERNEL_SPEC_INIT, .shape = MLAJIT_DECODE_SHAPE_INIT};
-                                x.spec.model = env->models[m];
+                                if (m < env->num_models) {
+                                    x.spec.model = env->models[m];
+                                } else { /* a named model's layout is that model: one spec, one record */
+                                    mlajit_kernel_spec custom = x.spec;
+                                    custom.model = MLAJIT_MODEL_CUSTOM;
+                                    custom.layout = env->layouts[m - env->num_models];
+                                    mlajit_spec_named_model(&custom, &x.spec);
+                                }
                                 x.spec.h_q = env->heads[h];
                                 x.spec.page_size = env->pages[p];
                                 x.spec.extra_page_size =
@@ -234,7 +245,9 @@ void mlajit_tune_envelope_defaults(mlajit_tune_envelope *env)
         env->list = values;                                                                                            \
         env->count = (int)(sizeof values / sizeof values[0]);                                                          \
     }
-    DEFAULT_LIST(models, num_models, models)
+    if (env->num_layouts <= 0) { /* layouts alone are a model axis of their own */
+        DEFAULT_LIST(models, num_models, models)
+    }
     DEFAULT_LIST(heads, num_heads, heads)
     DEFAULT_LIST(pages, num_pages, pages)
     DEFAULT_LIST(topks, num_topks, topks)
@@ -317,6 +330,7 @@ typedef struct tune_view {
 typedef struct tune_pool {
     int live;
     mlajit_model model;
+    mlajit_layout layout; /* with model MLAJIT_MODEL_CUSTOM */
     int page_size, extra_page_size, replicas;
     mlajit_case c;
     mlajit_device_case dc;
@@ -366,7 +380,8 @@ static void pool_free(const mlajit_driver *drv, tune_pool *p)
 static int pool_get(mlajit_context *ctx, const tune_bucket *b, int64_t pool_bytes, int64_t spread_bytes,
                     tune_pool *p, const mlajit_tune_options *o)
 {
-    if (p->live && p->model == b->spec.model && p->page_size == b->spec.page_size &&
+    if (p->live && p->model == b->spec.model && !memcmp(&p->layout, &b->spec.layout, sizeof p->layout) &&
+        p->page_size == b->spec.page_size &&
         p->extra_page_size == b->spec.extra_page_size)
         return MLAJIT_OK;
     const mlajit_driver *drv = mlajit_context_driver(ctx);
@@ -376,7 +391,7 @@ static int pool_get(mlajit_context *ctx, const tune_bucket *b, int64_t pool_byte
     int seqs = (int)((tokens + POOL_SEQLEN - 1) / POOL_SEQLEN);
     if (seqs < 1)
         seqs = 1;
-    mlajit_synth_params sp = {.model = b->spec.model, .b = seqs, .s_q = 1, .h_q = 1, .topk = POOL_SEQLEN,
+    mlajit_synth_params sp = {.model = b->spec.model, .layout = b->spec.layout, .b = seqs, .s_q = 1, .h_q = 1, .topk = POOL_SEQLEN,
                               .page_size = b->spec.page_size, .seqlen = POOL_SEQLEN, .seed = 4700 + (uint64_t)seqs};
     if (b->spec.extra_page_size) {
         sp.extra_topk = POOL_SEQLEN;
@@ -403,6 +418,7 @@ static int pool_get(mlajit_context *ctx, const tune_bucket *b, int64_t pool_byte
         return rc;
     }
     p->model = b->spec.model;
+    p->layout = b->spec.layout;
     p->page_size = b->spec.page_size;
     p->extra_page_size = b->spec.extra_page_size;
     return MLAJIT_OK;
@@ -441,6 +457,7 @@ static void draw_row(mlajit_rng *r, int32_t *pool_rows, int seqs, int replicas, 
  * and uploading them was most of a bucket's host time on long shapes. */
 typedef struct draw_key { /* what indices are drawn for */
     mlajit_model model;
+    mlajit_layout layout; /* a pool's slots depend on its bytes per token */
     int page_size, extra_page_size, batch, s_q, topk, extra_topk, calls;
 } draw_key;
 
@@ -542,7 +559,7 @@ static int inputs_make(mlajit_context *ctx, const tune_bucket *b, tune_pool *poo
     const size_t n_q = (size_t)rows * h * m->d_qk;
     float *sink = mlajit_malloc((size_t)h * 4 + 16);
     int rc = (in->args && sink) ? MLAJIT_OK : mlajit_fail_oom("tune: the inputs");
-    const draw_key key = {.model = b->spec.model, .page_size = b->spec.page_size,
+    const draw_key key = {.model = b->spec.model, .layout = b->spec.layout, .page_size = b->spec.page_size,
                           .extra_page_size = b->spec.extra_page_size, .batch = batch, .s_q = s_q, .topk = topk,
                           .extra_topk = etopk, .calls = calls};
     if (rc == MLAJIT_OK && memcmp(&key, &in->drawn, sizeof key) != 0) {
@@ -607,7 +624,7 @@ static int check_candidate(mlajit_context *ctx, const tune_bucket *b, const mlaj
 {
     *pass = 0;
     mlajit_synth_params sp = {
-        .model = b->spec.model, .b = b->shape.batch < 2 ? b->shape.batch : 2,
+        .model = b->spec.model, .layout = b->spec.layout, .b = b->shape.batch < 2 ? b->shape.batch : 2,
         .s_q = b->shape.s_q > 0 ? b->shape.s_q : 1, .h_q = b->spec.h_q,
         .topk = b->shape.topk, .extra_topk = b->shape.extra_topk, .page_size = b->spec.page_size,
         .extra_page_size = b->spec.extra_page_size, .seqlen = b->shape.topk * 2 + 64,
