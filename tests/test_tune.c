@@ -599,6 +599,36 @@ Test(tune, the_public_entry_point_tunes_a_grid_and_reports)
     mlajit_context_destroy(ctx);
 }
 
+/* The public grid's layouts (added after 1.0): alone they are the model axis,
+ * beside models they follow them; a bad one is refused naming it. */
+Test(tune, the_public_entry_point_takes_custom_layouts)
+{
+    mlajit_context *ctx = gpu_context();
+    mlajit_layout lay[2];
+    cr_assert_eq(mlajit_layout_parse("d_nope=512,d_rope=64,tile=128,scales=fp32,place=inline,row_bytes=672", &lay[0]),
+                 MLAJIT_OK, "%s", mlajit_last_error());
+    const mlajit_model models[] = {MLAJIT_MODEL_V32};
+    const int heads[] = {16}, pages[] = {64}, topks[] = {128}, rows[] = {1, 2};
+    mlajit_tune_grid g = MLAJIT_TUNE_GRID_INIT;
+    g.head_counts = heads, g.num_head_counts = 1, g.page_sizes = pages, g.num_page_sizes = 1;
+    g.topks = topks, g.num_topks = 1, g.rows = rows, g.num_rows = 2;
+    g.layouts = lay, g.num_layouts = 1;
+    mlajit_tune_report r = MLAJIT_TUNE_REPORT_INIT;
+    cr_assert_eq(mlajit_tune(ctx, &g, 0, &r), MLAJIT_OK, "%s", mlajit_last_error());
+    cr_expect_eq(r.buckets, 2, "the layout alone: no default models beside it");
+    g.models = models, g.num_models = 1;
+    cr_assert_eq(mlajit_tune(ctx, &g, 0, &r), MLAJIT_OK, "%s", mlajit_last_error());
+    cr_expect_eq(r.buckets, 4);
+    memset(&lay[1], 0, sizeof lay[1]);
+    g.layouts = &lay[1];
+    cr_expect_neq(mlajit_tune(ctx, &g, 0, &r), MLAJIT_OK);
+    cr_expect(strstr(mlajit_last_error(), "grid.layouts[0]") != NULL, "%s", mlajit_last_error());
+    g.layouts = NULL;
+    cr_expect_neq(mlajit_tune(ctx, &g, 0, &r), MLAJIT_OK, "a count without a list");
+    cr_expect(strstr(mlajit_last_error(), "grid.layouts") != NULL, "%s", mlajit_last_error());
+    mlajit_context_destroy(ctx);
+}
+
 Test(tune, the_public_entry_point_refuses_bad_input_naming_it)
 {
     mlajit_context *ctx = gpu_context();

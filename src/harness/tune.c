@@ -1520,12 +1520,16 @@ static int tune_public(mlajit_context *ctx, const mlajit_tune_grid *caller_grid,
         (rc = check_ints("rows", g->rows, g->num_rows, 1, MLAJIT_MAX_ROWS)) ||
         (rc = check_ints("extra_topks", g->extra_topks, g->num_extra_topks, 0, MLAJIT_MAX_TOPK)) ||
         (rc = check_list("models", g->models, g->num_models)) ||
+        (rc = check_list("layouts", g->layouts, g->num_layouts)) ||
         (rc = check_list("feature_sets", g->feature_sets, g->num_feature_sets)))
         return rc;
     for (int i = 0; i < g->num_models; i++)
         if (!mlajit_model_describe(g->models[i]))
             return mlajit_fail(MLAJIT_ERR_INVALID_ARGUMENT, "grid.models[%d] = %d; allowed the mlajit_model values",
                                i, (int)g->models[i]);
+    for (int i = 0; i < g->num_layouts; i++)
+        if (mlajit_layout_validate(&g->layouts[i]) != MLAJIT_OK)
+            return mlajit_fail(MLAJIT_ERR_INVALID_ARGUMENT, "grid.layouts[%d]: %s", i, mlajit_last_error());
     for (int i = 0; i < g->num_feature_sets; i++)
         if (g->feature_sets[i] & ~MLAJIT_FEATURE_ALL)
             return mlajit_fail(MLAJIT_ERR_INVALID_ARGUMENT, "grid.feature_sets[%d] = %#x; allowed MLAJIT_FEATURE_* "
@@ -1543,6 +1547,7 @@ static int tune_public(mlajit_context *ctx, const mlajit_tune_grid *caller_grid,
         .pages = g->page_sizes, .num_pages = g->num_page_sizes, .feature_sets = g->feature_sets,
         .num_feature_sets = g->num_feature_sets, .topks = g->topks, .num_topks = g->num_topks, .rows = g->rows,
         .num_rows = g->num_rows, .extra_topks = g->extra_topks, .num_extra_topks = g->num_extra_topks,
+        .layouts = g->layouts, .num_layouts = g->num_layouts,
         .extra_page_size = g->extra_page_size,
     };
     mlajit_tune_envelope_defaults(&env);
