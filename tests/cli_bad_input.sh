@@ -115,7 +115,7 @@ bench --model nope                                         | model 'nope' is unk
 bench --model                                              | --model needs a value
 bench --layouts --model v32                                | --model does not go with --layouts
 bench --layouts --quick                                    | --quick does not go with --layouts
-bench --layouts --shapes                                   | --shapes does not go with --layouts
+bench --layouts --shapes --dry-run                         | --shapes with --dry-run does not go with --layouts
 bench --layout glm53_nope --model dsv4                     | --model does not go with --layouts
 bench --layout tile=7                                      | --layout = 'tile=7'
 bench --layout d_nope=512,tile=7,scales=pow2,place=inline  | layout.quant_tile = 7
@@ -456,6 +456,9 @@ expect 2 "layout.quant_tile = 7" pack build --layout d_nope=512,tile=7,scales=po
   --out "$made/none.pack"
 expect 2 "a grid needs --models, --heads and --pages together (--layout counts as --models)" pack build \
   --layout nope448-rope64-v512-tile32-ue8m0-footer16-row576 --out "$made/none.pack"
+# bench --layouts --shapes: its rows as sweep lines, a custom layout by its canonical string
+expect 0 "model=nope512-rope64-v512-tile128-fp32-inline-row672 h_q=16 page=64 b=64 s_q=1 topk=2048" bench \
+  --layout d_nope=512,d_rope=64,tile=128,scales=fp32,place=inline,row_bytes=672 --heads 16 --shapes
 # tune takes custom layouts on its model axis (--layout, repeatable), not in a sweep's shape lines
 expect 2 "layout.quant_tile = 7" tune --layout d_nope=512,tile=7,scales=pow2,place=inline --dry-run
 expect 2 "--layout goes with the grid, not --sweep" tune --layout v32 --sweep "$made/none.txt"

@@ -135,5 +135,19 @@ MLAJIT_CACHE_DIR=$custom_cache expect "2 tactic records" pack build --layout "$c
 expect_lines "^  Fake NVIDIA H200 .* $custom_spec " 2 pack ls "$MLAJIT_CACHE_DIR/custom.pack"
 MLAJIT_PACKS=$MLAJIT_CACHE_DIR/custom.pack MLAJIT_CACHE_DIR=$MLAJIT_CACHE_DIR/empty expect \
   "tactic: tuned (measured) at this shape's bucket, rows 2, topk 128" envelope "$custom.h16.p64" --batch 2 --topk 128
+# the sweep over a custom layout's shape line, as bench --layouts --shapes writes it
+"$mlajit" bench --layout "$custom" --heads 16 --batch 2 --topk 128 --seqlen 2048 --shapes | grep nope512 \
+  >"$MLAJIT_CACHE_DIR/custom-shapes.txt"
+mkdir -p "$MLAJIT_CACHE_DIR/custom-sweep"
+MLAJIT_CACHE_DIR="$MLAJIT_CACHE_DIR/custom-sweep" expect "swept 1 of 1 shapes" tune \
+  --sweep "$MLAJIT_CACHE_DIR/custom-shapes.txt" --no-check --pool-mb 8 --spread-mb 16 --repeats 1 \
+  --json "$MLAJIT_CACHE_DIR/custom-sweep.jsonl"
+if grep -q '"model": "nope512-rope64-v512-tile128-fp32-inline-row672", "h_q": 16, "b": 2' \
+  "$MLAJIT_CACHE_DIR/custom-sweep.jsonl"; then
+  passed=$((passed + 1))
+else
+  failed=$((failed + 1))
+  echo "FAIL: tune --sweep of a custom layout's line: no JSON line naming the layout"
+fi
 echo "cli on the fake driver: $passed passed, $failed failed"
 [ "$failed" -eq 0 ]

@@ -454,7 +454,8 @@ Test(candidates, a_kernels_split_ladder_stops_at_its_turn)
 
 static int same_shape(const mlajit_sweep_shape *a, const mlajit_sweep_shape *b)
 {
-    return a->spec.model == b->spec.model && a->spec.h_q == b->spec.h_q && a->spec.page_size == b->spec.page_size &&
+    return a->spec.model == b->spec.model && !memcmp(&a->spec.layout, &b->spec.layout, sizeof a->spec.layout) &&
+           a->spec.h_q == b->spec.h_q && a->spec.page_size == b->spec.page_size &&
            a->spec.extra_page_size == b->spec.extra_page_size && a->spec.features == b->spec.features &&
            a->shape.batch == b->shape.batch && a->shape.s_q == b->shape.s_q && a->shape.topk == b->shape.topk &&
            a->shape.extra_topk == b->shape.extra_topk;
@@ -528,11 +529,36 @@ Test(sweep, a_bad_shape_line_is_refused_naming_what_is_wrong)
         cr_expect(strstr(mlajit_last_error(), bad[i].says) != NULL, "'%s': the message '%s' does not say '%s'",
                   bad[i].line, mlajit_last_error(), bad[i].says);
     }
+    cr_expect_neq(mlajit_sweep_shape_parse("model=nope512-rope64-v512-tile100-fp32-inline-row672 h_q=16 page=64 "
+                                           "b=1 topk=128", "sm_90a", &s), MLAJIT_OK);
+    cr_expect(strstr(mlajit_last_error(), "allowed a model's name") != NULL, "%s", mlajit_last_error());
     cr_assert_eq(mlajit_sweep_shape_parse("model=dsv4 h_q=64 page=256 b=2 s_q=2 topk=128 extra_topk=512 "
                                           "features=sink", "sm_90a", &s),
                  MLAJIT_OK, "%s", mlajit_last_error());
     cr_expect_eq(s.spec.extra_page_size, 64, "an extra topk without extra_page takes pages of 64");
     cr_expect_eq(s.shape.s_q, 2);
+}
+
+/* A shape line's model may be a layout: format writes a custom layout's
+ * canonical string and parse reads it (or inline keys) back; v32's own layout
+ * reads as v32. */
+Test(sweep, a_custom_layouts_shape_line_reads_back)
+{
+    mlajit_sweep_shape s, back;
+    cr_assert_eq(mlajit_sweep_shape_parse("model=d_nope=512,d_rope=64,tile=128,scales=fp32,place=inline,row_bytes=672 "
+                                          "h_q=16 page=64 b=2 topk=128", "sm_90a", &s),
+                 MLAJIT_OK, "%s", mlajit_last_error());
+    cr_expect_eq(s.spec.model, MLAJIT_MODEL_CUSTOM);
+    cr_expect_eq(s.spec.layout.row_bytes, 672);
+    char line[256];
+    cr_assert_eq(mlajit_sweep_shape_format(&s, line, sizeof line), MLAJIT_OK);
+    cr_expect_str_eq(line, "model=nope512-rope64-v512-tile128-fp32-inline-row672 h_q=16 page=64 b=2 s_q=1 topk=128");
+    cr_assert_eq(mlajit_sweep_shape_parse(line, "sm_90a", &back), MLAJIT_OK, "%s", mlajit_last_error());
+    cr_expect(same_shape(&s, &back), "'%s' reads back as another shape", line);
+    cr_assert_eq(mlajit_sweep_shape_parse("model=nope512-rope64-v512-tile128-pow2-inline-row656 h_q=16 page=64 b=2 "
+                                          "topk=128", "sm_90a", &s),
+                 MLAJIT_OK, "%s", mlajit_last_error());
+    cr_expect_eq(s.spec.model, MLAJIT_MODEL_V32, "v32's layout is v32");
 }
 
 TestSuite(sweep_gpu, .init = make_root, .fini = remove_root, .timeout = 240);

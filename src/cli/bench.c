@@ -68,14 +68,14 @@ static int build_configs(bench_config *out, int max, int quick)
     return n;
 }
 
-/* The rows as the sweep's shape lines (mlajit tune --sweep). */
-static int print_bench_shapes(int quick)
+/* Rows as the sweep's shape lines (mlajit tune --sweep); a custom layout's
+ * model is its canonical string. */
+static int print_shape_lines(const bench_config *cfgs, int n)
 {
-    bench_config cfgs[96];
-    int n = build_configs(cfgs, 96, quick);
     for (int i = 0; i < n; i++) {
         mlajit_sweep_shape s = {.spec = MLAJIT_KERNEL_SPEC_INIT, .shape = MLAJIT_DECODE_SHAPE_INIT};
         s.spec.model = cfgs[i].model;
+        s.spec.layout = cfgs[i].layout;
         s.spec.h_q = cfgs[i].h_q;
         s.spec.page_size = cfgs[i].page;
         s.spec.extra_page_size = cfgs[i].extra_page;
@@ -90,6 +90,12 @@ static int print_bench_shapes(int quick)
         printf("%s\n", line);
     }
     return CLI_OK;
+}
+
+static int print_bench_shapes(int quick)
+{
+    bench_config cfgs[96];
+    return print_shape_lines(cfgs, build_configs(cfgs, 96, quick));
 }
 
 static int cmp_float(const void *a, const void *b)
@@ -340,12 +346,15 @@ static int print_layouts_work(const bench_config *cfgs, int n)
     return CLI_OK;
 }
 
-static int bench_layouts(const layouts_setup *ls, const bench_variant *variant, int dry_run, const char *json_path)
+static int bench_layouts(const layouts_setup *ls, const bench_variant *variant, int dry_run, int shapes,
+                         const char *json_path)
 {
     bench_config cfgs[LAYOUTS_MAX_ROWS];
     int n = layouts_rows(ls, cfgs, LAYOUTS_MAX_ROWS);
     if (n < 0)
         return cli_error(MLAJIT_ERR_INTERNAL, "bench --layouts");
+    if (shapes)
+        return print_shape_lines(cfgs, n);
     if (dry_run)
         return print_layouts_work(cfgs, n);
     mlajit_context *ctx;
@@ -462,8 +471,8 @@ int cli_bench(int argc, char **argv)
         "               BENCH.md has no row for runs the next larger one's rows at N heads\n"
         "  --tile/--heads-per-cta N   force a kernel variant on every row (compare variants)\n"
         "  --splits S   force S split-KV splits on every row (at most the row's tiles)\n"
-        "  --shapes     print the rows (with --quick, the quick ones) as `mlajit tune --sweep`\n"
-        "               shape lines and stop; needs no GPU\n"
+        "  --shapes     print the rows (with --quick, the quick ones; with --layouts, those) as\n"
+        "               `mlajit tune --sweep` shape lines and stop; needs no GPU\n"
         "  --layouts    issue 49's table: glm53_nope and dots3_swa beside V3.2 at heads 16/64/128,\n"
         "               b 64/128, topk 2048 (seqlen 32768, page 64); per row TFLOP/s and GB/s over\n"
         "               every byte moved (rows gathered + q + out), the fraction of the H200's\n"
@@ -502,9 +511,10 @@ int cli_bench(int argc, char **argv)
         return parsed;
     layouts |= ls.layouts.count > 0; /* --layout implies the layouts table */
     if (layouts) {
-        if (model_given || quick_given || print_shapes)
+        if (model_given || quick_given || (print_shapes && dry_run))
             return cli_usage_error(&cmd, "%s does not go with --layouts (its rows are issue 49's; --dry-run lists "
-                                   "them)", model_given ? "--model" : quick_given ? "--quick" : "--shapes");
+                                   "their work, --shapes their shape lines)",
+                                   model_given ? "--model" : quick_given ? "--quick" : "--shapes with --dry-run");
         const int topk = only_topk ? only_topk : 2048, len = seqlen ? seqlen : 32768;
         if (len < topk)
             return cli_usage_error(&cmd, "--seqlen = %d; allowed at least the rows' topk (%d)", len, topk);
@@ -512,7 +522,7 @@ int cli_bench(int argc, char **argv)
         ls.batch = only_batch;
         ls.topk = only_topk;
         ls.seqlen = seqlen;
-        return bench_layouts(&ls, &variant, dry_run, json_path);
+        return bench_layouts(&ls, &variant, dry_run, print_shapes, json_path);
     }
     if (seqlen || dry_run)
         return cli_usage_error(&cmd, "%s goes with --layouts only", seqlen ? "--seqlen" : "--dry-run");

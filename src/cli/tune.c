@@ -198,7 +198,8 @@ int cli_tune(int argc, char **argv)
         "  issue 47's check of the tuner: tune each shape's bucket, then per shape time every\n"
         "  candidate at the shape itself, the rules' plan and the tuned plan (docs/tuning.md, \"The\n"
         "  sweep\"); FILE: one shape a line (model=v32 h_q=16 page=64 b=128 s_q=1 topk=2048\n"
-        "  [extra_topk=N extra_page=N] [features=sink+topk-length]; '#' starts a comment)\n"
+        "  [extra_topk=N extra_page=N] [features=sink+topk-length]; model may be a layout's\n"
+        "  canonical string or inline keys; '#' starts a comment)\n"
         "  --repeats N    the rules', tuned and best plans timed again N times in turn (default 3)\n"
         "usage: mlajit tune --draw-shapes N [--seed S]\n"
         "  print N shapes off the production grid, drawn with seed S (default 47), in --sweep's\n"
@@ -240,8 +241,8 @@ int cli_tune(int argc, char **argv)
     if (parsed != CLI_PARSED)
         return parsed;
     if (layouts.count && (draw_shapes || sweep_path))
-        return cli_usage_error(&cmd, "--layout goes with the grid, not %s (a shape line names a model: v32, dsv4, ...)",
-                               draw_shapes ? "--draw-shapes" : "--sweep");
+        return cli_usage_error(&cmd, "--layout goes with the grid, not %s (a shape line names its own model or "
+                               "layout: model=LAYOUT)", draw_shapes ? "--draw-shapes" : "--sweep");
     if (draw_shapes) {
         for (int i = 0; i < draw_shapes; i++) {
             mlajit_sweep_shape shape;

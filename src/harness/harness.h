@@ -345,7 +345,8 @@ typedef struct mlajit_sweep_shape {
 
 /* One line "model=v32 h_q=16 page=64 b=128 s_q=1 topk=2048 [extra_topk=N
  * extra_page=N] [features=sink+topk-length]" (s_q 1, no extra cache and no
- * features when left out) into *out, arch set; the key or value at fault is
+ * features when left out; model may be a layout: its canonical string, as
+ * format writes it, or inline keys) into *out, arch set; the key or value at fault is
  * named, and a shape outside the envelope is refused with the envelope's reason. */
 int mlajit_sweep_shape_parse(const char *line, const char *arch, mlajit_sweep_shape *out);
 /* The same format back: parse(format(x)) gives x. */

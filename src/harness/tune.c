@@ -1127,7 +1127,18 @@ int mlajit_sweep_shape_parse(const char *line, const char *arch, mlajit_sweep_sh
                                                   : NULL;
         if (!strcmp(key, "model")) {
             have_model = 1;
-            rc = mlajit_model_from_name(val, &s.spec.model);
+            /* a model's name, else a layout (canonical string or inline keys), as
+             * format writes a custom layout's; a named model's layout is that model */
+            if ((rc = mlajit_model_from_name(val, &s.spec.model)) != MLAJIT_OK &&
+                mlajit_layout_parse(val, &s.spec.layout) == MLAJIT_OK) {
+                s.spec.model = MLAJIT_MODEL_CUSTOM;
+                mlajit_spec_named_model(&s.spec, &s.spec);
+                mlajit_clear_error();
+                rc = MLAJIT_OK;
+            } else if (rc != MLAJIT_OK) {
+                return mlajit_fail(rc, "shape '%s': model = '%s'; allowed a model's name (v32, dsv4, glm_nsa, "
+                                   "glm53_nope, dots3_swa) or a layout (docs/layouts.md)", line, val);
+            }
         } else if (!strcmp(key, "features")) {
             rc = parse_features(val, &s.spec.features);
         } else if (!field) {
@@ -1225,11 +1236,14 @@ const char *mlajit_tactic_source_name(int tactic)
     return tactic == MLAJIT_TACTIC_TUNED ? "tuned" : tactic == MLAJIT_TACTIC_TUNED_BELOW ? "tuned-below" : "rules";
 }
 
-/* Whether a's cache pool sorts before b's (model, page size, extra page size). */
+/* Whether a's cache pool sorts before b's (model, layout, page size, extra page size). */
 static int pool_key_less(const mlajit_kernel_spec *a, const mlajit_kernel_spec *b)
 {
     if (a->model != b->model)
         return a->model < b->model;
+    int by_layout = memcmp(&a->layout, &b->layout, sizeof a->layout);
+    if (by_layout)
+        return by_layout < 0;
     if (a->page_size != b->page_size)
         return a->page_size < b->page_size;
     return a->extra_page_size < b->extra_page_size;
