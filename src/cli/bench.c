@@ -260,7 +260,7 @@ static void config_layout_name(const bench_config *cf, char *buf, size_t len)
 
 /* Per (heads, b): the V3.2 row, then each layout's. A layout equal to a named
  * model's runs as that model (the same spec, kernel and cache key). */
-static int layouts_rows(const layouts_setup *ls, bench_config *out, int max)
+static int layouts_rows(const layouts_setup *ls, bench_config *out, int max, int *group)
 {
     static const int heads_def[] = {16, 64, 128}, batch_def[] = {64, 128};
     mlajit_layout defaults[2];
@@ -276,6 +276,7 @@ static int layouts_rows(const layouts_setup *ls, bench_config *out, int max)
     const int nh = ls->heads ? 1 : 3, nb = ls->batch ? 1 : 2;
     const int topk = ls->topk ? ls->topk : 2048, seqlen = ls->seqlen ? ls->seqlen : 32768;
     int n = 0;
+    *group = 1 + n_lays; /* row i is its group's V3.2 row where i % group == 0 */
     for (int i = 0; i < nh; i++)
         for (int j = 0; j < nb; j++)
             for (int k = -1; k < n_lays && n < max; k++) {
@@ -350,7 +351,7 @@ static int bench_layouts(const layouts_setup *ls, const bench_variant *variant, 
                          const char *json_path)
 {
     bench_config cfgs[LAYOUTS_MAX_ROWS];
-    int n = layouts_rows(ls, cfgs, LAYOUTS_MAX_ROWS);
+    int group = 1, n = layouts_rows(ls, cfgs, LAYOUTS_MAX_ROWS, &group);
     if (n < 0)
         return cli_error(MLAJIT_ERR_INTERNAL, "bench --layouts");
     if (shapes)
@@ -379,13 +380,14 @@ static int bench_layouts(const layouts_setup *ls, const bench_variant *variant, 
     double v32_fraction = 0, v32_us = 0; /* the current group's V3.2 row (0: none, or it failed) */
     for (int i = 0; i < n; i++) {
         const bench_config *cf = &cfgs[i];
-        const int is_v32 = cf->model == MLAJIT_MODEL_V32;
+        const int is_v32 = i % group == 0; /* the baseline (by place: --layout v32 is a layout row too) */
         char name[160];
         config_layout_name(cf, name, sizeof name);
         bench_result r = {0};
         rc = run_config(ctx, cf, variant, &r);
         if (is_v32)
             v32_fraction = v32_us = 0;
+        goal_rows += !is_v32;
         if (rc) {
             failures++;
             printf("%-*s %4d %4d %5d  error: %s\n", nw, name, cf->h_q, cf->b, cf->topk, mlajit_last_error());
@@ -402,7 +404,6 @@ static int bench_layouts(const layouts_setup *ls, const bench_variant *variant, 
         /* the goal is judged only between rows that both passed their check */
         const int judged = !is_v32 && r.pass && v32_fraction > 0;
         const double ratio = judged ? f.fraction / v32_fraction : 0;
-        goal_rows += !is_v32;
         goal_met += judged && ratio >= LAYOUTS_GOAL;
         char v32_col[16] = "-", ratio_col[16] = "-";
         if (judged) {
@@ -426,14 +427,15 @@ static int bench_layouts(const layouts_setup *ls, const bench_variant *variant, 
                          "{\"gpu_us\": %.2f, \"ceiling_fraction\": %.4f, \"fraction_ratio\": %.4f, \"meets_goal\": %s}",
                          v32_us, v32_fraction, ratio, ratio >= LAYOUTS_GOAL ? "true" : "false");
             fprintf(json,
-                    "{\"table\": \"layouts\", \"layout\": \"%s\", \"layout_string\": \"%s\", \"d_qk\": %d, "
+                    "{\"table\": \"layouts\", \"role\": \"%s\", \"layout\": \"%s\", \"layout_string\": \"%s\", "
+                    "\"d_qk\": %d, "
                     "\"d_v\": %d, \"bytes_per_token\": %d, \"h_q\": %d, \"b\": %d, \"s_q\": %d, \"seqlen\": %d, "
                     "\"topk\": %d, \"page_size\": %d, \"gpu_us\": %.2f, \"eager_us\": %.2f, \"host_us\": %.2f, "
                     "\"gflop\": %.4f, \"mbytes\": %.4f, \"kv_mbytes\": %.4f, \"tflops\": %.2f, \"gbps\": %.1f, "
                     "\"bound\": \"%s\", \"ceiling_us\": %.3f, \"ceiling_fraction\": %.4f, \"v32\": %s, "
                     "\"goal\": %.2f, \"splits\": %d, \"kernel\": \"%s\", \"tactic\": \"%s\", \"check\": \"%s\", "
                     "\"commit\": \"%s\", \"date\": \"%s\"}\n",
-                    name, canon, d->d_qk, d->d_v, d->bytes_per_token, cf->h_q, cf->b, cf->s_q, cf->seqlen, cf->topk,
+                    is_v32 ? "baseline" : "layout", name, canon, d->d_qk, d->d_v, d->bytes_per_token, cf->h_q, cf->b, cf->s_q, cf->seqlen, cf->topk,
                     cf->page, r.gpu_us, r.eager_us, r.host_us, f.work.flop / 1e9, f.bytes / 1e6,
                     f.work.kv_bytes / 1e6, f.tflops, f.gbps, f.memory_bound ? "memory" : "compute", f.ceiling_us,
                     f.fraction, base, LAYOUTS_GOAL, r.splits, r.kernel.spec, mlajit_tactic_source_name(r.tactic),
