@@ -717,7 +717,7 @@ MLAJIT_API int mlajit_plan_get_outline(const mlajit_plan *plan, mlajit_plan_outl
  * list may be left NULL / 0 for the production grid's. */
 typedef struct mlajit_tune_grid {
     size_t struct_size;             /* sizeof(mlajit_tune_grid): MLAJIT_TUNE_GRID_INIT */
-    const mlajit_model *models;     int num_models;       /* default V3.2, DSV4 */
+    const mlajit_model *models;     int num_models;       /* default V3.2, DSV4 (none with layouts) */
     const int *head_counts;         int num_head_counts;  /* default 8, 16, 32, 64, 128 */
     const int *page_sizes;          int num_page_sizes;   /* default 64, 256 */
     const unsigned *feature_sets;   int num_feature_sets; /* default {0}: no features */
@@ -725,6 +725,9 @@ typedef struct mlajit_tune_grid {
     const int *rows;                int num_rows;         /* default 1, 2, 4, ..., 4096 */
     const int *extra_topks;         int num_extra_topks;  /* default {0}: no extra cache */
     int extra_page_size;            /* the extra cache's page size with extra topks; 0: 64 */
+    /* Added after 1.0: */
+    const mlajit_layout *layouts;   int num_layouts;      /* custom layouts, after the models (default none;
+                                                             a named model's layout tunes as that model) */
 } mlajit_tune_grid;
 
 typedef struct mlajit_tune_report {

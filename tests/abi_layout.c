@@ -141,6 +141,7 @@ int main(void)
     FIELD(mlajit_tune_grid, num_feature_sets); FIELD(mlajit_tune_grid, topks); FIELD(mlajit_tune_grid, num_topks);
     FIELD(mlajit_tune_grid, rows); FIELD(mlajit_tune_grid, num_rows); FIELD(mlajit_tune_grid, extra_topks);
     FIELD(mlajit_tune_grid, num_extra_topks); FIELD(mlajit_tune_grid, extra_page_size);
+    FIELD(mlajit_tune_grid, layouts); FIELD(mlajit_tune_grid, num_layouts);
     END();
 
     BEGIN(mlajit_tune_report);

@@ -113,6 +113,18 @@ bench --bogus                                              | unknown option '--b
 bench --model glm_nsa                                      | --model = 'glm_nsa'; allowed: v32, dsv4
 bench --model nope                                         | model 'nope' is unknown
 bench --model                                              | --model needs a value
+bench --layouts --model v32                                | --model does not go with --layouts
+bench --layouts --quick                                    | --quick does not go with --layouts
+bench --layouts --shapes --dry-run                         | --shapes with --dry-run does not go with --layouts
+bench --layout glm53_nope --model dsv4                     | --model does not go with --layouts
+bench --layout tile=7                                      | --layout = 'tile=7'
+bench --layout d_nope=512,tile=7,scales=pow2,place=inline  | layout.quant_tile = 7
+bench --layouts --seqlen 1024                              | --seqlen = 1024; allowed at least the rows' topk (2048)
+bench --layouts --topk 4096 --seqlen 2048                  | --seqlen = 2048; allowed at least the rows' topk (4096)
+bench --layouts --seqlen 0                                 | --seqlen = '0'
+bench --seqlen 4096                                        | --seqlen goes with --layouts only
+bench --dry-run                                            | --dry-run goes with --layouts only
+bench --layout v32 --layout v32 --layout v32 --layout v32 --layout v32 --layout v32 --layout v32 --layout v32 --layout v32 | --layout: at most 8 values
 envelope garbage                                           | is malformed
 envelope v32.h16.p64.bogus                                 | variant 'bogus' is unknown
 envelope v32.h16.p64.t32.hc16.sliced.sm_90a                | variant sliced was retired
@@ -459,8 +471,47 @@ expect 2 "layout.quant_tile = 7" pack build --layout d_nope=512,tile=7,scales=po
   --out "$made/none.pack"
 expect 2 "a grid needs --models, --heads and --pages together (--layout counts as --models)" pack build \
   --layout nope448-rope64-v512-tile32-ue8m0-footer16-row576 --out "$made/none.pack"
-expect 2 "--tune tunes the named models' grid" pack build --layout v32 --heads 16 --pages 64 --tune 10 \
-  --out "$made/none.pack"
+# bench --layouts --shapes: its rows as sweep lines, a custom layout by its canonical string
+expect 0 "model=nope512-rope64-v512-tile128-fp32-inline-row672 h_q=16 page=64 b=64 s_q=1 topk=2048" bench \
+  --layout d_nope=512,d_rope=64,tile=128,scales=fp32,place=inline,row_bytes=672 --heads 16 --shapes
+# tune takes custom layouts on its model axis (--layout, repeatable), not in a sweep's shape lines
+expect 2 "layout.quant_tile = 7" tune --layout d_nope=512,tile=7,scales=pow2,place=inline --dry-run
+expect 2 "--layout goes with the grid, not --sweep" tune --layout v32 --sweep "$made/none.txt"
+expect 2 "--layout goes with the grid, not --draw-shapes" tune --layout v32 --draw-shapes 2
+expect 0 "bucket 1/2: nope512-rope64-v512-tile128-fp32-inline-row672.h16.p64.t0.hc0.auto.sm_90a rows 1 topk 128" \
+  tune --layout d_nope=512,d_rope=64,tile=128,scales=fp32,place=inline,row_bytes=672 --heads 16 --pages 64 \
+  --topk 128 --rows 1,2 --dry-run
+out=$("$mlajit" tune --layout d_nope=512,d_rope=64,tile=128,scales=fp32,place=inline,row_bytes=672 --heads 16 \
+  --pages 64 --topk 128 --rows 1 --dry-run 2>&1)
+if grep -q "^1 buckets" <<<"$out" && ! grep -q "^bucket .*v32\|dsv4" <<<"$out"; then
+  passed=$((passed + 1)); else fail "tune --layout without --models: only the layout's buckets expected:"; fi
+
+# bench --layouts --dry-run: issue 49's rows and their work, no GPU. The figures
+# are tests/test_case.c's "work" suite's hand counts (GFLOP, MB of rows gathered,
+# MB of q + out + lse) and the ceiling's time at 4.25 TB/s or 786 TFLOP/s.
+out=$("$mlajit" bench --layouts --dry-run 2>&1)
+rows=$(grep -cE '^(v32|glm53_nope|dots3_swa) ' <<<"$out")
+if [ "$rows" -eq 18 ] &&
+   grep -qE '^v32 +16 +64 +2048 +32768 +4\.563 +85\.983 +2\.232 +memory +20\.76$' <<<"$out" &&
+   grep -qE '^glm53_nope +16 +64 +2048 +32768 +4\.295 +85\.983 +2\.101 +memory +20\.73$' <<<"$out" &&
+   grep -qE '^dots3_swa +16 +64 +2048 +32768 +8\.858 +152\.044 +4\.329 +memory +36\.79$' <<<"$out" &&
+   grep -qE '^v32 +128 +128 +2048 +32768 +73\.014 +171\.966 +35\.717 +compute +92\.89$' <<<"$out"; then
+  passed=$((passed + 1))
+else
+  fail "bench --layouts --dry-run: expected 18 rows with the hand counts, got:"
+  head -20 <<<"$out" | sed 's/^/    /'
+fi
+# a custom layout beside V3.2, one head count and batch: only its row bytes differ
+# from V3.2's (a 672-byte row: 131072 x 672 = 88.080 MB)
+out=$("$mlajit" bench --layout d_nope=512,d_rope=64,tile=128,scales=fp32,place=inline,row_bytes=672 --heads 16 \
+  --batch 64 --dry-run 2>&1)
+if [ "$(grep -cE '^(v32|nope512)' <<<"$out")" -eq 2 ] &&
+   grep -qE '^nope512-rope64-v512-tile128-fp32-inline-row672 +16 +64 +2048 +32768 +4\.563 +88\.080 +2\.232 ' <<<"$out"; then
+  passed=$((passed + 1))
+else
+  fail "bench --layout CUSTOM --dry-run:"
+  head -5 <<<"$out" | sed 's/^/    /'
+fi
 
 echo "$passed passed, $failed failed"
 [ "$failed" -eq 0 ]

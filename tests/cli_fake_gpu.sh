@@ -99,5 +99,55 @@ expect_lines '^v32 +5 +1 +1 +32768 +2048 +0 .* 17\.2 ' 1 bench --heads 5 --batch
 expect_lines '^(v32|dsv4) ' 1 bench --heads 5 --batch 1 --topk 2048
 expect_lines '^v32 +64 +1 +1 +32768 +2048 +0 .* 17\.2 ' 1 bench --heads 64 --batch 1 --topk 2048
 expect_lines '^v32 +100 +2 +2 +32768 +2048 +0 .* 19\.1 ' 1 bench --heads 100 --batch 2 --topk 2048
+
+# bench --layouts on the fake driver (it computes nothing, so every check fails
+# and exits 1; the rows, their kernels and the JSON are what is checked): per
+# (heads, b) the V3.2 row, then each layout's, a custom layout by its canonical
+# string; the fraction's ratio to V3.2's is left out where V3.2's check failed
+layouts_file=$MLAJIT_CACHE_DIR/layouts.jsonl
+custom=d_nope=512,d_rope=64,tile=128,scales=fp32,place=inline,row_bytes=672
+expect_lines '^(v32|glm53_nope|dots3_swa) +16 +2 +2048 .* 32 FAIL' 3 bench --layouts --heads 16 --batch 2 --seqlen 2048
+MLAJIT_COMMIT=abc1234 "$mlajit" bench --layout "$custom" --layout dots3_swa --heads 64 --batch 2 --seqlen 2048 \
+  --json "$layouts_file" >/dev/null 2>&1
+layout_lines=$(cat "$layouts_file" 2>/dev/null)
+if [ "$(grep -c '"table": "layouts"' <<<"$layout_lines")" -eq 3 ] &&
+   grep -q '^{"table": "layouts", "role": "baseline", "layout": "v32", .*"h_q": 64, "b": 2, .*"bound": "compute", .*"v32": null' <<<"$layout_lines" &&
+   grep -q '"layout": "nope512-rope64-v512-tile128-fp32-inline-row672", .*"bytes_per_token": 672, .*"kernel": "nope512-rope64-v512-tile128-fp32-inline-row672.h64.p64' <<<"$layout_lines" &&
+   grep -q '"layout": "dots3_swa", "layout_string": "nope1024-rope64-v1024-tile128-ue8m0-footer8-row1152", .*"kernel": "dots3_swa.h64.p64.*portable' <<<"$layout_lines" &&
+   [ "$(grep -c '"check": "fail", "commit": "abc1234"' <<<"$layout_lines")" -eq 3 ]; then
+  passed=$((passed + 1))
+else
+  failed=$((failed + 1))
+  echo "FAIL: bench --layout ... --json: expected 3 layouts lines (v32, the custom layout, dots3_swa), got:"
+  sed 's/^/    /' <<<"$layout_lines"
+fi
+
+# custom layouts through the tuner and packs as named models go: tune --layout
+# stores the layout's tactics, cache ls lists them, pack build --layout ships
+# them, and a plan of the layout (as inline keys) finds them in the pack alone
+custom_cache=$MLAJIT_CACHE_DIR/custom-tuned
+custom_spec=nope512-rope64-v512-tile128-fp32-inline-row672.h16.p64.t0.hc0.auto.sm_90a
+MLAJIT_CACHE_DIR=$custom_cache expect "tuned 2 of 2 buckets" tune --layout "$custom" --heads 16 --pages 64 \
+  --topk 128 --rows 1,2 --pool-mb 8 --spread-mb 16 --no-check
+MLAJIT_CACHE_DIR=$custom_cache expect_lines "^  Fake NVIDIA H200 .* $custom_spec +[12] +128 " 2 cache ls
+MLAJIT_CACHE_DIR=$custom_cache expect "2 tactic records" pack build --layout "$custom" --heads 16 --pages 64 \
+  --tune 0 --out "$MLAJIT_CACHE_DIR/custom.pack"
+expect_lines "^  Fake NVIDIA H200 .* $custom_spec " 2 pack ls "$MLAJIT_CACHE_DIR/custom.pack"
+MLAJIT_PACKS=$MLAJIT_CACHE_DIR/custom.pack MLAJIT_CACHE_DIR=$MLAJIT_CACHE_DIR/empty expect \
+  "tactic: tuned (measured) at this shape's bucket, rows 2, topk 128" envelope "$custom.h16.p64" --batch 2 --topk 128
+# the sweep over a custom layout's shape line, as bench --layouts --shapes writes it
+"$mlajit" bench --layout "$custom" --heads 16 --batch 2 --topk 128 --seqlen 2048 --shapes | grep nope512 \
+  >"$MLAJIT_CACHE_DIR/custom-shapes.txt"
+mkdir -p "$MLAJIT_CACHE_DIR/custom-sweep"
+MLAJIT_CACHE_DIR="$MLAJIT_CACHE_DIR/custom-sweep" expect "swept 1 of 1 shapes" tune \
+  --sweep "$MLAJIT_CACHE_DIR/custom-shapes.txt" --no-check --pool-mb 8 --spread-mb 16 --repeats 1 \
+  --json "$MLAJIT_CACHE_DIR/custom-sweep.jsonl"
+if grep -q '"model": "nope512-rope64-v512-tile128-fp32-inline-row672", "h_q": 16, "b": 2' \
+  "$MLAJIT_CACHE_DIR/custom-sweep.jsonl"; then
+  passed=$((passed + 1))
+else
+  failed=$((failed + 1))
+  echo "FAIL: tune --sweep of a custom layout's line: no JSON line naming the layout"
+fi
 echo "cli on the fake driver: $passed passed, $failed failed"
 [ "$failed" -eq 0 ]

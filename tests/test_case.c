@@ -1010,3 +1010,94 @@ Test(synth, large_cache_is_fast, .timeout = 60)
     cr_expect_eq(c.kv.num_pages, 16 * 512 + 1);
     mlajit_case_free(&c);
 }
+
+/* ---- the benchmark's work and ceilings (src/harness/work.c) --------------------- */
+
+/* Hand-computed from docs/SPEC.md's table of layouts, not from the descriptors:
+ * d_qk / d_v / bytes per token are v32 576 / 512 / 656, glm_nsa the same,
+ * glm53_nope 512 / 512 / 656 (its 656-byte row, 528 used, is what a token
+ * reads), dsv4 512 / 512 / 584 (576-byte row + 8-byte footer), dots3_swa
+ * 1088 / 1024 / 1160 (1152 + 8). At h_q 16, b 64, s_q 1, topk 2048 a call has
+ * 64 x 2048 = 131072 candidates, and:
+ *   flop = 2 x 16 x 131072 x (d_qk + d_v): v32 2 x 16 x 131072 x 1088 = 4563402752,
+ *          glm53_nope and dsv4 x 1024 = 4294967296, dots3_swa x 2112 = 8858370048;
+ *   kv   = 131072 x bytes per token: 656 -> 85983232, 584 -> 76546048, 1160 -> 152043520;
+ *   q    = 64 x 16 x d_qk x 2 (bf16): 576 -> 1179648, 512 -> 1048576, 1088 -> 2228224;
+ *   out  = 64 x 16 x (2 d_v + 4) (bf16 out, fp32 lse): 512 -> 1052672, 1024 -> 2101248. */
+Test(work, each_named_layouts_flops_and_bytes)
+{
+    const struct { const char *name; double flop, kv, q, out; } want[] = {
+        {"v32", 4563402752.0, 85983232.0, 1179648.0, 1052672.0},
+        {"glm_nsa", 4563402752.0, 85983232.0, 1179648.0, 1052672.0},
+        {"glm53_nope", 4294967296.0, 85983232.0, 1048576.0, 1052672.0},
+        {"dsv4", 4294967296.0, 76546048.0, 1048576.0, 1052672.0},
+        {"dots3_swa", 8858370048.0, 152043520.0, 2228224.0, 2101248.0},
+    };
+    for (size_t i = 0; i < sizeof want / sizeof want[0]; i++) {
+        mlajit_model model;
+        cr_assert_eq(mlajit_model_from_name(want[i].name, &model), MLAJIT_OK);
+        mlajit_work w;
+        cr_assert_eq(mlajit_work_count(mlajit_model_describe(model), 16, 64, 1, 2048, 0, &w), MLAJIT_OK);
+        cr_expect_eq(w.flop, want[i].flop, "%s: flop %.0f", want[i].name, w.flop);
+        cr_expect_eq(w.kv_bytes, want[i].kv, "%s: kv bytes %.0f", want[i].name, w.kv_bytes);
+        cr_expect_eq(w.q_bytes, want[i].q, "%s: q bytes %.0f", want[i].name, w.q_bytes);
+        cr_expect_eq(w.out_bytes, want[i].out, "%s: out bytes %.0f", want[i].name, w.out_bytes);
+        cr_expect_eq(mlajit_work_bytes(&w), want[i].kv + want[i].q + want[i].out, "%s", want[i].name);
+    }
+    /* the extra cache's candidates count like the main's: DSV4 h 64, b 2, s_q 2,
+     * topk 128 + extra 512: 4 rows x 640 = 2560 candidates; flop 2 x 64 x 2560 x
+     * 1024 = 335544320; kv 2560 x 584 = 1495040; q 4 x 64 x 512 x 2 = 262144;
+     * out 4 x 64 x 1028 = 263168 */
+    mlajit_work w;
+    cr_assert_eq(mlajit_work_count(mlajit_model_describe(MLAJIT_MODEL_DSV4), 64, 2, 2, 128, 512, &w), MLAJIT_OK);
+    cr_expect_eq(w.flop, 335544320.0);
+    cr_expect_eq(w.kv_bytes, 1495040.0);
+    cr_expect_eq(w.q_bytes, 262144.0);
+    cr_expect_eq(w.out_bytes, 263168.0);
+}
+
+/* A custom layout counts by its own numbers: the keys d_nope=512,d_rope=64,
+ * tile=128,scales=fp32,place=inline,row_bytes=672 are V3.2's sizes with a
+ * 672-byte row, so only the kv bytes move: 131072 x 672 = 88080384. */
+Test(work, a_custom_layout_counts_its_own_row)
+{
+    mlajit_layout l;
+    cr_assert_eq(mlajit_layout_parse("d_nope=512,d_rope=64,tile=128,scales=fp32,place=inline,row_bytes=672", &l),
+                 MLAJIT_OK, "%s", mlajit_last_error());
+    mlajit_work w;
+    cr_assert_eq(mlajit_work_count(mlajit_layout_describe(&l), 16, 64, 1, 2048, 0, &w), MLAJIT_OK);
+    cr_expect_eq(w.flop, 4563402752.0);
+    cr_expect_eq(w.kv_bytes, 88080384.0);
+    cr_expect_eq(w.q_bytes, 1179648.0);
+    cr_expect_eq(w.out_bytes, 1052672.0);
+}
+
+/* The ceilings (BENCH.md: HBM 4.25 TB/s, bf16 786 TFLOP/s): V3.2 h16 b64 topk
+ * 2048 moves 85983232 + 1179648 + 1052672 = 88215552 bytes, 20.7566 µs at
+ * 4.25 TB/s, against 4563402752 / 786e12 = 5.806 µs of products: memory-bound.
+ * V3.2 h128 b128 topk 2048: 2 x 128 x 262144 x 1088 = 73014444032 FLOP, 92.894 µs,
+ * past its 207683584 bytes' 48.87 µs: compute-bound. */
+Test(work, the_ceiling_is_the_larger_of_the_two_times)
+{
+    int memory_bound = -1;
+    cr_expect_float_eq(mlajit_ceiling_us(4563402752.0, 88215552.0, &memory_bound), 20.7566, 1e-4);
+    cr_expect_eq(memory_bound, 1);
+    mlajit_work w;
+    cr_assert_eq(mlajit_work_count(mlajit_model_describe(MLAJIT_MODEL_V32), 128, 128, 1, 2048, 0, &w), MLAJIT_OK);
+    cr_expect_eq(w.flop, 73014444032.0);
+    cr_expect_eq(mlajit_work_bytes(&w), 207683584.0);
+    cr_expect_float_eq(mlajit_ceiling_us(w.flop, mlajit_work_bytes(&w), &memory_bound), 92.894, 1e-3);
+    cr_expect_eq(memory_bound, 0);
+    cr_expect_float_eq(mlajit_ceiling_us(0, 0, NULL), 0.0, 1e-12, "no work, no time; NULL is fine");
+}
+
+Test(work, bad_arguments_are_refused_not_counted)
+{
+    mlajit_work w = {.flop = 7};
+    cr_expect_neq(mlajit_work_count(NULL, 16, 64, 1, 2048, 0, &w), MLAJIT_OK);
+    cr_expect_eq(w.flop, 0, "the counts are zeroed on failure");
+    cr_expect_neq(mlajit_work_count(mlajit_model_describe(MLAJIT_MODEL_V32), 0, 64, 1, 2048, 0, &w), MLAJIT_OK);
+    cr_expect(strstr(mlajit_last_error(), "h_q") != NULL, "%s", mlajit_last_error());
+    cr_expect_neq(mlajit_work_count(mlajit_model_describe(MLAJIT_MODEL_V32), 16, 64, 1, -1, 0, &w), MLAJIT_OK);
+    cr_expect_neq(mlajit_work_count(mlajit_model_describe(MLAJIT_MODEL_V32), 16, 64, 1, 2048, 0, NULL), MLAJIT_OK);
+}

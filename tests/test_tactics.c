@@ -1266,9 +1266,10 @@ static mlajit_context *tuned_context(void)
     return ctx;
 }
 
-/* A record saying the rules' plan won at its bucket's edge: every shape of
- * the bucket plans by the rules (their kernel and split count there, which
- * need not be the kernel recorded at the edge), reported as tuned. */
+/* A record saying the rules' plan won at its bucket's edge: shapes of the
+ * bucket plan by the rules (their kernel and split count there, which need not
+ * be the kernel recorded at the edge; the next test: where it stays), reported
+ * as tuned. */
 Test(plan, a_tactic_that_follows_the_rules_plans_each_shape_by_them)
 {
     mlajit_context *ctx = gpu_context(path_in_root("cache"), NULL);
@@ -1293,6 +1294,67 @@ Test(plan, a_tactic_that_follows_the_rules_plans_each_shape_by_them)
         other_kernel |= strcmp(rules.kernel, edge_rules.kernel) != 0 || rules.num_splits != edge_rules.num_splits;
     }
     cr_expect(other_kernel, "some shape must plan otherwise than the edge, or the test shows nothing");
+    mlajit_context_destroy(ctx);
+}
+
+static mlajit_kernel_spec spec_of(int heads, int page)
+{
+    mlajit_kernel_spec s = MLAJIT_KERNEL_SPEC_INIT;
+    cr_assert_eq(mlajit_spec_init(&s, MLAJIT_MODEL_V32, heads, page), MLAJIT_OK, "%s", mlajit_last_error());
+    return s;
+}
+
+/* A record following the rules whose kernel the rules leave inside its bucket
+ * (a threshold between the edge and the shape) keeps that kernel where the
+ * planner gives it the split count measured at the edge and no thin last wave;
+ * elsewhere the rules plan. The shapes are the H100 sweep's (bench/NOTES.md 1c). */
+Test(plan, a_tactic_that_follows_the_rules_keeps_its_kernel_where_its_grid_carries)
+{
+    mlajit_context *ctx = gpu_context(path_in_root("cache"), NULL);
+    /* V3.2 h93 page 2, edge rows 4 topk 4096: head groups of 32 in 11 splits */
+    mlajit_kernel_spec s = spec_of(93, 2);
+    mlajit_decode_shape edge = shape_of(4, 1, 4096);
+    mlajit_plan_outline at_edge = by_rules(&s, &edge);
+    cr_assert(strstr(at_edge.kernel, ".hc32.sm90-narrow.") && at_edge.num_splits == 11, "%s in %d splits",
+              at_edge.kernel, at_edge.num_splits);
+    mlajit_tactic_choice c = choice_of(at_edge.kernel, 0, 23.8);
+    c.follows_rules = 1;
+    c.rules_us = 23.8;
+    cr_assert_eq(mlajit_tactic_store(ctx, &s, &edge, &c), MLAJIT_OK, "%s", mlajit_last_error());
+    /* b 1 s_q 4 topk 5846: 27 summed tiles, past the rules' head-group limit, so
+     * they take sm90; the recorded kernel keeps its 11 splits (one wave) */
+    mlajit_decode_shape far = shape_of(1, 4, 5846);
+    mlajit_plan_outline rules = by_rules(&s, &far), o = planned(ctx, &s, &far);
+    cr_assert(strcmp(rules.kernel, at_edge.kernel) != 0, "the rules must leave the kernel here: %s", rules.kernel);
+    cr_expect_str_eq(o.kernel, at_edge.kernel);
+    cr_expect_eq(o.num_splits, 11);
+    cr_expect_eq(o.tactic, MLAJIT_TACTIC_TUNED);
+    /* b 7 topk 4096: the recorded kernel would take 6 splits, not the 11 measured: the rules */
+    mlajit_decode_shape wider = shape_of(7, 1, 4096);
+    rules = by_rules(&s, &wider);
+    o = planned(ctx, &s, &wider);
+    cr_assert(strcmp(rules.kernel, at_edge.kernel) != 0, "the rules must leave the kernel here: %s", rules.kernel);
+    cr_expect(strcmp(o.kernel, rules.kernel) == 0 && o.num_splits == rules.num_splits, "%s in %d splits", o.kernel,
+              o.num_splits);
+    mlajit_context_destroy(ctx);
+
+    /* V3.2 h49 page 3, edge rows 128 topk 1024: sm90-staged, 128 CTAs; at 138
+     * rows it would end in a wave of 6 CTAs: the rules (sm90 in 3 splits) */
+    ctx = gpu_context(path_in_root("cache2"), NULL);
+    s = spec_of(49, 3);
+    edge = shape_of(128, 1, 1024);
+    at_edge = by_rules(&s, &edge);
+    cr_assert(strstr(at_edge.kernel, ".sm90-staged.") != NULL, "%s", at_edge.kernel);
+    c = choice_of(at_edge.kernel, 0, 100.0);
+    c.follows_rules = 1;
+    c.rules_us = 100.0;
+    cr_assert_eq(mlajit_tactic_store(ctx, &s, &edge, &c), MLAJIT_OK, "%s", mlajit_last_error());
+    far = shape_of(138, 1, 1834);
+    rules = by_rules(&s, &far);
+    o = planned(ctx, &s, &far);
+    cr_assert(strcmp(rules.kernel, at_edge.kernel) != 0, "the rules must leave the kernel here: %s", rules.kernel);
+    cr_expect(strcmp(o.kernel, rules.kernel) == 0 && o.num_splits == rules.num_splits, "%s in %d splits", o.kernel,
+              o.num_splits);
     mlajit_context_destroy(ctx);
 }
 

@@ -200,6 +200,112 @@ Test(tune, unchecked_winners_are_stored_one_per_bucket_and_found)
 /* A second run over a cache that holds the first one's records still times the
  * rules as its rules' candidate (the tuner plans its candidates without tactics,
  * and leaves the context's setting as it was). */
+static double json_number(const char *line, const char *key)
+{
+    const char *p = strstr(line, key);
+    cr_assert_not_null(p, "no %s in %s", key, line);
+    return strtod(p + strlen(key), NULL);
+}
+
+/* Each bucket's JSON line: tuned_us is the time of the plan the record gives
+ * (the rules' where it follows them), best_us the fastest candidate's; with the
+ * check skipped every candidate passes, so the fastest is fastest_us. The fake
+ * driver's times are host noise, so which buckets the rules keep varies (a
+ * run may have none): the relations hold on every line, and the choice itself
+ * is pinned by the scripted test above. */
+Test(tune, the_json_line_gives_the_records_time_and_the_fastest_apart)
+{
+    mlajit_context *ctx = gpu_context();
+    mlajit_tune_envelope env = small_envelope();
+    mlajit_tune_options o = fake_options(600, 1);
+    FILE *json = tmpfile();
+    o.json = json;
+    mlajit_tune_summary s;
+    cr_assert_eq(mlajit_tune_run(ctx, &env, &o, &s), MLAJIT_OK, "%s", mlajit_last_error());
+    cr_assert_eq(s.stored, 4);
+    rewind(json);
+    char line[2048];
+    int lines = 0;
+    while (fgets(line, sizeof line, json)) {
+        lines++;
+        double tuned = json_number(line, "\"tuned_us\": "), best = json_number(line, "\"best_us\": ");
+        double rules = json_number(line, "\"rules_us\": "), fastest = json_number(line, "\"fastest_us\": ");
+        cr_expect_eq(best, fastest, "line %d: best_us is the fastest candidate: %s", lines, line);
+        cr_expect_leq(best, tuned, "line %d: %s", lines, line);
+        if (strstr(line, "\"follows_rules\": true"))
+            cr_expect_eq(tuned, rules, "line %d: a record of the rules gives the rules' time: %s", lines, line);
+        else
+            cr_expect_eq(tuned, best, "line %d: a record of another plan gives the winner's time: %s", lines, line);
+    }
+    cr_expect_eq(lines, 4);
+    fclose(json);
+    mlajit_context_destroy(ctx);
+}
+
+/* Custom layouts are a model axis of their own: with layouts and no models only
+ * they are tuned, their records are found under the layout's spec, and a layout
+ * equal to a named model's is tuned (and found) as that model. */
+Test(tune, custom_layouts_are_tuned_and_found_like_named_models)
+{
+    mlajit_context *ctx = gpu_context();
+    mlajit_layout lay[2];
+    cr_assert_eq(mlajit_layout_parse("d_nope=512,d_rope=64,tile=128,scales=fp32,place=inline,row_bytes=672", &lay[0]),
+                 MLAJIT_OK, "%s", mlajit_last_error());
+    cr_assert_eq(mlajit_layout_parse("v32", &lay[1]), MLAJIT_OK, "%s", mlajit_last_error());
+    mlajit_tune_envelope env = small_envelope();
+    env.models = NULL;
+    env.num_models = 0;
+    env.layouts = lay;
+    env.num_layouts = 2;
+    mlajit_tune_options o = fake_options(600, 1);
+    FILE *json = tmpfile();
+    o.json = json;
+    mlajit_tune_summary s;
+    cr_assert_eq(mlajit_tune_run(ctx, &env, &o, &s), MLAJIT_OK, "%s", mlajit_last_error());
+    cr_expect_eq(s.buckets, 8, "2 layouts x 2 topks x 2 rows");
+    cr_expect_eq(s.stored, 8);
+    cr_expect_eq(records_found(ctx), 4, "v32's layout tunes as v32: its records are v32's");
+    int found = 0;
+    for (int t = 0; t < 2; t++)
+        for (int r = 0; r < 2; r++) {
+            mlajit_kernel_spec spec = MLAJIT_KERNEL_SPEC_INIT;
+            cr_assert_eq(mlajit_spec_init_layout(&spec, &lay[0], 16, 64), MLAJIT_OK, "%s", mlajit_last_error());
+            mlajit_decode_shape shape = MLAJIT_DECODE_SHAPE_INIT;
+            shape.batch = rows_[r];
+            shape.s_q = 1;
+            shape.topk = topks[t];
+            mlajit_tactic_match m;
+            cr_assert_eq(mlajit_tactic_lookup(ctx, &spec, &shape, &m), MLAJIT_OK, "%s", mlajit_last_error());
+            found += m.found && m.exact;
+        }
+    cr_expect_eq(found, 4, "the custom layout's 4 buckets have records");
+    rewind(json);
+    char line[2048];
+    int custom_lines = 0, v32_lines = 0;
+    while (fgets(line, sizeof line, json)) {
+        custom_lines += strstr(line, "\"model\": \"nope512-rope64-v512-tile128-fp32-inline-row672\"") != NULL;
+        v32_lines += strstr(line, "\"model\": \"v32\"") != NULL;
+    }
+    cr_expect_eq(custom_lines, 4, "the JSON names a custom layout by its canonical string");
+    cr_expect_eq(v32_lines, 4);
+    fclose(json);
+    mlajit_context_destroy(ctx);
+}
+
+Test(tune, a_bad_layout_in_the_envelope_is_refused_naming_it)
+{
+    mlajit_layout bad = {0};
+    mlajit_tune_envelope env = small_envelope();
+    env.layouts = &bad;
+    env.num_layouts = 1;
+    FILE *list = tmpfile();
+    mlajit_tune_options o = {.dry_run = 1, .list = list};
+    mlajit_tune_summary s;
+    cr_expect_neq(mlajit_tune_run(NULL, &env, &o, &s), MLAJIT_OK);
+    cr_expect(strstr(mlajit_last_error(), "layouts[0]") != NULL, "%s", mlajit_last_error());
+    fclose(list);
+}
+
 Test(tune, a_second_run_times_the_rules_not_the_first_runs_records)
 {
     mlajit_context *ctx = gpu_context();
@@ -269,6 +375,55 @@ static mlajit_tune_candidate rung(const char *kernel, int splits, int is_rules)
 /* The split ladder: counts are timed until one is slower than the one before
  * by more than 3%; then that kernel's larger counts are skipped, and the next
  * kernel climbs its own. */
+/* ---- a bucket's winner, and the times its JSON line reports ------------------- */
+
+typedef struct scripted_checks {
+    const int *pass; /* per candidate */
+    int asked[8];    /* how often each was checked */
+} scripted_checks;
+
+static int scripted_check(void *user, int ci, int *pass)
+{
+    scripted_checks *s = user;
+    s->asked[ci]++;
+    *pass = s->pass[ci];
+    return MLAJIT_OK;
+}
+
+Test(candidates, the_winner_and_its_times_are_the_plan_the_record_gives)
+{
+    /* candidate 0 is the rules' own plan, as the tuner orders them; -1: not timed in full */
+    const struct {
+        const char *what;
+        double us[4];
+        int pass[4], rules_ci;
+        int winner;
+        double tuned, best, runner_up;
+    } cases[] = {
+        {"the rules within 1% of a faster one keep the bucket at their own time",
+         {10.05, 10.0, 12.0, -1}, {1, 1, 1, 1}, 0, 0, 10.05, 10.0, 10.0},
+        {"the rules past 1% lose to the fastest", {10.5, 10.0, 12.0, -1}, {1, 1, 1, 1}, 0, 1, 10.0, 10.0, 10.5},
+        {"the fastest failing its check: the next one is the best, the rules within 1% of it win",
+         {10.05, 9.0, 10.02, -1}, {1, 0, 1, 1}, 0, 0, 10.05, 10.02, 10.02},
+        {"the rules failing their check leave the fastest", {10.05, 10.0, 12.0, -1}, {0, 1, 1, 1}, 0, 1, 10.0, 10.0,
+         10.05},
+        {"the rules the fastest: tuned and best alike", {9.0, 10.0, -1, 12.0}, {1, 1, 1, 1}, 0, 0, 9.0, 9.0, 10.0},
+        {"the rules dropped early (not timed in full)", {-1, 10.0, 10.01, -1}, {1, 1, 1, 1}, -1, 1, 10.0, 10.0, 10.01},
+        {"none passes: no winner", {10.0, 11.0, -1, -1}, {0, 0, 1, 1}, 0, -1, 0, 0, 0},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        scripted_checks sc = {.pass = cases[i].pass};
+        mlajit_tune_settled st;
+        cr_assert_eq(mlajit_tune_settle(cases[i].us, 4, cases[i].rules_ci, scripted_check, &sc, &st), MLAJIT_OK);
+        cr_expect_eq(st.winner, cases[i].winner, "%s: winner %d", cases[i].what, st.winner);
+        cr_expect_eq(st.tuned_us, cases[i].tuned, "%s: tuned_us %g", cases[i].what, st.tuned_us);
+        cr_expect_eq(st.best_us, cases[i].best, "%s: best_us %g", cases[i].what, st.best_us);
+        cr_expect_eq(st.runner_up_us, cases[i].runner_up, "%s: runner_up_us %g", cases[i].what, st.runner_up_us);
+        for (int c = 0; c < 4; c++)
+            cr_expect_leq(sc.asked[c], 1, "%s: candidate %d checked %d times", cases[i].what, c, sc.asked[c]);
+    }
+}
+
 Test(candidates, a_kernels_split_ladder_stops_at_its_turn)
 {
     mlajit_tune_ladder l = {.kernel = ""};
@@ -299,7 +454,8 @@ Test(candidates, a_kernels_split_ladder_stops_at_its_turn)
 
 static int same_shape(const mlajit_sweep_shape *a, const mlajit_sweep_shape *b)
 {
-    return a->spec.model == b->spec.model && a->spec.h_q == b->spec.h_q && a->spec.page_size == b->spec.page_size &&
+    return a->spec.model == b->spec.model && !memcmp(&a->spec.layout, &b->spec.layout, sizeof a->spec.layout) &&
+           a->spec.h_q == b->spec.h_q && a->spec.page_size == b->spec.page_size &&
            a->spec.extra_page_size == b->spec.extra_page_size && a->spec.features == b->spec.features &&
            a->shape.batch == b->shape.batch && a->shape.s_q == b->shape.s_q && a->shape.topk == b->shape.topk &&
            a->shape.extra_topk == b->shape.extra_topk;
@@ -373,11 +529,36 @@ Test(sweep, a_bad_shape_line_is_refused_naming_what_is_wrong)
         cr_expect(strstr(mlajit_last_error(), bad[i].says) != NULL, "'%s': the message '%s' does not say '%s'",
                   bad[i].line, mlajit_last_error(), bad[i].says);
     }
+    cr_expect_neq(mlajit_sweep_shape_parse("model=nope512-rope64-v512-tile100-fp32-inline-row672 h_q=16 page=64 "
+                                           "b=1 topk=128", "sm_90a", &s), MLAJIT_OK);
+    cr_expect(strstr(mlajit_last_error(), "allowed a model's name") != NULL, "%s", mlajit_last_error());
     cr_assert_eq(mlajit_sweep_shape_parse("model=dsv4 h_q=64 page=256 b=2 s_q=2 topk=128 extra_topk=512 "
                                           "features=sink", "sm_90a", &s),
                  MLAJIT_OK, "%s", mlajit_last_error());
     cr_expect_eq(s.spec.extra_page_size, 64, "an extra topk without extra_page takes pages of 64");
     cr_expect_eq(s.shape.s_q, 2);
+}
+
+/* A shape line's model may be a layout: format writes a custom layout's
+ * canonical string and parse reads it (or inline keys) back; v32's own layout
+ * reads as v32. */
+Test(sweep, a_custom_layouts_shape_line_reads_back)
+{
+    mlajit_sweep_shape s, back;
+    cr_assert_eq(mlajit_sweep_shape_parse("model=d_nope=512,d_rope=64,tile=128,scales=fp32,place=inline,row_bytes=672 "
+                                          "h_q=16 page=64 b=2 topk=128", "sm_90a", &s),
+                 MLAJIT_OK, "%s", mlajit_last_error());
+    cr_expect_eq(s.spec.model, MLAJIT_MODEL_CUSTOM);
+    cr_expect_eq(s.spec.layout.row_bytes, 672);
+    char line[256];
+    cr_assert_eq(mlajit_sweep_shape_format(&s, line, sizeof line), MLAJIT_OK);
+    cr_expect_str_eq(line, "model=nope512-rope64-v512-tile128-fp32-inline-row672 h_q=16 page=64 b=2 s_q=1 topk=128");
+    cr_assert_eq(mlajit_sweep_shape_parse(line, "sm_90a", &back), MLAJIT_OK, "%s", mlajit_last_error());
+    cr_expect(same_shape(&s, &back), "'%s' reads back as another shape", line);
+    cr_assert_eq(mlajit_sweep_shape_parse("model=nope512-rope64-v512-tile128-pow2-inline-row656 h_q=16 page=64 b=2 "
+                                          "topk=128", "sm_90a", &s),
+                 MLAJIT_OK, "%s", mlajit_last_error());
+    cr_expect_eq(s.spec.model, MLAJIT_MODEL_V32, "v32's layout is v32");
 }
 
 TestSuite(sweep_gpu, .init = make_root, .fini = remove_root, .timeout = 240);
@@ -441,6 +622,36 @@ Test(tune, the_public_entry_point_tunes_a_grid_and_reports)
     cr_expect_eq(r.buckets, 1300);
     cr_expect_eq(r.buckets_done, 0);
     cr_expect_eq(r.deadline_hit, 1);
+    mlajit_context_destroy(ctx);
+}
+
+/* The public grid's layouts (added after 1.0): alone they are the model axis,
+ * beside models they follow them; a bad one is refused naming it. */
+Test(tune, the_public_entry_point_takes_custom_layouts)
+{
+    mlajit_context *ctx = gpu_context();
+    mlajit_layout lay[2];
+    cr_assert_eq(mlajit_layout_parse("d_nope=512,d_rope=64,tile=128,scales=fp32,place=inline,row_bytes=672", &lay[0]),
+                 MLAJIT_OK, "%s", mlajit_last_error());
+    const mlajit_model models[] = {MLAJIT_MODEL_V32};
+    const int heads[] = {16}, pages[] = {64}, topks[] = {128}, rows[] = {1, 2};
+    mlajit_tune_grid g = MLAJIT_TUNE_GRID_INIT;
+    g.head_counts = heads, g.num_head_counts = 1, g.page_sizes = pages, g.num_page_sizes = 1;
+    g.topks = topks, g.num_topks = 1, g.rows = rows, g.num_rows = 2;
+    g.layouts = lay, g.num_layouts = 1;
+    mlajit_tune_report r = MLAJIT_TUNE_REPORT_INIT;
+    cr_assert_eq(mlajit_tune(ctx, &g, 0, &r), MLAJIT_OK, "%s", mlajit_last_error());
+    cr_expect_eq(r.buckets, 2, "the layout alone: no default models beside it");
+    g.models = models, g.num_models = 1;
+    cr_assert_eq(mlajit_tune(ctx, &g, 0, &r), MLAJIT_OK, "%s", mlajit_last_error());
+    cr_expect_eq(r.buckets, 4);
+    memset(&lay[1], 0, sizeof lay[1]);
+    g.layouts = &lay[1];
+    cr_expect_neq(mlajit_tune(ctx, &g, 0, &r), MLAJIT_OK);
+    cr_expect(strstr(mlajit_last_error(), "grid.layouts[0]") != NULL, "%s", mlajit_last_error());
+    g.layouts = NULL;
+    cr_expect_neq(mlajit_tune(ctx, &g, 0, &r), MLAJIT_OK, "a count without a list");
+    cr_expect(strstr(mlajit_last_error(), "grid.layouts") != NULL, "%s", mlajit_last_error());
     mlajit_context_destroy(ctx);
 }
 

@@ -1,7 +1,7 @@
 #!/bin/bash
 # Build, test and benchmark on the GPU host in one call (see shared/device/README.md).
 # Usage (from the project root, with .devdeps/.devtools/.golden carried):
-#   tools/device-run.sh [tests|demo|python-scan|cases|bench|bench-quick|bench-sm90|compile-times|ncu|ncu-sm90|ncu-source|sol|sass|gather|floor|fuzz:S:SEED[:MODEL]|fuzz-bg:S:SEED|suites:A,B|example|base|lookup|python|python-tests|python-install|python-bench|tune-grid|sweep|stability|cases-tuned|fuzz-tuned:S:SEED|layouts|layouts-custom|all]...
+#   tools/device-run.sh [tests|demo|python-scan|cases|bench|bench-quick|bench-sm90|compile-times|ncu|ncu-sm90|ncu-source|sol|sass|gather|floor|fuzz:S:SEED[:MODEL]|fuzz-bg:S:SEED|suites:A,B|example|base|lookup|python|python-tests|python-install|python-bench|tune-grid|sweep|stability|cases-tuned|fuzz-tuned:S:SEED|layouts|layouts-custom|bench-layouts|all]...
 # Logs go to $OUT (or ./device-out) so they come back with the call. The device
 # tool returns at most 8 files, so at the end every log is packed into
 # $OUT/logs-N.tgz (N: the first free number, so a second run into the same $OUT
@@ -290,6 +290,10 @@ for step in "${@:-all}"; do
       cat "$OUT/sweep.log"; grep -E "^sweep: .*pick error \+([3-9]|[1-9][0-9])" "$OUT/sweep-progress.log" | head -20 ;;
     bench-quick)
       ./build-gpu/mlajit bench --quick --json "$OUT/h200.jsonl" 2>&1 | tee "$OUT/bench.log" || rc=1 ;;
+    bench-layouts)
+      # issue 49's speed rows: glm53_nope and dots3_swa beside V3.2 at heads 16/64/128,
+      # b 64/128, topk 2048, each checked against the fp64 reference (its own JSON)
+      ./build-gpu/mlajit bench --layouts --json "$OUT/h200-layouts.jsonl" 2>&1 | tee "$OUT/bench-layouts.log" || rc=1 ;;
     bench-sm90)
       # the wgmma family forced on the quick rows (its own JSON; h200.jsonl stays the default run)
       ./build-gpu/mlajit bench --quick --variant sm90 --json "$OUT/h200-sm90.jsonl" 2>&1 | tee "$OUT/bench-sm90.log" || rc=1 ;;

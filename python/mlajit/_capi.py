@@ -254,6 +254,8 @@ class TuneGrid(SizedStructure):
         ("extra_topks", POINTER(c_int)),
         ("num_extra_topks", c_int),
         ("extra_page_size", c_int),
+        ("layouts", POINTER(Layout)),  # added after 1.0
+        ("num_layouts", c_int),
     ]
 
 

@@ -10,7 +10,7 @@ from typing import Dict, Iterable, Optional, Sequence
 
 from . import _capi
 from .errors import InvalidArgumentError, check
-from .models import FeaturesLike, ModelLike, as_features, as_model
+from .models import FeaturesLike, Layout, ModelLike, as_features, as_model, as_model_or_layout
 
 _lib = _capi.lib
 
@@ -224,10 +224,21 @@ class Context:
         """Measure on this context's GPU which kernel and split count serve each
         bucket of the grid fastest, and store the winners in its writable cache,
         where plans take them (mlajit_tune; docs/tuning.md). A list left None is
-        the production grid's; no candidate starts after `seconds`. Progress goes
-        to the "mlajit" logger at INFO. Minutes for the default grid; never under
-        CUDA graph capture."""
-        m, nm = _ints("models", None if models is None else [int(as_model(x)) for x in models])
+        the production grid's; models may hold custom Layouts (the grid's layouts:
+        with only Layouts, no named model is tuned). No candidate starts after
+        `seconds`. Progress goes to the "mlajit" logger at INFO. Minutes for the
+        default grid; never under CUDA graph capture."""
+        named, custom = None, []
+        if models is not None:  # a custom Layout goes on the grid's layouts axis
+            named = []
+            for x in models:
+                v = as_model_or_layout(x, "models")
+                if isinstance(v, Layout):
+                    custom.append(v)
+                else:
+                    named.append(int(v))
+        m, nm = _ints("models", named if named or not custom else None)
+        lays = (_capi.Layout * len(custom))(*[x._to_c() for x in custom]) if custom else None
         h, nh = _ints("head_counts", head_counts)
         p, np_ = _ints("page_sizes", page_sizes)
         f, nf = _ints("feature_sets", None if feature_sets is None else [as_features(x) for x in feature_sets],
@@ -235,7 +246,7 @@ class Context:
         t, nt = _ints("topks", topks)
         r, nr = _ints("rows", rows)
         e, ne = _ints("extra_topks", extra_topks)
-        grid = _capi.TuneGrid(m, nm, h, nh, p, np_, f, nf, t, nt, r, nr, e, ne, extra_page_size)
+        grid = _capi.TuneGrid(m, nm, h, nh, p, np_, f, nf, t, nt, r, nr, e, ne, extra_page_size, lays, len(custom))
         report = _capi.TuneReport()
         check(_lib.mlajit_tune(self.handle, ctypes.byref(grid), float(seconds), ctypes.byref(report)), "tune")
         return TuneReport(buckets=report.buckets, buckets_done=report.buckets_done, stored=report.stored,

@@ -104,6 +104,16 @@ def test_tune_times_every_bucket_and_stores_what_passes_its_check(ctx, caplog):
     assert any("tune: 4/4" in r.getMessage() for r in caplog.records)
 
 
+def test_tune_takes_custom_layouts_in_models(ctx):
+    # zero seconds: the buckets are counted, none is timed. A custom Layout is the
+    # grid's layouts axis (alone, no named model is added); v32's own layout is v32.
+    custom = mlajit.Layout.parse("d_nope=512,d_rope=64,tile=128,scales=fp32,place=inline,row_bytes=672")
+    grid = dict(head_counts=[16], page_sizes=[64], topks=[128], rows=[1, 2])
+    assert ctx.tune(0, models=[custom], **grid).buckets == 2
+    assert ctx.tune(0, models=["v32", custom], **grid).buckets == 4
+    assert ctx.tune(0, models=["v32", mlajit.Layout.of("v32")], **grid).buckets == 2
+
+
 def test_tune_refuses_a_bad_grid_naming_the_list(ctx):
     with pytest.raises(mlajit.InvalidArgumentError, match=r"grid.head_counts\[1\] = 0; allowed 1\.\.128"):
         ctx.tune(10, head_counts=[16, 0])

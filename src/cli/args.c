@@ -443,6 +443,16 @@ int cli_room_for(const char *name, int count, int max)
     return 0;
 }
 
+int cli_add_layout(const char *name, const char *value, void *target)
+{
+    cli_layout_list *l = target;
+    const int max = (int)(sizeof l->layouts / sizeof l->layouts[0]);
+    if (!cli_room_for(name, l->count, max) || !cli_parse_layout(name, value, &l->layouts[l->count]))
+        return 0;
+    l->count++;
+    return 1;
+}
+
 static int add_int(const char *name, const char *text, void *target)
 {
     cli_int_list *l = target;

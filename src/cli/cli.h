@@ -168,6 +168,13 @@ typedef struct cli_model_list {
     int count;
 } cli_model_list;
 
+/* --layout, repeatable: each value appends one layout (cli_parse_layout's forms). */
+typedef struct cli_layout_list {
+    mlajit_layout layouts[8];
+    int count;
+} cli_layout_list;
+int cli_add_layout(const char *name, const char *value, void *target); /* [cli_layout_list] */
+
 /* Feature sets: each names features joined with '+' ("none" for the empty set). */
 typedef struct cli_feature_sets {
     unsigned sets[16];

@@ -96,23 +96,6 @@ static void string_list_free(string_list *l)
     memset(l, 0, sizeof *l);
 }
 
-/* --layout, repeatable: each adds a custom layout to the grid's model axis. */
-typedef struct layout_list {
-    mlajit_layout layouts[8];
-    int count;
-} layout_list;
-
-static int add_layout(const char *name, const char *value, void *target)
-{
-    layout_list *l = target;
-    if (!cli_room_for(name, l->count, 8))
-        return 0;
-    if (!cli_parse_layout(name, value, &l->layouts[l->count]))
-        return 0;
-    l->count++;
-    return 1;
-}
-
 static int add_spec(const char *name, const char *value, void *target)
 {
     if (string_list_add(target, value))
@@ -156,9 +139,9 @@ static int read_spec_file(const char *name, const char *path, void *target)
 
 /* pack build --tune: tune the grid on this GPU into the cache (cli_tune_grid);
  * *info says where that cache is. */
-static int tune_grid(const mlajit_model *models, int num_models, const int *heads, int num_heads, const int *pages,
-                     int num_pages, const unsigned *features, int num_features, int seconds, int skip_check,
-                     mlajit_context_info *info)
+static int tune_grid(const mlajit_model *models, int num_models, const cli_layout_list *layouts, const int *heads,
+                     int num_heads, const int *pages, int num_pages, const unsigned *features, int num_features,
+                     int seconds, int skip_check, mlajit_context_info *info)
 {
     mlajit_context *ctx;
     int rc = mlajit_context_create(NULL, &ctx);
@@ -174,6 +157,7 @@ static int tune_grid(const mlajit_model *models, int num_models, const int *head
         mlajit_tune_envelope grid = {
             .models = models, .num_models = num_models, .heads = heads, .num_heads = num_heads, .pages = pages,
             .num_pages = num_pages, .feature_sets = num_features ? features : NULL, .num_feature_sets = num_features,
+            .layouts = layouts->count ? layouts->layouts : NULL, .num_layouts = layouts->count,
         };
         status = cli_tune_grid(ctx, &grid, seconds, skip_check);
     }
@@ -253,7 +237,7 @@ static int cmd_build(int argc, char **argv)
     cli_int_list heads = {.lo = 1, .hi = MLAJIT_MAX_HEADS}, pages = {.lo = 1, .hi = MLAJIT_MAX_PAGE_SIZE},
              extra = {.lo = 0, .hi = MLAJIT_MAX_PAGE_SIZE};
     string_list archs = {0}, spec_strings = {0};
-    layout_list layout_set = {0};
+    cli_layout_list layout_set = {.count = 0}; /* custom layouts: the grid's model axis after the models */
     const char *out_path = "mlajit.pack", *tactics_from = NULL;
     int tune_seconds = -1, tune_no_check = 0;
     mlajit_context_info tuned_info = MLAJIT_CONTEXT_INFO_INIT;
@@ -261,7 +245,7 @@ static int cmd_build(int argc, char **argv)
     size_t tactic_count = 0;
     const cli_option options[] = {
         {"--models", CLI_CUSTOM, &model_set, .parse = cli_parse_model_list},
-        {"--layout", CLI_CUSTOM, &layout_set, .parse = add_layout},
+        {"--layout", CLI_CUSTOM, &layout_set, .parse = cli_add_layout},
         {"--heads", CLI_CUSTOM, &heads, .parse = cli_parse_int_list},
         {"--pages", CLI_CUSTOM, &pages, .parse = cli_parse_int_list},
         {"--extra-pages", CLI_CUSTOM, &extra, .parse = cli_parse_int_list},
@@ -289,10 +273,6 @@ static int cmd_build(int argc, char **argv)
         status = cli_usage_error(&cmd, "a grid needs --models, --heads and --pages together (--layout counts as --models)");
         goto done;
     }
-    if (tune_seconds >= 0 && layout_set.count) {
-        status = cli_usage_error(&cmd, "--tune tunes the named models' grid; give custom layouts' kernels without it");
-        goto done;
-    }
     if (!grid_given && spec_strings.count == 0 && !tactics_from) {
         status = cli_usage_error(&cmd, "give a grid (--models, --heads, --pages), --spec / --specs or --tactics-from");
         goto done;
@@ -303,7 +283,7 @@ static int cmd_build(int argc, char **argv)
                                            "--tactics-from (it ships the cache it tunes into)");
             goto done;
         }
-        if ((status = tune_grid(models, num_models, heads.values, heads.count, pages.values, pages.count, features,
+        if ((status = tune_grid(models, num_models, &layout_set, heads.values, heads.count, pages.values, pages.count, features,
                                 num_features, tune_seconds, tune_no_check, &tuned_info)) != CLI_OK)
             goto done;
         tactics_from = tuned_info.cache_dir;

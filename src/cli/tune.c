@@ -173,7 +173,7 @@ int cli_tune_grid(mlajit_context *ctx, const mlajit_tune_envelope *grid, int sec
 int cli_tune(int argc, char **argv)
 {
     static const char usage[] =
-        "usage: mlajit tune [--models v32,dsv4] [--heads 8,16,32,64,128] [--pages 64,256]\n"
+        "usage: mlajit tune [--models v32,dsv4] [--layout L]... [--heads 8,16,32,64,128] [--pages 64,256]\n"
         "                   [--topk 128..2048|LIST] [--rows 1..4096|LIST] [--features SETS]\n"
         "                   [--extra-topk LIST] [--seconds N] [--dry-run] [--json FILE]\n"
         "  measure, per bucket (models x heads x pages x features x extra topks x topk buckets x\n"
@@ -181,6 +181,9 @@ int cli_tune(int argc, char **argv)
         "  walk alternative and split counts 1, 2, 4, ... 64 by docs/BENCH.md's graph protocol on\n"
         "  caches in HBM with fresh indices per call; the fastest that passes the fp64 reference\n"
         "  check is stored in the cache as this GPU's tactic (docs/tuning.md)\n"
+        "  --layout L     a custom layout on the model axis, after --models (repeatable, up to 8;\n"
+        "                 inline keys, a JSON file or a canonical string: docs/layouts.md); with\n"
+        "                 --layout and no --models only the layouts are tuned\n"
         "  --topk/--rows  LO..HI: the powers of two from LO rounded down to HI; or a list\n"
         "  --features S   feature sets, e.g. none,sink+topk-length (default none)\n"
         "  --extra-topk L extra-cache topk buckets (0: none, the default; pages of 64)\n"
@@ -195,12 +198,14 @@ int cli_tune(int argc, char **argv)
         "  issue 47's check of the tuner: tune each shape's bucket, then per shape time every\n"
         "  candidate at the shape itself, the rules' plan and the tuned plan (docs/tuning.md, \"The\n"
         "  sweep\"); FILE: one shape a line (model=v32 h_q=16 page=64 b=128 s_q=1 topk=2048\n"
-        "  [extra_topk=N extra_page=N] [features=sink+topk-length]; '#' starts a comment)\n"
+        "  [extra_topk=N extra_page=N] [features=sink+topk-length]; model may be a layout's\n"
+        "  canonical string or inline keys; '#' starts a comment)\n"
         "  --repeats N    the rules', tuned and best plans timed again N times in turn (default 3)\n"
         "usage: mlajit tune --draw-shapes N [--seed S]\n"
         "  print N shapes off the production grid, drawn with seed S (default 47), in --sweep's\n"
         "  format; needs no GPU (`mlajit bench --shapes` prints the bench rows the same way)\n";
     cli_model_list models = {.count = 0};
+    cli_layout_list layouts = {.count = 0};
     cli_int_list heads = {.lo = 1, .hi = MLAJIT_MAX_HEADS}, pages = {.lo = 1, .hi = MLAJIT_MAX_PAGE_SIZE},
                  topks = {.lo = 1, .hi = MLAJIT_MAX_TOPK}, rows = {.lo = 1, .hi = MLAJIT_MAX_ROWS},
                  extra = {.lo = 0, .hi = MLAJIT_MAX_TOPK};
@@ -211,6 +216,7 @@ int cli_tune(int argc, char **argv)
     const char *json_path = NULL, *sweep_path = NULL;
     const cli_option options[] = {
         {"--models", CLI_CUSTOM, &models, .parse = cli_parse_model_list},
+        {"--layout", CLI_CUSTOM, &layouts, .parse = cli_add_layout},
         {"--heads", CLI_CUSTOM, &heads, .parse = cli_parse_int_list},
         {"--pages", CLI_CUSTOM, &pages, .parse = cli_parse_int_list},
         {"--topk", CLI_CUSTOM, &topks, .parse = parse_pow2_range},
@@ -234,6 +240,9 @@ int cli_tune(int argc, char **argv)
     int n_operands, parsed = cli_parse(&cmd, argc, argv, &n_operands);
     if (parsed != CLI_PARSED)
         return parsed;
+    if (layouts.count && (draw_shapes || sweep_path))
+        return cli_usage_error(&cmd, "--layout goes with the grid, not %s (a shape line names its own model or "
+                               "layout: model=LAYOUT)", draw_shapes ? "--draw-shapes" : "--sweep");
     if (draw_shapes) {
         for (int i = 0; i < draw_shapes; i++) {
             mlajit_sweep_shape shape;
@@ -251,6 +260,7 @@ int cli_tune(int argc, char **argv)
         .pages = pages.values, .num_pages = pages.count, .feature_sets = features.count ? features.sets : NULL,
         .num_feature_sets = features.count, .topks = topks.values, .num_topks = topks.count, .rows = rows.values,
         .num_rows = rows.count, .extra_topks = extra.count ? extra.values : NULL, .num_extra_topks = extra.count,
+        .layouts = layouts.count ? layouts.layouts : NULL, .num_layouts = layouts.count,
     };
     mlajit_tune_envelope_defaults(&env); /* the lists not given: the production grid's */
     mlajit_context *ctx = NULL;

@@ -186,6 +186,28 @@ int mlajit_graph_timer_create(mlajit_context *ctx, const mlajit_plan *plan, cons
 int mlajit_graph_timer_time(mlajit_graph_timer *t, int replays, double *us);
 void mlajit_graph_timer_free(mlajit_graph_timer *t);
 
+/* ---- work and the H200's ceilings (work.c) ----------------------------------- */
+
+/* docs/BENCH.md's measured H200 ceilings: the HBM device-to-device copy and
+ * cuBLAS's dense bf16 product (the kernels' products are bf16). */
+#define MLAJIT_H200_HBM_BYTES_PER_S 4.25e12
+#define MLAJIT_H200_BF16_FLOPS 786e12
+
+/* One decode call's work from its layout's descriptor. */
+typedef struct mlajit_work {
+    double flop;      /* BENCH.md: 2 h_q b s_q (topk + extra_topk) (d_qk + d_v) */
+    double kv_bytes;  /* BENCH.md's bytes: b s_q (topk + extra_topk) bytes_per_token (row and footer gathered) */
+    double q_bytes;   /* q read once: b s_q h_q d_qk, bf16 */
+    double out_bytes; /* out (bf16, d_v wide) and lse (fp32) written: b s_q h_q (2 d_v + 4) */
+} mlajit_work;
+int mlajit_work_count(const mlajit_model_desc *m, int h_q, int b, int s_q, int topk, int extra_topk, mlajit_work *w);
+/* kv + q + out: every byte the call must move at least once */
+double mlajit_work_bytes(const mlajit_work *w);
+/* The least time the ceilings allow for flop and bytes (µs): the larger of the
+ * compute and the memory time; *memory_bound (may be NULL) says which. A
+ * measured time's fraction of the ceiling is this over the measured time. */
+double mlajit_ceiling_us(double flop, double bytes, int *memory_bound);
+
 /* ---- the tuner (tune.c) ------------------------------------------------------- */
 
 /* The buckets to tune: models x feature sets x page sizes x extra topks x heads
@@ -202,10 +224,12 @@ typedef struct mlajit_tune_envelope {
     const int *rows;              int num_rows;
     const int *extra_topks;       int num_extra_topks;  /* NULL / 0: {0}: no extra cache */
     int extra_page_size;                                /* with an extra topk; 0: 64 */
+    const mlajit_layout *layouts; int num_layouts;      /* custom layouts: the model axis after the models (a
+                                                         * layout equal to a named model's tunes as that model) */
 } mlajit_tune_envelope;
 
 /* The production grid of issue 47 for each list of env left empty (count 0):
- * models V3.2 and DSV4, heads 8, 16, 32, 64, 128, pages 64 and 256, topk
+ * models V3.2 and DSV4 (none where env has layouts), heads 8, 16, 32, 64, 128, pages 64 and 256, topk
  * buckets 128..2048 and row buckets 1..4096 (powers of two); features and extra
  * topks stay empty (none). The lists are static. */
 void mlajit_tune_envelope_defaults(mlajit_tune_envelope *env);
@@ -245,6 +269,21 @@ int mlajit_tune_ladder_skips(const mlajit_tune_ladder *l, const mlajit_tune_cand
 /* Record c's time us (candidates off the ladder, the rules' and the planner's
  * own count, are ignored; another kernel starts a new ladder). */
 void mlajit_tune_ladder_note(mlajit_tune_ladder *l, const mlajit_tune_candidate *c, double us);
+
+/* A bucket's winner among the candidates timed in full (full_us[i] >= 0; -1:
+ * not timed in full): the fastest that passes check (asked once per candidate
+ * in the order of their times), then the rules' candidate (rules_ci, -1: none)
+ * instead where it is within 1% of that one and passes its check. tuned_us is
+ * the winner's time, what the record gives at the bucket; best_us the fastest
+ * candidate that passed; runner_up_us the next time after the fastest passing
+ * one (after the winner's, where the rules took it: the fastest's). */
+typedef int (*mlajit_tune_check_fn)(void *user, int candidate, int *pass);
+typedef struct mlajit_tune_settled {
+    int winner; /* -1: none passed */
+    double tuned_us, best_us, runner_up_us;
+} mlajit_tune_settled;
+int mlajit_tune_settle(const double *full_us, int n, int rules_ci, mlajit_tune_check_fn check, void *user,
+                       mlajit_tune_settled *out);
 
 typedef struct mlajit_tune_options {
     double seconds;     /* the budget: no candidate starts after it (0: none does) */
@@ -306,7 +345,8 @@ typedef struct mlajit_sweep_shape {
 
 /* One line "model=v32 h_q=16 page=64 b=128 s_q=1 topk=2048 [extra_topk=N
  * extra_page=N] [features=sink+topk-length]" (s_q 1, no extra cache and no
- * features when left out) into *out, arch set; the key or value at fault is
+ * features when left out; model may be a layout: its canonical string, as
+ * format writes it, or inline keys) into *out, arch set; the key or value at fault is
  * named, and a shape outside the envelope is refused with the envelope's reason. */
 int mlajit_sweep_shape_parse(const char *line, const char *arch, mlajit_sweep_shape *out);
 /* The same format back: parse(format(x)) gives x. */

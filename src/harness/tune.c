@@ -174,15 +174,19 @@ static int expand_buckets(const mlajit_tune_envelope *env, const char *arch, tun
     const int n_f = env->num_feature_sets ? env->num_feature_sets : 1;
     const int *extras = env->num_extra_topks ? env->extra_topks : &no_extra;
     const int n_e = env->num_extra_topks ? env->num_extra_topks : 1;
-    if (env->num_models < 1 || env->num_heads < 1 || env->num_pages < 1 || env->num_topks < 1 || env->num_rows < 1)
+    const int n_m = (env->num_models > 0 ? env->num_models : 0) + (env->num_layouts > 0 ? env->num_layouts : 0);
+    if (n_m < 1 || env->num_heads < 1 || env->num_pages < 1 || env->num_topks < 1 || env->num_rows < 1)
         return mlajit_fail(MLAJIT_ERR_INVALID_ARGUMENT,
-                           "tune: the envelope needs models, heads, pages, topks and rows");
-    size_t cap = (size_t)env->num_models * env->num_pages * n_e * n_f * env->num_heads * env->num_topks * env->num_rows;
+                           "tune: the envelope needs models (or layouts), heads, pages, topks and rows");
+    for (int l = 0; l < env->num_layouts; l++)
+        if (mlajit_layout_validate(&env->layouts[l]) != MLAJIT_OK)
+            return mlajit_fail(MLAJIT_ERR_INVALID_ARGUMENT, "tune: layouts[%d]: %s", l, mlajit_last_error());
+    size_t cap = (size_t)n_m * env->num_pages * n_e * n_f * env->num_heads * env->num_topks * env->num_rows;
     tune_bucket *b = mlajit_calloc(cap ? cap : 1, sizeof *b);
     if (!b)
         return mlajit_fail_oom("tune: the buckets");
     int n = 0;
-    for (int m = 0; m < env->num_models; m++)
+    for (int m = 0; m < n_m; m++)
         for (int p = 0; p < env->num_pages; p++)
             for (int e = 0; e < n_e; e++)
                 for (int f = 0; f < n_f; f++)
@@ -190,7 +194,14 @@ static int expand_buckets(const mlajit_tune_envelope *env, const char *arch, tun
                         for (int r = 0; r < env->num_rows; r++)
                             for (int h = 0; h < env->num_heads; h++) {
                                 tune_bucket x = {.spec = MLAJIT_KERNEL_SPEC_INIT, .shape = MLAJIT_DECODE_SHAPE_INIT};
-                                x.spec.model = env->models[m];
+                                if (m < env->num_models) {
+                                    x.spec.model = env->models[m];
+                                } else { /* a named model's layout is that model: one spec, one record */
+                                    mlajit_kernel_spec custom = x.spec;
+                                    custom.model = MLAJIT_MODEL_CUSTOM;
+                                    custom.layout = env->layouts[m - env->num_models];
+                                    mlajit_spec_named_model(&custom, &x.spec);
+                                }
                                 x.spec.h_q = env->heads[h];
                                 x.spec.page_size = env->pages[p];
                                 x.spec.extra_page_size =
@@ -234,7 +245,9 @@ void mlajit_tune_envelope_defaults(mlajit_tune_envelope *env)
         env->list = values;                                                                                            \
         env->count = (int)(sizeof values / sizeof values[0]);                                                          \
     }
-    DEFAULT_LIST(models, num_models, models)
+    if (env->num_layouts <= 0) { /* layouts alone are a model axis of their own */
+        DEFAULT_LIST(models, num_models, models)
+    }
     DEFAULT_LIST(heads, num_heads, heads)
     DEFAULT_LIST(pages, num_pages, pages)
     DEFAULT_LIST(topks, num_topks, topks)
@@ -317,6 +330,7 @@ typedef struct tune_view {
 typedef struct tune_pool {
     int live;
     mlajit_model model;
+    mlajit_layout layout; /* with model MLAJIT_MODEL_CUSTOM */
     int page_size, extra_page_size, replicas;
     mlajit_case c;
     mlajit_device_case dc;
@@ -366,7 +380,8 @@ static void pool_free(const mlajit_driver *drv, tune_pool *p)
 static int pool_get(mlajit_context *ctx, const tune_bucket *b, int64_t pool_bytes, int64_t spread_bytes,
                     tune_pool *p, const mlajit_tune_options *o)
 {
-    if (p->live && p->model == b->spec.model && p->page_size == b->spec.page_size &&
+    if (p->live && p->model == b->spec.model && !memcmp(&p->layout, &b->spec.layout, sizeof p->layout) &&
+        p->page_size == b->spec.page_size &&
         p->extra_page_size == b->spec.extra_page_size)
         return MLAJIT_OK;
     const mlajit_driver *drv = mlajit_context_driver(ctx);
@@ -376,7 +391,7 @@ static int pool_get(mlajit_context *ctx, const tune_bucket *b, int64_t pool_byte
     int seqs = (int)((tokens + POOL_SEQLEN - 1) / POOL_SEQLEN);
     if (seqs < 1)
         seqs = 1;
-    mlajit_synth_params sp = {.model = b->spec.model, .b = seqs, .s_q = 1, .h_q = 1, .topk = POOL_SEQLEN,
+    mlajit_synth_params sp = {.model = b->spec.model, .layout = b->spec.layout, .b = seqs, .s_q = 1, .h_q = 1, .topk = POOL_SEQLEN,
                               .page_size = b->spec.page_size, .seqlen = POOL_SEQLEN, .seed = 4700 + (uint64_t)seqs};
     if (b->spec.extra_page_size) {
         sp.extra_topk = POOL_SEQLEN;
@@ -403,6 +418,7 @@ static int pool_get(mlajit_context *ctx, const tune_bucket *b, int64_t pool_byte
         return rc;
     }
     p->model = b->spec.model;
+    p->layout = b->spec.layout;
     p->page_size = b->spec.page_size;
     p->extra_page_size = b->spec.extra_page_size;
     return MLAJIT_OK;
@@ -441,6 +457,7 @@ static void draw_row(mlajit_rng *r, int32_t *pool_rows, int seqs, int replicas, 
  * and uploading them was most of a bucket's host time on long shapes. */
 typedef struct draw_key { /* what indices are drawn for */
     mlajit_model model;
+    mlajit_layout layout; /* a pool's slots depend on its bytes per token */
     int page_size, extra_page_size, batch, s_q, topk, extra_topk, calls;
 } draw_key;
 
@@ -542,7 +559,7 @@ static int inputs_make(mlajit_context *ctx, const tune_bucket *b, tune_pool *poo
     const size_t n_q = (size_t)rows * h * m->d_qk;
     float *sink = mlajit_malloc((size_t)h * 4 + 16);
     int rc = (in->args && sink) ? MLAJIT_OK : mlajit_fail_oom("tune: the inputs");
-    const draw_key key = {.model = b->spec.model, .page_size = b->spec.page_size,
+    const draw_key key = {.model = b->spec.model, .layout = b->spec.layout, .page_size = b->spec.page_size,
                           .extra_page_size = b->spec.extra_page_size, .batch = batch, .s_q = s_q, .topk = topk,
                           .extra_topk = etopk, .calls = calls};
     if (rc == MLAJIT_OK && memcmp(&key, &in->drawn, sizeof key) != 0) {
@@ -607,7 +624,7 @@ static int check_candidate(mlajit_context *ctx, const tune_bucket *b, const mlaj
 {
     *pass = 0;
     mlajit_synth_params sp = {
-        .model = b->spec.model, .b = b->shape.batch < 2 ? b->shape.batch : 2,
+        .model = b->spec.model, .layout = b->spec.layout, .b = b->shape.batch < 2 ? b->shape.batch : 2,
         .s_q = b->shape.s_q > 0 ? b->shape.s_q : 1, .h_q = b->spec.h_q,
         .topk = b->shape.topk, .extra_topk = b->shape.extra_topk, .page_size = b->spec.page_size,
         .extra_page_size = b->spec.extra_page_size, .seqlen = b->shape.topk * 2 + 64,
@@ -693,6 +710,75 @@ static int check_once(mlajit_context *ctx, const tune_bucket *b, const mlajit_tu
         say(opts, "tune: %s splits %d FAILED the reference check (%s): excluded", c->kernel, c->grid_splits, why);
     }
     return MLAJIT_OK;
+}
+
+/* ---- choosing a bucket's winner ------------------------------------------------ */
+
+int mlajit_tune_settle(const double *full_us, int n, int rules_ci, mlajit_tune_check_fn check, void *user,
+                       mlajit_tune_settled *out)
+{
+    *out = (mlajit_tune_settled){.winner = -1};
+    double *left = mlajit_malloc((size_t)(n > 0 ? n : 1) * sizeof *left);
+    if (!left)
+        return mlajit_fail_oom("tune: the winner's order");
+    for (int i = 0; i < n; i++)
+        left[i] = full_us[i];
+    int rc = MLAJIT_OK;
+    /* the fastest that passes its reference check wins (checked once per
+     * kernel and split count over the run; checking only the final order's
+     * head checks far fewer than checking each new best as it came) */
+    for (;;) {
+        int next = -1;
+        for (int ci = 0; ci < n; ci++)
+            if (left[ci] >= 0 && (next < 0 || left[ci] < left[next]))
+                next = ci;
+        if (next < 0)
+            break;
+        if (out->winner >= 0) { /* the runner-up: the next fastest, checked or not */
+            out->runner_up_us = left[next];
+            break;
+        }
+        int pass;
+        if ((rc = check(user, next, &pass)))
+            break;
+        if (pass) {
+            out->winner = next;
+            out->best_us = out->tuned_us = left[next];
+        }
+        left[next] = -1;
+    }
+    free(left);
+    /* the rules' plan, timed in full and within RULES_MARGIN of the winner,
+     * wins instead where it passes its check: a tactic leaves the rules only
+     * for a win past noise, and a record of the rules follows them to the
+     * bucket's other shapes; the record then gives the rules' time, while
+     * best_us stays the fastest candidate's */
+    if (rc == MLAJIT_OK && out->winner >= 0 && out->winner != rules_ci && rules_ci >= 0 && rules_ci < n &&
+        full_us[rules_ci] >= 0 && full_us[rules_ci] <= out->best_us * (1 + RULES_MARGIN)) {
+        int pass;
+        if ((rc = check(user, rules_ci, &pass)) == MLAJIT_OK && pass) {
+            out->runner_up_us = out->best_us;
+            out->tuned_us = full_us[rules_ci];
+            out->winner = rules_ci;
+        }
+    }
+    return rc;
+}
+
+typedef struct settle_ctx {
+    mlajit_context *ctx;
+    const tune_bucket *b;
+    const mlajit_tune_candidate *cands;
+    const mlajit_tune_options *opts;
+    mlajit_tune_summary *sum;
+    check_entry **checks;
+    int *n_checks, *cap_checks;
+} settle_ctx;
+
+static int settle_check(void *user, int ci, int *pass)
+{
+    settle_ctx *s = user;
+    return check_once(s->ctx, s->b, &s->cands[ci], s->opts, s->sum, s->checks, s->n_checks, s->cap_checks, pass);
 }
 
 /* ---- the loop ------------------------------------------------------------------ */
@@ -879,7 +965,7 @@ static int tune_buckets(mlajit_context *ctx, const tune_bucket *buckets, int n_b
         if ((rc = inputs_make(ctx, b, &pool, &in, 1000 + (uint64_t)bi)))
             break;
         sum->s_inputs += (mlajit_now_ms() - t_in) / 1e3;
-        double best = 0, runner_up = 0, rules_us = 0, fastest = 0, rules_full_us = -1;
+        double best = 0, runner_up = 0, rules_us = 0, fastest = 0;
         double full_us[MLAJIT_TUNE_MAX_CANDIDATES];
         int winner = -1, measured = 0, rules_ci = -1;
         mlajit_tune_ladder ladder = {.kernel = ""};
@@ -908,51 +994,20 @@ static int tune_buckets(mlajit_context *ctx, const tune_bucket *buckets, int n_b
                 continue;
             }
             full_us[ci] = us;
-            if (c->is_rules) {
+            if (c->is_rules)
                 rules_ci = ci;
-                rules_full_us = us;
-            }
             if (fastest == 0 || us < fastest)
                 fastest = us;
         }
-        /* the fastest that passes its reference check wins (checked once per
-         * kernel and split count over the run; checking only the final order's
-         * head checks far fewer than checking each new best as it came) */
-        while (rc == MLAJIT_OK && !sum->deadline_hit) {
-            int next = -1;
-            for (int ci = 0; ci < n_c; ci++)
-                if (full_us[ci] >= 0 && (next < 0 || full_us[ci] < full_us[next]))
-                    next = ci;
-            if (next < 0)
-                break;
-            if (winner >= 0) { /* the runner-up: the next fastest, checked or not */
-                runner_up = full_us[next];
-                break;
-            }
-            int pass;
-            if ((rc = check_once(ctx, b, &cands[next], opts, sum, &checks, &n_checks, &cap_checks, &pass)))
-                break;
-            if (pass) {
-                winner = next;
-                best = full_us[next];
-            }
-            full_us[next] = -1;
+        /* the winner among those timed in full (mlajit_tune_settle) */
+        mlajit_tune_settled st = {.winner = -1};
+        if (rc == MLAJIT_OK && !sum->deadline_hit) {
+            settle_ctx sc = {ctx, b, cands, opts, sum, &checks, &n_checks, &cap_checks};
+            rc = mlajit_tune_settle(full_us, n_c, rules_ci, settle_check, &sc, &st);
         }
-        /* the rules' plan, timed in full and within RULES_MARGIN of the winner,
-         * wins instead where it passes its check: a tactic leaves the rules only
-         * for a win past noise, and a record of the rules follows them to the
-         * bucket's other shapes */
-        if (rc == MLAJIT_OK && !sum->deadline_hit && winner >= 0 && !cands[winner].is_rules && rules_ci >= 0 &&
-            rules_full_us <= best * (1 + RULES_MARGIN)) {
-            int pass;
-            if ((rc = check_once(ctx, b, &cands[rules_ci], opts, sum, &checks, &n_checks, &cap_checks, &pass)))
-                break;
-            if (pass) {
-                runner_up = best;
-                best = rules_full_us;
-                winner = rules_ci;
-            }
-        }
+        winner = st.winner;
+        best = st.tuned_us;
+        runner_up = st.runner_up_us;
         if (rc || sum->deadline_hit)
             break;
         sum->buckets_done++;
@@ -975,7 +1030,8 @@ static int tune_buckets(mlajit_context *ctx, const tune_bucket *buckets, int n_b
                         "\"runner_up_us\": %.3f, \"candidates\": %d, \"commit\": \"%s\"}\n",
                         mlajit_spec_desc(&b->spec)->name, b->spec.h_q, b->shape.batch, b->shape.s_q,
                         b->shape.topk, b->shape.extra_topk, b->spec.page_size, w->kernel, choice.num_splits,
-                        choice.follows_rules ? "true" : "false", best, rules_us, best, fastest, runner_up, measured,
+                        choice.follows_rules ? "true" : "false", best, rules_us, st.best_us, fastest, runner_up,
+                        measured,
                         opts->commit ? opts->commit : "unknown");
                 fflush(opts->json);
             }
@@ -1071,7 +1127,18 @@ int mlajit_sweep_shape_parse(const char *line, const char *arch, mlajit_sweep_sh
                                                   : NULL;
         if (!strcmp(key, "model")) {
             have_model = 1;
-            rc = mlajit_model_from_name(val, &s.spec.model);
+            /* a model's name, else a layout (canonical string or inline keys), as
+             * format writes a custom layout's; a named model's layout is that model */
+            if ((rc = mlajit_model_from_name(val, &s.spec.model)) != MLAJIT_OK &&
+                mlajit_layout_parse(val, &s.spec.layout) == MLAJIT_OK) {
+                s.spec.model = MLAJIT_MODEL_CUSTOM;
+                mlajit_spec_named_model(&s.spec, &s.spec);
+                mlajit_clear_error();
+                rc = MLAJIT_OK;
+            } else if (rc != MLAJIT_OK) {
+                return mlajit_fail(rc, "shape '%s': model = '%s'; allowed a model's name (v32, dsv4, glm_nsa, "
+                                   "glm53_nope, dots3_swa) or a layout (docs/layouts.md)", line, val);
+            }
         } else if (!strcmp(key, "features")) {
             rc = parse_features(val, &s.spec.features);
         } else if (!field) {
@@ -1169,11 +1236,14 @@ const char *mlajit_tactic_source_name(int tactic)
     return tactic == MLAJIT_TACTIC_TUNED ? "tuned" : tactic == MLAJIT_TACTIC_TUNED_BELOW ? "tuned-below" : "rules";
 }
 
-/* Whether a's cache pool sorts before b's (model, page size, extra page size). */
+/* Whether a's cache pool sorts before b's (model, layout, page size, extra page size). */
 static int pool_key_less(const mlajit_kernel_spec *a, const mlajit_kernel_spec *b)
 {
     if (a->model != b->model)
         return a->model < b->model;
+    int by_layout = memcmp(&a->layout, &b->layout, sizeof a->layout);
+    if (by_layout)
+        return by_layout < 0;
     if (a->page_size != b->page_size)
         return a->page_size < b->page_size;
     return a->extra_page_size < b->extra_page_size;
@@ -1464,12 +1534,16 @@ static int tune_public(mlajit_context *ctx, const mlajit_tune_grid *caller_grid,
         (rc = check_ints("rows", g->rows, g->num_rows, 1, MLAJIT_MAX_ROWS)) ||
         (rc = check_ints("extra_topks", g->extra_topks, g->num_extra_topks, 0, MLAJIT_MAX_TOPK)) ||
         (rc = check_list("models", g->models, g->num_models)) ||
+        (rc = check_list("layouts", g->layouts, g->num_layouts)) ||
         (rc = check_list("feature_sets", g->feature_sets, g->num_feature_sets)))
         return rc;
     for (int i = 0; i < g->num_models; i++)
         if (!mlajit_model_describe(g->models[i]))
             return mlajit_fail(MLAJIT_ERR_INVALID_ARGUMENT, "grid.models[%d] = %d; allowed the mlajit_model values",
                                i, (int)g->models[i]);
+    for (int i = 0; i < g->num_layouts; i++)
+        if (mlajit_layout_validate(&g->layouts[i]) != MLAJIT_OK)
+            return mlajit_fail(MLAJIT_ERR_INVALID_ARGUMENT, "grid.layouts[%d]: %s", i, mlajit_last_error());
     for (int i = 0; i < g->num_feature_sets; i++)
         if (g->feature_sets[i] & ~MLAJIT_FEATURE_ALL)
             return mlajit_fail(MLAJIT_ERR_INVALID_ARGUMENT, "grid.feature_sets[%d] = %#x; allowed MLAJIT_FEATURE_* "
@@ -1487,6 +1561,7 @@ static int tune_public(mlajit_context *ctx, const mlajit_tune_grid *caller_grid,
         .pages = g->page_sizes, .num_pages = g->num_page_sizes, .feature_sets = g->feature_sets,
         .num_feature_sets = g->num_feature_sets, .topks = g->topks, .num_topks = g->num_topks, .rows = g->rows,
         .num_rows = g->num_rows, .extra_topks = g->extra_topks, .num_extra_topks = g->num_extra_topks,
+        .layouts = g->layouts, .num_layouts = g->num_layouts,
         .extra_page_size = g->extra_page_size,
     };
     mlajit_tune_envelope_defaults(&env);

@@ -284,13 +284,35 @@ static int tactic_splits_at(const mlajit_kernel_layout *layout, int h_q, const m
     return -1;
 }
 
+/* Whether a record that follows the rules, whose kernel (layout) the rules leave
+ * at `shape` though they took it at the bucket's edge (a rule's threshold lies
+ * between the two), still gives that kernel here: the planner's split count for
+ * it is the one measured at the edge, and its grid gains no thin last wave. The
+ * thresholds were set on another GPU; the record was measured on this one, at a
+ * grid like this (bench/NOTES.md 1c: V3.2 h93 b1 s_q 4 topk 5846, head groups of
+ * 32 in 11 splits, 4.8% ahead of the sm90 plan the rules switched to). */
+static int edge_kernel_carries(const mlajit_kernel_layout *layout, int h_q, const mlajit_tactic_bucket *edge_bucket,
+                               const mlajit_decode_shape *shape, int sm_count)
+{
+    mlajit_decode_shape edge = MLAJIT_DECODE_SHAPE_INIT, at = *shape;
+    edge.batch = edge_bucket->rows;
+    edge.s_q = 1;
+    edge.topk = edge_bucket->topk;
+    edge.extra_topk = edge_bucket->extra_topk;
+    at.num_splits = 0;
+    const plan_grid ge = grid_for(layout, h_q, &edge, sm_count), g = grid_for(layout, h_q, &at, sm_count);
+    const int slots = sm_count * (layout->blocks_per_sm > 0 ? layout->blocks_per_sm : 1);
+    return g.num_splits == ge.num_splits && (grid_has_thin_tail(&ge, slots) || !grid_has_thin_tail(&g, slots));
+}
+
 /* Whether a tactic's choice fits a plan of spec (as asked, arch filled in) at
  * shape: 1 with *t filled; else 0 and why. Parses and resolves its kernel (no
  * compiling): it must be a kernel of the spec (model, heads, pages, features,
  * arch), the spec's own kernel where the spec names its variant, accept the
  * shape with its split count carried there (tactic_splits_at), and split only
  * where its layout splits. A record that follows the rules gives the rules'
- * kernel at this shape, with the planner's split count. */
+ * kernel at this shape (or its own, where the rules leave it and it carries:
+ * edge_kernel_carries), with the planner's split count. */
 static int tactic_fits(const mlajit_kernel_spec *asked, const mlajit_decode_shape *shape, int sm_count,
                        const mlajit_tactic_match *m, plan_tactic *t, char *why, size_t why_len)
 {
@@ -322,15 +344,22 @@ static int tactic_fits(const mlajit_kernel_spec *asked, const mlajit_decode_shap
     t->tactic = m->exact ? MLAJIT_TACTIC_TUNED : MLAJIT_TACTIC_TUNED_BELOW;
     if (r->follows_rules) {
         /* the rules' plan won where it was measured (or came within the tuner's
-         * margin of the best): the rules plan this shape too, which may take
-         * another kernel or split count here than at the bucket's edge */
+         * margin of the best): the rules plan this shape too, with their split
+         * count here; where they leave the recorded kernel, it stays while its
+         * grid carries (edge_kernel_carries) */
         mlajit_kernel_spec chosen = *asked;
         walk_alternative_for(asked, asked->arch, shape, sm_count, &chosen);
         t->kernel = (mlajit_kernel_spec)MLAJIT_KERNEL_SPEC_INIT;
-        if (mlajit_spec_resolve(&chosen, &t->kernel) != MLAJIT_OK) {
+        char chosen_name[128];
+        if (mlajit_spec_resolve(&chosen, &t->kernel) != MLAJIT_OK ||
+            mlajit_spec_string(&t->kernel, chosen_name, sizeof chosen_name) != MLAJIT_OK) {
             snprintf(why, why_len, "the rules' kernel does not resolve (%s)", mlajit_last_error());
             return 0;
         }
+        if (strcmp(chosen_name, r->kernel) != 0 && edge_kernel_carries(&layout, k.h_q, &r->bucket, shape, sm_count) &&
+            mlajit_shape_validate(&k, shape) == MLAJIT_OK)
+            t->kernel = k;
+        mlajit_clear_error();
         t->num_splits = 0;
         return 1;
     }
