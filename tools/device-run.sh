@@ -1,7 +1,7 @@
 #!/bin/bash
 # Build, test and benchmark on the GPU host in one call (see shared/device/README.md).
 # Usage (from the project root, with .devdeps/.devtools/.golden carried):
-#   tools/device-run.sh [tests|demo|python-scan|cases|bench|bench-quick|bench-sm90|compile-times|ncu|ncu-sm90|ncu-source|sol|sass|gather|floor|fuzz:S:SEED[:MODEL]|fuzz-bg:S:SEED|suites:A,B|example|base|lookup|python|python-tests|python-install|python-bench|tune-grid|sweep|stability|cases-tuned|fuzz-tuned:S:SEED|layouts|layouts-custom|bench-layouts|all]...
+#   tools/device-run.sh [tests|demo|python-scan|cases|bench|bench-quick|bench-sm90|compile-times|ncu|ncu-sm90|ncu-source|sol|sass|gather|floor|fuzz:S:SEED[:MODEL]|fuzz-bg:S:SEED|suites:A,B|example|base|lookup|python|python-tests|python-install|python-bench|tune-grid|sweep|stability|cases-tuned|fuzz-tuned:S:SEED|fuzz-pack:S:SEED|layouts|layouts-custom|bench-layouts|all]...
 # Logs go to $OUT (or ./device-out) so they come back with the call. The device
 # tool returns at most 8 files, so at the end every log is packed into
 # $OUT/logs-N.tgz (N: the first free number, so a second run into the same $OUT
@@ -54,14 +54,19 @@ for step in "${@:-all}"; do
       # examples/engine_decode.py's decode loop (against build-gpu's library)
       MLAJIT_LIBRARY=$PWD/build-gpu/libmlajit.so PYTHONPATH=$PWD/python timeout 240 python3 examples/engine_decode.py \
         --steps 10 2>&1 | tee "$OUT/engine-decode.log" || rc=1 ;;
-    fuzz-bg:*|fuzz-tuned:*)
+    fuzz-bg:*|fuzz-tuned:*|fuzz-pack:*)
       # fuzz-bg:SECONDS:SEED: the fuzzer beside the steps after it (its own cache),
       # waited for before the logs are packed; fuzz-tuned: the same on the cache
-      # tune-grid tuned (issue 47's stability run with tactics on)
+      # tune-grid tuned (issue 47's stability run with tactics on); fuzz-pack: the
+      # tuned grid's specs with the tactics of TUNED_PACK (a carried pack)
       IFS=: read -r _ secs seed <<<"$step"
       fuzz_cache=/tmp/mlajit-fuzz-cache; [ "${step%%:*}" = fuzz-tuned ] && fuzz_cache=/tmp/mlajit-tuned
-      (MLAJIT_CACHE_DIR=$fuzz_cache ./build-gpu/mlajit fuzz --seconds "$secs" --seed "$seed" \
-         --out "$OUT/fuzz-failures" >"$OUT/fuzz-$seed.log" 2>&1; echo "fuzz rc=$?" >>"$OUT/fuzz-$seed.log") &
+      fuzz_env=(); fuzz_args=()
+      if [ "${step%%:*}" = fuzz-pack ]; then
+        fuzz_env=(MLAJIT_PACKS="$(realpath "${TUNED_PACK:-/tmp/mlajit-tuned.pack}")"); fuzz_args=(--tuned-grid)
+      fi
+      (env "${fuzz_env[@]}" MLAJIT_CACHE_DIR=$fuzz_cache ./build-gpu/mlajit fuzz "${fuzz_args[@]}" --seconds "$secs" \
+         --seed "$seed" --out "$OUT/fuzz-failures" >"$OUT/fuzz-$seed.log" 2>&1; echo "fuzz rc=$?" >>"$OUT/fuzz-$seed.log") &
       background+=($!) ;;
     base)
       # an older tree for before/after figures: .base holds `git archive` of it
