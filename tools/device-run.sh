@@ -297,8 +297,10 @@ for step in "${@:-all}"; do
       ./build-gpu/mlajit bench --quick --json "$OUT/h200.jsonl" 2>&1 | tee "$OUT/bench.log" || rc=1 ;;
     bench-layouts)
       # issue 49's speed rows: glm53_nope and dots3_swa beside V3.2 at heads 16/64/128,
-      # b 64/128, topk 2048, each checked against the fp64 reference (its own JSON)
-      ./build-gpu/mlajit bench --layouts --json "$OUT/h200-layouts.jsonl" 2>&1 | tee "$OUT/bench-layouts.log" || rc=1 ;;
+      # b 64/128, topk 2048, each checked against the fp64 reference (its own JSON);
+      # BENCH_LAYOUTS_ARGS: other layouts or axes (e.g. --layout v32_bf16 --heads 64)
+      ./build-gpu/mlajit bench --layouts ${BENCH_LAYOUTS_ARGS:-} --json "$OUT/h200-layouts${BENCH_LAYOUTS_TAG:-}.jsonl" 2>&1 |
+        tee "$OUT/bench-layouts${BENCH_LAYOUTS_TAG:-}.log" || rc=1 ;;
     bench-sm90)
       # the wgmma family forced on the quick rows (its own JSON; h200.jsonl stays the default run)
       ./build-gpu/mlajit bench --quick --variant sm90 --json "$OUT/h200-sm90.jsonl" 2>&1 | tee "$OUT/bench-sm90.log" || rc=1 ;;
