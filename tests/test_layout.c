@@ -536,3 +536,19 @@ Test(layout, grids_take_layouts)
     cr_expect(strstr(mlajit_last_error(), "layouts[0]") && strstr(mlajit_last_error(), "layout.quant_tile = 40"), "%s",
               mlajit_last_error());
 }
+
+/* The message lists of model names (MLAJIT_MODEL_NAMES) name every named model,
+ * in the table's order, and nothing else. */
+Test(models, the_names_every_message_lists_are_the_tables)
+{
+    char joined[256] = "";
+    int m = 1;
+    for (const mlajit_model_desc *d; (d = mlajit_model_describe((mlajit_model)m)) != NULL; m++) {
+        cr_assert_lt(strlen(joined) + strlen(d->name) + 3, sizeof joined);
+        if (joined[0])
+            strcat(joined, ", ");
+        strcat(joined, d->name);
+    }
+    cr_expect_gt(m, 7, "the named models are 1..%d", m - 1);
+    cr_expect_str_eq(joined, MLAJIT_MODEL_NAMES);
+}

@@ -362,7 +362,7 @@ int cli_parse_model(const char *name, const char *value, void *target)
 {
     if (mlajit_model_from_name(value, target) == MLAJIT_OK)
         return 1;
-    fprintf(stderr, "mlajit: %s = '%s': model '%s' is unknown; allowed v32, dsv4, glm_nsa, glm53_nope, dots3_swa, v32_bf16, dsv4_bf16\n", name, value, value);
+    fprintf(stderr, "mlajit: %s = '%s': model '%s' is unknown; allowed " MLAJIT_MODEL_NAMES "\n", name, value, value);
     return 0;
 }
 
@@ -479,7 +479,7 @@ static int add_model(const char *name, const char *text, void *target)
     if (!cli_room_for(name, l->count, 8))
         return 0;
     if (mlajit_model_from_name(text, &l->models[l->count]) != MLAJIT_OK) {
-        fprintf(stderr, "mlajit: %s: '%s' is unknown; allowed v32, dsv4, glm_nsa, glm53_nope, dots3_swa, v32_bf16, dsv4_bf16\n", name, text);
+        fprintf(stderr, "mlajit: %s: '%s' is unknown; allowed " MLAJIT_MODEL_NAMES "\n", name, text);
         return 0;
     }
     l->count++;

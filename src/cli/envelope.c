@@ -90,7 +90,7 @@ static void print_tables(void)
            "indices");
 
     printf("kernel spec (mlajit_kernel_spec)\n");
-    printf("  %-14s v32, dsv4, glm_nsa, glm53_nope, dots3_swa, v32_bf16, dsv4_bf16\n", "model");
+    printf("  %-14s " MLAJIT_MODEL_NAMES "\n", "model");
     printf("  %-14s 1..%d\n", "h_q", MLAJIT_MAX_HEADS);
     printf("  %-14s 1..%d tokens\n", "page_size", MLAJIT_MAX_PAGE_SIZE);
     printf("  %-14s 0 (no extra cache) or 1..%d\n", "extra_page_size", MLAJIT_MAX_PAGE_SIZE);

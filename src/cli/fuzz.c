@@ -695,7 +695,7 @@ static const char fuzz_usage[] =
     "  --tuned-grid every call on a spec of the tuner's production grid (V3.2 / DSV4, heads\n"
     "               8-128, pages 64 / 256, auto, no features), its shape drawn as ever: with\n"
     "               tuned tactics on (MLAJIT_PACKS, the cache) plans carry them to random shapes\n"
-    "  --model M    every call on model M (v32, dsv4, glm_nsa, glm53_nope, dots3_swa, v32_bf16, dsv4_bf16)\n"
+    "  --model M    every call on model M (" MLAJIT_MODEL_NAMES ")\n"
     "  --out DIR    where failing cases go (default fuzz-failures)\n"
     "exit status: 0 every call passed, 1 one failed, 2 bad arguments (docs/fuzzing.md)\n";
 

@@ -8,6 +8,10 @@
 #include "codegen/families.h"
 #include "mlajit.h"
 
+/* The named models, in models.c's table order: what every message listing the
+ * allowed model names says (tests/test_layout.c checks it against the table). */
+#define MLAJIT_MODEL_NAMES "v32, dsv4, glm_nsa, glm53_nope, dots3_swa, v32_bf16, dsv4_bf16"
+
 #define MLAJIT_ENTRY_MAIN "mlajit_decode_main"
 #define MLAJIT_ENTRY_COMBINE "mlajit_decode_combine"
 

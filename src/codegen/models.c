@@ -49,7 +49,6 @@ static const struct {
 };
 
 #define MODEL_COUNT (sizeof named_models / sizeof named_models[0])
-#define MODEL_NAMES "v32, dsv4, glm_nsa, glm53_nope, dots3_swa, v32_bf16, dsv4_bf16"
 
 /* ---- the layout's rules ------------------------------------------------------ */
 
@@ -370,7 +369,7 @@ static int parse_canonical(const char *text, mlajit_layout *out)
     }
     if (!ok)
         return mlajit_fail(MLAJIT_ERR_INVALID_ARGUMENT,
-                           "layout '%s' is neither a model name (" MODEL_NAMES "), key=value pairs nor the canonical "
+                           "layout '%s' is neither a model name (" MLAJIT_MODEL_NAMES "), key=value pairs nor the canonical "
                            "form %s",
                            text, form);
     int rc = mlajit_layout_validate(&l);
@@ -404,7 +403,7 @@ int mlajit_model_layout(mlajit_model model, mlajit_layout *out)
             return MLAJIT_OK;
         }
     return mlajit_fail(MLAJIT_ERR_INVALID_ARGUMENT, "model = %d has no layout of its own; allowed the named "
-                       "models " MODEL_NAMES " (1..5); a custom spec's layout is spec.layout", (int)model);
+                       "models " MLAJIT_MODEL_NAMES "; a custom spec's layout is spec.layout", (int)model);
 }
 
 /* ---- descriptors ------------------------------------------------------------- */
@@ -518,14 +517,14 @@ int mlajit_spec_named_model(const mlajit_kernel_spec *spec, mlajit_kernel_spec *
 int mlajit_model_from_name(const char *name, mlajit_model *out)
 {
     if (!name || !out)
-        return mlajit_fail(MLAJIT_ERR_INVALID_ARGUMENT, "model name: NULL; allowed: " MODEL_NAMES);
+        return mlajit_fail(MLAJIT_ERR_INVALID_ARGUMENT, "model name: NULL; allowed: " MLAJIT_MODEL_NAMES);
     for (size_t i = 0; i < MODEL_COUNT; i++) {
         if (strcasecmp(named_models[i].name, name) == 0) {
             *out = named_models[i].model;
             return MLAJIT_OK;
         }
     }
-    return mlajit_fail(MLAJIT_ERR_INVALID_ARGUMENT, "model '%s' is unknown; allowed: " MODEL_NAMES, name);
+    return mlajit_fail(MLAJIT_ERR_INVALID_ARGUMENT, "model '%s' is unknown; allowed: " MLAJIT_MODEL_NAMES, name);
 }
 
 static const struct {

@@ -337,7 +337,7 @@ static int load_from_json(const char *dir, const mlajit_json *root, mlajit_case 
 {
     const mlajit_json *model = mlajit_json_get(root, "model");
     if (!model || model->type != MLAJIT_JSON_STRING)
-        return mlajit_fail(MLAJIT_ERR_CORRUPT, "case.json: model must be a string (v32, dsv4, glm_nsa, glm53_nope, dots3_swa, v32_bf16, dsv4_bf16, custom); it is %s",
+        return mlajit_fail(MLAJIT_ERR_CORRUPT, "case.json: model must be a string (" MLAJIT_MODEL_NAMES ", custom); it is %s",
                            json_type_name(model));
     if (strcmp(model->text, "custom") == 0) {
         /* a layout described at run time: "layout" holds it (its canonical string, or an object of its keys) */
@@ -346,7 +346,7 @@ static int load_from_json(const char *dir, const mlajit_json *root, mlajit_case 
         if (rc)
             return mlajit_fail_prefix(MLAJIT_ERR_CORRUPT, "case.json: model custom: ");
     } else if (mlajit_model_from_name(model->text, &c->model) != MLAJIT_OK) {
-        return mlajit_fail(MLAJIT_ERR_CORRUPT, "case.json: model '%s' is unknown; allowed: v32, dsv4, glm_nsa, glm53_nope, dots3_swa, v32_bf16, dsv4_bf16, custom (with a layout)",
+        return mlajit_fail(MLAJIT_ERR_CORRUPT, "case.json: model '%s' is unknown; allowed: " MLAJIT_MODEL_NAMES ", custom (with a layout)",
                            model->text);
     }
     const mlajit_model_desc *d = mlajit_case_desc(c);

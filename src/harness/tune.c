@@ -1136,8 +1136,8 @@ int mlajit_sweep_shape_parse(const char *line, const char *arch, mlajit_sweep_sh
                 mlajit_clear_error();
                 rc = MLAJIT_OK;
             } else if (rc != MLAJIT_OK) {
-                return mlajit_fail(rc, "shape '%s': model = '%s'; allowed a model's name (v32, dsv4, glm_nsa, "
-                                   "glm53_nope, dots3_swa) or a layout (docs/layouts.md)", line, val);
+                return mlajit_fail(rc, "shape '%s': model = '%s'; allowed a model's name (" MLAJIT_MODEL_NAMES
+                                   ") or a layout (docs/layouts.md)", line, val);
             }
         } else if (!strcmp(key, "features")) {
             rc = parse_features(val, &s.spec.features);

@@ -16,6 +16,7 @@
 #include <stdint.h>
 #include <string.h>
 
+#include "codegen/codegen.h"
 #include "common/error.h"
 #include "mlajit.h"
 #include "reference/quantize.h"
@@ -151,7 +152,7 @@ static const mlajit_model_desc *model_desc(mlajit_model model, const char *fn)
     const mlajit_model_desc *d = mlajit_model_describe(model);
     if (!d)
         mlajit_fail(MLAJIT_ERR_INVALID_ARGUMENT,
-                    "%s: model %d is unknown; allowed: v32, dsv4, glm_nsa, glm53_nope, dots3_swa, v32_bf16, dsv4_bf16 (a custom layout: "
+                    "%s: model %d is unknown; allowed: " MLAJIT_MODEL_NAMES " (a custom layout: "
                     "the _layout function)", fn, (int)model);
     return d;
 }
