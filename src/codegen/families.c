@@ -351,16 +351,15 @@ static const char *sm90_common_refusal(const mlajit_model_desc *d)
     return NULL;
 }
 
-/* sm90 and sm90-staged: Q and two K tile buffers of d_qk / 64 swizzled blocks of
- * 64 rows each, and P V in two wgmma N of 256 value dims. GLM53_NOPE (d_rope 0)
- * takes the templates' layouts edition (generate.c). */
+/* sm90 and sm90-staged: P V in two wgmma N of 256 value dims (their Q and two K
+ * tile buffers of d_qk / 64 swizzled blocks are the shared-memory map's to check:
+ * 408 KB at DOTS3_SWA's d_qk 1088). GLM53_NOPE (d_rope 0) takes the templates'
+ * layouts edition (generate.c). */
 static const char *sm90_layout(const mlajit_model_desc *d)
 {
     if (d->d_v != 512)
-        return "layout.d_v must be 512: decode_sm90.cu is built for it (static_assert kDV == 512 in "
-               "sm90_common.cu: two wgmma N of 256 value dims), and its Q and two K tile buffers (3 x d_qk / 64 "
-               "blocks of 8 KB: 408 KB at d_qk 1088) outgrow the 227 KB of shared memory; the portable family "
-               "serves it on sm_90a";
+        return "layout.d_v must be 512: decode_sm90.cu's P V is two wgmma N of 256 value dims (static_assert "
+               "kDV == 512 in sm90_common.cu); the portable family serves other widths on sm_90a";
     return sm90_common_refusal(d);
 }
 
@@ -368,9 +367,8 @@ static const char *sm90_layout(const mlajit_model_desc *d)
 static const char *narrow_layout(const mlajit_model_desc *d)
 {
     if (d->d_v != 512)
-        return "layout.d_v must be 512: sm90_common.cu is built for it (static_assert kDV == 512), and the two "
-               "K tile buffers (2 x d_qk / 64 blocks of 8 KB: 272 KB at d_qk 1088) outgrow the 227 KB of shared "
-               "memory; the portable family serves it on sm_90a";
+        return "layout.d_v must be 512: the narrow kernels' P V covers 512 value dims (static_assert kDV == 512 "
+               "in sm90_common.cu); the portable family serves other widths on sm_90a";
     return sm90_common_refusal(d);
 }
 
