@@ -246,6 +246,33 @@ typedef struct layouts_setup {
     int heads, batch, topk, seqlen;
 } layouts_setup;
 
+/* What a bench run holds: the GPU's context, the JSON file (NULL without --json),
+ * and the commit and date every JSON line carries. */
+typedef struct bench_session {
+    mlajit_context *ctx;
+    FILE *json;
+    const char *commit;
+    char date[32];
+} bench_session;
+
+static int bench_session_open(const char *json_path, bench_session *bs)
+{
+    mlajit_context_info info;
+    memset(bs, 0, sizeof *bs);
+    int rc = cli_gpu_context("bench", NULL, &bs->ctx, &info);
+    if (rc != CLI_OK)
+        return rc;
+    if (json_path && !(bs->json = fopen(json_path, "w"))) {
+        fprintf(stderr, "mlajit: bench: cannot write %s\n", json_path);
+        mlajit_context_destroy(bs->ctx);
+        return CLI_FAIL;
+    }
+    bs->commit = getenv("MLAJIT_COMMIT") ? getenv("MLAJIT_COMMIT") : "unknown";
+    time_t now = time(NULL);
+    strftime(bs->date, sizeof bs->date, "%Y-%m-%dT%H:%M:%SZ", gmtime(&now));
+    return CLI_OK;
+}
+
 static const mlajit_model_desc *config_desc(const bench_config *cf)
 {
     return cf->model == MLAJIT_MODEL_CUSTOM ? mlajit_layout_describe(&cf->layout) : mlajit_model_describe(cf->model);
@@ -358,21 +385,13 @@ static int bench_layouts(const layouts_setup *ls, const bench_variant *variant, 
         return print_shape_lines(cfgs, n);
     if (dry_run)
         return print_layouts_work(cfgs, n);
-    mlajit_context *ctx;
-    mlajit_context_info info;
-    int rc = cli_gpu_context("bench", NULL, &ctx, &info);
+    bench_session bs;
+    int rc = bench_session_open(json_path, &bs);
     if (rc != CLI_OK)
         return rc;
-    FILE *json = NULL;
-    if (json_path && !(json = fopen(json_path, "w"))) {
-        fprintf(stderr, "mlajit: bench: cannot write %s\n", json_path);
-        mlajit_context_destroy(ctx);
-        return CLI_FAIL;
-    }
-    const char *commit = getenv("MLAJIT_COMMIT") ? getenv("MLAJIT_COMMIT") : "unknown";
-    char date[32];
-    time_t now = time(NULL);
-    strftime(date, sizeof date, "%Y-%m-%dT%H:%M:%SZ", gmtime(&now));
+    mlajit_context *ctx = bs.ctx;
+    FILE *json = bs.json;
+    const char *commit = bs.commit, *date = bs.date;
     const int nw = layouts_name_width(cfgs, n);
     printf("%-*s %4s %4s %5s %9s %9s %8s %8s %7s %8s %8s %6s %5s %6s %s\n", nw, "layout", "h_q", "b", "topk", "gpu_us",
            "eager_us", "TFLOP/s", "GB/s", "bound", "of_ceil", "v32_ceil", "ratio", "goal", "splits", "check");
@@ -536,21 +555,13 @@ int cli_bench(int argc, char **argv)
     }
     if (print_shapes)
         return print_bench_shapes(quick);
-    mlajit_context *ctx;
-    mlajit_context_info info;
-    int rc = cli_gpu_context("bench", NULL, &ctx, &info);
+    bench_session bs;
+    int rc = bench_session_open(json_path, &bs);
     if (rc != CLI_OK)
         return rc;
-    FILE *json = NULL;
-    if (json_path && !(json = fopen(json_path, "w"))) {
-        fprintf(stderr, "mlajit: bench: cannot write %s\n", json_path);
-        mlajit_context_destroy(ctx);
-        return CLI_FAIL;
-    }
-    const char *commit = getenv("MLAJIT_COMMIT") ? getenv("MLAJIT_COMMIT") : "unknown";
-    char date[32];
-    time_t now = time(NULL);
-    strftime(date, sizeof date, "%Y-%m-%dT%H:%M:%SZ", gmtime(&now));
+    mlajit_context *ctx = bs.ctx;
+    FILE *json = bs.json;
+    const char *commit = bs.commit, *date = bs.date;
     bench_config cfgs[96];
     int all = build_configs(cfgs, 96, quick), n = 0;
     /* --heads N where BENCH.md has no row: the rows of the next head count it has
