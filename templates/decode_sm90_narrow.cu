@@ -113,6 +113,25 @@ constexpr int kIndexRoundsAhead = 2;
 struct RegisterSplit {
     int consumer, producer;
 };
+#if MLAJIT_LAYOUTS
+// Arbitrary fp32 scales (GLM_NSA, GLM53_NOPE: the exact dequantization, inline
+// scales, so the ring; ptxas, CUDA 13.0, every page size, with and without an
+// extra cache and every feature): three producer groups at 96 registers spilled
+// 36-72 bytes at 8 heads (GLM53_NOPE with the extra cache and features), none at
+// 104 (1-24 heads, both models). Two groups at 32 heads without RoPE (GLM53_NOPE)
+// spilled 56 bytes at 232/136 (no features) and none at 240/128; with RoPE
+// (GLM_NSA) 240/128 spilled 180 (extra cache and features) and 232/136 none. At
+// 8-24 heads V3.2's 216/144 spills none for either.
+constexpr RegisterSplit register_split()
+{
+    if (kProducerGroups == 3) return kExactScalesOnly ? RegisterSplit{200, 104} : RegisterSplit{216, 96};
+    if (kRingRounds > 0)
+        return kHeadsN > 24 ? (kExactScalesOnly && kRopeLoads == 0 ? RegisterSplit{240, 128} : RegisterSplit{232, 136})
+                            : RegisterSplit{216, 144};
+    if (kLoadsAhead == 1) return {216, 144};
+    return kHeadsN <= 8 ? RegisterSplit{136, 184} : RegisterSplit{152, 176};
+}
+#else
 constexpr RegisterSplit register_split()
 {
     if (kProducerGroups == 3) return {216, 96};  // 512 threads start at 128
@@ -120,6 +139,7 @@ constexpr RegisterSplit register_split()
     if (kLoadsAhead == 1) return {216, 144};
     return kHeadsN <= 8 ? RegisterSplit{136, 184} : RegisterSplit{152, 176};
 }
+#endif
 constexpr int kConsumerRegisters = register_split().consumer;
 constexpr int kProducerRegisters = register_split().producer;
 constexpr int kLaunchRegisters = (65536 / kCtaThreads) & ~7;
@@ -136,7 +156,11 @@ static_assert(kBarEnd <= kHardwareNamedBarriers, "more named barriers than a CTA
 static_assert(cfg::kThreads == kCtaThreads, "the generator's thread count must match the roles");
 static_assert(kHeadsN % 8 == 0 && kHeadsN >= 8 && kHeadsN <= 32, "wgmma N: a head group of 8-32 heads");
 static_assert(kRoundsPerTile == 2, "one producer group per round of a tile");
+#if MLAJIT_LAYOUTS
+// (the layouts edition takes arbitrary fp32 scales: the exact dequantization, above)
+#else
 static_assert(!kExactScalesOnly, "arbitrary fp32 scales: the exact dequantization only (sm90 takes them)");
+#endif
 static_assert(cfg::kClusterCtas == 1, "no CTA pair: each head group's CTA gathers its rows itself");
 constexpr u32 kStagedBytes = kHeadsN * kHeadRowStride * 4;  // the epilogue's O^T rows over the K buffers
 static_assert(kStagedBytes + 2 * kHeadsN * 4 <= 2 * kOperandBytes, "the staged output and the statistics fit in the K buffers");

@@ -175,6 +175,19 @@ static const char *edition_of(const mlajit_model_desc *d)
     return d->d_rope == 0 || d->d_nope > 512 || d->d_v > 512 ? "layouts" : "";
 }
 
+/* The edition of the family's own kernel template. decode_sm90_narrow.cu's
+ * layouts blocks are its arbitrary-fp32-scale form (the register splits of the
+ * exact dequantization; its base text refuses those scales), so the narrow
+ * kernels of GLM_NSA, GLM53_NOPE and custom layouts of that kind take it, whatever
+ * their shared templates take, and every layout its base text served (V3.2, DSV4,
+ * custom power-of-two ones with or without RoPE) keeps its source byte for byte. */
+static const char *kernel_edition_of(const mlajit_family *f, const mlajit_model_desc *d)
+{
+    if (strcmp(f->kernel, "decode_sm90_narrow") == 0)
+        return d->scale_format == MLAJIT_SCALE_FP32 ? "layouts" : "";
+    return edition_of(d);
+}
+
 /* The template `name` in `edition` or, where it has none, the next lower one. */
 static const mlajit_template *template_of(const char *name, const char *edition)
 {
@@ -208,7 +221,7 @@ int mlajit_generate_source(const mlajit_kernel_spec *spec, char **source)
      * sm90_common) */
     const mlajit_family *f = mlajit_family_of(r.variant);
     const char *names[] = {"prelude", "gather", f->sm90_common ? "sm90_common" : "", f->kernel, "combine"};
-    enum { kParts = sizeof names / sizeof names[0] };
+    enum { kParts = sizeof names / sizeof names[0], kKernelPart = 3 };
     const mlajit_template *parts[kParts] = {0};
     const mlajit_model_desc *d = mlajit_spec_desc(&r);
     const char *edition = edition_of(d);
@@ -216,7 +229,7 @@ int mlajit_generate_source(const mlajit_kernel_spec *spec, char **source)
     for (size_t k = 0; k < kParts; k++) {
         if (!names[k][0])
             continue;
-        parts[k] = template_of(names[k], edition);
+        parts[k] = template_of(names[k], k == kKernelPart ? kernel_edition_of(f, d) : edition);
         if (!parts[k])
             return mlajit_fail(MLAJIT_ERR_INTERNAL, "template '%s' is not embedded (build)", names[k]);
         templates_bytes += parts[k]->size;
