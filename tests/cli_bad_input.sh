@@ -371,18 +371,21 @@ expect 0 "PASS" run-case --cpu "$made/v32"
 # a damaged expected output is caught: run-case --cpu fails outside the bar
 printf '\x00\x00\xc0\x7f' | dd of="$made/v32/out_ref.f32" bs=1 seek=4096 conv=notrunc 2>/dev/null
 expect 1 "FAIL" run-case --cpu "$made/v32"
-# GLM53_NOPE and DOTS3_SWA: the portable family serves both, sm90 GLM53_NOPE (auto's
-# pick on sm_90a); the families that do not serve one say why (exit 1); case make
+# GLM53_NOPE and DOTS3_SWA: the portable family serves both, sm90 and sm90-narrow
+# GLM53_NOPE (auto's pick on sm_90a: sm90-narrow at 16 heads, sm90 past 32); the families that do not serve one say why (exit 1); case make
 # writes their data (synthetic inputs, fp64 expected output) and run-case --cpu
 # reads it back
-expect 0 "accepted: glm53_nope.h16.p64.t64.hc64.sm90.sm_90a" envelope glm53_nope.h16.p64
+expect 0 "accepted: glm53_nope.h16.p64.t64.hc16.sm90-narrow.sm_90a" envelope glm53_nope.h16.p64
+expect 0 "accepted: glm_nsa.h16.p64.t64.hc16.sm90-narrow.sm_90a" envelope glm_nsa.h16.p64
+expect 0 "accepted: glm53_nope.h48.p64.t64.hc64.sm90.sm_90a" envelope glm53_nope.h48.p64
 expect 0 "accepted: glm53_nope.h16.p64.t64.hc16.portable.sm_80" envelope glm53_nope.h16.p64.portable.sm_80
 expect 0 "accepted: dots3_swa.h128.p64.t64.hc32.portable.sm_90a" envelope dots3_swa.h128.p64
 expect 0 "accepted: dots3_swa.h16.p64.t32.hc16.portable.sm_80" envelope dots3_swa.h16.p64.portable.sm_80
 expect 1 "variant sm90 does not serve model dots3_swa" envelope dots3_swa.h64.p64.sm90.sm_90a
 expect 1 "kDV == 512" envelope dots3_swa.h64.p64.sm90.sm_90a
 expect 1 "variant sm90-narrow does not serve model dots3_swa" envelope dots3_swa.h8.p64.sm90-narrow.sm_90a
-expect 1 "needs power-of-two scales" envelope glm53_nope.h8.p64.sm90-narrow.sm_90a
+expect 0 "accepted: glm53_nope.h8.p64.t64.hc8.sm90-narrow.sm_90a" envelope glm53_nope.h8.p64.sm90-narrow.sm_90a
+expect 1 "needs power-of-two scales" envelope glm53_nope.h64.p64.sm90-staged.sm_90a
 expect 1 "64 heads per CTA only at d_v <= 512" envelope dots3_swa.h64.p64.hc64.portable.sm_90a
 expect 1 "at tile 32 and 16 heads per CTA, the least there is" envelope dots3_swa.h16.p64.portable.sm_86
 expect 1 "the least there is" envelope dots3_swa.h128.p64.sm_120a

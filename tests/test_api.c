@@ -717,7 +717,7 @@ static void expect_plan_families(const plan_case *cases, size_t n)
 }
 
 static const plan_case auto_cases[] = {
-    /* at most 32 heads with power-of-two scales: sm90-narrow; at 16 heads and
+    /* at most 32 heads: sm90-narrow (arbitrary scales too); at 16 heads and
      * fewer with V3.2's rows, a walk of 16 tiles or more per CTA: sm90-narrow-long
      * (its third producer group); at 1-8 heads with V3.2's rows, 4 tiles or more:
      * sm90-narrow-scores */
@@ -757,13 +757,18 @@ static const plan_case auto_cases[] = {
     {MLAJIT_MODEL_V32, 32, 1, 2048, 2, ".hc16.sm90-narrow.sm_90a", "forced: 2 splits, 2 CTAs"},
     {MLAJIT_MODEL_DSV4, 16, 2, 640, 0, ".hc8.sm90-narrow.sm_90a", "DSV4, 2 rows of 10 splits"},
     {MLAJIT_MODEL_V32, 8, 1, 2048, 0, ".hc8.sm90-narrow.sm_90a", "8 heads: no smaller group"},
-    {MLAJIT_MODEL_GLM_NSA, 16, 1, 2048, 0, ".hc64.sm90.sm_90a", "arbitrary scales: no narrow kernel"},
+    {MLAJIT_MODEL_GLM_NSA, 16, 1, 2048, 0, ".hc8.sm90-narrow.sm_90a", "arbitrary scales: as V3.2, one row"},
+    {MLAJIT_MODEL_GLM53_NOPE, 16, 1, 2048, 0, ".hc8.sm90-narrow.sm_90a", "no RoPE, arbitrary scales: one row"},
     /* 17-32 heads, DSV4's layout: sm90-narrow, h_q rounded up to 8 */
     {MLAJIT_MODEL_V32, 32, 128, 2048, 0, ".hc32.sm90-narrow.sm_90a", "32 heads"},
     {MLAJIT_MODEL_V32, 20, 128, 2048, 0, ".hc24.sm90-narrow.sm_90a", "20 heads"},
     {MLAJIT_MODEL_DSV4, 16, 128, 2048, 0, ".hc16.sm90-narrow.sm_90a", "DSV4's layout"},
-    /* more heads, or arbitrary scales: auto's wgmma kernel */
-    {MLAJIT_MODEL_GLM_NSA, 16, 128, 2048, 0, ".hc64.sm90.sm_90a", "arbitrary scales"},
+    {MLAJIT_MODEL_GLM_NSA, 16, 128, 2048, 0, ".hc16.sm90-narrow-long.sm_90a", "arbitrary scales: as V3.2"},
+    {MLAJIT_MODEL_GLM53_NOPE, 16, 64, 2048, 0, ".hc16.sm90-narrow-long.sm_90a", "GLM53_NOPE, b 64: as V3.2"},
+    {MLAJIT_MODEL_GLM53_NOPE, 32, 128, 2048, 0, ".hc32.sm90-narrow.sm_90a", "GLM53_NOPE at 32 heads"},
+    /* more heads: auto's wgmma kernel; arbitrary scales keep it (no head groups) */
+    {MLAJIT_MODEL_GLM_NSA, 64, 8, 2048, 0, ".hc64.sm90.sm_90a", "arbitrary scales past 32 heads"},
+    {MLAJIT_MODEL_GLM53_NOPE, 48, 1, 2048, 0, ".hc64.sm90.sm_90a", "arbitrary scales past 32 heads, one row"},
     {MLAJIT_MODEL_V32, 33, 128, 2048, 4, ".hc64.sm90.sm_90a", "33 heads, split"},
     {MLAJIT_MODEL_GLM_NSA, 128, 1, 2048, 0, ".hc64.sm90.sm_90a", "b 1, 32 splits of one tile keep the pair"},
     {MLAJIT_MODEL_GLM_NSA, 96, 2, 2048, 0, ".hc64.sm90.sm_90a", "96 heads pair too"},

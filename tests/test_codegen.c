@@ -636,8 +636,18 @@ Test(codegen, walk_alternatives_list_each_one_the_spec_has)
     s.heads_per_cta = 16;
     cr_expect_eq(mlajit_spec_walk_alternatives(&s, "sm_90a", alts), 0, "a spec that names its head group: none");
     s.heads_per_cta = 0;
+    /* arbitrary scales at 16 heads: V3.2's (GLM_NSA's rows are V3.2's); no scores
+     * kernel (power-of-two scales only); at 8 heads the long walk alone */
     s.model = MLAJIT_MODEL_GLM_NSA;
-    cr_expect_eq(mlajit_spec_walk_alternatives(&s, "sm_90a", alts), 0, "arbitrary scales at 16 heads: none");
+    cr_expect_eq(mlajit_spec_walk_alternatives(&s, "sm_90a", alts), 2, "arbitrary scales at 16 heads: as V3.2");
+    cr_expect_eq(alts[0].variant, MLAJIT_VARIANT_SM90_NARROW_LONG);
+    cr_expect_eq(alts[1].variant, MLAJIT_VARIANT_SM90_NARROW);
+    cr_expect_eq(alts[1].heads_per_cta, 8);
+    s.model = MLAJIT_MODEL_GLM53_NOPE;
+    s.h_q = 8;
+    cr_expect_eq(mlajit_spec_walk_alternatives(&s, "sm_90a", alts), 1, "GLM53_NOPE at 8 heads: the long walk");
+    cr_expect_eq(alts[0].variant, MLAJIT_VARIANT_SM90_NARROW_LONG);
+    s.h_q = 16;
     s.model = MLAJIT_MODEL_V32;
     /* past 32 heads, in the order plans ask them: the head split (groups of 16),
      * the head groups (of 32), then the wide kernels' short walk */
@@ -655,11 +665,73 @@ Test(codegen, walk_alternatives_list_each_one_the_spec_has)
     }
     s.model = MLAJIT_MODEL_DSV4;
     cr_expect_eq(mlajit_spec_walk_alternatives(&s, "sm_90a", alts), 3, "DSV4 at 128 heads: as V3.2");
+    /* arbitrary scales past 32 heads: neither the head split nor the head groups
+     * (unmeasured: spec.c), nor sm90-staged (it spilled) */
     s.model = MLAJIT_MODEL_GLM_NSA;
     cr_expect_eq(mlajit_spec_walk_alternatives(&s, "sm_90a", alts), 0, "arbitrary scales at 128 heads: none");
+    s.model = MLAJIT_MODEL_GLM53_NOPE;
+    s.h_q = 48;
+    cr_expect_eq(mlajit_spec_walk_alternatives(&s, "sm_90a", alts), 0, "GLM53_NOPE at 48 heads: none");
+    s.h_q = 128;
     s.model = MLAJIT_MODEL_V32;
     cr_expect_eq(mlajit_spec_walk_alternatives(&s, "sm_80", alts), 0, "not sm_90a: none");
     cr_expect_eq(mlajit_spec_walk_alternatives(NULL, "sm_90a", alts), 0);
+}
+
+/* Arbitrary fp32 scales (GLM_NSA, GLM53_NOPE, a custom layout of that kind): auto
+ * runs sm90-narrow at most 32 heads on sm_90a, as for V3.2, its template's layouts
+ * edition (the exact dequantization's register splits); past 32 heads sm90. V3.2's
+ * narrow kernel keeps the base text. */
+Test(spec, auto_takes_sm90_narrow_for_arbitrary_scales_up_to_32_heads)
+{
+    const mlajit_model models[] = {MLAJIT_MODEL_GLM_NSA, MLAJIT_MODEL_GLM53_NOPE};
+    const struct { int h_q, hc; mlajit_variant variant; } rows[] = {
+        {1, 8, MLAJIT_VARIANT_SM90_NARROW},   {7, 8, MLAJIT_VARIANT_SM90_NARROW},
+        {16, 16, MLAJIT_VARIANT_SM90_NARROW}, {20, 24, MLAJIT_VARIANT_SM90_NARROW},
+        {32, 32, MLAJIT_VARIANT_SM90_NARROW}, {33, 64, MLAJIT_VARIANT_SM90},
+        {64, 64, MLAJIT_VARIANT_SM90},        {128, 64, MLAJIT_VARIANT_SM90},
+    };
+    for (size_t m = 0; m < 2; m++)
+        for (size_t i = 0; i < sizeof rows / sizeof rows[0]; i++) {
+            mlajit_kernel_spec s = MLAJIT_KERNEL_SPEC_INIT, r = MLAJIT_KERNEL_SPEC_INIT;
+            cr_assert_eq(mlajit_spec_init(&s, models[m], rows[i].h_q, 64), MLAJIT_OK);
+            strcpy(s.arch, "sm_90a");
+            cr_assert_eq(mlajit_spec_resolve(&s, &r), MLAJIT_OK, "%s", mlajit_last_error());
+            cr_expect_eq(r.variant, rows[i].variant, "model %d, %d heads: %s", (int)models[m], rows[i].h_q,
+                         mlajit_variant_name(r.variant));
+            cr_expect_eq(r.heads_per_cta, rows[i].hc, "model %d, %d heads", (int)models[m], rows[i].h_q);
+            if (r.variant != MLAJIT_VARIANT_SM90_NARROW)
+                continue;
+            char *src = NULL;
+            cr_assert_eq(mlajit_generate_source(&s, &src), MLAJIT_OK, "%s", mlajit_last_error());
+            cr_expect(strstr(src, "kExactScalesOnly && kRopeLoads == 0") != NULL, "the layouts edition");
+            cr_expect(strstr(src, "static_assert(!kExactScalesOnly") == NULL, "no refusal of the scales");
+            mlajit_free(src);
+        }
+    /* not on sm_80, and not where the spec names a head group sm90 runs */
+    mlajit_kernel_spec s = MLAJIT_KERNEL_SPEC_INIT, r = MLAJIT_KERNEL_SPEC_INIT;
+    cr_assert_eq(mlajit_spec_init(&s, MLAJIT_MODEL_GLM_NSA, 16, 64), MLAJIT_OK);
+    strcpy(s.arch, "sm_80");
+    cr_assert_eq(mlajit_spec_resolve(&s, &r), MLAJIT_OK, "%s", mlajit_last_error());
+    cr_expect_eq(r.variant, MLAJIT_VARIANT_PORTABLE);
+    strcpy(s.arch, "sm_90a");
+    s.heads_per_cta = 64;
+    cr_assert_eq(mlajit_spec_resolve(&s, &r), MLAJIT_OK, "%s", mlajit_last_error());
+    cr_expect_eq(r.variant, MLAJIT_VARIANT_SM90);
+    /* sm90-narrow-scores is sm90-narrow there (its template reads power-of-two scales) */
+    s.heads_per_cta = 0;
+    s.h_q = 8;
+    s.variant = MLAJIT_VARIANT_SM90_NARROW_SCORES;
+    cr_assert_eq(mlajit_spec_resolve(&s, &r), MLAJIT_OK, "%s", mlajit_last_error());
+    cr_expect_eq(r.variant, MLAJIT_VARIANT_SM90_NARROW);
+    /* V3.2's narrow kernel: the base text */
+    cr_assert_eq(mlajit_spec_init(&s, MLAJIT_MODEL_V32, 16, 64), MLAJIT_OK);
+    strcpy(s.arch, "sm_90a");
+    char *src = NULL;
+    cr_assert_eq(mlajit_generate_source(&s, &src), MLAJIT_OK, "%s", mlajit_last_error());
+    cr_expect(strstr(src, "static_assert(!kExactScalesOnly") != NULL, "V3.2: the base text");
+    cr_expect(strstr(src, "kExactScalesOnly && kRopeLoads == 0") == NULL);
+    mlajit_free(src);
 }
 
 Test(codegen, short_walk_alternative_is_sm90_staged_on_sm90a_auto_specs)

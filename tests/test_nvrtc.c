@@ -332,10 +332,33 @@ Test(nvrtc, sm90_narrow_scores_family, .timeout = 600)
     compile_variant_ok(MLAJIT_MODEL_V32, 1, 64, 0, 0, "sm_90a", scores);
 }
 
+/* Arbitrary fp32 scales (the narrow template's layouts edition: the exact
+ * dequantization's register splits) compile with no spills for GLM_NSA and
+ * GLM53_NOPE at each head group (1, 8, 16, 24 and 32 heads), with and without the
+ * extra cache and every feature; sm90-narrow-long where it is itself (its third
+ * ring slot: GLM_NSA at 16 heads and fewer, GLM53_NOPE at 24). */
+Test(nvrtc, sm90_narrow_exact_scales, .timeout = 900)
+{
+    const mlajit_model models[] = {MLAJIT_MODEL_GLM_NSA, MLAJIT_MODEL_GLM53_NOPE};
+    const int heads[] = {1, 8, 16, 24, 32};
+    for (int m = 0; m < 2; m++)
+        for (int i = 0; i < 5; i++) {
+            compile_variant_ok(models[m], heads[i], 64, 0, 0, "sm_90a", MLAJIT_VARIANT_SM90_NARROW);
+            compile_variant_ok(models[m], heads[i], 1, 64, MLAJIT_FEATURE_ALL, "sm_90a", MLAJIT_VARIANT_SM90_NARROW);
+        }
+    const struct { mlajit_model model; int h; } longs[] = {
+        {MLAJIT_MODEL_GLM_NSA, 1}, {MLAJIT_MODEL_GLM_NSA, 16}, {MLAJIT_MODEL_GLM53_NOPE, 8},
+        {MLAJIT_MODEL_GLM53_NOPE, 16}, {MLAJIT_MODEL_GLM53_NOPE, 24}};
+    for (size_t i = 0; i < sizeof longs / sizeof longs[0]; i++) {
+        compile_variant_ok(longs[i].model, longs[i].h, 256, 0, 0, "sm_90a", MLAJIT_VARIANT_SM90_NARROW_LONG);
+        compile_variant_ok(longs[i].model, longs[i].h, 64, 64, MLAJIT_FEATURE_ALL, "sm_90a",
+                           MLAJIT_VARIANT_SM90_NARROW_LONG);
+    }
+}
+
 Test(nvrtc, sm90_narrow_refuses_what_it_cannot_run)
 {
     static const struct { mlajit_model model; int h_q; const char *arch; int heads_per_cta; const char *words; } rows[] = {
-        {MLAJIT_MODEL_GLM_NSA, 16, "sm_90a", 0, "glm_nsa has arbitrary fp32 scales"},
         {MLAJIT_MODEL_V32, 33, "sm_90a", 0, "at most 32 heads per CTA; h_q = 33: set heads_per_cta"},
         {MLAJIT_MODEL_V32, 64, "sm_90a", 64, "at most 32 heads per CTA"},
         {MLAJIT_MODEL_V32, 16, "sm_80", 0, "needs spec.arch = sm_90a"},

@@ -148,8 +148,12 @@ static void sm90_narrow_smem_map(const mlajit_kernel_spec *r, const mlajit_model
     if (d->scale_place == MLAJIT_SCALES_INLINE) {
         /* the ring: sm90-narrow-long's third producer group where its slot fits
          * too (the K buffers' mbarriers come with it: the groups no longer take
-         * every tile) */
-        int max_groups = r->variant == MLAJIT_VARIANT_SM90_NARROW_LONG ? kNarrowMaxProducerGroups : 2;
+         * every tile), at most 24 heads per CTA: 512 threads leave the consumer
+         * 216 registers beside three producers (200 beside arbitrary scales'
+         * 104), and at 32 heads it needs 232 (a custom layout of 528-byte rows,
+         * whose third slot fits there, spilled 160 bytes; ptxas, CUDA 13.0). No
+         * named model's third slot fits at 32 heads. */
+        int max_groups = r->variant == MLAJIT_VARIANT_SM90_NARROW_LONG && heads <= 24 ? kNarrowMaxProducerGroups : 2;
         for (int groups = max_groups; groups >= 2; groups--) {
             int slots = groups * kNarrowRingRounds, buffer_bars = groups > 2 ? 2 : 0;
             int ring = slots * kNarrowTokensPerRound * d->row_bytes;
@@ -289,8 +293,11 @@ static int refuse_scales(const mlajit_family *f, const mlajit_kernel_spec *r)
     const mlajit_model_desc *d = mlajit_spec_desc(r);
     if (f->scales & MLAJIT_SCALES(d->scale_format))
         return MLAJIT_OK;
-    return mlajit_fail(MLAJIT_ERR_UNSUPPORTED, "variant %s needs power-of-two scales (v32, dsv4); "
-                       "model %s has arbitrary fp32 scales: use the sm90 variant", f->name, d->name);
+    if (d->scale_format == MLAJIT_SCALE_FP32)
+        return mlajit_fail(MLAJIT_ERR_UNSUPPORTED, "variant %s needs power-of-two scales (v32, dsv4); model %s "
+                           "has arbitrary fp32 scales: use the sm90 variant (or sm90-narrow, at most 32 heads per "
+                           "CTA)", f->name, d->name);
+    return mlajit_fail(MLAJIT_ERR_UNSUPPORTED, "variant %s does not run model %s's scale format", f->name, d->name);
 }
 
 /* ---- the layouts each family serves ------------------------------------------ */
@@ -480,8 +487,12 @@ static int sm90_resolve(const mlajit_family *f, mlajit_kernel_spec *r)
 }
 
 /* The narrow family: S^T and O^T, wgmma N is the heads (a multiple of 8, at most
- * 32 beside two gathering warp groups); the producers' 128 registers hold the
- * power-of-two dequantization only. Head groups of 8-32 heads (wgmma N); auto's
+ * 32 beside two gathering warp groups). It takes every scale format
+ * sm90_common.cu reads: arbitrary fp32 scales (GLM_NSA, GLM53_NOPE) in
+ * decode_sm90_narrow.cu's layouts edition, whose register splits give the exact
+ * dequantization its producer registers (generate.c); sm90-narrow-scores, whose
+ * template reads power-of-two scales only, is sm90-narrow for them (its alias).
+ * Head groups of 8-32 heads (wgmma N); auto's
  * plans split the heads into groups where that fills SMs a call would leave idle
  * (plan.c). */
 static int narrow_resolve(const mlajit_family *f, mlajit_kernel_spec *r)
@@ -525,7 +536,7 @@ static int scores_is_narrow(const mlajit_kernel_spec *r) { return !mlajit_narrow
 #define NARROW_ROW(v, nm)                                                                                          \
     .variant = v, .name = nm, .arch = "sm_90a", .sm90_common = 1, .tiles = MLAJIT_SIZES(64),                       \
     .heads_per_cta = MLAJIT_SIZES(8) | MLAJIT_SIZES(16) | MLAJIT_SIZES(24) | MLAJIT_SIZES(32),                     \
-    .max_heads_per_cta = MLAJIT_NARROW_MAX_HEADS_PER_CTA, .scales = MLAJIT_SCALES_POW2, .resolve = narrow_resolve, \
+    .max_heads_per_cta = MLAJIT_NARROW_MAX_HEADS_PER_CTA, .scales = MLAJIT_SCALES_ANY, .resolve = narrow_resolve,   \
     .layout_refusal = narrow_layout
 
 /* In variant order; retired variants (MLAJIT_VARIANT_SLICED, _SM90_UNPAIRED) have no
@@ -558,7 +569,8 @@ const mlajit_family mlajit_families[] = {
         .single_split = 1, .staged_output = 1, .walk = MLAJIT_WALK_SHORT, .walk_tiles = MLAJIT_STAGED_PAIR_BELOW_TILES,
     },
     {
-        NARROW_ROW(MLAJIT_VARIANT_SM90_NARROW, "sm90-narrow"), .kernel = "decode_sm90_narrow", .models = "v32, dsv4",
+        NARROW_ROW(MLAJIT_VARIANT_SM90_NARROW, "sm90-narrow"), .kernel = "decode_sm90_narrow",
+        .models = "v32, dsv4, glm_nsa, glm53_nope",
         .roles = "one consumer warp group (S^T, O^T) and two producers (gather, dequantize; the row ring)",
         .warp_groups_beside_producers = 1, .smem_map = sm90_narrow_smem_map,
         .knobs = MLAJIT_KNOB_HEADS_PER_CTA | MLAJIT_KNOB_SPLITS | MLAJIT_KNOB_PRODUCERS,
@@ -566,7 +578,8 @@ const mlajit_family mlajit_families[] = {
     },
     {
         NARROW_ROW(MLAJIT_VARIANT_SM90_NARROW_LONG, "sm90-narrow-long"), .kernel = "decode_sm90_narrow",
-        .models = "v32 (the third ring slot: inline scales, 16 heads per CTA and fewer)",
+        .models = "v32, glm_nsa, glm53_nope (the third ring slot where it fits: inline scales, at most 24 heads "
+                  "per CTA; V3.2 and GLM_NSA at 16 and fewer, GLM53_NOPE at 24)",
         .roles = "one consumer warp group and three producers where the third ring slot fits",
         .warp_groups_beside_producers = 1, .smem_map = sm90_narrow_smem_map,
         .alias = MLAJIT_VARIANT_SM90_NARROW, .alias_when = long_is_narrow,
@@ -575,7 +588,10 @@ const mlajit_family mlajit_families[] = {
     },
     {
         NARROW_ROW(MLAJIT_VARIANT_SM90_NARROW_SCORES, "sm90-narrow-scores"), .kernel = "decode_sm90_scores",
-        .models = "v32 (inline scales, 8 heads per CTA)",
+        /* its template reads inline power-of-two scales only: elsewhere (DSV4's
+         * footer, GLM's arbitrary fp32 scales) it is sm90-narrow by its alias,
+         * mlajit_narrow_scores_fits saying no */
+        .models = "v32 (inline power-of-two scales, 8 heads per CTA; sm90-narrow elsewhere)",
         .roles = "a value warp group (O^T), two score groups (gather, S^T) and a copier",
         .warp_groups_beside_producers = 2, .smem_map = sm90_scores_smem_map,
         .alias = MLAJIT_VARIANT_SM90_NARROW, .alias_when = scores_is_narrow,
@@ -593,9 +609,10 @@ const mlajit_family *mlajit_family_of(mlajit_variant v)
     return NULL;
 }
 
-/* auto on sm_90a with tile 0 or 64: at most 32 heads with power-of-two scales and
- * the head group left to it, sm90-narrow (no math padded to 64 heads; it beat sm90
- * on every V3.2 and DSV4 row at 8, 16 and 32 heads measured on the H200); else
+/* auto on sm_90a with tile 0 or 64: at most 32 heads with the head group left to
+ * it, sm90-narrow (no math padded to 64 heads; it beat sm90 on every V3.2 and DSV4
+ * row at 8, 16 and 32 heads measured on the H200; GLM_NSA's and GLM53_NOPE's
+ * arbitrary scales take it by the same rule, unmeasured: bench/NOTES.md 1d); else
  * the sm90 family where the head group is 0 or 64 (faster than the portable family
  * on every row measured, padded head counts included); else portable
  * (bench/NOTES.md). A family whose template is not built for the model's layout

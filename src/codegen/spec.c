@@ -221,6 +221,18 @@ int mlajit_spec_scores_alternative(const mlajit_kernel_spec *spec, const char *d
     return auto_alternative(spec, default_arch, MLAJIT_VARIANT_SM90_NARROW_SCORES, 0, 1, alt);
 }
 
+/* Past 32 heads auto runs sm90 (64 heads per CTA) for arbitrary fp32 scales
+ * (GLM_NSA, GLM53_NOPE) and keeps it: the head-group rules' thresholds were
+ * measured against V3.2's sm90, and the narrow CTAs of a row each gather and
+ * dequantize its rows again, which costs more with the exact products (more
+ * producer instructions a value) than with V3.2's power-of-two path. Unmeasured,
+ * so not taken; at most 32 heads they are sm90-narrow's as V3.2's are. */
+static int exact_scales_past_narrow(const mlajit_kernel_spec *spec)
+{
+    const mlajit_model_desc *d = spec ? mlajit_spec_desc(spec) : NULL;
+    return d && d->scale_format == MLAJIT_SCALE_FP32 && spec->h_q > MLAJIT_NARROW_MAX_HEADS_PER_CTA;
+}
+
 int mlajit_spec_head_split_alternative(const mlajit_kernel_spec *spec, const char *default_arch,
                                        mlajit_kernel_spec *alt)
 {
@@ -228,7 +240,8 @@ int mlajit_spec_head_split_alternative(const mlajit_kernel_spec *spec, const cha
     /* the group it halves into groups of 8 or more: where auto runs sm90-narrow,
      * the resolved one (h_q rounded up to 8); past 32 heads, the head groups' 32 */
     const int whole = spec && spec->h_q > MLAJIT_NARROW_MAX_HEADS_PER_CTA ? MLAJIT_NARROW_MAX_HEADS_PER_CTA : 0;
-    if (!spec || !auto_alternative(spec, default_arch, MLAJIT_VARIANT_SM90_NARROW, whole, 1, &s) ||
+    if (!spec || exact_scales_past_narrow(spec) ||
+        !auto_alternative(spec, default_arch, MLAJIT_VARIANT_SM90_NARROW, whole, 1, &s) ||
         mlajit_spec_resolve(&s, &r) != MLAJIT_OK || r.heads_per_cta < 16) {
         mlajit_clear_error();
         return 0;
@@ -246,7 +259,7 @@ int mlajit_spec_head_groups_alternative(const mlajit_kernel_spec *spec, const ch
                                         mlajit_kernel_spec *alt)
 {
     /* past 32 heads (at most 32, auto runs sm90-narrow itself) */
-    if (!spec || spec->h_q <= MLAJIT_NARROW_MAX_HEADS_PER_CTA)
+    if (!spec || spec->h_q <= MLAJIT_NARROW_MAX_HEADS_PER_CTA || exact_scales_past_narrow(spec))
         return 0;
     return auto_alternative(spec, default_arch, MLAJIT_VARIANT_SM90_NARROW, MLAJIT_NARROW_MAX_HEADS_PER_CTA, 1, alt);
 }
