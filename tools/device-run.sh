@@ -1,7 +1,7 @@
 #!/bin/bash
 # Build, test and benchmark on the GPU host in one call (see shared/device/README.md).
 # Usage (from the project root, with .devdeps/.devtools/.golden carried):
-#   tools/device-run.sh [tests|demo|python-scan|cases|bench|bench-quick|bench-sm90|compile-times|ncu|ncu-sm90|ncu-source|sol|sass|gather|floor|fuzz:S:SEED[:MODEL]|fuzz-bg:S:SEED|suites:A,B|example|base|lookup|python|python-tests|python-install|python-bench|tune-grid|sweep|stability|cases-tuned|fuzz-tuned:S:SEED|fuzz-pack:S:SEED|layouts|layouts-custom|bench-layouts|all]...
+#   tools/device-run.sh [tests|demo|python-scan|cases|bench|bench-quick|bench-sm90|compile-times|ncu|ncu-sm90|ncu-source|sol|sass|gather|floor|fuzz:S:SEED[:MODEL]|fuzz-bg:S:SEED|suites:A,B|example|base|lookup|python|python-tests|python-install|python-bench|tune-grid|sweep|stability|cases-tuned|fuzz-tuned:S:SEED|fuzz-pack:S:SEED|layouts|layouts-custom|bench-layouts|narrow-exact|all]...
 # Logs go to $OUT (or ./device-out) so they come back with the call. The device
 # tool returns at most 8 files, so at the end every log is packed into
 # $OUT/logs-N.tgz (N: the first free number, so a second run into the same $OUT
@@ -285,6 +285,67 @@ for step in "${@:-all}"; do
       tail -n +1 "$lay"/*.log >"$OUT/layouts-runs.log" 2>/dev/null
       grep "^FAIL" "$OUT/layouts.log" && rc=1
       echo "layouts: $(grep -c "^PASS" "$OUT/layouts.log") of $(wc -l <"$lay/runs") runs passed" ;;
+    narrow-exact)
+      # branch s57-narrow-exact: sm90-narrow(-long) with arbitrary fp32 scales (GLM_NSA,
+      # GLM53_NOPE) against the fp64 reference, as `layouts` runs its cases: a synthetic
+      # case per model x heads (1 7 16 24 32 48 64), its page (1 64 256) and ragged topk
+      # (100 600 2048) rotating, without and with the extra cache and every feature (10%
+      # invalid indices). Each case by auto (sm90-narrow at <= 32 heads, sm90 past 32),
+      # auto with 5 forced splits, lse head-major and padded strides, and forced
+      # sm90-narrow: at <= 32 heads whole, with 3 splits, and sm90-narrow-long (its third
+      # producer group where it fits: GLM_NSA 1-16 heads, GLM53_NOPE 1-24; sm90-narrow
+      # elsewhere); at 32 heads also the head split (16 per CTA); past 32 in head
+      # groups of 16 and 32 and sm90-narrow-long at 16. First the envelope's choices
+      # (auto's kernel at 16 and 48 heads; the third group), then the runs, eight at a
+      # time, then the speed rows: GLM53_NOPE and GLM_NSA beside V3.2 at 16 heads
+      # (b 64/128, topk 2048) by auto and with sm90 forced (the kernel auto ran before),
+      # each row checked against the fp64 reference. About 120 s.
+      nx=/tmp/mlajit-narrow-exact; rm -rf "$nx"; mkdir -p "$nx"
+      pages=(1 64 256); topks=(100 600 2048); i=0; : >"$nx/runs"; : >"$OUT/narrow-exact.log"
+      for want in "glm_nsa.h16.p64|hc16.sm90-narrow.sm_90a" "glm53_nope.h16.p64|hc16.sm90-narrow.sm_90a" \
+        "glm_nsa.h48.p64|hc64.sm90.sm_90a" "glm53_nope.h32.p64|hc32.sm90-narrow.sm_90a" \
+        "glm53_nope.h24.p64.sm90-narrow-long|hc24.sm90-narrow-long.sm_90a" \
+        "glm_nsa.h16.p64.sm90-narrow-long|hc16.sm90-narrow-long.sm_90a"; do
+        IFS='|' read -r spec kernel <<<"$want"
+        if ./build-gpu/mlajit envelope "$spec" --batch 64 --topk 2048 | grep -q "accepted: .*\.$kernel"; then
+          echo "PASS envelope $spec: $kernel"; else echo "FAIL envelope $spec: want $kernel"; rc=1; fi
+      done | tee "$OUT/narrow-exact-envelope.log"
+      for model in glm_nsa glm53_nope; do
+        for h in 1 7 16 24 32 48 64; do
+          for extra in "" .e64.fslx; do
+            page=${pages[i % 3]} topk=${topks[i % 3]}; i=$((i + 1))
+            dir=$nx/$model.h$h.p$page$extra.k$topk
+            ./build-gpu/mlajit case make "$model.h$h.p$page$extra" --out "$dir" --batch 2 --s-q $((1 + i % 2)) \
+              --topk $topk ${extra:+--extra-topk 64} --invalid 0.1 --seed $i >/dev/null 2>&1 ||
+              { echo "FAIL case make $dir"; rc=1; }
+            {
+              echo "$dir --variant auto"
+              echo "$dir --variant auto --splits 5 --lse-head-major --pad-strides"
+              if [ $h -le 32 ]; then
+                echo "$dir --variant sm90-narrow"
+                echo "$dir --variant sm90-narrow --splits 3"
+                echo "$dir --variant sm90-narrow-long"
+                [ $h -eq 32 ] && echo "$dir --variant sm90-narrow --heads-per-cta 16"
+              else
+                echo "$dir --variant sm90-narrow --heads-per-cta 16"
+                echo "$dir --variant sm90-narrow --heads-per-cta 32 --splits 2"
+                echo "$dir --variant sm90-narrow-long --heads-per-cta 16"
+              fi
+            } >>"$nx/runs"
+          done
+        done
+      done
+      # shellcheck disable=SC2016
+      xargs -P 8 -L 1 bash -c 'd=$0; if ./build-gpu/mlajit run-case "$@" "$d" >"$d.$(echo "$*" | tr -c "a-z0-9" _).log" 2>&1
+        then echo "PASS $d $*"; else echo "FAIL $d $* (mlajit run-case $* $d)"; fi' <"$nx/runs" >"$OUT/narrow-exact.log"
+      sort "$OUT/narrow-exact.log" -o "$OUT/narrow-exact.log"
+      tail -n +1 "$nx"/*.log >"$OUT/narrow-exact-runs.log" 2>/dev/null
+      grep "^FAIL" "$OUT/narrow-exact.log" && rc=1
+      echo "narrow-exact: $(grep -c "^PASS" "$OUT/narrow-exact.log") of $(wc -l <"$nx/runs") runs passed"
+      for v in auto sm90; do
+        ./build-gpu/mlajit bench --layouts --layout glm53_nope --layout glm_nsa --heads 16 --variant $v \
+          --json "$OUT/h200-narrow-exact-$v.jsonl" 2>&1 | tee "$OUT/bench-narrow-exact-$v.log" || rc=1
+      done ;;
     sweep)
       # issue 47's record: BENCH.md's 63 rows and 40 shapes off the grid (seed 47), each
       # bucket tuned into /tmp/mlajit-tuned, then every candidate, the rules and the tuned
