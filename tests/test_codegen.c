@@ -724,6 +724,24 @@ Test(spec, auto_takes_sm90_narrow_for_arbitrary_scales_up_to_32_heads)
     s.variant = MLAJIT_VARIANT_SM90_NARROW_SCORES;
     cr_assert_eq(mlajit_spec_resolve(&s, &r), MLAJIT_OK, "%s", mlajit_last_error());
     cr_expect_eq(r.variant, MLAJIT_VARIANT_SM90_NARROW);
+    /* the third producer group at 32 heads: not with arbitrary scales (the consumer's
+     * 200 registers spilled there), kept for the power-of-two twin (216/96 spill none) */
+    static const char *const rows528[] = {"d_nope=512,d_rope=0,d_v=512,tile=128,scales=fp32,place=inline",
+                                          "d_nope=512,d_rope=0,d_v=512,tile=128,scales=pow2,place=inline"};
+    for (int k = 0; k < 2; k++) {
+        mlajit_layout l;
+        cr_assert_eq(mlajit_layout_parse(rows528[k], &l), MLAJIT_OK, "%s", mlajit_last_error());
+        mlajit_kernel_spec c = MLAJIT_KERNEL_SPEC_INIT, rc = MLAJIT_KERNEL_SPEC_INIT;
+        cr_assert_eq(mlajit_spec_init_layout(&c, &l, 32, 64), MLAJIT_OK);
+        c.variant = MLAJIT_VARIANT_SM90_NARROW_LONG;
+        strcpy(c.arch, "sm_90a");
+        cr_assert_eq(mlajit_spec_resolve(&c, &rc), MLAJIT_OK, "%s", mlajit_last_error());
+        cr_expect_eq(rc.variant, k == 0 ? MLAJIT_VARIANT_SM90_NARROW : MLAJIT_VARIANT_SM90_NARROW_LONG, "%s",
+                     rows528[k]);
+        c.h_q = 24;
+        cr_assert_eq(mlajit_spec_resolve(&c, &rc), MLAJIT_OK, "%s", mlajit_last_error());
+        cr_expect_eq(rc.variant, MLAJIT_VARIANT_SM90_NARROW_LONG, "%s at 24 heads", rows528[k]);
+    }
     /* V3.2's narrow kernel: the base text */
     cr_assert_eq(mlajit_spec_init(&s, MLAJIT_MODEL_V32, 16, 64), MLAJIT_OK);
     strcpy(s.arch, "sm_90a");

@@ -148,12 +148,16 @@ static void sm90_narrow_smem_map(const mlajit_kernel_spec *r, const mlajit_model
     if (d->scale_place == MLAJIT_SCALES_INLINE) {
         /* the ring: sm90-narrow-long's third producer group where its slot fits
          * too (the K buffers' mbarriers come with it: the groups no longer take
-         * every tile), at most 24 heads per CTA: 512 threads leave the consumer
-         * 216 registers beside three producers (200 beside arbitrary scales'
-         * 104), and at 32 heads it needs 232 (a custom layout of 528-byte rows,
-         * whose third slot fits there, spilled 160 bytes; ptxas, CUDA 13.0). No
-         * named model's third slot fits at 32 heads. */
-        int max_groups = r->variant == MLAJIT_VARIANT_SM90_NARROW_LONG && heads <= 24 ? kNarrowMaxProducerGroups : 2;
+         * every tile). With arbitrary fp32 scales at most 24 heads per CTA: their
+         * producers need 104 registers, which leaves the consumer 200 of 512
+         * threads' registers, and at 32 heads that spilled 160 bytes (a custom
+         * layout of 528-byte rows, whose third slot fits there; ptxas, CUDA
+         * 13.0; its power-of-two twin spills nothing at 216/96). No named
+         * model's third slot fits at 32 heads. */
+        int max_groups = r->variant == MLAJIT_VARIANT_SM90_NARROW_LONG &&
+                                 (heads <= 24 || d->scale_format != MLAJIT_SCALE_FP32)
+                             ? kNarrowMaxProducerGroups
+                             : 2;
         for (int groups = max_groups; groups >= 2; groups--) {
             int slots = groups * kNarrowRingRounds, buffer_bars = groups > 2 ? 2 : 0;
             int ring = slots * kNarrowTokensPerRound * d->row_bytes;
