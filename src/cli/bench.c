@@ -273,6 +273,13 @@ static int bench_session_open(const char *json_path, bench_session *bs)
     return CLI_OK;
 }
 
+static void bench_session_close(bench_session *bs)
+{
+    if (bs->json)
+        fclose(bs->json);
+    mlajit_context_destroy(bs->ctx);
+}
+
 static const mlajit_model_desc *config_desc(const bench_config *cf)
 {
     return cf->model == MLAJIT_MODEL_CUSTOM ? mlajit_layout_describe(&cf->layout) : mlajit_model_describe(cf->model);
@@ -389,9 +396,6 @@ static int bench_layouts(const layouts_setup *ls, const bench_variant *variant, 
     int rc = bench_session_open(json_path, &bs);
     if (rc != CLI_OK)
         return rc;
-    mlajit_context *ctx = bs.ctx;
-    FILE *json = bs.json;
-    const char *commit = bs.commit, *date = bs.date;
     const int nw = layouts_name_width(cfgs, n);
     printf("%-*s %4s %4s %5s %9s %9s %8s %8s %7s %8s %8s %6s %5s %6s %s\n", nw, "layout", "h_q", "b", "topk", "gpu_us",
            "eager_us", "TFLOP/s", "GB/s", "bound", "of_ceil", "v32_ceil", "ratio", "goal", "splits", "check");
@@ -403,7 +407,7 @@ static int bench_layouts(const layouts_setup *ls, const bench_variant *variant, 
         char name[160];
         config_layout_name(cf, name, sizeof name);
         bench_result r = {0};
-        rc = run_config(ctx, cf, variant, &r);
+        rc = run_config(bs.ctx, cf, variant, &r);
         if (is_v32)
             v32_fraction = v32_us = 0;
         goal_rows += !is_v32;
@@ -434,7 +438,7 @@ static int bench_layouts(const layouts_setup *ls, const bench_variant *variant, 
                v32_col, ratio_col, is_v32 ? "-" : !judged ? "?" : ratio >= LAYOUTS_GOAL ? "met" : "MISS", r.splits,
                r.pass ? "ok" : "FAIL", r.max_err);
         fflush(stdout);
-        if (json) { /* flushed per row: a run cut short keeps every row it finished */
+        if (bs.json) { /* flushed per row: a run cut short keeps every row it finished */
             const mlajit_model_desc *d = config_desc(cf);
             char canon[160] = "", base[96] = "null";
             mlajit_layout lay = cf->layout;
@@ -445,7 +449,7 @@ static int bench_layouts(const layouts_setup *ls, const bench_variant *variant, 
                 snprintf(base, sizeof base,
                          "{\"gpu_us\": %.2f, \"ceiling_fraction\": %.4f, \"fraction_ratio\": %.4f, \"meets_goal\": %s}",
                          v32_us, v32_fraction, ratio, ratio >= LAYOUTS_GOAL ? "true" : "false");
-            fprintf(json,
+            fprintf(bs.json,
                     "{\"table\": \"layouts\", \"role\": \"%s\", \"layout\": \"%s\", \"layout_string\": \"%s\", "
                     "\"d_qk\": %d, "
                     "\"d_v\": %d, \"bytes_per_token\": %d, \"h_q\": %d, \"b\": %d, \"s_q\": %d, \"seqlen\": %d, "
@@ -458,13 +462,11 @@ static int bench_layouts(const layouts_setup *ls, const bench_variant *variant, 
                     cf->page, r.gpu_us, r.eager_us, r.host_us, f.work.flop / 1e9, f.bytes / 1e6,
                     f.work.kv_bytes / 1e6, f.tflops, f.gbps, f.memory_bound ? "memory" : "compute", f.ceiling_us,
                     f.fraction, base, LAYOUTS_GOAL, r.splits, r.kernel.spec, mlajit_tactic_source_name(r.tactic),
-                    r.pass ? "pass" : "fail", commit, date);
-            fflush(json);
+                    r.pass ? "pass" : "fail", bs.commit, bs.date);
+            fflush(bs.json);
         }
     }
-    if (json)
-        fclose(json);
-    mlajit_context_destroy(ctx);
+    bench_session_close(&bs);
     printf("%d configurations, %d failed; goal (a layout's fraction of the ceiling >= %.2f x V3.2's): met by %d of %d "
            "layout rows\n", n, failures, LAYOUTS_GOAL, goal_met, goal_rows);
     return failures ? CLI_FAIL : CLI_OK;
@@ -559,9 +561,6 @@ int cli_bench(int argc, char **argv)
     int rc = bench_session_open(json_path, &bs);
     if (rc != CLI_OK)
         return rc;
-    mlajit_context *ctx = bs.ctx;
-    FILE *json = bs.json;
-    const char *commit = bs.commit, *date = bs.date;
     bench_config cfgs[96];
     int all = build_configs(cfgs, 96, quick), n = 0;
     /* --heads N where BENCH.md has no row: the rows of the next head count it has
@@ -589,7 +588,7 @@ int cli_bench(int argc, char **argv)
     for (int i = 0; i < n; i++) {
         bench_config *cf = &cfgs[i];
         bench_result r = {0};
-        rc = run_config(ctx, cf, &variant, &r);
+        rc = run_config(bs.ctx, cf, &variant, &r);
         const char *name = mlajit_model_describe(cf->model)->name;
         if (rc) {
             failures++;
@@ -611,8 +610,8 @@ int cli_bench(int argc, char **argv)
                cf->flashmla_us, cf->flashmla_us > 0 ? r.gpu_us / cf->flashmla_us : 0.0, r.pass ? "ok" : "FAIL",
                r.max_err);
         fflush(stdout);
-        if (json) { /* flushed per row: a run cut short keeps every row it finished */
-            fprintf(json,
+        if (bs.json) { /* flushed per row: a run cut short keeps every row it finished */
+            fprintf(bs.json,
                     "{\"model\": \"%s\", \"h_q\": %d, \"b\": %d, \"s_q\": %d, \"seqlen\": %d, \"topk\": %d, "
                     "\"extra_topk\": %d, \"gpu_us\": %.2f, \"eager_us\": %.2f, \"host_us\": %.2f, \"tflops\": %.2f, "
                     "\"gbps\": %.1f, "
@@ -621,13 +620,11 @@ int cli_bench(int argc, char **argv)
                     name, cf->h_q, cf->b, cf->s_q, cf->seqlen, cf->topk, cf->extra_topk, r.gpu_us, r.eager_us,
                     r.host_us, r.tflops, r.gbps, r.splits, r.kernel.spec, mlajit_tactic_source_name(r.tactic),
                     cf->flashmla_us,
-                    cf->flashmla_us > 0 ? r.gpu_us / cf->flashmla_us : 0.0, r.pass ? "pass" : "fail", commit, date);
-            fflush(json);
+                    cf->flashmla_us > 0 ? r.gpu_us / cf->flashmla_us : 0.0, r.pass ? "pass" : "fail", bs.commit, bs.date);
+            fflush(bs.json);
         }
     }
-    if (json)
-        fclose(json);
-    mlajit_context_destroy(ctx);
+    bench_session_close(&bs);
     if (n_compiled) {
         printf("\nkernels compiled cold by NVRTC during this run:\n");
         for (int i = 0; i < n_compiled; i++)

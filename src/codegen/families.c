@@ -298,10 +298,11 @@ static int refuse_scales(const mlajit_family *f, const mlajit_kernel_spec *r)
     if (f->scales & MLAJIT_SCALES(d->scale_format))
         return MLAJIT_OK;
     if (d->scale_format == MLAJIT_SCALE_FP32)
-        return mlajit_fail(MLAJIT_ERR_UNSUPPORTED, "variant %s needs power-of-two scales (v32, dsv4); model %s "
+        return mlajit_fail(MLAJIT_ERR_UNSUPPORTED, "variant %s needs power-of-two scales (v32, dsv4); %s %s "
                            "has arbitrary fp32 scales: use the sm90 variant (or sm90-narrow, at most 32 heads per "
-                           "CTA)", f->name, d->name);
-    return mlajit_fail(MLAJIT_ERR_UNSUPPORTED, "variant %s does not run model %s's scale format", f->name, d->name);
+                           "CTA)", f->name, d->model == MLAJIT_MODEL_CUSTOM ? "layout" : "model", d->name);
+    return mlajit_fail(MLAJIT_ERR_UNSUPPORTED, "variant %s does not run %s %s's scale format", f->name,
+                       d->model == MLAJIT_MODEL_CUSTOM ? "layout" : "model", d->name);
 }
 
 /* ---- the layouts each family serves ------------------------------------------ */
@@ -362,24 +363,16 @@ static const char *sm90_common_refusal(const mlajit_model_desc *d)
     return NULL;
 }
 
-/* sm90 and sm90-staged: P V in two wgmma N of 256 value dims (their Q and two K
- * tile buffers of d_qk / 64 swizzled blocks are the shared-memory map's to check:
- * 408 KB at DOTS3_SWA's d_qk 1088). GLM53_NOPE (d_rope 0) takes the templates'
- * layouts edition (generate.c). */
-static const char *sm90_layout(const mlajit_model_desc *d)
+/* Every wgmma row (sm90, sm90-staged, the narrow rows): P V in two wgmma N of 256
+ * value dims, and sm90_common.cu's producer. Their Q and K tile buffers of d_qk / 64
+ * swizzled blocks are the shared-memory map's to check (408 KB at DOTS3_SWA's d_qk
+ * 1088 for sm90). GLM53_NOPE (d_rope 0) takes the templates' layouts edition
+ * (generate.c). */
+static const char *wgmma_layout(const mlajit_model_desc *d)
 {
     if (d->d_v != 512)
-        return "layout.d_v must be 512: decode_sm90.cu's P V is two wgmma N of 256 value dims (static_assert "
+        return "layout.d_v must be 512: the wgmma kernels' P V is two wgmma N of 256 value dims (static_assert "
                "kDV == 512 in sm90_common.cu); the portable family serves other widths on sm_90a";
-    return sm90_common_refusal(d);
-}
-
-/* the narrow rows: as sm90 (their Q is `heads` rows, their two K buffers as sm90's) */
-static const char *narrow_layout(const mlajit_model_desc *d)
-{
-    if (d->d_v != 512)
-        return "layout.d_v must be 512: the narrow kernels' P V covers 512 value dims (static_assert kDV == 512 "
-               "in sm90_common.cu); the portable family serves other widths on sm_90a";
     return sm90_common_refusal(d);
 }
 
@@ -536,12 +529,12 @@ static int scores_is_narrow(const mlajit_kernel_spec *r) { return !mlajit_narrow
     .roles = "two consumer warp groups (S, P V) and one producer (gather, dequantize); setmaxnreg raises the "     \
              "score group, lowers the others",                                                                    \
     .threads = 384, .tiles = MLAJIT_SIZES(64), .heads_per_cta = MLAJIT_SIZES(64), .resolve = sm90_resolve,         \
-    .layout_refusal = sm90_layout, .smem_map = sm90_smem_map
+    .layout_refusal = wgmma_layout, .smem_map = sm90_smem_map
 #define NARROW_ROW(v, nm)                                                                                          \
     .variant = v, .name = nm, .arch = "sm_90a", .sm90_common = 1, .tiles = MLAJIT_SIZES(64),                       \
     .heads_per_cta = MLAJIT_SIZES(8) | MLAJIT_SIZES(16) | MLAJIT_SIZES(24) | MLAJIT_SIZES(32),                     \
     .max_heads_per_cta = MLAJIT_NARROW_MAX_HEADS_PER_CTA, .scales = MLAJIT_SCALES_ANY, .resolve = narrow_resolve,   \
-    .layout_refusal = narrow_layout
+    .layout_refusal = wgmma_layout
 
 /* In variant order; retired variants (MLAJIT_VARIANT_SLICED, _SM90_UNPAIRED) have no
  * row, only an entry in retired_variants below. */
