@@ -286,7 +286,7 @@ for step in "${@:-all}"; do
       grep "^FAIL" "$OUT/layouts.log" && rc=1
       echo "layouts: $(grep -c "^PASS" "$OUT/layouts.log") of $(wc -l <"$lay/runs") runs passed" ;;
     narrow-exact)
-      # branch s57-narrow-exact: sm90-narrow(-long) with arbitrary fp32 scales (GLM_NSA,
+      # sm90-narrow(-long) with arbitrary fp32 scales (GLM_NSA,
       # GLM53_NOPE) against the fp64 reference, as `layouts` runs its cases: a synthetic
       # case per model x heads (1 7 16 24 32 48 64), its page (1 64 256) and ragged topk
       # (100 600 2048) rotating, without and with the extra cache and every feature (10%
