@@ -74,10 +74,14 @@ constexpr int kPairCtas = cfg::kClusterCtas;  // 2: the CTA pair (two head group
 // score group to the producer spill none without features, 4-12 bytes with the sink
 // or the extra cache (ptxas, CUDA 13.0; no split of 504 spilled none in every
 // feature set). The pair's split is GLM-NSA's: it spills nothing.
+// A pair's producer, one round a tile, takes the exact dequantization's converted
+// form (sm90_common.cu) in V3.2's 128 registers (no spills), so a pair's split is
+// V3.2's whatever the scales.
 constexpr bool kNoRopeSingle = kExactScalesOnly && cfg::kDRope == 0 && kPairCtas == 1;
-constexpr int kScoreRegisters = kNoRopeSingle ? 192 : kExactScalesOnly ? 200 : kPairCtas > 1 ? 216 : 208;
+constexpr bool kExactSingle = kExactScalesOnly && kPairCtas == 1;
+constexpr int kScoreRegisters = kNoRopeSingle ? 192 : kExactSingle ? 200 : kPairCtas > 1 ? 216 : 208;
 constexpr int kValueRegisters = 160;
-constexpr int kProducerRegisters = kNoRopeSingle ? 152 : kExactScalesOnly ? 144 : kPairCtas > 1 ? 128 : 136;
+constexpr int kProducerRegisters = kNoRopeSingle ? 152 : kExactSingle ? 144 : kPairCtas > 1 ? 128 : 136;
 #else
 constexpr int kScoreRegisters = kExactScalesOnly ? 200 : kPairCtas > 1 ? 216 : 208;
 constexpr int kValueRegisters = 160;

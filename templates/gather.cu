@@ -160,6 +160,43 @@ __device__ __forceinline__ void dequant4_exact(u32 codes, float scale, u32& lo, 
     hi = pack_bf16x2(v2, v3);
 }
 
+#if MLAJIT_LAYOUTS
+// The same products, bit for bit, in about 6 instructions a pair of values against
+// the bit placement's 14: from sm_89 on, the hardware converts a pair of codes to
+// f16x2 in one instruction (exact: every e4m3 value is an f16; a NaN code, which
+// the quantizer never writes, stays NaN) and a half widens to fp32 in one more.
+// The wide producer, one warp a scheduler, spent 12-18% of GLM53_NOPE's time on the
+// longer form (bench/NOTES.md 1d). kConverted false: the longer form.
+template <bool kConverted>
+__device__ __forceinline__ void dequant4_exact_as(u32 codes, float scale, u32& lo, u32& hi)
+{
+#if __CUDA_ARCH__ >= 890
+    if constexpr (kConverted) {
+        float v[4];
+        asm("{\n.reg .b16 c0, c1, h0, h1, h2, h3;\n.reg .b32 p0, p1;\n"
+            "mov.b32 {c0, c1}, %4;\n"
+            "cvt.rn.f16x2.e4m3x2 p0, c0;\ncvt.rn.f16x2.e4m3x2 p1, c1;\n"
+            "mov.b32 {h0, h1}, p0;\nmov.b32 {h2, h3}, p1;\n"
+            "cvt.f32.f16 %0, h0;\ncvt.f32.f16 %1, h1;\ncvt.f32.f16 %2, h2;\ncvt.f32.f16 %3, h3;\n}\n"
+            : "=f"(v[0]), "=f"(v[1]), "=f"(v[2]), "=f"(v[3])
+            : "r"(codes));
+        lo = pack_bf16x2(v[0] * scale, v[1] * scale);
+        hi = pack_bf16x2(v[2] * scale, v[3] * scale);
+        return;
+    }
+#endif
+    dequant4_exact(codes, scale, lo, hi);
+}
+
+// 16 fp8 codes times a scale -> 16 bf16 (8 words), the exact way.
+template <bool kConverted = true>
+__device__ __forceinline__ void dequant16_exact(const U32x4& codes, float scale, u32 (&out)[8])
+{
+    const u32 w[4] = {codes.x, codes.y, codes.z, codes.w};
+#pragma unroll
+    for (int i = 0; i < 4; i++) dequant4_exact_as<kConverted>(w[i], scale, out[2 * i], out[2 * i + 1]);
+}
+#else
 // 16 fp8 codes times a scale -> 16 bf16 (8 words), the exact way.
 __device__ __forceinline__ void dequant16_exact(const U32x4& codes, float scale, u32 (&out)[8])
 {
@@ -167,6 +204,7 @@ __device__ __forceinline__ void dequant16_exact(const U32x4& codes, float scale,
 #pragma unroll
     for (int i = 0; i < 4; i++) dequant4_exact(w[i], scale, out[2 * i], out[2 * i + 1]);
 }
+#endif
 
 // The fast path's range: its bf16x2 factor is scale * 2^120, so the scale's biased
 // exponent plus kFastFactorBias must stay a finite bf16 exponent (at most 254).

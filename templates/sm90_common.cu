@@ -27,6 +27,15 @@ constexpr int kRopeChunks = cfg::kDRope * 2 / 16;                  // 8 bf16 eac
 constexpr int kRopeLoads = kRopeChunks / kLanesPerToken;
 constexpr int kScaleWords = cfg::kScaleFormat == 3 ? 2 : 4;        // ue8m0 bytes (footer) or fp32 (inline)
 constexpr bool kExactScalesOnly = cfg::kScaleFormat == 2;  // arbitrary fp32 scales: exact dequantization only
+#if MLAJIT_LAYOUTS
+// The exact dequantization's converted form (gather.cu) in the wide kernel's CTA
+// pair, whose producer holds one round a tile. Where a producer holds two rounds
+// (the wide kernel with one CTA per row: GLM53_NOPE 20-84 bytes at every split that
+// does not spill the consumers) or shares its registers with a ring (the narrow
+// kernels: GLM_NSA 4-8 bytes), it spilled (ptxas, CUDA 13.0), so those keep the
+// longer form; the narrow kernels' three producer groups hide it (bench/NOTES.md 1d).
+constexpr bool kConvertedExact = cfg::kClusterCtas > 1;
+#endif
 
 static_assert(kTile == 64, "one wgmma N (or M) of candidates");
 static_assert(cfg::kDQK % 64 == 0 && cfg::kDV == 512 && cfg::kDNope % 64 == 0, "dims must fill swizzle blocks");
@@ -475,7 +484,11 @@ __device__ __forceinline__ void store_round(const RoundDestOf<Flag>& to, int t, 
 #pragma unroll
         for (int i = 0; i < kNopeLoads; i++) {
             u32 w[8];
+#if MLAJIT_LAYOUTS
+            dequant16_exact<kConvertedExact>(d.nope[i], scale_value(scale_bits_of(d, i)), w);
+#else
             dequant16_exact(d.nope[i], scale_value(scale_bits_of(d, i)), w);
+#endif
             store_chunk(i, w);
         }
     }

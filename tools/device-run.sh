@@ -232,7 +232,8 @@ for step in "${@:-all}"; do
       # rotating, without and with the extra cache and every feature (10% invalid
       # indices); each run by auto and every family that serves the layout, auto
       # also with forced splits (the combine at the layout's d_v), lse head-major and
-      # padded strides. `layouts`: GLM53_NOPE and DOTS3_SWA (portable also at tile 32
+      # padded strides. `layouts`: GLM53_NOPE, GLM_NSA (the layouts edition too, for the
+      # exact dequantization's converted form) and DOTS3_SWA (portable also at tile 32
       # and 16 heads per CTA), then the five of `layouts-custom`: bf16 V3.2 and V4
       # and the three custom layouts the fuzzer draws (d_nope 256 with tile 32 and
       # ue8m0 scales inline; no RoPE with arbitrary fp32 scales in a page footer;
@@ -247,6 +248,7 @@ for step in "${@:-all}"; do
       # kernel on sm_90a)|portable tile 32 on every case (all) or on those without the extra cache (plain)
       entries=(
         "glm53_nope|glm53_nope|auto sm90 portable|all"
+        "glm_nsa|glm_nsa|auto sm90 portable|all"
         "dots3_swa|dots3_swa|auto portable|all"
         "v32_bf16|v32_bf16|auto|plain"
         "dsv4_bf16|dsv4_bf16|auto|plain"
@@ -254,7 +256,7 @@ for step in "${@:-all}"; do
         "rope0_fp32_footer|d_nope=512,tile=128,scales=fp32,place=footer|auto|plain"
         "dv256|d_nope=512,d_rope=64,d_v=256,tile=128,scales=pow2,place=inline|auto|plain"
       )
-      [ "$step" = layouts-custom ] && entries=("${entries[@]:2}")
+      [ "$step" = layouts-custom ] && entries=("${entries[@]:3}")
       for entry in "${entries[@]}"; do
         IFS='|' read -r label spec variants tile32 <<<"$entry"
         # the five: the wgmma families refuse them (the envelope's reason logged); one

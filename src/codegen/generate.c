@@ -156,11 +156,12 @@ uint64_t mlajit_decode_params_layout_hash(void)
     return XXH3_64bits(layout, sizeof layout - 1);
 }
 
-/* The templates' base text is what the keys of V3.2's, DSV4's and GLM-NSA's
- * kernels were made from; their `#if MLAJIT_LAYOUTS` parts (resolved by the
- * embedder, tools/embed_templates.py) generalize them to no RoPE and to NoPE and
- * value dims past 512 (GLM53_NOPE, DOTS3_SWA), and their `#if MLAJIT_BF16` parts
- * on top of those read bf16 NoPE values (scales none). A layout takes the most
+/* The templates' base text is what the keys of V3.2's and DSV4's kernels were
+ * made from; their `#if MLAJIT_LAYOUTS` parts (resolved by the embedder,
+ * tools/embed_templates.py) generalize them to no RoPE, to NoPE and value dims
+ * past 512 (GLM53_NOPE, DOTS3_SWA) and to arbitrary fp32 scales (GLM_NSA too: the
+ * exact dequantization's converted form), and their `#if MLAJIT_BF16` parts on
+ * top of those read bf16 NoPE values (scales none). A layout takes the most
  * general edition it needs that a template has, falling back level by level
  * (bf16, layouts, the base text): the sources of the layouts an edition was
  * added after, hence every key and shipped pack, stay as they were. */
@@ -172,7 +173,7 @@ static const char *edition_of(const mlajit_model_desc *d)
 {
     if (d->scale_format == MLAJIT_SCALE_NONE)
         return "bf16";
-    return d->d_rope == 0 || d->d_nope > 512 || d->d_v > 512 ? "layouts" : "";
+    return d->d_rope == 0 || d->d_nope > 512 || d->d_v > 512 || d->scale_format == MLAJIT_SCALE_FP32 ? "layouts" : "";
 }
 
 /* The edition of the family's own kernel template. decode_sm90_narrow.cu's
