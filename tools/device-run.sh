@@ -1,7 +1,7 @@
 #!/bin/bash
 # Build, test and benchmark on the GPU host in one call (see shared/device/README.md).
 # Usage (from the project root, with .devdeps/.devtools/.golden carried):
-#   tools/device-run.sh [tests|demo|python-scan|cases|bench|bench-quick|bench-sm90|compile-times|ncu|ncu-sm90|ncu-source|sol|sass|gather|floor|fuzz:S:SEED[:MODEL]|fuzz-bg:S:SEED|suites:A,B|example|base|lookup|python|python-tests|python-install|python-bench|tune-grid|sweep|stability|cases-tuned|fuzz-tuned:S:SEED|fuzz-pack:S:SEED|layouts|layouts-custom|bench-layouts|narrow-exact|all]...
+#   tools/device-run.sh [tests|demo|python-scan|cases|bench|bench-quick|bench-sm90|compile-times|ncu|ncu-sm90|ncu-source|sol|sass|gather|floor|fuzz:S:SEED[:MODEL]|fuzz-bg:S:SEED|suites:A,B|example|base|lookup|python|python-tests|python-install|python-bench|tune-grid|sweep|stability|cases-tuned|fuzz-tuned:S:SEED|fuzz-pack:S:SEED|layouts|layouts-custom|bench-layouts|narrow-exact|tune-layouts|all]...
 # Logs go to $OUT (or ./device-out) so they come back with the call. The device
 # tool returns at most 8 files, so at the end every log is packed into
 # $OUT/logs-N.tgz (N: the first free number, so a second run into the same $OUT
@@ -364,6 +364,16 @@ for step in "${@:-all}"; do
       # BENCH_LAYOUTS_ARGS: other layouts or axes (e.g. --layout v32_bf16 --heads 64)
       ./build-gpu/mlajit bench --layouts ${BENCH_LAYOUTS_ARGS:-} --json "$OUT/h200-layouts${BENCH_LAYOUTS_TAG:-}.jsonl" 2>&1 |
         tee "$OUT/bench-layouts${BENCH_LAYOUTS_TAG:-}.log" || rc=1 ;;
+    tune-layouts)
+      # issue 49: the tuner over layouts described at run time, on a GPU: GLM53_NOPE's
+      # canonical string and the d_nope 256 / ue8m0 layout at heads 16 and 64, b 64,
+      # topk 2048 (4 buckets, 36 candidates); every winner is checked against the fp64
+      # reference before it is stored, and `cache ls` then lists the records
+      tl=/tmp/mlajit-tune-layouts; rm -rf "$tl"
+      MLAJIT_CACHE_DIR=$tl ./build-gpu/mlajit tune --layout nope512-rope0-v512-tile128-fp32-inline-row656 \
+        --layout d_nope=256,d_rope=64,d_v=256,tile=32,scales=ue8m0,place=inline --heads 16,64 --pages 64 \
+        --topk 2048 --rows 64 --json "$OUT/h200-tune-layouts.jsonl" 2>&1 | tee "$OUT/tune-layouts.log" || rc=1
+      MLAJIT_CACHE_DIR=$tl ./build-gpu/mlajit cache ls 2>&1 | tee -a "$OUT/tune-layouts.log" | tail -8 ;;
     bench-sm90)
       # the wgmma family forced on the quick rows (its own JSON; h200.jsonl stays the default run)
       ./build-gpu/mlajit bench --quick --variant sm90 --json "$OUT/h200-sm90.jsonl" 2>&1 | tee "$OUT/bench-sm90.log" || rc=1 ;;
