@@ -196,6 +196,11 @@ Test(spec, resolve_fits_shared_memory_of_each_arch)
     s.tile = 64;
     cr_expect_eq(mlajit_spec_resolve(&s, &r), MLAJIT_ERR_UNSUPPORTED);
     cr_expect(strstr(mlajit_last_error(), "shared memory") != NULL);
+    /* the message names the tile and head group, and what lowers them (the portable
+     * family's choices) */
+    cr_expect(strstr(mlajit_last_error(), "at tile 64 and ") && strstr(mlajit_last_error(), "use tile 32 or fewer "
+                                                                                            "heads_per_cta"),
+              "%s", mlajit_last_error());
 }
 
 /* sm90 pairs the CTAs of two head groups into a cluster (h_q 65..128); one head

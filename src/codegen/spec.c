@@ -157,10 +157,15 @@ int mlajit_spec_resolve(const mlajit_kernel_spec *caller_spec, mlajit_kernel_spe
                            "(sm_80, sm_90a, sm_100a)", layout.smem_bytes, r.heads_per_cta,
                            mlajit_spec_desc(&r)->name, mlajit_spec_desc(&r)->d_qk, r.arch,
                            mlajit_arch_max_smem(r.arch));
+    /* only the portable family lowers its tile and head group; a wgmma row's are its own */
     if (layout.smem_bytes > mlajit_arch_max_smem(r.arch))
         return mlajit_fail(MLAJIT_ERR_UNSUPPORTED,
-                           "spec needs %d bytes of shared memory per block; %s allows %d: use tile 32 or fewer heads_per_cta",
-                           layout.smem_bytes, r.arch, mlajit_arch_max_smem(r.arch));
+                           "spec needs %d bytes of shared memory per block at tile %d and %d heads per CTA; %s "
+                           "allows %d: %s", layout.smem_bytes, r.tile, r.heads_per_cta, r.arch,
+                           mlajit_arch_max_smem(r.arch),
+                           r.variant == MLAJIT_VARIANT_PORTABLE ? "use tile 32 or fewer heads_per_cta"
+                                                                : "its tile and head group are fixed; use the "
+                                                                  "portable variant");
     mlajit_abi_out(MLAJIT_ABI_KERNEL_SPEC, resolved, &r);
     return MLAJIT_OK;
 }
