@@ -291,20 +291,6 @@ int mlajit_combine_smem_bytes(const mlajit_kernel_layout *layout, int num_splits
 
 int mlajit_family_takes(unsigned sizes, int v) { return v > 0 && v % 8 == 0 && v <= 248 && (sizes & MLAJIT_SIZES(v)); }
 
-/* The refusal of a family that runs only some scale formats. */
-static int refuse_scales(const mlajit_family *f, const mlajit_kernel_spec *r)
-{
-    const mlajit_model_desc *d = mlajit_spec_desc(r);
-    if (f->scales & MLAJIT_SCALES(d->scale_format))
-        return MLAJIT_OK;
-    if (d->scale_format == MLAJIT_SCALE_FP32)
-        return mlajit_fail(MLAJIT_ERR_UNSUPPORTED, "variant %s needs power-of-two scales (v32, dsv4); %s %s "
-                           "has arbitrary fp32 scales: use the sm90 variant (or sm90-narrow, at most 32 heads per "
-                           "CTA)", f->name, d->model == MLAJIT_MODEL_CUSTOM ? "layout" : "model", d->name);
-    return mlajit_fail(MLAJIT_ERR_UNSUPPORTED, "variant %s does not run %s %s's scale format", f->name,
-                       d->model == MLAJIT_MODEL_CUSTOM ? "layout" : "model", d->name);
-}
-
 /* ---- the layouts each family serves ------------------------------------------ */
 
 /* Each row's layout_refusal says, for any layout (a named model's or one described
@@ -376,10 +362,24 @@ static const char *wgmma_layout(const mlajit_model_desc *d)
     return sm90_common_refusal(d);
 }
 
+/* A row's scale formats (`.scales`), where its template reads fewer than its
+ * layout_refusal allows (sm90-staged: power-of-two scales only). */
+static const char *scales_refusal(const mlajit_family *f, const mlajit_model_desc *d)
+{
+    if (f->scales & MLAJIT_SCALES(d->scale_format))
+        return NULL;
+    if (d->scale_format == MLAJIT_SCALE_FP32)
+        return "layout.scale_format is fp32 (arbitrary scales), and this variant needs power-of-two scales (pow2 "
+               "inline, ue8m0 in a footer): use the sm90 variant (or sm90-narrow, at most 32 heads per CTA)";
+    return "layout.scale_format: this variant does not read it (its row's scale formats: docs/kernels.md)";
+}
+
 const char *mlajit_family_layout_refusal(const mlajit_family *f, const mlajit_model_desc *d)
 {
     const char *why = combine_refusal(d);
-    return why ? why : f->layout_refusal(d);
+    if (!why)
+        why = f->layout_refusal(d);
+    return why ? why : scales_refusal(f, d);
 }
 
 int mlajit_family_check_layout(const mlajit_family *f, const mlajit_model_desc *d)
@@ -478,9 +478,7 @@ static int sm90_resolve(const mlajit_family *f, mlajit_kernel_spec *r)
                            "heads_per_cta %d: leave them 0", f->name, r->tile, r->heads_per_cta);
     r->tile = 64;
     r->heads_per_cta = 64;
-    /* sm90-staged: the exact-product dequantization of arbitrary scales, with the
-     * staged epilogue, spilled (GLM_NSA with an extra cache and every feature) */
-    return refuse_scales(f, r);
+    return MLAJIT_OK;
 }
 
 /* The narrow family: S^T and O^T, wgmma N is the heads (a multiple of 8, at most
@@ -501,9 +499,6 @@ static int narrow_resolve(const mlajit_family *f, mlajit_kernel_spec *r)
         return mlajit_fail(MLAJIT_ERR_UNSUPPORTED, "variant %s holds at most %d heads per CTA; h_q = %d: set "
                            "heads_per_cta to 8, 16, 24 or 32 (head groups), or use the sm90 variant", f->name, max_n,
                            r->h_q);
-    int rc = refuse_scales(f, r);
-    if (rc)
-        return rc;
     if ((r->tile && !mlajit_family_takes(f->tiles, r->tile)) ||
         (r->heads_per_cta && !(mlajit_family_takes(f->heads_per_cta, r->heads_per_cta) && r->heads_per_cta <= heads_n)))
         return mlajit_fail(MLAJIT_ERR_UNSUPPORTED, "variant %s runs tile 64 with at most %d heads per CTA (h_q "
@@ -562,6 +557,8 @@ const mlajit_family mlajit_families[] = {
         .knobs = MLAJIT_KNOB_SPLITS,
     },
     {
+        /* power-of-two scales only: the exact dequantization with the staged epilogue
+         * spilled (GLM_NSA with an extra cache and every feature) */
         SM90_ROW(MLAJIT_VARIANT_SM90_STAGED, "sm90-staged"), .scales = MLAJIT_SCALES_POW2, .models = "v32, dsv4", .pairs = 1,
         .single_split = 1, .staged_output = 1, .walk = MLAJIT_WALK_SHORT, .walk_tiles = MLAJIT_STAGED_PAIR_BELOW_TILES,
     },
@@ -608,8 +605,8 @@ const mlajit_family *mlajit_family_of(mlajit_variant v)
 
 /* auto on sm_90a with tile 0 or 64: at most 32 heads with the head group left to
  * it, sm90-narrow (no math padded to 64 heads; it beat sm90 on every V3.2 and DSV4
- * row at 8, 16 and 32 heads measured on the H200; GLM_NSA's and GLM53_NOPE's
- * arbitrary scales take it by the same rule, unmeasured: bench/NOTES.md 1d); else
+ * row at 8, 16 and 32 heads measured on the H200, and for GLM_NSA's and GLM53_NOPE's
+ * arbitrary scales on an H100: bench/NOTES.md 1d); else
  * the sm90 family where the head group is 0 or 64 (faster than the portable family
  * on every row measured, padded head counts included); else portable
  * (bench/NOTES.md). A family whose template is not built for the model's layout
@@ -620,10 +617,9 @@ mlajit_variant mlajit_family_auto(const mlajit_kernel_spec *r)
     const mlajit_family *sm90 = mlajit_family_of(MLAJIT_VARIANT_SM90);
     const int hopper = strcmp(r->arch, sm90->arch) == 0 && (r->tile == 0 || mlajit_family_takes(sm90->tiles, r->tile));
     const mlajit_model_desc *d = mlajit_spec_desc(r);
-    const unsigned scale = MLAJIT_SCALES(d->scale_format);
     /* a layout sm_90a's families are not written for (bf16, DOTS3_SWA's d_v 1024, a
      * custom one) runs on the portable family */
-    if (hopper && r->heads_per_cta == 0 && r->h_q <= narrow->max_heads_per_cta && (narrow->scales & scale) &&
+    if (hopper && r->heads_per_cta == 0 && r->h_q <= narrow->max_heads_per_cta &&
         !mlajit_family_layout_refusal(narrow, d))
         return MLAJIT_VARIANT_SM90_NARROW;
     return hopper && !mlajit_family_layout_refusal(sm90, d) &&

@@ -132,7 +132,7 @@ struct mlajit_family {
     unsigned tiles;           /* tiles it runs (MLAJIT_SIZES) */
     unsigned heads_per_cta;   /* heads per CTA it runs (MLAJIT_SIZES); 8 and 24 only where it takes h_q rounded up */
     int max_heads_per_cta;    /* the most heads a CTA holds without head groups (0: no limit but its sizes) */
-    unsigned scales;          /* scale formats it runs (MLAJIT_SCALES); the others are refused */
+    unsigned scales;          /* scale formats it runs (MLAJIT_SCALES); mlajit_family_layout_refusal refuses the others */
     const char *models;       /* the models it runs, in words (its resolve checks them) */
     /* the layouts its templates are written for, named or custom: NULL, or why not
      * (the field and what it allows; checked by the resolver before the arch and
