@@ -329,7 +329,7 @@ Test(gpu, bad_arguments_leave_out_untouched)
  * out is its V row, exact. Covers the power-of-two fast path (scales up to 2^7),
  * the exact path it falls back to (larger, zero, subnormal and non-power-of-two
  * scales) and subnormal codes and products. */
-static void check_dequant_exhaustive(mlajit_model model, int code_offset, const mlajit_gpu_run_options *opts)
+static void check_dequant_exhaustive(mlajit_model model, int code_offset, int h_q, const mlajit_gpu_run_options *opts)
 {
     const mlajit_model_desc *d = mlajit_model_describe(model);
     /* scales, as fp32 bits or ue8m0 bytes; 448 * scale must stay below 2^128 */
@@ -343,7 +343,7 @@ static void check_dequant_exhaustive(mlajit_model model, int code_offset, const 
         for (size_t i = 0; i < sizeof odd / sizeof odd[0]; i++) memcpy(&scales[n++], &odd[i], 4);
     }
     int tokens = (n + d->num_scales - 1) / d->num_scales;
-    mlajit_synth_params p = {.model = model, .b = tokens, .s_q = 1, .h_q = 16, .topk = 1,
+    mlajit_synth_params p = {.model = model, .b = tokens, .s_q = 1, .h_q = h_q, .topk = 1,
                              .page_size = 64, .seqlen = 64, .seed = 11};
     mlajit_case c;
     cr_assert_eq(mlajit_case_synthesize(&p, &c), MLAJIT_OK, "%s", mlajit_last_error());
@@ -397,7 +397,7 @@ static void dequant_every_code_and_scale_of(mlajit_variant variant, unsigned mod
     static const mlajit_model all[] = {MLAJIT_MODEL_V32, MLAJIT_MODEL_DSV4, MLAJIT_MODEL_GLM_NSA};
     for (int offset = 0; offset < 4; offset++)
         for (size_t m = 0; m < sizeof all / sizeof all[0]; m++)
-            if (models & (1u << all[m])) check_dequant_exhaustive(all[m], offset * 64, &o);
+            if (models & (1u << all[m])) check_dequant_exhaustive(all[m], offset * 64, 16, &o);
 }
 
 #define ALL_MODELS ((1u << MLAJIT_MODEL_V32) | (1u << MLAJIT_MODEL_DSV4) | (1u << MLAJIT_MODEL_GLM_NSA))
@@ -455,10 +455,15 @@ Test(gpu, sm90_sweep_heads_pages_ragged_topk, .timeout = 300)
     sweep_sm90_variant(MLAJIT_VARIANT_SM90);
 }
 
-Test(gpu, sm90_dequant_every_code_and_scale, .timeout = 180)
+/* ... and at 128 heads, the CTA pair, whose producer takes the exact product's
+ * converted form (cvt.rn.f16x2.e4m3x2, the templates' layouts edition) for
+ * arbitrary fp32 scales: the same bits as the host's dequantizer. */
+Test(gpu, sm90_dequant_every_code_and_scale, .timeout = 240)
 {
     require_sm90a();
     dequant_every_code_and_scale_of(MLAJIT_VARIANT_SM90, ALL_MODELS);
+    mlajit_gpu_run_options o = {.variant = MLAJIT_VARIANT_SM90};
+    for (int offset = 0; offset < 4; offset++) check_dequant_exhaustive(MLAJIT_MODEL_GLM_NSA, offset * 64, 128, &o);
 }
 
 /* sm90-staged (the sm90 kernel with its output rows staged through shared memory;
