@@ -20,6 +20,19 @@ if [ ! -f build-gpu/build.ninja ]; then
 fi
 meson compile -C build-gpu >"$OUT/build.log" 2>&1 || { grep -E "error|FAILED" "$OUT/build.log" | head -30; exit 1; }
 echo "build ok"
+# The run-case lines in DIR/runs (a case directory, then its options), eight at a
+# time: each prints PASS or FAIL with its replay line into $OUT/NAME.log (sorted),
+# their outputs go to $OUT/NAME-runs.log, and a failure sets rc.
+run_case_list() {
+  local dir=$1 name=$2
+  # shellcheck disable=SC2016
+  xargs -P 8 -L 1 bash -c 'd=$0; if ./build-gpu/mlajit run-case "$@" "$d" >"$d.$(echo "$*" | tr -c "a-z0-9" _).log" 2>&1
+    then echo "PASS $d $*"; else echo "FAIL $d $* (mlajit run-case $* $d)"; fi' <"$dir/runs" >"$OUT/$name.log"
+  sort "$OUT/$name.log" -o "$OUT/$name.log"
+  tail -n +1 "$dir"/*.log >"$OUT/$name-runs.log" 2>/dev/null
+  grep "^FAIL" "$OUT/$name.log" && rc=1
+  echo "$name: $(grep -c "^PASS" "$OUT/$name.log") of $(wc -l <"$dir/runs") runs passed"
+}
 rc=0
 background=()
 for step in "${@:-all}"; do
@@ -280,13 +293,7 @@ for step in "${@:-all}"; do
           done
         done
       done
-      # shellcheck disable=SC2016
-      xargs -P 8 -L 1 bash -c 'd=$0; if ./build-gpu/mlajit run-case "$@" "$d" >"$d.$(echo "$*" | tr -c "a-z0-9" _).log" 2>&1
-        then echo "PASS $d $*"; else echo "FAIL $d $* (mlajit run-case $* $d)"; fi' <"$lay/runs" >"$OUT/layouts.log"
-      sort "$OUT/layouts.log" -o "$OUT/layouts.log"
-      tail -n +1 "$lay"/*.log >"$OUT/layouts-runs.log" 2>/dev/null
-      grep "^FAIL" "$OUT/layouts.log" && rc=1
-      echo "layouts: $(grep -c "^PASS" "$OUT/layouts.log") of $(wc -l <"$lay/runs") runs passed" ;;
+      run_case_list "$lay" layouts ;;
     narrow-exact)
       # sm90-narrow(-long) with arbitrary fp32 scales (GLM_NSA,
       # GLM53_NOPE) against the fp64 reference, as `layouts` runs its cases: a synthetic
@@ -337,13 +344,7 @@ for step in "${@:-all}"; do
           done
         done
       done
-      # shellcheck disable=SC2016
-      xargs -P 8 -L 1 bash -c 'd=$0; if ./build-gpu/mlajit run-case "$@" "$d" >"$d.$(echo "$*" | tr -c "a-z0-9" _).log" 2>&1
-        then echo "PASS $d $*"; else echo "FAIL $d $* (mlajit run-case $* $d)"; fi' <"$nx/runs" >"$OUT/narrow-exact.log"
-      sort "$OUT/narrow-exact.log" -o "$OUT/narrow-exact.log"
-      tail -n +1 "$nx"/*.log >"$OUT/narrow-exact-runs.log" 2>/dev/null
-      grep "^FAIL" "$OUT/narrow-exact.log" && rc=1
-      echo "narrow-exact: $(grep -c "^PASS" "$OUT/narrow-exact.log") of $(wc -l <"$nx/runs") runs passed"
+      run_case_list "$nx" narrow-exact
       for v in auto sm90; do
         ./build-gpu/mlajit bench --layouts --layout glm53_nope --layout glm_nsa --heads 16 --variant $v \
           --json "$OUT/h200-narrow-exact-$v.jsonl" 2>&1 | tee "$OUT/bench-narrow-exact-$v.log" || rc=1
