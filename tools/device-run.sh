@@ -1,7 +1,7 @@
 #!/bin/bash
 # Build, test and benchmark on the GPU host in one call (see shared/device/README.md).
 # Usage (from the project root, with .devdeps/.devtools/.golden carried):
-#   tools/device-run.sh [tests|demo|python-scan|cases|bench|bench-quick|bench-sm90|compile-times|ncu|ncu-sm90|ncu-source|sol|sass|gather|floor|fuzz:S:SEED[:MODEL]|fuzz-bg:S:SEED|suites:A,B|example|base|lookup|python|python-tests|python-install|python-bench|tune-grid|sweep|stability|cases-tuned|fuzz-tuned:S:SEED|fuzz-pack:S:SEED|layouts|layouts-custom|bench-layouts|narrow-exact|tune-layouts|all]...
+#   tools/device-run.sh [tests|demo|python-scan|cases|bench|bench-quick|bench-sm90|compile-times|ncu|ncu-sm90|ncu-source|sol|sass|gather|floor|fuzz:S:SEED[:MODEL]|fuzz-bg:S:SEED|suites:A,B|example|base|lookup|python|python-tests|python-install|python-bench|tune-grid|sweep|stability|cases-tuned|fuzz-tuned:S:SEED|fuzz-pack:S:SEED|layouts|layouts-custom|bench-layouts|narrow-exact|tune-layouts|staged-exact|all]...
 # Logs go to $OUT (or ./device-out) so they come back with the call. The device
 # tool returns at most 8 files, so at the end every log is packed into
 # $OUT/logs-N.tgz (N: the first free number, so a second run into the same $OUT
@@ -365,6 +365,34 @@ for step in "${@:-all}"; do
       # BENCH_LAYOUTS_ARGS: other layouts or axes (e.g. --layout v32_bf16 --heads 64)
       ./build-gpu/mlajit bench --layouts ${BENCH_LAYOUTS_ARGS:-} --json "$OUT/h200-layouts${BENCH_LAYOUTS_TAG:-}.jsonl" 2>&1 |
         tee "$OUT/bench-layouts${BENCH_LAYOUTS_TAG:-}.log" || rc=1 ;;
+    staged-exact)
+      # branch s58-staged-exact: sm90-staged with arbitrary fp32 scales and no RoPE
+      # (GLM53_NOPE) against the fp64 reference: a synthetic case per heads (33 48 64
+      # 96 128; one CTA per row and the CTA pair), its page (1 64 256) and ragged topk
+      # (100 600 2048) rotating, without and with the extra cache and every feature,
+      # each by sm90-staged whole and with lse head-major and padded strides, and by
+      # auto; then the speed rows at 64 and 128 heads (b 64/128, topk 2048) by auto
+      # (sm90-staged where the plan takes it) and with sm90 forced. About 120 s.
+      sx=/tmp/mlajit-staged-exact; rm -rf "$sx"; mkdir -p "$sx"
+      pages=(1 64 256); topks=(100 600 2048); i=0; : >"$sx/runs"
+      for h in 33 48 64 96 128; do
+        for extra in "" .e64.fslx; do
+          page=${pages[i % 3]} topk=${topks[i % 3]}; i=$((i + 1))
+          dir=$sx/glm53_nope.h$h.p$page$extra.k$topk
+          ./build-gpu/mlajit case make "glm53_nope.h$h.p$page$extra" --out "$dir" --batch 2 --s-q $((1 + i % 2)) \
+            --topk $topk ${extra:+--extra-topk 64} --invalid 0.1 --seed $((700 + i)) >/dev/null 2>&1 ||
+            { echo "FAIL case make $dir"; rc=1; }
+          { echo "$dir --variant sm90-staged"; echo "$dir --variant sm90-staged --lse-head-major --pad-strides"
+            echo "$dir --variant auto"; } >>"$sx/runs"
+        done
+      done
+      run_case_list "$sx" staged-exact
+      for v in auto sm90; do
+        for h in 64 128; do
+          ./build-gpu/mlajit bench --layouts --layout glm53_nope --heads $h --variant $v \
+            --json "$OUT/h200-staged-exact-$v-h$h.jsonl" 2>&1 | tee "$OUT/bench-staged-exact-$v-h$h.log" || rc=1
+        done
+      done ;;
     tune-layouts)
       # issue 49: the tuner over layouts described at run time, on a GPU: GLM53_NOPE's
       # canonical string and the d_nope 256 / ue8m0 layout at heads 16 and 64, b 64,
