@@ -1304,6 +1304,17 @@ static mlajit_kernel_spec spec_of(int heads, int page)
     return s;
 }
 
+/* At `shape` the rules leave `edge_kernel`, and the plan is theirs (kernel and
+ * split count), not the record's. */
+static void expect_the_rules_plan(mlajit_context *ctx, const mlajit_kernel_spec *s, const mlajit_decode_shape *shape,
+                                  const char *edge_kernel)
+{
+    mlajit_plan_outline rules = by_rules(s, shape), o = planned(ctx, s, shape);
+    cr_assert(strcmp(rules.kernel, edge_kernel) != 0, "the rules must leave the kernel here: %s", rules.kernel);
+    cr_expect(strcmp(o.kernel, rules.kernel) == 0 && o.num_splits == rules.num_splits, "%s in %d splits", o.kernel,
+              o.num_splits);
+}
+
 /* A record following the rules whose kernel the rules leave inside its bucket
  * (a threshold between the edge and the shape) keeps that kernel where the
  * planner gives it the split count measured at the edge and no thin last wave;
@@ -1331,11 +1342,7 @@ Test(plan, a_tactic_that_follows_the_rules_keeps_its_kernel_where_its_grid_carri
     cr_expect_eq(o.tactic, MLAJIT_TACTIC_TUNED);
     /* b 7 topk 4096: the recorded kernel would take 6 splits, not the 11 measured: the rules */
     mlajit_decode_shape wider = shape_of(7, 1, 4096);
-    rules = by_rules(&s, &wider);
-    o = planned(ctx, &s, &wider);
-    cr_assert(strcmp(rules.kernel, at_edge.kernel) != 0, "the rules must leave the kernel here: %s", rules.kernel);
-    cr_expect(strcmp(o.kernel, rules.kernel) == 0 && o.num_splits == rules.num_splits, "%s in %d splits", o.kernel,
-              o.num_splits);
+    expect_the_rules_plan(ctx, &s, &wider, at_edge.kernel);
     mlajit_context_destroy(ctx);
 
     /* V3.2 h49 page 3, edge rows 128 topk 1024: sm90-staged, 128 CTAs; at 138
@@ -1350,11 +1357,7 @@ Test(plan, a_tactic_that_follows_the_rules_keeps_its_kernel_where_its_grid_carri
     c.rules_us = 100.0;
     cr_assert_eq(mlajit_tactic_store(ctx, &s, &edge, &c), MLAJIT_OK, "%s", mlajit_last_error());
     far = shape_of(138, 1, 1834);
-    rules = by_rules(&s, &far);
-    o = planned(ctx, &s, &far);
-    cr_assert(strcmp(rules.kernel, at_edge.kernel) != 0, "the rules must leave the kernel here: %s", rules.kernel);
-    cr_expect(strcmp(o.kernel, rules.kernel) == 0 && o.num_splits == rules.num_splits, "%s in %d splits", o.kernel,
-              o.num_splits);
+    expect_the_rules_plan(ctx, &s, &far, at_edge.kernel);
     mlajit_context_destroy(ctx);
 }
 

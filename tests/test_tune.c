@@ -147,25 +147,30 @@ static mlajit_context *gpu_context(void)
     return ctx;
 }
 
-static int records_found(mlajit_context *ctx)
+static int records_found_for(mlajit_context *ctx, const mlajit_kernel_spec *spec)
 {
     int found = 0;
     for (int t = 0; t < 2; t++)
         for (int r = 0; r < 2; r++) {
-            mlajit_kernel_spec spec = MLAJIT_KERNEL_SPEC_INIT;
-            spec.model = MLAJIT_MODEL_V32;
-            spec.h_q = 16;
-            spec.page_size = 64;
             mlajit_decode_shape shape = MLAJIT_DECODE_SHAPE_INIT;
             shape.batch = rows_[r];
             shape.s_q = 1;
             shape.topk = topks[t];
             mlajit_tactic_match m;
-            cr_assert_eq(mlajit_tactic_lookup(ctx, &spec, &shape, &m), MLAJIT_OK, "%s", mlajit_last_error());
+            cr_assert_eq(mlajit_tactic_lookup(ctx, spec, &shape, &m), MLAJIT_OK, "%s", mlajit_last_error());
             if (m.found && m.exact)
                 found++;
         }
     return found;
+}
+
+static int records_found(mlajit_context *ctx)
+{
+    mlajit_kernel_spec spec = MLAJIT_KERNEL_SPEC_INIT;
+    spec.model = MLAJIT_MODEL_V32;
+    spec.h_q = 16;
+    spec.page_size = 64;
+    return records_found_for(ctx, &spec);
 }
 
 static mlajit_tune_options fake_options(double seconds, int skip_check)
@@ -242,6 +247,10 @@ Test(tune, the_json_line_gives_the_records_time_and_the_fastest_apart)
     mlajit_context_destroy(ctx);
 }
 
+/* A custom layout of arbitrary fp32 scales and padded 672-byte rows (the canonical
+ * string nope512-rope64-v512-tile128-fp32-inline-row672), no named model's. */
+static const char kCustomLayout[] = "d_nope=512,d_rope=64,tile=128,scales=fp32,place=inline,row_bytes=672";
+
 /* Custom layouts are a model axis of their own: with layouts and no models only
  * they are tuned, their records are found under the layout's spec, and a layout
  * equal to a named model's is tuned (and found) as that model. */
@@ -249,7 +258,7 @@ Test(tune, custom_layouts_are_tuned_and_found_like_named_models)
 {
     mlajit_context *ctx = gpu_context();
     mlajit_layout lay[2];
-    cr_assert_eq(mlajit_layout_parse("d_nope=512,d_rope=64,tile=128,scales=fp32,place=inline,row_bytes=672", &lay[0]),
+    cr_assert_eq(mlajit_layout_parse(kCustomLayout, &lay[0]),
                  MLAJIT_OK, "%s", mlajit_last_error());
     cr_assert_eq(mlajit_layout_parse("v32", &lay[1]), MLAJIT_OK, "%s", mlajit_last_error());
     mlajit_tune_envelope env = small_envelope();
@@ -265,20 +274,9 @@ Test(tune, custom_layouts_are_tuned_and_found_like_named_models)
     cr_expect_eq(s.buckets, 8, "2 layouts x 2 topks x 2 rows");
     cr_expect_eq(s.stored, 8);
     cr_expect_eq(records_found(ctx), 4, "v32's layout tunes as v32: its records are v32's");
-    int found = 0;
-    for (int t = 0; t < 2; t++)
-        for (int r = 0; r < 2; r++) {
-            mlajit_kernel_spec spec = MLAJIT_KERNEL_SPEC_INIT;
-            cr_assert_eq(mlajit_spec_init_layout(&spec, &lay[0], 16, 64), MLAJIT_OK, "%s", mlajit_last_error());
-            mlajit_decode_shape shape = MLAJIT_DECODE_SHAPE_INIT;
-            shape.batch = rows_[r];
-            shape.s_q = 1;
-            shape.topk = topks[t];
-            mlajit_tactic_match m;
-            cr_assert_eq(mlajit_tactic_lookup(ctx, &spec, &shape, &m), MLAJIT_OK, "%s", mlajit_last_error());
-            found += m.found && m.exact;
-        }
-    cr_expect_eq(found, 4, "the custom layout's 4 buckets have records");
+    mlajit_kernel_spec custom = MLAJIT_KERNEL_SPEC_INIT;
+    cr_assert_eq(mlajit_spec_init_layout(&custom, &lay[0], 16, 64), MLAJIT_OK, "%s", mlajit_last_error());
+    cr_expect_eq(records_found_for(ctx, &custom), 4, "the custom layout's 4 buckets have records");
     rewind(json);
     char line[2048];
     int custom_lines = 0, v32_lines = 0;
@@ -631,7 +629,7 @@ Test(tune, the_public_entry_point_takes_custom_layouts)
 {
     mlajit_context *ctx = gpu_context();
     mlajit_layout lay[2];
-    cr_assert_eq(mlajit_layout_parse("d_nope=512,d_rope=64,tile=128,scales=fp32,place=inline,row_bytes=672", &lay[0]),
+    cr_assert_eq(mlajit_layout_parse(kCustomLayout, &lay[0]),
                  MLAJIT_OK, "%s", mlajit_last_error());
     const mlajit_model models[] = {MLAJIT_MODEL_V32};
     const int heads[] = {16}, pages[] = {64}, topks[] = {128}, rows[] = {1, 2};

@@ -443,7 +443,7 @@ static int bench_layouts(const layouts_setup *ls, const bench_variant *variant, 
             char canon[160] = "", base[96] = "null";
             mlajit_layout lay = cf->layout;
             if (cf->model != MLAJIT_MODEL_CUSTOM)
-                mlajit_layout_parse(d->name, &lay);
+                mlajit_model_layout(cf->model, &lay);
             mlajit_layout_string(&lay, canon, sizeof canon);
             if (judged)
                 snprintf(base, sizeof base,

@@ -405,19 +405,16 @@ int mlajit_family_check_layout(const mlajit_family *f, const mlajit_model_desc *
                        d->d_qk, d->d_nope, d->d_rope, d->d_v, why);
 }
 
-/* The portable family: 16 heads fill one mma row tile; past that more row tiles
- * per CTA cut how often each K tile is gathered and dequantized: 64 heads (512
- * threads) when that pads no more heads than 32 would and a 64-candidate tile
- * fits. A 64-candidate tile when the arch has the shared memory for it. */
-/* What decode_portable.cu's static_asserts need of a tile and head group beyond the
- * layout (NULL, or why not): 16 warps at 64 heads take the value dims in pairs of
- * 8-dim n-tiles each; a warp's tile loads (its candidates' NoPE chunks in passes of
- * 32 lanes, and their RoPE chunks) are marked in one 32-bit mask. */
+/* A row's 16-byte NoPE chunks in decode_portable.cu (bf16 values: twice fp8's). */
 static int portable_nope_chunks(const mlajit_model_desc *d)
 {
     return d->d_nope * (d->scale_format == MLAJIT_SCALE_NONE ? 2 : 1) / 16;
 }
 
+/* What decode_portable.cu's static_asserts need of a tile and head group beyond the
+ * layout (NULL, or why not): 16 warps at 64 heads take the value dims in pairs of
+ * 8-dim n-tiles each; a warp's tile loads (its candidates' NoPE chunks in passes of
+ * 32 lanes, and their RoPE chunks) are marked in one 32-bit mask. */
 static const char *portable_tile_refusal(const mlajit_kernel_spec *r, const mlajit_model_desc *d)
 {
     const int warps = r->heads_per_cta > 32 ? 16 : 8, tokens_per_warp = r->tile / warps;
@@ -433,6 +430,10 @@ static const char *portable_tile_refusal(const mlajit_kernel_spec *r, const mlaj
     return NULL;
 }
 
+/* The portable family: 16 heads fill one mma row tile; past that more row tiles
+ * per CTA cut how often each K tile is gathered and dequantized: 64 heads (512
+ * threads) when that pads no more heads than 32 would and a 64-candidate tile
+ * fits. A 64-candidate tile when the arch has the shared memory for it. */
 static int portable_resolve(const mlajit_family *f, mlajit_kernel_spec *r)
 {
     const mlajit_model_desc *d = mlajit_spec_desc(r);
