@@ -1,7 +1,7 @@
 #!/bin/bash
 # Build, test and benchmark on the GPU host in one call (see shared/device/README.md).
 # Usage (from the project root, with .devdeps/.devtools/.golden carried):
-#   tools/device-run.sh [tests|demo|python-scan|cases|bench|bench-quick|bench-sm90|compile-times|ncu|ncu-sm90|ncu-source|sol|sass|gather|floor|fuzz:S:SEED[:MODEL]|fuzz-bg:S:SEED|suites:A,B|example|base|lookup|python|python-tests|python-install|python-bench|tune-grid|sweep|stability|cases-tuned|fuzz-tuned:S:SEED|fuzz-pack:S:SEED|layouts|layouts-custom|bench-layouts|narrow-exact|tune-layouts|staged-exact|all]...
+#   tools/device-run.sh [tests|demo|python-scan|cases|bench|bench-quick|bench-sm90|compile-times|ncu|ncu-sm90|ncu-source|sol|sass|gather|floor|fuzz:S:SEED[:MODEL]|fuzz-bg:S:SEED|suites:A,B|example|base|lookup|python|python-tests|python-install|python-bench|tune-grid|sweep|stability|cases-tuned|fuzz-tuned:S:SEED|fuzz-pack:S:SEED|layouts|layouts-custom|bench-layouts|narrow-exact|tune-layouts|staged-exact|flashmla-build|flashmla|all]...
 # Logs go to $OUT (or ./device-out) so they come back with the call. The device
 # tool returns at most 8 files, so at the end every log is packed into
 # $OUT/logs-N.tgz (N: the first free number, so a second run into the same $OUT
@@ -101,6 +101,7 @@ for step in "${@:-all}"; do
       # and three more, on an empty cache)
       spec=v32.h16.p64.t64.hc16.sm90-narrow.sm_90a
       [ -n "${base_pid:-}" ] && wait "$base_pid"
+[ -n "${flashmla_pid:-}" ] && { wait "$flashmla_pid" || echo "flashmla: build failed"; tail -2 "$OUT/flashmla-build.log"; }
       for b in build-gpu .base/build-gpu; do
         [ -x "$b/mlajit" ] || continue
         d=/tmp/mlajit-lookup-${b%%/*}; rm -rf "$d"; mkdir -p "$d"
@@ -393,6 +394,41 @@ for step in "${@:-all}"; do
             --json "$OUT/h200-staged-exact-$v-h$h.jsonl" 2>&1 | tee "$OUT/bench-staged-exact-$v-h$h.log" || rc=1
         done
       done ;;
+    flashmla-build)
+      # issue 48: DeepSeek's FlashMLA (9241ae3, with CUTLASS 147f567's headers) from
+      # .snapflashmla/flashmla.tgz (carried; see bench/NOTES.md), built in the
+      # background into /tmp/flashmla (about 5 minutes of the host's cores); the
+      # flashmla step waits for it
+      fm=/tmp/flashmla
+      if ! ls $fm/flash_mla/cuda*.so >/dev/null 2>&1; then
+        rm -rf $fm; tar xzf .snapflashmla/flashmla.tgz -C /tmp
+        (cd $fm && FLASH_MLA_DISABLE_SM100=1 CPLUS_INCLUDE_PATH=/usr/local/cuda/include/cccl MAX_JOBS=16 NVCC_THREADS=2 \
+          timeout 540 python3 setup.py build_ext --inplace) >"$OUT/flashmla-build.log" 2>&1 &
+        flashmla_pid=$!
+      fi ;;
+    flashmla)
+      # FlashMLA beside mlajit on this card (bench/flashmla_side_by_side.py; FLASHMLA_ROWS
+      # B:TOPK,..., FLASHMLA_HEADS), then ncu's speed of light and warp states of one
+      # main-kernel launch of each on FLASHMLA_NCU_ROWS (H:B:TOPK ...)
+      [ -n "${flashmla_pid:-}" ] && { wait "$flashmla_pid" || echo "flashmla: build failed"; tail -3 "$OUT/flashmla-build.log"; }
+      export MLAJIT_LIBRARY=$PWD/build-gpu/libmlajit.so PYTHONPATH=$PWD/python:$PWD/bench:/tmp/flashmla
+      python3 bench/flashmla_side_by_side.py --heads "${FLASHMLA_HEADS:-64,128}" ${FLASHMLA_ROWS:+--rows $FLASHMLA_ROWS} \
+        --json "$OUT/h200-flashmla.jsonl" 2>&1 | tee "$OUT/flashmla.log" || rc=1
+      command -v ncu >/dev/null || export PATH="$PATH:/usr/local/cuda/bin"
+      for row in ${FLASHMLA_NCU_ROWS:-128:128:2048 128:128:128}; do
+        IFS=: read -r h b k <<<"$row"
+        for e in flashmla mlajit; do
+          kname=mlajit_decode_main; [ $e = flashmla ] && kname=regex:flash_fwd_splitkv_mla_fp8_sparse
+          log="$OUT/ncu-$e-h$h-b$b-k$k.txt"
+          timeout 240 ncu --clock-control none -k "$kname" --launch-skip 4 -c 1 --section SpeedOfLight \
+            --section ComputeWorkloadAnalysis --section MemoryWorkloadAnalysis --section WarpStateStats \
+            --section LaunchStats --section Occupancy \
+            --metrics "regex:sm__pipe_tensor_op_.*_cycles_active.avg.pct_of_peak_sustained_active,smsp__inst_executed.sum,l1tex__data_pipe_lsu_wavefronts_mem_shared.sum,smsp__cycles_active.avg" \
+            python3 bench/flashmla_side_by_side.py --heads "$h" --rows "$b:$k" --only $e >"$log" 2>&1
+          grep -E "^ +(Duration|Compute \(SM\) Throughput|Executed Ipc Active|Issue Slots Busy|Mem Pipes Busy|L1/TEX Cache Throughput|DRAM Throughput|Registers Per Thread|Grid Size|Stall|sm__pipe_tensor|smsp__inst_executed.sum|l1tex__data_pipe|smsp__cycles_active)" "$log" |
+            awk -v r="$e h$h b$b k$k" '{$1=$1; print r": "$0}'
+        done
+      done ;;
     tune-layouts)
       # issue 49: the tuner over layouts described at run time, on a GPU: GLM53_NOPE's
       # canonical string and the d_nope 256 / ue8m0 layout at heads 16 and 64, b 64,
@@ -410,6 +446,7 @@ for step in "${@:-all}"; do
 done
 for pid in "${background[@]}"; do wait "$pid"; done
 [ -n "${base_pid:-}" ] && wait "$base_pid"
+[ -n "${flashmla_pid:-}" ] && { wait "$flashmla_pid" || echo "flashmla: build failed"; tail -2 "$OUT/flashmla-build.log"; }
 grep -h -E "fuzz rc=|calls|failed" "$OUT"/fuzz-*.log 2>/dev/null | tail -4
 n=1
 while [ -e "$OUT/logs-$n.tgz" ]; do n=$((n + 1)); done
