@@ -411,6 +411,7 @@ for step in "${@:-all}"; do
       # B:TOPK,..., FLASHMLA_HEADS), then ncu's speed of light and warp states of one
       # main-kernel launch of each on FLASHMLA_NCU_ROWS (H:B:TOPK ...)
       [ -n "${flashmla_pid:-}" ] && { wait "$flashmla_pid" || echo "flashmla: build failed"; tail -3 "$OUT/flashmla-build.log"; }
+      flashmla_pid=
       export MLAJIT_LIBRARY=$PWD/build-gpu/libmlajit.so PYTHONPATH=$PWD/python:$PWD/bench:/tmp/flashmla
       python3 bench/flashmla_side_by_side.py --heads "${FLASHMLA_HEADS:-64,128}" ${FLASHMLA_ROWS:+--rows $FLASHMLA_ROWS} \
         --json "$OUT/h200-flashmla.jsonl" 2>&1 | tee "$OUT/flashmla.log" || rc=1
