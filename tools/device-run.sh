@@ -1,7 +1,7 @@
 #!/bin/bash
 # Build, test and benchmark on the GPU host in one call (see shared/device/README.md).
 # Usage (from the project root, with .devdeps/.devtools/.golden carried):
-#   tools/device-run.sh [tests|demo|python-scan|cases|bench|bench-quick|bench-sm90|compile-times|ncu|ncu-sm90|ncu-source|sol|sass|gather|floor|fuzz:S:SEED[:MODEL]|fuzz-bg:S:SEED|suites:A,B|example|base|lookup|python|python-tests|python-install|python-bench|tune-grid|sweep|stability|cases-tuned|fuzz-tuned:S:SEED|fuzz-pack:S:SEED|layouts|layouts-custom|bench-layouts|narrow-exact|tune-layouts|staged-exact|flashmla-build|flashmla|all]...
+#   tools/device-run.sh [tests|demo|python-scan|cases|bench|bench-quick|bench-sm90|compile-times|ncu|ncu-sm90|ncu-source|sol|sass|gather|floor|fuzz:S:SEED[:MODEL]|fuzz-bg:S:SEED|suites:A,B|example|base|lookup|python|python-tests|python-install|python-bench|tune-grid|sweep|stability|cases-tuned|fuzz-tuned:S:SEED|fuzz-pack:S:SEED|layouts|layouts-custom|bench-layouts|narrow-exact|tune-layouts|staged-exact|flashmla-build|flashmla|flashmla-stalls|all]...
 # Logs go to $OUT (or ./device-out) so they come back with the call. The device
 # tool returns at most 8 files, so at the end every log is packed into
 # $OUT/logs-N.tgz (N: the first free number, so a second run into the same $OUT
@@ -367,7 +367,7 @@ for step in "${@:-all}"; do
       ./build-gpu/mlajit bench --layouts ${BENCH_LAYOUTS_ARGS:-} --json "$OUT/h200-layouts${BENCH_LAYOUTS_TAG:-}.jsonl" 2>&1 |
         tee "$OUT/bench-layouts${BENCH_LAYOUTS_TAG:-}.log" || rc=1 ;;
     staged-exact)
-      # branch s58-staged-exact: sm90-staged with arbitrary fp32 scales and no RoPE
+      # sm90-staged with arbitrary fp32 scales and no RoPE
       # (GLM53_NOPE) against the fp64 reference: a synthetic case per heads (33 48 64
       # 96 128; one CTA per row and the CTA pair), its page (1 64 256) and ragged topk
       # (100 600 2048) rotating, without and with the extra cache and every feature,
@@ -424,11 +424,32 @@ for step in "${@:-all}"; do
           timeout 240 ncu --clock-control none -k "$kname" --launch-skip 4 -c 1 --section SpeedOfLight \
             --section ComputeWorkloadAnalysis --section MemoryWorkloadAnalysis --section WarpStateStats \
             --section LaunchStats --section Occupancy \
-            --metrics "regex:sm__pipe_tensor_op_.*_cycles_active.avg.pct_of_peak_sustained_active,smsp__inst_executed.sum,l1tex__data_pipe_lsu_wavefronts_mem_shared.sum,smsp__cycles_active.avg" \
+            --metrics "regex:sm__pipe_tensor_op_.*_cycles_active.avg.pct_of_peak_sustained_active,smsp__inst_executed.sum,l1tex__data_pipe_lsu_wavefronts_mem_shared.sum,smsp__cycles_active.avg,regex:smsp__average_warps_issue_stalled_.*_per_issue_active\.ratio" \
             python3 bench/flashmla_side_by_side.py --heads "$h" --rows "$b:$k" --only $e >"$log" 2>&1
-          grep -E "^ +(Duration|Compute \(SM\) Throughput|Executed Ipc Active|Issue Slots Busy|Mem Pipes Busy|L1/TEX Cache Throughput|DRAM Throughput|Registers Per Thread|Grid Size|Stall|sm__pipe_tensor|smsp__inst_executed.sum|l1tex__data_pipe|smsp__cycles_active)" "$log" |
+          grep -E "^ +(Duration|Compute \(SM\) Throughput|Executed Ipc Active|Issue Slots Busy|Mem Pipes Busy|L1/TEX Cache Throughput|DRAM Throughput|Registers Per Thread|Grid Size|sm__pipe_tensor|smsp__inst_executed.sum|l1tex__data_pipe|smsp__cycles_active)" "$log" |
             awk -v r="$e h$h b$b k$k" '{$1=$1; print r": "$0}'
         done
+      done ;;
+    flashmla-stalls)
+      # where each role's warps wait, per instruction, in FlashMLA's kernel and in
+      # mlajit's on the same rows (FLASHMLA_STALL_ROWS H:B:TOPK ...): ncu's source
+      # counters of one launch each (the fifth: warm caches), summarized per role by
+      # bench/tools/stall_profile.py (both kernels set their roles' registers first)
+      [ -n "${flashmla_pid:-}" ] && { wait "$flashmla_pid" || echo "flashmla: build failed"; }
+      flashmla_pid=
+      export MLAJIT_LIBRARY=$PWD/build-gpu/libmlajit.so PYTHONPATH=$PWD/python:$PWD/bench:/tmp/flashmla
+      command -v ncu >/dev/null || export PATH="$PATH:/usr/local/cuda/bin"
+      for row in ${FLASHMLA_STALL_ROWS:-64:128:2048}; do
+        IFS=: read -r h b k <<<"$row"
+        p="$OUT/stalls-flashmla-h$h-b$b-k$k"
+        timeout 240 ncu --clock-control none -k regex:flash_fwd_splitkv_mla_fp8_sparse --launch-skip 4 -c 1 \
+          --section SourceCounters --section WarpStateStats --section SpeedOfLight -f -o "$p" \
+          python3 bench/flashmla_side_by_side.py --heads "$h" --rows "$b:$k" --only flashmla >"$p.log" 2>&1
+        ncu -i "$p.ncu-rep" --page source --csv --print-source sass >"$p.csv" 2>/dev/null
+        rm -f "$p.ncu-rep"
+        python3 bench/tools/stall_profile.py "$p.csv" 8 >"$p.txt" 2>&1; head -60 "$p.txt"
+        NCU_SKIP=4 timeout 240 tools/ncu-stalls.sh ./build-gpu/mlajit "$OUT/stalls-mlajit-h$h-b$b-k$k" 8 \
+          --heads "$h" --batch "$b" --topk "$k" | head -60
       done ;;
     tune-layouts)
       # issue 49: the tuner over layouts described at run time, on a GPU: GLM53_NOPE's
