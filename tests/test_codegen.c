@@ -671,12 +671,13 @@ Test(codegen, walk_alternatives_list_each_one_the_spec_has)
     s.model = MLAJIT_MODEL_DSV4;
     cr_expect_eq(mlajit_spec_walk_alternatives(&s, "sm_90a", alts), 3, "DSV4 at 128 heads: as V3.2");
     /* arbitrary scales past 32 heads: neither the head split nor the head groups
-     * (unmeasured: spec.c), nor sm90-staged (it spilled) */
+     * (unmeasured: spec.c); sm90-staged without RoPE only (with it, it spilled) */
     s.model = MLAJIT_MODEL_GLM_NSA;
-    cr_expect_eq(mlajit_spec_walk_alternatives(&s, "sm_90a", alts), 0, "arbitrary scales at 128 heads: none");
+    cr_expect_eq(mlajit_spec_walk_alternatives(&s, "sm_90a", alts), 0, "GLM_NSA at 128 heads: none");
     s.model = MLAJIT_MODEL_GLM53_NOPE;
     s.h_q = 48;
-    cr_expect_eq(mlajit_spec_walk_alternatives(&s, "sm_90a", alts), 0, "GLM53_NOPE at 48 heads: none");
+    cr_assert_eq(mlajit_spec_walk_alternatives(&s, "sm_90a", alts), 1, "GLM53_NOPE at 48 heads: sm90-staged");
+    cr_expect_eq(alts[0].variant, MLAJIT_VARIANT_SM90_STAGED);
     s.h_q = 128;
     s.model = MLAJIT_MODEL_V32;
     cr_expect_eq(mlajit_spec_walk_alternatives(&s, "sm_80", alts), 0, "not sm_90a: none");

@@ -356,6 +356,19 @@ Test(nvrtc, sm90_narrow_exact_scales, .timeout = 900)
     }
 }
 
+/* sm90-staged with arbitrary fp32 scales and no RoPE (GLM53_NOPE): one CTA per row
+ * (the longer exact form) and the CTA pair (the converted one), with and without
+ * the extra cache and every feature, no spills. */
+Test(nvrtc, sm90_staged_exact_scales_without_rope, .timeout = 600)
+{
+    const int heads[] = {48, 64, 128};
+    for (int i = 0; i < 3; i++) {
+        compile_variant_ok(MLAJIT_MODEL_GLM53_NOPE, heads[i], 64, 0, 0, "sm_90a", MLAJIT_VARIANT_SM90_STAGED);
+        compile_variant_ok(MLAJIT_MODEL_GLM53_NOPE, heads[i], 1, 64, MLAJIT_FEATURE_ALL, "sm_90a",
+                           MLAJIT_VARIANT_SM90_STAGED);
+    }
+}
+
 Test(nvrtc, sm90_narrow_refuses_what_it_cannot_run)
 {
     static const struct { mlajit_model model; int h_q; const char *arch; int heads_per_cta; const char *words; } rows[] = {

@@ -1,7 +1,7 @@
 #!/bin/bash
 # Build, test and benchmark on the GPU host in one call (see shared/device/README.md).
 # Usage (from the project root, with .devdeps/.devtools/.golden carried):
-#   tools/device-run.sh [tests|demo|python-scan|cases|bench|bench-quick|bench-sm90|compile-times|ncu|ncu-sm90|ncu-source|sol|sass|gather|floor|fuzz:S:SEED[:MODEL]|fuzz-bg:S:SEED|suites:A,B|example|base|lookup|python|python-tests|python-install|python-bench|tune-grid|sweep|stability|cases-tuned|fuzz-tuned:S:SEED|fuzz-pack:S:SEED|layouts|layouts-custom|bench-layouts|narrow-exact|tune-layouts|all]...
+#   tools/device-run.sh [tests|demo|python-scan|cases|bench|bench-quick|bench-sm90|compile-times|ncu|ncu-sm90|ncu-source|sol|sass|gather|floor|fuzz:S:SEED[:MODEL]|fuzz-bg:S:SEED|suites:A,B|example|base|lookup|python|python-tests|python-install|python-bench|tune-grid|sweep|stability|cases-tuned|fuzz-tuned:S:SEED|fuzz-pack:S:SEED|layouts|layouts-custom|bench-layouts|narrow-exact|tune-layouts|staged-exact|flashmla-build|flashmla|flashmla-stalls|all]...
 # Logs go to $OUT (or ./device-out) so they come back with the call. The device
 # tool returns at most 8 files, so at the end every log is packed into
 # $OUT/logs-N.tgz (N: the first free number, so a second run into the same $OUT
@@ -101,6 +101,7 @@ for step in "${@:-all}"; do
       # and three more, on an empty cache)
       spec=v32.h16.p64.t64.hc16.sm90-narrow.sm_90a
       [ -n "${base_pid:-}" ] && wait "$base_pid"
+[ -n "${flashmla_pid:-}" ] && { wait "$flashmla_pid" || echo "flashmla: build failed"; tail -2 "$OUT/flashmla-build.log"; }
       for b in build-gpu .base/build-gpu; do
         [ -x "$b/mlajit" ] || continue
         d=/tmp/mlajit-lookup-${b%%/*}; rm -rf "$d"; mkdir -p "$d"
@@ -365,6 +366,91 @@ for step in "${@:-all}"; do
       # BENCH_LAYOUTS_ARGS: other layouts or axes (e.g. --layout v32_bf16 --heads 64)
       ./build-gpu/mlajit bench --layouts ${BENCH_LAYOUTS_ARGS:-} --json "$OUT/h200-layouts${BENCH_LAYOUTS_TAG:-}.jsonl" 2>&1 |
         tee "$OUT/bench-layouts${BENCH_LAYOUTS_TAG:-}.log" || rc=1 ;;
+    staged-exact)
+      # sm90-staged with arbitrary fp32 scales and no RoPE
+      # (GLM53_NOPE) against the fp64 reference: a synthetic case per heads (33 48 64
+      # 96 128; one CTA per row and the CTA pair), its page (1 64 256) and ragged topk
+      # (100 600 2048) rotating, without and with the extra cache and every feature,
+      # each by sm90-staged whole and with lse head-major and padded strides, and by
+      # auto; then the speed rows at 64 and 128 heads (b 64/128, topk 2048) by auto
+      # (sm90-staged where the plan takes it) and with sm90 forced. About 120 s.
+      sx=/tmp/mlajit-staged-exact; rm -rf "$sx"; mkdir -p "$sx"
+      pages=(1 64 256); topks=(100 600 2048); i=0; : >"$sx/runs"
+      for h in 33 48 64 96 128; do
+        for extra in "" .e64.fslx; do
+          page=${pages[i % 3]} topk=${topks[i % 3]}; i=$((i + 1))
+          dir=$sx/glm53_nope.h$h.p$page$extra.k$topk
+          ./build-gpu/mlajit case make "glm53_nope.h$h.p$page$extra" --out "$dir" --batch 2 --s-q $((1 + i % 2)) \
+            --topk $topk ${extra:+--extra-topk 64} --invalid 0.1 --seed $((700 + i)) >/dev/null 2>&1 ||
+            { echo "FAIL case make $dir"; rc=1; }
+          { echo "$dir --variant sm90-staged"; echo "$dir --variant sm90-staged --lse-head-major --pad-strides"
+            echo "$dir --variant auto"; } >>"$sx/runs"
+        done
+      done
+      run_case_list "$sx" staged-exact
+      for v in auto sm90; do
+        for h in 64 128; do
+          ./build-gpu/mlajit bench --layouts --layout glm53_nope --heads $h --variant $v \
+            --json "$OUT/h200-staged-exact-$v-h$h.jsonl" 2>&1 | tee "$OUT/bench-staged-exact-$v-h$h.log" || rc=1
+        done
+      done ;;
+    flashmla-build)
+      # issue 48: DeepSeek's FlashMLA (9241ae3, with CUTLASS 147f567's headers) from
+      # .snapflashmla/flashmla.tgz (carried; see bench/NOTES.md), built in the
+      # background into /tmp/flashmla (about 5 minutes of the host's cores); the
+      # flashmla step waits for it
+      fm=/tmp/flashmla
+      if ! ls $fm/flash_mla/cuda*.so >/dev/null 2>&1; then
+        rm -rf $fm; tar xzf .snapflashmla/flashmla.tgz -C /tmp
+        (cd $fm && FLASH_MLA_DISABLE_SM100=1 CPLUS_INCLUDE_PATH=/usr/local/cuda/include/cccl MAX_JOBS=16 NVCC_THREADS=2 \
+          timeout 540 python3 setup.py build_ext --inplace) >"$OUT/flashmla-build.log" 2>&1 &
+        flashmla_pid=$!
+      fi ;;
+    flashmla)
+      # FlashMLA beside mlajit on this card (bench/flashmla_side_by_side.py; FLASHMLA_ROWS
+      # B:TOPK,..., FLASHMLA_HEADS), then ncu's speed of light and warp states of one
+      # main-kernel launch of each on FLASHMLA_NCU_ROWS (H:B:TOPK ...)
+      [ -n "${flashmla_pid:-}" ] && { wait "$flashmla_pid" || echo "flashmla: build failed"; tail -3 "$OUT/flashmla-build.log"; }
+      flashmla_pid=
+      export MLAJIT_LIBRARY=$PWD/build-gpu/libmlajit.so PYTHONPATH=$PWD/python:$PWD/bench:/tmp/flashmla
+      python3 bench/flashmla_side_by_side.py --heads "${FLASHMLA_HEADS:-64,128}" ${FLASHMLA_ROWS:+--rows $FLASHMLA_ROWS} \
+        --json "$OUT/h200-flashmla.jsonl" 2>&1 | tee "$OUT/flashmla.log" || rc=1
+      command -v ncu >/dev/null || export PATH="$PATH:/usr/local/cuda/bin"
+      for row in ${FLASHMLA_NCU_ROWS:-128:128:2048 128:128:128}; do
+        IFS=: read -r h b k <<<"$row"
+        for e in flashmla mlajit; do
+          kname=mlajit_decode_main; [ $e = flashmla ] && kname=regex:flash_fwd_splitkv_mla_fp8_sparse
+          log="$OUT/ncu-$e-h$h-b$b-k$k.txt"
+          timeout 240 ncu --clock-control none -k "$kname" --launch-skip 4 -c 1 --section SpeedOfLight \
+            --section ComputeWorkloadAnalysis --section MemoryWorkloadAnalysis --section WarpStateStats \
+            --section LaunchStats --section Occupancy \
+            --metrics "regex:sm__pipe_tensor_op_.*_cycles_active.avg.pct_of_peak_sustained_active,smsp__inst_executed.sum,l1tex__data_pipe_lsu_wavefronts_mem_shared.sum,smsp__cycles_active.avg,regex:smsp__average_warps_issue_stalled_.*_per_issue_active\.ratio" \
+            python3 bench/flashmla_side_by_side.py --heads "$h" --rows "$b:$k" --only $e >"$log" 2>&1
+          grep -E "^ +(Duration|Compute \(SM\) Throughput|Executed Ipc Active|Issue Slots Busy|Mem Pipes Busy|L1/TEX Cache Throughput|DRAM Throughput|Registers Per Thread|Grid Size|sm__pipe_tensor|smsp__inst_executed.sum|l1tex__data_pipe|smsp__cycles_active)" "$log" |
+            awk -v r="$e h$h b$b k$k" '{$1=$1; print r": "$0}'
+        done
+      done ;;
+    flashmla-stalls)
+      # where each role's warps wait, per instruction, in FlashMLA's kernel and in
+      # mlajit's on the same rows (FLASHMLA_STALL_ROWS H:B:TOPK ...): ncu's source
+      # counters of one launch each (the fifth: warm caches), summarized per role by
+      # bench/tools/stall_profile.py (both kernels set their roles' registers first)
+      [ -n "${flashmla_pid:-}" ] && { wait "$flashmla_pid" || echo "flashmla: build failed"; }
+      flashmla_pid=
+      export MLAJIT_LIBRARY=$PWD/build-gpu/libmlajit.so PYTHONPATH=$PWD/python:$PWD/bench:/tmp/flashmla
+      command -v ncu >/dev/null || export PATH="$PATH:/usr/local/cuda/bin"
+      for row in ${FLASHMLA_STALL_ROWS:-64:128:2048}; do
+        IFS=: read -r h b k <<<"$row"
+        p="$OUT/stalls-flashmla-h$h-b$b-k$k"
+        timeout 240 ncu --clock-control none -k regex:flash_fwd_splitkv_mla_fp8_sparse --launch-skip 4 -c 1 \
+          --section SourceCounters --section WarpStateStats --section SpeedOfLight -f -o "$p" \
+          python3 bench/flashmla_side_by_side.py --heads "$h" --rows "$b:$k" --only flashmla >"$p.log" 2>&1
+        ncu -i "$p.ncu-rep" --page source --csv --print-source sass >"$p.csv" 2>/dev/null
+        rm -f "$p.ncu-rep"
+        python3 bench/tools/stall_profile.py "$p.csv" 8 >"$p.txt" 2>&1; head -60 "$p.txt"
+        NCU_SKIP=4 timeout 240 tools/ncu-stalls.sh ./build-gpu/mlajit "$OUT/stalls-mlajit-h$h-b$b-k$k" 8 \
+          --heads "$h" --batch "$b" --topk "$k" | head -60
+      done ;;
     tune-layouts)
       # issue 49: the tuner over layouts described at run time, on a GPU: GLM53_NOPE's
       # canonical string and the d_nope 256 / ue8m0 layout at heads 16 and 64, b 64,
@@ -382,6 +468,7 @@ for step in "${@:-all}"; do
 done
 for pid in "${background[@]}"; do wait "$pid"; done
 [ -n "${base_pid:-}" ] && wait "$base_pid"
+[ -n "${flashmla_pid:-}" ] && { wait "$flashmla_pid" || echo "flashmla: build failed"; tail -2 "$OUT/flashmla-build.log"; }
 grep -h -E "fuzz rc=|calls|failed" "$OUT"/fuzz-*.log 2>/dev/null | tail -4
 n=1
 while [ -e "$OUT/logs-$n.tgz" ]; do n=$((n + 1)); done

@@ -374,6 +374,17 @@ static const char *scales_refusal(const mlajit_family *f, const mlajit_model_des
     return "layout.scale_format: this variant does not read it (its row's scale formats: docs/kernels.md)";
 }
 
+/* sm90-staged: the exact dequantization beside its staged epilogue spilled with
+ * RoPE (GLM_NSA: 116 bytes at 64 heads with the extra cache and every feature;
+ * ptxas, CUDA 13.0); without it (GLM53_NOPE) none in any feature set. */
+static const char *staged_layout(const mlajit_model_desc *d)
+{
+    if (d->scale_format == MLAJIT_SCALE_FP32 && d->d_rope)
+        return "layout.scale_format is fp32 (arbitrary scales) with d_rope > 0: sm90-staged's exact "
+               "dequantization spilled beside its staged epilogue there; use the sm90 variant";
+    return wgmma_layout(d);
+}
+
 const char *mlajit_family_layout_refusal(const mlajit_family *f, const mlajit_model_desc *d)
 {
     const char *why = combine_refusal(d);
@@ -525,7 +536,7 @@ static int scores_is_narrow(const mlajit_kernel_spec *r) { return !mlajit_narrow
     .roles = "two consumer warp groups (S, P V) and one producer (gather, dequantize); setmaxnreg raises the "     \
              "score group, lowers the others",                                                                    \
     .threads = 384, .tiles = MLAJIT_SIZES(64), .heads_per_cta = MLAJIT_SIZES(64), .resolve = sm90_resolve,         \
-    .layout_refusal = wgmma_layout, .smem_map = sm90_smem_map
+    .smem_map = sm90_smem_map
 #define NARROW_ROW(v, nm)                                                                                          \
     .variant = v, .name = nm, .arch = "sm_90a", .sm90_common = 1, .tiles = MLAJIT_SIZES(64),                       \
     .heads_per_cta = MLAJIT_SIZES(8) | MLAJIT_SIZES(16) | MLAJIT_SIZES(24) | MLAJIT_SIZES(32),                     \
@@ -553,14 +564,13 @@ const mlajit_family mlajit_families[] = {
         .knobs = MLAJIT_KNOB_TILE | MLAJIT_KNOB_HEADS_PER_CTA | MLAJIT_KNOB_SPLITS,
     },
     {
-        SM90_ROW(MLAJIT_VARIANT_SM90, "sm90"), .scales = MLAJIT_SCALES_ANY, .models = "v32, dsv4, glm_nsa, glm53_nope",
+        SM90_ROW(MLAJIT_VARIANT_SM90, "sm90"), .layout_refusal = wgmma_layout, .scales = MLAJIT_SCALES_ANY, .models = "v32, dsv4, glm_nsa, glm53_nope",
         .pairs = 1,
         .knobs = MLAJIT_KNOB_SPLITS,
     },
     {
-        /* power-of-two scales only: the exact dequantization with the staged epilogue
-         * spilled (GLM_NSA with an extra cache and every feature) */
-        SM90_ROW(MLAJIT_VARIANT_SM90_STAGED, "sm90-staged"), .scales = MLAJIT_SCALES_POW2, .models = "v32, dsv4", .pairs = 1,
+        SM90_ROW(MLAJIT_VARIANT_SM90_STAGED, "sm90-staged"), .layout_refusal = staged_layout,
+        .scales = MLAJIT_SCALES_ANY, .models = "v32, dsv4, glm53_nope", .pairs = 1,
         .single_split = 1, .staged_output = 1, .walk = MLAJIT_WALK_SHORT, .walk_tiles = MLAJIT_STAGED_PAIR_BELOW_TILES,
     },
     {
