@@ -139,7 +139,9 @@ extern "C" __global__ void MLAJIT_CLUSTER_DIMS __launch_bounds__(sm90::kCtaThrea
     extern __shared__ __align__(1024) u8 smem_raw[];
     // wgmma's 128-byte swizzle needs 1024-byte aligned blocks; the generator
     // reserves the slack.
-    u8* smem = reinterpret_cast<u8*>((reinterpret_cast<u64>(smem_raw) + 1023) & ~(u64)1023);
+    // (pointer arithmetic on smem_raw, not an integer round trip: the compiler then
+    // knows every pointer below is shared memory and emits LDS/STS, not generic LD/ST)
+    u8* smem = smem_raw + ((1024u - (smem_address(smem_raw) & 1023u)) & 1023u);
     const u32 sQ = smem_address(smem + cfg::kSmemQ);
     const u32 sK = smem_address(smem + cfg::kSmemK);          // buffer b at sK + b * kOperandBytes
     const u32 sP = smem_address(smem + cfg::kSmemProbs);      // P, bf16 64 x 64, swizzled like Q
@@ -344,7 +346,10 @@ extern "C" __global__ void MLAJIT_CLUSTER_DIMS __launch_bounds__(sm90::kCtaThrea
             wgmma_wait<0>();
             fence_operands(acc_s);
 
-            // Scale into the log2 domain, -inf where skipped; online softmax per row.
+            // Scale into the log2 domain, -inf where skipped; online softmax per row. The
+            // product is taken before the choice: as a predicated FMUL, ptxas loaded the
+            // scale from the constant bank once per value (32 LDC a tile). Arbitrary-scale
+            // kernels keep the predicated form, the other spilled 8 bytes in sm90-staged.
             const int* valid = sTokenValid + buf * kTile;
             float tile_max[2] = {neg_inf(), neg_inf()};
 #pragma unroll
@@ -355,7 +360,12 @@ extern "C" __global__ void MLAJIT_CLUSTER_DIMS __launch_bounds__(sm90::kCtaThrea
 #pragma unroll
                     for (int half = 0; half < 2; half++) {
                         float& x = acc_s[4 * j + 2 * half + e];
-                        x = v ? x * p.sm_scale_log2 : neg_inf();
+                        if constexpr (kExactScalesOnly) {
+                            x = v ? x * p.sm_scale_log2 : neg_inf();
+                        } else {
+                            const float scaled = x * p.sm_scale_log2;
+                            x = v ? scaled : neg_inf();
+                        }
                         tile_max[half] = fmaxf(tile_max[half], x);
                     }
                 }

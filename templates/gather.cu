@@ -307,6 +307,11 @@ __device__ __forceinline__ bool tile_is_live(const TileRange& r, int tile, int t
 // The first live tile at or after `tile` in the range, or r.end.
 __device__ __forceinline__ int next_live_tile(const TileRange& r, int tile, int topk)
 {
+    // Without an extra cache or a length, main_len == total: every tile of the range
+    // is live, and the loop below (about 20 instructions a call) would find so. Not
+    // with arbitrary fp32 scales: without the loop ptxas spilled their exact-path
+    // kernels (GLM53_NOPE: sm90 24-48 bytes, sm90-staged 352, sm90-narrow 8; CUDA 13.0).
+    if (!cfg::kHasExtra && !cfg::kHasTopkLength && cfg::kScaleFormat != 2) return tile;
     while (tile < r.end && !tile_is_live(r, tile, topk)) tile++;
     return tile;
 }
