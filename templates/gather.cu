@@ -7,6 +7,8 @@
 // ---------------------------------------------------------------------------
 namespace gather {
 
+constexpr bool kExactScalesOnly = cfg::kScaleFormat == 2;  // arbitrary fp32 scales: exact dequantization only
+
 // Where one candidate's bytes are; row == 0 marks it skipped.
 struct Candidate {
     const u8* row;
@@ -221,7 +223,7 @@ constexpr u32 kFastMaxExponent = 254u - kFastFactorBias;  // 134: 2^7
 template <bool kFolded = true>
 __device__ __forceinline__ u32 fast_scale_bf16x2(u32 bits)
 {
-    if (cfg::kScaleFormat == 2) return 0u;  // arbitrary fp32 scales: always exact
+    if (kExactScalesOnly) return 0u;  // always exact
     if (kFolded) {
         // the biased fp32 exponent of the scale (ue8m0: e itself; e = 0 is 2^-127)
         const u32 exp_field = cfg::kScaleFormat == 3 ? bits : bits >> 23;
@@ -311,7 +313,7 @@ __device__ __forceinline__ int next_live_tile(const TileRange& r, int tile, int 
     // is live, and the loop below (about 20 instructions a call) would find so. Not
     // with arbitrary fp32 scales: without the loop ptxas spilled their exact-path
     // kernels (GLM53_NOPE: sm90 24-48 bytes, sm90-staged 352, sm90-narrow 8; CUDA 13.0).
-    if (!cfg::kHasExtra && !cfg::kHasTopkLength && cfg::kScaleFormat != 2) return tile;
+    if (!cfg::kHasExtra && !cfg::kHasTopkLength && !kExactScalesOnly) return tile;
     while (tile < r.end && !tile_is_live(r, tile, topk)) tile++;
     return tile;
 }

@@ -26,7 +26,6 @@ constexpr int kNopeLoads = kNopeChunks / kLanesPerToken;           // per lane a
 constexpr int kRopeChunks = cfg::kDRope * 2 / 16;                  // 8 bf16 each
 constexpr int kRopeLoads = kRopeChunks / kLanesPerToken;
 constexpr int kScaleWords = cfg::kScaleFormat == 3 ? 2 : 4;        // ue8m0 bytes (footer) or fp32 (inline)
-constexpr bool kExactScalesOnly = cfg::kScaleFormat == 2;  // arbitrary fp32 scales: exact dequantization only
 #if MLAJIT_LAYOUTS
 // The exact dequantization's converted form (gather.cu) in the wide kernel's CTA
 // pair, whose producer holds one round a tile. Where a producer holds two rounds

@@ -33,6 +33,14 @@ run_case_list() {
   grep "^FAIL" "$OUT/$name.log" && rc=1
   echo "$name: $(grep -c "^PASS" "$OUT/$name.log") of $(wc -l <"$dir/runs") runs passed"
 }
+# The flashmla steps: FlashMLA's build (flashmla-build, in the background) done, and
+# both Python packages on the path.
+flashmla_env() {
+  [ -n "${flashmla_pid:-}" ] && { wait "$flashmla_pid" || echo "flashmla: build failed"; tail -3 "$OUT/flashmla-build.log"; }
+  flashmla_pid=
+  export MLAJIT_LIBRARY=$PWD/build-gpu/libmlajit.so PYTHONPATH=$PWD/python:$PWD/bench:/tmp/flashmla
+  command -v ncu >/dev/null || export PATH="$PATH:/usr/local/cuda/bin"
+}
 rc=0
 background=()
 for step in "${@:-all}"; do
@@ -395,13 +403,14 @@ for step in "${@:-all}"; do
         done
       done ;;
     flashmla-build)
-      # issue 48: DeepSeek's FlashMLA (9241ae3, with CUTLASS 147f567's headers) from
-      # .snapflashmla/flashmla.tgz (carried; see bench/NOTES.md), built in the
-      # background into /tmp/flashmla (about 5 minutes of the host's cores); the
-      # flashmla step waits for it
+      # issue 48: DeepSeek's FlashMLA from .flashmla/flashmla.tgz (carried; 2.8 MB: its
+      # source at 9241ae3 as flashmla/, CUTLASS 147f567's include and tools/util/include
+      # under flashmla/csrc/cutlass/, setup.py's `git submodule` line removed), built in
+      # the background into /tmp/flashmla (about 5 minutes of the host's cores); the
+      # flashmla steps wait for it
       fm=/tmp/flashmla
       if ! ls $fm/flash_mla/cuda*.so >/dev/null 2>&1; then
-        rm -rf $fm; tar xzf .snapflashmla/flashmla.tgz -C /tmp
+        rm -rf $fm; tar xzf .flashmla/flashmla.tgz -C /tmp
         (cd $fm && FLASH_MLA_DISABLE_SM100=1 CPLUS_INCLUDE_PATH=/usr/local/cuda/include/cccl MAX_JOBS=16 NVCC_THREADS=2 \
           timeout 540 python3 setup.py build_ext --inplace) >"$OUT/flashmla-build.log" 2>&1 &
         flashmla_pid=$!
@@ -410,12 +419,9 @@ for step in "${@:-all}"; do
       # FlashMLA beside mlajit on this card (bench/flashmla_side_by_side.py; FLASHMLA_ROWS
       # B:TOPK,..., FLASHMLA_HEADS), then ncu's speed of light and warp states of one
       # main-kernel launch of each on FLASHMLA_NCU_ROWS (H:B:TOPK ...)
-      [ -n "${flashmla_pid:-}" ] && { wait "$flashmla_pid" || echo "flashmla: build failed"; tail -3 "$OUT/flashmla-build.log"; }
-      flashmla_pid=
-      export MLAJIT_LIBRARY=$PWD/build-gpu/libmlajit.so PYTHONPATH=$PWD/python:$PWD/bench:/tmp/flashmla
+      flashmla_env
       python3 bench/flashmla_side_by_side.py --heads "${FLASHMLA_HEADS:-64,128}" ${FLASHMLA_ROWS:+--rows $FLASHMLA_ROWS} \
         --json "$OUT/h200-flashmla.jsonl" 2>&1 | tee "$OUT/flashmla.log" || rc=1
-      command -v ncu >/dev/null || export PATH="$PATH:/usr/local/cuda/bin"
       for row in ${FLASHMLA_NCU_ROWS:-128:128:2048 128:128:128}; do
         IFS=: read -r h b k <<<"$row"
         for e in flashmla mlajit; do
@@ -435,19 +441,12 @@ for step in "${@:-all}"; do
       # mlajit's on the same rows (FLASHMLA_STALL_ROWS H:B:TOPK ...): ncu's source
       # counters of one launch each (the fifth: warm caches), summarized per role by
       # bench/tools/stall_profile.py (both kernels set their roles' registers first)
-      [ -n "${flashmla_pid:-}" ] && { wait "$flashmla_pid" || echo "flashmla: build failed"; }
-      flashmla_pid=
-      export MLAJIT_LIBRARY=$PWD/build-gpu/libmlajit.so PYTHONPATH=$PWD/python:$PWD/bench:/tmp/flashmla
-      command -v ncu >/dev/null || export PATH="$PATH:/usr/local/cuda/bin"
+      flashmla_env
       for row in ${FLASHMLA_STALL_ROWS:-64:128:2048}; do
         IFS=: read -r h b k <<<"$row"
-        p="$OUT/stalls-flashmla-h$h-b$b-k$k"
-        timeout 240 ncu --clock-control none -k regex:flash_fwd_splitkv_mla_fp8_sparse --launch-skip 4 -c 1 \
-          --section SourceCounters --section WarpStateStats --section SpeedOfLight -f -o "$p" \
-          python3 bench/flashmla_side_by_side.py --heads "$h" --rows "$b:$k" --only flashmla >"$p.log" 2>&1
-        ncu -i "$p.ncu-rep" --page source --csv --print-source sass >"$p.csv" 2>/dev/null
-        rm -f "$p.ncu-rep"
-        python3 bench/tools/stall_profile.py "$p.csv" 8 >"$p.txt" 2>&1; head -60 "$p.txt"
+        NCU_SKIP=4 NCU_KERNEL=regex:flash_fwd_splitkv_mla_fp8_sparse timeout 240 tools/ncu-stalls.sh python3 \
+          "$OUT/stalls-flashmla-h$h-b$b-k$k" 8 bench/flashmla_side_by_side.py --heads "$h" --rows "$b:$k" \
+          --only flashmla | head -60
         NCU_SKIP=4 timeout 240 tools/ncu-stalls.sh ./build-gpu/mlajit "$OUT/stalls-mlajit-h$h-b$b-k$k" 8 \
           --heads "$h" --batch "$b" --topk "$k" | head -60
       done ;;

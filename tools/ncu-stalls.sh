@@ -6,7 +6,11 @@
 #   NCU_SKIP=N      skips N launches and leaves the caches as they are: a later launch
 #                   finds the rows in L2, as the timed calls do (the short rows);
 #   NCU_SAMPLING=N  sets the warp sampling interval to 2^(5+N) cycles (0-31), for
-#                   kernels of a few microseconds.
+#                   kernels of a few microseconds;
+#   NCU_KERNEL=K    profiles kernel K instead (ncu -k: a name or regex:...), and the
+#                   arguments after TOP are then BINARY's whole command line, not
+#                   `bench`'s (another program's kernel, as device-run.sh
+#                   flashmla-stalls profiles FlashMLA's through a Python script).
 # Run from the project root on the GPU host (tools/device-run.sh ncu-source and
 # tools/device-compare.sh STALLS= call it).
 #   tools/ncu-stalls.sh MLAJIT_BINARY OUT_PREFIX TOP BENCH_ARGS...
@@ -18,9 +22,11 @@ shift 3
 command -v ncu >/dev/null || export PATH="$PATH:/usr/local/cuda/bin"
 warm=()
 [ "${NCU_SKIP:-0}" -gt 0 ] && warm=(--launch-skip "$NCU_SKIP" --cache-control none)
-ncu --clock-control none -k mlajit_decode_main "${warm[@]}" -c 1 \
+command=("$bin" bench "$@")
+[ -n "${NCU_KERNEL:-}" ] && command=("$bin" "$@")
+ncu --clock-control none -k "${NCU_KERNEL:-mlajit_decode_main}" "${warm[@]}" -c 1 \
     ${NCU_SAMPLING:+--warp-sampling-interval "$NCU_SAMPLING"} --section SourceCounters --section WarpStateStats \
-    --section SpeedOfLight -f -o "$prefix" "$bin" bench "$@" >"$prefix.log" 2>&1
+    --section SpeedOfLight -f -o "$prefix" "${command[@]}" >"$prefix.log" 2>&1
 ncu -i "$prefix.ncu-rep" --page details 2>/dev/null | grep -E "^ +Duration"
 ncu -i "$prefix.ncu-rep" --page source --csv --print-source sass >"$prefix.csv" 2>/dev/null
 rm -f "$prefix.ncu-rep"
