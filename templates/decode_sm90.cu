@@ -235,6 +235,32 @@ extern "C" __global__ void MLAJIT_CLUSTER_DIMS __launch_bounds__(sm90::kCtaThrea
                 raw2[r] = raw3[r];
             }
         };
+#if MLAJIT_BF16
+        // bf16 rows: each tile's rounds by cp.async straight into the claimed buffer
+        // (copy_round_bf16), waited for and fenced, then published; a pair's round
+        // then goes to the peer as the fp8 one does. The copies wait for the claim
+        // (no register round ahead); the rows of the tile after next are in L2 by
+        // then (prefetch_rows), and the consumers have a tile's math to do.
+        if (kPairCtas > 1) cluster_wait();  // the pair's mbarriers, for claim_buffer and the exchange
+        for (int seq = 0; t0 < range.end; seq++) {
+            const int buf = seq & 1;
+            const RoundDest to = dest_of(buf);
+            look_ahead();
+            claim_buffer(seq, buf);
+#pragma unroll
+            for (int r = 0; r < kRoundsGathered; r++)
+                copy_round_bf16(p, pos_of(t0, r), checked_slot(p, pos_of(t0, r), raw0[r]), to,
+                                (round0 + r) * kTokensPerRound + token, quarter);
+            copy_async_wait_all();
+            fence_smem_for_async_proxy();  // for the local wgmma and for the bulk copy: both the async proxy
+            named_barrier_arrive(kBarKFull + buf, kCtaThreads);
+            if (kPairCtas > 1) {
+                named_barrier_sync(kBarRoundStored, kWarpGroupThreads);
+                if (tid == kProducerLead) copy_round_to_peer(to, round0, peer_delta, sPeerRoundFull + 8 * buf + peer_delta);
+            }
+            advance();
+        }
+#else
         RoundLoads even, odd;  // two register rounds, each loaded one round ahead of its stores
         if (t0 < range.end) load_round(p, pos_of(t0, 0), checked_slot(p, pos_of(t0, 0), raw0[0]), quarter, even);
         if (kPairCtas > 1) cluster_wait();  // the pair's mbarriers, for claim_buffer and the exchange
@@ -275,6 +301,7 @@ extern "C" __global__ void MLAJIT_CLUSTER_DIMS __launch_bounds__(sm90::kCtaThrea
             for (int seq = 0; t0 < range.end; seq += 2)
                 if (one_tile(seq, even, odd)) one_tile(seq + 1, odd, even);
         }
+#endif
         if (kPairCtas > 1) cluster_sync();  // the peer may still write here until it is done
         return;
     }

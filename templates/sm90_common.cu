@@ -41,9 +41,16 @@ static_assert(cfg::kDQK % 64 == 0 && cfg::kDV == 512 && cfg::kDNope % 64 == 0, "
 static_assert(kTile % kTokensPerRound == 0, "rounds must tile a tile");
 static_assert(kNopeChunks % kLanesPerToken == 0 && kRopeChunks % kLanesPerToken == 0, "lanes split a row evenly");
 static_assert(cfg::kQuantTile % 64 == 0, "a lane's 16 codes at 64-byte steps keep one scale per load");
+#if MLAJIT_BF16
+// The bf16 edition (scales none, the generator's choice for those layouts only):
+// a row is d_qk bf16 values, NoPE from byte 0 and RoPE at kRopeOffset, which the
+// producer copies into the K tile as they are (copy_round_bf16 below).
+static_assert(cfg::kScaleFormat == 4, "the bf16 edition reads bf16 NoPE values (scales none)");
+#else
 static_assert(cfg::kScaleFormat == 3 ? (!cfg::kScalesInline && cfg::kFooterBytes == 8 && cfg::kNumScales <= 8)
                                      : (cfg::kScalesInline && cfg::kNumScales == 4 && cfg::kScaleOffset % 16 == 0),
               "scales: one 8-byte footer load (ue8m0) or one 16-byte inline load (fp32)");
+#endif
 static_assert(cfg::kRowBytes % 16 == 0 && cfg::kRopeOffset % 16 == 0, "16-byte loads");
 
 // ---- PTX: wgmma, descriptors, named barriers, register reallocation ----
@@ -428,7 +435,11 @@ __device__ __forceinline__ void hold_until_here(RoundLoads& d)
 // The raw scale of NoPE load i (codes 64 i + 16 quarter .. + 16: one quantization tile).
 __device__ __forceinline__ u32 scale_bits_of(const RoundLoads& d, int i)
 {
+#if MLAJIT_BF16
+    const int k = 0;  // no scales (and a quant_tile of 0)
+#else
     const int k = 64 * i / cfg::kQuantTile;
+#endif
     return cfg::kScaleFormat == 3 ? (d.scales[k / 4] >> (8 * (k % 4))) & 0xffu : d.scales[k];
 }
 
@@ -515,6 +526,34 @@ __device__ __forceinline__ void copy_round_to_peer(const RoundDest& from, int ro
     copy_to_peer(flags + peer_delta, flags, kTokensPerRound * 4, peer_bar);
 }
 
+#if MLAJIT_BF16
+// A round of bf16 rows into row `t` of the K tile at `to.k_base`, by cp.async from
+// the cache to the swizzled place of each 16-byte chunk (8 dims): no registers hold
+// the bytes, where a round in registers (18 chunks a lane at V3.2's dims, two
+// rounds held) would not fit the producer's. Lane `quarter` copies the chunks
+// quarter + 4 i; a skipped candidate's are zero-filled (nothing read), so its row
+// is zeros (P is 0 there; V must be finite). The caller waits for the copies and
+// fences them for the async proxy before it publishes the tile.
+constexpr int kBf16Chunks = cfg::kDQK * 2 / 16;
+constexpr int kBf16NopeChunks = cfg::kDNope * 2 / 16;
+static_assert(kBf16Chunks % kLanesPerToken == 0, "lanes split a bf16 row evenly");
+template <typename Flag>
+__device__ __forceinline__ void copy_round_bf16(const DecodeParams& p, int pos, int slot, const RoundDestOf<Flag>& to,
+                                                int t, int quarter)
+{
+    const Candidate c = locate_candidate(p, pos, slot);
+    const bool live = c.row != nullptr;
+    const u8* row = live ? c.row : p.kv;  // a skipped copy reads nothing; any global address
+#pragma unroll
+    for (int i = 0; i < kBf16Chunks / kLanesPerToken; i++) {
+        const int chunk = quarter + kLanesPerToken * i;
+        const int offset = chunk < kBf16NopeChunks ? 16 * chunk : cfg::kRopeOffset + 16 * (chunk - kBf16NopeChunks);
+        copy_async<16>(to.k_base + (u32)(chunk / 8) * kBlockBytes + swizzled(t, chunk % 8), row + offset, live);
+    }
+    if (quarter == 0) to.valid[t] = (Flag)live;
+}
+#endif
+
 // Start bringing one row of a tile (and its footer scales) into L2: lane `part` of
 // its kLanes touches it every 128 bytes and at its last byte, so every line it
 // spans is covered (per-lane prefetches: the bulk form takes uniform operands).
@@ -526,7 +565,11 @@ __device__ __forceinline__ void prefetch_row(const DecodeParams& p, int pos, int
 #pragma unroll
         for (int k = part; k * 128 < cfg::kRowBytes + 128; k += kLanes)
             prefetch_l2_line(c.row + min(k * 128, cfg::kRowBytes - 1), p.prefetch_evict_last);
+#if MLAJIT_BF16
+        // no footer: a row holds every byte of its token
+#else
         if (!cfg::kScalesInline && part == 0) prefetch_l2_line(c.scales, p.prefetch_evict_last);
+#endif
     }
 }
 

@@ -357,7 +357,9 @@ Test(layout, spec_refusals_name_the_field)
         {"d_nope=256,d_rope=96,d_v=256,tile=32,scales=pow2,place=inline", MLAJIT_VARIANT_PORTABLE, "sm_80",
          "layout.d_rope must be 0, 8, 16, 32, 64, 128 or 256"},
         /* sm90_common.cu's producers: fp8 codes only, its scale reads, its blocks */
-        {"v32_bf16", MLAJIT_VARIANT_SM90, "sm_90a", "layout.scale_format is none (bf16 NoPE values)"},
+        {"v32_bf16", MLAJIT_VARIANT_SM90_STAGED, "sm_90a", "layout.scale_format is none (bf16 NoPE values)"},
+        {"d_nope=480,d_rope=32,v=all,scales=none", MLAJIT_VARIANT_SM90, "sm_90a",
+         "layout.d_nope and d_rope must be multiples of 64 for bf16 rows"},
         {"dsv4_bf16", MLAJIT_VARIANT_SM90_NARROW, "sm_90a", "layout.scale_format is none (bf16 NoPE values)"},
         {"d_nope=512,tile=128,scales=fp32,place=footer", MLAJIT_VARIANT_SM90, "sm_90a",
          "layout.scale_format and scale_place"},
@@ -386,15 +388,16 @@ Test(layout, spec_refusals_name_the_field)
                   mlajit_last_error());
     }
     s.variant = MLAJIT_VARIANT_AUTO;
-    /* served: bf16 V3.2 and V4, and the three custom layouts issue 49 names, by the
-     * portable family (auto's choice on sm_90a too); a custom layout sm90_common.cu
-     * reads (fp32 inline, 4 scales) by sm90 as well */
+    /* served: bf16 V3.2 and V4 (auto's choice on sm_90a: sm90's bf16 edition), and
+     * the three custom layouts issue 49 names, by the portable family (auto's choice
+     * on sm_90a too); a custom layout sm90_common.cu reads (fp32 inline, 4 scales)
+     * by sm90 as well */
     static const struct {
         const char *layout;
         mlajit_variant on_sm90a; /* auto's kernel at 64 heads */
     } served[] = {
-        {"v32_bf16", MLAJIT_VARIANT_PORTABLE},
-        {"dsv4_bf16", MLAJIT_VARIANT_PORTABLE},
+        {"v32_bf16", MLAJIT_VARIANT_SM90},
+        {"dsv4_bf16", MLAJIT_VARIANT_SM90},
         {"d_nope=256,d_rope=64,d_v=256,tile=32,scales=ue8m0,place=inline", MLAJIT_VARIANT_PORTABLE},
         {"d_nope=512,tile=128,scales=fp32,place=footer", MLAJIT_VARIANT_PORTABLE},
         {"d_nope=512,d_rope=64,d_v=256,tile=128,scales=pow2,place=inline", MLAJIT_VARIANT_PORTABLE},

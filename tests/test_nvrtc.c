@@ -242,8 +242,9 @@ Test(nvrtc, new_layouts, .timeout = 600)
 
 /* bf16 (scales none: the templates' bf16 edition) and the custom layouts issue 49
  * names (d_nope 256 with ue8m0 scales inline; no RoPE with fp32 scales in a page
- * footer; d_v 256): the portable family, auto's kernel on sm_90a, with and without
- * the extra cache and every feature, one to four row tiles of heads. */
+ * footer; d_v 256): the portable family, auto's kernel on sm_90a for the custom
+ * ones, with and without the extra cache and every feature, one to four row tiles
+ * of heads; bf16 by sm90 too (auto's kernel for it on sm_90a). */
 Test(nvrtc, bf16_and_custom_layouts, .timeout = 900)
 {
     const mlajit_variant portable = MLAJIT_VARIANT_PORTABLE;
@@ -251,6 +252,12 @@ Test(nvrtc, bf16_and_custom_layouts, .timeout = 900)
     compile_variant_ok(MLAJIT_MODEL_V32_BF16, 128, 1, 64, MLAJIT_FEATURE_ALL, "sm_90a", portable);
     compile_variant_ok(MLAJIT_MODEL_DSV4_BF16, 7, 256, 64, MLAJIT_FEATURE_ALL, "sm_90a", portable);
     compile_variant_ok(MLAJIT_MODEL_DSV4_BF16, 64, 64, 0, MLAJIT_FEATURE_SINK, "sm_80", portable);
+    /* sm90's bf16 edition: one CTA per row and the pair, every feature */
+    const mlajit_variant sm90 = MLAJIT_VARIANT_SM90;
+    compile_variant_ok(MLAJIT_MODEL_V32_BF16, 64, 64, 64, MLAJIT_FEATURE_ALL, "sm_90a", sm90);
+    compile_variant_ok(MLAJIT_MODEL_V32_BF16, 128, 1, 0, 0, "sm_90a", sm90);
+    compile_variant_ok(MLAJIT_MODEL_DSV4_BF16, 128, 256, 64, MLAJIT_FEATURE_ALL, "sm_90a", sm90);
+    compile_variant_ok(MLAJIT_MODEL_DSV4_BF16, 33, 64, 0, MLAJIT_FEATURE_SINK, "sm_90a", sm90);
     static const char *const layouts[] = {"d_nope=256,d_rope=64,d_v=256,tile=32,scales=ue8m0,place=inline",
                                           "d_nope=512,tile=128,scales=fp32,place=footer",
                                           "d_nope=512,d_rope=64,d_v=256,tile=128,scales=pow2,place=inline"};

@@ -329,9 +329,9 @@ static const char *portable_layout(const mlajit_model_desc *d)
 static const char *sm90_common_refusal(const mlajit_model_desc *d)
 {
     if (d->scale_format == MLAJIT_SCALE_NONE)
-        return "layout.scale_format is none (bf16 NoPE values), and sm90_common.cu's producers dequantize fp8 "
-               "codes: allowed pow2 or fp32 scales inline, or ue8m0 scales in a page footer; the portable family "
-               "serves bf16 (auto takes it on sm_90a)";
+        return "layout.scale_format is none (bf16 NoPE values), and this variant's producers dequantize fp8 "
+               "codes: allowed pow2 or fp32 scales inline, or ue8m0 scales in a page footer; the sm90 variant "
+               "(its bf16 edition copies the rows as they are) and the portable family serve bf16";
     const int inline_fp32 = d->scale_place == MLAJIT_SCALES_INLINE && d->scale_format != MLAJIT_SCALE_UE8M0;
     const int footer_ue8m0 = d->scale_place == MLAJIT_SCALES_PAGE_FOOTER && d->scale_format == MLAJIT_SCALE_UE8M0;
     if (!inline_fp32 && !footer_ue8m0)
@@ -360,6 +360,23 @@ static const char *wgmma_layout(const mlajit_model_desc *d)
         return "layout.d_v must be 512: the wgmma kernels' P V is two wgmma N of 256 value dims (static_assert "
                "kDV == 512 in sm90_common.cu); the portable family serves other widths on sm_90a";
     return sm90_common_refusal(d);
+}
+
+/* sm90: the wgmma rows' layouts, and bf16 rows (scales none), which
+ * decode_sm90.cu's bf16 edition copies into the K tile by cp.async, 16 bytes (8
+ * dims) at a time, no dequantization: its limits are then the 64-dim swizzle
+ * blocks' and P V's. */
+static const char *sm90_layout(const mlajit_model_desc *d)
+{
+    if (d->scale_format != MLAJIT_SCALE_NONE)
+        return wgmma_layout(d);
+    if (d->d_v != 512)
+        return "layout.d_v must be 512: the wgmma kernels' P V is two wgmma N of 256 value dims (static_assert "
+               "kDV == 512 in sm90_common.cu); the portable family serves other widths on sm_90a";
+    if (d->d_nope % 64 || d->d_rope % 64)
+        return "layout.d_nope and d_rope must be multiples of 64 for bf16 rows in the sm90 variant: its K tiles "
+               "are 64-dim swizzle blocks; the portable family serves the others";
+    return NULL;
 }
 
 /* A row's scale formats (`.scales`), where its template reads fewer than its
@@ -564,7 +581,9 @@ const mlajit_family mlajit_families[] = {
         .knobs = MLAJIT_KNOB_TILE | MLAJIT_KNOB_HEADS_PER_CTA | MLAJIT_KNOB_SPLITS,
     },
     {
-        SM90_ROW(MLAJIT_VARIANT_SM90, "sm90"), .layout_refusal = wgmma_layout, .scales = MLAJIT_SCALES_ANY, .models = "v32, dsv4, glm_nsa, glm53_nope",
+        SM90_ROW(MLAJIT_VARIANT_SM90, "sm90"), .layout_refusal = sm90_layout,
+        .scales = MLAJIT_SCALES_ANY | MLAJIT_SCALES(MLAJIT_SCALE_NONE),
+        .models = "v32, dsv4, glm_nsa, glm53_nope, v32_bf16, dsv4_bf16",
         .pairs = 1,
         .knobs = MLAJIT_KNOB_SPLITS,
     },
@@ -628,8 +647,9 @@ mlajit_variant mlajit_family_auto(const mlajit_kernel_spec *r)
     const mlajit_family *sm90 = mlajit_family_of(MLAJIT_VARIANT_SM90);
     const int hopper = strcmp(r->arch, sm90->arch) == 0 && (r->tile == 0 || mlajit_family_takes(sm90->tiles, r->tile));
     const mlajit_model_desc *d = mlajit_spec_desc(r);
-    /* a layout sm_90a's families are not written for (bf16, DOTS3_SWA's d_v 1024, a
-     * custom one) runs on the portable family */
+    /* a layout sm_90a's families are not written for (DOTS3_SWA's d_v 1024, some
+     * custom ones) runs on the portable family; bf16 rows, which only sm90 of the
+     * wgmma rows reads, on sm90 at every head count */
     if (hopper && r->heads_per_cta == 0 && r->h_q <= narrow->max_heads_per_cta &&
         !mlajit_family_layout_refusal(narrow, d))
         return MLAJIT_VARIANT_SM90_NARROW;
