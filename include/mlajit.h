@@ -352,8 +352,10 @@ typedef enum mlajit_variant {
                                             * or 32; required past 32 heads); sm_90a, power-of-two
                                             * scales (v32, dsv4), tile 64 */
     MLAJIT_VARIANT_SM90_NARROW_LONG = 7,   /* sm90-narrow with three gathering warp groups */
-    MLAJIT_VARIANT_SM90_NARROW_SCORES = 8  /* sm90-narrow whose gathering groups compute the scores; v32,
+    MLAJIT_VARIANT_SM90_NARROW_SCORES = 8, /* sm90-narrow whose gathering groups compute the scores; v32,
                                             * 8 heads per CTA */
+    MLAJIT_VARIANT_SM90_SPLIT = 9          /* wgmma, a CTA pair per 64 heads splitting the dims (each half
+                                            * of V): d_v 1024 (dots3_swa); sm_90a, tile 64 */
 } mlajit_variant;
 
 /* A kernel spec. Specs will grow (a run-time layout description is planned),
@@ -653,7 +655,8 @@ typedef struct mlajit_plan_outline {
     int tile;
     int heads_per_cta;
     int num_splits;            /* split-KV splits (1: no combine) */
-    int head_groups;           /* CTAs per (row, split): h_q over the kernel's heads per CTA */
+    int head_groups;           /* CTAs per (row, split): h_q over the kernel's heads per CTA (twice that
+                                  for sm90-split, two CTAs per head group) */
     int rows;                  /* batch x s_q */
     int tiles_per_split;       /* candidate tiles each CTA walks, at most */
     /* Added after 1.0, past 1.0's sizeof (168 on LP64), so a 1.0 caller's struct_size ends above

@@ -37,7 +37,13 @@ constexpr bool kConvertedExact = cfg::kClusterCtas > 1;
 #endif
 
 static_assert(kTile == 64, "one wgmma N (or M) of candidates");
+#if MLAJIT_LAYOUTS
+// (d_v 1024: sm90-split's pair, each CTA half of V)
+static_assert(cfg::kDQK % 64 == 0 && (cfg::kDV == 512 || cfg::kDV == 1024) && cfg::kDNope % 64 == 0,
+              "dims must fill swizzle blocks");
+#else
 static_assert(cfg::kDQK % 64 == 0 && cfg::kDV == 512 && cfg::kDNope % 64 == 0, "dims must fill swizzle blocks");
+#endif
 static_assert(kTile % kTokensPerRound == 0, "rounds must tile a tile");
 static_assert(kNopeChunks % kLanesPerToken == 0 && kRopeChunks % kLanesPerToken == 0, "lanes split a row evenly");
 static_assert(cfg::kQuantTile % 64 == 0, "a lane's 16 codes at 64-byte steps keep one scale per load");

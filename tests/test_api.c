@@ -166,7 +166,7 @@ BAD(spec_validate_extra_length_without_extra, INVALID, "extra_page_size is 0",
 BAD(spec_validate_tile_48, INVALID, "spec.tile = 48", mlajit_spec_validate(SPEC(.tile = 48)))
 BAD(spec_validate_tile_negative, INVALID, "spec.tile = -32", mlajit_spec_validate(SPEC(.tile = -32)))
 BAD(spec_validate_heads_per_cta_8, INVALID, "spec.heads_per_cta = 8", mlajit_spec_validate(SPEC(.heads_per_cta = 8)))
-BAD(spec_validate_variant, INVALID, "spec.variant = 9", mlajit_spec_validate(SPEC(.variant = (mlajit_variant)9)))
+BAD(spec_validate_variant, INVALID, "spec.variant = 10", mlajit_spec_validate(SPEC(.variant = (mlajit_variant)10)))
 BAD(spec_validate_retired_sliced, UNSUPPORTED, "spec.variant = 3: variant sliced was retired",
     mlajit_spec_validate(SPEC(.variant = MLAJIT_VARIANT_SLICED)))
 BAD(spec_validate_retired_unpaired, UNSUPPORTED, "spec.variant = 5: variant sm90-unpaired was retired",
@@ -201,7 +201,7 @@ BAD(spec_resolve_no_arch, INVALID, "spec.arch is empty", mlajit_spec_resolve(SPE
 BAD(spec_resolve_null_out, INVALID, "resolved: NULL", mlajit_spec_resolve(SPEC(.arch = "sm_90a"), NULL))
 BAD(spec_resolve_too_much_shared_memory, UNSUPPORTED, "shared memory",
     mlajit_spec_resolve(SPEC(.h_q = 128, .tile = 64, .heads_per_cta = 32, .arch = "sm_86"), &spec_out))
-BAD(spec_validate_variant_9, INVALID, "spec.variant = 9", mlajit_spec_validate(SPEC(.variant = 9)))
+BAD(spec_validate_variant_10, INVALID, "spec.variant = 10", mlajit_spec_validate(SPEC(.variant = 10)))
 BAD(spec_resolve_sm90_on_sm_80, UNSUPPORTED, "variant sm90 needs spec.arch = sm_90a",
     mlajit_spec_resolve(SPEC(.variant = MLAJIT_VARIANT_SM90, .arch = "sm_80"), &spec_out))
 BAD(spec_resolve_sm90_on_sm_100a, UNSUPPORTED, "variant sm90 needs spec.arch = sm_90a",

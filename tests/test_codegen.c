@@ -901,8 +901,8 @@ Test(spec, retired_variants_are_refused_with_what_to_use)
     cr_expect_eq(mlajit_variant_refuse_retired(MLAJIT_VARIANT_AUTO, "sm90"), MLAJIT_OK);
     mlajit_kernel_spec s = MLAJIT_KERNEL_SPEC_INIT;
     cr_assert_eq(mlajit_spec_init(&s, MLAJIT_MODEL_V32, 16, 64), MLAJIT_OK);
-    s.variant = (mlajit_variant)9;
+    s.variant = (mlajit_variant)10;
     cr_expect_eq(mlajit_spec_validate(&s), MLAJIT_ERR_INVALID_ARGUMENT);
-    cr_expect(strstr(mlajit_last_error(), "spec.variant = 9; allowed 0 (auto), 1 (portable), 2 (sm90), 4 "),
+    cr_expect(strstr(mlajit_last_error(), "spec.variant = 10; allowed 0 (auto), 1 (portable), 2 (sm90), 4 "),
               "%s", mlajit_last_error());
 }

@@ -293,7 +293,8 @@ Test(envelope, fuzz_draws_of_one_model)
 }
 
 /* GLM53_NOPE and DOTS3_SWA: the families whose templates serve them accept them
- * (auto takes sm90 for GLM53_NOPE on sm_90a, portable for DOTS3_SWA); every other
+ * (at 16 heads auto takes sm90-narrow for GLM53_NOPE on sm_90a, portable for
+ * DOTS3_SWA, whose sm90-split pair runs from 33 heads); every other
  * family refuses them with a reason naming the model and why, and prepare refuses
  * the same way before compiling anything. */
 Test(envelope, the_new_layouts_are_served_or_refused_with_the_reason)
@@ -314,6 +315,8 @@ Test(envelope, the_new_layouts_are_served_or_refused_with_the_reason)
         {MLAJIT_VARIANT_SM90_NARROW, {NULL, "kDV == 512"}, {MLAJIT_VARIANT_SM90_NARROW, MLAJIT_VARIANT_AUTO}},
         {MLAJIT_VARIANT_SM90_NARROW_LONG, {NULL, "kDV == 512"}, {MLAJIT_VARIANT_SM90_NARROW_LONG, MLAJIT_VARIANT_AUTO}},
         {MLAJIT_VARIANT_SM90_NARROW_SCORES, {NULL, "kDV == 512"}, {MLAJIT_VARIANT_SM90_NARROW, MLAJIT_VARIANT_AUTO}},
+        {MLAJIT_VARIANT_SM90_SPLIT, {"layout.d_nope and d_v must be 1024", NULL},
+         {MLAJIT_VARIANT_AUTO, MLAJIT_VARIANT_SM90_SPLIT}},
         {MLAJIT_VARIANT_AUTO, {NULL, NULL}, {MLAJIT_VARIANT_SM90_NARROW, MLAJIT_VARIANT_PORTABLE}},
     };
     cr_assert_eq(sizeof rows / sizeof rows[0], (size_t)mlajit_family_count + 1, "a row per family, and auto");

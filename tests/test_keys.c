@@ -65,6 +65,8 @@ static const char *const family_specs[] = {
     "v32.h12.p2.e256.fslx.t64.hc16.sm90-narrow-long.sm_90a",
     "v32.h4.p64.t64.hc8.sm90-narrow-scores.sm_90a",
     "v32.h7.p1.fsl.t64.hc8.sm90-narrow-scores.sm_90a",
+    "dots3_swa.h64.p64.t64.hc64.sm90-split.sm_90a",
+    "dots3_swa.h128.p256.e64.fsl.t64.hc64.sm90-split.sm_90a",
     "v32.h16.p64.t0.hc0.auto.sm_90a",             /* auto: sm90-narrow at 16 heads */
     "v32.h16.p64.t64.hc16.sm90-narrow.sm_90a",
     "v32.h16.p64.t64.hc16.sm90-narrow.sm_90a",    /* the same, asked twice */

@@ -201,10 +201,11 @@ static void describe_plan(const mlajit_kernel_spec *spec, const mlajit_decode_sh
         sm_count = info.sm_count;
     int rc = ctx ? mlajit_plan_describe_in(ctx, spec, shape, &o, &m) : mlajit_plan_describe(spec, shape, 0, &o);
     if (rc == MLAJIT_OK) {
-        printf("plan on %d SMs: %s, %d head groups x %d rows x %d splits = %ld CTAs; a CTA walks at most %d "
-               "tile%s of %d candidates\n", sm_count, o.kernel, o.head_groups, o.rows, o.num_splits,
-               (long)o.head_groups * o.rows * o.num_splits, o.tiles_per_split, o.tiles_per_split == 1 ? "" : "s",
-               o.tile);
+        printf("plan on %d SMs: %s, %d head groups%s x %d rows x %d splits = %ld CTAs; a CTA walks at most %d "
+               "tile%s of %d candidates\n", sm_count, o.kernel, o.head_groups,
+               o.variant == MLAJIT_VARIANT_SM90_SPLIT ? " (each half of the dims of one group of heads)" : "",
+               o.rows, o.num_splits, (long)o.head_groups * o.rows * o.num_splits, o.tiles_per_split,
+               o.tiles_per_split == 1 ? "" : "s", o.tile);
         if (o.tactic != MLAJIT_TACTIC_RULES && m.found) {
             const mlajit_tactic_record *r = &m.record;
             const mlajit_pack *pack = m.pack_index >= 0 ? mlajit_context_pack(ctx, m.pack_index) : NULL;

@@ -109,6 +109,26 @@ static void sm90_smem_map(const mlajit_kernel_spec *r, const mlajit_model_desc *
     m->total = off + 1024;
 }
 
+/* sm90-split's map: sm90's at one CTA's dims, 512 NoPE and the RoPE blocks (the
+ * rank with fewer leaves its last blocks to the exchange of S), and five
+ * mbarriers (decode_sm90_split.cu). */
+static void split_smem_map(const mlajit_kernel_spec *r, const mlajit_model_desc *d, mlajit_smem_map *m)
+{
+    int tile = r->tile, heads = r->heads_per_cta;
+    int operand = (512 + d->d_rope) / 64 * 64 * 128;
+    int off = 0;
+    memset(m, 0, sizeof *m);
+    m->q = off;           off += operand;
+    m->k = off;           off += 2 * operand;
+    m->probs = off;       off += heads * tile * 2;
+    m->row_alpha = off;   off += align16(heads * 4);
+    m->row_max = off;     off += align16(heads * 4);
+    m->row_sum = off;     off += align16(heads * 4);
+    m->token_valid = off; off += align16(2 * tile * 4);
+    m->barriers = off;    off += align16(5 * 8);
+    m->total = off + 1024;
+}
+
 /* sm90-narrow's row ring: where the rows hold their scales (V32's layout), each
  * producer group's round arrives by bulk copy (the TMA engine) into shared memory
  * instead of into registers: neither the registers nor the LSU hold or move the
@@ -253,7 +273,10 @@ int mlajit_family_min_blocks_per_sm(const mlajit_kernel_spec *r, const mlajit_sm
  * h_q 128 design): the producer, which bounds the kernel, does half the work. */
 int mlajit_family_cluster_ctas(const mlajit_kernel_spec *r)
 {
-    return mlajit_family_of(r->variant)->pairs && mlajit_head_groups_pair(r->h_q, r->heads_per_cta) ? 2 : 1;
+    const mlajit_family *f = mlajit_family_of(r->variant);
+    if (f->dim_halves)
+        return f->dim_halves;
+    return f->pairs && mlajit_head_groups_pair(r->h_q, r->heads_per_cta) ? 2 : 1;
 }
 
 int mlajit_codegen_layout(const mlajit_kernel_spec *r, mlajit_kernel_layout *layout)
@@ -275,6 +298,7 @@ int mlajit_codegen_layout(const mlajit_kernel_spec *r, mlajit_kernel_layout *lay
     layout->cluster_ctas = mlajit_family_cluster_ctas(r);
     layout->dependent_launch = mlajit_arch_has_grid_dependency(r->arch);
     layout->single_split = f->single_split;
+    layout->ctas_per_head_group = f->dim_halves ? f->dim_halves : 1;
     return MLAJIT_OK;
 }
 
@@ -376,6 +400,21 @@ static const char *sm90_layout(const mlajit_model_desc *d)
     if (d->d_nope % 64 || d->d_rope % 64)
         return "layout.d_nope and d_rope must be multiples of 64 for bf16 rows in the sm90 variant: its K tiles "
                "are 64-dim swizzle blocks; the portable family serves the others";
+    return NULL;
+}
+
+/* sm90-split: decode_sm90_split.cu splits 2 x 512 NoPE dims (each half V's) over a
+ * CTA pair, the 64 RoPE dims in the second, and reads ue8m0 footer scales. */
+static const char *split_layout(const mlajit_model_desc *d)
+{
+    if (d->d_nope != 1024 || d->d_v != 1024 || d->d_rope != 64)
+        return "layout.d_nope and d_v must be 1024 and d_rope 64: sm90-split gives each CTA of a pair 512 NoPE "
+               "dims and their half of V (the RoPE dims to the second); sm90 and the narrow families serve d_v 512, "
+               "portable the others";
+    if (d->scale_format != MLAJIT_SCALE_UE8M0 || d->scale_place != MLAJIT_SCALES_PAGE_FOOTER || d->footer_bytes != 8 ||
+        d->quant_tile % 128)
+        return "layout.scale_format and scale_place: sm90-split reads ue8m0 scales in an 8-byte page footer, "
+               "quant_tile a multiple of 128; the portable family serves the others";
     return NULL;
 }
 
@@ -622,6 +661,15 @@ const mlajit_family mlajit_families[] = {
         .knobs = MLAJIT_KNOB_HEADS_PER_CTA | MLAJIT_KNOB_SPLITS,
         .walk = MLAJIT_WALK_AT_LEAST, .walk_tiles = MLAJIT_NARROW_SCORES_FROM_TILES,
     },
+    {
+        .variant = MLAJIT_VARIANT_SM90_SPLIT, .name = "sm90-split", .kernel = "decode_sm90_split", .arch = "sm_90a",
+        .sm90_common = 1,
+        .roles = "per CTA of a pair (each half of the dims and of V): a score group (its part of S; rank 0 adds "
+                 "rank 1's, the softmax, P to both), a value group (P V) and a producer (gather, dequantize)",
+        .threads = 384, .tiles = MLAJIT_SIZES(64), .heads_per_cta = MLAJIT_SIZES(64), .resolve = sm90_resolve,
+        .smem_map = split_smem_map, .layout_refusal = split_layout, .scales = MLAJIT_SCALES(MLAJIT_SCALE_UE8M0),
+        .models = "dots3_swa", .dim_halves = 2, .knobs = MLAJIT_KNOB_SPLITS,
+    },
 };
 const int mlajit_family_count = (int)(sizeof mlajit_families / sizeof mlajit_families[0]);
 
@@ -647,16 +695,19 @@ mlajit_variant mlajit_family_auto(const mlajit_kernel_spec *r)
     const mlajit_family *sm90 = mlajit_family_of(MLAJIT_VARIANT_SM90);
     const int hopper = strcmp(r->arch, sm90->arch) == 0 && (r->tile == 0 || mlajit_family_takes(sm90->tiles, r->tile));
     const mlajit_model_desc *d = mlajit_spec_desc(r);
-    /* a layout sm_90a's families are not written for (DOTS3_SWA's d_v 1024, some
-     * custom ones) runs on the portable family; bf16 rows, which only sm90 of the
-     * wgmma rows reads, on sm90 at every head count */
+    /* a layout sm_90a's families are not written for (some custom ones) runs on the
+     * portable family; bf16 rows, which only sm90 of the wgmma rows reads, on sm90 at
+     * every head count; d_v 1024 (DOTS3_SWA) on sm90-split from 33 heads */
     if (hopper && r->heads_per_cta == 0 && r->h_q <= narrow->max_heads_per_cta &&
         !mlajit_family_layout_refusal(narrow, d))
         return MLAJIT_VARIANT_SM90_NARROW;
-    return hopper && !mlajit_family_layout_refusal(sm90, d) &&
-                   (r->heads_per_cta == 0 || mlajit_family_takes(sm90->heads_per_cta, r->heads_per_cta))
-               ? MLAJIT_VARIANT_SM90
-               : MLAJIT_VARIANT_PORTABLE;
+    const int sm90_heads = r->heads_per_cta == 0 || mlajit_family_takes(sm90->heads_per_cta, r->heads_per_cta);
+    if (hopper && sm90_heads && !mlajit_family_layout_refusal(sm90, d))
+        return MLAJIT_VARIANT_SM90;
+    const mlajit_family *split = mlajit_family_of(MLAJIT_VARIANT_SM90_SPLIT);
+    if (hopper && sm90_heads && r->h_q > narrow->max_heads_per_cta && !mlajit_family_layout_refusal(split, d))
+        return MLAJIT_VARIANT_SM90_SPLIT;
+    return MLAJIT_VARIANT_PORTABLE;
 }
 
 /* ---- names ---------------------------------------------------------------------- */

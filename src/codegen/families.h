@@ -59,6 +59,8 @@ typedef struct mlajit_kernel_layout {
                                for the main kernel; so both may be launched as programmatic dependents. 0: plain
                                stream order only */
     int single_split;       /* 1: the kernel writes no split partials, so its plans never split (sm90-staged) */
+    int ctas_per_head_group; /* CTAs along the grid's y per head group: 2 where a pair splits the dims
+                                (sm90-split; blockIdx.y = head group x 2 + rank), else 1 */
 } mlajit_kernel_layout;
 
 /* The combine's dynamic shared memory at num_splits splits: the split rows it
@@ -149,6 +151,7 @@ struct mlajit_family {
     /* two CTAs per SM at 16 heads per CTA where the map fits twice, for these scale formats */
     unsigned two_blocks_scales;
     int pairs;                /* 1: the CTAs of a (row, split) in head-group pairs share a cluster */
+    int dim_halves;           /* 2: each head group is a cluster of two CTAs, each half of the dims (sm90-split) */
     int single_split;         /* 1: writes no split partials, so never splits */
     int staged_output;        /* 1: output rows staged through shared memory (kStagedOutput) */
     unsigned knobs;           /* MLAJIT_KNOB_* */

@@ -27,7 +27,8 @@
  * the critical role. The 16 registers it keeps live fit only the pair's score group. */
 static int pv_in_flight(const mlajit_kernel_spec *r, const mlajit_model_desc *d)
 {
-    return mlajit_family_cluster_ctas(r) == 2 && d->scale_place == MLAJIT_SCALES_PAGE_FOOTER; /* a pair is sm90's */
+    return mlajit_family_of(r->variant)->pairs && mlajit_family_cluster_ctas(r) == 2 &&
+           d->scale_place == MLAJIT_SCALES_PAGE_FOOTER; /* a head-group pair: sm90's */
 }
 
 /* The config block: every constant the templates are specialized on, as code

@@ -86,7 +86,7 @@ typedef struct plan_grid {
 static plan_grid grid_for(const mlajit_kernel_layout *layout, int h_q, const mlajit_decode_shape *shape, int sm_count)
 {
     plan_grid g;
-    g.head_groups = (h_q + layout->heads_per_cta - 1) / layout->heads_per_cta;
+    g.head_groups = (h_q + layout->heads_per_cta - 1) / layout->heads_per_cta * layout->ctas_per_head_group;
     g.paired = layout->cluster_ctas > 1;
     g.rows = shape->batch * shape->s_q;
     g.num_tiles = (shape->topk + shape->extra_topk + layout->tile - 1) / layout->tile;
