@@ -43,8 +43,12 @@ constexpr int kSliceRopeLoads = cfg::kDRope * 2 / 16 / kLanesPerToken;  // 2 (ra
 constexpr int kCtaThreads = 3 * kWarpGroupThreads;
 constexpr int kConsumerThreads = 2 * kWarpGroupThreads;
 enum Role { kScoreGroup = 0, kValueGroup = 1, kProducerGroup = 2 };
-// V3.2's one-CTA-per-row split (decode_sm90.cu): the producer holds two rounds of
-// a 512-dim slice as V3.2's does; the score groups hold what sm90's do.
+// setmaxnreg: the producer holds two rounds of a 512-dim slice (about V3.2's); the
+// score group sm90's O, S and P plus the exchange's addresses. ptxas (CUDA 13.0):
+// 216 / 160 / 128 spills 16 bytes in the producer's exact dequantization (taken for
+// ue8m0 scales past 2^7 only) and, with the extra cache or a length, two words of
+// the score group's (one reload a tile); 208 / 160 / 136 spilled 84 bytes, a value
+// group of 152 some 1.5 KB.
 constexpr int kScoreRegisters = 216;
 constexpr int kValueRegisters = 160;
 constexpr int kProducerRegisters = 128;
