@@ -232,6 +232,43 @@ Test(generate, cluster_pairs_two_sm90_head_groups)
     }
 }
 
+/* sm90-split: every head group a cluster of two CTAs (the dims' halves), so the
+ * plan's grid has two CTAs per head group along y, and its map fits sm_90a; no
+ * P V in flight (a head-group pair's option). */
+Test(generate, sm90_split_is_two_ctas_per_head_group)
+{
+    const int heads[] = {33, 64, 65, 128};
+    for (size_t i = 0; i < sizeof heads / sizeof heads[0]; i++) {
+        mlajit_kernel_spec s = MLAJIT_KERNEL_SPEC_INIT, r = MLAJIT_KERNEL_SPEC_INIT;
+        mlajit_spec_init(&s, MLAJIT_MODEL_DOTS3_SWA, heads[i], 64);
+        strcpy(s.arch, "sm_90a");
+        cr_assert_eq(mlajit_spec_resolve(&s, &r), MLAJIT_OK, "%s", mlajit_last_error());
+        cr_expect_eq(r.variant, MLAJIT_VARIANT_SM90_SPLIT, "h%d: auto took %s", heads[i], mlajit_variant_name(r.variant));
+        mlajit_kernel_layout l;
+        cr_assert_eq(mlajit_codegen_layout(&r, &l), MLAJIT_OK);
+        cr_expect(l.cluster_ctas == 2 && l.ctas_per_head_group == 2 && l.threads == 384, "h%d", heads[i]);
+        cr_expect_leq(l.smem_bytes, mlajit_arch_max_smem("sm_90a"), "h%d", heads[i]);
+        mlajit_decode_shape shape = MLAJIT_DECODE_SHAPE_INIT;
+        shape.batch = 3;
+        shape.topk = 2048;
+        shape.num_splits = 1;
+        mlajit_plan_outline o = MLAJIT_PLAN_OUTLINE_INIT;
+        cr_assert_eq(mlajit_plan_describe(&s, &shape, 132, &o), MLAJIT_OK, "%s", mlajit_last_error());
+        cr_expect_eq(o.head_groups, 2 * ((heads[i] + 63) / 64), "h%d: two CTAs per head group", heads[i]);
+        char *src = NULL;
+        cr_assert_eq(mlajit_generate_source(&s, &src), MLAJIT_OK, "%s", mlajit_last_error());
+        cr_expect(strstr(src, "__cluster_dims__(1, 2, 1)") && strstr(src, "constexpr bool kPvInFlight = false;"),
+                  "h%d", heads[i]);
+        mlajit_free(src);
+    }
+    /* at 32 heads and fewer auto keeps the portable family (sm90-split pads to 64) */
+    mlajit_kernel_spec s = MLAJIT_KERNEL_SPEC_INIT, r = MLAJIT_KERNEL_SPEC_INIT;
+    mlajit_spec_init(&s, MLAJIT_MODEL_DOTS3_SWA, 32, 64);
+    strcpy(s.arch, "sm_90a");
+    cr_assert_eq(mlajit_spec_resolve(&s, &r), MLAJIT_OK, "%s", mlajit_last_error());
+    cr_expect_eq(r.variant, MLAJIT_VARIANT_PORTABLE);
+}
+
 /* kPvInFlight, the pair's P V left in flight behind the next S: chosen for the
  * DSV4 pairs (footer scales), where it was measured faster; not for V3.2's pairs
  * (slower), GLM's (exact scales: no registers for it) or one head group (slower,
