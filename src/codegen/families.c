@@ -87,15 +87,15 @@ static void portable_smem_map(const mlajit_kernel_spec *r, const mlajit_model_de
     m->total = off;
 }
 
-/* Shared-memory map of the sm90 kernel, in bytes from the 1024-aligned base (the
- * total reserves the alignment slack): Q and two K tile buffers, each d_qk / 64
- * swizzled blocks of 64 rows x 128 bytes; P (64 heads x one 64-candidate block);
- * the per-row rescale factors and final statistics; the buffers' validity tables;
- * the mbarriers of a CTA pair's exchange (two per K buffer, 8 bytes each). */
-static void sm90_smem_map(const mlajit_kernel_spec *r, const mlajit_model_desc *d, mlajit_smem_map *m)
+/* Shared-memory map of the sm90 kernels, in bytes from the 1024-aligned base (the
+ * total reserves the alignment slack): Q and two K tile buffers, each
+ * operand_dims / 64 swizzled blocks of 64 rows x 128 bytes; P (64 heads x one
+ * 64-candidate block); the per-row rescale factors and final statistics; the
+ * buffers' validity tables; `mbarriers` of 8 bytes. */
+static void wgmma_smem_map(const mlajit_kernel_spec *r, int operand_dims, int mbarriers, mlajit_smem_map *m)
 {
     int tile = r->tile, heads = r->heads_per_cta;
-    int operand = d->d_qk / 64 * 64 * 128;
+    int operand = operand_dims / 64 * 64 * 128;
     int off = 0;
     memset(m, 0, sizeof *m);
     m->q = off;           off += operand;
@@ -105,28 +105,23 @@ static void sm90_smem_map(const mlajit_kernel_spec *r, const mlajit_model_desc *
     m->row_max = off;     off += align16(heads * 4);
     m->row_sum = off;     off += align16(heads * 4);
     m->token_valid = off; off += align16(2 * tile * 4);
-    m->barriers = off;    off += 2 * 2 * 8;
+    m->barriers = off;    off += align16(mbarriers * 8);
     m->total = off + 1024;
 }
 
-/* sm90-split's map: sm90's at one CTA's dims, 512 NoPE and the RoPE blocks (the
- * rank with fewer leaves its last blocks to the exchange of S), and five
- * mbarriers (decode_sm90_split.cu). */
+/* sm90's: operands of d_qk dims; the mbarriers of a CTA pair's exchange (two per
+ * K buffer). */
+static void sm90_smem_map(const mlajit_kernel_spec *r, const mlajit_model_desc *d, mlajit_smem_map *m)
+{
+    wgmma_smem_map(r, d->d_qk, 2 * 2, m);
+}
+
+/* sm90-split's: one CTA's dims, 512 NoPE and the RoPE blocks (the rank with fewer
+ * leaves its last blocks to the exchange of S), and five mbarriers
+ * (decode_sm90_split.cu). */
 static void split_smem_map(const mlajit_kernel_spec *r, const mlajit_model_desc *d, mlajit_smem_map *m)
 {
-    int tile = r->tile, heads = r->heads_per_cta;
-    int operand = (512 + d->d_rope) / 64 * 64 * 128;
-    int off = 0;
-    memset(m, 0, sizeof *m);
-    m->q = off;           off += operand;
-    m->k = off;           off += 2 * operand;
-    m->probs = off;       off += heads * tile * 2;
-    m->row_alpha = off;   off += align16(heads * 4);
-    m->row_max = off;     off += align16(heads * 4);
-    m->row_sum = off;     off += align16(heads * 4);
-    m->token_valid = off; off += align16(2 * tile * 4);
-    m->barriers = off;    off += align16(5 * 8);
-    m->total = off + 1024;
+    wgmma_smem_map(r, 512 + d->d_rope, 5, m);
 }
 
 /* sm90-narrow's row ring: where the rows hold their scales (V32's layout), each
