@@ -283,6 +283,8 @@ for step in "${@:-all}"; do
       [ "$step" = layouts-custom ] && entries=("${entries[@]:3}")
       for entry in "${entries[@]}"; do
         IFS='|' read -r label spec variants tile32 <<<"$entry"
+        # LAYOUTS_ONLY="label ...": those entries alone (a short call)
+        [ -n "${LAYOUTS_ONLY:-}" ] && [[ " $LAYOUTS_ONLY " != *" $label "* ]] && continue
         # the five: the wgmma families refuse them (the envelope's reason logged); one
         # that accepts would need its own runs here
         for f in sm90 sm90-staged sm90-narrow; do
