@@ -232,9 +232,10 @@ Test(generate, cluster_pairs_two_sm90_head_groups)
     }
 }
 
-/* sm90-split: every head group a cluster of two CTAs (the dims' halves), so the
- * plan's grid has two CTAs per head group along y, and its map fits sm_90a; no
- * P V in flight (a head-group pair's option). */
+/* sm90-split (forced: auto waits on its first GPU run, families.c's
+ * kAutoTakesUnrunKernels): every head group a cluster of two CTAs (the dims'
+ * halves), so the plan's grid has two CTAs per head group along y, and its map
+ * fits sm_90a; no P V in flight (a head-group pair's option). */
 Test(generate, sm90_split_is_two_ctas_per_head_group)
 {
     const int heads[] = {33, 64, 65, 128};
@@ -242,8 +243,9 @@ Test(generate, sm90_split_is_two_ctas_per_head_group)
         mlajit_kernel_spec s = MLAJIT_KERNEL_SPEC_INIT, r = MLAJIT_KERNEL_SPEC_INIT;
         mlajit_spec_init(&s, MLAJIT_MODEL_DOTS3_SWA, heads[i], 64);
         strcpy(s.arch, "sm_90a");
+        s.variant = MLAJIT_VARIANT_SM90_SPLIT;
         cr_assert_eq(mlajit_spec_resolve(&s, &r), MLAJIT_OK, "%s", mlajit_last_error());
-        cr_expect_eq(r.variant, MLAJIT_VARIANT_SM90_SPLIT, "h%d: auto took %s", heads[i], mlajit_variant_name(r.variant));
+        cr_expect_eq(r.variant, MLAJIT_VARIANT_SM90_SPLIT, "h%d: %s", heads[i], mlajit_variant_name(r.variant));
         mlajit_kernel_layout l;
         cr_assert_eq(mlajit_codegen_layout(&r, &l), MLAJIT_OK);
         cr_expect(l.cluster_ctas == 2 && l.ctas_per_head_group == 2 && l.threads == 384, "h%d", heads[i]);
@@ -261,12 +263,14 @@ Test(generate, sm90_split_is_two_ctas_per_head_group)
                   "h%d", heads[i]);
         mlajit_free(src);
     }
-    /* at 32 heads and fewer auto keeps the portable family (sm90-split pads to 64) */
-    mlajit_kernel_spec s = MLAJIT_KERNEL_SPEC_INIT, r = MLAJIT_KERNEL_SPEC_INIT;
-    mlajit_spec_init(&s, MLAJIT_MODEL_DOTS3_SWA, 32, 64);
-    strcpy(s.arch, "sm_90a");
-    cr_assert_eq(mlajit_spec_resolve(&s, &r), MLAJIT_OK, "%s", mlajit_last_error());
-    cr_expect_eq(r.variant, MLAJIT_VARIANT_PORTABLE);
+    /* auto keeps the portable family for DOTS3_SWA until sm90-split has run on a GPU */
+    for (int h = 16; h <= 128; h *= 2) {
+        mlajit_kernel_spec s = MLAJIT_KERNEL_SPEC_INIT, r = MLAJIT_KERNEL_SPEC_INIT;
+        mlajit_spec_init(&s, MLAJIT_MODEL_DOTS3_SWA, h, 64);
+        strcpy(s.arch, "sm_90a");
+        cr_assert_eq(mlajit_spec_resolve(&s, &r), MLAJIT_OK, "%s", mlajit_last_error());
+        cr_expect_eq(r.variant, MLAJIT_VARIANT_PORTABLE, "h%d: auto took %s", h, mlajit_variant_name(r.variant));
+    }
 }
 
 /* kPvInFlight, the pair's P V left in flight behind the next S: chosen for the
