@@ -249,7 +249,7 @@ Test(nvrtc, new_layouts, .timeout = 600)
  * names (d_nope 256 with ue8m0 scales inline; no RoPE with fp32 scales in a page
  * footer; d_v 256): the portable family, auto's kernel on sm_90a for the custom
  * ones, with and without the extra cache and every feature, one to four row tiles
- * of heads; bf16 by sm90 too (auto's kernel for it on sm_90a). */
+ * of heads; bf16 by sm90's bf16 edition too (forced until its first GPU run). */
 Test(nvrtc, bf16_and_custom_layouts, .timeout = 900)
 {
     const mlajit_variant portable = MLAJIT_VARIANT_PORTABLE;
