@@ -322,7 +322,7 @@ expect 0 "arch targets" envelope
 # the envelope's table describes every variant a spec can name (MLAJIT_VARIANT_NAMES):
 # auto, then one line per row of the family table, then the retired ones
 expect 0 "auto (" envelope
-for v in portable sm90 sm90-staged sm90-narrow sm90-narrow-long sm90-narrow-scores; do
+for v in portable sm90 sm90-staged sm90-narrow sm90-narrow-long sm90-narrow-scores sm90-split; do
   expect 0 "   $v " envelope
 done
 expect 0 "retired (refused; bench/NOTES.md): sliced, sm90-unpaired" envelope

@@ -849,7 +849,8 @@ Test(spec, variant_names_round_trip_and_unknown_names_are_refused)
     const mlajit_variant all[] = {MLAJIT_VARIANT_AUTO,          MLAJIT_VARIANT_PORTABLE,
                                   MLAJIT_VARIANT_SM90,          MLAJIT_VARIANT_SM90_STAGED,
                                   MLAJIT_VARIANT_SM90_NARROW,   MLAJIT_VARIANT_SM90_NARROW_LONG,
-                                  MLAJIT_VARIANT_SM90_NARROW_SCORES};
+                                  MLAJIT_VARIANT_SM90_NARROW_SCORES, MLAJIT_VARIANT_SM90_SPLIT};
+    cr_expect_eq(sizeof all / sizeof all[0], (size_t)mlajit_family_count + 1, "every row of the table, and auto");
     for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) {
         const char *name = mlajit_variant_name(all[i]);
         cr_expect_not_null(strstr(MLAJIT_VARIANT_NAMES, name), "'%s' missing from MLAJIT_VARIANT_NAMES", name);

@@ -179,7 +179,7 @@ extern const int mlajit_family_count;
 int mlajit_family_takes(unsigned sizes, int v);
 
 /* The variants' names, as spec strings and the CLI spell them. */
-#define MLAJIT_VARIANT_NAMES "auto, portable, sm90, sm90-staged, sm90-narrow, sm90-narrow-long, sm90-narrow-scores"
+#define MLAJIT_VARIANT_NAMES "auto, portable, sm90, sm90-staged, sm90-narrow, sm90-narrow-long, sm90-narrow-scores, sm90-split"
 /* The retired variants' names (refused: mlajit_variant_refuse_retired). */
 #define MLAJIT_VARIANT_RETIRED_NAMES "sliced, sm90-unpaired"
 /* The name of variant v ("auto" for an unknown value). */
