@@ -122,6 +122,23 @@ else
   sed 's/^/    /' <<<"$layout_lines"
 fi
 
+# a forced variant that serves only the compared layout (sm90-split, DOTS3_SWA's):
+# the V3.2 baseline runs auto's kernel, and says so
+forced_file=$MLAJIT_CACHE_DIR/layouts-forced.jsonl
+forced_out=$("$mlajit" bench --layouts --layout dots3_swa --variant sm90-split --heads 64 --batch 2 --seqlen 2048 \
+  --json "$forced_file" 2>&1)
+if grep -q '^v32 .*variant sm90-split does not serve it: auto' <<<"$forced_out" &&
+   grep -q '"layout": "v32", .*"kernel": "v32\.h64\.p64\.' "$forced_file" &&
+   ! grep -q '"kernel": "v32[^"]*sm90-split' "$forced_file" &&
+   grep -q '"layout": "dots3_swa", .*"kernel": "dots3_swa.h64.p64.t64.hc64.sm90-split.sm_90a' "$forced_file"; then
+  passed=$((passed + 1))
+else
+  failed=$((failed + 1))
+  echo "FAIL: bench --layouts --variant sm90-split: the baseline on auto's kernel, the layout on sm90-split; got:"
+  sed 's/^/    /' <<<"$forced_out"
+  sed 's/^/    /' "$forced_file"
+fi
+
 # custom layouts through the tuner and packs as named models go: tune --layout
 # stores the layout's tactics, cache ls lists them, pack build --layout ships
 # them, and a plan of the layout (as inline keys) finds them in the pack alone

@@ -408,6 +408,14 @@ static int bench_layouts(const layouts_setup *ls, const bench_variant *variant, 
         config_layout_name(cf, name, sizeof name);
         bench_result r = {0};
         rc = run_config(bs.ctx, cf, variant, &r);
+        if (rc == MLAJIT_ERR_UNSUPPORTED && is_v32 && variant->variant != MLAJIT_VARIANT_AUTO) {
+            /* a forced variant written for the compared layouts only (sm90-split): the
+             * baseline keeps auto's kernel, as its JSON line's kernel says */
+            printf("%-*s %4d %4d %5d  (variant %s does not serve it: auto's kernel)\n", nw, name, cf->h_q, cf->b,
+                   cf->topk, mlajit_variant_name(variant->variant));
+            const bench_variant as_auto = {0, 0, variant->splits, MLAJIT_VARIANT_AUTO};
+            rc = run_config(bs.ctx, cf, &as_auto, &r);
+        }
         if (is_v32)
             v32_fraction = v32_us = 0;
         goal_rows += !is_v32;
@@ -488,6 +496,7 @@ int cli_bench(int argc, char **argv)
         "  checked against the fp64 reference (exit 1 when one fails)\n"
         "  --json FILE  the rows as JSON lines too, with the commit (MLAJIT_COMMIT) and date\n"
         "  --variant V  " MLAJIT_VARIANT_NAMES "\n"
+        "               (with --layouts, a V3.2 baseline row that V does not serve runs auto's kernel)\n"
         "  --quick      h_q 16/64/128 and the larger V3.2 rows only\n"
         "  --model M    only model M's rows: v32 or dsv4 (for profilers)\n"
         "  --heads/--batch/--topk N   only the rows with that value (for profilers); a head count\n"
