@@ -27,7 +27,10 @@
 //   probs_free    (rank 0) rank 1's consumers have finished reading P (256 arrivals)
 //   stats_full    (rank 1) the heads' final max and sum have landed (st.async bytes)
 // The inbox (16 KB) is what rank 0 leaves unused of its 9-block buffers: Q's and
-// K buffer 0's RoPE blocks, 8 KB each.
+// K buffer 0's RoPE blocks, 8 KB each. The "free" arrivals are CTA-scope releases
+// (sm90_common.cu's mbarrier_arrive_cluster, as sm90's pair passes on a read
+// buffer): the reader's own loads and wgmma reads are done; the cluster-scope form
+// put a MEMBAR.GPU before each, every tile.
 // ---------------------------------------------------------------------------
 namespace sm90 {
 
@@ -85,14 +88,6 @@ __device__ __forceinline__ void store_async_peer4(u32 cluster_dst, u32 v, u32 cl
 {
     asm volatile("st.async.shared::cluster.mbarrier::complete_tx::bytes.b32 [%0], %1, [%2];\n"
                  :: "r"(cluster_dst), "r"(v), "r"(cluster_bar) : "memory");
-}
-
-// One arrival on the peer's mbarrier after this thread's reads of bytes the peer
-// will rewrite: cluster-scope release, so the reads are done before the peer
-// sees it.
-__device__ __forceinline__ void mbarrier_arrive_peer_release(u32 cluster_bar)
-{
-    asm volatile("mbarrier.arrive.release.cluster.shared::cluster.b64 _, [%0];\n" :: "r"(cluster_bar) : "memory");
 }
 
 // ---- the producer's round of a rank's dims (sm90_common.cu's rounds, sliced) ----
@@ -390,7 +385,7 @@ extern "C" __global__ void MLAJIT_CLUSTER_DIMS __launch_bounds__(sm90::kCtaThrea
                 fence_smem_for_async_proxy();  // P, stored by the peer, read by wgmma here
                 rescale(load_shared_f32(sAlpha + 4 * hl0), load_shared_f32(sAlpha + 4 * (hl0 + 8)));
                 pv_from_shared(buf);
-                mbarrier_arrive_peer_release(sProbsFree + peer_delta);
+                mbarrier_arrive_cluster(sProbsFree + peer_delta);
                 if (refilled) named_barrier_arrive(kBarKEmpty + buf, kCtaThreads);
                 continue;
             }
@@ -407,7 +402,7 @@ extern "C" __global__ void MLAJIT_CLUSTER_DIMS __launch_bounds__(sm90::kCtaThrea
                 acc_s[i + 3] += bits_to_float(v.w);
             }
             if (gtid == 0) mbarrier_arrive_expect_tx(sPartialFull, kInboxBytes);  // the next tile's
-            mbarrier_arrive_peer_release(sPartialFree + peer_delta);
+            mbarrier_arrive_cluster(sPartialFree + peer_delta);
             const int* valid = sTokenValid + buf * kTile;
             float tile_max[2] = {neg_inf(), neg_inf()};
 #pragma unroll
@@ -524,7 +519,7 @@ extern "C" __global__ void MLAJIT_CLUSTER_DIMS __launch_bounds__(sm90::kCtaThrea
             if (rank == 0) {
                 if (next < range.end) named_barrier_arrive(kBarPFree, kConsumerThreads);
             } else {
-                mbarrier_arrive_peer_release(sProbsFree + peer_delta);
+                mbarrier_arrive_cluster(sProbsFree + peer_delta);
             }
             if (refilled) named_barrier_arrive(kBarKEmpty + buf, kCtaThreads);
         }
