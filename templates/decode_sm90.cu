@@ -373,56 +373,14 @@ extern "C" __global__ void MLAJIT_CLUSTER_DIMS __launch_bounds__(sm90::kCtaThrea
             wgmma_wait<0>();
             fence_operands(acc_s);
 
-            // Scale into the log2 domain, -inf where skipped; online softmax per row. The
-            // product is taken before the choice: as a predicated FMUL, ptxas loaded the
-            // scale from the constant bank once per value (32 LDC a tile). Arbitrary-scale
-            // kernels keep the predicated form, the other spilled 8 bytes in sm90-staged.
-            const int* valid = sTokenValid + buf * kTile;
-            float tile_max[2] = {neg_inf(), neg_inf()};
-#pragma unroll
-            for (int j = 0; j < kTile / 8; j++)
-#pragma unroll
-                for (int e = 0; e < 2; e++) {
-                    const bool v = valid[8 * j + 2 * q + e] != 0;
-#pragma unroll
-                    for (int half = 0; half < 2; half++) {
-                        float& x = acc_s[4 * j + 2 * half + e];
-                        if constexpr (kExactScalesOnly) {
-                            x = v ? x * p.sm_scale_log2 : neg_inf();
-                        } else {
-                            const float scaled = x * p.sm_scale_log2;
-                            x = v ? scaled : neg_inf();
-                        }
-                        tile_max[half] = fmaxf(tile_max[half], x);
-                    }
-                }
+            // the online softmax; S becomes P
             float alpha[2];
-#pragma unroll
-            for (int half = 0; half < 2; half++) {
-                tile_max[half] = warp_max_xor(tile_max[half], 4);  // the quad sharing a row
-                const float new_max = fmaxf(row_max[half], tile_max[half]);
-                const bool empty = new_max == neg_inf();  // nothing valid yet: no -inf - -inf
-                alpha[half] = empty ? 1.0f : fast_exp2(row_max[half] - new_max);
-                row_max[half] = new_max;
-                float sum = 0.0f;
-#pragma unroll
-                for (int j = 0; j < kTile / 8; j++)
-#pragma unroll
-                    for (int e = 0; e < 2; e++) {
-                        float& x = acc_s[4 * j + 2 * half + e];
-                        x = empty ? 0.0f : fast_exp2(x - new_max);
-                        sum += x;  // fp32, thread-partial: reduced over the quad at the end
-                    }
-                row_sum[half] = row_sum[half] * alpha[half] + sum;
-            }
+            online_softmax_tile(p, acc_s, sTokenValid + buf * kTile, q, row_max, row_sum, alpha);
 
             // P (bf16) as wgmma A fragments, one per 16-candidate k-step.
             u32 pf_local[kKSteps][4];
             u32(&pf)[kKSteps][4] = kPvInFlight ? pf_carried : pf_local;
-#pragma unroll
-            for (int kk = 0; kk < kKSteps; kk++)
-#pragma unroll
-                for (int r = 0; r < 4; r++) pf[kk][r] = pack_bf16x2(acc_s[8 * kk + 2 * r], acc_s[8 * kk + 2 * r + 1]);
+            probs_fragments(acc_s, pf);
 
             // P and the rescale factors to shared memory for the value group. Fragment
             // register r of k-step kk holds row g + 8 (r & 1), candidates 16 kk + 8 (r >> 1) + 2 q, + 1.
@@ -550,10 +508,7 @@ extern "C" __global__ void MLAJIT_CLUSTER_DIMS __launch_bounds__(sm90::kCtaThrea
             group == kScoreGroup && q == 0,
             [&](float* dst, float inv) {
                 if (cfg::kStagedOutput) return;  // never called: the plan does not split this kernel (its spills)
-#pragma unroll
-                for (int j = 0; j < kVDimsPerGroup / 8; j++)
-                    *reinterpret_cast<U32x2*>(dst + 8 * j) = U32x2{float_to_bits(acc_o[4 * j + 2 * half] * inv),
-                                                                   float_to_bits(acc_o[4 * j + 2 * half + 1] * inv)};
+                store_o_row_f32(dst, acc_o, half, inv);
             },
             [&](u16* dst, float scale) {
                 if (cfg::kStagedOutput) {
@@ -564,10 +519,7 @@ extern "C" __global__ void MLAJIT_CLUSTER_DIMS __launch_bounds__(sm90::kCtaThrea
                         store_shared32(base ^ (u32)(j << 4),
                                        pack_bf16x2(acc_o[4 * j + 2 * half] * scale, acc_o[4 * j + 2 * half + 1] * scale));
                 } else {
-#pragma unroll
-                    for (int j = 0; j < kVDimsPerGroup / 8; j++)
-                        *reinterpret_cast<u32*>(dst + 8 * j) =
-                            pack_bf16x2(acc_o[4 * j + 2 * half] * scale, acc_o[4 * j + 2 * half + 1] * scale);
+                    store_o_row_bf16(dst, acc_o, half, scale);
                 }
             });
     }

@@ -390,7 +390,7 @@ extern "C" __global__ void MLAJIT_CLUSTER_DIMS __launch_bounds__(sm90::kCtaThrea
                 continue;
             }
 
-            // rank 0: add rank 1's part, then the online softmax (decode_sm90.cu's)
+            // rank 0: add rank 1's part, then the online softmax
             mbarrier_wait(sPartialFull, (u32)seq & 1u);
             const u32 inbox = inbox_of();
 #pragma unroll
@@ -403,45 +403,10 @@ extern "C" __global__ void MLAJIT_CLUSTER_DIMS __launch_bounds__(sm90::kCtaThrea
             }
             if (gtid == 0) mbarrier_arrive_expect_tx(sPartialFull, kInboxBytes);  // the next tile's
             mbarrier_arrive_cluster(sPartialFree + peer_delta);
-            const int* valid = sTokenValid + buf * kTile;
-            float tile_max[2] = {neg_inf(), neg_inf()};
-#pragma unroll
-            for (int j = 0; j < kTile / 8; j++)
-#pragma unroll
-                for (int e = 0; e < 2; e++) {
-                    const bool v = valid[8 * j + 2 * q + e] != 0;
-#pragma unroll
-                    for (int half = 0; half < 2; half++) {
-                        float& x = acc_s[4 * j + 2 * half + e];
-                        const float scaled = x * p.sm_scale_log2;
-                        x = v ? scaled : neg_inf();
-                        tile_max[half] = fmaxf(tile_max[half], x);
-                    }
-                }
             float alpha[2];
-#pragma unroll
-            for (int half = 0; half < 2; half++) {
-                tile_max[half] = warp_max_xor(tile_max[half], 4);
-                const float new_max = fmaxf(row_max[half], tile_max[half]);
-                const bool empty = new_max == neg_inf();
-                alpha[half] = empty ? 1.0f : fast_exp2(row_max[half] - new_max);
-                row_max[half] = new_max;
-                float sum = 0.0f;
-#pragma unroll
-                for (int j = 0; j < kTile / 8; j++)
-#pragma unroll
-                    for (int e = 0; e < 2; e++) {
-                        float& x = acc_s[4 * j + 2 * half + e];
-                        x = empty ? 0.0f : fast_exp2(x - new_max);
-                        sum += x;
-                    }
-                row_sum[half] = row_sum[half] * alpha[half] + sum;
-            }
+            online_softmax_tile(p, acc_s, sTokenValid + buf * kTile, q, row_max, row_sum, alpha);
             u32 pf[kKSteps][4];
-#pragma unroll
-            for (int kk = 0; kk < kKSteps; kk++)
-#pragma unroll
-                for (int r = 0; r < 4; r++) pf[kk][r] = pack_bf16x2(acc_s[8 * kk + 2 * r], acc_s[8 * kk + 2 * r + 1]);
+            probs_fragments(acc_s, pf);
             // P and the factors here (the value group) and in rank 1, once both have read the last
             if (seq > 0) {
                 named_barrier_sync(kBarPFree, kConsumerThreads);
@@ -546,18 +511,8 @@ extern "C" __global__ void MLAJIT_CLUSTER_DIMS __launch_bounds__(sm90::kCtaThrea
         finish_row(
             p, split, row, b, s, h, rank * kSliceDims + group * kVDimsPerGroup + 2 * q, row_max[half], row_sum[half],
             rank == 0 && group == kScoreGroup && q == 0,
-            [&](float* dst, float inv) {
-#pragma unroll
-                for (int j = 0; j < kVDimsPerGroup / 8; j++)
-                    *reinterpret_cast<U32x2*>(dst + 8 * j) = U32x2{float_to_bits(acc_o[4 * j + 2 * half] * inv),
-                                                                   float_to_bits(acc_o[4 * j + 2 * half + 1] * inv)};
-            },
-            [&](u16* dst, float scale) {
-#pragma unroll
-                for (int j = 0; j < kVDimsPerGroup / 8; j++)
-                    *reinterpret_cast<u32*>(dst + 8 * j) =
-                        pack_bf16x2(acc_o[4 * j + 2 * half] * scale, acc_o[4 * j + 2 * half + 1] * scale);
-            });
+            [&](float* dst, float inv) { store_o_row_f32(dst, acc_o, half, inv); },
+            [&](u16* dst, float scale) { store_o_row_bf16(dst, acc_o, half, scale); });
     }
     cluster_sync();  // the peer may still write here until it is done
 }

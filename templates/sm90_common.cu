@@ -591,6 +591,86 @@ __device__ __forceinline__ u64 descriptor_plus(u64 desc, u32 bytes)
     return r;
 }
 
+// ---- the wide kernels' score group (sm90, sm90-split): 64 heads x 64 candidates ----
+// A thread's S fragments: acc_s[4 j + 2 half + e] is its row g + 8 half's candidate
+// 8 j + 2 q + e; O's, acc_o[4 j + 2 half + e], the same row's dims 8 j + 2 q + e.
+
+// One tile of the online softmax: S scaled into the log2 domain, -inf where the
+// candidate is skipped (valid[c] == 0), then each row's running max and sum, and
+// alpha[half], the factor its O is rescaled by; S becomes P (fp32). The product is
+// taken before the choice: as a predicated FMUL, ptxas loaded the scale from the
+// constant bank once per value (32 LDC a tile). Arbitrary-scale kernels keep the
+// predicated form, the other spilled 8 bytes in sm90-staged.
+__device__ __forceinline__ void online_softmax_tile(const DecodeParams& p, float (&acc_s)[kTile / 2], const int* valid, int q,
+                                             float (&row_max)[2], float (&row_sum)[2], float (&alpha)[2])
+{
+    float tile_max[2] = {neg_inf(), neg_inf()};
+#pragma unroll
+    for (int j = 0; j < kTile / 8; j++)
+#pragma unroll
+        for (int e = 0; e < 2; e++) {
+            const bool v = valid[8 * j + 2 * q + e] != 0;
+#pragma unroll
+            for (int half = 0; half < 2; half++) {
+                float& x = acc_s[4 * j + 2 * half + e];
+                if constexpr (kExactScalesOnly) {
+                    x = v ? x * p.sm_scale_log2 : neg_inf();
+                } else {
+                    const float scaled = x * p.sm_scale_log2;
+                    x = v ? scaled : neg_inf();
+                }
+                tile_max[half] = fmaxf(tile_max[half], x);
+            }
+        }
+#pragma unroll
+    for (int half = 0; half < 2; half++) {
+        tile_max[half] = warp_max_xor(tile_max[half], 4);  // the quad sharing a row
+        const float new_max = fmaxf(row_max[half], tile_max[half]);
+        const bool empty = new_max == neg_inf();  // nothing valid yet: no -inf - -inf
+        alpha[half] = empty ? 1.0f : fast_exp2(row_max[half] - new_max);
+        row_max[half] = new_max;
+        float sum = 0.0f;
+#pragma unroll
+        for (int j = 0; j < kTile / 8; j++)
+#pragma unroll
+            for (int e = 0; e < 2; e++) {
+                float& x = acc_s[4 * j + 2 * half + e];
+                x = empty ? 0.0f : fast_exp2(x - new_max);
+                sum += x;  // fp32, thread-partial: reduced over the quad at the end
+            }
+        row_sum[half] = row_sum[half] * alpha[half] + sum;
+    }
+}
+
+// P (bf16) as wgmma A fragments, one per 16-candidate k-step: register r of k-step
+// kk holds row g + 8 (r & 1), candidates 16 kk + 8 (r >> 1) + 2 q, + 1.
+__device__ __forceinline__ void probs_fragments(const float (&acc_s)[kTile / 2], u32 (&pf)[kKSteps][4])
+{
+#pragma unroll
+    for (int kk = 0; kk < kKSteps; kk++)
+#pragma unroll
+        for (int r = 0; r < 4; r++) pf[kk][r] = pack_bf16x2(acc_s[8 * kk + 2 * r], acc_s[8 * kk + 2 * r + 1]);
+}
+
+// Row `half` of this thread's 256-dim share of O, times `factor`: fp32 (a split's
+// partial) or bf16 (the result), each pair of dims one store.
+template <int kAccO>
+__device__ __forceinline__ void store_o_row_f32(float* dst, const float (&acc_o)[kAccO], int half, float factor)
+{
+#pragma unroll
+    for (int j = 0; j < kAccO / 4; j++)
+        *reinterpret_cast<U32x2*>(dst + 8 * j) =
+            U32x2{float_to_bits(acc_o[4 * j + 2 * half] * factor), float_to_bits(acc_o[4 * j + 2 * half + 1] * factor)};
+}
+
+template <int kAccO>
+__device__ __forceinline__ void store_o_row_bf16(u16* dst, const float (&acc_o)[kAccO], int half, float factor)
+{
+#pragma unroll
+    for (int j = 0; j < kAccO / 4; j++)
+        *reinterpret_cast<u32*>(dst + 8 * j) = pack_bf16x2(acc_o[4 * j + 2 * half] * factor, acc_o[4 * j + 2 * half + 1] * factor);
+}
+
 __device__ __forceinline__ void store_shared_u16(u32 addr, u32 v)
 {
     asm volatile("st.shared.u16 [%0], %1;\n" :: "r"(addr), "h"((unsigned short)v) : "memory");
