@@ -218,13 +218,8 @@ extern "C" __global__ void MLAJIT_CLUSTER_DIMS __launch_bounds__(sm90::kCtaThrea
     const int group = tid / kWarpGroupThreads, gtid = tid % kWarpGroupThreads;
     const int warp = (tid / 32) % 4, lane = tid % 32;
     // blockIdx.y: head group x 2 + rank (the cluster spans the two ranks)
-    CtaWork work;
-    work.row = blockIdx.x;
+    CtaWork work = cta_work<kHeads>(p);
     work.head0 = (blockIdx.y / 2) * kHeads;
-    work.b = work.row / p.s_q;
-    work.s = work.row % p.s_q;
-    work.split = blockIdx.z;
-    work.range = tile_range(p, work.b, work.split);
     const int row = work.row, head0 = work.head0, b = work.b, s = work.s, split = work.split;
     const TileRange range = work.range;
     const int rank = (int)cluster_rank();

@@ -203,7 +203,9 @@ static void describe_plan(const mlajit_kernel_spec *spec, const mlajit_decode_sh
     if (rc == MLAJIT_OK) {
         printf("plan on %d SMs: %s, %d head groups%s x %d rows x %d splits = %ld CTAs; a CTA walks at most %d "
                "tile%s of %d candidates\n", sm_count, o.kernel, o.head_groups,
-               o.variant == MLAJIT_VARIANT_SM90_SPLIT ? " (each half of the dims of one group of heads)" : "",
+               mlajit_family_of(o.variant) && mlajit_family_of(o.variant)->dim_halves
+                   ? " (each half of the dims of one group of heads)"
+                   : "",
                o.rows, o.num_splits, (long)o.head_groups * o.rows * o.num_splits, o.tiles_per_split,
                o.tiles_per_split == 1 ? "" : "s", o.tile);
         if (o.tactic != MLAJIT_TACTIC_RULES && m.found) {

@@ -116,12 +116,12 @@ static void sm90_smem_map(const mlajit_kernel_spec *r, const mlajit_model_desc *
     wgmma_smem_map(r, d->d_qk, 2 * 2, m);
 }
 
-/* sm90-split's: one CTA's dims, 512 NoPE and the RoPE blocks (the rank with fewer
- * leaves its last blocks to the exchange of S), and five mbarriers
+/* sm90-split's: one CTA's dims, half the NoPE dims and the RoPE blocks (the rank
+ * with fewer leaves its last blocks to the exchange of S), and five mbarriers
  * (decode_sm90_split.cu). */
 static void split_smem_map(const mlajit_kernel_spec *r, const mlajit_model_desc *d, mlajit_smem_map *m)
 {
-    wgmma_smem_map(r, 512 + d->d_rope, 5, m);
+    wgmma_smem_map(r, d->d_nope / 2 + d->d_rope, 5, m);
 }
 
 /* sm90-narrow's row ring: where the rows hold their scales (V32's layout), each
