@@ -379,7 +379,7 @@ expect 0 "accepted: glm53_nope.h16.p64.t64.hc16.sm90-narrow.sm_90a" envelope glm
 expect 0 "accepted: glm_nsa.h16.p64.t64.hc16.sm90-narrow.sm_90a" envelope glm_nsa.h16.p64
 expect 0 "accepted: glm53_nope.h48.p64.t64.hc64.sm90.sm_90a" envelope glm53_nope.h48.p64
 expect 0 "accepted: glm53_nope.h16.p64.t64.hc16.portable.sm_80" envelope glm53_nope.h16.p64.portable.sm_80
-expect 0 "accepted: dots3_swa.h128.p64.t64.hc32.portable.sm_90a" envelope dots3_swa.h128.p64
+expect 0 "accepted: dots3_swa.h64.p64.t64.hc64.sm90-split.sm_90a" envelope dots3_swa.h64.p64
 expect 0 "accepted: dots3_swa.h128.p64.t64.hc64.sm90-split.sm_90a" envelope dots3_swa.h128.p64.sm90-split
 expect 0 "2 head groups (each half of the dims of one group of heads) x 4 rows x 1 splits = 8 CTAs" envelope dots3_swa.h64.p64.sm90-split --batch 4 --topk 2048 --splits 1
 expect 0 "accepted: dots3_swa.h32.p64.t64.hc32.portable.sm_90a" envelope dots3_swa.h32.p64
@@ -436,7 +436,7 @@ expect 0 "accepted: nope512-rope64-v512-tile128-fp32-inline-row672.h16.p64" enve
 expect 0 "accepted: nope448-rope64-v512-tile32-ue8m0-footer16-row576.h16.p64.t64.hc16.portable.sm_80" envelope \
   nope448-rope64-v512-tile32-ue8m0-footer16-row576.h16.p64.portable.sm_80
 expect 1 "layout.d_v must be a multiple of 128 and at least 256" envelope "d_nope=512,d_rope=64,v=all,scales=none.h16.p64"
-expect 0 "accepted: v32_bf16.h16.p64.t64.hc16.portable.sm_90a" envelope "d_nope=512,d_rope=64,scales=none.h16.p64"
+expect 0 "accepted: v32_bf16.h16.p64.t64.hc64.sm90.sm_90a" envelope "d_nope=512,d_rope=64,scales=none.h16.p64"
 expect 0 "accepted: v32_bf16.h16.p64.t64.hc64.sm90.sm_90a" envelope "d_nope=512,d_rope=64,scales=none.h16.p64.sm90"
 expect 1 "layout.scale_format is none (bf16 NoPE values)" envelope v32_bf16.h16.p64.sm90-staged.sm_90a
 expect 0 "accepted: nope256-rope64-v256-tile32-ue8m0-inline-row400.h16.p64" envelope \

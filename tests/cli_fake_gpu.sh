@@ -113,7 +113,7 @@ layout_lines=$(cat "$layouts_file" 2>/dev/null)
 if [ "$(grep -c '"table": "layouts"' <<<"$layout_lines")" -eq 3 ] &&
    grep -q '^{"table": "layouts", "role": "baseline", "layout": "v32", .*"h_q": 64, "b": 2, .*"bound": "compute", .*"v32": null' <<<"$layout_lines" &&
    grep -q '"layout": "nope512-rope64-v512-tile128-fp32-inline-row672", .*"bytes_per_token": 672, .*"kernel": "nope512-rope64-v512-tile128-fp32-inline-row672.h64.p64' <<<"$layout_lines" &&
-   grep -q '"layout": "dots3_swa", "layout_string": "nope1024-rope64-v1024-tile128-ue8m0-footer8-row1152", .*"kernel": "dots3_swa.h64.p64.*portable' <<<"$layout_lines" &&
+   grep -q '"layout": "dots3_swa", "layout_string": "nope1024-rope64-v1024-tile128-ue8m0-footer8-row1152", .*"kernel": "dots3_swa.h64.p64.*sm90-split' <<<"$layout_lines" &&
    [ "$(grep -c '"check": "fail", "commit": "abc1234"' <<<"$layout_lines")" -eq 3 ]; then
   passed=$((passed + 1))
 else

@@ -232,8 +232,7 @@ Test(generate, cluster_pairs_two_sm90_head_groups)
     }
 }
 
-/* sm90-split (forced: auto waits on its first GPU run, families.c's
- * kAutoTakesUnrunKernels): every head group a cluster of two CTAs (the dims'
+/* sm90-split (auto's kernel for DOTS3_SWA past 32 heads): every head group a cluster of two CTAs (the dims'
  * halves), so the plan's grid has two CTAs per head group along y, and its map
  * fits sm_90a; no P V in flight (a head-group pair's option). */
 Test(generate, sm90_split_is_two_ctas_per_head_group)
@@ -263,13 +262,15 @@ Test(generate, sm90_split_is_two_ctas_per_head_group)
                   "h%d", heads[i]);
         mlajit_free(src);
     }
-    /* auto keeps the portable family for DOTS3_SWA until sm90-split has run on a GPU */
+    /* auto: sm90-split past 32 heads, where a pair of 64-head CTAs pads no more than
+     * half; the portable family at 32 and fewer */
     for (int h = 16; h <= 128; h *= 2) {
         mlajit_kernel_spec s = MLAJIT_KERNEL_SPEC_INIT, r = MLAJIT_KERNEL_SPEC_INIT;
         mlajit_spec_init(&s, MLAJIT_MODEL_DOTS3_SWA, h, 64);
         strcpy(s.arch, "sm_90a");
         cr_assert_eq(mlajit_spec_resolve(&s, &r), MLAJIT_OK, "%s", mlajit_last_error());
-        cr_expect_eq(r.variant, MLAJIT_VARIANT_PORTABLE, "h%d: auto took %s", h, mlajit_variant_name(r.variant));
+        cr_expect_eq(r.variant, h > 32 ? MLAJIT_VARIANT_SM90_SPLIT : MLAJIT_VARIANT_PORTABLE, "h%d: auto took %s", h,
+                     mlajit_variant_name(r.variant));
     }
 }
 

@@ -389,16 +389,15 @@ Test(layout, spec_refusals_name_the_field)
     }
     s.variant = MLAJIT_VARIANT_AUTO;
     /* served: bf16 V3.2 and V4, and the three custom layouts issue 49 names, by the
-     * portable family (auto's choice on sm_90a too: sm90's bf16 edition, which
-     * serves bf16 when forced, waits on its first GPU run, families.c's
-     * kAutoTakesUnrunKernels); a custom layout sm90_common.cu reads (fp32 inline, 4
-     * scales) by sm90 as well */
+     * portable family; on sm_90a auto takes sm90's bf16 edition for bf16 and the
+     * portable family for the three custom layouts; a custom layout sm90_common.cu
+     * reads (fp32 inline, 4 scales) by sm90 as well */
     static const struct {
         const char *layout;
         mlajit_variant on_sm90a; /* auto's kernel at 64 heads */
     } served[] = {
-        {"v32_bf16", MLAJIT_VARIANT_PORTABLE},
-        {"dsv4_bf16", MLAJIT_VARIANT_PORTABLE},
+        {"v32_bf16", MLAJIT_VARIANT_SM90},
+        {"dsv4_bf16", MLAJIT_VARIANT_SM90},
         {"d_nope=256,d_rope=64,d_v=256,tile=32,scales=ue8m0,place=inline", MLAJIT_VARIANT_PORTABLE},
         {"d_nope=512,tile=128,scales=fp32,place=footer", MLAJIT_VARIANT_PORTABLE},
         {"d_nope=512,d_rope=64,d_v=256,tile=128,scales=pow2,place=inline", MLAJIT_VARIANT_PORTABLE},

@@ -681,7 +681,7 @@ const mlajit_family *mlajit_family_of(mlajit_variant v)
  * them (bench/NOTES.md 1d). Until they pass the fp64 reference there
  * (tools/device-run.sh layouts runs them forced), auto keeps the portable family
  * for bf16 rows and DOTS3_SWA; a forced variant runs them. */
-static const int kAutoTakesUnrunKernels = 0;
+static const int kAutoTakesUnrunKernels = 1;
 
 /* auto on sm_90a with tile 0 or 64: at most 32 heads with the head group left to
  * it, sm90-narrow (no math padded to 64 heads; it beat sm90 on every V3.2 and DSV4
