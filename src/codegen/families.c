@@ -676,21 +676,15 @@ const mlajit_family *mlajit_family_of(mlajit_variant v)
     return NULL;
 }
 
-/* sm90's bf16 edition and sm90-split compile without spills (tests/test_nvrtc.c)
- * but have not yet run on a GPU: no device could be had in the session that wrote
- * them (bench/NOTES.md 1d). Until they pass the fp64 reference there
- * (tools/device-run.sh layouts runs them forced), auto keeps the portable family
- * for bf16 rows and DOTS3_SWA; a forced variant runs them. */
-static const int kAutoTakesUnrunKernels = 1;
-
 /* auto on sm_90a with tile 0 or 64: at most 32 heads with the head group left to
  * it, sm90-narrow (no math padded to 64 heads; it beat sm90 on every V3.2 and DSV4
  * row at 8, 16 and 32 heads measured on the H200, and for GLM_NSA's and GLM53_NOPE's
  * arbitrary scales on an H100: bench/NOTES.md 1d); else
  * the sm90 family where the head group is 0 or 64 (faster than the portable family
  * on every row measured, padded head counts included); else portable
- * (bench/NOTES.md). A family whose template is not built for the model's layout
- * is passed over (DOTS3_SWA on sm_90a: portable). */
+ * (bench/NOTES.md); past 32 heads, sm90-split for the layouts only it serves
+ * (DOTS3_SWA). A family whose template is not built for the model's layout is
+ * passed over (DOTS3_SWA at 32 heads and fewer: portable). */
 mlajit_variant mlajit_family_auto(const mlajit_kernel_spec *r)
 {
     const mlajit_family *narrow = mlajit_family_of(MLAJIT_VARIANT_SM90_NARROW);
@@ -699,17 +693,18 @@ mlajit_variant mlajit_family_auto(const mlajit_kernel_spec *r)
     const mlajit_model_desc *d = mlajit_spec_desc(r);
     /* a layout sm_90a's families are not written for (some custom ones) runs on the
      * portable family; bf16 rows, which only sm90 of the wgmma rows reads, on sm90 at
-     * every head count; d_v 1024 (DOTS3_SWA) on sm90-split from 33 heads. Those two
-     * (sm90's bf16 edition and sm90-split) wait on kAutoTakesUnrunKernels. */
+     * every head count (1.2-1.5x faster than portable at 64 heads; at 16, padded, not
+     * yet timed beside portable); d_v 1024 (DOTS3_SWA) on sm90-split from 33 heads
+     * (1.5-1.6x faster than portable there; at 16 heads, padded, 1.4-1.5x slower):
+     * bench/NOTES.md 1d */
     if (hopper && r->heads_per_cta == 0 && r->h_q <= narrow->max_heads_per_cta &&
         !mlajit_family_layout_refusal(narrow, d))
         return MLAJIT_VARIANT_SM90_NARROW;
     const int sm90_heads = r->heads_per_cta == 0 || mlajit_family_takes(sm90->heads_per_cta, r->heads_per_cta);
-    const int bf16 = d->scale_format == MLAJIT_SCALE_NONE;
-    if (hopper && sm90_heads && (!bf16 || kAutoTakesUnrunKernels) && !mlajit_family_layout_refusal(sm90, d))
+    if (hopper && sm90_heads && !mlajit_family_layout_refusal(sm90, d))
         return MLAJIT_VARIANT_SM90;
     const mlajit_family *split = mlajit_family_of(MLAJIT_VARIANT_SM90_SPLIT);
-    if (kAutoTakesUnrunKernels && hopper && sm90_heads && r->h_q > narrow->max_heads_per_cta &&
+    if (hopper && sm90_heads && r->h_q > narrow->max_heads_per_cta &&
         !mlajit_family_layout_refusal(split, d))
         return MLAJIT_VARIANT_SM90_SPLIT;
     return MLAJIT_VARIANT_PORTABLE;
