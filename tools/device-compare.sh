@@ -7,7 +7,9 @@
 # A snapshot: mkdir .snapN && git archive HEAD | tar -x -C .snapN, then edit it
 # (a folder of its own, never the root: each gets links to the root's .dev* and
 # .golden). A timed row prints: snapshot, pass, model, h_q, b, topk, gpu_us,
-# eager_us, splits, ratio and check, from the row's JSON line.
+# eager_us, splits, ratio and check, from the row's JSON line. LAYOUT_ROWS="L:H:B ..."
+# times `mlajit bench --layouts` rows too (layout L beside V3.2, topk 2048; ROWS=""
+# leaves out the others).
 # ROWS are [model:]h_q:b:topk filters of `mlajit bench` (tools/bench-row.sh; model v32 or dsv4; without
 # it, both); PASSES=N times each row N times, the snapshots in turn and in reverse
 # order every other pass, so a drift in clocks falls on all of them alike;
@@ -25,7 +27,7 @@ mkdir -p "$OUT"
 . .devtools/setup.sh >/dev/null 2>&1
 . tools/bench-row.sh
 SNAPS=${SNAPS:-.snap}
-ROWS=${ROWS:-"128:128:2048 64:128:2048 16:128:2048 128:1:2048 16:64:512 128:128:128"}
+ROWS=${ROWS-"128:128:2048 64:128:2048 16:128:2048 128:1:2048 16:64:512 128:128:128"}
 pids=""
 for d in $SNAPS; do
   (cd "$d" && ln -sfn ../.devdeps .devdeps && ln -sfn ../.devtools .devtools && ln -sfn ../.golden .golden &&
@@ -66,12 +68,35 @@ time_rows() {  # time_rows "SNAPS" "ROWS": every row with every snapshot, PASSES
     done
   done
 }
+print_layout_row='import json, sys
+for r in map(json.loads, open(sys.argv[2])):
+    if r["role"] == "layout":
+        print(sys.argv[1], r["layout"], "h%d b%d k%d" % (r["h_q"], r["b"], r["topk"]), "gpu", r["gpu_us"],
+              "eager", r["eager_us"], "splits", r["splits"], "ratio", (r["v32"] or {}).get("fraction_ratio"), r["check"],
+              r["kernel"])'
+time_layout_rows() {  # LAYOUT_ROWS "LAYOUT:H:B ...": `bench --layouts` rows (topk 2048), as time_rows
+  local row pass d order l h b
+  for row in $LAYOUT_ROWS; do
+    IFS=: read -r l h b <<<"$row"
+    for pass in $(seq "${PASSES:-1}"); do
+      order=$SNAPS
+      [ $((pass % 2)) = 0 ] && order=$(printf '%s\n' $SNAPS | tac | tr '\n' ' ')
+      for d in $order; do
+        rm -f "$OUT/row.jsonl"
+        MLAJIT_CACHE_DIR=/tmp/c$d "$d/build-gpu/mlajit" bench --layouts --layout "$l" --heads "$h" --batch "$b" \
+          --json "$OUT/row.jsonl" >>"$OUT/bench$d.txt" 2>&1
+        [ -s "$OUT/row.jsonl" ] && python3 -c "$print_layout_row" "$d p$pass" "$OUT/row.jsonl"
+      done
+    done
+  done
+}
 if [ -n "${SETS:-}" ]; then
   IFS=';' read -ra sets <<<"$SETS"
   for set in "${sets[@]}"; do time_rows "${set%%|*}" "${set#*|}"; done
-else
+elif [ -n "$ROWS" ]; then
   time_rows "$SNAPS" "$ROWS"
 fi
+[ -n "${LAYOUT_ROWS:-}" ] && time_layout_rows
 if [ -n "${NCU:-}" ]; then
   command -v ncu >/dev/null || export PATH="$PATH:/usr/local/cuda/bin"
   for spec in $NCU; do
