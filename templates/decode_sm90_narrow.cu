@@ -124,6 +124,10 @@ struct RegisterSplit {
 // 8-24 heads V3.2's 216/144 spills none for either.
 constexpr RegisterSplit register_split()
 {
+#if MLAJIT_BF16
+    // bf16 rows: the producers copy by cp.async and hold no round in registers
+    return kHeadsN > 24 ? RegisterSplit{232, 136} : RegisterSplit{216, 144};
+#endif
     if (kProducerGroups == 3) return kExactScalesOnly ? RegisterSplit{200, 104} : RegisterSplit{216, 96};
     if (kRingRounds > 0)
         return kHeadsN > 24 ? (kExactScalesOnly && kRopeLoads == 0 ? RegisterSplit{240, 128} : RegisterSplit{232, 136})
@@ -251,8 +255,15 @@ extern "C" __global__ void __launch_bounds__(sm90::kCtaThreads, 1) mlajit_decode
                 else
                     named_barrier_sync(kBarKEmpty + buf, kTileThreads);
             }
+#if MLAJIT_BF16
+            // bf16 rows: the round by cp.async into its place (copy_round_bf16), waited for
+            copy_round_bf16(p, pos_of(0), checked_slot(p, pos_of(0), raw[0]), dest_of(buf),
+                            round_in_tile(0) * kTokensPerRound + token, quarter);
+            copy_async_wait_all();
+#else
             if (hold) hold_until_here(now);
             store_round<true>(dest_of(buf), round_in_tile(0) * kTokensPerRound + token, quarter, now);
+#endif
             fence_smem_for_async_proxy();
             named_barrier_arrive(kBarKFull + buf, kTileThreads);
 #pragma unroll
@@ -264,6 +275,20 @@ extern "C" __global__ void __launch_bounds__(sm90::kCtaThreads, 1) mlajit_decode
             t[kIndexLead] = next_tile(kIndexLead);
             return t[0] < range.end;
         };
+#if MLAJIT_BF16
+        // bf16 rows (no ring, no round in registers: a round is 18 chunks a lane at
+        // V3.2's dims): each round copied into its K buffer once the consumer has left
+        // it, the group's round two on prefetched into L2 meanwhile, so the copies
+        // read from L2 (as sm90's bf16 edition, whose rows of the tile after next are
+        // in L2 by then).
+        static_assert(kIndexLead >= 3, "the round two on has its slot");
+        RoundLoads none;  // store_and_advance's operand; the bf16 path does not read it
+        while (t[0] < range.end) {
+            raw[kIndexLead] = slot_of(kIndexLead);
+            prefetch_row<kLanesPerToken>(p, pos_of(2), raw[2], quarter);
+            store_and_advance(none, false);
+        }
+#else
         if constexpr (kRingRounds > 0) {
             // Through the ring: the group's kAhead slots, its round k's rows in slot
             // k % kAhead. The quarter-0 lane copies its candidate's row (or only
@@ -325,6 +350,7 @@ extern "C" __global__ void __launch_bounds__(sm90::kCtaThreads, 1) mlajit_decode
                         one_round(rounds[2], rounds[1]);
             }
         }
+#endif
         return;
     }
 

@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "codegen/codegen.h"
+#include "codegen/families.h"
 #include "harness/rng.h"
 #include "runtime/runtime.h"
 #include "mlajit.h"
@@ -360,7 +361,8 @@ Test(layout, spec_refusals_name_the_field)
         {"v32_bf16", MLAJIT_VARIANT_SM90_STAGED, "sm_90a", "layout.scale_format is none (bf16 NoPE values)"},
         {"d_nope=480,d_rope=32,v=all,scales=none", MLAJIT_VARIANT_SM90, "sm_90a",
          "layout.d_nope and d_rope must be multiples of 64 for bf16 rows"},
-        {"dsv4_bf16", MLAJIT_VARIANT_SM90_NARROW, "sm_90a", "layout.scale_format is none (bf16 NoPE values)"},
+        {"d_nope=480,d_rope=32,v=all,scales=none", MLAJIT_VARIANT_SM90_NARROW, "sm_90a",
+         "layout.d_nope and d_rope must be multiples of 64 for bf16 rows in the sm90 and sm90-narrow"},
         {"d_nope=512,tile=128,scales=fp32,place=footer", MLAJIT_VARIANT_SM90, "sm_90a",
          "layout.scale_format and scale_place"},
         {"d_nope=512,d_rope=64,tile=128,scales=ue8m0,place=inline", MLAJIT_VARIANT_SM90, "sm_90a",
@@ -428,6 +430,46 @@ Test(layout, spec_refusals_name_the_field)
                  MLAJIT_ERR_INVALID_ARGUMENT);
     cr_expect(strstr(mlajit_last_error(), "layout.quant_tile = 100") != NULL, "%s", mlajit_last_error());
     cr_expect_eq(mlajit_spec_parse("nope512-rope64.h16.p64", &p), MLAJIT_ERR_INVALID_ARGUMENT);
+}
+
+/* sm90-narrow's bf16 edition has not yet run on a GPU (families.c's
+ * mlajit_family_unrun): forced, it resolves for bf16 rows at 8-32 heads per CTA;
+ * auto keeps sm90 there, and no plan alternative (the head split, the head groups,
+ * the long walk, the scores kernel) takes it, while V3.2's fp8 rows still have them. */
+Test(layout, narrow_bf16_edition_is_forced_only_until_run)
+{
+    const char *layouts[] = {"v32_bf16", "dsv4_bf16"};
+    for (size_t i = 0; i < sizeof layouts / sizeof layouts[0]; i++) {
+        mlajit_layout l = parsed(layouts[i]);
+        for (int h = 8; h <= 128; h *= 2) {
+            mlajit_kernel_spec s = MLAJIT_KERNEL_SPEC_INIT, r = MLAJIT_KERNEL_SPEC_INIT;
+            cr_assert_eq(mlajit_spec_init_layout(&s, &l, h, 64), MLAJIT_OK);
+            strcpy(s.arch, "sm_90a");
+            s.variant = MLAJIT_VARIANT_SM90_NARROW;
+            s.heads_per_cta = h > 32 ? 32 : 0; /* past 32 heads, in head groups */
+            cr_expect_eq(mlajit_spec_resolve(&s, &r), MLAJIT_OK, "%s h%d: %s", layouts[i], h, mlajit_last_error());
+            cr_expect_eq(r.variant, MLAJIT_VARIANT_SM90_NARROW, "%s h%d", layouts[i], h);
+            cr_expect(mlajit_family_unrun(mlajit_family_of(r.variant), mlajit_spec_desc(&r)), "%s h%d", layouts[i], h);
+            s.variant = MLAJIT_VARIANT_AUTO;
+            s.heads_per_cta = 0;
+            cr_expect_eq(mlajit_spec_resolve(&s, &r), MLAJIT_OK, "%s h%d: %s", layouts[i], h, mlajit_last_error());
+            cr_expect_eq(r.variant, MLAJIT_VARIANT_SM90, "%s h%d: auto took %s", layouts[i], h,
+                         mlajit_variant_name(r.variant));
+            mlajit_kernel_spec alts[MLAJIT_WALK_ALTERNATIVES];
+            cr_expect_eq(mlajit_spec_walk_alternatives(&s, "sm_90a", alts), 0, "%s h%d: a plan alternative",
+                         layouts[i], h);
+        }
+    }
+    /* the same gate leaves V3.2's fp8 rows their alternatives (its long walk at 16
+     * heads, the head groups at 64) */
+    for (int h = 16; h <= 64; h *= 4) {
+        mlajit_kernel_spec s = MLAJIT_KERNEL_SPEC_INIT;
+        mlajit_spec_init(&s, MLAJIT_MODEL_V32, h, 64);
+        strcpy(s.arch, "sm_90a");
+        mlajit_kernel_spec alts[MLAJIT_WALK_ALTERNATIVES];
+        cr_expect_gt(mlajit_spec_walk_alternatives(&s, "sm_90a", alts), 0, "v32 h%d", h);
+        cr_expect(!mlajit_family_unrun(mlajit_family_of(MLAJIT_VARIANT_SM90_NARROW), mlajit_spec_desc(&s)));
+    }
 }
 
 Test(layout, quantizer_follows_the_layout)

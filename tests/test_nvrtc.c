@@ -249,7 +249,8 @@ Test(nvrtc, new_layouts, .timeout = 600)
  * names (d_nope 256 with ue8m0 scales inline; no RoPE with fp32 scales in a page
  * footer; d_v 256): the portable family, auto's kernel on sm_90a for the custom
  * ones, with and without the extra cache and every feature, one to four row tiles
- * of heads; bf16 by sm90's bf16 edition too (forced until its first GPU run). */
+ * of heads; bf16 by sm90's bf16 edition too (auto's kernel for bf16 on sm_90a), and
+ * by sm90-narrow's at 8-32 heads per CTA (forced only until its first GPU run). */
 Test(nvrtc, bf16_and_custom_layouts, .timeout = 900)
 {
     const mlajit_variant portable = MLAJIT_VARIANT_PORTABLE;
@@ -263,6 +264,11 @@ Test(nvrtc, bf16_and_custom_layouts, .timeout = 900)
     compile_variant_ok(MLAJIT_MODEL_V32_BF16, 128, 1, 0, 0, "sm_90a", sm90);
     compile_variant_ok(MLAJIT_MODEL_DSV4_BF16, 128, 256, 64, MLAJIT_FEATURE_ALL, "sm_90a", sm90);
     compile_variant_ok(MLAJIT_MODEL_DSV4_BF16, 33, 64, 0, MLAJIT_FEATURE_SINK, "sm_90a", sm90);
+    const mlajit_variant narrow = MLAJIT_VARIANT_SM90_NARROW;
+    compile_variant_ok(MLAJIT_MODEL_DSV4_BF16, 8, 256, 64, MLAJIT_FEATURE_ALL, "sm_90a", narrow);
+    compile_variant_ok(MLAJIT_MODEL_V32_BF16, 16, 64, 0, 0, "sm_90a", narrow);
+    compile_variant_ok(MLAJIT_MODEL_DSV4_BF16, 24, 1, 0, MLAJIT_FEATURE_SINK, "sm_90a", narrow);
+    compile_variant_ok(MLAJIT_MODEL_V32_BF16, 32, 64, 64, MLAJIT_FEATURE_ALL, "sm_90a", narrow);
     static const char *const layouts[] = {"d_nope=256,d_rope=64,d_v=256,tile=32,scales=ue8m0,place=inline",
                                           "d_nope=512,tile=128,scales=fp32,place=footer",
                                           "d_nope=512,d_rope=64,d_v=256,tile=128,scales=pow2,place=inline"};

@@ -1,7 +1,7 @@
 #!/bin/bash
 # Build, test and benchmark on the GPU host in one call (see shared/device/README.md).
 # Usage (from the project root, with .devdeps/.devtools/.golden carried):
-#   tools/device-run.sh [tests|demo|python-scan|cases|bench|bench-quick|bench-sm90|compile-times|ncu|ncu-sm90|ncu-source|sol|sass|gather|floor|fuzz:S:SEED[:MODEL]|fuzz-bg:S:SEED|suites:A,B|example|base|lookup|python|python-tests|python-install|python-bench|tune-grid|sweep|stability|cases-tuned|fuzz-tuned:S:SEED|fuzz-pack:S:SEED|layouts|layouts-custom|bench-layouts|split-knobs|narrow-exact|tune-layouts|staged-exact|flashmla-build|flashmla|flashmla-stalls|all]...
+#   tools/device-run.sh [tests|demo|python-scan|cases|bench|bench-quick|bench-sm90|compile-times|ncu|ncu-sm90|ncu-source|sol|sass|gather|floor|fuzz:S:SEED[:MODEL]|fuzz-bg:S:SEED|suites:A,B|example|base|lookup|python|python-tests|python-install|python-bench|tune-grid|sweep|stability|cases-tuned|fuzz-tuned:S:SEED|fuzz-pack:S:SEED|layouts|layouts-custom|bench-layouts|narrow-bf16|split-knobs|narrow-exact|tune-layouts|staged-exact|flashmla-build|flashmla|flashmla-stalls|all]...
 # Logs go to $OUT (or ./device-out) so they come back with the call. The device
 # tool returns at most 8 files, so at the end every log is packed into
 # $OUT/logs-N.tgz (N: the first free number, so a second run into the same $OUT
@@ -264,8 +264,9 @@ for step in "${@:-all}"; do
       # and the three custom layouts the fuzzer draws (d_nope 256 with tile 32 and
       # ue8m0 scales inline; no RoPE with arbitrary fp32 scales in a page footer;
       # d_v 256), which the portable family alone serves (auto's kernel on sm_90a),
-      # bf16 by sm90 too (auto's there; the other wgmma families' refusals are logged
-      # in layouts-refusals.log). To fit about
+      # bf16 by sm90 (auto's there) and sm90-narrow (forced, in head groups of 32 past
+      # 32 heads) too; the other wgmma families' refusals are logged in
+      # layouts-refusals.log. To fit about
       # 200 s beside the first two, their portable run at tile 32 and 16 heads per
       # CTA is on the cases without the extra cache only. Eight runs at a time; each
       # prints PASS or FAIL with its replay line
@@ -277,8 +278,8 @@ for step in "${@:-all}"; do
         "glm53_nope|glm53_nope|auto sm90 portable|all"
         "glm_nsa|glm_nsa|auto sm90 portable|all"
         "dots3_swa|dots3_swa|auto sm90-split portable|all"
-        "v32_bf16|v32_bf16|auto sm90 portable|plain"
-        "dsv4_bf16|dsv4_bf16|auto sm90 portable|plain"
+        "v32_bf16|v32_bf16|auto sm90 sm90-narrow portable|plain"
+        "dsv4_bf16|dsv4_bf16|auto sm90 sm90-narrow portable|plain"
         "nope256_ue8m0_inline|d_nope=256,d_rope=64,d_v=256,tile=32,scales=ue8m0,place=inline|auto|plain"
         "rope0_fp32_footer|d_nope=512,tile=128,scales=fp32,place=footer|auto|plain"
         "dv256|d_nope=512,d_rope=64,d_v=256,tile=128,scales=pow2,place=inline|auto|plain"
@@ -303,7 +304,9 @@ for step in "${@:-all}"; do
             ./build-gpu/mlajit case make "$spec.h$h.p$page$extra" --out "$dir" --batch 2 --s-q $((1 + i % 2)) \
               --topk $topk ${extra:+--extra-topk 64} --invalid 0.1 --seed $i >/dev/null 2>&1 ||
               { echo "FAIL case make $dir"; rc=1; }
-            for v in $variants; do echo "$dir --variant $v"; done >>"$lay/runs"
+            for v in $variants; do  # sm90-narrow past 32 heads in head groups of 32
+              echo "$dir --variant $v$([ $v = sm90-narrow ] && [ $h -gt 32 ] && echo " --heads-per-cta 32")"
+            done >>"$lay/runs"
             echo "$dir --variant auto --splits 5 --lse-head-major --pad-strides" >>"$lay/runs"
             [ "$tile32" = all ] || [ -z "$extra" ] &&
               echo "$dir --variant portable --tile 32 --heads-per-cta 16" >>"$lay/runs"
@@ -457,6 +460,16 @@ for step in "${@:-all}"; do
           --only flashmla | head -60
         NCU_SKIP=4 timeout 240 tools/ncu-stalls.sh ./build-gpu/mlajit "$OUT/stalls-mlajit-h$h-b$b-k$k" 8 \
           --heads "$h" --batch "$b" --topk "$k" | head -60
+      done ;;
+    narrow-bf16)
+      # sm90-narrow's bf16 edition (forced only: not yet run): the bf16 entries of
+      # `layouts` (sm90-narrow among their runs, in head groups of 32 past 32 heads),
+      # then the layouts rows at 16 heads (b 64/128, topk 2048) with it forced, beside
+      # auto's sm90 (the table's own run)
+      LAYOUTS_ONLY="v32_bf16 dsv4_bf16" "$0" layouts || rc=1
+      for v in sm90-narrow auto; do
+        ./build-gpu/mlajit bench --layouts --layout v32_bf16 --layout dsv4_bf16 --heads 16 --variant $v \
+          --json "$OUT/h200-narrow-bf16-$v.jsonl" 2>&1 | tee "$OUT/bench-narrow-bf16-$v.log" || rc=1
       done ;;
     split-knobs)
       # sm90-split's schedule knobs (decode_sm90_split.cu; off in the tree, not yet run):

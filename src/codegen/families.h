@@ -196,6 +196,10 @@ void mlajit_variant_values(char *buf, size_t len);
 /* The kernel auto runs before its plans' walk alternatives: its variant for a
  * spec (arch set) whose variant is auto. */
 mlajit_variant mlajit_family_auto(const mlajit_kernel_spec *r);
+/* 1 where family f's kernel for layout d is written but has not yet run on a GPU
+ * (sm90-narrow's bf16 edition): auto and the plans' walk alternatives pass it
+ * over, and a forced variant runs it. 0 elsewhere. */
+int mlajit_family_unrun(const mlajit_family *f, const mlajit_model_desc *d);
 
 /* Whether family f's templates are written for layout d (a named model's or a
  * custom one): NULL, or why not, naming the layout's field and what is allowed

@@ -182,11 +182,12 @@ static const char *edition_of(const mlajit_model_desc *d)
  * exact dequantization; its base text refuses those scales), so the narrow
  * kernels of GLM_NSA, GLM53_NOPE and custom layouts of that kind take it, whatever
  * their shared templates take, and every layout its base text served (V3.2, DSV4,
- * custom power-of-two ones with or without RoPE) keeps its source byte for byte. */
+ * custom power-of-two ones with or without RoPE) keeps its source byte for byte;
+ * bf16 rows take its bf16 edition (the producers copy by cp.async). */
 static const char *kernel_edition_of(const mlajit_family *f, const mlajit_model_desc *d)
 {
     if (strcmp(f->kernel, "decode_sm90_narrow") == 0)
-        return d->scale_format == MLAJIT_SCALE_FP32 ? "layouts" : "";
+        return d->scale_format == MLAJIT_SCALE_NONE ? "bf16" : d->scale_format == MLAJIT_SCALE_FP32 ? "layouts" : "";
     return edition_of(d);
 }
 
