@@ -465,10 +465,10 @@ for step in "${@:-all}"; do
       # sm90-narrow's bf16 edition (forced only: not yet run): the bf16 entries of
       # `layouts` (sm90-narrow among their runs, in head groups of 32 past 32 heads),
       # then the layouts rows at 16 heads (b 64/128, topk 2048) with it forced, beside
-      # auto's sm90 (the table's own run)
+      # auto's sm90 (the table's own run); each bench bounded (a kernel that never ends)
       LAYOUTS_ONLY="v32_bf16 dsv4_bf16" "$0" layouts || rc=1
       for v in sm90-narrow auto; do
-        ./build-gpu/mlajit bench --layouts --layout v32_bf16 --layout dsv4_bf16 --heads 16 --variant $v \
+        timeout 120 ./build-gpu/mlajit bench --layouts --layout v32_bf16 --layout dsv4_bf16 --heads 16 --variant $v \
           --json "$OUT/h200-narrow-bf16-$v.jsonl" 2>&1 | tee "$OUT/bench-narrow-bf16-$v.log" || rc=1
       done ;;
     split-knobs)
@@ -522,7 +522,7 @@ for r in map(json.loads, open(sys.argv[2])):
           for k in $order; do
             bin=./build-gpu/mlajit; [ "$k" = tree ] || bin=$kn/$k/build-gpu/mlajit
             rm -f "$kn/row.jsonl"
-            "$bin" bench --layouts --layout dots3_swa --heads "$h" --batch "$bb" --json "$kn/row.jsonl" \
+            timeout 120 "$bin" bench --layouts --layout dots3_swa --heads "$h" --batch "$bb" --json "$kn/row.jsonl" \
               >>"$OUT/split-knobs-bench.log" 2>&1 || rc=1
             [ -s "$kn/row.jsonl" ] && python3 -c "$row_of" "$k p$pass" "$kn/row.jsonl" >>"$OUT/split-knobs-rows.txt"
           done
