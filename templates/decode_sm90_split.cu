@@ -63,9 +63,9 @@ enum NamedBarrier { kBarKFull = 1, kBarKEmpty = 3, kBarPReady = 5, kBarPFree = 6
 static_assert(kBarEnd <= kHardwareNamedBarriers, "more named barriers than a CTA has");
 
 // The schedule (bench/NOTES.md 1d). Measured (H100): each tile in series (S, rank
-// 1's part to rank 0, the softmax, P back, P V), 10.7 K cycles a tile against V3.2
-// sm90's 5.1 K. Written, not yet run on a GPU, so off until they pass the fp64
-// reference and are timed:
+// 1's part to rank 0, the softmax, P back, P V), 10.7 K cycles a tile against 6.4 K
+// for V3.2's 128-head pair. Written, not yet run on a GPU, so off until they pass
+// the fp64 reference and are timed:
 //   kRankOneAhead: rank 1 computes and sends the next tile's part of S before it
 //     waits for this tile's P, so its S overlaps rank 0's softmax;
 //   kProbsByBulkCopy: P and the factors reach rank 1 by one bulk copy a warp (its
