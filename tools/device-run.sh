@@ -480,7 +480,8 @@ for step in "${@:-all}"; do
       # feature, 10% invalid indices); then the layouts rows (dots3_swa beside V3.2,
       # topk 2048) at SPLIT_KNOB_ROWS (H:B; default 64:64 128:128) by the tree's build
       # and each setting that passed, PASSES times (default 1), the order reversed
-      # every other pass. About 200 s.
+      # every other pass (SPLIT_STALLS=1 adds ncu's stall profile of each: below).
+      # About 200 s.
       kn=/tmp/mlajit-split-knobs; rm -rf "$kn" "$OUT/split-knobs-rows.txt"; mkdir -p "$kn/cases"
       declare -A knob_edit=([ahead]='s/kRankOneAhead = false;/kRankOneAhead = true; /'
         [bulk]='s/kProbsByBulkCopy = false;/kProbsByBulkCopy = true; /'
@@ -528,7 +529,18 @@ for r in map(json.loads, open(sys.argv[2])):
           done
         done
       done
-      cat "$OUT/split-knobs-rows.txt" 2>/dev/null ;;
+      cat "$OUT/split-knobs-rows.txt" 2>/dev/null
+      # SPLIT_STALLS=1: where each role waits (tools/ncu-stalls.sh), the tree's kernel
+      # and each passing setting's, one launch on a DOTS3_SWA case at h64 b32 topk 2048
+      if [ "${SPLIT_STALLS:-0}" = 1 ]; then
+        ./build-gpu/mlajit case make dots3_swa.h64.p64 --out "$kn/stalls-case" --batch 32 --topk 2048 \
+          --seqlen 8192 --seed 77 >/dev/null 2>&1 || { echo "FAIL case make $kn/stalls-case"; rc=1; }
+        for k in tree "${passed[@]}"; do
+          bin=./build-gpu/mlajit; [ "$k" = tree ] || bin=$kn/$k/build-gpu/mlajit
+          NCU_KERNEL=mlajit_decode_main timeout 240 tools/ncu-stalls.sh "$bin" "$OUT/stalls-split-$k" 8 \
+            run-case --variant sm90-split "$kn/stalls-case" | head -40 | sed "s/^/$k: /"
+        done
+      fi ;;
     tune-layouts)
       # issue 49: the tuner over layouts described at run time, on a GPU: GLM53_NOPE's
       # canonical string and the d_nope 256 / ue8m0 layout at heads 16 and 64, b 64,
