@@ -592,7 +592,11 @@ static int scores_is_narrow(const mlajit_kernel_spec *r) { return !mlajit_narrow
     .variant = v, .name = nm, .arch = "sm_90a", .sm90_common = 1, .tiles = MLAJIT_SIZES(64),                       \
     .heads_per_cta = MLAJIT_SIZES(8) | MLAJIT_SIZES(16) | MLAJIT_SIZES(24) | MLAJIT_SIZES(32),                     \
     .max_heads_per_cta = MLAJIT_NARROW_MAX_HEADS_PER_CTA, .scales = MLAJIT_SCALES_ANY | MLAJIT_SCALES(MLAJIT_SCALE_NONE), \
-    .resolve = narrow_resolve, .layout_refusal = bf16_or_wgmma_layout
+    .resolve = narrow_resolve, .layout_refusal = bf16_or_wgmma_layout,                                            \
+    /* its bf16 edition compiles without spills (tests/test_nvrtc.c) but has not yet run on a GPU (the         \
+     * session that wrote it had no device time left: bench/NOTES.md 1d); until it passes the fp64 reference  \
+     * there (tools/device-run.sh narrow-bf16), bf16 rows at 32 heads and fewer keep sm90, padded */           \
+    .unrun_scales = MLAJIT_SCALES(MLAJIT_SCALE_NONE)
 
 /* In variant order; retired variants (MLAJIT_VARIANT_SLICED, _SM90_UNPAIRED) have no
  * row, only an entry in retired_variants below. */
@@ -677,14 +681,9 @@ const mlajit_family *mlajit_family_of(mlajit_variant v)
     return NULL;
 }
 
-/* sm90-narrow's bf16 edition (decode_sm90_narrow.cu) compiles without spills
- * (tests/test_nvrtc.c) but has not yet run on a GPU: the session that wrote it had
- * no device time left (bench/NOTES.md 1d). Until it passes the fp64 reference there
- * (tools/device-run.sh layouts runs it forced), bf16 rows at 32 heads and fewer
- * keep sm90, padded to 64 heads. */
 int mlajit_family_unrun(const mlajit_family *f, const mlajit_model_desc *d)
 {
-    return f && d && f->smem_map == sm90_narrow_smem_map && d->scale_format == MLAJIT_SCALE_NONE;
+    return f && d && (f->unrun_scales & MLAJIT_SCALES(d->scale_format));
 }
 
 /* auto on sm_90a with tile 0 or 64: at most 32 heads with the head group left to
@@ -703,8 +702,8 @@ mlajit_variant mlajit_family_auto(const mlajit_kernel_spec *r)
     const int hopper = strcmp(r->arch, sm90->arch) == 0 && (r->tile == 0 || mlajit_family_takes(sm90->tiles, r->tile));
     const mlajit_model_desc *d = mlajit_spec_desc(r);
     /* a layout sm_90a's families are not written for (some custom ones) runs on the
-     * portable family; bf16 rows, which only sm90 of the wgmma rows reads, on sm90 at
-     * every head count (1.2-1.5x faster than portable at 64 heads; at 16, padded, not
+     * portable family; bf16 rows on sm90 at every head count (sm90-narrow's bf16
+     * edition is forced only until it has run: mlajit_family_unrun) (1.2-1.5x faster than portable at 64 heads; at 16, padded, not
      * yet timed beside portable); d_v 1024 (DOTS3_SWA) on sm90-split from 33 heads
      * (1.5-1.6x faster than portable there; at 16 heads, padded, 1.4-1.5x slower):
      * bench/NOTES.md 1d */
