@@ -232,9 +232,10 @@ Test(generate, cluster_pairs_two_sm90_head_groups)
     }
 }
 
-/* sm90-split (auto's kernel for DOTS3_SWA past 32 heads): every head group a cluster of two CTAs (the dims'
- * halves), so the plan's grid has two CTAs per head group along y, and its map
- * fits sm_90a; no P V in flight (a head-group pair's option). */
+/* sm90-split (auto's kernel for DOTS3_SWA past 32 heads): every head group a
+ * cluster of two CTAs (the dims' halves), so the plan's grid has two CTAs per head
+ * group along y, and its map fits sm_90a; no P V in flight (a head-group pair's
+ * option). */
 Test(generate, sm90_split_is_two_ctas_per_head_group)
 {
     const int heads[] = {33, 64, 65, 128};

@@ -294,7 +294,7 @@ Test(envelope, fuzz_draws_of_one_model)
 
 /* GLM53_NOPE and DOTS3_SWA: the families whose templates serve them accept them
  * (at 16 heads auto takes sm90-narrow for GLM53_NOPE on sm_90a, portable for
- * DOTS3_SWA, which sm90-split serves when forced); every other
+ * DOTS3_SWA, whose sm90-split pair runs from 33 heads); every other
  * family refuses them with a reason naming the model and why, and prepare refuses
  * the same way before compiling anything. */
 Test(envelope, the_new_layouts_are_served_or_refused_with_the_reason)

@@ -702,11 +702,11 @@ mlajit_variant mlajit_family_auto(const mlajit_kernel_spec *r)
     const int hopper = strcmp(r->arch, sm90->arch) == 0 && (r->tile == 0 || mlajit_family_takes(sm90->tiles, r->tile));
     const mlajit_model_desc *d = mlajit_spec_desc(r);
     /* a layout sm_90a's families are not written for (some custom ones) runs on the
-     * portable family; bf16 rows on sm90 at every head count (sm90-narrow's bf16
-     * edition is forced only until it has run: mlajit_family_unrun) (1.2-1.5x faster than portable at 64 heads; at 16, padded, not
-     * yet timed beside portable); d_v 1024 (DOTS3_SWA) on sm90-split from 33 heads
-     * (1.5-1.6x faster than portable there; at 16 heads, padded, 1.4-1.5x slower):
-     * bench/NOTES.md 1d */
+     * portable family; bf16 rows on sm90 at every head count (1.2-1.5x faster than
+     * portable at 64 heads; at 16, padded, not yet timed beside it; sm90-narrow's
+     * bf16 edition is forced only until it has run: mlajit_family_unrun); d_v 1024
+     * (DOTS3_SWA) on sm90-split from 33 heads (1.5-1.6x faster than portable there;
+     * at 16 heads, padded, 1.4-1.5x slower): bench/NOTES.md 1d */
     if (hopper && r->heads_per_cta == 0 && r->h_q <= narrow->max_heads_per_cta &&
         !mlajit_family_layout_refusal(narrow, d) && !mlajit_family_unrun(narrow, d))
         return MLAJIT_VARIANT_SM90_NARROW;
@@ -714,8 +714,7 @@ mlajit_variant mlajit_family_auto(const mlajit_kernel_spec *r)
     if (hopper && sm90_heads && !mlajit_family_layout_refusal(sm90, d))
         return MLAJIT_VARIANT_SM90;
     const mlajit_family *split = mlajit_family_of(MLAJIT_VARIANT_SM90_SPLIT);
-    if (hopper && sm90_heads && r->h_q > narrow->max_heads_per_cta &&
-        !mlajit_family_layout_refusal(split, d))
+    if (hopper && sm90_heads && r->h_q > narrow->max_heads_per_cta && !mlajit_family_layout_refusal(split, d))
         return MLAJIT_VARIANT_SM90_SPLIT;
     return MLAJIT_VARIANT_PORTABLE;
 }
