@@ -475,10 +475,11 @@ for step in "${@:-all}"; do
       # sm90-split's schedule knobs (decode_sm90_split.cu; off in the tree, not yet run):
       # each setting (ahead: kRankOneAhead; bulk: kProbsByBulkCopy; both) in a copy of
       # the tree with the template edited, built beside build-gpu. Each runs DOTS3_SWA's
-      # reference sweep with sm90-split forced (heads 33 64 65 128, pages 1/64/256 and
+      # reference sweep with sm90-split forced (heads 16 33 64 65 128, pages 1/64/256 and
       # ragged topk 100/600/2048 rotating, without and with the extra cache and every
       # feature, 10% invalid indices); then the layouts rows (dots3_swa beside V3.2,
-      # topk 2048) at SPLIT_KNOB_ROWS (H:B; default 64:64 128:128) by the tree's build
+      # topk 2048) at SPLIT_KNOB_ROWS (H:B[:VARIANT], e.g. 16:64:sm90-split where auto
+      # takes portable; default 64:64 128:128) by the tree's build
       # and each setting that passed, PASSES times (default 1), the order reversed
       # every other pass (SPLIT_STALLS=1 adds ncu's stall profile of each: below).
       # About 200 s.
@@ -493,7 +494,7 @@ for step in "${@:-all}"; do
          echo "split-knobs: $k built (rc $?)") &
       done
       pages=(1 64 256); topks=(100 600 2048); i=0
-      for h in 33 64 65 128; do
+      for h in 16 33 64 65 128; do
         for extra in "" .e64.fslx; do
           page=${pages[i % 3]} topk=${topks[i % 3]}; i=$((i + 1))
           dir=$kn/cases/dots3_swa.h$h.p$page$extra.k$topk
@@ -516,14 +517,15 @@ for r in map(json.loads, open(sys.argv[2])):
         print(sys.argv[1], "h%d b%d" % (r["h_q"], r["b"]), "gpu", r["gpu_us"], "ratio", r["v32"]["fraction_ratio"],
               r["check"], r["kernel"])'
       for row in ${SPLIT_KNOB_ROWS:-64:64 128:128}; do
-        IFS=: read -r h bb <<<"$row"
+        IFS=: read -r h bb variant <<<"$row"
         for pass in $(seq "${PASSES:-1}"); do
           order="tree ${passed[*]}"
           [ $((pass % 2)) = 0 ] && order=$(printf '%s\n' $order | tac | tr '\n' ' ')
           for k in $order; do
             bin=./build-gpu/mlajit; [ "$k" = tree ] || bin=$kn/$k/build-gpu/mlajit
             rm -f "$kn/row.jsonl"
-            timeout 120 "$bin" bench --layouts --layout dots3_swa --heads "$h" --batch "$bb" --json "$kn/row.jsonl" \
+            timeout 120 "$bin" bench --layouts --layout dots3_swa --heads "$h" --batch "$bb" ${variant:+--variant "$variant"} \
+              --json "$kn/row.jsonl" \
               >>"$OUT/split-knobs-bench.log" 2>&1 || rc=1
             [ -s "$kn/row.jsonl" ] && python3 -c "$row_of" "$k p$pass" "$kn/row.jsonl" >>"$OUT/split-knobs-rows.txt"
           done
