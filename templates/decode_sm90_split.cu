@@ -62,17 +62,13 @@ static_assert(kScoreRegisters + kValueRegisters + kProducerRegisters <= 3 * kLau
 enum NamedBarrier { kBarKFull = 1, kBarKEmpty = 3, kBarPReady = 5, kBarPFree = 6, kBarRowStats = 7, kBarQReady = 8, kBarEnd };
 static_assert(kBarEnd <= kHardwareNamedBarriers, "more named barriers than a CTA has");
 
-// The schedule (bench/NOTES.md 1d). Measured (H100): each tile in series (S, rank
-// 1's part to rank 0, the softmax, P back, P V), 10.7 K cycles a tile against 6.4 K
-// for V3.2's 128-head pair. Written, not yet run on a GPU, so off until they pass
-// the fp64 reference and are timed:
-//   kRankOneAhead: rank 1 computes and sends the next tile's part of S before it
-//     waits for this tile's P, so its S overlaps rank 0's softmax;
-//   kProbsByBulkCopy: P and the factors reach rank 1 by one bulk copy a warp (its
-//     16 rows, 2 KB and 64 bytes) from rank 0's shared memory, not by 32 four-byte
-//     st.async a thread.
-constexpr bool kRankOneAhead = false;
-constexpr bool kProbsByBulkCopy = false;
+// The schedule: each tile in series (S, rank 1's part to rank 0, the softmax, P
+// back, P V), 10.7 K cycles a tile against 6.4 K for V3.2's 128-head pair (H100).
+// Two changes to it passed the fp64 reference and were not kept (bench/NOTES.md 1d
+// and 4): rank 1 one tile ahead (its next part of S before this tile's P) ran 4-5%
+// slower, as the next tile's K then has to be ready a tile earlier than two K
+// buffers allow; P sent by one bulk copy a warp instead of 32 four-byte st.async a
+// thread made no difference.
 
 constexpr int kInboxBytes = kWarpGroupThreads * (kTile / 2) * 4;   // a score group's S: 16 KB
 constexpr int kProbsBytes = kHeads * kTile * 2 + kHeads * 4;       // P (bf16) and the factors
@@ -85,7 +81,6 @@ static_assert(cfg::kDNope == 2 * kSliceDims && cfg::kDV == cfg::kDNope && cfg::k
 static_assert(cfg::kScaleFormat == 3 && !cfg::kScalesInline && cfg::kQuantTile % 128 == 0,
               "ue8m0 scales in the footer, a quantization tile within each rank's 64-byte steps");
 static_assert(cfg::kSmemK == cfg::kSmemQ + kSliceBytes, "the map: Q, then the K buffers");
-static_assert(cfg::kSmemProbs % 16 == 0 && cfg::kSmemRowAlpha % 16 == 0, "P and the factors copy in 16-byte units");
 
 // ---- PTX: distributed shared memory ----
 // 16 bytes into another CTA's shared memory (a cluster address), counted as
@@ -354,9 +349,15 @@ extern "C" __global__ void MLAJIT_CLUSTER_DIMS __launch_bounds__(sm90::kCtaThrea
         named_barrier_sync(kBarQReady, kWarpGroupThreads);
         cluster_wait();
         const int s_blocks = rank ? kSliceBlocks : kNopeBlocks;
-        // this rank's part of S = Q K^T, over the tile in buffer buf
-        auto part_of_s = [&](int buf, float (&acc_s)[kTile / 2]) {
+        int seq = 0;
+        for (int tile = first; tile < range.end; tile = live_after(tile), seq++) {
+            const int buf = seq & 1;
+            const bool refilled = live_after(live_after(tile)) < range.end;
+            named_barrier_sync(kBarKFull + buf, kCtaThreads);
             const u32 k_tile = sK + (u32)buf * kSliceBytes;
+
+            // this rank's part of S = Q K^T
+            float acc_s[kTile / 2];
 #pragma unroll
             for (int i = 0; i < kTile / 2; i++) acc_s[i] = 0.0f;
             fence_operands(acc_s);
@@ -372,67 +373,22 @@ extern "C" __global__ void MLAJIT_CLUSTER_DIMS __launch_bounds__(sm90::kCtaThrea
             wgmma_commit();
             wgmma_wait<0>();
             fence_operands(acc_s);
-        };
-        // rank 1: its part into rank 0's inbox
-        auto send_part = [&](const float (&acc_s)[kTile / 2]) {
-            const u32 inbox = inbox_of();
-#pragma unroll
-            for (int i = 0; i < kTile / 2; i += 4) {
-                const float v[4] = {acc_s[i], acc_s[i + 1], acc_s[i + 2], acc_s[i + 3]};
-                store_async_peer16(inbox + 4 * i + peer_delta, v, sPartialFull + peer_delta);
-            }
-        };
-        // rank 1: wait for tile seq's P and factors, then P V on this group's quarter
-        auto receive_probs_pv = [&](int seq, int buf) {
-            mbarrier_wait(sProbsFull, (u32)seq & 1u);
-            if (gtid == 0) mbarrier_arrive_expect_tx(sProbsFull, kProbsBytes);  // the next tile's
-            fence_smem_for_async_proxy();  // P, stored by the peer, read by wgmma here
-            rescale(load_shared_f32(sAlpha + 4 * hl0), load_shared_f32(sAlpha + 4 * (hl0 + 8)));
-            pv_from_shared(buf);
-            mbarrier_arrive_cluster(sProbsFree + peer_delta);
-        };
-        int seq = 0;
-        if (rank == 1 && kRankOneAhead) {
-            // one tile ahead: the next tile's part is computed and sent before this
-            // tile's P is waited for (rank 0 has read this tile's part by then, or
-            // soon: partial_free)
-            if (first < range.end) {
-                named_barrier_sync(kBarKFull + 0, kCtaThreads);
-                float acc_s[kTile / 2];
-                part_of_s(0, acc_s);
-                send_part(acc_s);
-            }
-            for (int tile = first; tile < range.end; tile = live_after(tile), seq++) {
-                const int buf = seq & 1, next = live_after(tile);
-                const bool refilled = live_after(next) < range.end;
-                if (next < range.end) {
-                    named_barrier_sync(kBarKFull + (buf ^ 1), kCtaThreads);
-                    float acc_s[kTile / 2];
-                    part_of_s(buf ^ 1, acc_s);
-                    mbarrier_wait(sPartialFree, (u32)seq & 1u);
-                    send_part(acc_s);
-                }
-                receive_probs_pv(seq, buf);
-                if (refilled) named_barrier_arrive(kBarKEmpty + buf, kCtaThreads);
-            }
-        }
-        for (int tile = first; tile < range.end && !(rank == 1 && kRankOneAhead); tile = live_after(tile), seq++) {
-            const int buf = seq & 1;
-            const bool refilled = live_after(live_after(tile)) < range.end;
-            named_barrier_sync(kBarKFull + buf, kCtaThreads);
-            const u32 k_tile = sK + (u32)buf * kSliceBytes;
-            float acc_s[kTile / 2];
-            part_of_s(buf, acc_s);
 
             if (rank == 1) {
-                // (with kRankOneAhead, not reached: its own loop above. One loop for
-                // both schedules, apart from rank 0's, cost the measured kernel 4
-                // bytes more spilled and 456 SASS lines)
-                if (kRankOneAhead) continue;
                 // send the part to rank 0; wait for P and the factors
                 if (seq > 0) mbarrier_wait(sPartialFree, (u32)(seq - 1) & 1u);
-                send_part(acc_s);
-                receive_probs_pv(seq, buf);
+                const u32 inbox = inbox_of();
+#pragma unroll
+                for (int i = 0; i < kTile / 2; i += 4) {
+                    const float v[4] = {acc_s[i], acc_s[i + 1], acc_s[i + 2], acc_s[i + 3]};
+                    store_async_peer16(inbox + 4 * i + peer_delta, v, sPartialFull + peer_delta);
+                }
+                mbarrier_wait(sProbsFull, (u32)seq & 1u);
+                if (gtid == 0) mbarrier_arrive_expect_tx(sProbsFull, kProbsBytes);  // the next tile's
+                fence_smem_for_async_proxy();  // P, stored by the peer, read by wgmma here
+                rescale(load_shared_f32(sAlpha + 4 * hl0), load_shared_f32(sAlpha + 4 * (hl0 + 8)));
+                pv_from_shared(buf);
+                mbarrier_arrive_cluster(sProbsFree + peer_delta);
                 if (refilled) named_barrier_arrive(kBarKEmpty + buf, kCtaThreads);
                 continue;
             }
@@ -471,27 +427,16 @@ extern "C" __global__ void MLAJIT_CLUSTER_DIMS __launch_bounds__(sm90::kCtaThrea
                     const int c16 = 2 * kk + (r >> 1);  // row hl0 + 8 (r & 1): the same swizzle phase g
                     const u32 at = p_row + (u32)(1024 * (r & 1)) + (u32)((c16 ^ g) << 4);
                     store_shared32(at, pf[kk][r]);
-                    if (!kProbsByBulkCopy) store_async_peer4(at + peer_delta, pf[kk][r], probs_full_peer);
+                    store_async_peer4(at + peer_delta, pf[kk][r], probs_full_peer);
                 }
             if (q == 0) {
                 for (int half = 0; half < 2; half++) {
                     const u32 at = sAlpha + 4 * (hl0 + 8 * half);
                     st_shared_f32(at, alpha[half]);
-                    if (!kProbsByBulkCopy)
-                        store_async_peer4(at + peer_delta, float_to_bits(alpha[half]), probs_full_peer);
+                    store_async_peer4(at + peer_delta, float_to_bits(alpha[half]), sProbsFull + peer_delta);
                 }
             }
             fence_smem_for_async_proxy();
-            if (kProbsByBulkCopy) {
-                // this warp's 16 rows of P (2 KB) and their factors (64 bytes), fenced
-                // for the async proxy by every lane above, to the same place in rank 1
-                __syncwarp();
-                if (lane == 0) {
-                    const u32 rows = sP + (u32)warp * 16 * 128, factors = sAlpha + (u32)warp * 16 * 4;
-                    copy_to_peer(rows + peer_delta, rows, 16 * 128, probs_full_peer);
-                    copy_to_peer(factors + peer_delta, factors, 16 * 4, probs_full_peer);
-                }
-            }
             named_barrier_arrive(kBarPReady, kConsumerThreads);
             // O[:, 0 .. 256) of this rank's V += P V, P from registers
             rescale(alpha[0], alpha[1]);
@@ -525,19 +470,12 @@ extern "C" __global__ void MLAJIT_CLUSTER_DIMS __launch_bounds__(sm90::kCtaThrea
     } else {
         registers_decrease<kValueRegisters>();
         cluster_wait();
-        // rank 1 one tile ahead: each tile's buffer-full barrier a tile early, with its
-        // score group (which waits there for the next tile's S)
-        const bool ahead = rank == 1 && kRankOneAhead;
-        if (ahead && first < range.end) named_barrier_sync(kBarKFull + 0, kCtaThreads);
         int seq = 0;
         for (int tile = first; tile < range.end; tile = live_after(tile), seq++) {
             const int buf = seq & 1;
             const int next = live_after(tile);
             const bool refilled = live_after(next) < range.end;
-            if (!ahead)
-                named_barrier_sync(kBarKFull + buf, kCtaThreads);
-            else if (next < range.end)
-                named_barrier_sync(kBarKFull + (buf ^ 1), kCtaThreads);
+            named_barrier_sync(kBarKFull + buf, kCtaThreads);
             if (rank == 0) {
                 named_barrier_sync(kBarPReady, kConsumerThreads);
             } else {

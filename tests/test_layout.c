@@ -432,11 +432,11 @@ Test(layout, spec_refusals_name_the_field)
     cr_expect_eq(mlajit_spec_parse("nope512-rope64.h16.p64", &p), MLAJIT_ERR_INVALID_ARGUMENT);
 }
 
-/* sm90-narrow's bf16 edition has not yet run on a GPU (families.c's
- * mlajit_family_unrun): forced, it resolves for bf16 rows at 8-32 heads per CTA;
+/* sm90-narrow's bf16 edition ties sm90's (families.c's mlajit_family_forced_only):
+ * forced, it resolves for bf16 rows at 8-32 heads per CTA;
  * auto keeps sm90 there, and no plan alternative (the head split, the head groups,
  * the long walk, the scores kernel) takes it, while V3.2's fp8 rows still have them. */
-Test(layout, narrow_bf16_edition_is_forced_only_until_run)
+Test(layout, narrow_bf16_edition_is_forced_only)
 {
     const char *layouts[] = {"v32_bf16", "dsv4_bf16"};
     for (size_t i = 0; i < sizeof layouts / sizeof layouts[0]; i++) {
@@ -449,7 +449,7 @@ Test(layout, narrow_bf16_edition_is_forced_only_until_run)
             s.heads_per_cta = h > 32 ? 32 : 0; /* past 32 heads, in head groups */
             cr_expect_eq(mlajit_spec_resolve(&s, &r), MLAJIT_OK, "%s h%d: %s", layouts[i], h, mlajit_last_error());
             cr_expect_eq(r.variant, MLAJIT_VARIANT_SM90_NARROW, "%s h%d", layouts[i], h);
-            cr_expect(mlajit_family_unrun(mlajit_family_of(r.variant), mlajit_spec_desc(&r)), "%s h%d", layouts[i], h);
+            cr_expect(mlajit_family_forced_only(mlajit_family_of(r.variant), mlajit_spec_desc(&r)), "%s h%d", layouts[i], h);
             s.variant = MLAJIT_VARIANT_AUTO;
             s.heads_per_cta = 0;
             cr_expect_eq(mlajit_spec_resolve(&s, &r), MLAJIT_OK, "%s h%d: %s", layouts[i], h, mlajit_last_error());
@@ -468,7 +468,7 @@ Test(layout, narrow_bf16_edition_is_forced_only_until_run)
         strcpy(s.arch, "sm_90a");
         mlajit_kernel_spec alts[MLAJIT_WALK_ALTERNATIVES];
         cr_expect_gt(mlajit_spec_walk_alternatives(&s, "sm_90a", alts), 0, "v32 h%d", h);
-        cr_expect(!mlajit_family_unrun(mlajit_family_of(MLAJIT_VARIANT_SM90_NARROW), mlajit_spec_desc(&s)));
+        cr_expect(!mlajit_family_forced_only(mlajit_family_of(MLAJIT_VARIANT_SM90_NARROW), mlajit_spec_desc(&s)));
     }
 }
 

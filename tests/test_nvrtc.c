@@ -300,47 +300,6 @@ Test(nvrtc, sm90_split_family, .timeout = 600)
     compile_variant_ok(MLAJIT_MODEL_DOTS3_SWA, 33, 64, 1024, MLAJIT_FEATURE_SINK, "sm_90a", split);
 }
 
-/* sm90-split's schedule knobs (decode_sm90_split.cu: written, not yet run on a GPU,
- * so the generator's source has them off): each on, and both, compile, for one head
- * group without features and two with every one. The allowance is the family's 48
- * bytes and 16 more: with rank 1 ahead (CUDA 13.0) the same two score-group words
- * spill, with a reload in each of its loops */
-Test(nvrtc, sm90_split_schedule_knobs_compile, .timeout = 600)
-{
-    static const char *const knobs[][2] = {
-        {"constexpr bool kRankOneAhead = false;", "constexpr bool kRankOneAhead = true; "},
-        {"constexpr bool kProbsByBulkCopy = false;", "constexpr bool kProbsByBulkCopy = true; "},
-    };
-    const struct {
-        int h, extra_page;
-        unsigned features;
-    } shapes[] = {{64, 0, 0}, {128, 64, MLAJIT_FEATURE_ALL}};
-    for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++)
-        for (unsigned on = 1; on <= 3; on++) { /* bit k: knob k on */
-            mlajit_kernel_spec s = MLAJIT_KERNEL_SPEC_INIT;
-            mlajit_spec_init(&s, MLAJIT_MODEL_DOTS3_SWA, shapes[i].h, 64);
-            s.extra_page_size = shapes[i].extra_page;
-            s.features = shapes[i].features;
-            s.variant = MLAJIT_VARIANT_SM90_SPLIT;
-            strcpy(s.arch, "sm_90a");
-            char *src;
-            cr_assert_eq(mlajit_generate_source(&s, &src), MLAJIT_OK, "%s", mlajit_last_error());
-            for (int k = 0; k < 2; k++) {
-                char *at = strstr(src, knobs[k][0]);
-                cr_assert(at != NULL, "the template declares %s", knobs[k][0]);
-                if (on & (1u << k))
-                    memcpy(at, knobs[k][1], strlen(knobs[k][1])); /* the same length: a space pads it */
-            }
-            mlajit_compiled c;
-            int rc = mlajit_nvrtc_compile(src, "split_knobs", "sm_90a", &c);
-            mlajit_free(src);
-            cr_assert_eq(rc, MLAJIT_OK, "h%d knobs %u: %s", shapes[i].h, on, mlajit_last_error());
-            cr_expect_leq(c.spill_bytes, 64, "h%d knobs %u: %d bytes spilled", shapes[i].h, on, c.spill_bytes);
-            cr_expect_eq(c.wgmma_serialized, 0, "h%d knobs %u: wgmma serialized", shapes[i].h, on);
-            mlajit_compiled_free(&c);
-        }
-}
-
 /* sm90-staged compiles with no spills for the models it takes (power-of-two
  * scales) with every feature, one head group and a CTA pair (its split-partial
  * path is left out for this); arbitrary scales are refused (they spilled). */

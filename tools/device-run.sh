@@ -1,7 +1,7 @@
 #!/bin/bash
 # Build, test and benchmark on the GPU host in one call (see shared/device/README.md).
 # Usage (from the project root, with .devdeps/.devtools/.golden carried):
-#   tools/device-run.sh [tests|demo|python-scan|cases|bench|bench-quick|bench-sm90|compile-times|ncu|ncu-sm90|ncu-source|sol|sass|gather|floor|fuzz:S:SEED[:MODEL]|fuzz-bg:S:SEED|suites:A,B|example|base|lookup|python|python-tests|python-install|python-bench|tune-grid|sweep|stability|cases-tuned|fuzz-tuned:S:SEED|fuzz-pack:S:SEED|layouts|layouts-custom|bench-layouts|narrow-bf16|split-knobs|narrow-exact|tune-layouts|staged-exact|flashmla-build|flashmla|flashmla-stalls|all]...
+#   tools/device-run.sh [tests|demo|python-scan|cases|bench|bench-quick|bench-sm90|compile-times|ncu|ncu-sm90|ncu-source|sol|sass|gather|floor|fuzz:S:SEED[:MODEL]|fuzz-bg:S:SEED|suites:A,B|example|base|lookup|python|python-tests|python-install|python-bench|tune-grid|sweep|stability|cases-tuned|fuzz-tuned:S:SEED|fuzz-pack:S:SEED|layouts|layouts-custom|bench-layouts|narrow-bf16|narrow-exact|tune-layouts|staged-exact|flashmla-build|flashmla|flashmla-stalls|all]...
 # Logs go to $OUT (or ./device-out) so they come back with the call. The device
 # tool returns at most 8 files, so at the end every log is packed into
 # $OUT/logs-N.tgz (N: the first free number, so a second run into the same $OUT
@@ -471,78 +471,6 @@ for step in "${@:-all}"; do
         timeout 120 ./build-gpu/mlajit bench --layouts --layout v32_bf16 --layout dsv4_bf16 --heads 16 --variant $v \
           --json "$OUT/h200-narrow-bf16-$v.jsonl" 2>&1 | tee "$OUT/bench-narrow-bf16-$v.log" || rc=1
       done ;;
-    split-knobs)
-      # sm90-split's schedule knobs (decode_sm90_split.cu; off in the tree, not yet run):
-      # each setting (ahead: kRankOneAhead; bulk: kProbsByBulkCopy; both) in a copy of
-      # the tree with the template edited, built beside build-gpu. Each runs DOTS3_SWA's
-      # reference sweep with sm90-split forced (heads 16 33 64 65 128, pages 1/64/256 and
-      # ragged topk 100/600/2048 rotating, without and with the extra cache and every
-      # feature, 10% invalid indices); then the layouts rows (dots3_swa beside V3.2,
-      # topk 2048) at SPLIT_KNOB_ROWS (H:B[:VARIANT], e.g. 16:64:sm90-split where auto
-      # takes portable; default 64:64 128:128) by the tree's build
-      # and each setting that passed, PASSES times (default 1), the order reversed
-      # every other pass (SPLIT_STALLS=1 adds ncu's stall profile of each: below).
-      # About 200 s.
-      kn=/tmp/mlajit-split-knobs; rm -rf "$kn" "$OUT/split-knobs-rows.txt"; mkdir -p "$kn/cases"
-      declare -A knob_edit=([ahead]='s/kRankOneAhead = false;/kRankOneAhead = true; /'
-        [bulk]='s/kProbsByBulkCopy = false;/kProbsByBulkCopy = true; /'
-        [both]='s/kRankOneAhead = false;/kRankOneAhead = true; /; s/kProbsByBulkCopy = false;/kProbsByBulkCopy = true; /')
-      for k in ahead bulk both; do
-        (mkdir -p "$kn/$k" && tar -cf - --exclude=./build-gpu --exclude=./.golden --exclude=./.git . | tar -xf - -C "$kn/$k" &&
-         sed -i "${knob_edit[$k]}" "$kn/$k/templates/decode_sm90_split.cu" && cd "$kn/$k" &&
-         meson setup build-gpu --buildtype=release >/dev/null && meson compile -C build-gpu >"$OUT/build-knob-$k.log" 2>&1
-         echo "split-knobs: $k built (rc $?)") &
-      done
-      pages=(1 64 256); topks=(100 600 2048); i=0
-      for h in 16 33 64 65 128; do
-        for extra in "" .e64.fslx; do
-          page=${pages[i % 3]} topk=${topks[i % 3]}; i=$((i + 1))
-          dir=$kn/cases/dots3_swa.h$h.p$page$extra.k$topk
-          ./build-gpu/mlajit case make "dots3_swa.h$h.p$page$extra" --out "$dir" --batch 2 --s-q $((1 + i % 2)) \
-            --topk $topk ${extra:+--extra-topk 64} --invalid 0.1 --seed $((900 + i)) >/dev/null 2>&1 ||
-            { echo "FAIL case make $dir"; rc=1; }
-          echo "$dir --variant sm90-split" >>"$kn/cases/runs"
-        done
-      done
-      wait
-      passed=()
-      for k in ahead bulk both; do
-        [ -x "$kn/$k/build-gpu/mlajit" ] || { echo "FAIL split-knobs: $k did not build"; rc=1; continue; }
-        run_case_list "$kn/cases" "split-knobs-$k" "$kn/$k/build-gpu/mlajit"
-        grep -q "^FAIL" "$OUT/split-knobs-$k.log" || passed+=("$k")
-      done
-      row_of='import json, sys
-for r in map(json.loads, open(sys.argv[2])):
-    if r["role"] == "layout":
-        print(sys.argv[1], "h%d b%d" % (r["h_q"], r["b"]), "gpu", r["gpu_us"], "ratio", r["v32"]["fraction_ratio"],
-              r["check"], r["kernel"])'
-      for row in ${SPLIT_KNOB_ROWS:-64:64 128:128}; do
-        IFS=: read -r h bb variant <<<"$row"
-        for pass in $(seq "${PASSES:-1}"); do
-          order="tree ${passed[*]}"
-          [ $((pass % 2)) = 0 ] && order=$(printf '%s\n' $order | tac | tr '\n' ' ')
-          for k in $order; do
-            bin=./build-gpu/mlajit; [ "$k" = tree ] || bin=$kn/$k/build-gpu/mlajit
-            rm -f "$kn/row.jsonl"
-            timeout 120 "$bin" bench --layouts --layout dots3_swa --heads "$h" --batch "$bb" ${variant:+--variant "$variant"} \
-              --json "$kn/row.jsonl" \
-              >>"$OUT/split-knobs-bench.log" 2>&1 || rc=1
-            [ -s "$kn/row.jsonl" ] && python3 -c "$row_of" "$k p$pass" "$kn/row.jsonl" >>"$OUT/split-knobs-rows.txt"
-          done
-        done
-      done
-      cat "$OUT/split-knobs-rows.txt" 2>/dev/null
-      # SPLIT_STALLS=1: where each role waits (tools/ncu-stalls.sh), the tree's kernel
-      # and each passing setting's, one launch on a DOTS3_SWA case at h64 b32 topk 2048
-      if [ "${SPLIT_STALLS:-0}" = 1 ]; then
-        ./build-gpu/mlajit case make dots3_swa.h64.p64 --out "$kn/stalls-case" --batch 32 --topk 2048 \
-          --seqlen 8192 --seed 77 >/dev/null 2>&1 || { echo "FAIL case make $kn/stalls-case"; rc=1; }
-        for k in tree "${passed[@]}"; do
-          bin=./build-gpu/mlajit; [ "$k" = tree ] || bin=$kn/$k/build-gpu/mlajit
-          NCU_KERNEL=mlajit_decode_main timeout 240 tools/ncu-stalls.sh "$bin" "$OUT/stalls-split-$k" 8 \
-            run-case --variant sm90-split "$kn/stalls-case" | head -40 | sed "s/^/$k: /"
-        done
-      fi ;;
     tune-layouts)
       # issue 49: the tuner over layouts described at run time, on a GPU: GLM53_NOPE's
       # canonical string and the d_nope 256 / ue8m0 layout at heads 16 and 64, b 64,

@@ -593,10 +593,11 @@ static int scores_is_narrow(const mlajit_kernel_spec *r) { return !mlajit_narrow
     .heads_per_cta = MLAJIT_SIZES(8) | MLAJIT_SIZES(16) | MLAJIT_SIZES(24) | MLAJIT_SIZES(32),                     \
     .max_heads_per_cta = MLAJIT_NARROW_MAX_HEADS_PER_CTA, .scales = MLAJIT_SCALES_ANY | MLAJIT_SCALES(MLAJIT_SCALE_NONE), \
     .resolve = narrow_resolve, .layout_refusal = bf16_or_wgmma_layout,                                            \
-    /* its bf16 edition compiles without spills (tests/test_nvrtc.c) but has not yet run on a GPU (the         \
-     * session that wrote it had no device time left: bench/NOTES.md 1d); until it passes the fp64 reference  \
-     * there (tools/device-run.sh narrow-bf16), bf16 rows at 32 heads and fewer keep sm90, padded */           \
-    .unrun_scales = MLAJIT_SCALES(MLAJIT_SCALE_NONE)
+    /* its bf16 edition passed the fp64 reference on an H100 (tools/device-run.sh narrow-bf16: 132 runs) and   \
+     * tied sm90's at 16 heads (b 64 / 128: 93.9 / 178.5 against 94.1 / 175.6 us), both bound by the          \
+     * producers' cp.async gather (bench/NOTES.md 1d); untimed at other head counts and in the plans' head     \
+     * groups, so bf16 rows keep sm90, the kernel their rows were measured with */                            \
+    .forced_only_scales = MLAJIT_SCALES(MLAJIT_SCALE_NONE)
 
 /* In variant order; retired variants (MLAJIT_VARIANT_SLICED, _SM90_UNPAIRED) have no
  * row, only an entry in retired_variants below. */
@@ -681,9 +682,9 @@ const mlajit_family *mlajit_family_of(mlajit_variant v)
     return NULL;
 }
 
-int mlajit_family_unrun(const mlajit_family *f, const mlajit_model_desc *d)
+int mlajit_family_forced_only(const mlajit_family *f, const mlajit_model_desc *d)
 {
-    return f && d && (f->unrun_scales & MLAJIT_SCALES(d->scale_format));
+    return f && d && (f->forced_only_scales & MLAJIT_SCALES(d->scale_format));
 }
 
 /* auto on sm_90a with tile 0 or 64: at most 32 heads with the head group left to
@@ -703,12 +704,12 @@ mlajit_variant mlajit_family_auto(const mlajit_kernel_spec *r)
     const mlajit_model_desc *d = mlajit_spec_desc(r);
     /* a layout sm_90a's families are not written for (some custom ones) runs on the
      * portable family; bf16 rows on sm90 at every head count (1.2-1.5x faster than
-     * portable at 64 heads; at 16, padded, not yet timed beside it; sm90-narrow's
-     * bf16 edition is forced only until it has run: mlajit_family_unrun); d_v 1024
+     * portable at 64 heads; at 16, padded, it ties sm90-narrow's bf16 edition, which
+     * is therefore forced only: mlajit_family_forced_only); d_v 1024
      * (DOTS3_SWA) on sm90-split from 33 heads (1.5-1.6x faster than portable there;
      * at 16 heads, padded, 1.4-1.5x slower): bench/NOTES.md 1d */
     if (hopper && r->heads_per_cta == 0 && r->h_q <= narrow->max_heads_per_cta &&
-        !mlajit_family_layout_refusal(narrow, d) && !mlajit_family_unrun(narrow, d))
+        !mlajit_family_layout_refusal(narrow, d) && !mlajit_family_forced_only(narrow, d))
         return MLAJIT_VARIANT_SM90_NARROW;
     const int sm90_heads = r->heads_per_cta == 0 || mlajit_family_takes(sm90->heads_per_cta, r->heads_per_cta);
     if (hopper && sm90_heads && !mlajit_family_layout_refusal(sm90, d))

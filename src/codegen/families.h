@@ -135,8 +135,8 @@ struct mlajit_family {
     unsigned heads_per_cta;   /* heads per CTA it runs (MLAJIT_SIZES); 8 and 24 only where it takes h_q rounded up */
     int max_heads_per_cta;    /* the most heads a CTA holds without head groups (0: no limit but its sizes) */
     unsigned scales;          /* scale formats it runs (MLAJIT_SCALES); mlajit_family_layout_refusal refuses the others */
-    unsigned unrun_scales;    /* of those, the ones its kernel has not yet run with on a GPU: forced only
-                               * (mlajit_family_unrun) */
+    unsigned forced_only_scales; /* of those, the ones auto and the plans pass over, where its kernel was
+                                  * timed no faster than auto's (mlajit_family_forced_only) */
     const char *models;       /* the models it runs, in words (its resolve checks them) */
     /* the layouts its templates are written for, named or custom: NULL, or why not
      * (the field and what it allows; checked by the resolver before the arch and
@@ -198,10 +198,11 @@ void mlajit_variant_values(char *buf, size_t len);
 /* The kernel auto runs before its plans' walk alternatives: its variant for a
  * spec (arch set) whose variant is auto. */
 mlajit_variant mlajit_family_auto(const mlajit_kernel_spec *r);
-/* 1 where family f's kernel for layout d is written but has not yet run on a GPU
- * (its row's unrun_scales: sm90-narrow's bf16 edition): auto and the plans' walk
- * alternatives pass it over, and a forced variant runs it. 0 elsewhere. */
-int mlajit_family_unrun(const mlajit_family *f, const mlajit_model_desc *d);
+/* 1 where family f's kernel for layout d runs only when forced (its row's
+ * forced_only_scales: sm90-narrow's bf16 edition, which passed the fp64 reference
+ * and tied the kernel auto runs): auto and the plans' walk alternatives pass it
+ * over. 0 elsewhere. */
+int mlajit_family_forced_only(const mlajit_family *f, const mlajit_model_desc *d);
 
 /* Whether family f's templates are written for layout d (a named model's or a
  * custom one): NULL, or why not, naming the layout's field and what is allowed

@@ -193,8 +193,8 @@ static int auto_alternative(const mlajit_kernel_spec *spec, const char *default_
         mlajit_clear_error();
         return 0;
     }
-    /* a kernel not yet run on a GPU for this layout is for forced specs only */
-    if ((as_itself && r.variant != variant) || mlajit_family_unrun(mlajit_family_of(r.variant), mlajit_spec_desc(&r)))
+    /* a kernel forced only for this layout (families.c: timed no faster) is not one */
+    if ((as_itself && r.variant != variant) || mlajit_family_forced_only(mlajit_family_of(r.variant), mlajit_spec_desc(&r)))
         return 0;
     *alt = s;
     return 1;
