@@ -250,7 +250,7 @@ Test(nvrtc, new_layouts, .timeout = 600)
  * footer; d_v 256): the portable family, auto's kernel on sm_90a for the custom
  * ones, with and without the extra cache and every feature, one to four row tiles
  * of heads; bf16 by sm90's bf16 edition too (auto's kernel for bf16 on sm_90a), and
- * by sm90-narrow's at 8-32 heads per CTA (forced only until its first GPU run). */
+ * by sm90-narrow's at 8-32 heads per CTA (forced only: it ties sm90's). */
 Test(nvrtc, bf16_and_custom_layouts, .timeout = 900)
 {
     const mlajit_variant portable = MLAJIT_VARIANT_PORTABLE;

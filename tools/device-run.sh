@@ -23,14 +23,11 @@ echo "build ok"
 # The run-case lines in DIR/runs (a case directory, then its options), eight at a
 # time: each prints PASS or FAIL with its replay line into $OUT/NAME.log (sorted),
 # their outputs go to $OUT/NAME-runs.log, and a failure sets rc.
-# BIN (optional): the mlajit to run them with (default ./build-gpu/mlajit); its runs'
-# logs are tagged with NAME.
 run_case_list() {
   local dir=$1 name=$2
-  export RUN_CASE_BIN=${3:-./build-gpu/mlajit} RUN_CASE_TAG=${3:+.$name}
   # shellcheck disable=SC2016
   # (each run bounded: a kernel that never ends fails its run, not the call)
-  xargs -P 8 -L 1 bash -c 'd=$0; if timeout 120 "$RUN_CASE_BIN" run-case "$@" "$d" >"$d.$(echo "$*" | tr -c "a-z0-9" _)$RUN_CASE_TAG.log" 2>&1
+  xargs -P 8 -L 1 bash -c 'd=$0; if timeout 120 ./build-gpu/mlajit run-case "$@" "$d" >"$d.$(echo "$*" | tr -c "a-z0-9" _).log" 2>&1
     then echo "PASS $d $*"; else echo "FAIL $d $* (mlajit run-case $* $d)"; fi' <"$dir/runs" >"$OUT/$name.log"
   sort "$OUT/$name.log" -o "$OUT/$name.log"
   tail -n +1 "$dir"/*.log >"$OUT/$name-runs.log" 2>/dev/null
@@ -462,7 +459,7 @@ for step in "${@:-all}"; do
           --heads "$h" --batch "$b" --topk "$k" | head -60
       done ;;
     narrow-bf16)
-      # sm90-narrow's bf16 edition (forced only: not yet run): the bf16 entries of
+      # sm90-narrow's bf16 edition (forced only: it ties sm90's): the bf16 entries of
       # `layouts` (sm90-narrow among their runs, in head groups of 32 past 32 heads),
       # then the layouts rows at 16 heads (b 64/128, topk 2048) with it forced, beside
       # auto's sm90 (the table's own run); each bench bounded (a kernel that never ends)

@@ -633,8 +633,8 @@ const mlajit_family mlajit_families[] = {
     },
     {
         NARROW_ROW(MLAJIT_VARIANT_SM90_NARROW, "sm90-narrow"), .kernel = "decode_sm90_narrow",
-        .models = "v32, dsv4, glm_nsa, glm53_nope, v32_bf16, dsv4_bf16 (bf16 rows: its bf16 edition; not yet "
-                  "run on a GPU, so auto and the plans pass it over there)",
+        .models = "v32, dsv4, glm_nsa, glm53_nope, v32_bf16, dsv4_bf16 (bf16 rows: its bf16 edition, forced "
+                  "only: it ties sm90's, so auto and the plans pass it over there)",
         .roles = "one consumer warp group (S^T, O^T) and two producers (gather, dequantize; the row ring)",
         .warp_groups_beside_producers = 1, .smem_map = sm90_narrow_smem_map,
         .knobs = MLAJIT_KNOB_HEADS_PER_CTA | MLAJIT_KNOB_SPLITS | MLAJIT_KNOB_PRODUCERS,
