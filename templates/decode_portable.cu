@@ -355,7 +355,9 @@ extern "C" __global__ void __launch_bounds__(cfg::kThreads, cfg::kMinBlocksPerSM
         // 2. this tile's rows into sK (the previous tile's P V finished at the last barrier)
         store_tile(f, sTokenScale + buf * cfg::kTile, sK);
         __syncthreads();  // barrier: K tile and the next token table ready
-        // 3. the next tile's loads fly while this tile's math runs
+        // 3. the next tile's loads fly while this tile's math runs (the rows of the
+        //    tile after next prefetched into L2 as well gave DOTS3_SWA at 16 heads
+        //    nothing: this loop, not the loads' latency, bounds it; bench/NOTES.md 1d)
         if (next < tile_end) issue_tile_loads(f, sTokenRow + nbuf * cfg::kTile, sTokenScale + nbuf * cfg::kTile);
 
         // 4. scores S = Q K^T, scaled to the log2 domain, -inf where skipped.

@@ -240,7 +240,10 @@ extern "C" __global__ void MLAJIT_CLUSTER_DIMS __launch_bounds__(sm90::kCtaThrea
         // (copy_round_bf16), waited for and fenced, then published; a pair's round
         // then goes to the peer as the fp8 one does. The copies wait for the claim
         // (no register round ahead); the rows of the tile after next are in L2 by
-        // then (prefetch_rows), and the consumers have a tile's math to do.
+        // then (prefetch_rows), and the consumers have a tile's math to do. Two
+        // tiles in flight, each published once the next one's copies were issued,
+        // ran 4-10% slower on an H200 (the pair 59%): the publication then waited
+        // for the claim of the other buffer (bench/NOTES.md 1d).
         if (kPairCtas > 1) cluster_wait();  // the pair's mbarriers, for claim_buffer and the exchange
         for (int seq = 0; t0 < range.end; seq++) {
             const int buf = seq & 1;
