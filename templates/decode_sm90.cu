@@ -69,19 +69,17 @@ constexpr int kPairCtas = cfg::kClusterCtas;  // 2: the CTA pair (two head group
 // 384 rounded down to 8 = 168, and an increase waits until decreases have released
 // enough: the three must not sum past 3 x 168, or the score group waits forever.
 #if MLAJIT_LAYOUTS
-// Without RoPE (GLM53_NOPE, exact scales only) and one CTA per row, GLM-NSA's split
-// spilled 16-76 bytes (the sink's epilogue most); 8 registers moved from the
-// score group to the producer spill none without features, 4-12 bytes with the sink
-// or the extra cache (ptxas, CUDA 13.0; no split of 504 spilled none in every
-// feature set). The pair's split is GLM-NSA's: it spills nothing.
-// A pair's producer, one round a tile, takes the exact dequantization's converted
-// form (sm90_common.cu) in V3.2's 128 registers (no spills), so a pair's split is
-// V3.2's whatever the scales.
+// Arbitrary fp32 scales take the exact dequantization's converted form
+// (sm90_common.cu), which fits V3.2's split with RoPE (GLM_NSA: no spills in any
+// feature set, one CTA per row or the pair). Without RoPE (GLM53_NOPE) and one CTA
+// per row, V3.2's split spilled 40 bytes in the producer; 16 registers moved from
+// the score group to it spill 8 without features, up to 64 with the sink (no split
+// of 504 spilled less; the score group spills hundreds below 192, the value group
+// below 160; ptxas, CUDA 13.0).
 constexpr bool kNoRopeSingle = kExactScalesOnly && cfg::kDRope == 0 && kPairCtas == 1;
-constexpr bool kExactSingle = kExactScalesOnly && kPairCtas == 1;
-constexpr int kScoreRegisters = kNoRopeSingle ? 192 : kExactSingle ? 200 : kPairCtas > 1 ? 216 : 208;
+constexpr int kScoreRegisters = kNoRopeSingle ? 192 : kPairCtas > 1 ? 216 : 208;
 constexpr int kValueRegisters = 160;
-constexpr int kProducerRegisters = kNoRopeSingle ? 152 : kExactSingle ? 144 : kPairCtas > 1 ? 128 : 136;
+constexpr int kProducerRegisters = kNoRopeSingle ? 152 : kPairCtas > 1 ? 128 : 136;
 #else
 constexpr int kScoreRegisters = kExactScalesOnly ? 200 : kPairCtas > 1 ? 216 : 208;
 constexpr int kValueRegisters = 160;

@@ -114,23 +114,25 @@ struct RegisterSplit {
     int consumer, producer;
 };
 #if MLAJIT_LAYOUTS
-// Arbitrary fp32 scales (GLM_NSA, GLM53_NOPE: the exact dequantization, inline
-// scales, so the ring; ptxas, CUDA 13.0, every page size, with and without an
-// extra cache and every feature): three producer groups at 96 registers spilled
-// 36-72 bytes at 8 heads (GLM53_NOPE with the extra cache and features), none at
-// 104 (1-24 heads, both models). Two groups at 32 heads without RoPE (GLM53_NOPE)
-// spilled 56 bytes at 232/136 (no features) and none at 240/128; with RoPE
-// (GLM_NSA) 240/128 spilled 180 (extra cache and features) and 232/136 none. At
-// 8-24 heads V3.2's 216/144 spills none for either.
+// Arbitrary fp32 scales (GLM_NSA, GLM53_NOPE: the exact dequantization in its
+// converted form, inline scales, so the ring; ptxas, CUDA 13.0, every page size,
+// with and without an extra cache and every feature): three producer groups at 96
+// registers spilled at 8 heads, and at 104 beside a consumer of 200 GLM_NSA's 16
+// heads 4 bytes (the extra cache and features); 192 / 104 spill none (1-24 heads,
+// both models). Two groups at 32 heads: without RoPE (GLM53_NOPE) 240/128 spill
+// none (232/136 had spilled 56 bytes in the longer form); with RoPE (GLM_NSA)
+// 232/136 spilled 8 bytes and 240/128 32, 224/136 none. At 8-24 heads V3.2's
+// 216/144 spills none for either.
 constexpr RegisterSplit register_split()
 {
 #if MLAJIT_BF16
     // bf16 rows: the producers copy by cp.async and hold no round in registers
     return kHeadsN > 24 ? RegisterSplit{232, 136} : RegisterSplit{216, 144};
 #endif
-    if (kProducerGroups == 3) return kExactScalesOnly ? RegisterSplit{200, 104} : RegisterSplit{216, 96};
+    if (kProducerGroups == 3) return kExactScalesOnly ? RegisterSplit{192, 104} : RegisterSplit{216, 96};
     if (kRingRounds > 0)
-        return kHeadsN > 24 ? (kExactScalesOnly && kRopeLoads == 0 ? RegisterSplit{240, 128} : RegisterSplit{232, 136})
+        return kHeadsN > 24 ? (!kExactScalesOnly ? RegisterSplit{232, 136}
+                                : kRopeLoads == 0 ? RegisterSplit{240, 128} : RegisterSplit{224, 136})
                             : RegisterSplit{216, 144};
     if (kLoadsAhead == 1) return {216, 144};
     return kHeadsN <= 8 ? RegisterSplit{136, 184} : RegisterSplit{152, 176};

@@ -27,13 +27,15 @@ constexpr int kRopeChunks = cfg::kDRope * 2 / 16;                  // 8 bf16 eac
 constexpr int kRopeLoads = kRopeChunks / kLanesPerToken;
 constexpr int kScaleWords = cfg::kScaleFormat == 3 ? 2 : 4;        // ue8m0 bytes (footer) or fp32 (inline)
 #if MLAJIT_LAYOUTS
-// The exact dequantization's converted form (gather.cu) in the wide kernel's CTA
-// pair, whose producer holds one round a tile. Where a producer holds two rounds
-// (the wide kernel with one CTA per row: GLM53_NOPE 20-84 bytes at every split that
-// does not spill the consumers) or shares its registers with a ring (the narrow
-// kernels: GLM_NSA 4-8 bytes), it spilled (ptxas, CUDA 13.0), so those keep the
-// longer form; the narrow kernels' three producer groups hide it (bench/NOTES.md 1d).
-constexpr bool kConvertedExact = cfg::kClusterCtas > 1;
+// The exact dequantization's converted form (gather.cu) wherever the scales are
+// arbitrary fp32 (every candidate takes the exact path), and in the wide kernel's
+// CTA pair. With one CTA per row it spills a few bytes (GLM53_NOPE: 8, one value
+// kept across a round; up to 64 with the sink; GLM_NSA none at V3.2's register
+// split; ptxas, CUDA 13.0), and the longer form it replaced had bounded those
+// producers: GLM53_NOPE h64 b64 / b128 ran 23% / 33% faster with it, GLM_NSA h16
+// b128 11% (an H100; bench/NOTES.md 1d). Power-of-two layouts keep the longer form
+// for their rare exact candidates, so their sources stay as they were.
+constexpr bool kConvertedExact = cfg::kClusterCtas > 1 || kExactScalesOnly;
 #endif
 
 static_assert(kTile == 64, "one wgmma N (or M) of candidates");

@@ -389,7 +389,7 @@ expect 1 "variant sm90 does not serve model dots3_swa" envelope dots3_swa.h64.p6
 expect 1 "kDV == 512" envelope dots3_swa.h64.p64.sm90.sm_90a
 expect 1 "variant sm90-narrow does not serve model dots3_swa" envelope dots3_swa.h8.p64.sm90-narrow.sm_90a
 expect 0 "accepted: glm53_nope.h8.p64.t64.hc8.sm90-narrow.sm_90a" envelope glm53_nope.h8.p64.sm90-narrow.sm_90a
-expect 1 "fp32 (arbitrary scales) with d_rope > 0" envelope glm_nsa.h64.p64.sm90-staged.sm_90a
+expect 0 "accepted: glm_nsa.h64.p64.t64.hc64.sm90-staged.sm_90a" envelope glm_nsa.h64.p64.sm90-staged.sm_90a
 expect 1 "64 heads per CTA only at d_v <= 512" envelope dots3_swa.h64.p64.hc64.portable.sm_90a
 expect 1 "at tile 32 and 16 heads per CTA, the least there is" envelope dots3_swa.h16.p64.portable.sm_86
 expect 1 "the least there is" envelope dots3_swa.h128.p64.sm_120a

@@ -714,9 +714,10 @@ Test(codegen, walk_alternatives_list_each_one_the_spec_has)
     s.model = MLAJIT_MODEL_DSV4;
     cr_expect_eq(mlajit_spec_walk_alternatives(&s, "sm_90a", alts), 3, "DSV4 at 128 heads: as V3.2");
     /* arbitrary scales past 32 heads: neither the head split nor the head groups
-     * (unmeasured: spec.c); sm90-staged without RoPE only (with it, it spilled) */
+     * (unmeasured: spec.c); sm90-staged, with RoPE or without */
     s.model = MLAJIT_MODEL_GLM_NSA;
-    cr_expect_eq(mlajit_spec_walk_alternatives(&s, "sm_90a", alts), 0, "GLM_NSA at 128 heads: none");
+    cr_assert_eq(mlajit_spec_walk_alternatives(&s, "sm_90a", alts), 1, "GLM_NSA at 128 heads: sm90-staged");
+    cr_expect_eq(alts[0].variant, MLAJIT_VARIANT_SM90_STAGED);
     s.model = MLAJIT_MODEL_GLM53_NOPE;
     s.h_q = 48;
     cr_assert_eq(mlajit_spec_walk_alternatives(&s, "sm_90a", alts), 1, "GLM53_NOPE at 48 heads: sm90-staged");
@@ -753,7 +754,7 @@ Test(spec, auto_takes_sm90_narrow_for_arbitrary_scales_up_to_32_heads)
                 continue;
             char *src = NULL;
             cr_assert_eq(mlajit_generate_source(&s, &src), MLAJIT_OK, "%s", mlajit_last_error());
-            cr_expect(strstr(src, "kExactScalesOnly && kRopeLoads == 0") != NULL, "the layouts edition");
+            cr_expect(strstr(src, "kRopeLoads == 0 ? RegisterSplit{240, 128}") != NULL, "the layouts edition");
             cr_expect(strstr(src, "static_assert(!kExactScalesOnly") == NULL, "no refusal of the scales");
             mlajit_free(src);
         }
@@ -828,7 +829,8 @@ Test(codegen, short_walk_alternative_is_sm90_staged_on_sm90a_auto_specs)
     cr_expect_eq(mlajit_spec_short_walk_alternative(&h32, "sm_90a", &alt), 1);
     mlajit_kernel_spec glm = MLAJIT_KERNEL_SPEC_INIT;
     cr_assert_eq(mlajit_spec_init(&glm, MLAJIT_MODEL_GLM_NSA, 64, 64), MLAJIT_OK);
-    cr_expect_eq(mlajit_spec_short_walk_alternative(&glm, "sm_90a", &alt), 0, "arbitrary scales: refused (spills)");
+    cr_expect_eq(mlajit_spec_short_walk_alternative(&glm, "sm_90a", &alt), 1, "arbitrary scales with RoPE too");
+    cr_expect_eq(alt.variant, MLAJIT_VARIANT_SM90_STAGED);
     /* its name round-trips, and it is sm90's generated kernel with the staged epilogue */
     char name[128];
     cr_assert_eq(mlajit_spec_string(&r, name, sizeof name), MLAJIT_OK);

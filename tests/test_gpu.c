@@ -481,11 +481,13 @@ Test(gpu, sm90_staged_sweep_heads_pages_ragged_topk, .timeout = 300)
     sweep_sm90_variant(MLAJIT_VARIANT_SM90_STAGED);
 }
 
-/* Power-of-two scale formats only: the staged kernel refuses arbitrary scales. */
+/* Every scale format, GLM_NSA's arbitrary fp32 scales too (the exact
+ * dequantization's converted form, which the staged kernel takes since it stopped
+ * spilling beside the staged epilogue). */
 Test(gpu, sm90_staged_dequant_every_code_and_scale, .timeout = 180)
 {
     require_sm90a();
-    dequant_every_code_and_scale_of(MLAJIT_VARIANT_SM90_STAGED, (1u << MLAJIT_MODEL_V32) | (1u << MLAJIT_MODEL_DSV4));
+    dequant_every_code_and_scale_of(MLAJIT_VARIANT_SM90_STAGED, ALL_MODELS);
 }
 
 Test(gpu, sm90_staged_refuses_a_split)

@@ -272,8 +272,8 @@ for step in "${@:-all}"; do
       # label|spec's first field|the families that serve it (the five: auto, which is the portable
       # kernel on sm_90a)|portable tile 32 on every case (all) or on those without the extra cache (plain)
       entries=(
-        "glm53_nope|glm53_nope|auto sm90 portable|all"
-        "glm_nsa|glm_nsa|auto sm90 portable|all"
+        "glm53_nope|glm53_nope|auto sm90 sm90-staged portable|all"
+        "glm_nsa|glm_nsa|auto sm90 sm90-staged portable|all"
         "dots3_swa|dots3_swa|auto sm90-split portable|all"
         "v32_bf16|v32_bf16|auto sm90 sm90-narrow portable|plain"
         "dsv4_bf16|dsv4_bf16|auto sm90 sm90-narrow portable|plain"
@@ -383,30 +383,32 @@ for step in "${@:-all}"; do
       ./build-gpu/mlajit bench --layouts ${BENCH_LAYOUTS_ARGS:-} --json "$OUT/h200-layouts${BENCH_LAYOUTS_TAG:-}.jsonl" 2>&1 |
         tee "$OUT/bench-layouts${BENCH_LAYOUTS_TAG:-}.log" || rc=1 ;;
     staged-exact)
-      # sm90-staged with arbitrary fp32 scales and no RoPE
-      # (GLM53_NOPE) against the fp64 reference: a synthetic case per heads (33 48 64
-      # 96 128; one CTA per row and the CTA pair), its page (1 64 256) and ragged topk
-      # (100 600 2048) rotating, without and with the extra cache and every feature,
-      # each by sm90-staged whole and with lse head-major and padded strides, and by
-      # auto; then the speed rows at 64 and 128 heads (b 64/128, topk 2048) by auto
-      # (sm90-staged where the plan takes it) and with sm90 forced. About 120 s.
+      # sm90-staged with arbitrary fp32 scales, without RoPE (GLM53_NOPE) and with it
+      # (GLM_NSA) against the fp64 reference: a synthetic case per model x heads (33 48
+      # 64 96 128; one CTA per row and the CTA pair), its page (1 64 256) and ragged
+      # topk (100 600 2048) rotating, without and with the extra cache and every
+      # feature, each by sm90-staged whole and with lse head-major and padded strides,
+      # and by auto; then the speed rows at 64 and 128 heads (b 64/128, topk 2048) by
+      # auto (sm90-staged where the plan takes it) and with sm90 forced. About 150 s.
       sx=/tmp/mlajit-staged-exact; rm -rf "$sx"; mkdir -p "$sx"
       pages=(1 64 256); topks=(100 600 2048); i=0; : >"$sx/runs"
-      for h in 33 48 64 96 128; do
-        for extra in "" .e64.fslx; do
-          page=${pages[i % 3]} topk=${topks[i % 3]}; i=$((i + 1))
-          dir=$sx/glm53_nope.h$h.p$page$extra.k$topk
-          ./build-gpu/mlajit case make "glm53_nope.h$h.p$page$extra" --out "$dir" --batch 2 --s-q $((1 + i % 2)) \
-            --topk $topk ${extra:+--extra-topk 64} --invalid 0.1 --seed $((700 + i)) >/dev/null 2>&1 ||
-            { echo "FAIL case make $dir"; rc=1; }
-          { echo "$dir --variant sm90-staged"; echo "$dir --variant sm90-staged --lse-head-major --pad-strides"
-            echo "$dir --variant auto"; } >>"$sx/runs"
+      for model in glm53_nope glm_nsa; do
+        for h in 33 48 64 96 128; do
+          for extra in "" .e64.fslx; do
+            page=${pages[i % 3]} topk=${topks[i % 3]}; i=$((i + 1))
+            dir=$sx/$model.h$h.p$page$extra.k$topk
+            ./build-gpu/mlajit case make "$model.h$h.p$page$extra" --out "$dir" --batch 2 --s-q $((1 + i % 2)) \
+              --topk $topk ${extra:+--extra-topk 64} --invalid 0.1 --seed $((700 + i)) >/dev/null 2>&1 ||
+              { echo "FAIL case make $dir"; rc=1; }
+            { echo "$dir --variant sm90-staged"; echo "$dir --variant sm90-staged --lse-head-major --pad-strides"
+              echo "$dir --variant auto"; } >>"$sx/runs"
+          done
         done
       done
       run_case_list "$sx" staged-exact
       for v in auto sm90; do
         for h in 64 128; do
-          ./build-gpu/mlajit bench --layouts --layout glm53_nope --heads $h --variant $v \
+          ./build-gpu/mlajit bench --layouts --layout glm53_nope --layout glm_nsa --heads $h --variant $v \
             --json "$OUT/h200-staged-exact-$v-h$h.jsonl" 2>&1 | tee "$OUT/bench-staged-exact-$v-h$h.log" || rc=1
         done
       done ;;

@@ -425,17 +425,6 @@ static const char *scales_refusal(const mlajit_family *f, const mlajit_model_des
     return "layout.scale_format: this variant does not read it (its row's scale formats: docs/kernels.md)";
 }
 
-/* sm90-staged: the exact dequantization beside its staged epilogue spilled with
- * RoPE (GLM_NSA: 116 bytes at 64 heads with the extra cache and every feature;
- * ptxas, CUDA 13.0); without it (GLM53_NOPE) none in any feature set. */
-static const char *staged_layout(const mlajit_model_desc *d)
-{
-    if (d->scale_format == MLAJIT_SCALE_FP32 && d->d_rope)
-        return "layout.scale_format is fp32 (arbitrary scales) with d_rope > 0: sm90-staged's exact "
-               "dequantization spilled beside its staged epilogue there; use the sm90 variant";
-    return wgmma_layout(d);
-}
-
 const char *mlajit_family_layout_refusal(const mlajit_family *f, const mlajit_model_desc *d)
 {
     const char *why = combine_refusal(d);
@@ -627,8 +616,11 @@ const mlajit_family mlajit_families[] = {
         .knobs = MLAJIT_KNOB_SPLITS,
     },
     {
-        SM90_ROW(MLAJIT_VARIANT_SM90_STAGED, "sm90-staged"), .layout_refusal = staged_layout,
-        .scales = MLAJIT_SCALES_ANY, .models = "v32, dsv4, glm53_nope", .pairs = 1,
+        SM90_ROW(MLAJIT_VARIANT_SM90_STAGED, "sm90-staged"), .layout_refusal = wgmma_layout,
+        /* arbitrary scales with RoPE since the exact dequantization's converted form: the
+         * longer one had spilled 116 bytes beside the staged epilogue (GLM_NSA, 64 heads,
+         * the extra cache and every feature), the converted one spills none */
+        .scales = MLAJIT_SCALES_ANY, .models = "v32, dsv4, glm_nsa, glm53_nope", .pairs = 1,
         .single_split = 1, .staged_output = 1, .walk = MLAJIT_WALK_SHORT, .walk_tiles = MLAJIT_STAGED_PAIR_BELOW_TILES,
     },
     {
