@@ -345,7 +345,8 @@ else
   fail "bench --shapes: 63 lines (27 --quick); tune --draw-shapes: N lines, the same for a seed, another for another"
 fi
 expect 2 "--draw-shapes" tune --draw-shapes 0
-expect 1 "needs a GPU" tune --sweep /dev/null
+# (no GPU visible, on the GPU host too: there it reads the file and names its lack of shapes)
+CUDA_VISIBLE_DEVICES= expect 1 "needs a GPU" tune --sweep /dev/null
 expect 0 "fuzz [--seconds N]" --help
 
 # ---- case make: a case run-case reads, reproducible from its seed ------------------------

@@ -1324,22 +1324,22 @@ Test(warmup, counts_what_each_layer_served_and_names_a_missing_kernel)
 {
     mlajit_context *k = keyer();
     const char *dir = path_in_root("cache");
-    /* grid: glm_nsa x heads 40, 48, 56, 64 x page 64 (arbitrary scales past 32
-     * heads: sm90 at 64 heads per CTA, no walk alternatives) */
-    mlajit_kernel_spec h40 = spec_of(MLAJIT_MODEL_GLM_NSA, 40, 64, 0), h48 = spec_of(MLAJIT_MODEL_GLM_NSA, 48, 64, 0),
-                       h56 = spec_of(MLAJIT_MODEL_GLM_NSA, 56, 64, 0), h64 = spec_of(MLAJIT_MODEL_GLM_NSA, 64, 64, 0);
+    /* grid: dots3_swa x heads 40, 48, 56, 64 x page 64 (past 32 heads: sm90-split,
+     * no walk alternatives) */
+    mlajit_kernel_spec h40 = spec_of(MLAJIT_MODEL_DOTS3_SWA, 40, 64, 0), h48 = spec_of(MLAJIT_MODEL_DOTS3_SWA, 48, 64, 0),
+                       h56 = spec_of(MLAJIT_MODEL_DOTS3_SWA, 56, 64, 0), h64 = spec_of(MLAJIT_MODEL_DOTS3_SWA, 64, 64, 0);
     mlajit_kernel_spec in_pack[2] = {h40, h56};
     write_fake_pack(path_in_root("a.pack"), k, in_pack, 2, NULL);
     plant_in_cache(dir, k, &h48, 1);
     mlajit_context *ctx = context_on(dir, path_in_root("a.pack"), MLAJIT_CONTEXT_NO_JIT);
-    mlajit_model models[] = {MLAJIT_MODEL_GLM_NSA};
+    mlajit_model models[] = {MLAJIT_MODEL_DOTS3_SWA};
     int heads[] = {40, 48, 56, 64}, pages[] = {64};
     mlajit_kernel_grid grid = {.struct_size = sizeof grid,
                                .models = models, .num_models = 1, .head_counts = heads, .num_head_counts = 4,
                                .page_sizes = pages, .num_page_sizes = 1};
     mlajit_warmup_report rep = MLAJIT_WARMUP_REPORT_INIT;
     cr_expect_eq(mlajit_warmup(ctx, &grid, 2, &rep), MLAJIT_ERR_NOT_FOUND, "h64 is nowhere and JIT is off");
-    cr_expect(strstr(mlajit_last_error(), "glm_nsa.h64.p64") != NULL, "%s", mlajit_last_error());
+    cr_expect(strstr(mlajit_last_error(), "dots3_swa.h64.p64") != NULL, "%s", mlajit_last_error());
     cr_expect_eq(rep.kernels, 4);
     cr_expect_eq(rep.from_packs, 2);
     cr_expect_eq(rep.from_disk, 1);
@@ -1367,8 +1367,8 @@ Test(warmup, counts_what_each_layer_served_and_names_a_missing_kernel)
  * third producer group fits (V3.2 and GLM_NSA at 8 and 16 heads), the head-split
  * kernel (sm90-narrow with its head group halved) at 9-32 heads; above 32 heads
  * with power-of-two scales the head-split and head-groups kernels
- * (sm90-narrow in groups of 16 and 32) and the short-walk kernel (sm90-staged); so
- * a pack covers every plan. */
+ * (sm90-narrow in groups of 16 and 32) and the short-walk kernel (sm90-staged), with
+ * arbitrary scales the short-walk kernel alone; so a pack covers every plan. */
 Test(warmup, grid_brings_every_walk_alternative_along)
 {
     mlajit_model models[] = {MLAJIT_MODEL_V32, MLAJIT_MODEL_DSV4, MLAJIT_MODEL_GLM_NSA};
@@ -1400,7 +1400,8 @@ Test(warmup, grid_brings_every_walk_alternative_along)
         "glm_nsa.h16.p64.t64.hc16.sm90-narrow.sm_90a", "glm_nsa.h16.p64.t64.hc16.sm90-narrow-long.sm_90a",
         "glm_nsa.h16.p64.t64.hc8.sm90-narrow.sm_90a",
         "glm_nsa.h32.p64.t64.hc32.sm90-narrow.sm_90a", "glm_nsa.h32.p64.t64.hc16.sm90-narrow.sm_90a",
-        "glm_nsa.h64.p64.t64.hc64.sm90.sm_90a", "glm_nsa.h128.p64.t64.hc64.sm90.sm_90a",
+        "glm_nsa.h64.p64.t64.hc64.sm90.sm_90a", "glm_nsa.h64.p64.t64.hc64.sm90-staged.sm_90a",
+        "glm_nsa.h128.p64.t64.hc64.sm90.sm_90a", "glm_nsa.h128.p64.t64.hc64.sm90-staged.sm_90a",
     };
     cr_assert_eq(n, (int)(sizeof expected / sizeof expected[0]));
     for (int i = 0; i < n; i++) {
