@@ -32,7 +32,7 @@ constexpr int kScaleWords = cfg::kScaleFormat == 3 ? 2 : 4;        // ue8m0 byte
 // CTA pair. With one CTA per row it spills a few bytes (GLM53_NOPE: 8, one value
 // kept across a round; up to 64 with the sink; GLM_NSA none at V3.2's register
 // split; ptxas, CUDA 13.0), and the longer form it replaced had bounded those
-// producers: GLM53_NOPE h64 b64 / b128 ran 23% / 33% faster with it, GLM_NSA h16
+// producers: GLM53_NOPE h64 b64 / b128 ran 23% / 32% faster with it, GLM_NSA h16
 // b128 11% (an H100; bench/NOTES.md 1d). Power-of-two layouts keep the longer form
 // for their rare exact candidates, so their sources stay as they were.
 constexpr bool kConvertedExact = cfg::kClusterCtas > 1 || kExactScalesOnly;
