@@ -60,8 +60,8 @@ constexpr int kPairCtas = cfg::kClusterCtas;  // 2: the CTA pair (two head group
 // setmaxnreg: the score group holds O (128 fp32), S (32) and P (16); the value group
 // O and its descriptors (the consumers' shared epilogue must fit it too); the
 // producer two rounds of loads (2 x 44 registers for V32) and a round's
-// dequantization in flight. Arbitrary fp32 scales (exact dequantization only) need
-// 8 more producer registers. A CTA pair's producer fits in 128 (one CTA per row's
+// dequantization in flight (the layouts edition's splits for arbitrary fp32 scales
+// are below). A CTA pair's producer fits in 128 (one CTA per row's
 // spills there), and the score group takes the 8: ptxas's schedule of the score loop
 // then cut the pair's 8-18-tile walks 3-8% (8 fewer than 208 made its long walk 18%
 // slower; bench/HISTORY.md, "The pair's register split"). No spills for any model or
