@@ -130,10 +130,11 @@ constexpr RegisterSplit register_split()
     return kHeadsN > 24 ? RegisterSplit{232, 136} : RegisterSplit{216, 144};
 #endif
     if (kProducerGroups == 3) return kExactScalesOnly ? RegisterSplit{192, 104} : RegisterSplit{216, 96};
-    if (kRingRounds > 0)
-        return kHeadsN > 24 ? (!kExactScalesOnly ? RegisterSplit{232, 136}
-                                : kRopeLoads == 0 ? RegisterSplit{240, 128} : RegisterSplit{224, 136})
-                            : RegisterSplit{216, 144};
+    if (kRingRounds > 0 && kHeadsN > 24) {
+        if (!kExactScalesOnly) return {232, 136};
+        return kRopeLoads == 0 ? RegisterSplit{240, 128} : RegisterSplit{224, 136};
+    }
+    if (kRingRounds > 0) return {216, 144};
     if (kLoadsAhead == 1) return {216, 144};
     return kHeadsN <= 8 ? RegisterSplit{136, 184} : RegisterSplit{152, 176};
 }
