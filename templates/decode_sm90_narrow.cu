@@ -98,8 +98,21 @@ enum Role { kConsumerGroup = 0, kFirstProducerGroup = 1 };
 constexpr int kRingRounds = cfg::kStagingStages;
 constexpr int kRoundBytes = kTokensPerRound * cfg::kRowBytes;
 constexpr int kRoundRegisters = 4 * (kNopeLoads + kRopeLoads) + kScaleWords + 1;  // RoundLoads
+#if MLAJIT_LAYOUTS
+// The K tile buffers: two, or one where two do not fit beside Q (DOTS3_SWA's 1088
+// dims: a 139 KB tile, Q 35 KB at 16 heads; the map, families.c, places them and
+// this reads their count off it). With one the producers hold no round ahead (such
+// a round is 75 registers a lane): each loads its next round once it has stored
+// this one, so those loads fly while the consumer works on the tile, and the round
+// after is prefetched into L2.
+constexpr int kKBuffers = (cfg::kSmemProbs - cfg::kSmemK) / kOperandBytes;
+static_assert(kKBuffers == 1 || kKBuffers == 2, "one or two K buffers");
+constexpr int kLoadsAhead = kKBuffers == 1 ? 0 : kHeadsN <= 8 || (kHeadsN <= 16 && kRoundRegisters <= 40) ? 2 : 1;
+constexpr bool kPrefetchRows = kLoadsAhead <= 1;
+#else
 constexpr int kLoadsAhead = kHeadsN <= 8 || (kHeadsN <= 16 && kRoundRegisters <= 40) ? 2 : 1;  // without the ring
 constexpr bool kPrefetchRows = kLoadsAhead == 1;
+#endif
 // How many rounds before its rows' copy or loads a round's indices are loaded (a
 // register per round and lane). 4 and 8 ran flat to 9% slower than 2 (bench/HISTORY.md,
 // "I, J, K and R timed").
@@ -136,6 +149,10 @@ constexpr RegisterSplit register_split()
     }
     if (kRingRounds > 0) return {216, 144};
     if (kLoadsAhead == 1) return {216, 144};
+    // none ahead (one K buffer: DOTS3_SWA at 8-16 heads, O^T 128 registers at 16
+    // heads, a round 75): 208/144 spilled 148 bytes in the producers, 200/152 none
+    // (24 with the extra cache and every feature; ptxas, CUDA 13.0)
+    if (kLoadsAhead == 0) return {200, 152};
     return kHeadsN <= 8 ? RegisterSplit{136, 184} : RegisterSplit{152, 176};
 }
 #else
@@ -170,7 +187,12 @@ static_assert(!kExactScalesOnly, "arbitrary fp32 scales: the exact dequantizatio
 #endif
 static_assert(cfg::kClusterCtas == 1, "no CTA pair: each head group's CTA gathers its rows itself");
 constexpr u32 kStagedBytes = kHeadsN * kHeadRowStride * 4;  // the epilogue's O^T rows over the K buffers
+#if MLAJIT_LAYOUTS
+static_assert(kStagedBytes + 2 * kHeadsN * 4 <= kKBuffers * kOperandBytes,
+              "the staged output and the statistics fit in the K buffers");
+#else
 static_assert(kStagedBytes + 2 * kHeadsN * 4 <= 2 * kOperandBytes, "the staged output and the statistics fit in the K buffers");
+#endif
 static_assert(kProducerGroups == 2 || (kProducerGroups == 3 && kRingRounds > 0), "a third producer group: the ring only");
 static_assert(kRingRounds == 0 || (cfg::kScalesInline && cfg::kSmemStagingBytes == kProducerGroups * kRingRounds * kRoundBytes &&
                                    cfg::kSmemStaging % 16 == 0 && cfg::kRowBytes % 16 == 0),
@@ -251,10 +273,18 @@ extern "C" __global__ void __launch_bounds__(sm90::kCtaThreads, 1) mlajit_decode
         // Round k into K buffer tile_seq(0) & 1 once the consumer has left it, for
         // the consumer; then the window moves on a round. False when the walk is done.
         auto store_and_advance = [&](RoundLoads& now, bool hold) {
+#if MLAJIT_LAYOUTS
+            // (kKBuffers - 1 as a mask and a shift: with two, the base text's & 1 and >> 1)
+            const int seq = tile_seq(0), buf = seq & (kKBuffers - 1);
+            if (seq >= kKBuffers) {
+                if (kBufferMbarriers)
+                    mbarrier_wait(sBufferEmpty + 8 * buf, (u32)((seq >> (kKBuffers - 1)) & 1) ^ 1u);
+#else
             const int seq = tile_seq(0), buf = seq & 1;
             if (seq >= 2) {
                 if (kBufferMbarriers)
                     mbarrier_wait(sBufferEmpty + 8 * buf, (u32)((seq >> 1) & 1) ^ 1u);
+#endif
                 else
                     named_barrier_sync(kBarKEmpty + buf, kTileThreads);
             }
@@ -278,6 +308,28 @@ extern "C" __global__ void __launch_bounds__(sm90::kCtaThreads, 1) mlajit_decode
             t[kIndexLead] = next_tile(kIndexLead);
             return t[0] < range.end;
         };
+#if MLAJIT_LAYOUTS
+#if MLAJIT_BF16
+#else
+        if constexpr (kRingRounds == 0 && kLoadsAhead == 0) {
+            // One K buffer: round k + 1 is loaded once round k is stored (its loads
+            // fly while the consumer works on the tile), round k + 2's rows
+            // prefetched into L2 meanwhile. Loading each chunk of round k + 1 into
+            // its registers as soon as round k's chunk was stored ran 4-9% slower
+            // (bench/NOTES.md, section 4).
+            RoundLoads now;
+            if (t[0] < range.end) load_round(p, pos_of(0), checked_slot(p, pos_of(0), raw[0]), quarter, now);
+            prefetch_row<kLanesPerToken>(p, pos_of(1), raw[1], quarter);
+            while (t[0] < range.end) {
+                raw[kIndexLead] = slot_of(kIndexLead);
+                if (!store_and_advance(now, true)) break;
+                load_round(p, pos_of(0), checked_slot(p, pos_of(0), raw[0]), quarter, now);
+                prefetch_row<kLanesPerToken>(p, pos_of(1), raw[1], quarter);
+            }
+            return;
+        }
+#endif
+#endif
 #if MLAJIT_BF16
         // bf16 rows (no ring, no round in registers: a round is 18 chunks a lane at
         // V3.2's dims): each round copied into its K buffer once the consumer has left
@@ -383,8 +435,13 @@ extern "C" __global__ void __launch_bounds__(sm90::kCtaThreads, 1) mlajit_decode
     named_barrier_sync(kBarQReady, kWarpGroupThreads);
     int tiles = 0;
     for (int tile = first; tile < range.end; tile = live_after(tile), tiles++) {
+#if MLAJIT_LAYOUTS
+        const int buf = tiles & (kKBuffers - 1);
+        const bool refilled = (kKBuffers == 1 ? live_after(tile) : live_after(live_after(tile))) < range.end;
+#else
         const int buf = tiles & 1;
         const bool refilled = live_after(live_after(tile)) < range.end;  // the producers refill buf
+#endif
         named_barrier_sync(kBarKFull + buf, kTileThreads);
         const u32 k_tile = sK + (u32)buf * kOperandBytes;
 

@@ -388,7 +388,8 @@ expect 1 "layout.d_nope and d_v must be 1024" envelope v32.h64.p64.sm90-split.sm
 expect 0 "accepted: dots3_swa.h16.p64.t32.hc16.portable.sm_80" envelope dots3_swa.h16.p64.portable.sm_80
 expect 1 "variant sm90 does not serve model dots3_swa" envelope dots3_swa.h64.p64.sm90.sm_90a
 expect 1 "kDV == 512" envelope dots3_swa.h64.p64.sm90.sm_90a
-expect 1 "variant sm90-narrow does not serve model dots3_swa" envelope dots3_swa.h8.p64.sm90-narrow.sm_90a
+expect 0 "accepted: dots3_swa.h8.p64.t64.hc8.sm90-narrow.sm_90a" envelope dots3_swa.h8.p64.sm90-narrow.sm_90a
+expect 1 "holds at most 16 heads per CTA at d_v past 512" envelope dots3_swa.h24.p64.sm90-narrow.sm_90a
 expect 0 "accepted: glm53_nope.h8.p64.t64.hc8.sm90-narrow.sm_90a" envelope glm53_nope.h8.p64.sm90-narrow.sm_90a
 expect 0 "accepted: glm_nsa.h64.p64.t64.hc64.sm90-staged.sm_90a" envelope glm_nsa.h64.p64.sm90-staged.sm_90a
 expect 1 "64 heads per CTA only at d_v <= 512" envelope dots3_swa.h64.p64.hc64.portable.sm_90a

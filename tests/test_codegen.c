@@ -4,6 +4,7 @@
 #include <string.h>
 
 #include "codegen/codegen.h"
+#include "codegen/families.h"
 #include "codegen/kernel_abi.h"
 #include "mlajit.h"
 
@@ -264,15 +265,59 @@ Test(generate, sm90_split_is_two_ctas_per_head_group)
         mlajit_free(src);
     }
     /* auto: sm90-split past 32 heads, where a pair of 64-head CTAs pads no more than
-     * half; the portable family at 32 and fewer */
+     * half; sm90-narrow (one K buffer) at 16 and fewer; the portable family between */
     for (int h = 16; h <= 128; h *= 2) {
         mlajit_kernel_spec s = MLAJIT_KERNEL_SPEC_INIT, r = MLAJIT_KERNEL_SPEC_INIT;
         mlajit_spec_init(&s, MLAJIT_MODEL_DOTS3_SWA, h, 64);
         strcpy(s.arch, "sm_90a");
         cr_assert_eq(mlajit_spec_resolve(&s, &r), MLAJIT_OK, "%s", mlajit_last_error());
-        cr_expect_eq(r.variant, h > 32 ? MLAJIT_VARIANT_SM90_SPLIT : MLAJIT_VARIANT_PORTABLE, "h%d: auto took %s", h,
-                     mlajit_variant_name(r.variant));
+        cr_expect_eq(r.variant,
+                     h > 32   ? MLAJIT_VARIANT_SM90_SPLIT
+                     : h > 16 ? MLAJIT_VARIANT_PORTABLE
+                              : MLAJIT_VARIANT_SM90_NARROW,
+                     "h%d: auto took %s", h, mlajit_variant_name(r.variant));
     }
+}
+
+/* sm90-narrow at DOTS3_SWA's d_v 1024: one K buffer (two 139 KB tiles do not fit
+ * beside Q), at most 16 heads per CTA (O^T's registers), the template's layouts
+ * edition (its base text has two buffers); V3.2's narrow kernel keeps two and the
+ * base text. */
+Test(generate, narrow_takes_one_k_buffer_where_two_do_not_fit)
+{
+    static const struct { mlajit_model model; int h_q, heads_per_cta, buffers; } rows[] = {
+        {MLAJIT_MODEL_DOTS3_SWA, 16, 0, 1}, {MLAJIT_MODEL_DOTS3_SWA, 5, 0, 1}, {MLAJIT_MODEL_DOTS3_SWA, 64, 16, 1},
+        {MLAJIT_MODEL_V32, 32, 0, 2}, {MLAJIT_MODEL_DSV4, 16, 0, 2}};
+    for (size_t i = 0; i < sizeof rows / sizeof rows[0]; i++) {
+        mlajit_kernel_spec s = MLAJIT_KERNEL_SPEC_INIT, r = MLAJIT_KERNEL_SPEC_INIT;
+        mlajit_spec_init(&s, rows[i].model, rows[i].h_q, 64);
+        strcpy(s.arch, "sm_90a");
+        s.variant = MLAJIT_VARIANT_SM90_NARROW;
+        s.heads_per_cta = rows[i].heads_per_cta;
+        cr_assert_eq(mlajit_spec_resolve(&s, &r), MLAJIT_OK, "row %zu: %s", i, mlajit_last_error());
+        cr_expect_eq(mlajit_narrow_k_buffers(&r), rows[i].buffers, "row %zu", i);
+        mlajit_kernel_layout layout;
+        cr_assert_eq(mlajit_codegen_layout(&r, &layout), MLAJIT_OK, "%s", mlajit_last_error());
+        cr_expect_leq(layout.smem_bytes, mlajit_arch_max_smem("sm_90a"), "row %zu", i);
+        char *src = NULL;
+        cr_assert_eq(mlajit_generate_source(&s, &src), MLAJIT_OK, "%s", mlajit_last_error());
+        /* the layouts edition's count of the buffers, only where there is one */
+        cr_expect_eq(strstr(src, "kKBuffers") != NULL, rows[i].buffers == 1, "row %zu", i);
+        mlajit_free(src);
+    }
+    /* past 16 heads per CTA at d_v 1024: refused, saying why and what to set */
+    mlajit_kernel_spec s = MLAJIT_KERNEL_SPEC_INIT, r = MLAJIT_KERNEL_SPEC_INIT;
+    mlajit_spec_init(&s, MLAJIT_MODEL_DOTS3_SWA, 24, 64);
+    strcpy(s.arch, "sm_90a");
+    s.variant = MLAJIT_VARIANT_SM90_NARROW;
+    cr_expect_eq(mlajit_spec_resolve(&s, &r), MLAJIT_ERR_UNSUPPORTED);
+    cr_expect(strstr(mlajit_last_error(), "at most 16 heads per CTA at d_v past 512") &&
+                  strstr(mlajit_last_error(), "8 or 16"),
+              "%s", mlajit_last_error());
+    s.heads_per_cta = 32;
+    cr_expect_eq(mlajit_spec_resolve(&s, &r), MLAJIT_ERR_UNSUPPORTED);
+    s.heads_per_cta = 8;
+    cr_expect_eq(mlajit_spec_resolve(&s, &r), MLAJIT_OK, "%s", mlajit_last_error());
 }
 
 /* kPvInFlight, the pair's P V left in flight behind the next S: chosen for the

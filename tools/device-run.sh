@@ -274,7 +274,7 @@ for step in "${@:-all}"; do
       entries=(
         "glm53_nope|glm53_nope|auto sm90 sm90-staged portable|all"
         "glm_nsa|glm_nsa|auto sm90 sm90-staged portable|all"
-        "dots3_swa|dots3_swa|auto sm90-split portable|all"
+        "dots3_swa|dots3_swa|auto sm90-split sm90-narrow portable|all"
         "v32_bf16|v32_bf16|auto sm90 sm90-narrow portable|plain"
         "dsv4_bf16|dsv4_bf16|auto sm90 sm90-narrow portable|plain"
         "nope256_ue8m0_inline|d_nope=256,d_rope=64,d_v=256,tile=32,scales=ue8m0,place=inline|auto|plain"
@@ -301,8 +301,11 @@ for step in "${@:-all}"; do
             ./build-gpu/mlajit case make "$spec.h$h.p$page$extra" --out "$dir" --batch 2 --s-q $((1 + i % 2)) \
               --topk $topk ${extra:+--extra-topk 64} --invalid 0.1 --seed $i >/dev/null 2>&1 ||
               { echo "FAIL case make $dir"; rc=1; }
-            for v in $variants; do  # sm90-narrow past 32 heads in head groups of 32
-              echo "$dir --variant $v$([ $v = sm90-narrow ] && [ $h -gt 32 ] && echo " --heads-per-cta 32")"
+            # sm90-narrow past the most heads its CTA holds (32; 16 at DOTS3_SWA's d_v
+            # 1024) in head groups of that many
+            nmax=32; [ "$label" = dots3_swa ] && nmax=16
+            for v in $variants; do
+              echo "$dir --variant $v$([ $v = sm90-narrow ] && [ $h -gt $nmax ] && echo " --heads-per-cta $nmax")"
             done >>"$lay/runs"
             echo "$dir --variant auto --splits 5 --lse-head-major --pad-strides" >>"$lay/runs"
             [ "$tile32" = all ] || [ -z "$extra" ] &&

@@ -141,21 +141,25 @@ enum { kNarrowTokensPerRound = 32, kNarrowRingRounds = 1, kNarrowMaxProducerGrou
 
 /* Shared-memory map of the sm90-narrow kernel, from the 1024-aligned base: Q
  * (d_qk / 64 swizzled blocks of `heads` rows x 128 bytes) and two K tile buffers
- * as sm90's; P (`heads` rows x one 64-candidate block); the consumer's four warps'
- * column maxima of a tile (at the end, their column sums); the buffers' validity
- * flags (bytes); then, where it fits, the row ring: an mbarrier per slot and the
- * slots, kNarrowRingRounds rounds of rows per producer group. The heads' final
- * statistics have no place of their own: written after the walk, they follow the
- * output staged over the K buffers (the template places them; the 128 bytes at 16
- * heads are what a third ring slot lacked). */
-static void sm90_narrow_smem_map(const mlajit_kernel_spec *r, const mlajit_model_desc *d, mlajit_smem_map *m)
+ * as sm90's, or one where two do not fit (DOTS3_SWA's 1088 dims: 139 KB a tile, Q
+ * 35 KB at 16 heads; the template reads the count off the map, and its producers
+ * then hold no round ahead); P (`heads` rows x one 64-candidate block); the
+ * consumer's four warps' column maxima of a tile (at the end, their column sums);
+ * the buffers' validity flags (bytes); then, where it fits, the row ring: an
+ * mbarrier per slot and the slots, kNarrowRingRounds rounds of rows per producer
+ * group. The heads' final statistics have no place of their own: written after
+ * the walk, they follow the output staged over the K buffers (the template places
+ * them; the 128 bytes at 16 heads are what a third ring slot lacked). */
+static void narrow_map_with_buffers(const mlajit_kernel_spec *r, const mlajit_model_desc *d, int k_buffers,
+                                    mlajit_smem_map *m)
 {
     int heads = r->heads_per_cta, tile = r->tile;
     int operand = d->d_qk / 64 * 64 * 128;
     int off = 0;
     memset(m, 0, sizeof *m);
     m->q = off;           off += d->d_qk / 64 * heads * 128;
-    m->k = off;           off += 2 * operand;
+    m->k = off;           off += k_buffers * operand;
+    m->k_buffers = k_buffers;
     m->probs = off;       off += heads * tile * 2;
     m->scores = off;      off += align16(4 * heads * 4);
     m->token_valid = off; off += align16(2 * tile);
@@ -187,6 +191,13 @@ static void sm90_narrow_smem_map(const mlajit_kernel_spec *r, const mlajit_model
         }
     }
     m->total = off + 1024;
+}
+
+static void sm90_narrow_smem_map(const mlajit_kernel_spec *r, const mlajit_model_desc *d, mlajit_smem_map *m)
+{
+    narrow_map_with_buffers(r, d, 2, m);
+    if (m->total > mlajit_arch_max_smem(r->arch))
+        narrow_map_with_buffers(r, d, 1, m);
 }
 
 /* Shared-memory map of sm90-narrow-scores, from the 1024-aligned base: two V
@@ -234,6 +245,22 @@ int mlajit_narrow_producer_groups(const mlajit_kernel_spec *r)
         return 2;
     sm90_narrow_smem_map(r, d, &m);
     return m.producer_groups;
+}
+
+int mlajit_narrow_k_buffers(const mlajit_kernel_spec *r)
+{
+    const mlajit_model_desc *d = mlajit_spec_desc(r);
+    const mlajit_family *f = mlajit_family_of(r->variant);
+    mlajit_smem_map m;
+    if (!d || !f || f->smem_map != sm90_narrow_smem_map || r->tile <= 0 || r->heads_per_cta <= 0)
+        return 2;
+    sm90_narrow_smem_map(r, d, &m);
+    return m.k_buffers;
+}
+
+int mlajit_narrow_max_heads(const mlajit_model_desc *d)
+{
+    return d && d->d_v > 512 ? MLAJIT_NARROW_WIDE_V_MAX_HEADS_PER_CTA : MLAJIT_NARROW_MAX_HEADS_PER_CTA;
 }
 
 int mlajit_head_groups_pair(int h_q, int heads_per_cta)
@@ -398,6 +425,20 @@ static const char *bf16_or_wgmma_layout(const mlajit_model_desc *d)
     return NULL;
 }
 
+/* The narrow rows: bf16_or_wgmma_layout's layouts and, with fp8 rows, d_v 1024 too
+ * (DOTS3_SWA): O^T is d_v / 64 wgmma M blocks of the heads, so its width is not tied
+ * to sm90's two N of 256; there a CTA holds at most 16 heads (the accumulators) and
+ * one K buffer where two do not fit (the map). */
+static const char *narrow_layout(const mlajit_model_desc *d)
+{
+    if (d->d_v == 1024 && d->scale_format != MLAJIT_SCALE_NONE)
+        return sm90_common_refusal(d);
+    if (d->d_v != 512)
+        return "layout.d_v must be 512, or 1024 with fp8 rows: sm90_common.cu's blocks (static_assert kDV == 512 "
+               "|| kDV == 1024); the portable family serves other widths on sm_90a";
+    return bf16_or_wgmma_layout(d);
+}
+
 /* sm90-split: decode_sm90_split.cu splits 2 x 512 NoPE dims (each half V's) over a
  * CTA pair, the 64 RoPE dims in the second, and reads ue8m0 footer scales. */
 static const char *split_layout(const mlajit_model_desc *d)
@@ -544,18 +585,22 @@ static int sm90_resolve(const mlajit_family *f, mlajit_kernel_spec *r)
  * (plan.c). */
 static int narrow_resolve(const mlajit_family *f, mlajit_kernel_spec *r)
 {
-    /* the most heads a CTA holds: h_q rounded up to 8, at most 32 */
-    const int max_n = f->max_heads_per_cta;
+    /* the most heads a CTA holds: h_q rounded up to 8, at most 32 (16 at d_v 1024) */
+    const int max_n = f->max_heads_per_cta < mlajit_narrow_max_heads(mlajit_spec_desc(r))
+                          ? f->max_heads_per_cta
+                          : mlajit_narrow_max_heads(mlajit_spec_desc(r));
     const int heads_n = r->h_q <= max_n ? (r->h_q + 7) / 8 * 8 : max_n;
+    const char *sizes = max_n == 16 ? "8 or 16" : "8, 16, 24 or 32";
     if (r->h_q > max_n && r->heads_per_cta == 0)
-        return mlajit_fail(MLAJIT_ERR_UNSUPPORTED, "variant %s holds at most %d heads per CTA; h_q = %d: set "
-                           "heads_per_cta to 8, 16, 24 or 32 (head groups), or use the sm90 variant", f->name, max_n,
-                           r->h_q);
+        return mlajit_fail(MLAJIT_ERR_UNSUPPORTED, "variant %s holds at most %d heads per CTA%s; h_q = %d: set "
+                           "heads_per_cta to %s (head groups), or use the %s variant", f->name, max_n,
+                           max_n < f->max_heads_per_cta ? " at d_v past 512" : "", r->h_q, sizes,
+                           max_n < f->max_heads_per_cta ? "sm90-split" : "sm90");
     if ((r->tile && !mlajit_family_takes(f->tiles, r->tile)) ||
         (r->heads_per_cta && !(mlajit_family_takes(f->heads_per_cta, r->heads_per_cta) && r->heads_per_cta <= heads_n)))
         return mlajit_fail(MLAJIT_ERR_UNSUPPORTED, "variant %s runs tile 64 with at most %d heads per CTA (h_q "
-                           "rounded up to 8, at most %d); spec has tile %d, heads_per_cta %d: use 8, 16, 24 or 32 "
-                           "up to %d%s", f->name, heads_n, max_n, r->tile, r->heads_per_cta, heads_n,
+                           "rounded up to 8, at most %d); spec has tile %d, heads_per_cta %d: use %s up to %d%s",
+                           f->name, heads_n, max_n, r->tile, r->heads_per_cta, sizes, heads_n,
                            r->h_q <= max_n ? ", or 0 (all of them)" : "");
     r->tile = 64;
     if (r->heads_per_cta == 0)
@@ -581,7 +626,7 @@ static int scores_is_narrow(const mlajit_kernel_spec *r) { return !mlajit_narrow
     .variant = v, .name = nm, .arch = "sm_90a", .sm90_common = 1, .tiles = MLAJIT_SIZES(64),                       \
     .heads_per_cta = MLAJIT_SIZES(8) | MLAJIT_SIZES(16) | MLAJIT_SIZES(24) | MLAJIT_SIZES(32),                     \
     .max_heads_per_cta = MLAJIT_NARROW_MAX_HEADS_PER_CTA, .scales = MLAJIT_SCALES_ANY | MLAJIT_SCALES(MLAJIT_SCALE_NONE), \
-    .resolve = narrow_resolve, .layout_refusal = bf16_or_wgmma_layout,                                            \
+    .resolve = narrow_resolve, .layout_refusal = narrow_layout,                                            \
     /* its bf16 edition passed the fp64 reference on an H100 (tools/device-run.sh narrow-bf16: 132 runs) and   \
      * tied sm90's at 16 heads (b 64 / 128: 93.9 / 178.5 against 94.1 / 175.6 us), both bound by the          \
      * producers' cp.async gather (bench/NOTES.md 1d); untimed at other head counts and in the plans' head     \
@@ -625,8 +670,9 @@ const mlajit_family mlajit_families[] = {
     },
     {
         NARROW_ROW(MLAJIT_VARIANT_SM90_NARROW, "sm90-narrow"), .kernel = "decode_sm90_narrow",
-        .models = "v32, dsv4, glm_nsa, glm53_nope, v32_bf16, dsv4_bf16 (bf16 rows: its bf16 edition, forced "
-                  "only: it ties sm90's, so auto and the plans pass it over there)",
+        .models = "v32, dsv4, glm_nsa, glm53_nope, dots3_swa (at most 16 heads per CTA, one K buffer), v32_bf16, "
+                  "dsv4_bf16 (bf16 rows: its bf16 edition, forced only: it ties sm90's, so auto and the plans pass "
+                  "it over there)",
         .roles = "one consumer warp group (S^T, O^T) and two producers (gather, dequantize; the row ring)",
         .warp_groups_beside_producers = 1, .smem_map = sm90_narrow_smem_map,
         .knobs = MLAJIT_KNOB_HEADS_PER_CTA | MLAJIT_KNOB_SPLITS | MLAJIT_KNOB_PRODUCERS,
@@ -679,15 +725,15 @@ int mlajit_family_forced_only(const mlajit_family *f, const mlajit_model_desc *d
     return f && d && (f->forced_only_scales & MLAJIT_SCALES(d->scale_format));
 }
 
-/* auto on sm_90a with tile 0 or 64: at most 32 heads with the head group left to
- * it, sm90-narrow (no math padded to 64 heads; it beat sm90 on every V3.2 and DSV4
+/* auto on sm_90a with tile 0 or 64: at most 32 heads (16 at d_v 1024) with the
+ * head group left to it, sm90-narrow (no math padded to 64 heads; it beat sm90 on every V3.2 and DSV4
  * row at 8, 16 and 32 heads measured on the H200, and for GLM_NSA's and GLM53_NOPE's
  * arbitrary scales on an H100: bench/NOTES.md 1d); else
  * the sm90 family where the head group is 0 or 64 (faster than the portable family
  * on every row measured, padded head counts included); else portable
  * (bench/NOTES.md); past 32 heads, sm90-split for the layouts only it serves
  * (DOTS3_SWA). A family whose template is not built for the model's layout is
- * passed over (DOTS3_SWA at 32 heads and fewer: portable). */
+ * passed over (DOTS3_SWA at 17-32 heads: portable). */
 mlajit_variant mlajit_family_auto(const mlajit_kernel_spec *r)
 {
     const mlajit_family *narrow = mlajit_family_of(MLAJIT_VARIANT_SM90_NARROW);
@@ -698,9 +744,12 @@ mlajit_variant mlajit_family_auto(const mlajit_kernel_spec *r)
      * portable family; bf16 rows on sm90 at every head count (1.2-1.5x faster than
      * portable at 64 heads; at 16, padded, it ties sm90-narrow's bf16 edition, which
      * is therefore forced only: mlajit_family_forced_only); d_v 1024
-     * (DOTS3_SWA) on sm90-split from 33 heads (1.5-1.6x faster than portable there;
-     * at 16 heads, padded, 1.4-1.5x slower): bench/NOTES.md 1d */
-    if (hopper && r->heads_per_cta == 0 && r->h_q <= narrow->max_heads_per_cta &&
+     * (DOTS3_SWA) on sm90-narrow at 16 heads and fewer (one K buffer; 11-15% faster
+     * than portable at 16 heads on an H100), portable at 17-32 (sm90-narrow holds
+     * 16 there, and its head groups are unmeasured), sm90-split from 33 heads
+     * (1.5-1.6x faster than portable there; at 16 heads, padded, 1.4-1.5x slower):
+     * bench/NOTES.md 1d */
+    if (hopper && r->heads_per_cta == 0 && r->h_q <= mlajit_narrow_max_heads(d) &&
         !mlajit_family_layout_refusal(narrow, d) && !mlajit_family_forced_only(narrow, d))
         return MLAJIT_VARIANT_SM90_NARROW;
     const int sm90_heads = r->heads_per_cta == 0 || mlajit_family_takes(sm90->heads_per_cta, r->heads_per_cta);

@@ -74,6 +74,7 @@ typedef struct mlajit_smem_map {
     int q, k, scores, probs, row_max, row_sum, row_alpha, token_row, token_scale, token_valid, barriers;
     int staging, staging_bytes, stages, total;
     int producer_groups; /* sm90-narrow(-long, -scores): its producer warp groups */
+    int k_buffers;       /* sm90-narrow(-long): its K tile buffers (2, or 1 where two do not fit) */
 } mlajit_smem_map;
 
 /* ---- the families ------------------------------------------------------------- */
@@ -90,6 +91,9 @@ typedef struct mlajit_smem_map {
  * groups): auto's kernel up to this many heads, head groups of at most this many
  * past it. */
 #define MLAJIT_NARROW_MAX_HEADS_PER_CTA 32
+/* ... at d_v past 512 (DOTS3_SWA's 1024): O^T is d_v / 64 x heads / 2 fp32 registers
+ * a consumer thread, 128 at 16 heads; at 24 it would be 192 of 255 */
+#define MLAJIT_NARROW_WIDE_V_MAX_HEADS_PER_CTA 16
 
 /* Knobs a family exposes to tuning (the tuner's candidates: docs/tuning.md). */
 enum {
@@ -240,5 +244,12 @@ int mlajit_narrow_producer_groups(const mlajit_kernel_spec *r);
  * two V buffers, Q and P in shared memory: 8 heads at V32's rows (at 16, 7 KB too
  * many). */
 int mlajit_narrow_scores_fits(const mlajit_kernel_spec *r);
+/* sm90-narrow's K tile buffers for a spec of the narrow pair with its tile and
+ * head group set: 2, or 1 where two do not fit beside Q (DOTS3_SWA's 1088 dims);
+ * a kernel with one takes decode_sm90_narrow.cu's layouts edition (generate.c). */
+int mlajit_narrow_k_buffers(const mlajit_kernel_spec *r);
+/* The most heads an sm90-narrow CTA holds for a layout: MLAJIT_NARROW_MAX_HEADS_PER_CTA,
+ * or MLAJIT_NARROW_WIDE_V_MAX_HEADS_PER_CTA where d_v passes 512. */
+int mlajit_narrow_max_heads(const mlajit_model_desc *d);
 
 #endif

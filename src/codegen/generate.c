@@ -181,13 +181,16 @@ static const char *edition_of(const mlajit_model_desc *d)
  * layouts blocks are its arbitrary-fp32-scale form (the register splits of the
  * exact dequantization; its base text refuses those scales), so the narrow
  * kernels of GLM_NSA, GLM53_NOPE and custom layouts of that kind take it, whatever
- * their shared templates take, and every layout its base text served (V3.2, DSV4,
+ * their shared templates take, and so do those with one K buffer (DOTS3_SWA: its
+ * base text has two); every layout its base text served (V3.2, DSV4,
  * custom power-of-two ones with or without RoPE) keeps its source byte for byte;
  * bf16 rows take its bf16 edition (the producers copy by cp.async). */
-static const char *kernel_edition_of(const mlajit_family *f, const mlajit_model_desc *d)
+static const char *kernel_edition_of(const mlajit_family *f, const mlajit_kernel_spec *r, const mlajit_model_desc *d)
 {
     if (strcmp(f->kernel, "decode_sm90_narrow") == 0)
-        return d->scale_format == MLAJIT_SCALE_NONE ? "bf16" : d->scale_format == MLAJIT_SCALE_FP32 ? "layouts" : "";
+        return d->scale_format == MLAJIT_SCALE_NONE                                   ? "bf16"
+               : d->scale_format == MLAJIT_SCALE_FP32 || mlajit_narrow_k_buffers(r) == 1 ? "layouts"
+                                                                                      : "";
     return edition_of(d);
 }
 
@@ -232,7 +235,7 @@ int mlajit_generate_source(const mlajit_kernel_spec *spec, char **source)
     for (size_t k = 0; k < kParts; k++) {
         if (!names[k][0])
             continue;
-        parts[k] = template_of(names[k], k == kKernelPart ? kernel_edition_of(f, d) : edition);
+        parts[k] = template_of(names[k], k == kKernelPart ? kernel_edition_of(f, &r, d) : edition);
         if (!parts[k])
             return mlajit_fail(MLAJIT_ERR_INTERNAL, "template '%s' is not embedded (build)", names[k]);
         templates_bytes += parts[k]->size;
