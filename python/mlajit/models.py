@@ -18,8 +18,8 @@ class Model(enum.IntEnum):
     NoPE dims and no RoPE (656-byte rows, 528 used, arbitrary fp32 scales inline),
     DOTS3_SWA = 1024 NoPE + 64 RoPE dims, d_v 1024 (1160 B/token, ue8m0 scales in
     a page footer). GLM53_NOPE runs on the sm90 and portable kernels, DOTS3_SWA
-    on the portable kernel (sm_80, sm_90a, sm_100a: its rows outgrow the shared
-    memory of the others). V32_BF16 and DSV4_BF16 are V3.2's and V4's dims as
+    on the portable kernel (sm_80, sm_90a, sm_100a) and on sm_90a's sm90-narrow
+    (at most 16 heads per CTA) and sm90-split (past 32 heads). V32_BF16 and DSV4_BF16 are V3.2's and V4's dims as
     bf16 values (no scales; 1152 and 1024 B/token), on the portable kernel;
     supported() says why where not."""
 
