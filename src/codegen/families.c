@@ -193,10 +193,14 @@ static void narrow_map_with_buffers(const mlajit_kernel_spec *r, const mlajit_mo
     m->total = off + 1024;
 }
 
+/* One K buffer only where it was run on the GPU: d_v past 512 with fp8 rows and
+ * footer scales (DOTS3_SWA's kind: no row ring); elsewhere a map too large is
+ * refused as it was. */
 static void sm90_narrow_smem_map(const mlajit_kernel_spec *r, const mlajit_model_desc *d, mlajit_smem_map *m)
 {
     narrow_map_with_buffers(r, d, 2, m);
-    if (m->total > mlajit_arch_max_smem(r->arch))
+    if (m->total > mlajit_arch_max_smem(r->arch) && d->d_v > 512 && d->scale_format != MLAJIT_SCALE_NONE &&
+        d->scale_place == MLAJIT_SCALES_PAGE_FOOTER)
         narrow_map_with_buffers(r, d, 1, m);
 }
 
@@ -586,9 +590,8 @@ static int sm90_resolve(const mlajit_family *f, mlajit_kernel_spec *r)
 static int narrow_resolve(const mlajit_family *f, mlajit_kernel_spec *r)
 {
     /* the most heads a CTA holds: h_q rounded up to 8, at most 32 (16 at d_v 1024) */
-    const int max_n = f->max_heads_per_cta < mlajit_narrow_max_heads(mlajit_spec_desc(r))
-                          ? f->max_heads_per_cta
-                          : mlajit_narrow_max_heads(mlajit_spec_desc(r));
+    const int layout_max = mlajit_narrow_max_heads(mlajit_spec_desc(r));
+    const int max_n = f->max_heads_per_cta < layout_max ? f->max_heads_per_cta : layout_max;
     const int heads_n = r->h_q <= max_n ? (r->h_q + 7) / 8 * 8 : max_n;
     const char *sizes = max_n == 16 ? "8 or 16" : "8, 16, 24 or 32";
     if (r->h_q > max_n && r->heads_per_cta == 0)
@@ -726,9 +729,9 @@ int mlajit_family_forced_only(const mlajit_family *f, const mlajit_model_desc *d
 }
 
 /* auto on sm_90a with tile 0 or 64: at most 32 heads (16 at d_v 1024) with the
- * head group left to it, sm90-narrow (no math padded to 64 heads; it beat sm90 on every V3.2 and DSV4
- * row at 8, 16 and 32 heads measured on the H200, and for GLM_NSA's and GLM53_NOPE's
- * arbitrary scales on an H100: bench/NOTES.md 1d); else
+ * head group left to it, sm90-narrow (no math padded to 64 heads; it beat sm90 on
+ * every V3.2 and DSV4 row at 8, 16 and 32 heads measured on the H200, and for
+ * GLM_NSA's and GLM53_NOPE's arbitrary scales on an H100: bench/NOTES.md 1d); else
  * the sm90 family where the head group is 0 or 64 (faster than the portable family
  * on every row measured, padded head counts included); else portable
  * (bench/NOTES.md); past 32 heads, sm90-split for the layouts only it serves

@@ -74,7 +74,7 @@ typedef struct mlajit_smem_map {
     int q, k, scores, probs, row_max, row_sum, row_alpha, token_row, token_scale, token_valid, barriers;
     int staging, staging_bytes, stages, total;
     int producer_groups; /* sm90-narrow(-long, -scores): its producer warp groups */
-    int k_buffers;       /* sm90-narrow(-long): its K tile buffers (2, or 1 where two do not fit) */
+    int k_buffers;       /* sm90-narrow(-long): its K tile buffers (2, or 1: d_v past 512, footer scales) */
 } mlajit_smem_map;
 
 /* ---- the families ------------------------------------------------------------- */
@@ -245,7 +245,8 @@ int mlajit_narrow_producer_groups(const mlajit_kernel_spec *r);
  * many). */
 int mlajit_narrow_scores_fits(const mlajit_kernel_spec *r);
 /* sm90-narrow's K tile buffers for a spec of the narrow pair with its tile and
- * head group set: 2, or 1 where two do not fit beside Q (DOTS3_SWA's 1088 dims);
+ * head group set: 2, or 1 where two do not fit beside Q and d_v passes 512 with
+ * fp8 rows and footer scales (DOTS3_SWA's 1088 dims; the kind run on the GPU);
  * a kernel with one takes decode_sm90_narrow.cu's layouts edition (generate.c). */
 int mlajit_narrow_k_buffers(const mlajit_kernel_spec *r);
 /* The most heads an sm90-narrow CTA holds for a layout: MLAJIT_NARROW_MAX_HEADS_PER_CTA,
