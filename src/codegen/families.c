@@ -240,26 +240,28 @@ int mlajit_narrow_scores_fits(const mlajit_kernel_spec *r)
     return m.total <= mlajit_arch_max_smem(r->arch);
 }
 
-int mlajit_narrow_producer_groups(const mlajit_kernel_spec *r)
+/* The narrow map of a spec of the narrow pair with its tile and head group set:
+ * 1 and *m, else 0. */
+static int narrow_map_of(const mlajit_kernel_spec *r, mlajit_smem_map *m)
 {
     const mlajit_model_desc *d = mlajit_spec_desc(r);
     const mlajit_family *f = mlajit_family_of(r->variant);
-    mlajit_smem_map m;
     if (!d || !f || f->smem_map != sm90_narrow_smem_map || r->tile <= 0 || r->heads_per_cta <= 0)
-        return 2;
-    sm90_narrow_smem_map(r, d, &m);
-    return m.producer_groups;
+        return 0;
+    sm90_narrow_smem_map(r, d, m);
+    return 1;
+}
+
+int mlajit_narrow_producer_groups(const mlajit_kernel_spec *r)
+{
+    mlajit_smem_map m;
+    return narrow_map_of(r, &m) ? m.producer_groups : 2;
 }
 
 int mlajit_narrow_k_buffers(const mlajit_kernel_spec *r)
 {
-    const mlajit_model_desc *d = mlajit_spec_desc(r);
-    const mlajit_family *f = mlajit_family_of(r->variant);
     mlajit_smem_map m;
-    if (!d || !f || f->smem_map != sm90_narrow_smem_map || r->tile <= 0 || r->heads_per_cta <= 0)
-        return 2;
-    sm90_narrow_smem_map(r, d, &m);
-    return m.k_buffers;
+    return narrow_map_of(r, &m) ? m.k_buffers : 2;
 }
 
 int mlajit_narrow_max_heads(const mlajit_model_desc *d)
