@@ -253,13 +253,7 @@ extern "C" __global__ void __launch_bounds__(sm90::kCtaThreads, 1) mlajit_decode
         // ring's slots, or loads in registers), round k + kIndexLead's slots are
         // read; raw[i] is this lane's slot in round k + i.
         constexpr int kAhead = kRingRounds > 0 ? kRingRounds : kLoadsAhead;
-#if MLAJIT_LAYOUTS
-        // (with one K buffer one more: the L2 prefetch of round k + 2 then reads an
-        // index loaded a round earlier, not the one just loaded)
-        constexpr int kIndexLead = kAhead + kIndexRoundsAhead + (kLoadsAhead == 0 && kRingRounds == 0 ? 1 : 0);
-#else
         constexpr int kIndexLead = kAhead + kIndexRoundsAhead;
-#endif
         constexpr bool kEveryTile = kProducerGroups == kRoundsPerTile;  // producer x: round x of every tile
         int k = 0, t[kIndexLead + 1], raw[kIndexLead + 1];
         auto walk_round = [&](int i) { return producer + kProducerGroups * (k + i); };
