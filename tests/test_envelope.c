@@ -272,7 +272,7 @@ Test(envelope, fuzz_draws_of_one_model)
     const mlajit_model models[] = {MLAJIT_MODEL_GLM53_NOPE, MLAJIT_MODEL_DOTS3_SWA};
     for (int m = 0; m < 2; m++) {
         const unsigned flags = (unsigned)models[m] << MLAJIT_FUZZ_MODEL_SHIFT;
-        int extra = 0, features = 0, forced_tiles = 0;
+        int extra = 0, features = 0, forced_tiles = 0, narrow_groups_past_16 = 0;
         for (int64_t k = 0; k < 500; k++) {
             mlajit_fuzz_call c, again;
             mlajit_fuzz_draw(49, k, flags, &c);
@@ -286,15 +286,20 @@ Test(envelope, fuzz_draws_of_one_model)
             extra += c.spec.extra_page_size > 0;
             features += c.spec.features == MLAJIT_FEATURE_ALL;
             forced_tiles += c.spec.tile != 0 || c.spec.heads_per_cta != 0;
+            narrow_groups_past_16 += c.spec.variant == MLAJIT_VARIANT_SM90_NARROW && c.spec.h_q > 16;
         }
         cr_expect(extra && features && forced_tiles, "extra %d, all features %d, forced tile or heads %d", extra,
                   features, forced_tiles);
+        /* sm90-narrow's head groups past 16 heads: DOTS3_SWA's of 8 or 16 (its CTA
+         * holds at most 16) are drawn too, each passing the envelope above */
+        cr_expect_gt(narrow_groups_past_16, 0, "%s: no sm90-narrow draw past 16 heads",
+                     m ? "dots3_swa" : "glm53_nope");
     }
 }
 
 /* GLM53_NOPE and DOTS3_SWA: the families whose templates serve them accept them
- * (at 16 heads auto takes sm90-narrow for GLM53_NOPE on sm_90a, portable for
- * DOTS3_SWA, whose sm90-split pair runs from 33 heads); every other
+ * (at 16 heads auto takes sm90-narrow for both on sm_90a, DOTS3_SWA's with one K
+ * buffer; its sm90-split pair runs from 33 heads); every other
  * family refuses them with a reason naming the model and why, and prepare refuses
  * the same way before compiling anything. */
 Test(envelope, the_new_layouts_are_served_or_refused_with_the_reason)

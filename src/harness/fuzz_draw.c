@@ -100,6 +100,18 @@ static int narrow_resolves_on_sm90a(mlajit_model model, int h_q, int page, int h
     return ok;
 }
 
+/* The most heads an sm90-narrow CTA holds for the model's layout: 32, or 16 at d_v
+ * past 512 (DOTS3_SWA; mlajit_narrow_max_heads). */
+static int narrow_max_heads_of(mlajit_model model, int h_q, int page)
+{
+    mlajit_kernel_spec spec = MLAJIT_KERNEL_SPEC_INIT;
+    if (mlajit_spec_init(&spec, model, h_q, page) != MLAJIT_OK) {
+        mlajit_clear_error();
+        return MLAJIT_NARROW_MAX_HEADS_PER_CTA;
+    }
+    return mlajit_narrow_max_heads(mlajit_spec_desc(&spec));
+}
+
 uint64_t mlajit_fuzz_call_seed(uint64_t run_seed, int64_t call)
 {
     uint64_t a = run_seed, b = (uint64_t)call ^ 0xA5A5A5A5DEADBEEFull;
@@ -249,18 +261,19 @@ void mlajit_fuzz_draw(uint64_t run_seed, int64_t call, unsigned flags, mlajit_fu
         out->huge_length_rows = chance(&r, 30) ? 50 : 0;
     }
     out->duplicate_percent = chance(&r, 20) ? 10 : 0;
-    /* sm90-narrow where it resolves (power-of-two scales; its own tile; head
-     * groups of at most 32), a quarter of those draws (drawn last: the draws
+    /* sm90-narrow where it resolves (its own tile; head groups of at most 32, 16
+     * at DOTS3_SWA's d_v 1024), a quarter of those draws (drawn last: the draws
      * before it stay what they were), half of those as sm90-narrow-long (which is
      * sm90-narrow where its third producer group does not fit). */
-    const int narrow_max = MLAJIT_NARROW_MAX_HEADS_PER_CTA;
+    const int narrow_max = narrow_max_heads_of(model, h_q, page);
     const int narrow =
         !tuned_grid && narrow_resolves_on_sm90a(model, h_q, page, h_q > narrow_max ? narrow_max : 0) &&
         chance(&r, 25);
     const int narrow_long = narrow && chance(&r, 50);
     const int narrow_scores = narrow && !narrow_long && chance(&r, 50);  /* sm90-narrow where it does not fit */
-    /* half the narrow draws at most 32 heads split the heads into groups of 8 .. h_q
-     * rounded up to 8; past 32 heads every draw does, in groups of 8 .. 32 */
+    /* half the narrow draws at most narrow_max heads split the heads into groups
+     * of 8 .. h_q rounded up to 8; past it every draw does, in groups of 8 ..
+     * narrow_max */
     const int narrow_hc = !narrow             ? 0
                           : h_q > narrow_max  ? 8 * (1 + below(&r, narrow_max / 8))
                           : chance(&r, 50)    ? 8 * (1 + below(&r, (h_q + 7) / 8))
