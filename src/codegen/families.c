@@ -749,8 +749,8 @@ mlajit_variant mlajit_family_auto(const mlajit_kernel_spec *r)
      * portable family; bf16 rows on sm90 at every head count (1.2-1.5x faster than
      * portable at 64 heads; at 16, padded, it ties sm90-narrow's bf16 edition, which
      * is therefore forced only: mlajit_family_forced_only); d_v 1024
-     * (DOTS3_SWA) on sm90-narrow at 16 heads and fewer (one K buffer; 11-15% faster
-     * than portable at 16 heads on an H100), portable at 17-32 (sm90-narrow holds
+     * (DOTS3_SWA) on sm90-narrow at 16 heads and fewer (one K buffer; 11-19% faster
+     * than portable at 8 and 16 heads on an H100), portable at 17-32 (sm90-narrow holds
      * 16 there, and its head groups are unmeasured), sm90-split from 33 heads
      * (1.5-1.6x faster than portable there; at 16 heads, padded, 1.4-1.5x slower):
      * bench/NOTES.md 1d */
