@@ -4,7 +4,9 @@
 // wgmma's M of 64, and the heads are its N: kHeadsN = the CTA's head group (8-32;
 // h_q rounded up to 8 unless the plan splits the heads), no math padded to 64
 // heads. The output accumulators shrink with it (d_v x kHeadsN), so two warp
-// groups gather instead of one.
+// groups gather instead of one. Two K tile buffers, or one where two do not fit
+// beside Q (DOTS3_SWA's 1088 dims at 8-16 heads: the layouts edition's kKBuffers,
+// read off the map; its producers then hold no round ahead).
 //
 // One CTA = one (batch row x query token, head group, split): 384 or 512 threads
 // in three or four warp groups with fixed roles.
