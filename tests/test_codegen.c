@@ -318,6 +318,21 @@ Test(generate, narrow_takes_one_k_buffer_where_two_do_not_fit)
     cr_expect_eq(mlajit_spec_resolve(&s, &r), MLAJIT_ERR_UNSUPPORTED);
     s.heads_per_cta = 8;
     cr_expect_eq(mlajit_spec_resolve(&s, &r), MLAJIT_OK, "%s", mlajit_last_error());
+    /* one buffer only for the kind run on the GPU (d_v past 512, fp8 rows, footer
+     * scales): the same dims with inline scales keep two and are refused for size */
+    mlajit_layout l;
+    cr_assert_eq(mlajit_layout_parse("d_nope=1024,d_rope=64,d_v=1024,tile=256,scales=pow2,place=inline", &l),
+                 MLAJIT_OK, "%s", mlajit_last_error());
+    mlajit_kernel_spec inline_spec = MLAJIT_KERNEL_SPEC_INIT;
+    cr_assert_eq(mlajit_spec_init_layout(&inline_spec, &l, 16, 64), MLAJIT_OK, "%s", mlajit_last_error());
+    strcpy(inline_spec.arch, "sm_90a");
+    inline_spec.variant = MLAJIT_VARIANT_SM90_NARROW;
+    cr_expect_eq(mlajit_envelope_check(&inline_spec, NULL), MLAJIT_ERR_UNSUPPORTED);
+    cr_expect(strstr(mlajit_last_error(), "bytes of shared memory") != NULL, "%s", mlajit_last_error());
+    mlajit_kernel_spec inline_resolved = inline_spec;
+    inline_resolved.heads_per_cta = 16;
+    inline_resolved.tile = 64;
+    cr_expect_eq(mlajit_narrow_k_buffers(&inline_resolved), 2);
 }
 
 /* kPvInFlight, the pair's P V left in flight behind the next S: chosen for the
