@@ -110,11 +110,10 @@ constexpr int kRoundRegisters = 4 * (kNopeLoads + kRopeLoads) + kScaleWords + 1;
 constexpr int kKBuffers = (cfg::kSmemProbs - cfg::kSmemK) / kOperandBytes;
 static_assert(kKBuffers == 1 || kKBuffers == 2, "one or two K buffers");
 constexpr int kLoadsAhead = kKBuffers == 1 ? 0 : kHeadsN <= 8 || (kHeadsN <= 16 && kRoundRegisters <= 40) ? 2 : 1;
-constexpr bool kPrefetchRows = kLoadsAhead <= 1;
 #else
 constexpr int kLoadsAhead = kHeadsN <= 8 || (kHeadsN <= 16 && kRoundRegisters <= 40) ? 2 : 1;  // without the ring
-constexpr bool kPrefetchRows = kLoadsAhead == 1;
 #endif
+constexpr bool kPrefetchRows = kLoadsAhead == 1;
 // How many rounds before its rows' copy or loads a round's indices are loaded (a
 // register per round and lane). 4 and 8 ran flat to 9% slower than 2 (bench/HISTORY.md,
 // "I, J, K and R timed").

@@ -255,9 +255,10 @@ for step in "${@:-all}"; do
       # rotating, without and with the extra cache and every feature (10% invalid
       # indices); each run by auto and every family that serves the layout, auto
       # also with forced splits (the combine at the layout's d_v), lse head-major and
-      # padded strides. `layouts`: GLM53_NOPE and GLM_NSA (the layouts edition too, for the
-      # exact dequantization's converted form; sm90-staged forced too) and DOTS3_SWA (sm90-narrow forced
-      # too, in head groups of 16 past 16 heads; portable also at tile 32 and 16 heads per CTA), then the five of `layouts-custom`: bf16 V3.2 and V4
+      # padded strides. `layouts`: GLM53_NOPE and GLM_NSA (the layouts edition too, for
+      # the exact dequantization's converted form; sm90-staged forced too) and DOTS3_SWA
+      # (sm90-narrow forced too, in head groups of 16 past 16 heads; portable also at
+      # tile 32 and 16 heads per CTA), then the five of `layouts-custom`: bf16 V3.2 and V4
       # and the three custom layouts the fuzzer draws (d_nope 256 with tile 32 and
       # ue8m0 scales inline; no RoPE with arbitrary fp32 scales in a page footer;
       # d_v 256), which the portable family alone serves (auto's kernel on sm_90a),

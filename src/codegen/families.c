@@ -264,9 +264,11 @@ int mlajit_narrow_k_buffers(const mlajit_kernel_spec *r)
     return narrow_map_of(r, &m) ? m.k_buffers : 2;
 }
 
-int mlajit_narrow_max_heads(const mlajit_model_desc *d)
+int mlajit_family_max_heads(const mlajit_family *f, const mlajit_model_desc *d)
 {
-    return d && d->d_v > 512 ? MLAJIT_NARROW_WIDE_V_MAX_HEADS_PER_CTA : MLAJIT_NARROW_MAX_HEADS_PER_CTA;
+    const int most = f ? f->max_heads_per_cta : 0;
+    return d && d->d_v > 512 && most > MLAJIT_NARROW_WIDE_V_MAX_HEADS_PER_CTA ? MLAJIT_NARROW_WIDE_V_MAX_HEADS_PER_CTA
+                                                                             : most;
 }
 
 int mlajit_head_groups_pair(int h_q, int heads_per_cta)
@@ -592,8 +594,7 @@ static int sm90_resolve(const mlajit_family *f, mlajit_kernel_spec *r)
 static int narrow_resolve(const mlajit_family *f, mlajit_kernel_spec *r)
 {
     /* the most heads a CTA holds: h_q rounded up to 8, at most 32 (16 at d_v 1024) */
-    const int layout_max = mlajit_narrow_max_heads(mlajit_spec_desc(r));
-    const int max_n = f->max_heads_per_cta < layout_max ? f->max_heads_per_cta : layout_max;
+    const int max_n = mlajit_family_max_heads(f, mlajit_spec_desc(r));
     const int heads_n = r->h_q <= max_n ? (r->h_q + 7) / 8 * 8 : max_n;
     const char *sizes = max_n == 16 ? "8 or 16" : "8, 16, 24 or 32";
     if (r->h_q > max_n && r->heads_per_cta == 0)
@@ -754,7 +755,7 @@ mlajit_variant mlajit_family_auto(const mlajit_kernel_spec *r)
      * 16 there, and its head groups are unmeasured), sm90-split from 33 heads
      * (1.5-1.6x faster than portable there; at 16 heads, padded, 1.4-1.5x slower):
      * bench/NOTES.md 1d */
-    if (hopper && r->heads_per_cta == 0 && r->h_q <= mlajit_narrow_max_heads(d) &&
+    if (hopper && r->heads_per_cta == 0 && r->h_q <= mlajit_family_max_heads(narrow, d) &&
         !mlajit_family_layout_refusal(narrow, d) && !mlajit_family_forced_only(narrow, d))
         return MLAJIT_VARIANT_SM90_NARROW;
     const int sm90_heads = r->heads_per_cta == 0 || mlajit_family_takes(sm90->heads_per_cta, r->heads_per_cta);

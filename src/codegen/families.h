@@ -249,8 +249,9 @@ int mlajit_narrow_scores_fits(const mlajit_kernel_spec *r);
  * fp8 rows and footer scales (DOTS3_SWA's 1088 dims; the kind run on the GPU);
  * a kernel with one takes decode_sm90_narrow.cu's layouts edition (generate.c). */
 int mlajit_narrow_k_buffers(const mlajit_kernel_spec *r);
-/* The most heads an sm90-narrow CTA holds for a layout: MLAJIT_NARROW_MAX_HEADS_PER_CTA,
- * or MLAJIT_NARROW_WIDE_V_MAX_HEADS_PER_CTA where d_v passes 512. */
-int mlajit_narrow_max_heads(const mlajit_model_desc *d);
+/* The most heads a CTA of family f holds without head groups for a layout: the
+ * row's max_heads_per_cta, at most MLAJIT_NARROW_WIDE_V_MAX_HEADS_PER_CTA where d_v
+ * passes 512 (0: no limit but its sizes). */
+int mlajit_family_max_heads(const mlajit_family *f, const mlajit_model_desc *d);
 
 #endif

@@ -100,18 +100,6 @@ static int narrow_resolves_on_sm90a(mlajit_model model, int h_q, int page, int h
     return ok;
 }
 
-/* The most heads an sm90-narrow CTA holds for the model's layout: 32, or 16 at d_v
- * past 512 (DOTS3_SWA; mlajit_narrow_max_heads). */
-static int narrow_max_heads_of(mlajit_model model, int h_q, int page)
-{
-    mlajit_kernel_spec spec = MLAJIT_KERNEL_SPEC_INIT;
-    if (mlajit_spec_init(&spec, model, h_q, page) != MLAJIT_OK) {
-        mlajit_clear_error();
-        return MLAJIT_NARROW_MAX_HEADS_PER_CTA;
-    }
-    return mlajit_narrow_max_heads(mlajit_spec_desc(&spec));
-}
-
 uint64_t mlajit_fuzz_call_seed(uint64_t run_seed, int64_t call)
 {
     uint64_t a = run_seed, b = (uint64_t)call ^ 0xA5A5A5A5DEADBEEFull;
@@ -265,7 +253,8 @@ void mlajit_fuzz_draw(uint64_t run_seed, int64_t call, unsigned flags, mlajit_fu
      * at DOTS3_SWA's d_v 1024), a quarter of those draws (drawn last: the draws
      * before it stay what they were), half of those as sm90-narrow-long (which is
      * sm90-narrow where its third producer group does not fit). */
-    const int narrow_max = narrow_max_heads_of(model, h_q, page);
+    const int narrow_max =
+        mlajit_family_max_heads(mlajit_family_of(MLAJIT_VARIANT_SM90_NARROW), mlajit_model_describe(model));
     const int narrow =
         !tuned_grid && narrow_resolves_on_sm90a(model, h_q, page, h_q > narrow_max ? narrow_max : 0) &&
         chance(&r, 25);
