@@ -110,6 +110,15 @@ constexpr int kRoundRegisters = 4 * (kNopeLoads + kRopeLoads) + kScaleWords + 1;
 constexpr int kKBuffers = (cfg::kSmemProbs - cfg::kSmemK) / kOperandBytes;
 static_assert(kKBuffers == 1 || kKBuffers == 2, "one or two K buffers");
 constexpr int kLoadsAhead = kKBuffers == 1 ? 0 : kHeadsN <= 8 || (kHeadsN <= 16 && kRoundRegisters <= 40) ? 2 : 1;
+// With one K buffer, the head of each candidate's row (kStagedRowBytes of NoPE
+// codes: what shared memory has left, the map's staging) arrives by bulk copy in
+// its producer group's slot, the rest (its tail: NoPE loads kStagedLoads on, RoPE,
+// scales) in registers, both issued a round ahead, while the round before is
+// stored: with the whole round in registers, loaded once the round before was
+// stored, the producers waited on those loads (bench/NOTES.md 1d).
+constexpr int kStagedRowBytes = kKBuffers == 1 ? cfg::kSmemStagingBytes / (kProducerGroups * kTokensPerRound) : 0;
+constexpr int kStagedLoads = kStagedRowBytes / 64;  // a lane's NoPE loads that come from the slot
+static_assert(kStagedRowBytes % 64 == 0 && kStagedLoads <= kNopeLoads, "the slot holds whole 64-byte steps of NoPE");
 #else
 constexpr int kLoadsAhead = kHeadsN <= 8 || (kHeadsN <= 16 && kRoundRegisters <= 40) ? 2 : 1;  // without the ring
 #endif
@@ -228,6 +237,15 @@ extern "C" __global__ void __launch_bounds__(sm90::kCtaThreads, 1) mlajit_decode
     const TileRange range = work.range;
     auto live_after = [&](int t) { return next_live_tile(range, t + 1, p.topk); };
     const int first = next_live_tile(range, range.begin, p.topk);
+#if MLAJIT_LAYOUTS
+    if constexpr (kStagedLoads > 0) {
+        // a slot's row heads are all there when its 32 copiers have arrived and their bytes landed
+        if (tid == 0)
+            for (int i = 0; i < kProducerGroups; i++) mbarrier_init(sRingFull + 8 * i, kTokensPerRound);
+        fence_mbarrier_init();
+        __syncthreads();
+    }
+#endif
     if constexpr (kRingRounds > 0) {
         // A slot's rows are all there when its 32 copiers have arrived and their bytes landed.
         if (tid == 0) {
@@ -312,6 +330,64 @@ extern "C" __global__ void __launch_bounds__(sm90::kCtaThreads, 1) mlajit_decode
 #if MLAJIT_LAYOUTS
 #if MLAJIT_BF16
 #else
+        if constexpr (kStagedLoads > 0) {
+            // One K buffer, round k + 1 in flight while round k is stored: its row
+            // heads by bulk copy into the group's slot (the quarter-0 lane of each
+            // candidate, once the group has read round k's out of it), its tails
+            // by loads into registers.
+            const u32 heads = sRing + (u32)((producer * kTokensPerRound + token) * kStagedRowBytes);
+            const u32 full = sRingFull + 8 * (u32)producer;
+            auto copy_head = [&](int i) {
+                const Candidate c = locate_candidate(p, pos_of(i), checked_slot(p, pos_of(i), raw[i]));
+                if (c.row) {
+                    mbarrier_arrive_expect_tx(full, kStagedRowBytes);
+                    copy_global_to_shared(heads, c.row, kStagedRowBytes, full);
+                } else {
+                    mbarrier_arrive(full);
+                }
+            };
+            auto load_tail = [&](int i, RoundLoads& d) {
+                const Candidate c = locate_candidate(p, pos_of(i), checked_slot(p, pos_of(i), raw[i]));
+                d.live = c.row != nullptr;
+                if (d.live) {
+#pragma unroll
+                    for (int j = kStagedLoads; j < kNopeLoads; j++) d.nope[j] = load_row16(c.row + 64 * j + 16 * quarter);
+#pragma unroll
+                    for (int j = 0; j < kRopeLoads; j++)
+                        d.rope[j] = load_row16(c.row + cfg::kRopeOffset + 16 * (quarter + kLanesPerToken * j));
+                    const U32x2 v = load_row8(c.scales);
+                    d.scales[0] = v.x;
+                    d.scales[1] = v.y;
+                } else {
+                    skipped_round(d);
+                }
+            };
+            RoundLoads tail;
+            if (t[0] < range.end) {
+                if (quarter == 0) copy_head(0);
+                load_tail(0, tail);
+            }
+            while (t[0] < range.end) {
+                raw[kIndexLead] = slot_of(kIndexLead);
+                RoundLoads now;
+                mbarrier_wait(full, (u32)k & 1u);
+#pragma unroll
+                for (int j = 0; j < kStagedLoads; j++) now.nope[j] = load_shared16(heads + 64 * j + 16 * quarter);
+                fence_smem_for_async_proxy();  // the reads done before the slot is refilled
+                named_barrier_sync(kBarRingRead + producer, kWarpGroupThreads);
+                if (quarter == 0 && t[1] < range.end) copy_head(1);
+#pragma unroll
+                for (int j = kStagedLoads; j < kNopeLoads; j++) now.nope[j] = tail.nope[j];
+#pragma unroll
+                for (int j = 0; j < kRopeLoads; j++) now.rope[j] = tail.rope[j];
+                now.scales[0] = tail.scales[0];
+                now.scales[1] = tail.scales[1];
+                now.live = tail.live;
+                if (t[1] < range.end) load_tail(1, tail);
+                store_and_advance(now, true);
+            }
+            return;
+        }
         if constexpr (kRingRounds == 0 && kLoadsAhead == 0) {
             // One K buffer: round k + 1 is loaded once round k is stored (its loads
             // fly while the consumer works on the tile), round k + 2's rows

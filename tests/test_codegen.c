@@ -303,6 +303,30 @@ Test(generate, narrow_takes_one_k_buffer_where_two_do_not_fit)
         cr_assert_eq(mlajit_generate_source(&s, &src), MLAJIT_OK, "%s", mlajit_last_error());
         /* the layouts edition's count of the buffers, only where there is one */
         cr_expect_eq(strstr(src, "kKBuffers") != NULL, rows[i].buffers == 1, "row %zu", i);
+        if (rows[i].buffers == 1) {
+            /* at 16 heads what is left holds the heads of a tile's 64 rows (whole
+             * 64-byte steps of NoPE codes, 832 a row) and the two groups' mbarriers,
+             * and a step more would not fit; at 8 (5 rounded up) nothing: the whole
+             * round in registers, which measured faster there */
+            int staging = -1, bytes = -1, stages = -1, barriers = -1, total = -1;
+            const char *m = strstr(src, "constexpr int kSmemStaging = ");
+            cr_assert(m && sscanf(m, "constexpr int kSmemStaging = %d, kSmemStagingBytes = %d, kStagingStages = %d;",
+                                  &staging, &bytes, &stages) == 3);
+            m = strstr(src, "constexpr int kSmemBarriers = ");
+            cr_assert(m && sscanf(m, "constexpr int kSmemBarriers = %d;", &barriers) == 1);
+            m = strstr(src, "constexpr int kSmemBytes = ");
+            cr_assert(m && sscanf(m, "constexpr int kSmemBytes = %d;", &total) == 1);
+            cr_expect_eq(stages, 0, "row %zu: not the row ring", i);
+            cr_expect_leq(total, mlajit_arch_max_smem("sm_90a"), "row %zu", i);
+            if (r.heads_per_cta == 16) {
+                cr_expect_eq(bytes, 64 * 832, "row %zu: %d bytes", i, bytes);
+                cr_expect(barriers > 0 && barriers + 2 * 8 <= staging && staging % 16 == 0, "row %zu", i);
+                cr_expect_leq(staging + bytes + 1024, total, "row %zu: the alignment slack stays", i);
+                cr_expect_gt(total + 64 * 64, mlajit_arch_max_smem("sm_90a"), "row %zu: a step more would not fit", i);
+            } else {
+                cr_expect_eq(bytes, 0, "row %zu: %d bytes", i, bytes);
+            }
+        }
         mlajit_free(src);
     }
     /* past 16 heads per CTA at d_v 1024: refused, saying why and what to set */

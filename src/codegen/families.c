@@ -164,6 +164,24 @@ static void narrow_map_with_buffers(const mlajit_kernel_spec *r, const mlajit_mo
     m->scores = off;      off += align16(4 * heads * 4);
     m->token_valid = off; off += align16(2 * tile);
     m->producer_groups = 2;
+    if (k_buffers == 1 && heads > 8) {
+        /* what is left takes the head of each round's rows by bulk copy, a round
+         * ahead (an mbarrier per producer group): whole 64-byte steps of the
+         * NoPE codes, as many as fit, for the 2 x 32 candidates of a tile (832
+         * bytes a row at DOTS3_SWA's 16 heads: 5-7% faster there; at 8 heads,
+         * where all 1024 fit and the tail is RoPE and scales alone, 9-10% slower
+         * than the whole round in registers, so not taken: bench/NOTES.md 1d) */
+        int bars = align16(2 * 8);
+        int left = mlajit_arch_max_smem(r->arch) - (off + bars + 1024);
+        int per_row = left / (2 * kNarrowTokensPerRound) / 64 * 64;
+        if (per_row > d->d_nope)
+            per_row = d->d_nope;
+        if (per_row > 0) {
+            m->barriers = off;    off += bars;
+            m->staging = off;     m->staging_bytes = 2 * kNarrowTokensPerRound * per_row;
+            off += m->staging_bytes;
+        }
+    }
     if (d->scale_place == MLAJIT_SCALES_INLINE) {
         /* the ring: sm90-narrow-long's third producer group where its slot fits
          * too (the K buffers' mbarriers come with it: the groups no longer take
