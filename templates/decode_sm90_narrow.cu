@@ -6,7 +6,9 @@
 // heads. The output accumulators shrink with it (d_v x kHeadsN), so two warp
 // groups gather instead of one. Two K tile buffers, or one where two do not fit
 // beside Q (DOTS3_SWA's 1088 dims at 8-16 heads: the layouts edition's kKBuffers,
-// read off the map; its producers then hold no round ahead).
+// read off the map; its producers then hold no whole round ahead, and at 16 heads
+// the head of each row comes by bulk copy into a slot of what is left, the rest in
+// registers: kStagedRowBytes).
 //
 // One CTA = one (batch row x query token, head group, split): 384 or 512 threads
 // in three or four warp groups with fixed roles.

@@ -66,11 +66,11 @@ static void compile_spec_ok(mlajit_kernel_spec s, const char *arch)
      * a length two words of the score group's, reloaded once a tile */
     if (r.variant == MLAJIT_VARIANT_SM90_SPLIT)
         allowed = 48;
-    /* sm90-narrow with one K buffer (DOTS3_SWA) at 16 heads: with the extra cache or
-     * a length, the producers' index bookkeeping (up to 234 bytes, about ten local
-     * loads a round beside some 450 instructions); none at 8 heads or without them */
+    /* sm90-narrow with one K buffer (DOTS3_SWA) at 16 heads, the rows' heads through
+     * the slot: with the extra cache or a length, 24 bytes of the producers' index
+     * bookkeeping (CUDA 13.0); none at 8 heads or without them */
     if (r.variant == MLAJIT_VARIANT_SM90_NARROW && r.model == MLAJIT_MODEL_DOTS3_SWA && r.heads_per_cta > 8)
-        allowed = 256;
+        allowed = 32;
     cr_expect_leq(c.spill_bytes, allowed, "%s spills %d bytes (allowed %d)", name, c.spill_bytes, allowed);
     cr_expect_eq(c.wgmma_serialized, 0, "%s: ptxas serialized wgmma; log:\n%s", name, c.log ? c.log : "(none)");
     cr_expect_gt(c.registers, 0, "%s: the register count was found; log:\n%s", name, c.log ? c.log : "(none)");
