@@ -283,6 +283,24 @@ Test(generate, sm90_split_is_two_ctas_per_head_group)
  * beside Q), at most 16 heads per CTA (O^T's registers), the template's layouts
  * edition (its base text has two buffers); V3.2's narrow kernel keeps two and the
  * base text. */
+/* The staging area, the mbarriers and the total of a generated source's map, as
+ * the generator wrote them (generate.c). */
+typedef struct {
+    int staging, bytes, stages, barriers, total;
+} source_map;
+static source_map map_of_source(const char *src)
+{
+    source_map m = {-1, -1, -1, -1, -1};
+    const char *at = strstr(src, "constexpr int kSmemStaging = ");
+    cr_assert(at && sscanf(at, "constexpr int kSmemStaging = %d, kSmemStagingBytes = %d, kStagingStages = %d;",
+                           &m.staging, &m.bytes, &m.stages) == 3);
+    at = strstr(src, "constexpr int kSmemBarriers = ");
+    cr_assert(at && sscanf(at, "constexpr int kSmemBarriers = %d;", &m.barriers) == 1);
+    at = strstr(src, "constexpr int kSmemBytes = ");
+    cr_assert(at && sscanf(at, "constexpr int kSmemBytes = %d;", &m.total) == 1);
+    return m;
+}
+
 Test(generate, narrow_takes_one_k_buffer_where_two_do_not_fit)
 {
     static const struct { mlajit_model model; int h_q, heads_per_cta, buffers; } rows[] = {
@@ -308,14 +326,8 @@ Test(generate, narrow_takes_one_k_buffer_where_two_do_not_fit)
              * 64-byte steps of NoPE codes, 832 a row) and the two groups' mbarriers,
              * and a step more would not fit; at 8 (5 rounded up) nothing: the whole
              * round in registers, which measured faster there */
-            int staging = -1, bytes = -1, stages = -1, barriers = -1, total = -1;
-            const char *m = strstr(src, "constexpr int kSmemStaging = ");
-            cr_assert(m && sscanf(m, "constexpr int kSmemStaging = %d, kSmemStagingBytes = %d, kStagingStages = %d;",
-                                  &staging, &bytes, &stages) == 3);
-            m = strstr(src, "constexpr int kSmemBarriers = ");
-            cr_assert(m && sscanf(m, "constexpr int kSmemBarriers = %d;", &barriers) == 1);
-            m = strstr(src, "constexpr int kSmemBytes = ");
-            cr_assert(m && sscanf(m, "constexpr int kSmemBytes = %d;", &total) == 1);
+            const source_map m = map_of_source(src);
+            const int staging = m.staging, bytes = m.bytes, stages = m.stages, barriers = m.barriers, total = m.total;
             cr_expect_eq(stages, 0, "row %zu: not the row ring", i);
             cr_expect_leq(total, mlajit_arch_max_smem("sm_90a"), "row %zu", i);
             if (r.heads_per_cta == 16) {
@@ -425,15 +437,10 @@ Test(generate, narrow_row_ring_where_the_rows_hold_their_scales)
         cr_assert_eq(mlajit_codegen_layout(&r, &l), MLAJIT_OK);
         char *src = NULL;
         cr_assert_eq(mlajit_generate_source(&s, &src), MLAJIT_OK, "%s", mlajit_last_error());
-        int staging = -1, bytes = -1, stages = -1, barriers = -1, total = -1, groups = -1, threads = -1;
-        const char *m = strstr(src, "constexpr int kSmemStaging = ");
-        cr_assert(m && sscanf(m, "constexpr int kSmemStaging = %d, kSmemStagingBytes = %d, kStagingStages = %d;",
-                              &staging, &bytes, &stages) == 3);
-        m = strstr(src, "constexpr int kSmemBarriers = ");
-        cr_assert(m && sscanf(m, "constexpr int kSmemBarriers = %d;", &barriers) == 1);
-        m = strstr(src, "constexpr int kSmemBytes = ");
-        cr_assert(m && sscanf(m, "constexpr int kSmemBytes = %d;", &total) == 1);
-        m = strstr(src, "constexpr int kProducerGroups = ");
+        const source_map map = map_of_source(src);
+        const int staging = map.staging, bytes = map.bytes, stages = map.stages, barriers = map.barriers, total = map.total;
+        int groups = -1, threads = -1;
+        const char *m = strstr(src, "constexpr int kProducerGroups = ");
         cr_assert(m && sscanf(m, "constexpr int kProducerGroups = %d;", &groups) == 1);
         m = strstr(src, "constexpr int kThreads = ");
         cr_assert(m && sscanf(m, "constexpr int kThreads = %d;", &threads) == 1);
