@@ -348,7 +348,7 @@ extern "C" __global__ void __launch_bounds__(sm90::kCtaThreads, 1) mlajit_decode
                     mbarrier_arrive(full);
                 }
             };
-            auto load_tail = [&](int i, RoundLoads& d) {
+            auto load_tail = [&](int i, RoundLoads& d) {  // (one K buffer: footer ue8m0 scales, two words)
                 const Candidate c = locate_candidate(p, pos_of(i), checked_slot(p, pos_of(i), raw[i]));
                 d.live = c.row != nullptr;
                 if (d.live) {
