@@ -105,10 +105,11 @@ constexpr int kRoundRegisters = 4 * (kNopeLoads + kRopeLoads) + kScaleWords + 1;
 #if MLAJIT_LAYOUTS
 // The K tile buffers: two, or one where two do not fit beside Q (DOTS3_SWA's 1088
 // dims: a 139 KB tile, Q 35 KB at 16 heads; the map, families.c, places them and
-// this reads their count off it). With one the producers hold no round ahead (such
-// a round is 75 registers a lane): each loads its next round once it has stored
-// this one, so those loads fly while the consumer works on the tile, and the round
-// after is prefetched into L2.
+// this reads their count off it). With one the producers hold no whole round ahead
+// (such a round is 75 registers a lane): at 8 heads each loads its next round once
+// it has stored this one, so those loads fly while the consumer works on the tile,
+// and the round after is prefetched into L2; at 16 the rows' heads come through a
+// slot (kStagedRowBytes, below).
 constexpr int kKBuffers = (cfg::kSmemProbs - cfg::kSmemK) / kOperandBytes;
 static_assert(kKBuffers == 1 || kKBuffers == 2, "one or two K buffers");
 constexpr int kLoadsAhead = kKBuffers == 1 ? 0 : kHeadsN <= 8 || (kHeadsN <= 16 && kRoundRegisters <= 40) ? 2 : 1;

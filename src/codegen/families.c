@@ -143,9 +143,10 @@ enum { kNarrowTokensPerRound = 32, kNarrowRingRounds = 1, kNarrowMaxProducerGrou
  * (d_qk / 64 swizzled blocks of `heads` rows x 128 bytes) and two K tile buffers
  * as sm90's, or one where two do not fit (DOTS3_SWA's 1088 dims: 139 KB a tile, Q
  * 35 KB at 16 heads; the template reads the count off the map, and its producers
- * then hold no round ahead); P (`heads` rows x one 64-candidate block); the
+ * then hold no whole round ahead); P (`heads` rows x one 64-candidate block); the
  * consumer's four warps' column maxima of a tile (at the end, their column sums);
- * the buffers' validity flags (bytes); then, where it fits, the row ring: an
+ * the buffers' validity flags (bytes); with one K buffer past 8 heads, the rows'
+ * heads' slots and their mbarriers (below); then, where it fits, the row ring: an
  * mbarrier per slot and the slots, kNarrowRingRounds rounds of rows per producer
  * group. The heads' final statistics have no place of their own: written after
  * the walk, they follow the output staged over the K buffers (the template places
@@ -768,11 +769,11 @@ mlajit_variant mlajit_family_auto(const mlajit_kernel_spec *r)
      * portable family; bf16 rows on sm90 at every head count (1.2-1.5x faster than
      * portable at 64 heads; at 16, padded, it ties sm90-narrow's bf16 edition, which
      * is therefore forced only: mlajit_family_forced_only); d_v 1024
-     * (DOTS3_SWA) on sm90-narrow at 16 heads and fewer (one K buffer; 11-19% faster
-     * than portable at 8 and 16 heads on an H100), portable at 17-32 (sm90-narrow holds
-     * 16 there, and its head groups are unmeasured), sm90-split from 33 heads
-     * (1.5-1.6x faster than portable there; at 16 heads, padded, 1.4-1.5x slower):
-     * bench/NOTES.md 1d */
+     * (DOTS3_SWA) on sm90-narrow at 16 heads and fewer (one K buffer; 17-19% faster
+     * than portable at 16 heads, 19% at 8, on an H100), portable at 17-32
+     * (sm90-narrow holds 16 there, and its head groups are unmeasured), sm90-split
+     * from 33 heads (1.5-1.6x faster than portable there; at 16 heads, padded,
+     * 1.4-1.5x slower): bench/NOTES.md 1d */
     if (hopper && r->heads_per_cta == 0 && r->h_q <= mlajit_family_max_heads(narrow, d) &&
         !mlajit_family_layout_refusal(narrow, d) && !mlajit_family_forced_only(narrow, d))
         return MLAJIT_VARIANT_SM90_NARROW;
