@@ -369,6 +369,20 @@ Test(generate, narrow_takes_one_k_buffer_where_two_do_not_fit)
     inline_resolved.heads_per_cta = 16;
     inline_resolved.tile = 64;
     cr_expect_eq(mlajit_narrow_k_buffers(&inline_resolved), 2);
+    /* the rows' heads through the slot only with RoPE (DOTS3_SWA's kind): a footer
+     * layout without it keeps one K buffer and the round in registers */
+    cr_assert_eq(mlajit_layout_parse("d_nope=1024,d_rope=0,d_v=1024,tile=128,scales=ue8m0,place=footer", &l),
+                 MLAJIT_OK, "%s", mlajit_last_error());
+    mlajit_kernel_spec no_rope = MLAJIT_KERNEL_SPEC_INIT, no_rope_resolved = MLAJIT_KERNEL_SPEC_INIT;
+    cr_assert_eq(mlajit_spec_init_layout(&no_rope, &l, 16, 64), MLAJIT_OK, "%s", mlajit_last_error());
+    strcpy(no_rope.arch, "sm_90a");
+    no_rope.variant = MLAJIT_VARIANT_SM90_NARROW;
+    cr_assert_eq(mlajit_spec_resolve(&no_rope, &no_rope_resolved), MLAJIT_OK, "%s", mlajit_last_error());
+    cr_expect_eq(mlajit_narrow_k_buffers(&no_rope_resolved), 1);
+    char *src = NULL;
+    cr_assert_eq(mlajit_generate_source(&no_rope, &src), MLAJIT_OK, "%s", mlajit_last_error());
+    cr_expect_eq(map_of_source(src).bytes, 0, "no slot without RoPE");
+    mlajit_free(src);
 }
 
 /* kPvInFlight, the pair's P V left in flight behind the next S: chosen for the

@@ -165,13 +165,16 @@ static void narrow_map_with_buffers(const mlajit_kernel_spec *r, const mlajit_mo
     m->scores = off;      off += align16(4 * heads * 4);
     m->token_valid = off; off += align16(2 * tile);
     m->producer_groups = 2;
-    if (k_buffers == 1 && heads > 8) {
+    if (k_buffers == 1 && heads > 8 && d->d_rope > 0) {
         /* what is left takes the head of each round's rows by bulk copy, a round
          * ahead (an mbarrier per producer group): whole 64-byte steps of the
          * NoPE codes, as many as fit, for the 2 x 32 candidates of a tile (832
          * bytes a row at DOTS3_SWA's 16 heads: 5-7% faster there; at 8 heads,
          * where all 1024 fit and the tail is RoPE and scales alone, 9-10% slower
-         * than the whole round in registers, so not taken: bench/NOTES.md 1d) */
+         * than the whole round in registers, so not taken: bench/NOTES.md 1d).
+         * Only with RoPE, the kind run on the GPU: custom layouts without it
+         * spilled 200-232 bytes in the producers this way (56-118 with the round
+         * in registers; ptxas, CUDA 13.0), unmeasured */
         int bars = align16(2 * 8);
         int left = mlajit_arch_max_smem(r->arch) - (off + bars + 1024);
         int per_row = left / (2 * kNarrowTokensPerRound) / 64 * 64;
