@@ -365,27 +365,20 @@ extern "C" __global__ void __launch_bounds__(sm90::kCtaThreads, 1) mlajit_decode
                     skipped_round(d);
                 }
             };
-            RoundLoads tail;
+            RoundLoads tail;  // the next round: its tail loaded ahead, its heads read in from the slot
             if (t[0] < range.end) {
                 if (quarter == 0) copy_head(0);
                 load_tail(0, tail);
             }
             while (t[0] < range.end) {
                 raw[kIndexLead] = slot_of(kIndexLead);
-                RoundLoads now;
                 mbarrier_wait(full, (u32)k & 1u);
 #pragma unroll
-                for (int j = 0; j < kStagedLoads; j++) now.nope[j] = load_shared16(heads + 64 * j + 16 * quarter);
+                for (int j = 0; j < kStagedLoads; j++) tail.nope[j] = load_shared16(heads + 64 * j + 16 * quarter);
                 fence_smem_for_async_proxy();  // the reads done before the slot is refilled
                 named_barrier_sync(kBarRingRead + producer, kWarpGroupThreads);
                 if (quarter == 0 && t[1] < range.end) copy_head(1);
-#pragma unroll
-                for (int j = kStagedLoads; j < kNopeLoads; j++) now.nope[j] = tail.nope[j];
-#pragma unroll
-                for (int j = 0; j < kRopeLoads; j++) now.rope[j] = tail.rope[j];
-                now.scales[0] = tail.scales[0];
-                now.scales[1] = tail.scales[1];
-                now.live = tail.live;
+                RoundLoads now = tail;  // the round whole: its heads from the slot, its tail
                 if (t[1] < range.end) load_tail(1, tail);
                 store_and_advance(now, true);
             }
