@@ -19,8 +19,10 @@
 # SpeedOfLight and memory tables for SNAP at h_q H (b 128, topk 2048);
 # STALLS="SNAP:MODEL:H:B:K ..." adds ncu's per-instruction stall samples of SNAP's
 # first main-kernel launch on that bench row, summarized per role with its barrier
-# waits (bench/tools/stall_profile.py); TESTS="tests" runs tools/device-run.sh's steps
-# in the first snapshot afterwards.
+# waits (bench/tools/stall_profile.py); LAYOUT_STALLS="SNAP:LAYOUT:H:B ..." the same for a
+# layouts row (the layout at h_q H, batch B, topk 2048, seqlen 32768, page 64: a case
+# made once per LAYOUT:H:B, one `run-case` by auto's kernel profiled); TESTS="tests"
+# runs tools/device-run.sh's steps in the first snapshot afterwards.
 set -u
 OUT=${OUT:-$PWD/device-out}
 mkdir -p "$OUT"
@@ -111,6 +113,16 @@ if [ -n "${STALLS:-}" ]; then
     IFS=: read -r d m h b k <<<"$spec"
     MLAJIT_CACHE_DIR=/tmp/c$d tools/ncu-stalls.sh "$d/build-gpu/mlajit" "$OUT/stalls$d-$m-h$h-b$b-k$k" 4 \
       --model "$m" --heads "$h" --batch "$b" --topk "$k" | grep -vE "^ +0x" | sed "s/^/$d $m h$h b$b k$k /"
+  done
+fi
+if [ -n "${LAYOUT_STALLS:-}" ]; then
+  for spec in $LAYOUT_STALLS; do
+    IFS=: read -r d l h b <<<"$spec"
+    case_dir=/tmp/stall-case-$l-h$h-b$b
+    [ -f "$case_dir/case.json" ] || "$d/build-gpu/mlajit" case make "$l.h$h.p64" --out "$case_dir" --batch "$b" \
+      --topk 2048 --seqlen 32768 >"$OUT/case-$l-h$h-b$b.txt" 2>&1 || { echo "$spec: case make failed"; continue; }
+    MLAJIT_CACHE_DIR=/tmp/c$d NCU_KERNEL=mlajit_decode_main tools/ncu-stalls.sh "$d/build-gpu/mlajit" \
+      "$OUT/stalls$d-$l-h$h-b$b" 4 run-case "$case_dir" | grep -vE "^ +0x" | sed "s/^/$d $l h$h b$b /"
   done
 fi
 first=${SNAPS%% *}
