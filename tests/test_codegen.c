@@ -327,16 +327,15 @@ Test(generate, narrow_takes_one_k_buffer_where_two_do_not_fit)
              * and a step more would not fit; at 8 (5 rounded up) nothing: the whole
              * round in registers, which measured faster there */
             const source_map m = map_of_source(src);
-            const int staging = m.staging, bytes = m.bytes, stages = m.stages, barriers = m.barriers, total = m.total;
-            cr_expect_eq(stages, 0, "row %zu: not the row ring", i);
-            cr_expect_leq(total, mlajit_arch_max_smem("sm_90a"), "row %zu", i);
+            cr_expect_eq(m.stages, 0, "row %zu: not the row ring", i);
+            cr_expect_leq(m.total, mlajit_arch_max_smem("sm_90a"), "row %zu", i);
             if (r.heads_per_cta == 16) {
-                cr_expect_eq(bytes, 64 * 832, "row %zu: %d bytes", i, bytes);
-                cr_expect(barriers > 0 && barriers + 2 * 8 <= staging && staging % 16 == 0, "row %zu", i);
-                cr_expect_leq(staging + bytes + 1024, total, "row %zu: the alignment slack stays", i);
-                cr_expect_gt(total + 64 * 64, mlajit_arch_max_smem("sm_90a"), "row %zu: a step more would not fit", i);
+                cr_expect_eq(m.bytes, 64 * 832, "row %zu: %d bytes", i, m.bytes);
+                cr_expect(m.barriers > 0 && m.barriers + 2 * 8 <= m.staging && m.staging % 16 == 0, "row %zu", i);
+                cr_expect_leq(m.staging + m.bytes + 1024, m.total, "row %zu: the alignment slack stays", i);
+                cr_expect_gt(m.total + 64 * 64, mlajit_arch_max_smem("sm_90a"), "row %zu: a step more would not fit", i);
             } else {
-                cr_expect_eq(bytes, 0, "row %zu: %d bytes", i, bytes);
+                cr_expect_eq(m.bytes, 0, "row %zu: %d bytes", i, m.bytes);
             }
         }
         mlajit_free(src);
@@ -452,29 +451,28 @@ Test(generate, narrow_row_ring_where_the_rows_hold_their_scales)
         char *src = NULL;
         cr_assert_eq(mlajit_generate_source(&s, &src), MLAJIT_OK, "%s", mlajit_last_error());
         const source_map map = map_of_source(src);
-        const int staging = map.staging, bytes = map.bytes, stages = map.stages, barriers = map.barriers, total = map.total;
         int groups = -1, threads = -1;
         const char *m = strstr(src, "constexpr int kProducerGroups = ");
         cr_assert(m && sscanf(m, "constexpr int kProducerGroups = %d;", &groups) == 1);
         m = strstr(src, "constexpr int kThreads = ");
         cr_assert(m && sscanf(m, "constexpr int kThreads = %d;", &threads) == 1);
         const char *name = mlajit_model_describe(rows[i].model)->name;
-        cr_expect_eq(stages, rows[i].rounds, "%s h%d", name, rows[i].h_q);
+        cr_expect_eq(map.stages, rows[i].rounds, "%s h%d", name, rows[i].h_q);
         cr_expect_eq(groups, rows[i].groups, "%s h%d", name, rows[i].h_q);
         cr_expect_eq(threads, 128 * (1 + groups), "%s h%d", name, rows[i].h_q);
         cr_expect_eq(l.threads, threads, "%s h%d: the launch's block is the kernel's", name, rows[i].h_q);
         if (rows[i].rounds) {
-            cr_expect_eq(bytes, groups * rows[i].rounds * 32 * mlajit_model_describe(rows[i].model)->row_bytes);
+            cr_expect_eq(map.bytes, groups * rows[i].rounds * 32 * mlajit_model_describe(rows[i].model)->row_bytes);
             /* a slot's mbarrier each, and with three groups the K buffers' two */
             int mbarriers = groups * rows[i].rounds + (groups > 2 ? 2 : 0);
-            cr_expect(barriers > 0 && barriers + mbarriers * 8 <= staging && staging % 16 == 0,
-                      "%s h%d: mbarriers at %d, rows at %d", name, rows[i].h_q, barriers, staging);
-            cr_expect_leq(staging + bytes + 1024, total, "%s h%d: the alignment slack stays", name, rows[i].h_q);
+            cr_expect(map.barriers > 0 && map.barriers + mbarriers * 8 <= map.staging && map.staging % 16 == 0,
+                      "%s h%d: mbarriers at %d, rows at %d", name, rows[i].h_q, map.barriers, map.staging);
+            cr_expect_leq(map.staging + map.bytes + 1024, map.total, "%s h%d: the alignment slack stays", name, rows[i].h_q);
         } else {
-            cr_expect_eq(bytes, 0, "%s h%d", name, rows[i].h_q);
+            cr_expect_eq(map.bytes, 0, "%s h%d", name, rows[i].h_q);
         }
-        cr_expect_eq(l.smem_bytes, total);
-        cr_expect_leq(total, mlajit_arch_max_smem("sm_90a"), "%s h%d", name, rows[i].h_q);
+        cr_expect_eq(l.smem_bytes, map.total);
+        cr_expect_leq(map.total, mlajit_arch_max_smem("sm_90a"), "%s h%d", name, rows[i].h_q);
         mlajit_free(src);
     }
 }

@@ -175,14 +175,14 @@ static void narrow_map_with_buffers(const mlajit_kernel_spec *r, const mlajit_mo
          * Only with RoPE, the kind run on the GPU: custom layouts without it
          * spilled 200-232 bytes in the producers this way (56-118 with the round
          * in registers; ptxas, CUDA 13.0), unmeasured */
-        int bars = align16(2 * 8);
+        int rows = m->producer_groups * kNarrowTokensPerRound, bars = align16(m->producer_groups * 8);
         int left = mlajit_arch_max_smem(r->arch) - (off + bars + 1024);
-        int per_row = left / (2 * kNarrowTokensPerRound) / 64 * 64;
+        int per_row = left / rows / 64 * 64;
         if (per_row > d->d_nope)
             per_row = d->d_nope;
         if (per_row > 0) {
             m->barriers = off;    off += bars;
-            m->staging = off;     m->staging_bytes = 2 * kNarrowTokensPerRound * per_row;
+            m->staging = off;     m->staging_bytes = rows * per_row;
             off += m->staging_bytes;
         }
     }
