@@ -108,22 +108,23 @@ if [ -n "${NCU:-}" ]; then
       grep -E "Duration|Hit Rate|Throughput|Mem Busy|Max Bandwidth" | sed "s/^/$d h$h /"
   done
 fi
-if [ -n "${STALLS:-}" ]; then
-  for spec in $STALLS; do
-    IFS=: read -r d m h b k <<<"$spec"
-    MLAJIT_CACHE_DIR=/tmp/c$d tools/ncu-stalls.sh "$d/build-gpu/mlajit" "$OUT/stalls$d-$m-h$h-b$b-k$k" 4 \
-      --model "$m" --heads "$h" --batch "$b" --topk "$k" | grep -vE "^ +0x" | sed "s/^/$d $m h$h b$b k$k /"
-  done
-fi
-if [ -n "${LAYOUT_STALLS:-}" ]; then
-  for spec in $LAYOUT_STALLS; do
-    IFS=: read -r d l h b <<<"$spec"
-    case_dir=/tmp/stall-case-$l-h$h-b$b
-    [ -f "$case_dir/case.json" ] || "$d/build-gpu/mlajit" case make "$l.h$h.p64" --out "$case_dir" --batch "$b" \
-      --topk 2048 --seqlen 32768 >"$OUT/case-$l-h$h-b$b.txt" 2>&1 || { echo "$spec: case make failed"; continue; }
-    MLAJIT_CACHE_DIR=/tmp/c$d NCU_KERNEL=mlajit_decode_main tools/ncu-stalls.sh "$d/build-gpu/mlajit" \
-      "$OUT/stalls$d-$l-h$h-b$b" 4 run-case "$case_dir" | grep -vE "^ +0x" | sed "s/^/$d $l h$h b$b /"
-  done
-fi
+stall_summary() {  # stall_summary SNAP NAME LABEL ARGS...: ncu's stall samples of SNAP's first
+  # main-kernel launch in `mlajit ARGS` (tools/ncu-stalls.sh), per role, each line labelled
+  local d=$1 name=$2 label=$3
+  shift 3
+  MLAJIT_CACHE_DIR=/tmp/c$d NCU_KERNEL=mlajit_decode_main tools/ncu-stalls.sh "$d/build-gpu/mlajit" \
+    "$OUT/stalls$d-$name" 4 "$@" | grep -vE "^ +0x" | sed "s/^/$d $label /"
+}
+for spec in ${STALLS:-}; do
+  IFS=: read -r d m h b k <<<"$spec"
+  stall_summary "$d" "$m-h$h-b$b-k$k" "$m h$h b$b k$k" bench --model "$m" --heads "$h" --batch "$b" --topk "$k"
+done
+for spec in ${LAYOUT_STALLS:-}; do
+  IFS=: read -r d l h b <<<"$spec"
+  case_dir=/tmp/stall-case-$l-h$h-b$b
+  [ -f "$case_dir/case.json" ] || "$d/build-gpu/mlajit" case make "$l.h$h.p64" --out "$case_dir" --batch "$b" \
+    --topk 2048 --seqlen 32768 >"$OUT/case-$l-h$h-b$b.txt" 2>&1 || { echo "$spec: case make failed"; continue; }
+  stall_summary "$d" "$l-h$h-b$b" "$l h$h b$b" run-case "$case_dir"
+done
 first=${SNAPS%% *}
 if [ -n "${TESTS:-}" ]; then (cd "$first" && OUT="$OUT/tests" tools/device-run.sh $TESTS 2>&1 | tail -30); fi
