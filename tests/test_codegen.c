@@ -283,14 +283,14 @@ Test(generate, sm90_split_is_two_ctas_per_head_group)
  * beside Q), at most 16 heads per CTA (O^T's registers), the template's layouts
  * edition (its base text has two buffers); V3.2's narrow kernel keeps two and the
  * base text. */
-/* The staging area, the mbarriers and the total of a generated source's map, as
- * the generator wrote them (generate.c). */
+/* The staging area, the mbarriers, the total of a generated source's map, and its
+ * producer groups and threads, as the generator wrote them (generate.c). */
 typedef struct {
-    int staging, bytes, stages, barriers, total;
+    int staging, bytes, stages, barriers, total, groups, threads;
 } source_map;
 static source_map map_of_source(const char *src)
 {
-    source_map m = {-1, -1, -1, -1, -1};
+    source_map m = {-1, -1, -1, -1, -1, -1, -1};
     const char *at = strstr(src, "constexpr int kSmemStaging = ");
     cr_assert(at && sscanf(at, "constexpr int kSmemStaging = %d, kSmemStagingBytes = %d, kStagingStages = %d;",
                            &m.staging, &m.bytes, &m.stages) == 3);
@@ -298,6 +298,10 @@ static source_map map_of_source(const char *src)
     cr_assert(at && sscanf(at, "constexpr int kSmemBarriers = %d;", &m.barriers) == 1);
     at = strstr(src, "constexpr int kSmemBytes = ");
     cr_assert(at && sscanf(at, "constexpr int kSmemBytes = %d;", &m.total) == 1);
+    at = strstr(src, "constexpr int kProducerGroups = ");
+    cr_assert(at && sscanf(at, "constexpr int kProducerGroups = %d;", &m.groups) == 1);
+    at = strstr(src, "constexpr int kThreads = ");
+    cr_assert(at && sscanf(at, "constexpr int kThreads = %d;", &m.threads) == 1);
     return m;
 }
 
@@ -451,11 +455,7 @@ Test(generate, narrow_row_ring_where_the_rows_hold_their_scales)
         char *src = NULL;
         cr_assert_eq(mlajit_generate_source(&s, &src), MLAJIT_OK, "%s", mlajit_last_error());
         const source_map map = map_of_source(src);
-        int groups = -1, threads = -1;
-        const char *m = strstr(src, "constexpr int kProducerGroups = ");
-        cr_assert(m && sscanf(m, "constexpr int kProducerGroups = %d;", &groups) == 1);
-        m = strstr(src, "constexpr int kThreads = ");
-        cr_assert(m && sscanf(m, "constexpr int kThreads = %d;", &threads) == 1);
+        const int groups = map.groups, threads = map.threads;
         const char *name = mlajit_model_describe(rows[i].model)->name;
         cr_expect_eq(map.stages, rows[i].rounds, "%s h%d", name, rows[i].h_q);
         cr_expect_eq(groups, rows[i].groups, "%s h%d", name, rows[i].h_q);
