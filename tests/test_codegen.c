@@ -455,16 +455,15 @@ Test(generate, narrow_row_ring_where_the_rows_hold_their_scales)
         char *src = NULL;
         cr_assert_eq(mlajit_generate_source(&s, &src), MLAJIT_OK, "%s", mlajit_last_error());
         const source_map map = map_of_source(src);
-        const int groups = map.groups, threads = map.threads;
         const char *name = mlajit_model_describe(rows[i].model)->name;
         cr_expect_eq(map.stages, rows[i].rounds, "%s h%d", name, rows[i].h_q);
-        cr_expect_eq(groups, rows[i].groups, "%s h%d", name, rows[i].h_q);
-        cr_expect_eq(threads, 128 * (1 + groups), "%s h%d", name, rows[i].h_q);
-        cr_expect_eq(l.threads, threads, "%s h%d: the launch's block is the kernel's", name, rows[i].h_q);
+        cr_expect_eq(map.groups, rows[i].groups, "%s h%d", name, rows[i].h_q);
+        cr_expect_eq(map.threads, 128 * (1 + map.groups), "%s h%d", name, rows[i].h_q);
+        cr_expect_eq(l.threads, map.threads, "%s h%d: the launch's block is the kernel's", name, rows[i].h_q);
         if (rows[i].rounds) {
-            cr_expect_eq(map.bytes, groups * rows[i].rounds * 32 * mlajit_model_describe(rows[i].model)->row_bytes);
+            cr_expect_eq(map.bytes, map.groups * rows[i].rounds * 32 * mlajit_model_describe(rows[i].model)->row_bytes);
             /* a slot's mbarrier each, and with three groups the K buffers' two */
-            int mbarriers = groups * rows[i].rounds + (groups > 2 ? 2 : 0);
+            int mbarriers = map.groups * rows[i].rounds + (map.groups > 2 ? 2 : 0);
             cr_expect(map.barriers > 0 && map.barriers + mbarriers * 8 <= map.staging && map.staging % 16 == 0,
                       "%s h%d: mbarriers at %d, rows at %d", name, rows[i].h_q, map.barriers, map.staging);
             cr_expect_leq(map.staging + map.bytes + 1024, map.total, "%s h%d: the alignment slack stays", name, rows[i].h_q);
