@@ -288,20 +288,26 @@ Test(generate, sm90_split_is_two_ctas_per_head_group)
 typedef struct {
     int staging, bytes, stages, barriers, total, groups, threads;
 } source_map;
+/* The value of `constexpr int NAME = value;` in a generated source (asserted present). */
+static int source_constant(const char *src, const char *name)
+{
+    char decl[64];
+    int value = -1;
+    snprintf(decl, sizeof decl, "constexpr int %s = ", name);
+    const char *at = strstr(src, decl);
+    cr_assert(at && sscanf(at + strlen(decl), "%d;", &value) == 1, "%s", decl);
+    return value;
+}
 static source_map map_of_source(const char *src)
 {
     source_map m = {-1, -1, -1, -1, -1, -1, -1};
     const char *at = strstr(src, "constexpr int kSmemStaging = ");
     cr_assert(at && sscanf(at, "constexpr int kSmemStaging = %d, kSmemStagingBytes = %d, kStagingStages = %d;",
                            &m.staging, &m.bytes, &m.stages) == 3);
-    at = strstr(src, "constexpr int kSmemBarriers = ");
-    cr_assert(at && sscanf(at, "constexpr int kSmemBarriers = %d;", &m.barriers) == 1);
-    at = strstr(src, "constexpr int kSmemBytes = ");
-    cr_assert(at && sscanf(at, "constexpr int kSmemBytes = %d;", &m.total) == 1);
-    at = strstr(src, "constexpr int kProducerGroups = ");
-    cr_assert(at && sscanf(at, "constexpr int kProducerGroups = %d;", &m.groups) == 1);
-    at = strstr(src, "constexpr int kThreads = ");
-    cr_assert(at && sscanf(at, "constexpr int kThreads = %d;", &m.threads) == 1);
+    m.barriers = source_constant(src, "kSmemBarriers");
+    m.total = source_constant(src, "kSmemBytes");
+    m.groups = source_constant(src, "kProducerGroups");
+    m.threads = source_constant(src, "kThreads");
     return m;
 }
 
