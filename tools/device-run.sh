@@ -495,6 +495,5 @@ for pid in "${background[@]}"; do wait "$pid"; done
 grep -h -E "fuzz rc=|calls|failed" "$OUT"/fuzz-*.log 2>/dev/null | tail -4
 n=1
 while [ -e "$OUT/logs-$n.tgz" ]; do n=$((n + 1)); done
-# (ncu's reports are dropped: tens of MB each, past what comes back; their summaries travel)
-(cd "$OUT" && rm -f ./*.ncu-rep && tar czf "logs-$n.tgz" --exclude='logs-*.tgz' --exclude='h200*.jsonl' --exclude='*-h200.jsonl' --remove-files ./* 2>/dev/null)
+(cd "$OUT" && tar czf "logs-$n.tgz" --exclude='logs-*.tgz' --exclude='h200*.jsonl' --exclude='*-h200.jsonl' --remove-files ./* 2>/dev/null)
 exit $rc
